@@ -1,0 +1,97 @@
+#include "common/net.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace drover {
+
+absl::StatusOr<HostPort> ParseHostPort(const std::string& s, bool allow_zero) {
+  auto colon = s.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address '", s, "' is not of the form HOST:PORT"));
+  }
+  HostPort hp;
+  hp.host = s.substr(0, colon);
+  if (hp.host.size() > 2 && hp.host.front() == '[' && hp.host.back() == ']') {
+    hp.host = hp.host.substr(1, hp.host.size() - 2);
+  }
+  if (!absl::SimpleAtoi(s.substr(colon + 1), &hp.port) || hp.port < (allow_zero ? 0 : 1) ||
+      hp.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address '", s, "' has an invalid port (want 1..65535)"));
+  }
+  return hp;
+}
+
+absl::StatusOr<std::string> LocalAddressFor(const std::string& host) {
+  struct addrinfo hints;
+  std::memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  struct addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), "9", &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+  }
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    ::freeaddrinfo(res);
+    return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  }
+  rc = ::connect(fd, res->ai_addr, res->ai_addrlen);
+  ::freeaddrinfo(res);
+  if (rc != 0) {
+    int err = errno;
+    ::close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("no route to '", host, "': ", std::strerror(err)));
+  }
+  struct sockaddr_in local;
+  socklen_t len = sizeof(local);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
+  ::close(fd);
+  char buf[INET_ADDRSTRLEN];
+  ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf));
+  return std::string(buf);
+}
+
+absl::StatusOr<int> PickFreePort(const std::string& ip) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  struct sockaddr_in addr;
+  std::memset(&addr, 0, sizeof(addr));
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  if (::inet_pton(AF_INET, ip.c_str(), &addr.sin_addr) != 1) {
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  }
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    ::close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot bind a port on ", ip, ": ", std::strerror(err)));
+  }
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+std::string Hostname() {
+  char buf[256] = {0};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+}  // namespace drover

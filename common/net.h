@@ -1,0 +1,31 @@
+// Addresses and ports.
+#ifndef DROVER_COMMON_NET_H_
+#define DROVER_COMMON_NET_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace drover {
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+// "host:port" or "[v6]:port"; the port must be 1..65535 (0 allowed if `allow_zero`).
+absl::StatusOr<HostPort> ParseHostPort(const std::string& s, bool allow_zero = false);
+
+// The local address this machine would use to reach `host` (no packet is sent).
+// This is how an agent learns the address other nodes can reach it at.
+absl::StatusOr<std::string> LocalAddressFor(const std::string& host);
+
+// A TCP port on `ip` that is free right now (bound to port 0, then released).
+absl::StatusOr<int> PickFreePort(const std::string& ip = "127.0.0.1");
+
+// The machine's hostname.
+std::string Hostname();
+
+}  // namespace drover
+
+#endif  // DROVER_COMMON_NET_H_

@@ -1,0 +1,28 @@
+#include "common/rpc.h"
+
+#include "common/auth.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace drover {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  // Reconnect soon after a restarted peer comes back instead of backing off to minutes.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Distinct channels per target, so one dead peer cannot stall another.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+void PrepareContext(grpc::ClientContext* ctx, const std::string& token,
+                    std::chrono::milliseconds timeout) {
+  ctx->AddMetadata(kTokenMetadataKey, token);
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+}
+
+}  // namespace drover

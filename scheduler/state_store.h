@@ -1,0 +1,47 @@
+// Where the scheduler keeps the records that must survive it: jobs and id counters.
+//
+// Two implementations: in memory (the default; lost when the scheduler exits) and
+// Redis through hiredis (durable; a restarted scheduler reloads every job and
+// reattaches to the ones still running on the agents). Node records are not stored:
+// agents re-register on their own after a scheduler restart.
+//
+// Thread safety: implementations are safe to call from several threads.
+// Errors: UNAVAILABLE when the backend cannot be reached (the caller may retry).
+#ifndef DROVER_SCHEDULER_STATE_STORE_H_
+#define DROVER_SCHEDULER_STATE_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/common.pb.h"
+
+namespace drover {
+
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+
+  // Inserts or replaces the record keyed by job.job_id().
+  virtual absl::Status PutJob(const proto::JobInfo& job) = 0;
+  // Every stored job, in no particular order.
+  virtual absl::StatusOr<std::vector<proto::JobInfo>> LoadJobs() = 0;
+  // Atomically increments the named counter and returns the new value (first call: 1).
+  virtual absl::StatusOr<int64_t> NextId(const std::string& counter) = 0;
+  // "memory" or "redis HOST:PORT", for `drover status`.
+  virtual std::string Describe() const = 0;
+};
+
+std::unique_ptr<StateStore> NewMemoryStateStore();
+
+// Connects to Redis at host:port; every key is prefixed with `key_prefix` so several
+// clusters can share one server. Fails with UNAVAILABLE if Redis does not answer.
+absl::StatusOr<std::unique_ptr<StateStore>> NewRedisStateStore(
+    const std::string& host, int port, const std::string& key_prefix);
+
+}  // namespace drover
+
+#endif  // DROVER_SCHEDULER_STATE_STORE_H_

@@ -1,0 +1,233 @@
+#include "scheduler/placement.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace drover {
+namespace {
+
+constexpr double kEps = 1e-9;
+
+// How many processes needing `per` fit into `avail` (INT_MAX if `per` needs nothing).
+int Capacity(const proto::Resources& avail, const proto::Resources& per) {
+  long cap = std::numeric_limits<int>::max();
+  auto limit = [&cap](double have, double need) {
+    if (need <= kEps) return;
+    cap = std::min(cap, static_cast<long>(std::floor((have + kEps) / need)));
+  };
+  limit(avail.cpus(), per.cpus());
+  limit(static_cast<double>(avail.memory_bytes()), static_cast<double>(per.memory_bytes()));
+  limit(avail.gpus(), per.gpus());
+  for (const auto& [name, need] : per.custom()) {
+    auto it = avail.custom().find(name);
+    limit(it == avail.custom().end() ? 0.0 : it->second, need);
+  }
+  return static_cast<int>(std::max(0L, cap));
+}
+
+std::string FormatBytes(double b) {
+  if (b >= (1LL << 30)) return absl::StrFormat("%.1f GiB", b / (1LL << 30));
+  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
+  return absl::StrFormat("%.0f bytes", b);
+}
+
+std::string FormatAmount(const std::string& kind, double v) {
+  if (kind == "memory") return FormatBytes(v) + " memory";
+  std::string num = std::fabs(v - std::round(v)) < kEps ? absl::StrCat(std::llround(v))
+                                                         : absl::StrFormat("%.2f", v);
+  if (kind == "CPU" || kind == "GPU") return absl::StrCat(num, " ", kind, v == 1 ? "" : "s");
+  return absl::StrCat(num, " of '", kind, "'");
+}
+
+// The first resource kind for which `k` processes do not fit on any node, phrased as
+// "needs X on one node; the most free on any node is Y". "" if every kind fits.
+std::string ExplainPerNode(int k, const proto::Resources& per,
+                           const std::vector<NodeCapacity>& nodes) {
+  struct Kind {
+    std::string name;
+    double need;
+    double best;
+  };
+  std::vector<Kind> kinds = {{"GPU", 1.0 * k * per.gpus(), 0},
+                             {"CPU", k * per.cpus(), 0},
+                             {"memory", 1.0 * k * per.memory_bytes(), 0}};
+  for (const auto& [name, need] : per.custom()) kinds.push_back({name, k * need, 0});
+  for (const auto& n : nodes) {
+    const auto& a = n.available;
+    kinds[0].best = std::max(kinds[0].best, 1.0 * a.gpus());
+    kinds[1].best = std::max(kinds[1].best, a.cpus());
+    kinds[2].best = std::max(kinds[2].best, 1.0 * a.memory_bytes());
+    for (size_t i = 3; i < kinds.size(); ++i) {
+      auto it = a.custom().find(kinds[i].name);
+      if (it != a.custom().end()) kinds[i].best = std::max(kinds[i].best, it->second);
+    }
+  }
+  for (const auto& kd : kinds) {
+    if (kd.need > kEps && kd.need > kd.best + kEps) {
+      return absl::StrCat("needs ", FormatAmount(kd.name, kd.need), " on one node; the most ",
+                          "free on any node is ", FormatAmount(kd.name, kd.best));
+    }
+  }
+  return "";
+}
+
+void Assign(const NodeCapacity& node, int count, int group_rank, int* next_rank,
+            const proto::Resources& per, std::vector<proto::RankPlacement>* out) {
+  size_t gpu_cursor = 0;
+  for (int i = 0; i < count; ++i) {
+    proto::RankPlacement p;
+    p.set_rank((*next_rank)++);
+    p.set_node_id(node.node_id);
+    p.set_node_ip(node.node_ip);
+    p.set_local_rank(i);
+    p.set_group_rank(group_rank);
+    for (int g = 0; g < per.gpus(); ++g) p.add_gpu_ids(node.gpu_ids[gpu_cursor++]);
+    out->push_back(std::move(p));
+  }
+}
+
+}  // namespace
+
+std::string DescribeResources(const proto::Resources& r) {
+  std::vector<std::string> parts;
+  parts.push_back(FormatAmount("CPU", r.cpus()));
+  if (r.gpus() > 0) parts.push_back(FormatAmount("GPU", r.gpus()));
+  if (r.memory_bytes() > 0) parts.push_back(FormatAmount("memory", r.memory_bytes()));
+  std::vector<std::pair<std::string, double>> custom(r.custom().begin(), r.custom().end());
+  std::sort(custom.begin(), custom.end());
+  for (const auto& [name, v] : custom) parts.push_back(FormatAmount(name, v));
+  return absl::StrJoin(parts, ", ");
+}
+
+std::string ValidateJobSpec(const proto::JobSpec& spec) {
+  if (spec.command_size() == 0 || spec.command(0).empty()) {
+    return "the job has no command; put it after `--`, e.g. `drover run -- python3 train.py`";
+  }
+  if (spec.nproc() < 1) {
+    return absl::StrCat("the job asks for ", spec.nproc(),
+                        " processes; a job needs at least 1 (--nproc)");
+  }
+  if (spec.nproc() > 100000) {
+    return absl::StrCat("the job asks for ", spec.nproc(), " processes; the limit is 100000");
+  }
+  if (spec.nproc_per_node() < 0) {
+    return absl::StrCat("--nproc-per-node is ", spec.nproc_per_node(), "; it must be >= 1");
+  }
+  if (spec.nproc_per_node() > 0 && spec.nproc() % spec.nproc_per_node() != 0) {
+    return absl::StrCat("--nproc ", spec.nproc(), " is not a multiple of --nproc-per-node ",
+                        spec.nproc_per_node());
+  }
+  const auto& r = spec.per_process();
+  if (r.cpus() < 0 || r.gpus() < 0 || r.memory_bytes() < 0 || std::isnan(r.cpus())) {
+    return absl::StrCat("per-process resources must not be negative (got ",
+                        DescribeResources(r), ")");
+  }
+  for (const auto& [name, v] : r.custom()) {
+    if (name.empty()) return "a custom resource has an empty name";
+    if (v < 0 || std::isnan(v)) {
+      return absl::StrCat("custom resource '", name, "' must not be negative");
+    }
+  }
+  if (spec.max_restarts() < 0) {
+    return absl::StrCat("--max-restarts is ", spec.max_restarts(), "; it must be >= 0");
+  }
+  if (spec.strategy() != proto::PACK && spec.strategy() != proto::SPREAD) {
+    return absl::StrCat("unknown placement strategy ", static_cast<int>(spec.strategy()));
+  }
+  for (const auto& [k, v] : spec.env()) {
+    if (k.empty() || k.find('=') != std::string::npos) {
+      return absl::StrCat("environment variable name '", k, "' is invalid");
+    }
+  }
+  return "";
+}
+
+PlacementResult PlaceGang(const proto::JobSpec& spec, const std::vector<NodeCapacity>& nodes) {
+  PlacementResult result;
+  const auto& per = spec.per_process();
+  const int nproc = spec.nproc();
+  if (nodes.empty()) {
+    result.reason = "no nodes are alive; start a node agent (`drover start --address ...`)";
+    return result;
+  }
+  std::vector<int> caps;
+  caps.reserve(nodes.size());
+  for (const auto& n : nodes) caps.push_back(Capacity(n.available, per));
+
+  int next_rank = 0;
+  if (spec.nproc_per_node() > 0) {
+    const int ppn = spec.nproc_per_node();
+    const int nnodes = nproc / ppn;
+    std::vector<size_t> chosen;
+    for (size_t i = 0; i < nodes.size() && static_cast<int>(chosen.size()) < nnodes; ++i) {
+      if (caps[i] >= ppn) chosen.push_back(i);
+    }
+    if (static_cast<int>(chosen.size()) < nnodes) {
+      std::string per_node = ExplainPerNode(ppn, per, nodes);
+      if (!per_node.empty()) {
+        result.reason = per_node;
+      } else {
+        result.reason = absl::StrCat(
+            "needs ", nnodes, " nodes with room for ", ppn, " processes (",
+            DescribeResources(per), " each); ", chosen.size(), " of ", nodes.size(),
+            " nodes have that free now");
+      }
+      return result;
+    }
+    int group = 0;
+    for (size_t i : chosen) Assign(nodes[i], ppn, group++, &next_rank, per, &result.ranks);
+    result.ok = true;
+    return result;
+  }
+
+  std::vector<int> counts(nodes.size(), 0);
+  long total_cap = 0;
+  for (int c : caps) total_cap += c;
+  if (total_cap < nproc) {
+    std::string per_node = ExplainPerNode(1, per, nodes);
+    result.reason =
+        !per_node.empty()
+            ? per_node
+            : absl::StrCat("needs ", nproc, " processes of ", DescribeResources(per),
+                           "; the free resources of all ", nodes.size(),
+                           " nodes hold only ", total_cap);
+    return result;
+  }
+  if (spec.strategy() == proto::SPREAD) {
+    int left = nproc;
+    while (left > 0) {
+      for (size_t i = 0; i < nodes.size() && left > 0; ++i) {
+        if (counts[i] < caps[i]) {
+          ++counts[i];
+          --left;
+        }
+      }
+    }
+  } else {
+    // PACK: biggest capacity first (fewest nodes), ties in preference order.
+    std::vector<size_t> order(nodes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&caps](size_t a, size_t b) { return caps[a] > caps[b]; });
+    int left = nproc;
+    for (size_t i : order) {
+      int take = std::min(left, caps[i]);
+      counts[i] = take;
+      left -= take;
+      if (left == 0) break;
+    }
+  }
+  int group = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (counts[i] > 0) Assign(nodes[i], counts[i], group++, &next_rank, per, &result.ranks);
+  }
+  result.ok = true;
+  return result;
+}
+
+}  // namespace drover

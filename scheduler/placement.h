@@ -1,0 +1,51 @@
+// Gang placement: where each process of a job goes, all or nothing.
+//
+// A pure function over a snapshot of node capacities, so it is unit-tested without
+// any daemon. The scheduler calls it with free capacity to place a job now, and with
+// total capacity to reject at submit a job that could never fit.
+#ifndef DROVER_SCHEDULER_PLACEMENT_H_
+#define DROVER_SCHEDULER_PLACEMENT_H_
+
+#include <string>
+#include <vector>
+
+#include "proto/common.pb.h"
+
+namespace drover {
+
+// What placement may use on one node.
+struct NodeCapacity {
+  std::string node_id;
+  std::string node_ip;
+  proto::Resources available;
+  // GPU indices available, ascending; size() >= available.gpus().
+  std::vector<int> gpu_ids;
+};
+
+struct PlacementResult {
+  bool ok = false;
+  // One entry per rank, rank order; ranks are contiguous per node and local ranks
+  // count from 0 on each node. Empty unless ok.
+  std::vector<proto::RankPlacement> ranks;
+  // Unless ok: why not, in words a user can act on, e.g.
+  // "needs 4 GPUs on one node; the most free on any node is 2".
+  std::string reason;
+};
+
+// Places spec.nproc() processes on `nodes` (in preference order).
+// With spec.nproc_per_node() > 0 uses exactly nproc/nproc_per_node nodes with that
+// many each; otherwise PACK (fewest nodes) or SPREAD (round-robin) by spec.strategy().
+// REQUIRES: spec passed ValidateJobSpec.
+PlacementResult PlaceGang(const proto::JobSpec& spec, const std::vector<NodeCapacity>& nodes);
+
+// Checks a spec for errors a user can fix (empty command, zero processes, negative
+// resources, nproc not divisible by nproc_per_node...). Returns "" if valid, else
+// the message.
+std::string ValidateJobSpec(const proto::JobSpec& spec);
+
+// "2 CPUs, 1 GPU, 4.0 GiB memory" for messages.
+std::string DescribeResources(const proto::Resources& r);
+
+}  // namespace drover
+
+#endif  // DROVER_SCHEDULER_PLACEMENT_H_

@@ -1,0 +1,128 @@
+// drover-scheduler: the head daemon. Parses flags, builds the core and service, serves
+// until SIGTERM/SIGINT.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "scheduler/scheduler_core.h"
+#include "scheduler/scheduler_service.h"
+
+namespace {
+
+std::string DefaultHome() {
+  if (const char* h = std::getenv("DROVER_HOME")) return h;
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home ? home : "/tmp", "/.drover");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Block the stop signals before any thread starts; a dedicated thread waits for them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  drover::SetLogTag("scheduler");
+
+  CLI::App app{"drover-scheduler: the head of a drover cluster"};
+  std::string bind = "127.0.0.1", advertise, token_file, redis, redis_prefix = "drover:",
+              ready_file;
+  int port = 0;
+  int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000;
+  app.add_option("--bind", bind, "IP address to listen on (0.0.0.0 for all)");
+  app.add_option("--port", port, "TCP port (0 picks a free one)")->check(CLI::Range(0, 65535));
+  app.add_option("--advertise", advertise, "address agents and workers use (default: bind:port)");
+  app.add_option("--token-file", token_file, "cluster token file, created 0600 if missing")
+      ->default_str("$DROVER_HOME/token");
+  app.add_option("--redis", redis, "HOST:PORT of Redis for durable state (default: in memory)");
+  app.add_option("--redis-prefix", redis_prefix, "key prefix in Redis");
+  app.add_option("--node-timeout-ms", node_timeout_ms, "declare a silent node dead after this")
+      ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  app.add_option("--heartbeat-ms", heartbeat_ms, "agents' heartbeat interval")
+      ->check(CLI::Range(int64_t{10}, int64_t{60000}));
+  app.add_option("--kill-grace-ms", kill_grace_ms, "SIGTERM to SIGKILL grace for workers")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  app.add_option("--ready-file", ready_file, "write {\"address\":...} here once serving");
+  CLI11_PARSE(app, argc, argv);
+
+  if (token_file.empty()) token_file = DefaultHome() + "/token";
+  auto token = drover::LoadOrCreateTokenFile(token_file);
+  if (!token.ok()) {
+    std::cerr << "drover-scheduler: " << token.status().message() << "\n";
+    return 2;
+  }
+
+  std::unique_ptr<drover::StateStore> store;
+  if (redis.empty()) {
+    store = drover::NewMemoryStateStore();
+  } else {
+    auto hp = drover::ParseHostPort(redis);
+    if (!hp.ok()) {
+      std::cerr << "drover-scheduler: --redis: " << hp.status().message() << "\n";
+      return 2;
+    }
+    auto r = drover::NewRedisStateStore(hp->host, hp->port, redis_prefix);
+    if (!r.ok()) {
+      std::cerr << "drover-scheduler: " << r.status().message() << "\n";
+      return 2;
+    }
+    store = std::move(*r);
+  }
+
+  drover::SchedulerOptions options;
+  options.node_timeout = absl::Milliseconds(node_timeout_ms);
+  options.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
+  options.kill_grace = absl::Milliseconds(kill_grace_ms);
+  auto core = std::make_unique<drover::SchedulerCore>(options, std::move(store),
+                                                      drover::NewGrpcAgentClient(*token));
+  absl::Status started = core->Start();
+  if (!started.ok()) {
+    std::cerr << "drover-scheduler: cannot load state: " << started.message() << "\n";
+    return 2;
+  }
+  drover::SchedulerService service(core.get(), *token);
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  builder.AddListeningPort(absl::StrCat(bind, ":", port), grpc::InsecureServerCredentials(),
+                           &selected_port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || selected_port == 0) {
+    std::cerr << "drover-scheduler: cannot listen on " << bind << ":" << port
+              << " (in use? pick another --port)\n";
+    return 2;
+  }
+  std::string host = bind == "0.0.0.0" ? drover::Hostname() : bind;
+  const std::string address =
+      advertise.empty() ? absl::StrCat(host, ":", selected_port) : advertise;
+  core->SetAddress(address);
+  DROVER_LOG(INFO) << "serving at " << address << " (state: "
+                   << core->ClusterStatus().state_backend() << ", token file " << token_file
+                   << ")";
+  if (!ready_file.empty()) {
+    std::string json = absl::StrCat("{\"address\":\"", address, "\",\"pid\":", getpid(),
+                                    ",\"token_file\":\"", token_file, "\"}\n");
+    auto s = drover::WriteFileAtomic(ready_file, json, 0600);
+    if (!s.ok()) DROVER_LOG(ERROR) << s;
+  }
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  DROVER_LOG(INFO) << "received " << strsignal(sig) << "; shutting down";
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  core->Stop();
+  return 0;
+}

@@ -1,0 +1,754 @@
+#include "scheduler/scheduler_core.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/spawn.h"
+#include "scheduler/placement.h"
+
+namespace drover {
+namespace {
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+bool IsTerminal(proto::JobState s) {
+  return s == proto::SUCCEEDED || s == proto::FAILED || s == proto::CANCELLED;
+}
+
+bool Failed(const proto::ExitInfo& e) {
+  return !e.error().empty() || e.exit_code() != 0 || e.signal() != 0;
+}
+
+void AddTo(proto::Resources* acc, const proto::Resources& r, int sign) {
+  acc->set_cpus(acc->cpus() + sign * r.cpus());
+  acc->set_memory_bytes(acc->memory_bytes() + sign * r.memory_bytes());
+  acc->set_gpus(acc->gpus() + sign * r.gpus());
+  for (const auto& [k, v] : r.custom()) (*acc->mutable_custom())[k] += sign * v;
+}
+
+proto::Resources Minus(const proto::Resources& total, const proto::Resources& used) {
+  proto::Resources out = total;
+  AddTo(&out, used, -1);
+  if (out.cpus() < 1e-9) out.set_cpus(std::max(0.0, out.cpus()));
+  return out;
+}
+
+// "rank 1 on node node-2 (10.0.0.2) exited with code 3" + stderr tail.
+std::string DescribeFailure(const proto::ExitInfo& e, const std::string& node_ip) {
+  std::string where = absl::StrCat("rank ", e.rank(), " on node ", e.node_id(),
+                                   node_ip.empty() ? "" : absl::StrCat(" (", node_ip, ")"));
+  std::string what;
+  if (!e.error().empty()) {
+    what = e.error();
+  } else if (e.signal() != 0) {
+    what = absl::StrCat("was killed by ", SignalName(e.signal()));
+  } else {
+    what = absl::StrCat("exited with code ", e.exit_code());
+  }
+  std::string out = absl::StrCat(where, " ", what);
+  if (!e.stderr_tail().empty()) {
+    absl::StrAppend(&out, "; last lines of its stderr:\n", e.stderr_tail());
+    if (out.back() != '\n') out.push_back('\n');
+  }
+  return out;
+}
+
+int ExitCodeOf(const proto::ExitInfo& e) {
+  if (e.signal() != 0) return 128 + e.signal();
+  if (e.exit_code() > 0) return e.exit_code();
+  return 1;
+}
+
+int64_t JobNumber(const std::string& id) {
+  int64_t n = 0;
+  auto dash = id.rfind('-');
+  if (dash != std::string::npos) (void)absl::SimpleAtoi(id.substr(dash + 1), &n);
+  return n;
+}
+
+}  // namespace
+
+SchedulerCore::SchedulerCore(SchedulerOptions options, std::unique_ptr<StateStore> store,
+                             std::unique_ptr<AgentClient> agents)
+    : options_(std::move(options)),
+      store_(std::move(store)),
+      agents_(std::move(agents)),
+      outbound_(std::make_unique<ThreadPool>(4)) {}
+
+SchedulerCore::~SchedulerCore() { Stop(); }
+
+absl::Status SchedulerCore::Start() {
+  auto loaded = store_->LoadJobs();
+  if (!loaded.ok()) return loaded.status();
+  absl::MutexLock lock(&mu_);
+  std::sort(loaded->begin(), loaded->end(), [](const auto& a, const auto& b) {
+    return JobNumber(a.job_id()) < JobNumber(b.job_id());
+  });
+  absl::Time now = absl::Now();
+  for (auto& info : *loaded) {
+    Job& job = jobs_[info.job_id()];
+    job.info = std::move(info);
+    job.seq = next_seq_++;
+    if (!job.info.spec().idempotency_key().empty()) {
+      idempotency_[job.info.spec().idempotency_key()] = job.info.job_id();
+    }
+    if (job.info.live_processes() == 0 && job.info.state() != proto::RUNNING) continue;
+    // Reattach: the processes of the current generation may still run on their nodes.
+    std::set<int> exited(job.info.exited_ranks().begin(), job.info.exited_ranks().end());
+    for (const auto& p : job.info.placement()) {
+      Node& node = nodes_[p.node_id()];
+      if (node.info.node_id().empty()) {
+        node.info.set_node_id(p.node_id());
+        node.info.set_node_ip(p.node_ip());
+        node.info.set_state(proto::RECONNECTING);
+        node.info.set_reason("known from a running job; waiting for its agent to re-register");
+        node.last_heartbeat = now;
+        node.order = static_cast<int64_t>(nodes_.size());
+      }
+      Allocation a;
+      a.node_id = p.node_id();
+      a.res = job.info.spec().per_process();
+      a.gpus.assign(p.gpu_ids().begin(), p.gpu_ids().end());
+      AddTo(&node.used, a.res, +1);
+      node.used_gpus.insert(a.gpus.begin(), a.gpus.end());
+      job.allocs.push_back(std::move(a));
+      if (!exited.count(p.rank())) job.live.insert(p.rank());
+    }
+    job.info.set_live_processes(static_cast<int>(job.live.size()));
+  }
+  DROVER_LOG(INFO) << "loaded " << jobs_.size() << " jobs from " << store_->Describe();
+  monitor_ = std::thread([this] { MonitorLoop(); });
+  return absl::OkStatus();
+}
+
+void SchedulerCore::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (monitor_.joinable()) monitor_.join();
+  outbound_.reset();
+}
+
+void SchedulerCore::SetAddress(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  address_ = address;
+}
+
+// ---------------------------------------------------------------------------
+// Nodes
+
+absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
+    const proto::RegisterNodeRequest& req) {
+  if (req.agent_address().empty() || req.node_ip().empty()) {
+    return absl::InvalidArgumentError("RegisterNode needs agent_address and node_ip");
+  }
+  if (req.total().cpus() < 0 || req.total().gpus() < 0 || req.total().memory_bytes() < 0 ||
+      req.gpu_ids_size() != req.total().gpus()) {
+    return absl::InvalidArgumentError(
+        "RegisterNode: resources must be non-negative and gpu_ids must list every GPU");
+  }
+  Actions actions;
+  proto::RegisterNodeReply reply;
+  {
+    absl::MutexLock lock(&mu_);
+    std::string id = req.node_id();
+    if (id.empty()) {
+      do {
+        auto n = store_->NextId("node");
+        if (!n.ok()) return n.status();
+        id = absl::StrCat("node-", *n);
+      } while (nodes_.count(id));
+    }
+    bool known = nodes_.count(id) > 0;
+    Node& node = nodes_[id];
+    bool reattach = known && node.info.state() == proto::RECONNECTING;
+    if (!known) node.order = static_cast<int64_t>(nodes_.size());
+    node.info.set_node_id(id);
+    node.info.set_agent_address(req.agent_address());
+    node.info.set_node_ip(req.node_ip());
+    node.info.set_hostname(req.hostname());
+    node.info.set_state(proto::ALIVE);
+    node.info.clear_reason();
+    *node.info.mutable_total() = req.total();
+    node.info.mutable_gpu_names()->CopyFrom(req.gpu_names());
+    node.info.mutable_warnings()->CopyFrom(req.warnings());
+    node.gpu_ids.assign(req.gpu_ids().begin(), req.gpu_ids().end());
+    node.last_heartbeat = absl::Now();
+    DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "
+                     << req.agent_address() << " ip " << req.node_ip() << " with "
+                     << DescribeResources(req.total());
+    proto::HeartbeatRequest report;
+    report.set_node_id(id);
+    report.mutable_processes()->CopyFrom(req.processes());
+    proto::HeartbeatReply ignored;
+    // After a scheduler restart (reattach) or an agent restart (known, was alive), any
+    // live rank the agent no longer reports is lost.
+    ApplyProcessTableLocked(node, report, /*reattach=*/known || reattach, &ignored, &actions);
+    ScheduleLocked(&actions);
+    reply.set_node_id(id);
+    reply.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  }
+  Dispatch(std::move(actions));
+  return reply;
+}
+
+proto::HeartbeatReply SchedulerCore::Heartbeat(const proto::HeartbeatRequest& req) {
+  proto::HeartbeatReply reply;
+  Actions actions;
+  {
+    absl::MutexLock lock(&mu_);
+    Node* node = FindNodeLocked(req.node_id());
+    if (node == nullptr || node->info.state() != proto::ALIVE) {
+      reply.set_known(false);
+      return reply;
+    }
+    reply.set_known(true);
+    node->last_heartbeat = absl::Now();
+    ApplyProcessTableLocked(*node, req, /*reattach=*/false, &reply, &actions);
+    ScheduleLocked(&actions);
+  }
+  Dispatch(std::move(actions));
+  return reply;
+}
+
+void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRequest& report,
+                                            bool reattach, proto::HeartbeatReply* reply,
+                                            Actions* out) {
+  // (job, generation) -> all of its processes on this node have exited.
+  std::map<std::pair<std::string, int>, bool> groups;
+  std::set<std::pair<std::string, int>> stale_running;
+  std::map<std::string, std::set<int>> reported;  // job -> ranks of its current generation
+  for (const auto& p : report.processes()) {
+    auto key = std::make_pair(p.job_id(), p.generation());
+    auto [it, inserted] = groups.emplace(key, true);
+    Job* job = FindJobLocked(p.job_id());
+    if (p.running()) {
+      it->second = false;
+      bool current = job != nullptr && p.generation() == job->info.restart_count() &&
+                     job->live.count(p.rank()) > 0;
+      if (!current) stale_running.insert(key);
+    } else if (job != nullptr) {
+      proto::ExitInfo e = p.exit();
+      e.set_rank(p.rank());
+      e.set_generation(p.generation());
+      e.set_node_id(node.info.node_id());
+      HandleExitLocked(*job, e, out);
+    }
+    if (job != nullptr && p.generation() == job->info.restart_count()) {
+      reported[p.job_id()].insert(p.rank());
+    }
+  }
+  for (const auto& [key, all_exited] : groups) {
+    if (all_exited) {
+      auto* f = reply->add_forget();
+      f->set_job_id(key.first);
+      f->set_generation(key.second);
+    }
+  }
+  for (const auto& key : stale_running) {
+    Action a;
+    a.kind = Action::kStop;
+    a.job_id = key.first;
+    a.generation = key.second;
+    a.stop_address = node.info.agent_address();
+    out->push_back(std::move(a));
+  }
+  if (!reattach) return;
+  for (auto& [id, job] : jobs_) {
+    std::vector<int> lost;
+    for (const auto& p : job.info.placement()) {
+      if (p.node_id() == node.info.node_id() && job.live.count(p.rank()) &&
+          !reported[id].count(p.rank())) {
+        lost.push_back(p.rank());
+      }
+    }
+    for (int rank : lost) {
+      proto::ExitInfo e;
+      e.set_rank(rank);
+      e.set_node_id(node.info.node_id());
+      e.set_exit_code(-1);
+      e.set_generation(job.info.restart_count());
+      e.set_error("is gone: its node agent restarted and no longer has the process");
+      HandleExitLocked(job, e, out);
+    }
+  }
+}
+
+void SchedulerCore::ReportExit(const proto::ReportExitRequest& req) {
+  Actions actions;
+  {
+    absl::MutexLock lock(&mu_);
+    Job* job = FindJobLocked(req.job_id());
+    if (job == nullptr) return;
+    proto::ExitInfo e = req.exit();
+    e.set_node_id(req.node_id());
+    HandleExitLocked(*job, e, &actions);
+    ScheduleLocked(&actions);
+  }
+  Dispatch(std::move(actions));
+}
+
+void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Actions* out) {
+  DROVER_LOG(WARNING) << "node " << node.info.node_id() << " declared dead: " << reason;
+  node.info.set_state(proto::DEAD);
+  node.info.set_reason(reason);
+  for (auto& [id, job] : jobs_) {
+    std::vector<int> lost;
+    for (const auto& p : job.info.placement()) {
+      if (p.node_id() == node.info.node_id() && job.live.count(p.rank())) lost.push_back(p.rank());
+    }
+    for (int rank : lost) {
+      proto::ExitInfo e;
+      e.set_rank(rank);
+      e.set_node_id(node.info.node_id());
+      e.set_exit_code(-1);
+      e.set_generation(job.info.restart_count());
+      e.set_error(absl::StrCat("was lost: its node was declared dead (", reason, ")"));
+      HandleExitLocked(job, e, out);
+    }
+  }
+}
+
+void SchedulerCore::MonitorLoop() {
+  const absl::Duration tick =
+      std::min(absl::Milliseconds(200), options_.node_timeout / 4);
+  for (;;) {
+    Actions actions;
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick)) return;
+      absl::Time now = absl::Now();
+      for (auto& [id, node] : nodes_) {
+        if (node.info.state() == proto::DEAD) continue;
+        absl::Duration silent = now - node.last_heartbeat;
+        if (silent > options_.node_timeout) {
+          DeclareDeadLocked(
+              node,
+              absl::StrCat("no heartbeat from ", id, " (", node.info.node_ip(), ") for ",
+                           absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
+                           "; the node timeout is ",
+                           absl::FormatDuration(options_.node_timeout)),
+              &actions);
+        }
+      }
+      std::set<std::string> retry;
+      retry.swap(dirty_);
+      for (const auto& id : retry) {
+        if (Job* job = FindJobLocked(id)) PersistLocked(*job);
+      }
+      ScheduleLocked(&actions);
+    }
+    Dispatch(std::move(actions));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Jobs
+
+absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& spec) {
+  std::string invalid = ValidateJobSpec(spec);
+  if (!invalid.empty()) return absl::InvalidArgumentError(invalid);
+  Actions actions;
+  proto::JobInfo result;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!spec.idempotency_key().empty()) {
+      auto it = idempotency_.find(spec.idempotency_key());
+      if (it != idempotency_.end()) return jobs_[it->second].info;
+    }
+    // Reject at once what could never fit on the nodes that exist.
+    auto totals = CapacitiesLocked(/*free=*/false);
+    if (!totals.empty()) {
+      PlacementResult never = PlaceGang(spec, totals);
+      if (!never.ok) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "this job can never run on this cluster: ", never.reason,
+            " (counting every alive node's total, not just what is free); ask for less, "
+            "or add nodes that have it"));
+      }
+    }
+    auto n = store_->NextId("job");
+    if (!n.ok()) return n.status();
+    std::string id = absl::StrCat("job-", *n);
+    Job& job = jobs_[id];
+    job.seq = next_seq_++;
+    job.info.set_job_id(id);
+    *job.info.mutable_spec() = spec;
+    if (job.info.spec().name().empty()) job.info.mutable_spec()->set_name(spec.command(0));
+    job.info.set_state(proto::PENDING);
+    job.info.set_reason("waiting to be placed");
+    job.info.set_submit_time_ms(NowMs());
+    if (!spec.idempotency_key().empty()) idempotency_[spec.idempotency_key()] = id;
+    DROVER_LOG(INFO) << "submitted " << id << ": " << spec.nproc() << " x "
+                     << absl::StrJoin(spec.command(), " ");
+    ChangedLocked(job);
+    ScheduleLocked(&actions);
+    result = job.info;
+  }
+  Dispatch(std::move(actions));
+  return result;
+}
+
+void SchedulerCore::ScheduleLocked(Actions* out) {
+  std::vector<Job*> pending;
+  for (auto& [id, job] : jobs_) {
+    if (job.info.state() == proto::PENDING) pending.push_back(&job);
+  }
+  std::sort(pending.begin(), pending.end(), [](const Job* a, const Job* b) {
+    // Restarting gangs first: they held resources a moment ago.
+    if ((a->info.restart_count() > 0) != (b->info.restart_count() > 0)) {
+      return a->info.restart_count() > 0;
+    }
+    return a->seq < b->seq;
+  });
+  for (Job* job : pending) TryPlaceLocked(*job, out);
+}
+
+std::vector<NodeCapacity> SchedulerCore::CapacitiesLocked(bool free) {
+  std::vector<const Node*> alive;
+  for (const auto& [id, n] : nodes_) {
+    if (n.info.state() == proto::ALIVE) alive.push_back(&n);
+  }
+  std::sort(alive.begin(), alive.end(),
+            [](const Node* a, const Node* b) { return a->order < b->order; });
+  std::vector<NodeCapacity> caps;
+  for (const Node* n : alive) {
+    NodeCapacity c;
+    c.node_id = n->info.node_id();
+    c.node_ip = n->info.node_ip();
+    c.available = free ? Minus(n->info.total(), n->used) : n->info.total();
+    for (int g : n->gpu_ids) {
+      if (!free || !n->used_gpus.count(g)) c.gpu_ids.push_back(g);
+    }
+    c.available.set_gpus(static_cast<int>(c.gpu_ids.size()));
+    caps.push_back(std::move(c));
+  }
+  return caps;
+}
+
+bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out) {
+  PlacementResult r = PlaceGang(job.info.spec(), CapacitiesLocked(/*free=*/true));
+  if (!r.ok) {
+    std::string reason = job.info.restart_count() > 0
+                             ? absl::StrCat("restart ", job.info.restart_count(), " of ",
+                                            job.info.spec().max_restarts(), " waiting: ", r.reason)
+                             : r.reason;
+    if (job.info.reason() != reason) {
+      job.info.set_reason(reason);
+      ChangedLocked(job);
+    }
+    return false;
+  }
+  const auto& per = job.info.spec().per_process();
+  job.info.clear_placement();
+  job.info.clear_exited_ranks();
+  job.info.clear_succeeded_ranks();
+  job.live.clear();
+  job.allocs.clear();
+  std::map<std::string, proto::StartProcessesRequest> by_node;
+  std::vector<std::string> node_order;
+  for (auto& p : r.ranks) {
+    Node& node = nodes_[p.node_id()];
+    Allocation a{p.node_id(), per, std::vector<int>(p.gpu_ids().begin(), p.gpu_ids().end())};
+    AddTo(&node.used, a.res, +1);
+    node.used_gpus.insert(a.gpus.begin(), a.gpus.end());
+    job.allocs.push_back(std::move(a));
+    job.live.insert(p.rank());
+    auto [it, inserted] = by_node.emplace(p.node_id(), proto::StartProcessesRequest());
+    if (inserted) node_order.push_back(p.node_id());
+    auto* proc = it->second.add_processes();
+    proc->set_rank(p.rank());
+    proc->set_local_rank(p.local_rank());
+    proc->mutable_gpu_ids()->CopyFrom(p.gpu_ids());
+    it->second.set_group_rank(p.group_rank());
+    *job.info.add_placement() = std::move(p);
+  }
+  const auto& spec = job.info.spec();
+  job.info.set_state(proto::RUNNING);
+  job.info.set_master_addr(job.info.placement(0).node_ip());
+  job.info.set_master_port(0);
+  job.info.set_live_processes(static_cast<int>(job.live.size()));
+  job.info.clear_root_cause();
+  if (job.info.start_time_ms() == 0) job.info.set_start_time_ms(NowMs());
+  job.info.set_reason(absl::StrCat("running ", spec.nproc(), " processes on ", node_order.size(),
+                                   node_order.size() == 1 ? " node" : " nodes",
+                                   job.info.restart_count() > 0
+                                       ? absl::StrCat(" (restart ", job.info.restart_count(),
+                                                      " of ", spec.max_restarts(), ")")
+                                       : ""));
+  Action a;
+  a.kind = Action::kLaunch;
+  a.job_id = job.info.job_id();
+  a.generation = job.info.restart_count();
+  for (const auto& node_id : node_order) {
+    auto& req = by_node[node_id];
+    req.set_job_id(job.info.job_id());
+    req.set_generation(job.info.restart_count());
+    req.mutable_command()->CopyFrom(spec.command());
+    req.mutable_env()->insert(spec.env().begin(), spec.env().end());
+    req.set_cwd(spec.cwd());
+    req.set_world_size(spec.nproc());
+    req.set_local_world_size(req.processes_size());
+    req.set_master_addr(job.info.master_addr());
+    req.set_max_restarts(spec.max_restarts());
+    req.set_scheduler_address(address_);
+    a.starts.emplace_back(nodes_[node_id].info.agent_address(), std::move(req));
+    a.node_ids.push_back(node_id);
+  }
+  DROVER_LOG(INFO) << "placed " << job.info.job_id() << " generation " << a.generation << " on "
+                   << absl::StrJoin(node_order, ",");
+  ChangedLocked(job);
+  out->push_back(std::move(a));
+  return true;
+}
+
+void SchedulerCore::RunLaunch(const Action& a) {
+  int master_port = 0;
+  for (size_t i = 0; i < a.starts.size(); ++i) {
+    proto::StartProcessesRequest req = a.starts[i].second;
+    req.set_master_port(master_port);  // 0 for the first (master) node: it picks one
+    auto port = agents_->StartProcesses(a.starts[i].first, req);
+    Actions more;
+    bool proceed = port.ok();
+    {
+      absl::MutexLock lock(&mu_);
+      Job* job = FindJobLocked(a.job_id);
+      if (job == nullptr || job->info.restart_count() != a.generation) return;
+      if (!port.ok()) {
+        for (const auto& p : req.processes()) {
+          proto::ExitInfo e;
+          e.set_rank(p.rank());
+          e.set_node_id(a.node_ids[i]);
+          e.set_exit_code(-1);
+          e.set_generation(a.generation);
+          e.set_error(absl::StrCat("could not be started: ", port.status().message()));
+          HandleExitLocked(*job, e, &more);
+        }
+        ScheduleLocked(&more);
+      } else if (i == 0) {
+        master_port = *port;
+        job->info.set_master_port(master_port);
+        ChangedLocked(*job);
+      }
+    }
+    Dispatch(std::move(more));
+    if (!proceed) return;
+  }
+}
+
+void SchedulerCore::Dispatch(Actions actions) {
+  for (auto& a : actions) {
+    outbound_->Post([this, a = std::move(a)] {
+      if (a.kind == Action::kLaunch) {
+        RunLaunch(a);
+        return;
+      }
+      proto::StopJobRequest stop;
+      stop.set_job_id(a.job_id);
+      stop.set_generation(a.generation);
+      stop.set_grace_ms(absl::ToInt64Milliseconds(options_.kill_grace));
+      absl::Status s = agents_->StopJob(a.stop_address, stop);
+      if (!s.ok()) DROVER_LOG(WARNING) << "stop " << a.job_id << ": " << s;
+    });
+  }
+}
+
+void SchedulerCore::StopJobLocked(Job& job, Actions* out) {
+  std::set<std::string> nodes;
+  for (const auto& p : job.info.placement()) {
+    if (job.live.count(p.rank())) nodes.insert(p.node_id());
+  }
+  for (const auto& id : nodes) {
+    Node* node = FindNodeLocked(id);
+    if (node == nullptr || node->info.agent_address().empty()) continue;
+    Action a;
+    a.kind = Action::kStop;
+    a.job_id = job.info.job_id();
+    a.generation = job.info.restart_count();
+    a.stop_address = node->info.agent_address();
+    out->push_back(std::move(a));
+  }
+}
+
+void SchedulerCore::ReleaseLocked(Job& job) {
+  for (const auto& a : job.allocs) {
+    auto it = nodes_.find(a.node_id);
+    if (it == nodes_.end()) continue;
+    AddTo(&it->second.used, a.res, -1);
+    for (int g : a.gpus) it->second.used_gpus.erase(g);
+  }
+  job.allocs.clear();
+}
+
+void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::string& reason,
+                                 int exit_code) {
+  job.info.set_state(state);
+  job.info.set_reason(reason);
+  job.info.set_exit_code(exit_code);
+  job.info.set_end_time_ms(NowMs());
+  DROVER_LOG(INFO) << job.info.job_id() << " " << proto::JobState_Name(state) << ": " << reason;
+}
+
+void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Actions* out) {
+  if (exit.generation() != job.info.restart_count()) return;  // an older generation
+  if (!job.live.count(exit.rank())) return;                  // already recorded
+  job.live.erase(exit.rank());
+  job.info.add_exited_ranks(exit.rank());
+  job.info.set_live_processes(static_cast<int>(job.live.size()));
+  const bool failed = Failed(exit);
+  if (!failed) job.info.add_succeeded_ranks(exit.rank());
+
+  if (job.info.state() == proto::RUNNING && !job.info.restarting()) {
+    if (failed) {
+      std::string node_ip;
+      if (Node* n = FindNodeLocked(exit.node_id())) node_ip = n->info.node_ip();
+      *job.info.mutable_root_cause() = exit;
+      std::string cause = DescribeFailure(exit, node_ip);
+      const auto& spec = job.info.spec();
+      if (job.info.restart_count() < spec.max_restarts()) {
+        job.info.set_restarting(true);
+        job.info.set_reason(absl::StrCat("restarting the gang (", job.info.restart_count() + 1,
+                                         " of ", spec.max_restarts(), ") because ", cause));
+        DROVER_LOG(INFO) << job.info.job_id() << " " << job.info.reason();
+      } else {
+        FinishLocked(job, proto::FAILED, cause, ExitCodeOf(exit));
+      }
+      StopJobLocked(job, out);
+    } else if (job.info.succeeded_ranks_size() == job.info.spec().nproc()) {
+      FinishLocked(job, proto::SUCCEEDED,
+                   absl::StrCat("all ", job.info.spec().nproc(), " processes exited with code 0"),
+                   0);
+    }
+  }
+  if (job.live.empty()) {
+    ReleaseLocked(job);
+    if (job.info.restarting()) {
+      job.info.set_restarting(false);
+      job.info.set_restart_count(job.info.restart_count() + 1);
+      job.info.set_state(proto::PENDING);
+      job.info.clear_placement();
+      TryPlaceLocked(job, out);
+    }
+  }
+  ChangedLocked(job);
+}
+
+absl::StatusOr<proto::JobInfo> SchedulerCore::GetJob(const std::string& job_id,
+                                                     int64_t after_version,
+                                                     absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  Job* job = FindJobLocked(job_id);
+  if (job == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("no job '", job_id, "' on this cluster; `drover jobs` lists them"));
+  }
+  if (after_version > 0 && job->info.version() <= after_version) {
+    auto moved = [job, after_version, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return job->info.version() > after_version || stopping_;
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&moved), std::min(wait, absl::Seconds(30)));
+  }
+  return job->info;
+}
+
+std::vector<proto::JobInfo> SchedulerCore::ListJobs(const proto::ListJobsRequest& req) {
+  absl::MutexLock lock(&mu_);
+  std::set<int> states(req.states().begin(), req.states().end());
+  std::vector<const Job*> all;
+  for (const auto& [id, job] : jobs_) {
+    if (states.empty() || states.count(job.info.state())) all.push_back(&job);
+  }
+  std::sort(all.begin(), all.end(), [](const Job* a, const Job* b) { return a->seq > b->seq; });
+  std::vector<proto::JobInfo> out;
+  for (const Job* j : all) {
+    if (req.limit() > 0 && static_cast<int>(out.size()) >= req.limit()) break;
+    out.push_back(j->info);
+  }
+  return out;
+}
+
+absl::StatusOr<proto::JobInfo> SchedulerCore::CancelJob(const std::string& job_id) {
+  Actions actions;
+  proto::JobInfo result;
+  {
+    absl::MutexLock lock(&mu_);
+    Job* job = FindJobLocked(job_id);
+    if (job == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("no job '", job_id, "' on this cluster; `drover jobs` lists them"));
+    }
+    if (!IsTerminal(job->info.state())) {
+      FinishLocked(*job, proto::CANCELLED, "cancelled by user", 130);
+      job->info.set_restarting(false);
+      StopJobLocked(*job, &actions);
+      if (job->live.empty()) ReleaseLocked(*job);
+      ChangedLocked(*job);
+      ScheduleLocked(&actions);
+    } else if (!job->live.empty()) {
+      StopJobLocked(*job, &actions);  // retry: make sure nothing survives
+    }
+    result = job->info;
+  }
+  Dispatch(std::move(actions));
+  return result;
+}
+
+proto::GetClusterStatusReply SchedulerCore::ClusterStatus() {
+  absl::MutexLock lock(&mu_);
+  proto::GetClusterStatusReply reply;
+  std::vector<const Node*> nodes;
+  for (const auto& [id, n] : nodes_) nodes.push_back(&n);
+  std::sort(nodes.begin(), nodes.end(),
+            [](const Node* a, const Node* b) { return a->order < b->order; });
+  for (const Node* n : nodes) *reply.add_nodes() = NodeViewLocked(*n);
+  for (int s = proto::JobState_MIN; s <= proto::JobState_MAX; ++s) {
+    (*reply.mutable_job_counts())[proto::JobState_Name(static_cast<proto::JobState>(s))] = 0;
+  }
+  for (const auto& [id, j] : jobs_) {
+    (*reply.mutable_job_counts())[proto::JobState_Name(j.info.state())]++;
+  }
+  reply.set_state_backend(store_->Describe());
+  reply.set_address(address_);
+  return reply;
+}
+
+proto::NodeInfo SchedulerCore::NodeViewLocked(const Node& n) {
+  proto::NodeInfo info = n.info;
+  *info.mutable_free() = Minus(n.info.total(), n.used);
+  info.clear_free_gpu_ids();
+  for (int g : n.gpu_ids) {
+    if (!n.used_gpus.count(g)) info.add_free_gpu_ids(g);
+  }
+  info.set_last_heartbeat_ms(absl::ToUnixMillis(n.last_heartbeat));
+  return info;
+}
+
+SchedulerCore::Node* SchedulerCore::FindNodeLocked(const std::string& id) {
+  auto it = nodes_.find(id);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+SchedulerCore::Job* SchedulerCore::FindJobLocked(const std::string& id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+void SchedulerCore::ChangedLocked(Job& job) {
+  job.info.set_version(job.info.version() + 1);
+  PersistLocked(job);
+}
+
+void SchedulerCore::PersistLocked(const Job& job) {
+  absl::Status s = store_->PutJob(job.info);
+  if (!s.ok()) {
+    DROVER_LOG(WARNING) << "could not persist " << job.info.job_id() << " (will retry): " << s;
+    dirty_.insert(job.info.job_id());
+  }
+}
+
+}  // namespace drover

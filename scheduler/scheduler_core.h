@@ -1,0 +1,142 @@
+// The scheduler's state machine: nodes and their health, resources, jobs and their
+// gang placement, failure handling and restarts. No gRPC server code lives here: the
+// service (scheduler_service.h) is a thin layer over these methods.
+//
+// Threading: every public method is thread-safe; one mutex guards all state. Calls to
+// agents are never made under it: methods collect them and hand them to a small
+// outbound thread pool. One monitor thread declares silent nodes dead and retries
+// failed persistence.
+//
+// Durability: every job change is written through the StateStore. Start() reloads
+// jobs; running ones are reattached when their agents re-register.
+#ifndef DROVER_SCHEDULER_SCHEDULER_CORE_H_
+#define DROVER_SCHEDULER_SCHEDULER_CORE_H_
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/thread_pool.h"
+#include "proto/scheduler.pb.h"
+#include "scheduler/agent_client.h"
+#include "scheduler/state_store.h"
+
+namespace drover {
+
+struct SchedulerOptions {
+  // A node that sends no heartbeat for this long is declared dead.
+  absl::Duration node_timeout = absl::Seconds(10);
+  // Told to agents at registration.
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  // SIGTERM-to-SIGKILL grace when stopping a job's processes.
+  absl::Duration kill_grace = absl::Seconds(5);
+};
+
+class SchedulerCore {
+ public:
+  // Takes ownership of both.
+  SchedulerCore(SchedulerOptions options, std::unique_ptr<StateStore> store,
+                std::unique_ptr<AgentClient> agents);
+  ~SchedulerCore();
+
+  // Loads persisted jobs and starts the monitor thread. Call once before serving.
+  absl::Status Start();
+  // Stops the monitor and drains outbound calls. Idempotent.
+  void Stop();
+  // The address workers are given as DROVER_SCHEDULER_ADDRESS (known once bound).
+  void SetAddress(const std::string& address);
+
+  absl::StatusOr<proto::RegisterNodeReply> RegisterNode(const proto::RegisterNodeRequest& req);
+  proto::HeartbeatReply Heartbeat(const proto::HeartbeatRequest& req);
+  void ReportExit(const proto::ReportExitRequest& req);
+
+  absl::StatusOr<proto::JobInfo> SubmitJob(const proto::JobSpec& spec);
+  // Waits up to `wait` for the job's version to exceed `after_version` (if > 0).
+  absl::StatusOr<proto::JobInfo> GetJob(const std::string& job_id, int64_t after_version,
+                                        absl::Duration wait);
+  std::vector<proto::JobInfo> ListJobs(const proto::ListJobsRequest& req);
+  absl::StatusOr<proto::JobInfo> CancelJob(const std::string& job_id);
+  proto::GetClusterStatusReply ClusterStatus();
+
+ private:
+  struct Node {
+    proto::NodeInfo info;  // total, state, addresses; `free` filled on read
+    std::vector<int> gpu_ids;
+    proto::Resources used;
+    std::set<int> used_gpus;
+    int64_t order = 0;  // registration order, for stable placement preference
+    absl::Time last_heartbeat;
+  };
+  struct Allocation {
+    std::string node_id;
+    proto::Resources res;
+    std::vector<int> gpus;
+  };
+  struct Job {
+    proto::JobInfo info;
+    std::set<int> live;  // ranks of the current generation believed alive
+    std::vector<Allocation> allocs;  // held until `live` is empty
+    int64_t seq = 0;  // submit order
+  };
+  // An outbound call decided under the lock, made after it is released.
+  struct Action {
+    enum Kind { kLaunch, kStop } kind;
+    std::string job_id;
+    int generation = 0;
+    // kStop: one agent address. kLaunch: per node, in group order (master first).
+    std::vector<std::pair<std::string, proto::StartProcessesRequest>> starts;
+    std::vector<std::string> node_ids;
+    std::string stop_address;
+  };
+  using Actions = std::vector<Action>;
+
+  void Dispatch(Actions actions);
+  void RunLaunch(const Action& a);
+  void MonitorLoop();
+
+  void ScheduleLocked(Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool TryPlaceLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleExitLocked(Job& job, const proto::ExitInfo& exit, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StopJobLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishLocked(Job& job, proto::JobState state, const std::string& reason, int exit_code)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ChangedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ApplyProcessTableLocked(Node& node, const proto::HeartbeatRequest& report,
+                               bool reattach, proto::HeartbeatReply* reply, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DeclareDeadLocked(Node& node, const std::string& reason, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<struct NodeCapacity> CapacitiesLocked(bool free) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  proto::NodeInfo NodeViewLocked(const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Node* FindNodeLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Job* FindJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PersistLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const SchedulerOptions options_;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<AgentClient> agents_;
+
+  absl::Mutex mu_;
+  std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // failed to persist; retried
+  int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string address_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::thread monitor_;
+  std::unique_ptr<ThreadPool> outbound_;
+};
+
+}  // namespace drover
+
+#endif  // DROVER_SCHEDULER_SCHEDULER_CORE_H_

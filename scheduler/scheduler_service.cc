@@ -1,0 +1,102 @@
+#include "scheduler/scheduler_service.h"
+
+#include "common/auth.h"
+#include "common/status.h"
+
+namespace drover {
+namespace {
+
+grpc::Status Invalid(const std::string& msg) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg);
+}
+
+}  // namespace
+
+#define DROVER_CHECK_TOKEN(ctx)                          \
+  do {                                                   \
+    grpc::Status _auth = CheckToken(*(ctx), token_);     \
+    if (!_auth.ok()) return _auth;                       \
+  } while (0)
+
+grpc::Status SchedulerService::RegisterNode(grpc::ServerContext* ctx,
+                                            const proto::RegisterNodeRequest* req,
+                                            proto::RegisterNodeReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  auto r = core_->RegisterNode(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *reply = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* ctx,
+                                         const proto::HeartbeatRequest* req,
+                                         proto::HeartbeatReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->node_id().empty()) return Invalid("Heartbeat needs node_id");
+  *reply = core_->Heartbeat(*req);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::ReportExit(grpc::ServerContext* ctx,
+                                          const proto::ReportExitRequest* req,
+                                          proto::ReportExitReply*) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->node_id().empty() || req->job_id().empty()) {
+    return Invalid("ReportExit needs node_id and job_id");
+  }
+  core_->ReportExit(*req);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::SubmitJob(grpc::ServerContext* ctx,
+                                         const proto::SubmitJobRequest* req,
+                                         proto::SubmitJobReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  auto job = core_->SubmitJob(req->spec());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *reply->mutable_job() = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::GetJob(grpc::ServerContext* ctx, const proto::GetJobRequest* req,
+                                      proto::GetJobReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->job_id().empty()) return Invalid("GetJob needs a job id");
+  absl::Duration wait = absl::Milliseconds(std::max<int64_t>(0, req->wait_timeout_ms()));
+  // Never wait past the client's own deadline.
+  absl::Duration until_deadline = absl::FromChrono(ctx->deadline()) - absl::Now();
+  wait = std::min(wait, until_deadline - absl::Milliseconds(50));
+  auto job = core_->GetJob(req->job_id(), req->after_version(), wait);
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *reply->mutable_job() = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::ListJobs(grpc::ServerContext* ctx,
+                                        const proto::ListJobsRequest* req,
+                                        proto::ListJobsReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  for (auto& j : core_->ListJobs(*req)) *reply->add_jobs() = std::move(j);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::CancelJob(grpc::ServerContext* ctx,
+                                         const proto::CancelJobRequest* req,
+                                         proto::CancelJobReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->job_id().empty()) return Invalid("CancelJob needs a job id");
+  auto job = core_->CancelJob(req->job_id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *reply->mutable_job() = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::GetClusterStatus(grpc::ServerContext* ctx,
+                                                const proto::GetClusterStatusRequest*,
+                                                proto::GetClusterStatusReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  *reply = core_->ClusterStatus();
+  return grpc::Status::OK;
+}
+
+}  // namespace drover

@@ -1,0 +1,44 @@
+// The Scheduler gRPC service: checks the cluster token, validates the request's
+// shape, and hands it to SchedulerCore. No scheduling logic lives here.
+#ifndef DROVER_SCHEDULER_SCHEDULER_SERVICE_H_
+#define DROVER_SCHEDULER_SCHEDULER_SERVICE_H_
+
+#include <string>
+
+#include "proto/scheduler.grpc.pb.h"
+#include "scheduler/scheduler_core.h"
+
+namespace drover {
+
+class SchedulerService final : public proto::Scheduler::Service {
+ public:
+  // `core` must outlive the service.
+  SchedulerService(SchedulerCore* core, std::string token)
+      : core_(core), token_(std::move(token)) {}
+
+  grpc::Status RegisterNode(grpc::ServerContext* ctx, const proto::RegisterNodeRequest* req,
+                            proto::RegisterNodeReply* reply) override;
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
+                         proto::HeartbeatReply* reply) override;
+  grpc::Status ReportExit(grpc::ServerContext* ctx, const proto::ReportExitRequest* req,
+                          proto::ReportExitReply* reply) override;
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const proto::SubmitJobRequest* req,
+                         proto::SubmitJobReply* reply) override;
+  grpc::Status GetJob(grpc::ServerContext* ctx, const proto::GetJobRequest* req,
+                      proto::GetJobReply* reply) override;
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const proto::ListJobsRequest* req,
+                        proto::ListJobsReply* reply) override;
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const proto::CancelJobRequest* req,
+                         proto::CancelJobReply* reply) override;
+  grpc::Status GetClusterStatus(grpc::ServerContext* ctx,
+                                const proto::GetClusterStatusRequest* req,
+                                proto::GetClusterStatusReply* reply) override;
+
+ private:
+  SchedulerCore* const core_;
+  const std::string token_;
+};
+
+}  // namespace drover
+
+#endif  // DROVER_SCHEDULER_SCHEDULER_SERVICE_H_

@@ -1,0 +1,210 @@
+// drover-launch: the tiny, single-threaded launcher every worker is started through.
+//
+//   drover-launch CMD ARGS...
+//
+// The node agent posix_spawn()s this binary with the full worker environment, stdout
+// and stderr already redirected to the log files, in a new process group. It
+//   - ties itself to the agent (PR_SET_PDEATHSIG + DROVER_AGENT_PID check), so no
+//     worker outlives an agent that dies, even by SIGKILL;
+//   - becomes a child subreaper, forks (safe: one thread) and execs CMD using the PATH
+//     of the worker environment;
+//   - when CMD ends, kills and reaps whatever CMD left behind in the process group;
+//   - exits with CMD's status, or re-raises the signal that killed CMD, so the agent
+//     sees exactly how the user's process ended.
+//
+// Depends on nothing but libc, so it execs in well under a millisecond.
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace {
+
+volatile sig_atomic_t g_agent_pid = 0;
+
+// True when the agent that started us is gone (we were reparented).
+bool AgentGone() { return g_agent_pid > 0 && getppid() != g_agent_pid; }
+
+void KillGroupAndDie() {
+  kill(-getpgrp(), SIGKILL);  // includes ourselves
+  _exit(137);
+}
+
+// SIGTERM/SIGINT: if the agent died, take the whole group down. Otherwise ignore: the
+// user process (same group) got the signal too, and the agent escalates to SIGKILL
+// on the group after the grace period.
+void OnTerm(int) {
+  int saved = errno;
+  if (AgentGone()) KillGroupAndDie();
+  errno = saved;
+}
+
+void WriteAll(int fd, const char* s) {
+  size_t n = strlen(s);
+  while (n > 0) {
+    ssize_t w = write(fd, s, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    s += w;
+    n -= w;
+  }
+}
+
+// Reaps every already-exited child. Returns true if children remain (alive).
+bool ReapExitedChildren() {
+  for (;;) {
+    int st;
+    pid_t r = waitpid(-1, &st, WNOHANG);
+    if (r > 0) continue;
+    if (r == 0) return true;
+    if (errno == EINTR) continue;
+    return false;  // ECHILD
+  }
+}
+
+// SIGKILLs every process in our process group except us, and our direct children
+// (orphans we adopted as subreaper may have changed group). Returns how many.
+int KillLeftovers() {
+  pid_t self = getpid();
+  pid_t pgid = getpgrp();
+  int killed = 0;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return 0;  // no /proc: the caller's bounded loop just waits
+  struct dirent* e;
+  char path[64];
+  char buf[512];
+  while ((e = readdir(d)) != nullptr) {
+    char* end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == self) continue;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    FILE* f = fopen(path, "re");
+    if (f == nullptr) continue;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    // pid (comm) state ppid pgrp ...; comm may contain spaces and ')'.
+    char* rp = strrchr(buf, ')');
+    if (rp == nullptr) continue;
+    char state;
+    long ppid, pgrp;
+    if (sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3) continue;
+    if (pgrp == pgid || ppid == self) {
+      if (kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
+    }
+  }
+  closedir(d);
+  return killed;
+}
+
+void SleepMs(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+[[noreturn]] void MirrorStatus(int status) {
+  if (WIFEXITED(status)) exit(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    struct rlimit rl = {0, 0};
+    setrlimit(RLIMIT_CORE, &rl);  // the child may have dumped core; we must not
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, nullptr);
+    raise(sig);
+    _exit(128 + sig);  // only if the signal did not terminate us
+  }
+  _exit(255);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    WriteAll(2, "usage: drover-launch CMD [ARGS...]\n");
+    return 2;
+  }
+  const char* agent = getenv("DROVER_AGENT_PID");
+  if (agent != nullptr) g_agent_pid = static_cast<sig_atomic_t>(atol(agent));
+
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = OnTerm;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  // (a) die with the agent; close the race where it died before prctl.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (AgentGone()) KillGroupAndDie();
+  // (b) orphans of the user's process are reparented to us, not to init.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+  // (c) fork + exec the user's command. Block our handled signals across fork so the
+  // child never runs our handler; it restores defaults before exec.
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTERM);
+  sigaddset(&block, SIGINT);
+  sigprocmask(SIG_BLOCK, &block, &old);
+  pid_t child = fork();
+  if (child < 0) {
+    char msg[512];
+    snprintf(msg, sizeof(msg), "drover-launch: cannot fork to run '%s': %s\n", argv[1],
+             strerror(errno));
+    WriteAll(2, msg);
+    return 127;
+  }
+  if (child == 0) {
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    execvpe(argv[1], argv + 1, environ);  // PATH of the worker environment
+    int err = errno;
+    const char* path = getenv("PATH");
+    char msg[4096];
+    snprintf(msg, sizeof(msg), "drover-launch: cannot run '%s': %s (PATH=%s)\n", argv[1],
+             strerror(err), path ? path : "");
+    WriteAll(2, msg);
+    _exit(127);
+  }
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+
+  // (e) wait for the main child, reaping adopted orphans that exit meanwhile.
+  int status = 0;
+  for (;;) {
+    int st;
+    pid_t r = waitpid(-1, &st, 0);
+    if (r == child) {
+      status = st;
+      break;
+    }
+    if (r < 0 && errno != EINTR) break;  // ECHILD: cannot happen, child is ours
+  }
+
+  // Fast path: nothing left behind. Otherwise kill the leftovers and reap them,
+  // bounded (~10 s) in case something is stuck in uninterruptible sleep.
+  if (ReapExitedChildren()) {
+    for (int i = 0; i < 1000; ++i) {
+      KillLeftovers();
+      if (!ReapExitedChildren()) break;
+      SleepMs(10);
+    }
+  }
+
+  // (f)
+  MirrorStatus(status);
+}

@@ -1,0 +1,75 @@
+// What this machine offers (CPUs, memory, GPUs, custom resources) and what is wrong
+// with it (small /dev/shm, low open-file limit).
+//
+// GPUs are found WITHOUT creating a CUDA context: NVML is loaded with dlopen (never
+// linked), falling back to counting /proc/driver/nvidia/gpus/*. The agent must never
+// call the CUDA runtime or driver API.
+//
+// Thread-compatible free functions; call them once at agent start.
+#ifndef DROVER_NODE_AGENT_RESOURCES_H_
+#define DROVER_NODE_AGENT_RESOURCES_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "proto/common.pb.h"
+
+namespace drover {
+
+// Operator overrides (flags). Unset fields are discovered.
+struct ResourceOverrides {
+  std::optional<double> num_cpus;
+  std::optional<int64_t> memory_bytes;
+  // Declared GPUs (named "declared"): how GPU scheduling is tested without a GPU.
+  std::optional<int> num_gpus;
+  std::map<std::string, double> custom;
+};
+
+// Where discovery looks; tests point these at a fake tree.
+struct DiscoveryPaths {
+  std::string meminfo = "/proc/meminfo";
+  std::string nvidia_gpus_dir = "/proc/driver/nvidia/gpus";
+  std::string shm_dir = "/dev/shm";
+  // Try NVML (dlopen of libnvidia-ml.so.1) before the /proc fallback.
+  bool use_nvml = true;
+  // Raise RLIMIT_NOFILE's soft limit to the hard limit if it is low.
+  bool adjust_nofile = true;
+};
+
+struct NodeResources {
+  proto::Resources total;
+  std::vector<int> gpu_ids;
+  std::vector<std::string> gpu_names;
+  std::vector<std::string> warnings;
+};
+
+// Discovers resources, applies overrides, and runs the host checks.
+NodeResources DiscoverResources(const ResourceOverrides& overrides,
+                                const DiscoveryPaths& paths = DiscoveryPaths());
+
+// CPUs this process may run on (sched_getaffinity), at least 1.
+int CountCpus();
+
+// MemTotal from the text of /proc/meminfo, in bytes; 0 if absent.
+int64_t ParseMemTotal(const std::string& meminfo);
+
+// GPU names via NVML, or std::nullopt when NVML is unavailable (no driver).
+std::optional<std::vector<std::string>> NvmlGpuNames();
+
+// Number of entries in `dir` (e.g. /proc/driver/nvidia/gpus); 0 if it is missing.
+int CountDirEntries(const std::string& dir);
+
+// A warning (with how to fix it) if /dev/shm of `shm_bytes` is below 1 GiB or below
+// 10% of `memory_bytes`; "" if it is fine.
+std::string ShmWarning(int64_t shm_bytes, int64_t memory_bytes);
+
+// Raises the RLIMIT_NOFILE soft limit to the hard limit if below 65536 (when `adjust`);
+// returns a warning if it is still low, else "".
+std::string CheckNofileLimit(bool adjust);
+
+}  // namespace drover
+
+#endif  // DROVER_NODE_AGENT_RESOURCES_H_

@@ -1,0 +1,383 @@
+// drover up | down | start
+//
+// `up` starts a whole local cluster (scheduler + N agents, optionally redis-server) as
+// background daemons and records them in $DROVER_HOME/cluster.json; `down` stops
+// what that file lists. `start` runs one daemon in the foreground for real
+// multi-machine clusters (one head, one agent per machine).
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cli/commands.h"
+#include "cli/table.h"
+#include "common/auth.h"
+#include "common/files.h"
+#include "common/net.h"
+#include "common/spawn.h"
+#include "drover/client.h"
+#include "nlohmann/json.hpp"
+
+namespace drover::cli {
+namespace {
+
+bool Alive(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+
+std::string ClusterFile() { return DroverHome() + "/cluster.json"; }
+
+// Waits until `pred` holds or `timeout` passes, checking every 20 ms.
+template <typename Pred>
+bool WaitFor(Pred pred, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+// SIGTERM, then SIGKILL after `grace`; returns once the process is gone.
+void Terminate(pid_t pid, absl::Duration grace) {
+  if (!Alive(pid)) return;
+  ::kill(pid, SIGTERM);
+  if (!WaitFor([pid] { return !Alive(pid); }, grace)) {
+    ::kill(pid, SIGKILL);
+    WaitFor([pid] { return !Alive(pid); }, absl::Seconds(5));
+  }
+}
+
+std::string LogTail(const std::string& path) {
+  std::string tail = TailFile(path, 0, 2000);
+  return tail.empty() ? "(empty)" : tail;
+}
+
+absl::StatusOr<nlohmann::json> ReadClusterFile() {
+  auto text = ReadFile(ClusterFile());
+  if (!text.ok()) return text.status();
+  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    return absl::DataLossError(absl::StrCat(ClusterFile(), " is not valid JSON; remove it"));
+  }
+  return j;
+}
+
+struct UpFlags {
+  int nodes = 1;
+  int gpus_per_node = -1;
+  double cpus_per_node = 0;
+  std::string memory_per_node;
+  bool redis = false;
+  int port = 0;
+  int64_t node_timeout_ms = 10000;
+  int64_t kill_grace_ms = 5000;
+  int timeout_s = 60;
+};
+
+int CmdUp(const UpFlags& f, bool json) {
+  if (f.nodes < 1 || f.nodes > 64) return Fail("--nodes must be between 1 and 64", 2);
+  const std::string home = DroverHome();
+  const std::string dir = home + "/cluster";
+  if (auto existing = ReadClusterFile(); existing.ok()) {
+    pid_t pid = existing->value("scheduler_pid", 0);
+    if (Alive(pid)) {
+      return Fail(absl::StrCat("a cluster is already running here (scheduler pid ", pid, " at ",
+                               existing->value("address", "?"),
+                               "); stop it with `drover down` first"));
+    }
+  }
+  if (auto s = MakeDirs(dir, 0700); !s.ok()) return Fail(std::string(s.message()));
+  ::chmod(home.c_str(), 0700);
+  const std::string token_file = home + "/token";
+  auto token = LoadOrCreateTokenFile(token_file);
+  if (!token.ok()) return Fail(std::string(token.status().message()));
+
+  nlohmann::json record;
+  record["token_file"] = token_file;
+  record["dir"] = dir;
+  record["agent_pids"] = nlohmann::json::array();
+  auto save = [&record]() {
+    return WriteFileAtomic(ClusterFile(), record.dump(2) + "\n", 0600);
+  };
+  auto abort_up = [&](const std::string& msg) {
+    for (auto& p : record["agent_pids"]) Terminate(p.get<int>(), absl::Seconds(5));
+    Terminate(record.value("scheduler_pid", 0), absl::Seconds(5));
+    Terminate(record.value("redis_pid", 0), absl::Seconds(5));
+    ::unlink(ClusterFile().c_str());
+    return Fail(msg);
+  };
+  const bool progress = !json;
+
+  std::string redis_address;
+  if (f.redis) {
+    auto port = PickFreePort("127.0.0.1");
+    if (!port.ok()) return Fail(std::string(port.status().message()));
+    SpawnOptions o;
+    o.argv = {"redis-server", "--port", absl::StrCat(*port), "--bind", "127.0.0.1", "--dir", dir,
+              "--appendonly", "yes", "--save", "", "--daemonize", "no"};
+    o.stdout_path = dir + "/redis.log";
+    o.stderr_path = dir + "/redis.log";
+    o.new_session = true;
+    auto pid = Spawn(o);
+    if (!pid.ok()) {
+      return Fail(absl::StrCat(pid.status().message(), "; install it with `apt-get install "
+                               "redis-server` or drop --redis"));
+    }
+    record["redis_pid"] = *pid;
+    redis_address = absl::StrCat("127.0.0.1:", *port);
+    record["redis"] = redis_address;
+    if (progress) std::cerr << "drover: redis-server at " << redis_address << "\n";
+  }
+
+  const std::string scheduler_bin = FindDroverBinary("drover-scheduler");
+  const std::string agent_bin = FindDroverBinary("drover-agent");
+  if (scheduler_bin.empty() || agent_bin.empty()) {
+    return abort_up(
+        "cannot find drover-scheduler/drover-agent next to this binary or in PATH; build "
+        "them (`bazel build //...`) or set DROVER_BIN_DIR");
+  }
+  const std::string ready = dir + "/scheduler.ready";
+  ::unlink(ready.c_str());
+  SpawnOptions so;
+  so.argv = {scheduler_bin, "--bind", "127.0.0.1", "--port", absl::StrCat(f.port),
+             "--token-file", token_file, "--ready-file", ready,
+             "--node-timeout-ms", absl::StrCat(f.node_timeout_ms),
+             "--kill-grace-ms", absl::StrCat(f.kill_grace_ms)};
+  if (!redis_address.empty()) {
+    so.argv.push_back("--redis");
+    so.argv.push_back(redis_address);
+  }
+  so.stdout_path = so.stderr_path = dir + "/scheduler.log";
+  so.new_session = true;
+  auto spid = Spawn(so);
+  if (!spid.ok()) return abort_up(std::string(spid.status().message()));
+  record["scheduler_pid"] = *spid;
+  if (!save().ok()) return abort_up("cannot write " + ClusterFile());
+  // Redis may need a moment to accept connections; the scheduler exits if it cannot
+  // reach it, so restart it a few times before giving up.
+  std::string address;
+  bool ok = WaitFor(
+      [&] {
+        auto text = ReadFile(ready);
+        if (text.ok()) {
+          auto j = nlohmann::json::parse(*text, nullptr, false);
+          if (!j.is_discarded()) address = j.value("address", "");
+        }
+        if (!address.empty()) return true;
+        if (!Alive(*spid) && !redis_address.empty()) {
+          auto again = Spawn(so);
+          if (again.ok()) {
+            *spid = *again;
+            record["scheduler_pid"] = *again;
+            (void)save();
+          }
+        }
+        return false;
+      },
+      absl::Seconds(f.timeout_s));
+  if (!ok) {
+    return abort_up(absl::StrCat("the scheduler did not start; its log (", dir,
+                                 "/scheduler.log) ends with:\n", LogTail(dir + "/scheduler.log")));
+  }
+  record["address"] = address;
+  if (!save().ok()) return abort_up("cannot write " + ClusterFile());
+  if (progress) std::cerr << "drover: scheduler at " << address << "\n";
+
+  for (int i = 0; i < f.nodes; ++i) {
+    SpawnOptions ao;
+    std::string node_dir = absl::StrCat(dir, "/agent-", i);
+    ao.argv = {agent_bin, "--scheduler", address, "--token-file", token_file, "--dir", node_dir,
+               "--kill-grace-ms", absl::StrCat(f.kill_grace_ms)};
+    if (f.gpus_per_node >= 0) {
+      ao.argv.push_back("--num-gpus");
+      ao.argv.push_back(absl::StrCat(f.gpus_per_node));
+    }
+    if (f.cpus_per_node > 0) {
+      ao.argv.push_back("--num-cpus");
+      ao.argv.push_back(absl::StrCat(f.cpus_per_node));
+    }
+    if (!f.memory_per_node.empty()) {
+      ao.argv.push_back("--memory-bytes");
+      ao.argv.push_back(f.memory_per_node);
+    }
+    ao.stdout_path = ao.stderr_path = absl::StrCat(dir, "/agent-", i, ".log");
+    ao.new_session = true;
+    auto apid = Spawn(ao);
+    if (!apid.ok()) return abort_up(std::string(apid.status().message()));
+    record["agent_pids"].push_back(*apid);
+  }
+  if (!save().ok()) return abort_up("cannot write " + ClusterFile());
+
+  auto client = Client::Connect({address, token_file});
+  if (!client.ok()) return abort_up(std::string(client.status().message()));
+  proto::GetClusterStatusReply status;
+  ok = WaitFor(
+      [&] {
+        auto s = (*client)->Status();
+        if (!s.ok()) return false;
+        int alive = 0;
+        for (const auto& n : s->nodes()) alive += n.state() == proto::ALIVE;
+        status = *s;
+        return alive >= f.nodes;
+      },
+      absl::Seconds(f.timeout_s));
+  if (!ok) {
+    return abort_up(absl::StrCat("only ", status.nodes_size(), " of ", f.nodes,
+                                 " node agents registered in time; the first agent's log ends "
+                                 "with:\n", LogTail(dir + "/agent-0.log")));
+  }
+  if (json) {
+    std::cout << record.dump(2) << "\n";
+    return 0;
+  }
+  std::cerr << "drover: " << f.nodes << (f.nodes == 1 ? " node" : " nodes") << " ready\n";
+  Table t({"NODE", "ADDRESS", "CPUS", "GPUS", "MEMORY"});
+  for (const auto& n : status.nodes()) {
+    t.AddRow({n.node_id(), n.agent_address(), absl::StrCat(n.total().cpus()),
+              absl::StrCat(n.total().gpus()), HumanBytes(n.total().memory_bytes())});
+  }
+  t.Print(std::cout);
+  std::cout << "\ncluster at " << address << " (logs in " << dir << ")\n"
+            << "next: drover run --nproc 2 -- hostname    |    drover status    |    drover down\n";
+  return 0;
+}
+
+int CmdDown(bool json) {
+  auto record = ReadClusterFile();
+  if (!record.ok()) {
+    return Fail(absl::StrCat("no local cluster recorded in ", ClusterFile(),
+                             "; nothing to stop (start one with `drover up`)"));
+  }
+  int stopped = 0;
+  // Agents first: each stops its workers (SIGTERM, grace, SIGKILL) before exiting.
+  if (record->contains("agent_pids")) {
+    for (auto& p : (*record)["agent_pids"]) {
+      pid_t pid = p.get<int>();
+      stopped += Alive(pid);
+      Terminate(pid, absl::Seconds(30));
+    }
+  }
+  for (const char* key : {"scheduler_pid", "redis_pid"}) {
+    pid_t pid = record->value(key, 0);
+    stopped += Alive(pid);
+    Terminate(pid, absl::Seconds(10));
+  }
+  ::unlink(ClusterFile().c_str());
+  if (json) {
+    std::cout << "{\"stopped\": " << stopped << "}\n";
+  } else {
+    std::cout << "stopped " << stopped << " daemons of the cluster at "
+              << record->value("address", "?") << "\n";
+  }
+  return 0;
+}
+
+struct StartFlags {
+  bool head = false;
+  std::string address;  // agent: the head's address
+  std::string bind;
+  int port = 0;
+  std::string redis;
+  int num_gpus = -1;
+  double num_cpus = 0;
+  std::string node_ip;
+  std::string memory;
+  std::vector<std::string> resources;
+};
+
+int ExecOrFail(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execv(args[0], args.data());
+  return Fail(absl::StrCat("cannot run ", argv[0], ": ", std::strerror(errno)));
+}
+
+int CmdStart(const StartFlags& f, const GlobalOptions& g) {
+  const std::string home = DroverHome();
+  if (auto s = MakeDirs(home, 0700); !s.ok()) return Fail(std::string(s.message()));
+  std::string token_file = g.token_file.empty() ? home + "/token" : g.token_file;
+  if (f.head == !f.address.empty()) {
+    return Fail("say what to start: `drover start --head --port P` on the head machine, or "
+                "`drover start --address HEAD:PORT` on each worker machine", 2);
+  }
+  if (f.head) {
+    const std::string bin = FindDroverBinary("drover-scheduler");
+    if (bin.empty()) return Fail("cannot find drover-scheduler; set DROVER_BIN_DIR");
+    auto token = LoadOrCreateTokenFile(token_file);
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    std::vector<std::string> argv = {bin, "--bind", f.bind.empty() ? "0.0.0.0" : f.bind,
+                                     "--port", absl::StrCat(f.port), "--token-file", token_file,
+                                     "--ready-file", ClusterFile()};
+    if (!f.redis.empty()) {
+      argv.push_back("--redis");
+      argv.push_back(f.redis);
+    }
+    std::cerr << "drover: starting the head; on every other machine copy " << token_file
+              << " (mode 600) and run:\n  drover start --address " << Hostname() << ":"
+              << (f.port ? absl::StrCat(f.port) : std::string("PORT")) << " --token-file TOKEN\n";
+    return ExecOrFail(argv);
+  }
+  auto hp = ParseHostPort(f.address);
+  if (!hp.ok()) return Fail(std::string(hp.status().message()), 2);
+  const std::string bin = FindDroverBinary("drover-agent");
+  if (bin.empty()) return Fail("cannot find drover-agent; set DROVER_BIN_DIR");
+  std::vector<std::string> argv = {bin, "--scheduler", f.address, "--token-file", token_file,
+                                   "--port", absl::StrCat(f.port)};
+  if (f.num_gpus >= 0) argv.insert(argv.end(), {"--num-gpus", absl::StrCat(f.num_gpus)});
+  if (f.num_cpus > 0) argv.insert(argv.end(), {"--num-cpus", absl::StrCat(f.num_cpus)});
+  if (!f.node_ip.empty()) argv.insert(argv.end(), {"--node-ip", f.node_ip});
+  if (!f.bind.empty()) argv.insert(argv.end(), {"--bind-ip", f.bind});
+  if (!f.memory.empty()) argv.insert(argv.end(), {"--memory-bytes", f.memory});
+  for (const auto& r : f.resources) argv.insert(argv.end(), {"--resource", r});
+  return ExecOrFail(argv);
+}
+
+}  // namespace
+
+void AddClusterCommands(CLI::App& app, GlobalOptions& g, int* rc) {
+  static UpFlags up_flags;
+  auto* up = app.add_subcommand(
+      "up", "start a local cluster (scheduler + node agents); returns when it is ready");
+  up->add_option("--nodes", up_flags.nodes, "node agents to start")->capture_default_str();
+  up->add_option("--gpus-per-node", up_flags.gpus_per_node,
+                 "GPUs each node declares (default: the GPUs found)");
+  up->add_option("--cpus-per-node", up_flags.cpus_per_node, "CPUs each node offers (default: all)");
+  up->add_option("--memory-per-node", up_flags.memory_per_node, "bytes each node offers");
+  up->add_flag("--redis", up_flags.redis, "keep state in a local redis-server (survives restarts)");
+  up->add_option("--port", up_flags.port, "scheduler port (default: any free one)");
+  up->add_option("--node-timeout-ms", up_flags.node_timeout_ms, "declare silent nodes dead after");
+  up->add_option("--kill-grace-ms", up_flags.kill_grace_ms, "SIGTERM-to-SIGKILL grace");
+  up->add_option("--timeout", up_flags.timeout_s, "seconds to wait for the cluster to be ready");
+  up->add_flag("--json", g.json, "print the cluster record as JSON");
+  up->callback([&g, rc] { *rc = CmdUp(up_flags, g.json); });
+
+  auto* down = app.add_subcommand("down", "stop the local cluster and every process it runs");
+  down->add_flag("--json", g.json, "machine-readable output");
+  down->callback([&g, rc] { *rc = CmdDown(g.json); });
+
+  static StartFlags sf;
+  auto* start = app.add_subcommand(
+      "start", "run one daemon in the foreground: the head (--head) or a node agent (--address)");
+  start->add_flag("--head", sf.head, "start the scheduler on this machine");
+  start->add_option("--port", sf.port, "port to listen on (head: clients and agents connect here)");
+  start->add_option("--bind", sf.bind, "IP to listen on (head default 0.0.0.0)");
+  start->add_option("--redis", sf.redis, "head: HOST:PORT of Redis for durable state");
+  start->add_option("--num-gpus", sf.num_gpus, "agent: declare this many GPUs");
+  start->add_option("--num-cpus", sf.num_cpus, "agent: offer this many CPUs");
+  start->add_option("--memory", sf.memory, "agent: offer this many bytes of memory");
+  start->add_option("--resource", sf.resources, "agent: custom resource NAME=AMOUNT");
+  start->add_option("--node-ip", sf.node_ip, "agent: address other nodes reach this one at");
+  // The parent's --address is the head address for an agent.
+  start->callback([&g, rc] {
+    sf.address = g.address;
+    *rc = CmdStart(sf, g);
+  });
+}
+
+}  // namespace drover::cli

@@ -1,0 +1,30 @@
+// The drover CLI's subcommands. Each Add*Command registers a CLI11 subcommand whose
+// callback sets `*exit_code`.
+#ifndef DROVER_CLI_COMMANDS_H_
+#define DROVER_CLI_COMMANDS_H_
+
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+
+namespace drover::cli {
+
+// Options every command that talks to a cluster shares.
+struct GlobalOptions {
+  std::string address;
+  std::string token_file;
+  bool json = false;
+  // Everything after a literal `--` on the command line (the job's command).
+  std::vector<std::string> command;
+};
+
+void AddJobCommands(CLI::App& app, GlobalOptions& global, int* exit_code);
+void AddClusterCommands(CLI::App& app, GlobalOptions& global, int* exit_code);
+
+// Prints "drover: <message>" to stderr and returns the exit code for it.
+int Fail(const std::string& message, int code = 1);
+
+}  // namespace drover::cli
+
+#endif  // DROVER_CLI_COMMANDS_H_

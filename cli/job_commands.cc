@@ -1,0 +1,430 @@
+// drover run | submit | jobs | job | logs | cancel | status
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "cli/commands.h"
+#include "cli/log_follower.h"
+#include "cli/table.h"
+#include "drover/client.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace drover::cli {
+
+int Fail(const std::string& message, int code) {
+  std::cerr << "drover: " << message << "\n";
+  return code;
+}
+
+namespace {
+
+// Flags shared by `run` and `submit`.
+struct JobFlags {
+  std::string name;
+  int nproc = 0;
+  int nodes = 0;
+  int nproc_per_node = 0;
+  double cpus_per_proc = 1;
+  int gpus_per_proc = 0;
+  std::string memory_per_proc;
+  std::vector<std::string> resources;
+  std::string strategy = "pack";
+  int max_restarts = 0;
+  std::vector<std::string> env;
+  std::string cwd;
+};
+
+void AddJobFlags(CLI::App* cmd, JobFlags& f) {
+  cmd->add_option("--name", f.name, "job name (default: the command)");
+  cmd->add_option("--nproc,-n", f.nproc, "total processes (default: nodes x nproc-per-node, or 1)");
+  cmd->add_option("--nodes", f.nodes, "spread over exactly this many nodes");
+  cmd->add_option("--nproc-per-node", f.nproc_per_node, "processes on each node");
+  cmd->add_option("--cpus-per-proc", f.cpus_per_proc, "CPUs each process needs")
+      ->capture_default_str();
+  cmd->add_option("--gpus-per-proc", f.gpus_per_proc, "GPUs each process gets (pinned)");
+  cmd->add_option("--memory-per-proc", f.memory_per_proc, "memory each process needs (512M, 4G)");
+  cmd->add_option("--resource", f.resources, "custom resource per process, NAME=AMOUNT");
+  cmd->add_option("--strategy", f.strategy, "pack (fewest nodes) or spread")
+      ->check(CLI::IsMember({"pack", "spread"}))
+      ->capture_default_str();
+  cmd->add_option("--max-restarts", f.max_restarts, "restart the whole gang up to N times");
+  cmd->add_option("--env,-e", f.env, "KEY=VALUE for every process (repeatable)");
+  cmd->add_option("--cwd", f.cwd, "working directory on the nodes (default: the current one)");
+}
+
+absl::StatusOr<int64_t> ParseBytes(const std::string& s) {
+  if (s.empty()) return 0;
+  double mult = 1;
+  std::string num = s;
+  char last = static_cast<char>(std::toupper(s.back()));
+  if (last == 'B' && s.size() > 1) {
+    num.pop_back();
+    last = static_cast<char>(std::toupper(num.back()));
+  }
+  if (last == 'K' || last == 'M' || last == 'G' || last == 'T') {
+    mult = last == 'K' ? 1024.0 : last == 'M' ? 1048576.0 : last == 'G' ? 1073741824.0 : 1099511627776.0;
+    num.pop_back();
+  }
+  double v = 0;
+  if (!absl::SimpleAtod(num, &v) || v < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read '", s, "' as a size; write e.g. 512M or 4G"));
+  }
+  return static_cast<int64_t>(v * mult);
+}
+
+absl::StatusOr<proto::JobSpec> BuildSpec(const JobFlags& f, const std::vector<std::string>& cmd) {
+  proto::JobSpec spec;
+  if (cmd.empty()) {
+    return absl::InvalidArgumentError(
+        "no command given; put it after `--`, e.g. `drover run --nproc 2 -- python3 train.py`");
+  }
+  for (const auto& a : cmd) spec.add_command(a);
+  spec.set_name(f.name);
+  int nproc = f.nproc;
+  int ppn = f.nproc_per_node;
+  if (f.nodes < 0 || ppn < 0 || nproc < 0) {
+    return absl::InvalidArgumentError("--nproc, --nodes and --nproc-per-node must be positive");
+  }
+  if (f.nodes > 0 && ppn > 0) {
+    if (nproc != 0 && nproc != f.nodes * ppn) {
+      return absl::InvalidArgumentError(absl::StrCat("--nproc ", nproc, " disagrees with --nodes ",
+                                                     f.nodes, " x --nproc-per-node ", ppn));
+    }
+    nproc = f.nodes * ppn;
+  } else if (f.nodes > 0) {
+    if (nproc == 0) nproc = f.nodes;
+    if (nproc % f.nodes != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nproc ", nproc, " does not divide evenly over --nodes ", f.nodes));
+    }
+    ppn = nproc / f.nodes;
+  } else if (ppn > 0 && nproc == 0) {
+    nproc = ppn;
+  }
+  if (nproc == 0) nproc = 1;
+  spec.set_nproc(nproc);
+  spec.set_nproc_per_node(ppn);
+  auto* per = spec.mutable_per_process();
+  per->set_cpus(f.cpus_per_proc);
+  per->set_gpus(f.gpus_per_proc);
+  auto mem = ParseBytes(f.memory_per_proc);
+  if (!mem.ok()) return mem.status();
+  per->set_memory_bytes(*mem);
+  for (const auto& r : f.resources) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(r, absl::MaxSplits('=', 1));
+    double v = 0;
+    if (kv.first.empty() || !absl::SimpleAtod(kv.second, &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--resource '", r, "' is not NAME=AMOUNT (e.g. --resource ssd=1)"));
+    }
+    (*per->mutable_custom())[kv.first] = v;
+  }
+  spec.set_strategy(f.strategy == "spread" ? proto::SPREAD : proto::PACK);
+  spec.set_max_restarts(f.max_restarts);
+  for (const auto& e : f.env) {
+    auto eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--env '", e, "' is not KEY=VALUE"));
+    }
+    (*spec.mutable_env())[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  if (!f.cwd.empty()) {
+    spec.set_cwd(f.cwd);
+  } else {
+    char buf[4096];
+    if (::getcwd(buf, sizeof(buf)) != nullptr) spec.set_cwd(buf);
+  }
+  return spec;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& g) {
+  auto cluster = ResolveCluster(g.address, g.token_file);
+  if (!cluster.ok()) return cluster.status();
+  return Client::Connect(*cluster);
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.add_whitespace = true;
+  opts.always_print_primitive_fields = true;
+  opts.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
+  return out;
+}
+
+std::string NodesOf(const proto::JobInfo& j) {
+  std::vector<std::string> nodes;
+  for (const auto& p : j.placement()) {
+    if (nodes.empty() || nodes.back() != p.node_id()) nodes.push_back(p.node_id());
+  }
+  return nodes.empty() ? "-" : absl::StrJoin(nodes, ",");
+}
+
+std::string AgeOf(const proto::JobInfo& j) {
+  int64_t now = absl::ToUnixMillis(absl::Now());
+  if (j.start_time_ms() == 0) return absl::StrCat("waiting ", HumanDuration(now - j.submit_time_ms()));
+  int64_t end = j.end_time_ms() ? j.end_time_ms() : now;
+  return HumanDuration(end - j.start_time_ms());
+}
+
+void PrintJobSummary(const proto::JobInfo& j) {
+  std::cerr << "drover: " << j.job_id() << " " << proto::JobState_Name(j.state());
+  if (j.state() == proto::SUCCEEDED) {
+    std::cerr << " in " << HumanDuration(j.end_time_ms() - j.start_time_ms());
+    if (j.restart_count() > 0) std::cerr << " after " << j.restart_count() << " restart(s)";
+    std::cerr << "\n";
+    return;
+  }
+  std::cerr << ": " << j.reason();
+  if (j.reason().empty() || j.reason().back() != '\n') std::cerr << "\n";
+  if (j.state() == proto::FAILED) {
+    std::cerr << "drover: full output: drover logs " << j.job_id() << "\n";
+  }
+}
+
+int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool quiet) {
+  auto spec = BuildSpec(f, g.command);
+  if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
+  auto client = Connect(g);
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+  // Ctrl-C in `drover run` cancels the job, like srun.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  if (run) pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  auto job = (*client)->Submit(*spec);
+  if (!job.ok()) return Fail(std::string(job.status().message()), 2);
+  if (!run) {
+    if (g.json) {
+      std::cout << ToJson(*job) << "\n";
+    } else {
+      std::cout << job->job_id() << "\n";
+      if (job->state() == proto::PENDING && !quiet && isatty(STDERR_FILENO)) {
+        std::cerr << "drover: " << job->job_id() << " is " << proto::JobState_Name(job->state())
+                  << " (" << job->reason() << "); follow it with `drover logs -f "
+                  << job->job_id() << "`\n";
+      }
+    }
+    return 0;
+  }
+  const std::string id = job->job_id();
+  if (!quiet) std::cerr << "drover: submitted " << id << "\n";
+  std::atomic<bool> done{false};
+  std::thread signals([&] {
+    for (;;) {
+      timespec ts{0, 100 * 1000 * 1000};
+      int sig = sigtimedwait(&sigs, nullptr, &ts);
+      if (done.load()) return;
+      if (sig > 0) {
+        std::cerr << "drover: cancelling " << id << "\n";
+        (void)(*client)->Cancel(id);
+      }
+    }
+  });
+  auto final_job = PrintJobLogs(**client, id, /*follow=*/true, /*prefix=*/true, nullptr);
+  if (final_job.ok() && !(IsTerminal(final_job->state()) && final_job->live_processes() == 0)) {
+    final_job = (*client)->WaitJob(id, absl::Hours(24 * 365));
+  }
+  done = true;
+  signals.join();
+  if (!final_job.ok()) return Fail(std::string(final_job.status().message()));
+  if (g.json) {
+    std::cout << ToJson(*final_job) << "\n";
+  } else if (!quiet || final_job->state() != proto::SUCCEEDED) {
+    PrintJobSummary(*final_job);
+  }
+  return final_job->exit_code();
+}
+
+int CmdJobs(const GlobalOptions& g, bool all) {
+  auto client = Connect(g);
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+  auto jobs = (*client)->ListJobs({}, all ? 0 : 50);
+  if (!jobs.ok()) return Fail(std::string(jobs.status().message()));
+  if (g.json) {
+    proto::ListJobsReply reply;
+    for (auto& j : *jobs) *reply.add_jobs() = j;
+    std::cout << ToJson(reply) << "\n";
+    return 0;
+  }
+  if (jobs->empty()) {
+    std::cout << "no jobs yet; start one with `drover run -- COMMAND` or `drover submit`\n";
+    return 0;
+  }
+  Table t({"JOB", "NAME", "STATE", "PROCS", "NODES", "TIME", "RESTARTS", "REASON"});
+  for (const auto& j : *jobs) {
+    t.AddRow({j.job_id(), j.spec().name(), proto::JobState_Name(j.state()),
+              absl::StrCat(j.spec().nproc()), NodesOf(j), AgeOf(j),
+              absl::StrCat(j.restart_count()), j.reason()});
+  }
+  t.Print(std::cout);
+  return 0;
+}
+
+int CmdJob(const GlobalOptions& g, const std::string& id) {
+  auto client = Connect(g);
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+  auto j = (*client)->GetJob(id);
+  if (!j.ok()) return Fail(std::string(j.status().message()));
+  if (g.json) {
+    std::cout << ToJson(*j) << "\n";
+    return 0;
+  }
+  std::cout << "job:       " << j->job_id() << " (" << j->spec().name() << ")\n"
+            << "state:     " << proto::JobState_Name(j->state()) << "\n"
+            << "command:   " << absl::StrJoin(j->spec().command(), " ") << "\n"
+            << "processes: " << j->spec().nproc() << " (" << j->live_processes() << " alive)\n"
+            << "restarts:  " << j->restart_count() << " of " << j->spec().max_restarts() << "\n"
+            << "master:    " << j->master_addr() << ":" << j->master_port() << "\n"
+            << "reason:    " << j->reason() << "\n";
+  if (j->placement_size() > 0) {
+    Table t({"RANK", "NODE", "IP", "LOCAL_RANK", "GPUS"});
+    for (const auto& p : j->placement()) {
+      t.AddRow({absl::StrCat(p.rank()), p.node_id(), p.node_ip(), absl::StrCat(p.local_rank()),
+                p.gpu_ids_size() ? absl::StrJoin(p.gpu_ids(), ",") : "-"});
+    }
+    std::cout << "\n";
+    t.Print(std::cout);
+  }
+  return 0;
+}
+
+int CmdLogs(const GlobalOptions& g, const std::string& id, bool follow, bool no_prefix) {
+  auto client = Connect(g);
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+  auto j = PrintJobLogs(**client, id, follow, !no_prefix, nullptr);
+  if (!j.ok()) return Fail(std::string(j.status().message()));
+  return 0;
+}
+
+int CmdCancel(const GlobalOptions& g, const std::vector<std::string>& ids) {
+  auto client = Connect(g);
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+  int rc = 0;
+  for (const auto& id : ids) {
+    auto j = (*client)->Cancel(id);
+    if (!j.ok()) {
+      rc = Fail(std::string(j.status().message()));
+      continue;
+    }
+    // Return only once no process of the job is left on any node.
+    auto done = (*client)->WaitJob(id, absl::Seconds(60));
+    if (!done.ok()) {
+      rc = Fail(absl::StrCat(id, ": ", done.status().message()));
+      continue;
+    }
+    if (g.json) {
+      std::cout << ToJson(*done) << "\n";
+    } else {
+      std::cout << id << " " << proto::JobState_Name(done->state())
+                << (done->state() == proto::CANCELLED ? "" : " (it had already ended)") << "\n";
+    }
+  }
+  return rc;
+}
+
+int CmdStatus(const GlobalOptions& g) {
+  auto client = Connect(g);
+  if (!client.ok()) return Fail(std::string(client.status().message()));
+  auto s = (*client)->Status();
+  if (!s.ok()) return Fail(std::string(s.status().message()));
+  if (g.json) {
+    std::cout << ToJson(*s) << "\n";
+    return 0;
+  }
+  std::cout << "scheduler " << s->address() << " (state: " << s->state_backend() << ")\n\n";
+  Table t({"NODE", "STATE", "ADDRESS", "CPUS FREE/TOTAL", "GPUS FREE/TOTAL",
+           "MEMORY FREE/TOTAL", "NOTES"});
+  int64_t now = absl::ToUnixMillis(absl::Now());
+  for (const auto& n : s->nodes()) {
+    std::string notes = absl::StrJoin(n.warnings(), "; ");
+    if (!n.reason().empty()) notes = n.reason();
+    if (n.state() == proto::ALIVE && now - n.last_heartbeat_ms() > 2000) {
+      notes = absl::StrCat("last heartbeat ", HumanDuration(now - n.last_heartbeat_ms()), " ago");
+    }
+    t.AddRow({n.node_id(), proto::NodeState_Name(n.state()), n.agent_address(),
+              absl::StrCat(n.free().cpus(), "/", n.total().cpus()),
+              absl::StrCat(n.free().gpus(), "/", n.total().gpus()),
+              absl::StrCat(HumanBytes(n.free().memory_bytes()), "/",
+                           HumanBytes(n.total().memory_bytes())),
+              notes.empty() ? "-" : notes});
+  }
+  if (s->nodes_size() == 0) {
+    std::cout << "no nodes yet; start an agent with `drover start --address " << s->address()
+              << "`\n";
+  } else {
+    t.Print(std::cout, 100);
+  }
+  std::cout << "\njobs:";
+  for (const char* st : {"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"}) {
+    auto it = s->job_counts().find(st);
+    std::cout << " " << (it == s->job_counts().end() ? 0 : it->second) << " "
+              << absl::AsciiStrToLower(st);
+  }
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void AddJobCommands(CLI::App& app, GlobalOptions& g, int* rc) {
+  static JobFlags run_flags, submit_flags;
+  static bool quiet = false;
+  auto* run = app.add_subcommand(
+      "run", "run a job and wait: streams rank-prefixed output, exits with the job's code");
+  AddJobFlags(run, run_flags);
+  run->add_flag("--json", g.json, "print the final job record as JSON");
+  run->add_flag("--quiet,-q", quiet, "no progress lines, only the job's output");
+  run->footer("Example: drover run --nodes 2 --nproc-per-node 2 -- python3 train.py");
+  run->callback([&g, rc] { *rc = CmdSubmitOrRun(g, run_flags, /*run=*/true, quiet); });
+
+  auto* submit = app.add_subcommand("submit", "queue a job and print its id at once");
+  AddJobFlags(submit, submit_flags);
+  submit->add_flag("--json", g.json, "print the job record as JSON");
+  submit->callback([&g, rc] { *rc = CmdSubmitOrRun(g, submit_flags, /*run=*/false, quiet); });
+
+  static bool all = false;
+  auto* jobs = app.add_subcommand("jobs", "list jobs, newest first");
+  jobs->add_flag("--json", g.json, "machine-readable output");
+  jobs->add_flag("--all", all, "all jobs (default: the latest 50)");
+  jobs->callback([&g, rc] { *rc = CmdJobs(g, all); });
+
+  static std::string job_id;
+  auto* job = app.add_subcommand("job", "show one job: state, reason, placement");
+  job->add_option("JOB", job_id, "job id")->required();
+  job->add_flag("--json", g.json, "machine-readable output");
+  job->callback([&g, rc] { *rc = CmdJob(g, job_id); });
+
+  static std::string logs_id;
+  static bool follow = false, no_prefix = false;
+  auto* logs = app.add_subcommand("logs", "print a job's output (all ranks, all nodes)");
+  logs->add_option("JOB", logs_id, "job id")->required();
+  logs->add_flag("--follow,-f", follow, "keep printing until the job ends");
+  logs->add_flag("--no-prefix", no_prefix, "omit the [rankN]: prefix");
+  logs->callback([&g, rc] { *rc = CmdLogs(g, logs_id, follow, no_prefix); });
+
+  static std::vector<std::string> cancel_ids;
+  auto* cancel = app.add_subcommand(
+      "cancel", "cancel jobs; returns once none of their processes is alive on any node");
+  cancel->add_option("JOB", cancel_ids, "job ids")->required();
+  cancel->add_flag("--json", g.json, "machine-readable output");
+  cancel->callback([&g, rc] { *rc = CmdCancel(g, cancel_ids); });
+
+  auto* status = app.add_subcommand("status", "nodes, health, resources and job counts");
+  status->add_flag("--json", g.json, "machine-readable output");
+  status->callback([&g, rc] { *rc = CmdStatus(g); });
+}
+
+}  // namespace drover::cli

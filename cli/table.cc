@@ -1,0 +1,51 @@
+#include "cli/table.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace drover::cli {
+
+void Table::Print(std::ostream& out, size_t max_width) const {
+  auto cut = [max_width](const std::string& s) {
+    std::string one_line = s.substr(0, s.find('\n'));
+    if (one_line.size() <= max_width) return one_line;
+    return one_line.substr(0, max_width - 3) + "...";
+  };
+  std::vector<size_t> width(header_.size(), 0);
+  for (size_t i = 0; i < header_.size(); ++i) width[i] = header_[i].size();
+  for (const auto& r : rows_) {
+    for (size_t i = 0; i < r.size() && i < width.size(); ++i) {
+      width[i] = std::max(width[i], cut(r[i]).size());
+    }
+  }
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string s;
+    for (size_t i = 0; i < width.size(); ++i) {
+      std::string cell = i < r.size() ? cut(r[i]) : "";
+      if (i + 1 < width.size()) cell.resize(width[i] + 2, ' ');
+      s += cell;
+    }
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    out << s << "\n";
+  };
+  line(header_);
+  for (const auto& r : rows_) line(r);
+}
+
+std::string HumanBytes(double b) {
+  if (b >= (1LL << 40)) return absl::StrFormat("%.1f TiB", b / (1LL << 40));
+  if (b >= (1LL << 30)) return absl::StrFormat("%.1f GiB", b / (1LL << 30));
+  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
+  return absl::StrFormat("%.0f B", b);
+}
+
+std::string HumanDuration(int64_t ms) {
+  if (ms < 0) ms = 0;
+  int64_t s = ms / 1000;
+  if (s < 60) return absl::StrFormat("%ds", s);
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+}
+
+}  // namespace drover::cli

@@ -1,0 +1,242 @@
+#include "drover/client.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/auth.h"
+#include "common/files.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/node_agent.grpc.pb.h"
+#include "proto/scheduler.grpc.pb.h"
+
+namespace drover {
+
+namespace {
+
+// Extracts "key": "value" from the small flat JSON files drover writes.
+std::string JsonField(const std::string& json, const std::string& key) {
+  std::string needle = absl::StrCat("\"", key, "\":\"");
+  auto pos = json.find(needle);
+  if (pos == std::string::npos) return "";
+  pos += needle.size();
+  auto end = json.find('"', pos);
+  return end == std::string::npos ? "" : json.substr(pos, end - pos);
+}
+
+}  // namespace
+
+bool IsTerminal(proto::JobState s) {
+  return s == proto::SUCCEEDED || s == proto::FAILED || s == proto::CANCELLED;
+}
+
+std::string DroverHome() {
+  if (const char* h = std::getenv("DROVER_HOME")) return h;
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home ? home : "/tmp", "/.drover");
+}
+
+absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address,
+                                              const std::string& token_file) {
+  ClusterAddress c{address, token_file};
+  if (c.address.empty()) {
+    if (const char* a = std::getenv("DROVER_ADDRESS")) c.address = a;
+  }
+  if (c.token_file.empty()) {
+    if (const char* t = std::getenv("DROVER_TOKEN_FILE")) c.token_file = t;
+  }
+  const std::string cluster_file = DroverHome() + "/cluster.json";
+  if (c.address.empty() || c.token_file.empty()) {
+    auto json = ReadFile(cluster_file);
+    if (json.ok()) {
+      if (c.address.empty()) c.address = JsonField(*json, "address");
+      if (c.token_file.empty()) c.token_file = JsonField(*json, "token_file");
+    }
+  }
+  if (c.address.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no cluster to talk to: start one with `drover up`, or pass --address HOST:PORT "
+        "(or set DROVER_ADDRESS); looked for ", cluster_file));
+  }
+  if (c.token_file.empty()) c.token_file = DroverHome() + "/token";
+  return c;
+}
+
+struct Client::Stubs {
+  std::unique_ptr<proto::Scheduler::Stub> scheduler;
+  absl::Mutex mu;
+  std::map<std::string, std::unique_ptr<proto::NodeAgent::Stub>> agents ABSL_GUARDED_BY(mu);
+
+  proto::NodeAgent::Stub* Agent(const std::string& address) {
+    absl::MutexLock lock(&mu);
+    auto& s = agents[address];
+    if (!s) s = proto::NodeAgent::NewStub(MakeChannel(address));
+    return s.get();
+  }
+};
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClusterAddress& cluster) {
+  auto token = ReadTokenFile(cluster.token_file);
+  if (!token.ok()) return token.status();
+  return std::unique_ptr<Client>(new Client(cluster.address, *token));
+}
+
+Client::Client(std::string address, std::string token)
+    : address_(std::move(address)), token_(std::move(token)), stubs_(new Stubs) {
+  stubs_->scheduler = proto::Scheduler::NewStub(MakeChannel(address_));
+}
+
+Client::~Client() = default;
+
+namespace {
+
+absl::Status Annotate(const std::string& address, const grpc::Status& s) {
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the scheduler at ", address, " (", s.error_message(),
+        "); is the cluster up? `drover status` checks, `drover up` starts a local one"));
+  }
+  return FromGrpcStatus(s);
+}
+
+}  // namespace
+
+absl::StatusOr<proto::JobInfo> Client::Submit(const proto::JobSpec& spec) {
+  proto::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  // Retry-safe: the same key returns the same job if a retry reaches the scheduler twice.
+  if (req.spec().idempotency_key().empty()) {
+    req.mutable_spec()->set_idempotency_key(GenerateToken().substr(0, 24));
+  }
+  grpc::Status last;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token_);
+    proto::SubmitJobReply reply;
+    last = stubs_->scheduler->SubmitJob(&ctx, req, &reply);
+    if (last.ok()) return reply.job();
+    if (last.error_code() != grpc::StatusCode::UNAVAILABLE) break;
+  }
+  return Annotate(address_, last);
+}
+
+absl::StatusOr<proto::JobInfo> Client::GetJob(const std::string& job_id, int64_t after_version,
+                                              absl::Duration wait) {
+  proto::GetJobRequest req;
+  req.set_job_id(job_id);
+  req.set_after_version(after_version);
+  req.set_wait_timeout_ms(absl::ToInt64Milliseconds(wait));
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token_, kDefaultRpcTimeout + absl::ToChronoMilliseconds(wait));
+  proto::GetJobReply reply;
+  grpc::Status s = stubs_->scheduler->GetJob(&ctx, req, &reply);
+  if (!s.ok()) return Annotate(address_, s);
+  return reply.job();
+}
+
+absl::StatusOr<proto::JobInfo> Client::WaitJob(const std::string& job_id,
+                                               absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  int64_t version = 0;
+  int unavailable = 0;
+  for (;;) {
+    absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("job ", job_id, " did not finish within ", absl::FormatDuration(timeout)));
+    }
+    auto job = GetJob(job_id, version, std::min(left, absl::Seconds(10)));
+    if (!job.ok()) {
+      // Ride out a scheduler restart for a while.
+      if (absl::IsUnavailable(job.status()) && ++unavailable < 20) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        continue;
+      }
+      return job.status();
+    }
+    unavailable = 0;
+    if (IsTerminal(job->state()) && job->live_processes() == 0) return job;
+    version = job->version();
+  }
+}
+
+absl::StatusOr<std::vector<proto::JobInfo>> Client::ListJobs(
+    const std::vector<proto::JobState>& states, int limit) {
+  proto::ListJobsRequest req;
+  for (auto s : states) req.add_states(s);
+  req.set_limit(limit);
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token_);
+  proto::ListJobsReply reply;
+  grpc::Status s = stubs_->scheduler->ListJobs(&ctx, req, &reply);
+  if (!s.ok()) return Annotate(address_, s);
+  return std::vector<proto::JobInfo>(reply.jobs().begin(), reply.jobs().end());
+}
+
+absl::StatusOr<proto::JobInfo> Client::Cancel(const std::string& job_id) {
+  proto::CancelJobRequest req;
+  req.set_job_id(job_id);
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token_);
+  proto::CancelJobReply reply;
+  grpc::Status s = stubs_->scheduler->CancelJob(&ctx, req, &reply);
+  if (!s.ok()) return Annotate(address_, s);
+  return reply.job();
+}
+
+absl::StatusOr<proto::GetClusterStatusReply> Client::Status() {
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token_);
+  proto::GetClusterStatusReply reply;
+  grpc::Status s = stubs_->scheduler->GetClusterStatus(&ctx, {}, &reply);
+  if (!s.ok()) return Annotate(address_, s);
+  return reply;
+}
+
+absl::Status Client::StreamLogs(const std::string& agent_address, const std::string& job_id,
+                                bool follow, const std::vector<proto::LogOffset>& offsets,
+                                const std::function<void(const proto::LogChunk&)>& on_chunk,
+                                const std::atomic<bool>* cancel, absl::Duration timeout) {
+  proto::StreamLogsRequest req;
+  req.set_job_id(job_id);
+  req.set_follow(follow);
+  for (const auto& o : offsets) *req.add_offsets() = o;
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token_, absl::ToChronoMilliseconds(timeout));
+  std::atomic<bool> done{false};
+  std::thread watcher;
+  if (cancel != nullptr) {
+    watcher = std::thread([&] {
+      while (!done.load()) {
+        if (cancel->load()) {
+          ctx.TryCancel();
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+  }
+  auto reader = stubs_->Agent(agent_address)->StreamLogs(&ctx, req);
+  proto::LogChunk chunk;
+  while (reader->Read(&chunk)) on_chunk(chunk);
+  grpc::Status s = reader->Finish();
+  done = true;
+  if (watcher.joinable()) watcher.join();
+  if (s.error_code() == grpc::StatusCode::CANCELLED && cancel != nullptr && cancel->load()) {
+    return absl::OkStatus();
+  }
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("logs from node agent ", agent_address, ": ",
+                                     s.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace drover

@@ -1,0 +1,320 @@
+#include "node_agent/agent.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/rpc.h"
+#include "common/spawn.h"
+#include "common/status.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace drover {
+namespace {
+
+constexpr auto kRegisterTimeout = std::chrono::milliseconds(5000);
+constexpr auto kHeartbeatTimeout = std::chrono::milliseconds(2000);
+constexpr auto kReportTimeout = std::chrono::milliseconds(2000);
+constexpr absl::Duration kMinBackoff = absl::Milliseconds(100);
+constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", static_cast<int>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+bool IsWildcard(const std::string& ip) { return ip == "0.0.0.0" || ip == "::" || ip == "[::]"; }
+
+}  // namespace
+
+std::string DefaultAgentDir() {
+  std::string base;
+  if (const char* h = std::getenv("DROVER_HOME"); h != nullptr && *h != '\0') {
+    base = h;
+  } else {
+    const char* home = std::getenv("HOME");
+    base = absl::StrCat(home && *home ? home : "/tmp", "/.drover");
+  }
+  return absl::StrCat(base, "/agent-", ::getpid());
+}
+
+NodeAgent::NodeAgent(AgentOptions options) : options_(std::move(options)) {}
+
+NodeAgent::~NodeAgent() { Shutdown(); }
+
+std::string NodeAgent::node_id() {
+  absl::MutexLock lock(&mu_);
+  return node_id_;
+}
+
+bool NodeAgent::WaitRegistered(absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&mu_);
+  while (node_id_.empty()) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) return !node_id_.empty();
+  }
+  return true;
+}
+
+absl::Status NodeAgent::Start() {
+  auto sched = ParseHostPort(options_.scheduler_address);
+  if (!sched.ok()) return sched.status();
+  std::string reach_ip;
+  if (options_.bind_ip.empty() || options_.node_ip.empty()) {
+    auto local = LocalAddressFor(sched->host);
+    if (!local.ok()) {
+      return absl::Status(local.status().code(),
+                          absl::StrCat(local.status().message(),
+                                       "; pass --bind-ip and --node-ip explicitly"));
+    }
+    reach_ip = *local;
+  }
+  if (options_.bind_ip.empty()) options_.bind_ip = reach_ip;
+  if (options_.node_ip.empty()) {
+    options_.node_ip = IsWildcard(options_.bind_ip) ? reach_ip : options_.bind_ip;
+  }
+  if (options_.dir.empty()) options_.dir = DefaultAgentDir();
+  if (options_.launcher_path.empty()) {
+    options_.launcher_path = FindDroverBinary("drover-launch");
+    if (options_.launcher_path.empty()) {
+      return absl::FailedPreconditionError(
+          "drover-launch not found next to drover-agent, in ../node_agent/ or in PATH; "
+          "install it next to drover-agent or pass --launcher");
+    }
+  }
+  std::string log_dir = absl::StrCat(options_.dir, "/logs");
+  DROVER_RETURN_IF_ERROR(MakeDirs(log_dir, 0700));
+
+  resources_ = DiscoverResources(options_.resources, options_.discovery);
+  hostname_ = Hostname();
+  for (const auto& w : resources_.warnings) DROVER_LOG(WARNING) << w;
+  DROVER_LOG(INFO) << "resources: " << resources_.total.cpus() << " CPUs, "
+                   << (resources_.total.memory_bytes() >> 20) << " MiB memory, "
+                   << resources_.total.gpus() << " GPU(s)";
+
+  ProcessManagerOptions pmo;
+  pmo.launcher_path = options_.launcher_path;
+  pmo.log_dir = log_dir;
+  pmo.node_ip = options_.node_ip;
+  pmo.token_file = options_.token_file;
+  pmo.default_grace = options_.kill_grace;
+  pm_ = std::make_unique<ProcessManager>(
+      pmo, [this](const std::string& job_id, const proto::ExitInfo& e) { OnExit(job_id, e); });
+  service_ = std::make_unique<AgentService>(options_.token, pm_.get(), options_.kill_grace);
+
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  std::string host = options_.bind_ip.find(':') != std::string::npos &&
+                             options_.bind_ip.front() != '['
+                         ? absl::StrCat("[", options_.bind_ip, "]")
+                         : options_.bind_ip;
+  builder.AddListeningPort(absl::StrCat(host, ":", options_.port),
+                           grpc::InsecureServerCredentials(), &selected_port);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || selected_port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", options_.port,
+                                               ": is the address local and the port free?"));
+  }
+  address_ = absl::StrCat(IsWildcard(options_.bind_ip) ? options_.node_ip : host, ":",
+                          selected_port);
+  DROVER_LOG(INFO) << "node agent listening on " << address_ << " (bound " << host << ":"
+                   << selected_port << "), node ip " << options_.node_ip << ", logs in "
+                   << log_dir;
+  started_ = true;
+  reporter_thread_ = std::thread([this] { ReporterLoop(); });
+  registration_thread_ = std::thread([this] { RegistrationLoop(); });
+  return absl::OkStatus();
+}
+
+void NodeAgent::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (!started_) return;
+  DROVER_LOG(INFO) << "shutting down: stopping workers (grace "
+                   << absl::FormatDuration(options_.kill_grace) << ")";
+  pm_->StopAllAndWait(options_.kill_grace);
+  service_->BeginShutdown();  // after the workers: followers get their last output
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    cv_.SignalAll();
+  }
+  registration_thread_.join();
+  reporter_thread_.join();
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server_->Wait();
+  pm_.reset();
+  DROVER_LOG(INFO) << "node agent stopped";
+}
+
+bool NodeAgent::SleepOrStop(absl::Duration d) {
+  absl::Time deadline = absl::Now() + d;
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  return stop_;
+}
+
+void NodeAgent::OnExit(const std::string& job_id, const proto::ExitInfo& info) {
+  absl::MutexLock lock(&mu_);
+  reports_.emplace_back(job_id, info);
+  cv_.SignalAll();
+}
+
+void NodeAgent::ReporterLoop() {
+  auto stub = proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address));
+  for (;;) {
+    std::pair<std::string, proto::ExitInfo> item;
+    std::string node_id;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stop_ && reports_.empty()) cv_.Wait(&mu_);
+      if (reports_.empty()) return;  // stopping, nothing left
+      item = std::move(reports_.front());
+      reports_.pop_front();
+      node_id = node_id_;
+    }
+    if (node_id.empty()) continue;  // not registered: heartbeats will carry it
+    proto::ReportExitRequest req;
+    req.set_node_id(node_id);
+    req.set_job_id(item.first);
+    *req.mutable_exit() = item.second;
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, options_.token, kReportTimeout);
+    proto::ReportExitReply reply;
+    grpc::Status s = stub->ReportExit(&ctx, req, &reply);
+    if (!s.ok()) {
+      DROVER_LOG(WARNING) << "ReportExit for job " << item.first << " rank "
+                          << item.second.rank() << " failed (" << s.error_message()
+                          << "); the next heartbeat carries it";
+    }
+  }
+}
+
+bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
+  proto::RegisterNodeRequest req;
+  req.set_node_id(node_id());
+  req.set_hostname(hostname_);
+  req.set_agent_address(address_);
+  req.set_node_ip(options_.node_ip);
+  *req.mutable_total() = resources_.total;
+  for (int g : resources_.gpu_ids) req.add_gpu_ids(g);
+  for (const auto& n : resources_.gpu_names) req.add_gpu_names(n);
+  for (const auto& w : resources_.warnings) req.add_warnings(w);
+  for (auto& p : pm_->Snapshot()) *req.add_processes() = std::move(p);
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, options_.token, kRegisterTimeout);
+  proto::RegisterNodeReply reply;
+  grpc::Status s = stub->RegisterNode(&ctx, req, &reply);
+  if (!s.ok() || reply.node_id().empty()) {
+    if (!*logged_failure) {
+      DROVER_LOG(WARNING) << "cannot register with the scheduler at "
+                          << options_.scheduler_address << ": "
+                          << (s.ok() ? "empty node id in reply" : s.error_message())
+                          << "; retrying until it answers";
+      *logged_failure = true;
+    }
+    return false;
+  }
+  bool first;
+  {
+    absl::MutexLock lock(&mu_);
+    first = node_id_.empty();
+    node_id_ = reply.node_id();
+    heartbeat_interval_ms_ = reply.heartbeat_interval_ms() > 0 ? reply.heartbeat_interval_ms()
+                                                                : 1000;
+    cv_.SignalAll();
+  }
+  pm_->SetNodeId(reply.node_id());
+  service_->SetNodeId(reply.node_id());
+  DROVER_LOG(INFO) << (first ? "registered" : "re-registered") << " with "
+                   << options_.scheduler_address << " as " << reply.node_id()
+                   << " (heartbeat every " << reply.heartbeat_interval_ms() << " ms, "
+                   << req.processes_size() << " process(es) held)";
+  *logged_failure = false;
+  if (first) WriteReadyFile();
+  return true;
+}
+
+void NodeAgent::WriteReadyFile() {
+  if (options_.ready_file.empty()) return;
+  std::string json = absl::StrCat("{\"node_id\":", JsonString(node_id()),
+                                  ",\"address\":", JsonString(address_),
+                                  ",\"pid\":", ::getpid(), "}\n");
+  if (absl::Status s = WriteFileAtomic(options_.ready_file, json); !s.ok()) {
+    DROVER_LOG(ERROR) << "cannot write ready file: " << s;
+  }
+}
+
+void NodeAgent::RegistrationLoop() {
+  auto stub = proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address));
+  bool registered = false;
+  bool logged_failure = false;
+  absl::Duration backoff = kMinBackoff;
+  for (;;) {
+    if (!registered) {
+      registered = Register(stub.get(), &logged_failure);
+      if (registered) {
+        backoff = kMinBackoff;
+      } else {
+        if (SleepOrStop(backoff)) return;
+        backoff = std::min(backoff * 2, kMaxBackoff);
+        continue;
+      }
+    } else {
+      proto::HeartbeatRequest req;
+      req.set_node_id(node_id());
+      for (auto& p : pm_->Snapshot()) *req.add_processes() = std::move(p);
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, options_.token, kHeartbeatTimeout);
+      proto::HeartbeatReply reply;
+      grpc::Status s = stub->Heartbeat(&ctx, req, &reply);
+      if (!s.ok()) {
+        if (!logged_failure) {
+          DROVER_LOG(WARNING) << "heartbeat to " << options_.scheduler_address
+                              << " failed: " << s.error_message() << "; will keep trying";
+          logged_failure = true;
+        }
+      } else {
+        if (logged_failure) DROVER_LOG(INFO) << "scheduler reachable again";
+        logged_failure = false;
+        for (const auto& f : reply.forget()) pm_->Forget(f.job_id(), f.generation());
+        if (!reply.known()) {
+          DROVER_LOG(WARNING) << "scheduler does not know node " << req.node_id()
+                              << " (it restarted or declared us dead): registering again";
+          registered = false;
+          continue;
+        }
+      }
+    }
+    int64_t interval_ms;
+    {
+      absl::MutexLock lock(&mu_);
+      interval_ms = heartbeat_interval_ms_;
+    }
+    if (SleepOrStop(absl::Milliseconds(interval_ms))) return;
+  }
+}
+
+}  // namespace drover

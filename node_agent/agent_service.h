@@ -1,0 +1,57 @@
+// The NodeAgent gRPC service (sync API): thin handlers over ProcessManager.
+//
+// Every handler first checks the cluster token. Handlers run on gRPC's threads and never
+// spawn or reap anything themselves: ProcessManager posts that to its own thread.
+// Thread-safe; the ProcessManager must outlive the service.
+#ifndef DROVER_NODE_AGENT_AGENT_SERVICE_H_
+#define DROVER_NODE_AGENT_AGENT_SERVICE_H_
+
+#include <atomic>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "node_agent/process_manager.h"
+#include "proto/node_agent.grpc.pb.h"
+
+namespace drover {
+
+class AgentService final : public proto::NodeAgent::Service {
+ public:
+  // Largest LogChunk.data sent.
+  static constexpr int64_t kMaxChunkBytes = 1 << 20;
+
+  // `default_grace` is used by StopJob when the request's grace_ms is 0.
+  AgentService(std::string token, ProcessManager* pm, absl::Duration default_grace);
+
+  // Named in error messages; set once the scheduler assigned it.
+  void SetNodeId(const std::string& node_id);
+  // Makes following StreamLogs calls end promptly (agent shutdown).
+  void BeginShutdown() { shutting_down_ = true; }
+
+  grpc::Status StartProcesses(grpc::ServerContext* ctx,
+                              const proto::StartProcessesRequest* req,
+                              proto::StartProcessesReply* reply) override;
+  grpc::Status StopJob(grpc::ServerContext* ctx, const proto::StopJobRequest* req,
+                       proto::StopJobReply* reply) override;
+  grpc::Status StreamLogs(grpc::ServerContext* ctx, const proto::StreamLogsRequest* req,
+                          grpc::ServerWriter<proto::LogChunk>* writer) override;
+
+  // Empty if `req` is acceptable, else what is wrong with it (INVALID_ARGUMENT text).
+  static std::string Validate(const proto::StartProcessesRequest& req);
+
+ private:
+  std::string NodeId();
+
+  const std::string token_;
+  ProcessManager* const pm_;
+  const absl::Duration default_grace_;
+  std::atomic<bool> shutting_down_{false};
+  absl::Mutex mu_;
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace drover
+
+#endif  // DROVER_NODE_AGENT_AGENT_SERVICE_H_

@@ -1,0 +1,246 @@
+// The NodeAgent service over a real gRPC server, with real processes.
+#include "node_agent/agent_service.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "node_agent/process_manager.h"
+#include "proto/node_agent.grpc.pb.h"
+
+namespace drover {
+namespace {
+
+constexpr char kToken[] = "test-token";
+
+std::string TmpDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir ? dir : "/tmp";
+}
+
+std::string LauncherPath() {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  std::string p = srcdir ? absl::StrCat(srcdir, "/drover/node_agent/drover-launch")
+                         : "node_agent/drover-launch";
+  return ::access(p.c_str(), X_OK) == 0 ? p : "node_agent/drover-launch";
+}
+
+class AgentServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ProcessManagerOptions o;
+    o.launcher_path = LauncherPath();
+    o.log_dir = absl::StrCat(TmpDir(), "/svc-logs");
+    o.node_id = "node-svc";
+    pm_ = std::make_unique<ProcessManager>(o, nullptr);
+    service_ = std::make_unique<AgentService>(kToken, pm_.get(), absl::Milliseconds(200));
+    service_->SetNodeId("node-svc");
+    grpc::ServerBuilder b;
+    int port = 0;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    b.RegisterService(service_.get());
+    server_ = b.BuildAndStart();
+    ASSERT_GT(port, 0);
+    stub_ = proto::NodeAgent::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+  }
+  void TearDown() override {
+    pm_->StopAllAndWait(absl::Milliseconds(100));
+    server_->Shutdown(std::chrono::system_clock::now());
+    pm_.reset();
+  }
+
+  proto::StartProcessesRequest Request(const std::string& job, const std::string& script,
+                                       int nproc = 1) {
+    proto::StartProcessesRequest req;
+    req.set_job_id(job);
+    req.add_command("sh");
+    req.add_command("-c");
+    req.add_command(script);
+    req.set_world_size(nproc);
+    req.set_local_world_size(nproc);
+    req.set_master_addr("127.0.0.1");
+    for (int r = 0; r < nproc; ++r) req.add_processes()->set_rank(r);
+    return req;
+  }
+
+  grpc::Status Start(const proto::StartProcessesRequest& req,
+                     proto::StartProcessesReply* reply, const std::string& token = kToken) {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token);
+    return stub_->StartProcesses(&ctx, req, reply);
+  }
+
+  // Reads the whole stream; returns the concatenated data per (rank, stream).
+  grpc::Status ReadLogs(const proto::StreamLogsRequest& req,
+                        std::map<std::pair<int, int>, std::string>* out,
+                        std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, kToken, timeout);
+    auto reader = stub_->StreamLogs(&ctx, req);
+    proto::LogChunk chunk;
+    std::map<std::pair<int, int>, int64_t> next;
+    for (const auto& o : req.offsets()) next[std::make_pair(o.rank(), o.stream())] = o.offset();
+    while (reader->Read(&chunk)) {
+      auto key = std::make_pair(chunk.rank(), chunk.stream());
+      EXPECT_EQ(chunk.offset(), next[key]) << "chunks must be contiguous";
+      EXPECT_LE(chunk.data().size(), AgentService::kMaxChunkBytes);
+      next[key] = chunk.offset() + chunk.data().size();
+      (*out)[key] += chunk.data();
+    }
+    return reader->Finish();
+  }
+
+  std::unique_ptr<ProcessManager> pm_;
+  std::unique_ptr<AgentService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<proto::NodeAgent::Stub> stub_;
+};
+
+TEST_F(AgentServiceTest, RejectsCallsWithoutTheToken) {
+  proto::StartProcessesReply reply;
+  grpc::Status s = Start(Request("job-auth", "true"), &reply, "wrong");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_FALSE(pm_->JobActive("job-auth"));
+  EXPECT_TRUE(pm_->Snapshot().empty());
+}
+
+TEST_F(AgentServiceTest, ValidatesStartRequests) {
+  proto::StartProcessesReply reply;
+  auto req = Request("job-bad", "true");
+  req.clear_command();
+  grpc::Status s = Start(req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("command is empty"), std::string::npos);
+
+  req = Request("job-bad", "true", 2);
+  req.set_world_size(1);
+  s = Start(req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("rank 1 is outside [0, 1)"), std::string::npos)
+      << s.error_message();
+
+  req = Request("", "true");
+  EXPECT_EQ(Start(req, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  req = Request("../etc", "true");
+  EXPECT_EQ(Start(req, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  req = Request("job-bad", "true");
+  req.clear_processes();
+  EXPECT_EQ(Start(req, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  req = Request("job-bad", "true");
+  req.set_cwd("/no/such/cwd");
+  s = Start(req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("/no/such/cwd"), std::string::npos);
+  EXPECT_TRUE(pm_->Snapshot().empty());
+}
+
+TEST_F(AgentServiceTest, StartIsIdempotentAndPicksAPort) {
+  auto req = Request("job-idem", "sleep 1000");
+  proto::StartProcessesReply r1, r2;
+  ASSERT_TRUE(Start(req, &r1).ok());
+  ASSERT_TRUE(Start(req, &r2).ok());
+  EXPECT_GT(r1.master_port(), 0);
+  EXPECT_EQ(r1.master_port(), r2.master_port());
+  EXPECT_EQ(pm_->Snapshot().size(), 1u);
+
+  proto::StopJobRequest stop;
+  stop.set_job_id("job-idem");
+  stop.set_generation(-1);
+  proto::StopJobReply sr;
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, kToken);
+    ASSERT_TRUE(stub_->StopJob(&ctx, stop, &sr).ok());
+    EXPECT_EQ(sr.signalled(), 1);
+  }
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, kToken);
+    ASSERT_TRUE(stub_->StopJob(&ctx, stop, &sr).ok());
+    EXPECT_EQ(sr.signalled(), 0);
+  }
+}
+
+TEST_F(AgentServiceTest, UnknownJobIsNotFound) {
+  proto::StreamLogsRequest req;
+  req.set_job_id("job-nobody");
+  std::map<std::pair<int, int>, std::string> out;
+  grpc::Status s = ReadLogs(req, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(s.error_message(), "no logs for job job-nobody on node node-svc");
+}
+
+TEST_F(AgentServiceTest, FollowStreamsEverythingAndEndsWhenTheJobExits) {
+  // Output arrives over time, from two ranks, on both streams, then the job exits.
+  auto req = Request("job-follow",
+                     "i=0; while [ $i -lt 50 ]; do echo out$RANK-$i; echo err$RANK-$i >&2; "
+                     "i=$((i+1)); done; sleep 0.2; echo last$RANK",
+                     2);
+  proto::StartProcessesReply reply;
+  ASSERT_TRUE(Start(req, &reply).ok());
+  proto::StreamLogsRequest lreq;
+  lreq.set_job_id("job-follow");
+  lreq.set_follow(true);
+  std::map<std::pair<int, int>, std::string> out;
+  ASSERT_TRUE(ReadLogs(lreq, &out).ok());
+  EXPECT_FALSE(pm_->JobActive("job-follow"));
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string want_out, want_err;
+    for (int i = 0; i < 50; ++i) {
+      want_out += absl::StrCat("out", rank, "-", i, "\n");
+      want_err += absl::StrCat("err", rank, "-", i, "\n");
+    }
+    want_out += absl::StrCat("last", rank, "\n");
+    EXPECT_EQ(out[std::make_pair(rank, 1)], want_out);
+    EXPECT_EQ(out[std::make_pair(rank, 2)], want_err);
+  }
+
+  // Resuming from offsets sends only the rest; without follow it ends at once.
+  proto::StreamLogsRequest resume;
+  resume.set_job_id("job-follow");
+  auto* o = resume.add_offsets();
+  o->set_rank(0);
+  o->set_stream(1);
+  o->set_offset(static_cast<int64_t>(out[std::make_pair(0, 1)].size()) - 6);
+  std::map<std::pair<int, int>, std::string> rest;
+  ASSERT_TRUE(ReadLogs(resume, &rest).ok());
+  EXPECT_EQ(rest[std::make_pair(0, 1)], "last0\n");
+  EXPECT_EQ(rest[std::make_pair(1, 1)], out[std::make_pair(1, 1)]);
+}
+
+TEST_F(AgentServiceTest, LargeOutputIsChunked) {
+  auto req = Request("job-big", "head -c 3000000 /dev/zero");
+  proto::StartProcessesReply reply;
+  ASSERT_TRUE(Start(req, &reply).ok());
+  proto::StreamLogsRequest lreq;
+  lreq.set_job_id("job-big");
+  lreq.set_follow(true);
+  std::map<std::pair<int, int>, std::string> out;
+  ASSERT_TRUE(ReadLogs(lreq, &out).ok());
+  EXPECT_EQ(out[std::make_pair(0, 1)].size(), 3000000u);
+}
+
+TEST_F(AgentServiceTest, FollowEndsWhenTheClientGivesUp) {
+  auto req = Request("job-forever", "echo hi; sleep 1000");
+  proto::StartProcessesReply reply;
+  ASSERT_TRUE(Start(req, &reply).ok());
+  proto::StreamLogsRequest lreq;
+  lreq.set_job_id("job-forever");
+  lreq.set_follow(true);
+  std::map<std::pair<int, int>, std::string> out;
+  grpc::Status s = ReadLogs(lreq, &out, std::chrono::milliseconds(300));
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(out[std::make_pair(0, 1)], "hi\n");
+}
+
+}  // namespace
+}  // namespace drover

@@ -1,0 +1,239 @@
+// NodeAgent against a fake scheduler: registration (also when the scheduler comes up
+// late), ready file, heartbeats with the process table, ReportExit, re-registration
+// with the same id when the scheduler forgets the node, forget, shutdown.
+#include "node_agent/agent.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/auth.h"
+#include "common/files.h"
+#include "common/net.h"
+#include "common/rpc.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "proto/node_agent.grpc.pb.h"
+#include "proto/scheduler.grpc.pb.h"
+
+namespace drover {
+namespace {
+
+constexpr char kToken[] = "agent-test-token";
+
+std::string TmpDir() {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return dir ? dir : "/tmp";
+}
+
+std::string LauncherPath() {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  std::string p = srcdir ? absl::StrCat(srcdir, "/drover/node_agent/drover-launch")
+                         : "node_agent/drover-launch";
+  return ::access(p.c_str(), X_OK) == 0 ? p : "node_agent/drover-launch";
+}
+
+bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout = absl::Seconds(15)) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (cond()) return true;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return cond();
+}
+
+class FakeScheduler final : public proto::Scheduler::Service {
+ public:
+  grpc::Status RegisterNode(grpc::ServerContext* ctx, const proto::RegisterNodeRequest* req,
+                            proto::RegisterNodeReply* reply) override {
+    if (auto s = CheckToken(*ctx, kToken); !s.ok()) return s;
+    absl::MutexLock lock(&mu);
+    registrations.push_back(*req);
+    reply->set_node_id(req->node_id().empty() ? "node-7" : req->node_id());
+    reply->set_heartbeat_interval_ms(30);
+    known = true;
+    return grpc::Status::OK;
+  }
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const proto::HeartbeatRequest* req,
+                         proto::HeartbeatReply* reply) override {
+    if (auto s = CheckToken(*ctx, kToken); !s.ok()) return s;
+    absl::MutexLock lock(&mu);
+    heartbeats.push_back(*req);
+    reply->set_known(known);
+    for (const auto& f : forget) *reply->add_forget() = f;
+    return grpc::Status::OK;
+  }
+  grpc::Status ReportExit(grpc::ServerContext* ctx, const proto::ReportExitRequest* req,
+                          proto::ReportExitReply*) override {
+    if (auto s = CheckToken(*ctx, kToken); !s.ok()) return s;
+    absl::MutexLock lock(&mu);
+    exits.push_back(*req);
+    return grpc::Status::OK;
+  }
+
+  absl::Mutex mu;
+  bool known = true;
+  std::vector<proto::JobGeneration> forget;
+  std::vector<proto::RegisterNodeRequest> registrations;
+  std::vector<proto::HeartbeatRequest> heartbeats;
+  std::vector<proto::ReportExitRequest> exits;
+};
+
+std::unique_ptr<grpc::Server> Serve(FakeScheduler* s, int port) {
+  grpc::ServerBuilder b;
+  int selected = 0;
+  b.AddListeningPort(absl::StrCat("127.0.0.1:", port), grpc::InsecureServerCredentials(),
+                     &selected);
+  b.RegisterService(s);
+  auto server = b.BuildAndStart();
+  EXPECT_EQ(selected, port);
+  return server;
+}
+
+AgentOptions Options(int sched_port, const std::string& name) {
+  AgentOptions o;
+  o.scheduler_address = absl::StrCat("127.0.0.1:", sched_port);
+  o.token = kToken;
+  o.token_file = "/dev/null";
+  o.dir = absl::StrCat(TmpDir(), "/", name);
+  o.launcher_path = LauncherPath();
+  o.kill_grace = absl::Milliseconds(200);
+  o.ready_file = absl::StrCat(TmpDir(), "/", name, ".ready.json");
+  o.resources.num_gpus = 2;
+  o.resources.custom["ssd"] = 1;
+  o.discovery.adjust_nofile = false;
+  return o;
+}
+
+TEST(NodeAgentTest, RegistersLateHeartbeatsReportsExitsAndReregisters) {
+  int sched_port = *PickFreePort();
+  // The agent starts first: the scheduler is down and it must keep retrying.
+  NodeAgent agent(Options(sched_port, "agent-a"));
+  ASSERT_TRUE(agent.Start().ok());
+  EXPECT_EQ(agent.address().rfind("127.0.0.1:", 0), 0u) << agent.address();
+  EXPECT_FALSE(agent.WaitRegistered(absl::Milliseconds(150)));
+
+  FakeScheduler sched;
+  auto server = Serve(&sched, sched_port);
+  ASSERT_TRUE(agent.WaitRegistered(absl::Seconds(15)));
+  EXPECT_EQ(agent.node_id(), "node-7");
+  {
+    absl::MutexLock lock(&sched.mu);
+    const auto& reg = sched.registrations.front();
+    EXPECT_EQ(reg.agent_address(), agent.address());
+    EXPECT_EQ(reg.node_ip(), "127.0.0.1");
+    EXPECT_EQ(reg.total().gpus(), 2);
+    EXPECT_EQ(reg.gpu_names_size(), 2);
+    EXPECT_EQ(reg.gpu_names(0), "declared");
+    EXPECT_EQ(reg.total().custom().at("ssd"), 1);
+  }
+  std::string ready_path = absl::StrCat(TmpDir(), "/agent-a.ready.json");
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(ready_path).ok(); }));
+  EXPECT_EQ(*ReadFile(ready_path),
+            absl::StrCat("{\"node_id\":\"node-7\",\"address\":\"", agent.address(),
+                         "\",\"pid\":", ::getpid(), "}\n"));
+
+  // Start a process through the agent's own gRPC service.
+  auto stub = proto::NodeAgent::NewStub(MakeChannel(agent.address()));
+  proto::StartProcessesRequest req;
+  req.set_job_id("job-1");
+  req.add_command("sh");
+  req.add_command("-c");
+  req.add_command("echo bye >&2; exit 5");
+  req.set_world_size(1);
+  req.add_processes()->set_rank(0);
+  proto::StartProcessesReply reply;
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, kToken);
+    ASSERT_TRUE(stub->StartProcesses(&ctx, req, &reply).ok());
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock lock(&sched.mu);
+    return !sched.exits.empty();
+  }));
+  {
+    absl::MutexLock lock(&sched.mu);
+    const auto& e = sched.exits.front();
+    EXPECT_EQ(e.node_id(), "node-7");
+    EXPECT_EQ(e.job_id(), "job-1");
+    EXPECT_EQ(e.exit().exit_code(), 5);
+    EXPECT_EQ(e.exit().stderr_tail(), "bye\n");
+    EXPECT_EQ(e.exit().node_id(), "node-7");
+  }
+  // Heartbeats carry the process table.
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock lock(&sched.mu);
+    return !sched.heartbeats.empty() && sched.heartbeats.back().processes_size() == 1 &&
+           !sched.heartbeats.back().processes(0).running();
+  }));
+
+  // The scheduler forgets the node: the agent re-registers with the same id and its
+  // process table.
+  {
+    absl::MutexLock lock(&sched.mu);
+    sched.known = false;
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock lock(&sched.mu);
+    return sched.registrations.size() >= 2;
+  }));
+  {
+    absl::MutexLock lock(&sched.mu);
+    EXPECT_EQ(sched.registrations[1].node_id(), "node-7");
+    ASSERT_EQ(sched.registrations[1].processes_size(), 1);
+    EXPECT_EQ(sched.registrations[1].processes(0).job_id(), "job-1");
+  }
+
+  // Forget: the process table empties.
+  {
+    absl::MutexLock lock(&sched.mu);
+    proto::JobGeneration g;
+    g.set_job_id("job-1");
+    g.set_generation(0);
+    sched.forget.push_back(g);
+  }
+  ASSERT_TRUE(WaitFor([&] { return agent.process_manager()->Snapshot().empty(); }));
+
+  agent.Shutdown();
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+TEST(NodeAgentTest, ShutdownStopsWorkers) {
+  FakeScheduler sched;
+  int sched_port = *PickFreePort();
+  auto server = Serve(&sched, sched_port);
+  auto agent = std::make_unique<NodeAgent>(Options(sched_port, "agent-b"));
+  ASSERT_TRUE(agent->Start().ok());
+  ASSERT_TRUE(agent->WaitRegistered(absl::Seconds(15)));
+  proto::StartProcessesRequest req;
+  req.set_job_id("job-2");
+  req.add_command("sh");
+  req.add_command("-c");
+  req.add_command("trap '' TERM; echo up; while :; do sleep 1; done");
+  req.set_world_size(1);
+  req.add_processes()->set_rank(0);
+  int port = 0;
+  ASSERT_TRUE(agent->process_manager()->Start(req, &port).ok());
+  std::string out_log = agent->process_manager()->LogPath("job-2", 0, 1);
+  ASSERT_TRUE(WaitFor([&] { return ReadFile(out_log).value_or("") == "up\n"; }));
+  int pid = agent->process_manager()->Snapshot().at(0).pid();
+  absl::Time t0 = absl::Now();
+  agent->Shutdown();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  EXPECT_NE(::kill(pid, 0), 0);  // reaped: gone
+  agent.reset();
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+}  // namespace
+}  // namespace drover

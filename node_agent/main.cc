@@ -1,0 +1,118 @@
+// drover-agent: the node agent daemon. Thin: parse flags, build the NodeAgent, run
+// until SIGTERM/SIGINT, then stop the workers and exit 0.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/log.h"
+#include "common/spawn.h"
+#include "node_agent/agent.h"
+
+int main(int argc, char** argv) {
+  // Block the stop signals before any thread starts, so every thread inherits the mask
+  // and only sigwait below sees them. (Workers get a clean mask from posix_spawn.)
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  drover::SetLogTag("agent");
+
+  CLI::App app{"drover-agent: the drover node agent (one per machine)"};
+  drover::AgentOptions o;
+  double num_cpus = 0;
+  int num_gpus = 0;
+  int64_t memory_bytes = 0;
+  int64_t kill_grace_ms = 5000;
+  std::vector<std::string> custom;
+  app.add_option("--scheduler", o.scheduler_address, "Scheduler address HOST:PORT")->required();
+  app.add_option("--token-file", o.token_file, "Cluster token file (mode 0600)")->required();
+  app.add_option("--bind-ip", o.bind_ip,
+                 "Address to listen on (default: the local address used to reach the "
+                 "scheduler)");
+  app.add_option("--port", o.port, "Port to listen on (default 0: any free port)");
+  app.add_option("--node-ip", o.node_ip,
+                 "Address other nodes reach this one at; MASTER_ADDR for jobs whose rank 0 "
+                 "runs here (default: the bind ip)");
+  auto* cpus_opt = app.add_option("--num-cpus", num_cpus, "Override the CPU count");
+  auto* gpus_opt =
+      app.add_option("--num-gpus", num_gpus, "Declare N GPUs (named \"declared\") instead of "
+                                             "discovering them");
+  auto* mem_opt = app.add_option("--memory-bytes", memory_bytes, "Override the memory size");
+  app.add_option("--resource", custom, "Custom resource NAME=VALUE (repeatable)");
+  app.add_option("--dir", o.dir,
+                 "Agent state directory; logs in DIR/logs (default: $DROVER_HOME or "
+                 "~/.drover, then /agent-<pid>)");
+  app.add_option("--kill-grace-ms", kill_grace_ms,
+                 "Time between SIGTERM and SIGKILL when stopping workers");
+  app.add_option("--ready-file", o.ready_file,
+                 "After the first registration, write {\"node_id\",\"address\",\"pid\"} "
+                 "JSON here");
+  app.add_option("--launcher", o.launcher_path,
+                 "Path of drover-launch (default: next to this binary)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (cpus_opt->count() > 0) {
+    if (num_cpus <= 0) {
+      std::cerr << "drover-agent: --num-cpus must be > 0\n";
+      return 2;
+    }
+    o.resources.num_cpus = num_cpus;
+  }
+  if (gpus_opt->count() > 0) {
+    if (num_gpus < 0) {
+      std::cerr << "drover-agent: --num-gpus must be >= 0\n";
+      return 2;
+    }
+    o.resources.num_gpus = num_gpus;
+  }
+  if (mem_opt->count() > 0) {
+    if (memory_bytes <= 0) {
+      std::cerr << "drover-agent: --memory-bytes must be > 0\n";
+      return 2;
+    }
+    o.resources.memory_bytes = memory_bytes;
+  }
+  for (const auto& r : custom) {
+    auto eq = r.find('=');
+    double value = 0;
+    if (eq == std::string::npos || eq == 0 || !absl::SimpleAtod(r.substr(eq + 1), &value) ||
+        value < 0) {
+      std::cerr << "drover-agent: --resource '" << r
+                << "' is not NAME=VALUE with a number VALUE >= 0 (e.g. --resource ssd=1)\n";
+      return 2;
+    }
+    o.resources.custom[r.substr(0, eq)] = value;
+  }
+  if (kill_grace_ms < 0) {
+    std::cerr << "drover-agent: --kill-grace-ms must be >= 0\n";
+    return 2;
+  }
+  o.kill_grace = absl::Milliseconds(kill_grace_ms);
+
+  auto token = drover::ReadTokenFile(o.token_file);
+  if (!token.ok()) {
+    std::cerr << "drover-agent: " << token.status().message() << "\n";
+    return 2;
+  }
+  o.token = *token;
+
+  drover::NodeAgent agent(o);
+  if (absl::Status s = agent.Start(); !s.ok()) {
+    DROVER_LOG(ERROR) << "cannot start the node agent: " << s.message();
+    return 1;
+  }
+  int sig = 0;
+  while (sigwait(&stop_signals, &sig) != 0) {
+  }
+  DROVER_LOG(INFO) << "received " << drover::SignalName(sig);
+  agent.Shutdown();
+  return 0;
+}

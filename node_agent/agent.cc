@@ -297,7 +297,9 @@ void NodeAgent::RegistrationLoop() {
           logged_failure = true;
         }
       } else {
-        if (logged_failure) DROVER_LOG(INFO) << "scheduler reachable again";
+        if (logged_failure) {
+          DROVER_LOG(INFO) << "scheduler reachable again";
+        }
         logged_failure = false;
         for (const auto& f : reply.forget()) pm_->Forget(f.job_id(), f.generation());
         if (!reply.known()) {

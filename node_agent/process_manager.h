@@ -85,6 +85,7 @@ class ProcessManager {
   // SIGTERM to the process group of each live process of `job_id` with generation <=
   // `generation` (-1: all), SIGKILL to the group `grace` later. Idempotent (a repeat
   // may only shorten the deadline). Returns how many were newly signalled.
+  // REQUIRES: !job_id.empty() (StopAllAndWait stops every job).
   int Stop(const std::string& job_id, int generation, absl::Duration grace);
 
   // Every process held for generations not forgotten, sorted by job, generation, rank.

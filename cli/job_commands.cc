@@ -30,7 +30,7 @@ namespace {
 // Flags shared by `run` and `submit`.
 struct JobFlags {
   std::string name;
-  int nproc = 0;
+  int nproc = -1;  // -1: not given
   int nodes = 0;
   int nproc_per_node = 0;
   double cpus_per_proc = 1;
@@ -90,10 +90,14 @@ absl::StatusOr<proto::JobSpec> BuildSpec(const JobFlags& f, const std::vector<st
   }
   for (const auto& a : cmd) spec.add_command(a);
   spec.set_name(f.name);
-  int nproc = f.nproc;
+  if (f.nproc == 0 || f.nproc < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--nproc ", f.nproc, ": a job needs at least 1 process"));
+  }
+  int nproc = f.nproc == -1 ? 0 : f.nproc;
   int ppn = f.nproc_per_node;
-  if (f.nodes < 0 || ppn < 0 || nproc < 0) {
-    return absl::InvalidArgumentError("--nproc, --nodes and --nproc-per-node must be positive");
+  if (f.nodes < 0 || ppn < 0) {
+    return absl::InvalidArgumentError("--nodes and --nproc-per-node must be positive");
   }
   if (f.nodes > 0 && ppn > 0) {
     if (nproc != 0 && nproc != f.nodes * ppn) {

@@ -95,6 +95,28 @@ Client::~Client() = default;
 
 namespace {
 
+// Client calls wait (within their deadline) for a scheduler that is restarting instead
+// of failing on the first refused connection; every call is safe to retry.
+void PrepareClientContext(grpc::ClientContext* ctx, const std::string& token,
+                          std::chrono::milliseconds timeout = kDefaultRpcTimeout) {
+  PrepareContext(ctx, token, timeout);
+  ctx->set_wait_for_ready(true);
+}
+
+// Runs `call` (which makes one RPC with a fresh context) again while it fails with
+// UNAVAILABLE, e.g. on a connection the scheduler closed when it restarted. Only for
+// calls that are safe to repeat (all of drover's are).
+template <typename Call>
+grpc::Status WithRetry(Call call) {
+  grpc::Status s;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    s = call();
+    if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return s;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 << attempt));
+  }
+  return s;
+}
+
 absl::Status Annotate(const std::string& address, const grpc::Status& s) {
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
       s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -114,16 +136,14 @@ absl::StatusOr<proto::JobInfo> Client::Submit(const proto::JobSpec& spec) {
   if (req.spec().idempotency_key().empty()) {
     req.mutable_spec()->set_idempotency_key(GenerateToken().substr(0, 24));
   }
-  grpc::Status last;
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  proto::SubmitJobReply reply;
+  grpc::Status s = WithRetry([&] {
     grpc::ClientContext ctx;
-    PrepareContext(&ctx, token_);
-    proto::SubmitJobReply reply;
-    last = stubs_->scheduler->SubmitJob(&ctx, req, &reply);
-    if (last.ok()) return reply.job();
-    if (last.error_code() != grpc::StatusCode::UNAVAILABLE) break;
-  }
-  return Annotate(address_, last);
+    PrepareClientContext(&ctx, token_);
+    return stubs_->scheduler->SubmitJob(&ctx, req, &reply);
+  });
+  if (!s.ok()) return Annotate(address_, s);
+  return reply.job();
 }
 
 absl::StatusOr<proto::JobInfo> Client::GetJob(const std::string& job_id, int64_t after_version,
@@ -132,10 +152,12 @@ absl::StatusOr<proto::JobInfo> Client::GetJob(const std::string& job_id, int64_t
   req.set_job_id(job_id);
   req.set_after_version(after_version);
   req.set_wait_timeout_ms(absl::ToInt64Milliseconds(wait));
-  grpc::ClientContext ctx;
-  PrepareContext(&ctx, token_, kDefaultRpcTimeout + absl::ToChronoMilliseconds(wait));
   proto::GetJobReply reply;
-  grpc::Status s = stubs_->scheduler->GetJob(&ctx, req, &reply);
+  grpc::Status s = WithRetry([&] {
+    grpc::ClientContext ctx;
+    PrepareClientContext(&ctx, token_, kDefaultRpcTimeout + absl::ToChronoMilliseconds(wait));
+    return stubs_->scheduler->GetJob(&ctx, req, &reply);
+  });
   if (!s.ok()) return Annotate(address_, s);
   return reply.job();
 }
@@ -171,10 +193,12 @@ absl::StatusOr<std::vector<proto::JobInfo>> Client::ListJobs(
   proto::ListJobsRequest req;
   for (auto s : states) req.add_states(s);
   req.set_limit(limit);
-  grpc::ClientContext ctx;
-  PrepareContext(&ctx, token_);
   proto::ListJobsReply reply;
-  grpc::Status s = stubs_->scheduler->ListJobs(&ctx, req, &reply);
+  grpc::Status s = WithRetry([&] {
+    grpc::ClientContext ctx;
+    PrepareClientContext(&ctx, token_);
+    return stubs_->scheduler->ListJobs(&ctx, req, &reply);
+  });
   if (!s.ok()) return Annotate(address_, s);
   return std::vector<proto::JobInfo>(reply.jobs().begin(), reply.jobs().end());
 }
@@ -182,19 +206,23 @@ absl::StatusOr<std::vector<proto::JobInfo>> Client::ListJobs(
 absl::StatusOr<proto::JobInfo> Client::Cancel(const std::string& job_id) {
   proto::CancelJobRequest req;
   req.set_job_id(job_id);
-  grpc::ClientContext ctx;
-  PrepareContext(&ctx, token_);
   proto::CancelJobReply reply;
-  grpc::Status s = stubs_->scheduler->CancelJob(&ctx, req, &reply);
+  grpc::Status s = WithRetry([&] {
+    grpc::ClientContext ctx;
+    PrepareClientContext(&ctx, token_);
+    return stubs_->scheduler->CancelJob(&ctx, req, &reply);
+  });
   if (!s.ok()) return Annotate(address_, s);
   return reply.job();
 }
 
 absl::StatusOr<proto::GetClusterStatusReply> Client::Status() {
-  grpc::ClientContext ctx;
-  PrepareContext(&ctx, token_);
   proto::GetClusterStatusReply reply;
-  grpc::Status s = stubs_->scheduler->GetClusterStatus(&ctx, {}, &reply);
+  grpc::Status s = WithRetry([&] {
+    grpc::ClientContext ctx;
+    PrepareClientContext(&ctx, token_);
+    return stubs_->scheduler->GetClusterStatus(&ctx, {}, &reply);
+  });
   if (!s.ok()) return Annotate(address_, s);
   return reply;
 }
@@ -208,7 +236,7 @@ absl::Status Client::StreamLogs(const std::string& agent_address, const std::str
   req.set_follow(follow);
   for (const auto& o : offsets) *req.add_offsets() = o;
   grpc::ClientContext ctx;
-  PrepareContext(&ctx, token_, absl::ToChronoMilliseconds(timeout));
+  PrepareClientContext(&ctx, token_, absl::ToChronoMilliseconds(timeout));
   std::atomic<bool> done{false};
   std::thread watcher;
   if (cancel != nullptr) {

@@ -1,0 +1,524 @@
+// Integration tests: a real scheduler and real agents as processes on loopback; jobs
+// are real processes. Nothing is mocked.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/files.h"
+#include "common/rpc.h"
+#include "gtest/gtest.h"
+#include "proto/node_agent.grpc.pb.h"
+#include "proto/scheduler.grpc.pb.h"
+#include "tests/util/test_cluster.h"
+
+namespace drover::testing {
+namespace {
+
+using proto::JobState;
+
+std::string Tmp(const std::string& name) {
+  std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  (void)MakeDirs(dir);
+  return dir;
+}
+
+proto::JobSpec ShellJob(const std::string& script, int nproc, int ppn = 0) {
+  proto::JobSpec spec;
+  spec.add_command("/bin/sh");
+  spec.add_command("-c");
+  spec.add_command(script);
+  spec.set_nproc(nproc);
+  spec.set_nproc_per_node(ppn);
+  spec.mutable_per_process()->set_cpus(1);
+  return spec;
+}
+
+std::map<std::string, std::string> ReadEnvFile(const std::string& path) {
+  std::map<std::string, std::string> env;
+  auto text = ReadFile(path);
+  if (!text.ok()) return env;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    auto eq = line.find('=');
+    if (eq == absl::string_view::npos) continue;
+    env[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+  }
+  return env;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void StartCluster(TestClusterOptions options = {}) {
+    auto c = TestCluster::Start(options);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c);
+  }
+  proto::JobInfo Submit(const proto::JobSpec& spec) {
+    auto job = cluster_->client().Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : proto::JobInfo();
+  }
+  proto::JobInfo Wait(const std::string& id, absl::Duration timeout = absl::Seconds(30)) {
+    auto job = cluster_->client().WaitJob(id, timeout);
+    EXPECT_TRUE(job.ok()) << job.status() << "\n" << cluster_->DaemonLogs();
+    return job.ok() ? *job : proto::JobInfo();
+  }
+  // Waits until the job satisfies `pred`.
+  proto::JobInfo WaitUntil(const std::string& id,
+                           const std::function<bool(const proto::JobInfo&)>& pred,
+                           absl::Duration timeout = absl::Seconds(20)) {
+    proto::JobInfo last;
+    bool ok = TestCluster::WaitFor(
+        [&] {
+          auto j = cluster_->client().GetJob(id);
+          if (j.ok()) last = *j;
+          return j.ok() && pred(*j);
+        },
+        timeout);
+    EXPECT_TRUE(ok) << "job " << id << " never reached the expected state; last: "
+                    << last.ShortDebugString() << "\n" << cluster_->DaemonLogs();
+    return last;
+  }
+
+  std::unique_ptr<TestCluster> cluster_;
+};
+
+TEST_F(ClusterTest, EachRankSeesTorchrunEnvironmentAndItsOwnGpus) {
+  TestClusterOptions o;
+  o.nodes = 2;
+  o.gpus_per_node = 4;
+  StartCluster(o);
+  std::string out = Tmp("env");
+  auto spec = ShellJob(absl::StrCat("env > ", out, "/rank$RANK.env"), 4, 2);
+  spec.mutable_per_process()->set_gpus(1);
+  spec.set_max_restarts(3);
+  auto job = Wait(Submit(spec).job_id());
+  ASSERT_EQ(job.state(), proto::SUCCEEDED) << job.reason();
+  std::set<std::string> node_gpu;
+  std::set<std::string> master;
+  for (int r = 0; r < 4; ++r) {
+    auto env = ReadEnvFile(absl::StrCat(out, "/rank", r, ".env"));
+    ASSERT_FALSE(env.empty()) << "rank " << r << " wrote nothing";
+    EXPECT_EQ(env["RANK"], absl::StrCat(r));
+    EXPECT_EQ(env["LOCAL_RANK"], absl::StrCat(r % 2));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["GROUP_RANK"], absl::StrCat(r / 2));
+    EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
+    EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "3");
+    EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], job.job_id());
+    EXPECT_EQ(env["DROVER_JOB_ID"], job.job_id());
+    EXPECT_EQ(env["DROVER_NODE_ID"], job.placement(r).node_id());
+    EXPECT_FALSE(env["DROVER_SCHEDULER_ADDRESS"].empty());
+    EXPECT_FALSE(env["DROVER_TOKEN_FILE"].empty());
+    EXPECT_EQ(env["MASTER_ADDR"], job.placement(0).node_ip());
+    EXPECT_NE(env["MASTER_PORT"], "0");
+    master.insert(env["MASTER_ADDR"] + ":" + env["MASTER_PORT"]);
+    ASSERT_EQ(env["CUDA_VISIBLE_DEVICES"].size(), 1u) << env["CUDA_VISIBLE_DEVICES"];
+    node_gpu.insert(env["DROVER_NODE_ID"] + "/" + env["CUDA_VISIBLE_DEVICES"]);
+  }
+  EXPECT_EQ(master.size(), 1u) << "every rank must meet at the same MASTER_ADDR:PORT";
+  EXPECT_EQ(node_gpu.size(), 4u) << "two ranks share a GPU";
+  // The job had two nodes, two ranks each, in rank order.
+  EXPECT_EQ(job.placement(0).node_id(), job.placement(1).node_id());
+  EXPECT_NE(job.placement(1).node_id(), job.placement(2).node_id());
+}
+
+TEST_F(ClusterTest, GangIsAllOrNothingAndWaitingJobStartsWhenSpaceFrees) {
+  TestClusterOptions o;
+  o.nodes = 2;
+  o.gpus_per_node = 2;
+  StartCluster(o);
+  std::string dir = Tmp("gang");
+  // A holds every GPU until the release file appears.
+  auto a = ShellJob(absl::StrCat("while [ ! -e ", dir, "/release ]; do sleep 0.02; done"), 4, 2);
+  a.mutable_per_process()->set_gpus(1);
+  auto job_a = Submit(a);
+  WaitUntil(job_a.job_id(), [](const auto& j) { return j.state() == proto::RUNNING; });
+  // B needs 2 GPUs on one node: nothing of it may start while A runs.
+  auto b = ShellJob(absl::StrCat("touch ", dir, "/b-ran-$RANK"), 2, 2);
+  b.mutable_per_process()->set_gpus(1);
+  auto job_b = Submit(b);
+  auto pending = WaitUntil(job_b.job_id(), [](const auto& j) {
+    return j.state() == proto::PENDING && absl::StrContains(j.reason(), "needs 2 GPUs on one node");
+  });
+  EXPECT_EQ(pending.reason(), "needs 2 GPUs on one node; the most free on any node is 0 GPUs");
+  EXPECT_EQ(pending.placement_size(), 0);
+  EXPECT_FALSE(access((dir + "/b-ran-0").c_str(), F_OK) == 0);
+  std::ofstream(dir + "/release").put('x');
+  auto done_a = Wait(job_a.job_id());
+  EXPECT_EQ(done_a.state(), proto::SUCCEEDED) << done_a.reason();
+  auto done_b = Wait(job_b.job_id());
+  EXPECT_EQ(done_b.state(), proto::SUCCEEDED) << done_b.reason();
+  EXPECT_TRUE(access((dir + "/b-ran-0").c_str(), F_OK) == 0);
+  EXPECT_TRUE(access((dir + "/b-ran-1").c_str(), F_OK) == 0);
+}
+
+TEST_F(ClusterTest, OneRankFailingStopsTheRestAndReportsRootCause) {
+  StartCluster();
+  // Rank 3 fails; the others ignore SIGTERM and have children, so only SIGKILL of the
+  // whole process group stops them.
+  auto spec = ShellJob(
+      "if [ \"$RANK\" = 3 ]; then echo preparing >&2; echo 'boom: CUDA out of memory' >&2; "
+      "exit 3; fi; trap '' TERM; sleep 300 & sleep 300",
+      4, 2);
+  absl::Time start = absl::Now();
+  auto job = Wait(Submit(spec).job_id());
+  absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(job.state(), proto::FAILED);
+  EXPECT_EQ(job.root_cause().rank(), 3);
+  EXPECT_EQ(job.root_cause().exit_code(), 3);
+  EXPECT_EQ(job.exit_code(), 3);
+  EXPECT_TRUE(absl::StrContains(job.reason(), "rank 3 on node " + job.placement(3).node_id()))
+      << job.reason();
+  EXPECT_TRUE(absl::StrContains(job.reason(), "exited with code 3")) << job.reason();
+  EXPECT_TRUE(absl::StrContains(job.reason(), "boom: CUDA out of memory")) << job.reason();
+  EXPECT_LT(took, absl::Seconds(10)) << "failure took " << took << " to surface";
+  EXPECT_TRUE(ProcessesOfJob(job.job_id()).empty());
+}
+
+TEST_F(ClusterTest, SignalDeathIsReportedBySignalName) {
+  StartCluster();
+  auto job = Wait(Submit(ShellJob("if [ $RANK = 1 ]; then kill -SEGV $$; fi; sleep 300", 2)).job_id());
+  EXPECT_EQ(job.state(), proto::FAILED);
+  EXPECT_EQ(job.root_cause().signal(), SIGSEGV);
+  EXPECT_EQ(job.exit_code(), 128 + SIGSEGV);
+  EXPECT_TRUE(absl::StrContains(job.reason(), "killed by SIGSEGV")) << job.reason();
+}
+
+TEST_F(ClusterTest, CancelLeavesNoSurvivorOnAnyNode) {
+  StartCluster();
+  std::string dir = Tmp("cancel");
+  auto spec = ShellJob(absl::StrCat("trap '' TERM; (trap '' TERM; sleep 300) & sleep 300 & "
+                                    "touch ", dir, "/up-$RANK; wait"),
+                       4, 2);
+  auto job = Submit(spec);
+  ASSERT_TRUE(TestCluster::WaitFor(
+      [&] {
+        for (int r = 0; r < 4; ++r) {
+          if (access(absl::StrCat(dir, "/up-", r).c_str(), F_OK) != 0) return false;
+        }
+        return true;
+      },
+      absl::Seconds(20)));
+  EXPECT_GE(ProcessesOfJob(job.job_id()).size(), 12u);
+  std::string out, err;
+  int rc = cluster_->RunCli({"cancel", job.job_id()}, &out, &err);
+  EXPECT_EQ(rc, 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, job.job_id() + " CANCELLED")) << out << err;
+  // `drover cancel` returns only when nothing is left.
+  EXPECT_TRUE(ProcessesOfJob(job.job_id()).empty());
+  auto info = cluster_->client().GetJob(job.job_id());
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state(), proto::CANCELLED);
+  EXPECT_EQ(info->live_processes(), 0);
+  // Cancelling again is harmless.
+  EXPECT_EQ(cluster_->RunCli({"cancel", job.job_id()}, &out, &err), 0) << err;
+}
+
+TEST_F(ClusterTest, AgentKilledIsDeclaredDeadAndItsJobFails) {
+  TestClusterOptions o;
+  o.node_timeout_ms = 1500;
+  StartCluster(o);
+  auto job = Submit(ShellJob("sleep 300", 4, 2));
+  auto running = WaitUntil(job.job_id(), [](const auto& j) {
+    return j.state() == proto::RUNNING && j.master_port() != 0;
+  });
+  ASSERT_TRUE(TestCluster::WaitFor([&] { return ProcessesOfJob(job.job_id()).size() >= 4; },
+                                   absl::Seconds(10)));
+  // Which agent hosts rank 2? Kill that one.
+  int victim = cluster_->agent_node_id(0) == running.placement(2).node_id() ? 0 : 1;
+  ASSERT_EQ(cluster_->agent_node_id(victim), running.placement(2).node_id());
+  absl::Time killed = absl::Now();
+  cluster_->SignalAgent(victim, SIGKILL);
+  auto failed = Wait(job.job_id());
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(8));
+  EXPECT_EQ(failed.state(), proto::FAILED);
+  EXPECT_TRUE(absl::StrContains(failed.reason(), "declared dead")) << failed.reason();
+  EXPECT_TRUE(absl::StrContains(failed.reason(), running.placement(2).node_id())) << failed.reason();
+  // The dead agent's workers die with it (no orphans), the others were stopped.
+  EXPECT_TRUE(TestCluster::WaitFor([&] { return ProcessesOfJob(job.job_id()).empty(); },
+                                   absl::Seconds(10)));
+  auto after = cluster_->client().Status();
+  ASSERT_TRUE(after.ok());
+  for (const auto& n : after->nodes()) {
+    EXPECT_EQ(n.state(), n.node_id() == running.placement(2).node_id() ? proto::DEAD : proto::ALIVE)
+        << n.node_id();
+  }
+}
+
+TEST_F(ClusterTest, GangRestartsWithRestartCountUntilItSucceeds) {
+  StartCluster();
+  auto spec = ShellJob(
+      "if [ $RANK = 1 ] && [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then exit 5; fi; "
+      "echo gen=$TORCHELASTIC_RESTART_COUNT",
+      2, 1);
+  spec.set_max_restarts(3);
+  auto job = Wait(Submit(spec).job_id());
+  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.restart_count(), 2);
+  std::string out, err;
+  EXPECT_EQ(cluster_->RunCli({"logs", job.job_id()}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "[rank0]: gen=2")) << out;
+
+  spec.set_max_restarts(1);
+  auto exhausted = Wait(Submit(spec).job_id());
+  EXPECT_EQ(exhausted.state(), proto::FAILED);
+  EXPECT_EQ(exhausted.restart_count(), 1);
+  EXPECT_EQ(exhausted.exit_code(), 5);
+}
+
+TEST_F(ClusterTest, RunStreamsRankPrefixedOutputAndExitsWithJobCode) {
+  StartCluster();
+  std::string out, err;
+  int rc = cluster_->RunCli({"run", "--nproc", "2", "--", "sh", "-c",
+                             "echo hello from $RANK; echo warn $RANK >&2"},
+                            &out, &err);
+  EXPECT_EQ(rc, 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "[rank0]: hello from 0\n")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "[rank1]: hello from 1\n")) << out;
+  EXPECT_TRUE(absl::StrContains(err, "[rank1]: warn 1\n")) << err;
+  rc = cluster_->RunCli(
+      {"run", "--nodes", "2", "--", "sh", "-c", "if [ $RANK = 1 ]; then exit 7; fi; sleep 300"},
+      &out, &err);
+  EXPECT_EQ(rc, 7) << err;
+  EXPECT_TRUE(absl::StrContains(err, "FAILED")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "exited with code")) << err;
+}
+
+TEST_F(ClusterTest, StatusJobsAndJsonOutput) {
+  TestClusterOptions o;
+  o.gpus_per_node = 2;
+  StartCluster(o);
+  auto job = Wait(Submit(ShellJob("true", 1)).job_id());
+  std::string out, err;
+  ASSERT_EQ(cluster_->RunCli({"status"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "node-1")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "ALIVE")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "2/2")) << out;  // GPUs free/total
+  ASSERT_EQ(cluster_->RunCli({"status", "--json"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "\"nodes\"")) << out;
+  ASSERT_EQ(cluster_->RunCli({"jobs"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, job.job_id())) << out;
+  EXPECT_TRUE(absl::StrContains(out, "SUCCEEDED")) << out;
+  ASSERT_EQ(cluster_->RunCli({"jobs", "--json"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "\"state\": \"SUCCEEDED\"")) << out;
+  ASSERT_EQ(cluster_->RunCli({"submit", "--", "true"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StartsWith(out, "job-")) << out;
+}
+
+TEST_F(ClusterTest, RequestsWithoutTheTokenAreRefused) {
+  StartCluster();
+  auto scheduler = proto::Scheduler::NewStub(MakeChannel(cluster_->address()));
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    proto::GetClusterStatusReply reply;
+    auto s = scheduler->GetClusterStatus(&ctx, {}, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, "not-the-token");
+    proto::SubmitJobRequest req;
+    *req.mutable_spec() = ShellJob("true", 1);
+    proto::SubmitJobReply reply;
+    auto s = scheduler->SubmitJob(&ctx, req, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  }
+  auto status = cluster_->client().Status();
+  ASSERT_TRUE(status.ok());
+  auto agent = proto::NodeAgent::NewStub(MakeChannel(status->nodes(0).agent_address()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  proto::StartProcessesRequest req;
+  req.set_job_id("job-evil");
+  req.add_command("/bin/true");
+  proto::StartProcessesReply reply;
+  auto s = agent->StartProcesses(&ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  // No job was created by the refused submit.
+  auto jobs = cluster_->client().ListJobs();
+  ASSERT_TRUE(jobs.ok());
+  EXPECT_TRUE(jobs->empty());
+  // The token file is owner-only.
+  struct stat st;
+  ASSERT_EQ(stat(cluster_->token_file().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u);
+}
+
+TEST_F(ClusterTest, BadInputGetsClearErrorsAndNothingCrashes) {
+  TestClusterOptions o;
+  o.gpus_per_node = 2;
+  StartCluster(o);
+  std::string out, err;
+  // Zero processes, from the CLI and from a raw request.
+  EXPECT_EQ(cluster_->RunCli({"submit", "--nproc", "0", "--", "true"}, &out, &err), 2);
+  EXPECT_TRUE(absl::StrContains(err, "at least 1")) << err;
+  auto zero = cluster_->client().Submit(ShellJob("true", 0));
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  // No command.
+  EXPECT_EQ(cluster_->RunCli({"submit", "--nproc", "1"}, &out, &err), 2);
+  EXPECT_TRUE(absl::StrContains(err, "no command")) << err;
+  // More GPUs than any node has.
+  EXPECT_NE(cluster_->RunCli({"submit", "--gpus-per-proc", "3", "--", "true"}, &out, &err), 0);
+  EXPECT_TRUE(absl::StrContains(err, "can never run on this cluster: needs 3 GPUs on one node"))
+      << err;
+  // Unknown job, for every command that takes one.
+  for (const char* cmd : {"logs", "cancel", "job"}) {
+    EXPECT_EQ(cluster_->RunCli({cmd, "job-999"}, &out, &err), 1) << cmd;
+    EXPECT_TRUE(absl::StrContains(err, "no job 'job-999'")) << cmd << ": " << err;
+  }
+  // A command that does not exist: the job fails and says so.
+  auto missing = Wait(Submit(ShellJob("true", 1)).job_id());
+  proto::JobSpec nosuch = ShellJob("", 1);
+  nosuch.clear_command();
+  nosuch.add_command("drover-no-such-command");
+  auto j = Wait(Submit(nosuch).job_id());
+  EXPECT_EQ(j.state(), proto::FAILED);
+  EXPECT_EQ(j.exit_code(), 127);
+  EXPECT_TRUE(absl::StrContains(j.reason(), "drover-no-such-command")) << j.reason();
+  // Malformed requests from a client that skips the CLI.
+  auto scheduler = proto::Scheduler::NewStub(MakeChannel(cluster_->address()));
+  std::string token = std::string(absl::StripAsciiWhitespace(*ReadFile(cluster_->token_file())));
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token);
+    proto::RegisterNodeRequest req;  // no address
+    req.mutable_total()->set_gpus(-4);
+    proto::RegisterNodeReply reply;
+    EXPECT_EQ(scheduler->RegisterNode(&ctx, req, &reply).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token);
+    proto::HeartbeatRequest req;
+    req.set_node_id("node-404");
+    auto* p = req.add_processes();
+    p->set_job_id(missing.job_id());
+    p->set_rank(77);
+    proto::HeartbeatReply reply;
+    EXPECT_TRUE(scheduler->Heartbeat(&ctx, req, &reply).ok());
+    EXPECT_FALSE(reply.known());
+  }
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token);
+    proto::ReportExitRequest req;
+    req.set_node_id("node-1");
+    req.set_job_id(missing.job_id());
+    req.mutable_exit()->set_rank(12345);
+    req.mutable_exit()->set_exit_code(9);
+    proto::ReportExitReply reply;
+    EXPECT_TRUE(scheduler->ReportExit(&ctx, req, &reply).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token);
+    proto::SubmitJobRequest req;
+    *req.mutable_spec() = ShellJob("true", 4, 3);  // not a multiple
+    proto::SubmitJobReply reply;
+    auto s = scheduler->SubmitJob(&ctx, req, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "not a multiple")) << s.error_message();
+  }
+  auto status = cluster_->client().Status();
+  ASSERT_TRUE(status.ok());
+  auto agent = proto::NodeAgent::NewStub(MakeChannel(status->nodes(0).agent_address()));
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token);
+    proto::StartProcessesRequest req;
+    req.set_job_id("job-x");
+    req.add_command("/bin/true");
+    req.set_world_size(1);
+    req.add_processes()->set_rank(5);  // outside [0, world_size)
+    proto::StartProcessesReply reply;
+    auto s = agent->StartProcesses(&ctx, req, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  // The earlier job record is intact and both daemons still serve.
+  auto again = cluster_->client().GetJob(missing.job_id());
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->state(), proto::SUCCEEDED);
+  auto ok_job = Wait(Submit(ShellJob("true", 2)).job_id());
+  EXPECT_EQ(ok_job.state(), proto::SUCCEEDED) << ok_job.reason();
+}
+
+TEST_F(ClusterTest, SchedulerRestartedOnRedisKeepsEveryJobAndReattaches) {
+  TestClusterOptions o;
+  o.redis = true;
+  o.gpus_per_node = 1;
+  StartCluster(o);
+  std::string dir = Tmp("redis-restart");
+  auto done = Wait(Submit(ShellJob("true", 1)).job_id());
+  ASSERT_EQ(done.state(), proto::SUCCEEDED);
+  auto failed = Wait(Submit(ShellJob("exit 4", 1)).job_id());
+  ASSERT_EQ(failed.state(), proto::FAILED);
+  auto hold = ShellJob(absl::StrCat("echo $$ > ", dir, "/pid-$RANK; while [ ! -e ", dir,
+                                    "/release ]; do sleep 0.02; done"),
+                       2, 1);
+  hold.mutable_per_process()->set_gpus(1);
+  auto running = Submit(hold);
+  WaitUntil(running.job_id(), [](const auto& j) { return j.state() == proto::RUNNING; });
+  auto waiting_spec = ShellJob("echo waited", 1);
+  waiting_spec.mutable_per_process()->set_gpus(1);
+  auto waiting = Submit(waiting_spec);
+  WaitUntil(waiting.job_id(), [](const auto& j) {
+    return j.state() == proto::PENDING && absl::StrContains(j.reason(), "GPU");
+  });
+  // The two shells of the running job, by the pids they wrote.
+  std::vector<pid_t> shells;
+  ASSERT_TRUE(TestCluster::WaitFor(
+      [&] {
+        shells.clear();
+        for (int r = 0; r < 2; ++r) {
+          auto t = ReadFile(absl::StrCat(dir, "/pid-", r));
+          if (t.ok() && !t->empty() && t->back() == '\n') shells.push_back(std::atoi(t->c_str()));
+        }
+        return shells.size() == 2;
+      },
+      absl::Seconds(10)));
+
+  ASSERT_TRUE(cluster_->RestartScheduler().ok()) << cluster_->DaemonLogs();
+  auto jobs = cluster_->client().ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  std::map<std::string, JobState> states;
+  for (const auto& j : *jobs) states[j.job_id()] = j.state();
+  EXPECT_EQ(states.size(), 4u);
+  EXPECT_EQ(states[done.job_id()], proto::SUCCEEDED);
+  EXPECT_EQ(states[failed.job_id()], proto::FAILED);
+  EXPECT_EQ(states[running.job_id()], proto::RUNNING);
+  EXPECT_EQ(states[waiting.job_id()], proto::PENDING);
+  // Agents re-register; the running job's processes are the same ones, still running.
+  ASSERT_TRUE(TestCluster::WaitFor(
+      [&] {
+        auto s = cluster_->client().Status();
+        if (!s.ok()) return false;
+        int alive = 0;
+        for (const auto& n : s->nodes()) alive += n.state() == proto::ALIVE;
+        return alive == 2;
+      },
+      absl::Seconds(15)));
+  auto now_running = ProcessesOfJob(running.job_id());
+  for (pid_t p : shells) {
+    EXPECT_NE(std::find(now_running.begin(), now_running.end(), p), now_running.end())
+        << "process " << p << " of the running job did not survive the scheduler restart";
+  }
+  std::ofstream(dir + "/release").put('x');
+  auto finished = Wait(running.job_id());
+  EXPECT_EQ(finished.state(), proto::SUCCEEDED) << finished.reason();
+  auto then = Wait(waiting.job_id());
+  EXPECT_EQ(then.state(), proto::SUCCEEDED) << then.reason();
+}
+
+}  // namespace
+}  // namespace drover::testing

@@ -1,0 +1,261 @@
+#include "tests/util/test_cluster.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/auth.h"
+#include "common/files.h"
+#include "common/spawn.h"
+
+extern char** environ;
+
+namespace drover::testing {
+namespace {
+
+std::string TestTmp() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+std::string JsonString(const std::string& json, const std::string& key) {
+  std::string needle = absl::StrCat("\"", key, "\":\"");
+  auto pos = json.find(needle);
+  if (pos == std::string::npos) return "";
+  pos += needle.size();
+  return json.substr(pos, json.find('"', pos) - pos);
+}
+
+void StopProcess(pid_t pid, int first_signal) {
+  if (pid <= 0) return;
+  ::kill(pid, first_signal);
+  absl::Time deadline = absl::Now() + absl::Seconds(15);
+  int status;
+  while (absl::Now() < deadline) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid || r < 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+}
+
+}  // namespace
+
+std::string Runfile(const std::string& path) {
+  const char* srcdir = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  if (srcdir == nullptr) return path;
+  return absl::StrCat(srcdir, "/", ws ? ws : "drover", "/", path);
+}
+
+bool TestCluster::WaitFor(const std::function<bool()>& pred, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptions options) {
+  std::unique_ptr<TestCluster> c(new TestCluster);
+  c->options_ = options;
+  static int counter = 0;
+  c->dir_ = absl::StrCat(TestTmp(), "/cluster-", getpid(), "-", counter++);
+  if (auto s = MakeDirs(c->dir_, 0700); !s.ok()) return s;
+  c->token_file_ = c->dir_ + "/token";
+  if (auto t = LoadOrCreateTokenFile(c->token_file_); !t.ok()) return t.status();
+  if (options.redis) {
+    auto r = RedisServer::Start(c->dir_ + "/redis", /*appendonly=*/true);
+    if (!r.ok()) return r.status();
+    c->redis_ = std::move(*r);
+  }
+  if (auto s = c->StartScheduler(0); !s.ok()) return s;
+  auto client = Client::Connect({c->address_, c->token_file_});
+  if (!client.ok()) return client.status();
+  c->client_ = std::move(*client);
+  c->agents_.assign(options.nodes, -1);
+  for (int i = 0; i < options.nodes; ++i) {
+    if (auto s = c->StartAgent(i); !s.ok()) return s;
+  }
+  bool ready = WaitFor(
+      [&] {
+        auto s = c->client_->Status();
+        if (!s.ok()) return false;
+        int alive = 0;
+        for (const auto& n : s->nodes()) alive += n.state() == proto::ALIVE;
+        if (alive != options.nodes) return false;
+        for (int i = 0; i < options.nodes; ++i) {
+          if (c->agent_node_id(i).empty()) return false;
+        }
+        return true;
+      },
+      absl::Seconds(30));
+  if (!ready) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("agents did not register in 30 s\n", c->DaemonLogs()));
+  }
+  return c;
+}
+
+absl::Status TestCluster::StartScheduler(int port) {
+  std::string ready = dir_ + "/scheduler.ready";
+  ::unlink(ready.c_str());
+  SpawnOptions o;
+  o.argv = {Runfile("scheduler/drover-scheduler"), "--bind",
+            options_.netns.empty() ? "127.0.0.1" : "0.0.0.0",
+            "--port", absl::StrCat(port), "--token-file", token_file_,
+            "--ready-file", ready, "--node-timeout-ms", absl::StrCat(options_.node_timeout_ms),
+            "--heartbeat-ms", absl::StrCat(options_.heartbeat_ms),
+            "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms)};
+  if (redis_) {
+    o.argv.push_back("--redis");
+    o.argv.push_back(redis_->address());
+  }
+  o.stdout_path = o.stderr_path = dir_ + "/scheduler.log";
+  auto pid = Spawn(o);
+  if (!pid.ok()) return pid.status();
+  scheduler_ = *pid;
+  std::string json;
+  bool ok = WaitFor(
+      [&] {
+        auto t = ReadFile(ready);
+        if (t.ok()) json = *t;
+        return !JsonString(json, "address").empty();
+      },
+      absl::Seconds(20));
+  if (!ok) return absl::DeadlineExceededError("scheduler did not start\n" + DaemonLogs());
+  address_ = JsonString(json, "address");
+  return absl::OkStatus();
+}
+
+absl::Status TestCluster::StartAgent(int i) {
+  SpawnOptions o;
+  std::string scheduler = address_;
+  std::vector<std::string> prefix;
+  if (!options_.netns.empty()) {
+    // Agents in namespaces reach the scheduler at the host's side of their link.
+    prefix = {"ip", "netns", "exec", options_.netns[i]};
+    scheduler = absl::StrCat(options_.scheduler_host, ":", address_.substr(address_.rfind(':') + 1));
+  }
+  o.argv = prefix;
+  std::vector<std::string> args = {
+      Runfile("node_agent/drover-agent"), "--scheduler", scheduler, "--token-file", token_file_,
+      "--dir", absl::StrCat(dir_, "/agent-", i), "--num-gpus",
+      absl::StrCat(options_.gpus_per_node), "--num-cpus", absl::StrCat(options_.cpus_per_node),
+      "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms),
+      "--ready-file", absl::StrCat(dir_, "/agent-", i, ".ready")};
+  ::unlink(absl::StrCat(dir_, "/agent-", i, ".ready").c_str());
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.stdout_path = o.stderr_path = absl::StrCat(dir_, "/agent-", i, ".log");
+  auto pid = Spawn(o);
+  if (!pid.ok()) return pid.status();
+  agents_[i] = *pid;
+  return absl::OkStatus();
+}
+
+TestCluster::~TestCluster() {
+  for (pid_t& p : agents_) {
+    StopProcess(p, SIGTERM);
+    p = -1;
+  }
+  StopProcess(scheduler_, SIGTERM);
+}
+
+void TestCluster::SignalAgent(int i, int sig) {
+  ::kill(agents_[i], sig);
+  if (sig == SIGKILL || sig == SIGTERM) {
+    int status;
+    ::waitpid(agents_[i], &status, 0);
+    agents_[i] = -1;
+  }
+}
+
+std::string TestCluster::agent_node_id(int i) const {
+  auto text = ReadFile(absl::StrCat(dir_, "/agent-", i, ".ready"));
+  return text.ok() ? JsonString(*text, "node_id") : "";
+}
+
+absl::Status TestCluster::RestartScheduler() {
+  auto hp = absl::StrSplit(address_, ':');
+  std::vector<std::string> parts(hp.begin(), hp.end());
+  int port = std::atoi(parts.back().c_str());
+  StopProcess(scheduler_, SIGKILL);
+  scheduler_ = -1;
+  return StartScheduler(port);
+}
+
+int TestCluster::RunCli(const std::vector<std::string>& args, std::string* out, std::string* err,
+                        const std::vector<std::string>& extra_env) {
+  static int n = 0;
+  std::string base = absl::StrCat(dir_, "/cli-", n++);
+  SpawnOptions o;
+  o.argv = {Runfile("cli/drover")};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  for (char** e = environ; *e; ++e) o.env.push_back(*e);
+  o.env.push_back("DROVER_ADDRESS=" + address_);
+  o.env.push_back("DROVER_TOKEN_FILE=" + token_file_);
+  o.env.push_back("DROVER_HOME=" + dir_ + "/home");
+  for (const auto& e : extra_env) o.env.push_back(e);
+  o.stdout_path = base + ".out";
+  o.stderr_path = base + ".err";
+  auto pid = Spawn(o);
+  if (!pid.ok()) {
+    if (err) *err = std::string(pid.status().message());
+    return -1;
+  }
+  int status = 0;
+  ::waitpid(*pid, &status, 0);
+  if (out) *out = ReadFile(base + ".out").value_or("");
+  if (err) *err = ReadFile(base + ".err").value_or("");
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string TestCluster::DaemonLogs() const {
+  std::string out;
+  std::vector<std::string> logs = {dir_ + "/scheduler.log"};
+  for (size_t i = 0; i < agents_.size(); ++i) logs.push_back(absl::StrCat(dir_, "/agent-", i, ".log"));
+  for (const auto& l : logs) {
+    absl::StrAppend(&out, "==== ", l, "\n", TailFile(l, 0, 3000), "\n");
+  }
+  return out;
+}
+
+std::vector<pid_t> ProcessesOfJob(const std::string& job_id) {
+  std::vector<pid_t> out;
+  const std::string needle = "DROVER_JOB_ID=" + job_id;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    pid_t pid = std::atoi(e->d_name);
+    if (pid <= 0) continue;
+    auto env = ReadFile(absl::StrCat("/proc/", pid, "/environ"));
+    if (!env.ok()) continue;
+    for (absl::string_view kv : absl::StrSplit(*env, '\0')) {
+      if (kv == needle) {
+        // Zombies are dead: only count processes that still run.
+        auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+        if (stat.ok()) {
+          auto close = stat->rfind(')');
+          if (close != std::string::npos && close + 2 < stat->size() &&
+              (*stat)[close + 2] == 'Z') {
+            break;
+          }
+        }
+        out.push_back(pid);
+        break;
+      }
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace drover::testing

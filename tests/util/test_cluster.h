@@ -1,0 +1,93 @@
+// A real drover cluster for integration tests: drover-scheduler and N drover-agent
+// processes on loopback (optionally each agent in its own network namespace), and
+// optionally a private redis-server. Everything lives under one directory the test
+// owns; the destructor stops every process it started and reaps it.
+//
+// Binaries come from the test's runfiles (data deps on //scheduler:drover-scheduler,
+// //node_agent:drover-agent, //node_agent:drover-launch, //cli:drover).
+// Not thread-safe: use from the test's main thread.
+#ifndef DROVER_TESTS_UTIL_TEST_CLUSTER_H_
+#define DROVER_TESTS_UTIL_TEST_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "drover/client.h"
+#include "tests/util/redis_server.h"
+
+namespace drover::testing {
+
+struct TestClusterOptions {
+  int nodes = 2;
+  int gpus_per_node = 0;
+  double cpus_per_node = 8;
+  bool redis = false;
+  int64_t node_timeout_ms = 2000;
+  int64_t heartbeat_ms = 200;
+  int64_t kill_grace_ms = 1000;
+  // If non-empty, agent i runs inside `ip netns exec netns[i]` and binds there.
+  std::vector<std::string> netns;
+  // With netns: the scheduler's address as seen from inside the namespaces.
+  std::string scheduler_host;
+};
+
+class TestCluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<TestCluster>> Start(TestClusterOptions options);
+  ~TestCluster();
+
+  const std::string& address() const { return address_; }
+  const std::string& token_file() const { return token_file_; }
+  const std::string& dir() const { return dir_; }
+  Client& client() { return *client_; }
+  pid_t agent_pid(int i) const { return agents_[i]; }
+  // The node id agent i registered as (agents register in any order).
+  std::string agent_node_id(int i) const;
+  pid_t scheduler_pid() const { return scheduler_; }
+
+  // Sends `sig` to agent i and reaps it if it exits.
+  void SignalAgent(int i, int sig);
+  // SIGKILLs the scheduler and starts a new one on the same port and state.
+  absl::Status RestartScheduler();
+
+  // Runs the `drover` CLI against this cluster; returns its exit code and fills what
+  // it printed.
+  int RunCli(const std::vector<std::string>& args, std::string* out = nullptr,
+             std::string* err = nullptr, const std::vector<std::string>& extra_env = {});
+
+  // Waits for `pred` (checked every 20 ms) up to `timeout`.
+  static bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout);
+
+  // Tails of every daemon's log, for failure messages.
+  std::string DaemonLogs() const;
+
+ private:
+  TestCluster() = default;
+  absl::Status StartScheduler(int port);
+  absl::Status StartAgent(int i);
+
+  TestClusterOptions options_;
+  std::string dir_;
+  std::string token_file_;
+  std::string address_;
+  pid_t scheduler_ = -1;
+  std::vector<pid_t> agents_;
+  std::unique_ptr<RedisServer> redis_;
+  std::unique_ptr<Client> client_;
+};
+
+// Path of a runfile of this workspace ("cli/drover").
+std::string Runfile(const std::string& path);
+
+// Pids of live processes whose environment has DROVER_JOB_ID=<job_id>.
+std::vector<pid_t> ProcessesOfJob(const std::string& job_id);
+
+}  // namespace drover::testing
+
+#endif  // DROVER_TESTS_UTIL_TEST_CLUSTER_H_

@@ -70,16 +70,61 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
                                             bool follow, bool prefix,
                                             const std::atomic<bool>* stop) {
   LinePrinter printer(prefix);
-  std::mutex mu;
-  // (node, rank, stream) -> bytes already printed.
-  std::map<std::tuple<std::string, int, int>, int64_t> offsets;
-  std::map<std::string, std::string> agent_address;  // node id -> agent address
   auto job = client.GetJob(job_id);
   if (!job.ok()) return job.status();
-  bool final_pass = false;
-  for (;;) {
+
+  // One thread per node the job has been placed on. Each streams that node's output,
+  // resuming from its own offsets, until the job has ended everywhere (`finished`);
+  // then it makes one last pass for anything written at the very end.
+  std::atomic<bool> finished{!follow};
+  std::mutex mu;
+  std::map<std::string, std::thread> threads;  // node id -> streamer
+  std::map<std::string, std::string> agent_address;
+  absl::Status first_error;
+
+  auto streamer = [&](const std::string& node, const std::string& address) {
+    std::map<std::pair<int, int>, int64_t> offsets;  // (rank, stream) -> printed bytes
+    for (bool last_pass = false;;) {
+      last_pass = last_pass || finished.load() || (stop != nullptr && stop->load());
+      std::vector<proto::LogOffset> from;
+      for (const auto& [key, off] : offsets) {
+        proto::LogOffset o;
+        o.set_rank(key.first);
+        o.set_stream(key.second);
+        o.set_offset(off);
+        from.push_back(o);
+      }
+      absl::Status s = client.StreamLogs(
+          address, job_id, /*follow=*/!last_pass, from,
+          [&](const proto::LogChunk& c) {
+            int64_t& off = offsets[{c.rank(), c.stream()}];
+            if (c.offset() + static_cast<int64_t>(c.data().size()) <= off) return;
+            off = c.offset() + c.data().size();
+            printer.Write(c);
+          },
+          stop, last_pass ? absl::Seconds(30) : absl::Hours(24 * 365));
+      if (last_pass) {
+        // NOT_FOUND: the node never ran a process of this job (nothing to print).
+        if (!s.ok() && !absl::IsNotFound(s)) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (first_error.ok()) first_error = s;
+        }
+        return;
+      }
+      // The stream ended: this node's processes have exited for now (or have not
+      // started yet). Look again shortly unless the job is over.
+      for (int i = 0; i < 5 && !finished.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  };
+
+  auto start_streamers = [&](const proto::JobInfo& j) -> absl::Status {
     std::set<std::string> nodes;
-    for (const auto& p : job->placement()) nodes.insert(p.node_id());
+    for (const auto& p : j.placement()) {
+      if (!threads.count(p.node_id())) nodes.insert(p.node_id());
+    }
+    if (nodes.empty()) return absl::OkStatus();
     bool missing = false;
     for (const auto& n : nodes) missing |= !agent_address.count(n);
     if (missing) {
@@ -87,56 +132,31 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
       if (!status.ok()) return status.status();
       for (const auto& n : status->nodes()) agent_address[n.node_id()] = n.agent_address();
     }
-    const bool stream_follow = follow && !final_pass && !IsTerminal(job->state());
-    std::vector<std::thread> threads;
-    std::vector<absl::Status> results(nodes.size());
-    size_t i = 0;
-    for (const auto& node : nodes) {
-      auto it = agent_address.find(node);
-      if (it == agent_address.end() || it->second.empty()) {
-        results[i++] = absl::NotFoundError(absl::StrCat("node ", node, " is not known"));
-        continue;
-      }
-      std::vector<proto::LogOffset> from;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        for (const auto& [key, off] : offsets) {
-          if (std::get<0>(key) != node) continue;
-          proto::LogOffset o;
-          o.set_rank(std::get<1>(key));
-          o.set_stream(std::get<2>(key));
-          o.set_offset(off);
-          from.push_back(o);
-        }
-      }
-      threads.emplace_back([&, node, address = it->second, from, idx = i] {
-        results[idx] = client.StreamLogs(
-            address, job_id, stream_follow, from,
-            [&](const proto::LogChunk& c) {
-              {
-                std::lock_guard<std::mutex> lock(mu);
-                int64_t& off = offsets[{node, c.rank(), c.stream()}];
-                if (c.offset() + static_cast<int64_t>(c.data().size()) <= off) return;
-                off = c.offset() + c.data().size();
-              }
-              printer.Write(c);
-            },
-            stop, stream_follow ? absl::Hours(24 * 365) : absl::Seconds(30));
-      });
-      ++i;
+    for (const auto& n : nodes) {
+      auto it = agent_address.find(n);
+      if (it == agent_address.end() || it->second.empty()) continue;
+      threads.emplace(n, std::thread(streamer, n, it->second));
     }
-    for (auto& t : threads) t.join();
-    if (!follow || final_pass || (stop != nullptr && stop->load())) break;
-    if (IsTerminal(job->state()) && job->live_processes() == 0) {
-      final_pass = true;  // one more pass picks up anything written at the very end
-      continue;
+    return absl::OkStatus();
+  };
+
+  absl::Status status = start_streamers(*job);
+  while (status.ok() && follow && !finished.load()) {
+    if (IsTerminal(job->state()) && job->live_processes() == 0) break;
+    if (stop != nullptr && stop->load()) break;
+    auto next = client.GetJob(job_id, job->version(), absl::Seconds(2));
+    if (!next.ok()) {
+      status = next.status();
+      break;
     }
-    // Wait for the job to move (restart, end) before streaming again.
-    auto next = client.GetJob(job_id, job->version(), absl::Milliseconds(200));
-    if (!next.ok()) return next.status();
     job = std::move(next);
+    status = start_streamers(*job);
   }
+  finished = true;
+  for (auto& [node, t] : threads) t.join();
   printer.Flush();
+  if (!status.ok()) return status;
+  if (!first_error.ok()) return first_error;
   return client.GetJob(job_id);
 }
 

@@ -11,7 +11,7 @@
 #include "common/files.h"
 #include "common/rpc.h"
 #include "common/status.h"
-#include "google/protobuf/util/json_util.h"
+#include "nlohmann/json.hpp"
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
 
@@ -19,14 +19,11 @@ namespace drover {
 
 namespace {
 
-// Extracts "key": "value" from the small flat JSON files drover writes.
+// A string field of a small JSON object file ("" if absent or unreadable).
 std::string JsonField(const std::string& json, const std::string& key) {
-  std::string needle = absl::StrCat("\"", key, "\":\"");
-  auto pos = json.find(needle);
-  if (pos == std::string::npos) return "";
-  pos += needle.size();
-  auto end = json.find('"', pos);
-  return end == std::string::npos ? "" : json.substr(pos, end - pos);
+  auto j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
+  return j[key].get<std::string>();
 }
 
 }  // namespace

@@ -1,0 +1,268 @@
+// SchedulerCore driven directly, with a recording fake in place of the agents' gRPC
+// service. Covers what the integration tests cannot force: handlers called twice,
+// reports in odd orders, and exact resource accounting.
+#include "scheduler/scheduler_core.h"
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+
+namespace drover {
+namespace {
+
+class FakeAgents : public AgentClient {
+ public:
+  absl::StatusOr<int> StartProcesses(const std::string& address,
+                                     const proto::StartProcessesRequest& req) override {
+    absl::MutexLock lock(&mu_);
+    starts_.push_back({address, req});
+    if (fail_address_ == address) return absl::UnavailableError("connection refused");
+    return req.master_port() == 0 ? 29500 : req.master_port();
+  }
+  absl::Status StopJob(const std::string& address, const proto::StopJobRequest& req) override {
+    absl::MutexLock lock(&mu_);
+    stops_.push_back({address, req});
+    return absl::OkStatus();
+  }
+  size_t starts() {
+    absl::MutexLock lock(&mu_);
+    return starts_.size();
+  }
+  size_t stops() {
+    absl::MutexLock lock(&mu_);
+    return stops_.size();
+  }
+  std::vector<std::pair<std::string, proto::StartProcessesRequest>> start_calls() {
+    absl::MutexLock lock(&mu_);
+    return starts_;
+  }
+  void FailAddress(const std::string& a) {
+    absl::MutexLock lock(&mu_);
+    fail_address_ = a;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::pair<std::string, proto::StartProcessesRequest>> starts_;
+  std::vector<std::pair<std::string, proto::StopJobRequest>> stops_;
+  std::string fail_address_;
+};
+
+// A store that outlives the core, to simulate a scheduler restart.
+class SharedStore : public StateStore {
+ public:
+  explicit SharedStore(StateStore* s) : s_(s) {}
+  absl::Status PutJob(const proto::JobInfo& j) override { return s_->PutJob(j); }
+  absl::StatusOr<std::vector<proto::JobInfo>> LoadJobs() override { return s_->LoadJobs(); }
+  absl::StatusOr<int64_t> NextId(const std::string& c) override { return s_->NextId(c); }
+  std::string Describe() const override { return "shared"; }
+
+ private:
+  StateStore* s_;
+};
+
+bool WaitFor(const std::function<bool()>& pred) {
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+class SchedulerCoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Make(absl::Seconds(30)); }
+
+  void Make(absl::Duration node_timeout) {
+    core_.reset();
+    auto agents = std::make_unique<FakeAgents>();
+    agents_ = agents.get();
+    SchedulerOptions o;
+    o.node_timeout = node_timeout;
+    core_ = std::make_unique<SchedulerCore>(o, std::make_unique<SharedStore>(store_.get()),
+                                            std::move(agents));
+    ASSERT_TRUE(core_->Start().ok());
+  }
+
+  std::string Register(const std::string& ip, int gpus, const std::string& id = "") {
+    proto::RegisterNodeRequest req;
+    req.set_node_id(id);
+    req.set_agent_address(ip + ":7000");
+    req.set_node_ip(ip);
+    req.mutable_total()->set_cpus(8);
+    req.mutable_total()->set_gpus(gpus);
+    for (int i = 0; i < gpus; ++i) req.add_gpu_ids(i);
+    auto r = core_->RegisterNode(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->node_id() : "";
+  }
+
+  proto::JobInfo Submit(int nproc, int ppn, int gpus, int max_restarts = 0,
+                        const std::string& key = "") {
+    proto::JobSpec spec;
+    spec.add_command("train");
+    spec.set_nproc(nproc);
+    spec.set_nproc_per_node(ppn);
+    spec.mutable_per_process()->set_cpus(1);
+    spec.mutable_per_process()->set_gpus(gpus);
+    spec.set_max_restarts(max_restarts);
+    spec.set_idempotency_key(key);
+    auto j = core_->SubmitJob(spec);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? *j : proto::JobInfo();
+  }
+
+  proto::JobInfo Job(const std::string& id) { return *core_->GetJob(id, 0, absl::ZeroDuration()); }
+
+  void Exit(const std::string& node, const std::string& job, int rank, int code, int gen = 0) {
+    proto::ReportExitRequest req;
+    req.set_node_id(node);
+    req.set_job_id(job);
+    req.mutable_exit()->set_rank(rank);
+    req.mutable_exit()->set_exit_code(code);
+    req.mutable_exit()->set_generation(gen);
+    core_->ReportExit(req);
+  }
+
+  std::unique_ptr<StateStore> store_ = NewMemoryStateStore();
+  FakeAgents* agents_ = nullptr;
+  std::unique_ptr<SchedulerCore> core_;
+};
+
+TEST_F(SchedulerCoreTest, RegisterTwiceKeepsOneNode) {
+  std::string id = Register("10.0.0.1", 2);
+  EXPECT_EQ(Register("10.0.0.1", 2, id), id);
+  EXPECT_EQ(core_->ClusterStatus().nodes_size(), 1);
+}
+
+TEST_F(SchedulerCoreTest, SubmitWithSameKeyTwiceCreatesOneJob) {
+  Register("10.0.0.1", 0);
+  auto a = Submit(1, 0, 0, 0, "key-1");
+  auto b = Submit(1, 0, 0, 0, "key-1");
+  EXPECT_EQ(a.job_id(), b.job_id());
+  EXPECT_EQ(core_->ListJobs({}).size(), 1u);
+}
+
+TEST_F(SchedulerCoreTest, ExitReportedTwiceCountsOnceAndGpusAreFreedOnlyWhenAllExited) {
+  std::string n1 = Register("10.0.0.1", 2);
+  auto job = Submit(2, 2, 1);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().gpus(), 0);
+  Exit(n1, job.job_id(), 0, 0);
+  Exit(n1, job.job_id(), 0, 0);
+  auto j = Job(job.job_id());
+  EXPECT_EQ(j.state(), proto::RUNNING);
+  EXPECT_EQ(j.succeeded_ranks_size(), 1);
+  EXPECT_EQ(j.live_processes(), 1);
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().gpus(), 0);
+  Exit(n1, job.job_id(), 1, 0);
+  j = Job(job.job_id());
+  EXPECT_EQ(j.state(), proto::SUCCEEDED);
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().gpus(), 2);
+}
+
+TEST_F(SchedulerCoreTest, MasterNodeIsStartedFirstAndOthersGetItsPort) {
+  Register("10.0.0.1", 0);
+  Register("10.0.0.2", 0);
+  auto job = Submit(4, 2, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 2; }));
+  auto calls = agents_->start_calls();
+  EXPECT_EQ(calls[0].second.master_port(), 0);
+  EXPECT_EQ(calls[1].second.master_port(), 29500);
+  EXPECT_EQ(calls[0].second.processes(0).rank(), 0);
+  EXPECT_EQ(calls[1].second.master_addr(), "10.0.0.1");
+  EXPECT_EQ(calls[1].second.group_rank(), 1);
+  EXPECT_EQ(Job(job.job_id()).master_port(), 29500);
+}
+
+TEST_F(SchedulerCoreTest, FailureOfOneRankFailsTheGangAndStopsTheOthers) {
+  std::string n1 = Register("10.0.0.1", 0);
+  auto job = Submit(2, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  Exit(n1, job.job_id(), 1, 9);
+  auto j = Job(job.job_id());
+  EXPECT_EQ(j.state(), proto::FAILED);
+  EXPECT_EQ(j.exit_code(), 9);
+  EXPECT_TRUE(absl::StrContains(j.reason(), "rank 1 on node " + n1)) << j.reason();
+  EXPECT_TRUE(WaitFor([&] { return agents_->stops() >= 1; }));
+  // The killed rank's exit (SIGTERM) does not replace the root cause.
+  proto::ReportExitRequest req;
+  req.set_node_id(n1);
+  req.set_job_id(job.job_id());
+  req.mutable_exit()->set_rank(0);
+  req.mutable_exit()->set_signal(15);
+  core_->ReportExit(req);
+  j = Job(job.job_id());
+  EXPECT_EQ(j.root_cause().rank(), 1);
+  EXPECT_EQ(j.live_processes(), 0);
+}
+
+TEST_F(SchedulerCoreTest, RestartStartsTheNextGenerationOnlyAfterTheWholeGangExited) {
+  std::string n1 = Register("10.0.0.1", 0);
+  auto job = Submit(2, 0, 0, /*max_restarts=*/1);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  Exit(n1, job.job_id(), 0, 1);
+  EXPECT_TRUE(Job(job.job_id()).restarting());
+  EXPECT_EQ(agents_->starts(), 1u);
+  Exit(n1, job.job_id(), 1, 0, /*gen=*/1);  // a stale generation is ignored
+  EXPECT_EQ(Job(job.job_id()).live_processes(), 1);
+  Exit(n1, job.job_id(), 1, 143);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 2; }));
+  auto j = Job(job.job_id());
+  EXPECT_EQ(j.state(), proto::RUNNING);
+  EXPECT_EQ(j.restart_count(), 1);
+  EXPECT_EQ(agents_->start_calls()[1].second.generation(), 1);
+}
+
+TEST_F(SchedulerCoreTest, UnreachableAgentFailsTheJobWithTheReason) {
+  Register("10.0.0.1", 0);
+  agents_->FailAddress("10.0.0.1:7000");
+  auto job = Submit(1, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return Job(job.job_id()).state() == proto::FAILED; }));
+  EXPECT_TRUE(absl::StrContains(Job(job.job_id()).reason(), "could not be started"));
+}
+
+TEST_F(SchedulerCoreTest, SilentNodeIsDeclaredDead) {
+  Make(absl::Milliseconds(300));
+  std::string n1 = Register("10.0.0.1", 0);
+  auto job = Submit(1, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return Job(job.job_id()).state() == proto::FAILED; }));
+  EXPECT_TRUE(absl::StrContains(Job(job.job_id()).reason(), "declared dead"));
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).state(), proto::DEAD);
+  proto::HeartbeatRequest hb;
+  hb.set_node_id(n1);
+  EXPECT_FALSE(core_->Heartbeat(hb).known());
+}
+
+TEST_F(SchedulerCoreTest, RestartedSchedulerReattachesRunningJobs) {
+  std::string n1 = Register("10.0.0.1", 1);
+  auto job = Submit(1, 0, 1);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  Make(absl::Seconds(30));  // a new core over the same store
+  auto j = Job(job.job_id());
+  EXPECT_EQ(j.state(), proto::RUNNING);
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).state(), proto::RECONNECTING);
+  // The agent comes back still running rank 0: no new start, the GPU stays taken.
+  proto::RegisterNodeRequest req;
+  req.set_node_id(n1);
+  req.set_agent_address("10.0.0.1:7000");
+  req.set_node_ip("10.0.0.1");
+  req.mutable_total()->set_cpus(8);
+  req.mutable_total()->set_gpus(1);
+  req.add_gpu_ids(0);
+  auto* p = req.add_processes();
+  p->set_job_id(job.job_id());
+  p->set_rank(0);
+  p->set_running(true);
+  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().gpus(), 0);
+  EXPECT_EQ(agents_->starts(), 0u);
+  Exit(n1, job.job_id(), 0, 0);
+  EXPECT_EQ(Job(job.job_id()).state(), proto::SUCCEEDED);
+}
+
+}  // namespace
+}  // namespace drover

@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what is missing, then `bazel test //...`.
-# Tests start their own daemons and redis-server on free loopback ports.
-set -euo pipefail
+# Tests start their own daemons and redis-server on free loopback ports; one creates
+# network namespaces, so run it as root. Extra arguments go to `bazel test`.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-bazel test //... "$@"
+bash scripts/setup.sh || exit 1
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+bazel test //... "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY)' "$log")
+echo "test targets: ${passed} passed, ${failed} failed"
+echo "${passed} passed, ${failed} failed"
+exit "$rc"

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "common/auth.h"
 #include "common/files.h"
+#include "common/net.h"
 #include "common/spawn.h"
 
 extern char** environ;
@@ -108,6 +109,18 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptio
 absl::Status TestCluster::StartScheduler(int port) {
   std::string ready = dir_ + "/scheduler.ready";
   ::unlink(ready.c_str());
+  std::vector<std::string> advertise;
+  if (!options_.netns.empty() && !options_.scheduler_host.empty()) {
+    // Bound to 0.0.0.0, the scheduler advertises its hostname, which often resolves to
+    // loopback (/etc/hosts): workers in the namespaces would get an address they cannot
+    // reach. --advertise needs the port up front, so pick one free on every address.
+    if (port == 0) {
+      auto free_port = PickFreePort("0.0.0.0");
+      if (!free_port.ok()) return free_port.status();
+      port = *free_port;
+    }
+    advertise = {"--advertise", absl::StrCat(options_.scheduler_host, ":", port)};
+  }
   SpawnOptions o;
   o.argv = {Runfile("scheduler/drover-scheduler"), "--bind",
             options_.netns.empty() ? "127.0.0.1" : "0.0.0.0",
@@ -115,6 +128,7 @@ absl::Status TestCluster::StartScheduler(int port) {
             "--ready-file", ready, "--node-timeout-ms", absl::StrCat(options_.node_timeout_ms),
             "--heartbeat-ms", absl::StrCat(options_.heartbeat_ms),
             "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms)};
+  o.argv.insert(o.argv.end(), advertise.begin(), advertise.end());
   if (redis_) {
     o.argv.push_back("--redis");
     o.argv.push_back(redis_->address());

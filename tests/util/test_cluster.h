@@ -33,7 +33,9 @@ struct TestClusterOptions {
   int64_t kill_grace_ms = 1000;
   // If non-empty, agent i runs inside `ip netns exec netns[i]` and binds there.
   std::vector<std::string> netns;
-  // With netns: the scheduler's address as seen from inside the namespaces.
+  // With netns: the scheduler's address as seen from inside the namespaces. If set, the
+  // scheduler also advertises it (so address() and the DROVER_SCHEDULER_ADDRESS workers
+  // get are on this host), on a port picked before it starts.
   std::string scheduler_host;
 };
 

@@ -1,0 +1,382 @@
+// Integration test on a real (if small) network: each agent runs in its own Linux
+// network namespace with its own address, joined to the host by a veth pair on a
+// bridge, so nodes really have distinct addresses and nothing may quietly assume
+// 127.0.0.1. The scheduler stays in the host namespace, reached at the bridge address.
+//
+//   host ns:  bridge drvb<n> 10.213.<k>.1/24  <- drover-scheduler, the CLI, this test
+//   ns A:     veth           10.213.<k>.2/24  <- drover-agent 0 and its workers
+//   ns B:     veth           10.213.<k>.3/24  <- drover-agent 1 and its workers
+//
+// Needs root and iproute2 (`ip`), and write access to /var/run/netns: tagged "local"
+// so Bazel runs it outside the sandbox. Skips without root or `ip`. Traffic only ever
+// goes to the 10.213.<k>.0/24 addresses this test creates.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <future>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/files.h"
+#include "common/spawn.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_cluster.h"
+
+namespace drover::testing {
+namespace {
+
+std::string TestTmp() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+struct CmdResult {
+  int code = -1;       // exit code; 128+N if killed by signal N; -1 if it could not start
+  std::string output;  // stdout and stderr together
+};
+
+// Runs argv to completion and returns its exit code and output.
+CmdResult RunCmd(const std::vector<std::string>& argv) {
+  static int n = 0;
+  std::string out = absl::StrCat(TestTmp(), "/cmd-", getpid(), "-", n++, ".out");
+  ::unlink(out.c_str());
+  SpawnOptions o;
+  o.argv = argv;
+  o.stdout_path = o.stderr_path = out;
+  CmdResult r;
+  auto pid = Spawn(o);
+  if (!pid.ok()) {
+    r.output = std::string(pid.status().message());
+    return r;
+  }
+  int status = 0;
+  ::waitpid(*pid, &status, 0);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.output = ReadFile(out).value_or("");
+  ::unlink(out.c_str());
+  return r;
+}
+
+std::string FindIpTool() {
+  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
+    if (::access(p, X_OK) == 0) return p;
+  }
+  return "";
+}
+
+std::map<std::string, std::string> ReadEnvFile(const std::string& path) {
+  std::map<std::string, std::string> env;
+  auto text = ReadFile(path);
+  if (!text.ok()) return env;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    auto eq = line.find('=');
+    if (eq == absl::string_view::npos) continue;
+    env[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+  }
+  return env;
+}
+
+// Creates the bridge, two namespaces and their veth links in SetUp and removes them in
+// TearDown (also after a failure). Namespace names carry the pid; link names (at most 15
+// chars) carry pid % 100000, moved on if a live run holds them. SetUp first removes
+// what runs that died before their TearDown left behind (including an earlier process
+// with our pid).
+class NetnsTest : public ::testing::Test {
+ protected:
+  static constexpr int kNodes = 2;
+  // Each namespace's end of its veth pair: the same name on every node, like eth0 on
+  // real machines (the pair is created with that end already inside the namespace).
+  static constexpr const char* kNodeIf = "drv0";
+
+  void SetUp() override {
+    if (::geteuid() != 0) {
+      GTEST_SKIP() << "needs root to create network namespaces, veth pairs and a bridge";
+    }
+    ip_ = FindIpTool();
+    if (ip_.empty()) GTEST_SKIP() << "the `ip` tool (iproute2) is not installed";
+
+    const int pid = ::getpid();
+    RemoveStaleNetworks();
+    for (int i = 0; i < 100 && bridge_.empty(); ++i) {
+      const int tag = (pid + i) % 100000;
+      if (!LinkExists(LinkName("drvb", tag)) && !LinkExists(LinkName("drvh", tag, 0)) &&
+          !LinkExists(LinkName("drvh", tag, 1))) {
+        bridge_ = LinkName("drvb", tag);
+        for (int n = 0; n < kNodes; ++n) host_veth_.push_back(LinkName("drvh", tag, n));
+      }
+    }
+    ASSERT_FALSE(bridge_.empty()) << "drvb" << pid % 100000 << " and the next 99 names exist";
+    for (int i = 0; i < kNodes; ++i) netns_.push_back(NetnsName(pid, i));
+
+    // A /24 no other interface uses (a concurrent run may hold the one our pid maps to).
+    int k = -1;
+    for (int i = 0; i < 254 && k < 0; ++i) {
+      int candidate = (pid + i) % 254 + 1;
+      CmdResult r =
+          Ip({"-4", "-o", "addr", "show", "to", absl::StrCat("10.213.", candidate, ".0/24")});
+      ASSERT_EQ(r.code, 0) << r.output;
+      if (r.output.find_first_not_of(" \n") == std::string::npos) k = candidate;
+    }
+    ASSERT_GE(k, 0) << "every 10.213.*.0/24 subnet is in use on this machine";
+    subnet_ = absl::StrCat("10.213.", k, ".");
+    host_ip_ = subnet_ + "1";
+    for (int i = 0; i < kNodes; ++i) node_ip_.push_back(absl::StrCat(subnet_, 2 + i));
+
+    created_ = true;  // from here on TearDown removes whatever got created
+    std::vector<std::vector<std::string>> steps = {
+        {"link", "add", bridge_, "type", "bridge"},
+        {"addr", "add", host_ip_ + "/24", "dev", bridge_},
+        {"link", "set", bridge_, "up"},
+    };
+    for (int i = 0; i < kNodes; ++i) {
+      std::vector<std::vector<std::string>> node = {
+          {"netns", "add", netns_[i]},
+          {"link", "add", host_veth_[i], "type", "veth", "peer", "name", kNodeIf, "netns",
+           netns_[i]},
+          {"link", "set", host_veth_[i], "master", bridge_},
+          {"link", "set", host_veth_[i], "up"},
+          {"-n", netns_[i], "link", "set", "lo", "up"},
+          {"-n", netns_[i], "addr", "add", node_ip_[i] + "/24", "dev", kNodeIf},
+          {"-n", netns_[i], "link", "set", kNodeIf, "up"},
+      };
+      steps.insert(steps.end(), node.begin(), node.end());
+    }
+    for (const auto& args : steps) {
+      CmdResult r = Ip(args);
+      ASSERT_EQ(r.code, 0) << "ip " << absl::StrJoin(args, " ") << ": " << r.output;
+    }
+  }
+
+  void TearDown() override {
+    cluster_.reset();  // stop the daemons before their network goes away
+    if (!created_) return;
+    RemoveNetwork();
+    for (int i = 0; i < kNodes; ++i) {
+      EXPECT_NE(Ip({"netns", "pids", netns_[i]}).code, 0)
+          << "namespace " << netns_[i] << " left behind";
+    }
+    EXPECT_NE(Ip({"link", "show", bridge_}).code, 0) << "bridge " << bridge_ << " left behind";
+  }
+
+  static std::string NetnsName(int pid, int node) {
+    return absl::StrCat("drover-test-", pid, "-", std::string(1, static_cast<char>('a' + node)));
+  }
+  // "drvb12345" (the bridge), "drvh12345a" (node 0's host end).
+  static std::string LinkName(const std::string& kind, int tag, int node = -1) {
+    return absl::StrCat(kind, tag, node < 0 ? "" : std::string(1, static_cast<char>('a' + node)));
+  }
+  bool LinkExists(const std::string& name) { return Ip({"link", "show", name}).code == 0; }
+
+  CmdResult Ip(std::vector<std::string> args) {
+    args.insert(args.begin(), ip_);
+    return RunCmd(args);
+  }
+
+  // Best effort: each step may find nothing to remove. Deleting one end of a veth pair
+  // deletes both, so the links go at once instead of when the namespace is freed.
+  void RemoveNetwork() {
+    if (ip_.empty()) return;
+    for (const auto& v : host_veth_) Ip({"link", "del", v});
+    Ip({"link", "del", bridge_});
+    for (const auto& ns : netns_) Ip({"netns", "del", ns});
+  }
+
+  // Removes what runs killed before their TearDown (e.g. by a test timeout) left: the
+  // namespaces of pids that no longer exist, and their links unless a live run shares
+  // the link names (pid % 100000).
+  void RemoveStaleNetworks() {
+    const std::string prefix = "drover-test-";
+    const int self = ::getpid();  // namespaces with our pid are from an earlier process
+    std::set<int> dead;
+    std::set<int> live_tags;
+    for (absl::string_view line : absl::StrSplit(Ip({"netns", "list"}).output, '\n')) {
+      absl::string_view name = line.substr(0, line.find(' '));
+      if (!absl::ConsumePrefix(&name, prefix)) continue;
+      int pid = 0;
+      if (!absl::SimpleAtoi(name.substr(0, name.find('-')), &pid) || pid <= 0) continue;
+      if (pid != self && (::kill(pid, 0) == 0 || errno != ESRCH)) {
+        live_tags.insert(pid % 100000);
+      } else {
+        dead.insert(pid);
+      }
+    }
+    for (int pid : dead) {
+      if (!live_tags.count(pid % 100000)) {
+        for (int i = 0; i < kNodes; ++i) Ip({"link", "del", LinkName("drvh", pid % 100000, i)});
+        Ip({"link", "del", LinkName("drvb", pid % 100000)});
+      }
+      for (int i = 0; i < kNodes; ++i) Ip({"netns", "del", NetnsName(pid, i)});
+    }
+  }
+
+  void StartCluster() {
+    TestClusterOptions o;
+    o.nodes = kNodes;
+    o.netns = netns_;
+    o.scheduler_host = host_ip_;
+    auto c = TestCluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c);
+  }
+
+  // The address agent i must have registered with (agents register in any order).
+  std::map<std::string, std::string> ExpectedNodeIps() {
+    std::map<std::string, std::string> ips;
+    for (int i = 0; i < kNodes; ++i) ips[cluster_->agent_node_id(i)] = node_ip_[i];
+    return ips;
+  }
+
+  std::string ip_;
+  std::string bridge_;
+  std::vector<std::string> host_veth_, netns_;
+  std::string subnet_;  // "10.213.<k>."
+  std::string host_ip_;
+  std::vector<std::string> node_ip_;
+  bool created_ = false;
+  std::unique_ptr<TestCluster> cluster_;
+};
+
+TEST_F(NetnsTest, NodesRegisterWithTheirOwnAddresses) {
+  StartCluster();
+  auto expected = ExpectedNodeIps();
+  auto status = cluster_->client().Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->nodes_size(), kNodes) << status->ShortDebugString();
+  std::set<std::string> seen;
+  for (const auto& n : status->nodes()) {
+    ASSERT_TRUE(expected.count(n.node_id())) << "unknown node " << n.ShortDebugString();
+    const std::string& want = expected[n.node_id()];
+    EXPECT_EQ(n.state(), proto::ALIVE) << n.ShortDebugString();
+    EXPECT_EQ(n.node_ip(), want) << n.ShortDebugString();
+    EXPECT_NE(n.node_ip(), "127.0.0.1");
+    EXPECT_TRUE(absl::StartsWith(n.agent_address(), want + ":")) << n.ShortDebugString();
+    seen.insert(n.node_ip());
+  }
+  EXPECT_EQ(seen.size(), 2u) << "both nodes reported the same address";
+
+  // The CLI shows the same, and can reach each agent across the bridge.
+  std::string out, err;
+  ASSERT_EQ(cluster_->RunCli({"status"}, &out, &err), 0) << err;
+  for (int i = 0; i < kNodes; ++i) {
+    EXPECT_TRUE(absl::StrContains(out, node_ip_[i] + ":")) << out;
+  }
+  EXPECT_FALSE(absl::StrContains(out, "127.0.0.1")) << out;
+}
+
+TEST_F(NetnsTest, RanksMeetAtTheAddressOfRankZerosNode) {
+  StartCluster();
+  auto expected = ExpectedNodeIps();
+  std::string dir = TestTmp() + "/ranks";
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  // Each rank records its environment and the addresses its own namespace has.
+  proto::JobSpec spec;
+  spec.add_command("/bin/sh");
+  spec.add_command("-c");
+  spec.add_command(absl::StrCat("env > ", dir, "/rank$RANK.env && ", ip_, " -4 -o addr show > ",
+                                dir, "/rank$RANK.addr"));
+  spec.set_nproc(2);
+  spec.set_nproc_per_node(1);
+  spec.mutable_per_process()->set_cpus(1);
+  auto submitted = cluster_->client().Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  auto job = cluster_->client().WaitJob(submitted->job_id(), absl::Seconds(60));
+  ASSERT_TRUE(job.ok()) << job.status() << "\n" << cluster_->DaemonLogs();
+  ASSERT_EQ(job->state(), proto::SUCCEEDED) << job->reason() << "\n" << cluster_->DaemonLogs();
+  ASSERT_EQ(job->placement_size(), 2);
+  EXPECT_NE(job->placement(0).node_id(), job->placement(1).node_id());
+
+  const std::string master = job->placement(0).node_ip();
+  EXPECT_EQ(master, expected[job->placement(0).node_id()]);
+  std::set<std::string> rendezvous;
+  for (int r = 0; r < 2; ++r) {
+    const auto& p = job->placement(r);
+    SCOPED_TRACE(absl::StrCat("rank ", r, " on ", p.node_id(), " at ", p.node_ip()));
+    EXPECT_EQ(p.node_ip(), expected[p.node_id()]);
+    auto env = ReadEnvFile(absl::StrCat(dir, "/rank", r, ".env"));
+    ASSERT_FALSE(env.empty()) << "rank " << r << " wrote nothing";
+    EXPECT_EQ(env["RANK"], absl::StrCat(r));
+    EXPECT_EQ(env["DROVER_NODE_ID"], p.node_id());
+    EXPECT_EQ(env["MASTER_ADDR"], master);
+    EXPECT_NE(env["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_TRUE(env["MASTER_ADDR"] == node_ip_[0] || env["MASTER_ADDR"] == node_ip_[1])
+        << env["MASTER_ADDR"];
+    EXPECT_NE(env["MASTER_PORT"], "");
+    EXPECT_NE(env["MASTER_PORT"], "0");
+    rendezvous.insert(env["MASTER_ADDR"] + ":" + env["MASTER_PORT"]);
+    // Workers that call back into the cluster must get an address they can reach.
+    EXPECT_TRUE(absl::StartsWith(env["DROVER_SCHEDULER_ADDRESS"], host_ip_ + ":"))
+        << env["DROVER_SCHEDULER_ADDRESS"];
+    // The rank really ran inside its node's namespace: it sees that address, not the other.
+    std::string addrs = ReadFile(absl::StrCat(dir, "/rank", r, ".addr")).value_or("");
+    EXPECT_TRUE(absl::StrContains(addrs, p.node_ip() + "/24")) << addrs;
+    for (const auto& other : node_ip_) {
+      if (other != p.node_ip()) {
+        EXPECT_FALSE(absl::StrContains(addrs, other + "/")) << addrs;
+      }
+    }
+  }
+  EXPECT_EQ(rendezvous.size(), 1u) << "the ranks got different MASTER_ADDR:PORT";
+}
+
+TEST_F(NetnsTest, DdpTrainingRanksMeetAcrossNamespaces) {
+  const std::string python = "/usr/bin/python3";
+  CmdResult torch =
+      RunCmd({python, "-c", "import torch.distributed as d; assert d.is_gloo_available()"});
+  if (torch.code != 0) {
+    GTEST_SKIP() << python << " cannot import torch with gloo (install Debian's python3-torch): "
+                 << torch.output;
+  }
+  StartCluster();
+  const std::string script = Runfile("examples/ddp_train.py");
+  std::string out, err;
+  // Gloo does not use MASTER_ADDR's route: each rank advertises the address its
+  // *hostname* resolves to, and here (as on stock Debian) that is loopback, so ranks on
+  // other nodes would dial 127.0.0.1 and fail ("connect [127.0.0.1]:N: Connection
+  // refused"). Multi-host gloo needs GLOO_SOCKET_IFNAME (or a hostname that resolves to
+  // the node's address); drover does not set it for the job, so the job does.
+  //
+  // `drover run` returns when the job ends; if the ranks never meet, cancel the job after
+  // a deadline so the run returns and the test fails with the logs instead of hanging.
+  auto run = std::async(std::launch::async, [&] {
+    return cluster_->RunCli(
+        {"run", "--nodes", "2", "--nproc-per-node", "1", "--env", "STEPS=5", "--env",
+         absl::StrCat("GLOO_SOCKET_IFNAME=", kNodeIf), "--", python, script},
+        &out, &err);
+  });
+  if (run.wait_for(std::chrono::seconds(180)) != std::future_status::ready) {
+    ADD_FAILURE() << "drover run did not finish in 180 s; cancelling\n" << cluster_->DaemonLogs();
+    auto jobs = cluster_->client().ListJobs();
+    if (jobs.ok()) {
+      for (const auto& j : *jobs) (void)cluster_->client().Cancel(j.job_id());
+    }
+  }
+  int rc = run.get();
+  EXPECT_EQ(rc, 0) << "stdout:\n" << out << "\nstderr:\n" << err << "\n" << cluster_->DaemonLogs();
+  EXPECT_TRUE(absl::StrContains(out, "met the group at " + subnet_)) << out;
+  EXPECT_TRUE(absl::StrContains(out, "final_loss=")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "met the group at 127.")) << out;
+
+  auto jobs = cluster_->client().ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 1u);
+  const auto& job = jobs->front();
+  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason();
+  ASSERT_EQ(job.placement_size(), 2);
+  EXPECT_NE(job.placement(0).node_ip(), job.placement(1).node_ip());
+  EXPECT_TRUE(absl::StrContains(out, "met the group at " + job.placement(0).node_ip() + ":"))
+      << out;
+}
+
+}  // namespace
+}  // namespace drover::testing

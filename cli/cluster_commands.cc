@@ -283,6 +283,7 @@ struct StartFlags {
   std::string bind;
   int port = 0;
   std::string redis;
+  std::string advertise;
   int num_gpus = -1;
   double num_cpus = 0;
   std::string node_ip;
@@ -318,8 +319,14 @@ int CmdStart(const StartFlags& f, const GlobalOptions& g) {
       argv.push_back("--redis");
       argv.push_back(f.redis);
     }
+    if (!f.advertise.empty()) {
+      argv.push_back("--advertise");
+      argv.push_back(f.advertise);
+    }
+    std::string here = FirstNonLoopbackAddress();
     std::cerr << "drover: starting the head; on every other machine copy " << token_file
-              << " (mode 600) and run:\n  drover start --address " << Hostname() << ":"
+              << " (mode 600) and run:\n  drover start --address "
+              << (here.empty() ? Hostname() : here) << ":"
               << (f.port ? absl::StrCat(f.port) : std::string("PORT")) << " --token-file TOKEN\n";
     return ExecOrFail(argv);
   }
@@ -368,6 +375,9 @@ void AddClusterCommands(CLI::App& app, GlobalOptions& g, int* rc) {
   start->add_option("--port", sf.port, "port to listen on (head: clients and agents connect here)");
   start->add_option("--bind", sf.bind, "IP to listen on (head default 0.0.0.0)");
   start->add_option("--redis", sf.redis, "head: HOST:PORT of Redis for durable state");
+  start->add_option("--advertise", sf.advertise,
+                    "head: HOST:PORT agents and workers use to reach it (default: first "
+                    "non-loopback address)");
   start->add_option("--num-gpus", sf.num_gpus, "agent: declare this many GPUs");
   start->add_option("--num-cpus", sf.num_cpus, "agent: offer this many CPUs");
   start->add_option("--memory", sf.memory, "agent: offer this many bytes of memory");

@@ -120,23 +120,23 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
   }
   const std::string id = job->job_id();
   if (!quiet) std::cerr << "drover: submitted " << id << "\n";
-  std::atomic<bool> done{false};
+  // Ctrl-C (or SIGTERM) cancels the job; SIGUSR2 from this thread ends the watcher
+  // at once when the job is over (no polling delay on the way out).
+  sigaddset(&sigs, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::thread signals([&] {
     for (;;) {
-      timespec ts{0, 100 * 1000 * 1000};
-      int sig = sigtimedwait(&sigs, nullptr, &ts);
-      if (done.load()) return;
-      if (sig > 0) {
-        std::cerr << "drover: cancelling " << id << "\n";
-        (void)(*client)->Cancel(id);
-      }
+      int sig = 0;
+      if (sigwait(&sigs, &sig) != 0 || sig == SIGUSR2) return;
+      std::cerr << "drover: cancelling " << id << "\n";
+      (void)(*client)->Cancel(id);
     }
   });
   auto final_job = PrintJobLogs(**client, id, /*follow=*/true, /*prefix=*/true, nullptr);
   if (final_job.ok() && !(IsTerminal(final_job->state()) && final_job->live_processes() == 0)) {
     final_job = (*client)->WaitJob(id, absl::Hours(24 * 365));
   }
-  done = true;
+  pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
   if (!final_job.ok()) return Fail(std::string(final_job.status().message()));
   if (g.json) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <condition_variable>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -78,6 +79,7 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
   // then it makes one last pass for anything written at the very end.
   std::atomic<bool> finished{!follow};
   std::mutex mu;
+  std::condition_variable finished_cv;  // signalled when `finished` becomes true
   std::map<std::string, std::thread> threads;  // node id -> streamer
   std::map<std::string, std::string> agent_address;
   absl::Status first_error;
@@ -113,9 +115,8 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
       }
       // The stream ended: this node's processes have exited for now (or have not
       // started yet). Look again shortly unless the job is over.
-      for (int i = 0; i < 5 && !finished.load(); ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
+      std::unique_lock<std::mutex> lock(mu);
+      finished_cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return finished.load(); });
     }
   };
 
@@ -152,7 +153,11 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
     job = std::move(next);
     status = start_streamers(*job);
   }
-  finished = true;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    finished = true;
+  }
+  finished_cv.notify_all();
   for (auto& [node, t] : threads) t.join();
   printer.Flush();
   if (!status.ok()) return status;

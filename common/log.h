@@ -29,6 +29,11 @@ class LogLine {
   LogLevel level_;
   std::ostringstream out_;
 };
+// Turns the stream expression into void so DROVER_LOG is one expression (safe in an
+// unbraced if/else).
+struct Voidify {
+  void operator&(std::ostream&) {}
+};
 }  // namespace internal
 }  // namespace drover
 
@@ -37,11 +42,10 @@ class LogLine {
 #define DROVER_LOG_LEVEL_WARNING ::drover::LogLevel::kWarning
 #define DROVER_LOG_LEVEL_ERROR ::drover::LogLevel::kError
 
-#define DROVER_LOG(level)                                          \
-  if (DROVER_LOG_LEVEL_##level < ::drover::MinLogLevel()) {        \
-  } else                                                           \
-    ::drover::internal::LogLine(DROVER_LOG_LEVEL_##level, __FILE__, \
-                                __LINE__)                          \
-        .stream()
+#define DROVER_LOG(level)                                                      \
+  (DROVER_LOG_LEVEL_##level < ::drover::MinLogLevel())                         \
+      ? (void)0                                                                \
+      : ::drover::internal::Voidify() &                                        \
+            ::drover::internal::LogLine(DROVER_LOG_LEVEL_##level, __FILE__, __LINE__).stream()
 
 #endif  // DROVER_COMMON_LOG_H_

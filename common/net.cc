@@ -1,6 +1,8 @@
 #include "common/net.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -86,6 +88,45 @@ absl::StatusOr<int> PickFreePort(const std::string& ip) {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
+}
+
+namespace {
+
+// Calls fn(name, ipv4 text, flags) for every IPv4 interface address.
+template <typename Fn>
+void ForEachIpv4(Fn fn) {
+  struct ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return;
+  for (auto* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    char buf[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf,
+                sizeof(buf));
+    if (fn(std::string(a->ifa_name), std::string(buf), a->ifa_flags)) break;
+  }
+  ::freeifaddrs(list);
+}
+
+}  // namespace
+
+std::string InterfaceForAddress(const std::string& ip) {
+  std::string found;
+  ForEachIpv4([&](const std::string& name, const std::string& addr, unsigned) {
+    if (addr != ip) return false;
+    found = name;
+    return true;
+  });
+  return found;
+}
+
+std::string FirstNonLoopbackAddress() {
+  std::string found;
+  ForEachIpv4([&](const std::string&, const std::string& addr, unsigned flags) {
+    if ((flags & IFF_UP) == 0 || (flags & IFF_LOOPBACK) != 0) return false;
+    found = addr;
+    return true;
+  });
+  return found;
 }
 
 std::string Hostname() {

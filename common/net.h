@@ -26,6 +26,14 @@ absl::StatusOr<int> PickFreePort(const std::string& ip = "127.0.0.1");
 // The machine's hostname.
 std::string Hostname();
 
+// Name of the network interface that holds IPv4 address `ip` ("eth0", "lo"), or "".
+// Workers get it as GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME: Gloo and NCCL otherwise pick
+// the address the hostname resolves to, which is often loopback.
+std::string InterfaceForAddress(const std::string& ip);
+
+// The first IPv4 address of an interface that is up and not loopback, or "".
+std::string FirstNonLoopbackAddress();
+
 }  // namespace drover
 
 #endif  // DROVER_COMMON_NET_H_

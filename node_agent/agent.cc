@@ -112,6 +112,7 @@ absl::Status NodeAgent::Start() {
   pmo.launcher_path = options_.launcher_path;
   pmo.log_dir = log_dir;
   pmo.node_ip = options_.node_ip;
+  pmo.socket_ifname = InterfaceForAddress(options_.node_ip);
   pmo.token_file = options_.token_file;
   pmo.default_grace = options_.kill_grace;
   pm_ = std::make_unique<ProcessManager>(

@@ -264,6 +264,13 @@ std::vector<std::string> ProcessManager::BuildEnv(const proto::StartProcessesReq
   set("TORCHELASTIC_RUN_ID", req.job_id());
   set("CUDA_VISIBLE_DEVICES", absl::StrJoin(spec.gpu_ids(), ","));
   if (env.find("OMP_NUM_THREADS") == env.end()) set("OMP_NUM_THREADS", 1);
+  // Make Gloo and NCCL use the node's address rather than whatever the hostname
+  // resolves to (often 127.0.x.1), unless the user chose an interface.
+  if (!options_.socket_ifname.empty()) {
+    for (const char* k : {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}) {
+      if (env.find(k) == env.end()) set(k, options_.socket_ifname);
+    }
+  }
   set("DROVER_JOB_ID", req.job_id());
   set("DROVER_NODE_ID", node_id);
   set("DROVER_RANK", spec.rank());

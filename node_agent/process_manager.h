@@ -47,6 +47,9 @@ struct ProcessManagerOptions {
   std::string node_id;
   // Address MASTER_PORT is picked on when a start asks for it.
   std::string node_ip = "127.0.0.1";
+  // Interface holding node_ip; set as GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME for workers
+  // that do not set them. Empty: leave them unset.
+  std::string socket_ifname;
   // Exported as DROVER_TOKEN_FILE.
   std::string token_file;
   // Used by Forget for processes still alive.

@@ -105,7 +105,14 @@ int main(int argc, char** argv) {
               << " (in use? pick another --port)\n";
     return 2;
   }
-  std::string host = bind == "0.0.0.0" ? drover::Hostname() : bind;
+  // Listening on every interface: advertise a real address, not the hostname (which
+  // on stock Debian resolves to 127.0.1.1, unreachable from other machines).
+  std::string host = bind;
+  if (bind == "0.0.0.0") {
+    host = drover::FirstNonLoopbackAddress();
+    if (host.empty()) host = drover::Hostname();
+    DROVER_LOG(INFO) << "advertising " << host << " (pass --advertise HOST:PORT to choose)";
+  }
   const std::string address =
       advertise.empty() ? absl::StrCat(host, ":", selected_port) : advertise;
   core->SetAddress(address);

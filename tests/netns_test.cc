@@ -343,15 +343,15 @@ TEST_F(NetnsTest, DdpTrainingRanksMeetAcrossNamespaces) {
   // Gloo does not use MASTER_ADDR's route: each rank advertises the address its
   // *hostname* resolves to, and here (as on stock Debian) that is loopback, so ranks on
   // other nodes would dial 127.0.0.1 and fail ("connect [127.0.0.1]:N: Connection
-  // refused"). Multi-host gloo needs GLOO_SOCKET_IFNAME (or a hostname that resolves to
-  // the node's address); drover does not set it for the job, so the job does.
+  // refused"). The agent sets GLOO_SOCKET_IFNAME to its node's interface; the job here
+  // sets nothing, so this test fails if the agent stops doing that.
   //
   // `drover run` returns when the job ends; if the ranks never meet, cancel the job after
   // a deadline so the run returns and the test fails with the logs instead of hanging.
   auto run = std::async(std::launch::async, [&] {
     return cluster_->RunCli(
-        {"run", "--nodes", "2", "--nproc-per-node", "1", "--env", "STEPS=5", "--env",
-         absl::StrCat("GLOO_SOCKET_IFNAME=", kNodeIf), "--", python, script},
+        {"run", "--nodes", "2", "--nproc-per-node", "1", "--env", "STEPS=5", "--", python,
+         script},
         &out, &err);
   });
   if (run.wait_for(std::chrono::seconds(180)) != std::future_status::ready) {

@@ -5,7 +5,10 @@
 // what that file lists. `start` runs one daemon in the foreground for real
 // multi-machine clusters (one head, one agent per machine).
 #include <signal.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -27,7 +30,27 @@
 namespace drover::cli {
 namespace {
 
-bool Alive(pid_t pid) { return pid > 0 && ::kill(pid, 0) == 0; }
+// True if `pid` runs. Reaps it first if it is our own exited child (a zombie still
+// answers kill(pid, 0)).
+bool Alive(pid_t pid) {
+  if (pid <= 0) return false;
+  int status;
+  if (::waitpid(pid, &status, WNOHANG) == pid) return false;
+  return ::kill(pid, 0) == 0;
+}
+
+// True once something accepts TCP connections at 127.0.0.1:port.
+bool Accepts(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
 
 std::string ClusterFile() { return DroverHome() + "/cluster.json"; }
 
@@ -131,6 +154,12 @@ int CmdUp(const UpFlags& f, bool json) {
     record["redis_pid"] = *pid;
     redis_address = absl::StrCat("127.0.0.1:", *port);
     record["redis"] = redis_address;
+    pid_t redis_pid = *pid;
+    if (!WaitFor([&] { return Accepts(*port) || !Alive(redis_pid); }, absl::Seconds(f.timeout_s)) ||
+        !Alive(redis_pid)) {
+      return abort_up(absl::StrCat("redis-server did not start; its log (", dir,
+                                   "/redis.log) ends with:\n", LogTail(dir + "/redis.log")));
+    }
     if (progress) std::cerr << "drover: redis-server at " << redis_address << "\n";
   }
 
@@ -158,8 +187,6 @@ int CmdUp(const UpFlags& f, bool json) {
   if (!spid.ok()) return abort_up(std::string(spid.status().message()));
   record["scheduler_pid"] = *spid;
   if (!save().ok()) return abort_up("cannot write " + ClusterFile());
-  // Redis may need a moment to accept connections; the scheduler exits if it cannot
-  // reach it, so restart it a few times before giving up.
   std::string address;
   bool ok = WaitFor(
       [&] {
@@ -168,18 +195,10 @@ int CmdUp(const UpFlags& f, bool json) {
           auto j = nlohmann::json::parse(*text, nullptr, false);
           if (!j.is_discarded()) address = j.value("address", "");
         }
-        if (!address.empty()) return true;
-        if (!Alive(*spid) && !redis_address.empty()) {
-          auto again = Spawn(so);
-          if (again.ok()) {
-            *spid = *again;
-            record["scheduler_pid"] = *again;
-            (void)save();
-          }
-        }
-        return false;
+        return !address.empty() || !Alive(*spid);
       },
       absl::Seconds(f.timeout_s));
+  ok = ok && !address.empty();
   if (!ok) {
     return abort_up(absl::StrCat("the scheduler did not start; its log (", dir,
                                  "/scheduler.log) ends with:\n", LogTail(dir + "/scheduler.log")));

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/auth.h"
@@ -206,18 +207,23 @@ absl::Status TestCluster::RestartScheduler() {
   return StartScheduler(port);
 }
 
-int TestCluster::RunCli(const std::vector<std::string>& args, std::string* out, std::string* err,
-                        const std::vector<std::string>& extra_env) {
+int RunDrover(const std::vector<std::string>& args, const std::vector<std::string>& env,
+              const std::string& scratch_dir, std::string* out, std::string* err) {
   static int n = 0;
-  std::string base = absl::StrCat(dir_, "/cli-", n++);
+  std::string base = absl::StrCat(scratch_dir, "/cli-", getpid(), "-", n++);
   SpawnOptions o;
   o.argv = {Runfile("cli/drover")};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
-  for (char** e = environ; *e; ++e) o.env.push_back(*e);
-  o.env.push_back("DROVER_ADDRESS=" + address_);
-  o.env.push_back("DROVER_TOKEN_FILE=" + token_file_);
-  o.env.push_back("DROVER_HOME=" + dir_ + "/home");
-  for (const auto& e : extra_env) o.env.push_back(e);
+  // The caller's environment without the variables `env` sets.
+  for (char** e = environ; *e; ++e) {
+    absl::string_view kv(*e);
+    bool overridden = false;
+    for (const auto& mine : env) {
+      overridden |= absl::StartsWith(kv, mine.substr(0, mine.find('=') + 1));
+    }
+    if (!overridden) o.env.push_back(*e);
+  }
+  o.env.insert(o.env.end(), env.begin(), env.end());
   o.stdout_path = base + ".out";
   o.stderr_path = base + ".err";
   auto pid = Spawn(o);
@@ -230,6 +236,15 @@ int TestCluster::RunCli(const std::vector<std::string>& args, std::string* out, 
   if (out) *out = ReadFile(base + ".out").value_or("");
   if (err) *err = ReadFile(base + ".err").value_or("");
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int TestCluster::RunCli(const std::vector<std::string>& args, std::string* out, std::string* err,
+                        const std::vector<std::string>& extra_env) {
+  std::vector<std::string> env = {"DROVER_ADDRESS=" + address_,
+                                  "DROVER_TOKEN_FILE=" + token_file_,
+                                  "DROVER_HOME=" + dir_ + "/home"};
+  env.insert(env.end(), extra_env.begin(), extra_env.end());
+  return RunDrover(args, env, dir_, out, err);
 }
 
 std::string TestCluster::DaemonLogs() const {

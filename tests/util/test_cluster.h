@@ -84,6 +84,12 @@ class TestCluster {
   std::unique_ptr<Client> client_;
 };
 
+// Runs the `drover` CLI with the caller's environment plus `env` (KEY=VALUE entries,
+// which replace inherited ones); output goes through files in `scratch_dir`. Returns
+// the exit code (128 + signal if killed).
+int RunDrover(const std::vector<std::string>& args, const std::vector<std::string>& env,
+              const std::string& scratch_dir, std::string* out, std::string* err);
+
 // Path of a runfile of this workspace ("cli/drover").
 std::string Runfile(const std::string& path);
 

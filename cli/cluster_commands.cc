@@ -23,6 +23,7 @@
 #include "common/auth.h"
 #include "common/files.h"
 #include "common/net.h"
+#include "common/paths.h"
 #include "common/spawn.h"
 #include "drover/client.h"
 #include "nlohmann/json.hpp"

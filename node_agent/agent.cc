@@ -9,6 +9,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/paths.h"
 #include "common/rpc.h"
 #include "common/spawn.h"
 #include "common/status.h"
@@ -43,16 +44,7 @@ bool IsWildcard(const std::string& ip) { return ip == "0.0.0.0" || ip == "::" ||
 
 }  // namespace
 
-std::string DefaultAgentDir() {
-  std::string base;
-  if (const char* h = std::getenv("DROVER_HOME"); h != nullptr && *h != '\0') {
-    base = h;
-  } else {
-    const char* home = std::getenv("HOME");
-    base = absl::StrCat(home && *home ? home : "/tmp", "/.drover");
-  }
-  return absl::StrCat(base, "/agent-", ::getpid());
-}
+std::string DefaultAgentDir() { return absl::StrCat(DroverHome(), "/agent-", ::getpid()); }
 
 NodeAgent::NodeAgent(AgentOptions options) : options_(std::move(options)) {}
 

@@ -14,6 +14,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "tests/util/test_util.h"
 #include "node_agent/process_manager.h"
 #include "proto/node_agent.grpc.pb.h"
 
@@ -22,24 +23,12 @@ namespace {
 
 constexpr char kToken[] = "test-token";
 
-std::string TmpDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir ? dir : "/tmp";
-}
-
-std::string LauncherPath() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  std::string p = srcdir ? absl::StrCat(srcdir, "/drover/node_agent/drover-launch")
-                         : "node_agent/drover-launch";
-  return ::access(p.c_str(), X_OK) == 0 ? p : "node_agent/drover-launch";
-}
-
 class AgentServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ProcessManagerOptions o;
-    o.launcher_path = LauncherPath();
-    o.log_dir = absl::StrCat(TmpDir(), "/svc-logs");
+    o.launcher_path = testing::Runfile("node_agent/drover-launch");
+    o.log_dir = absl::StrCat(testing::TestTmpDir(), "/svc-logs");
     o.node_id = "node-svc";
     pm_ = std::make_unique<ProcessManager>(o, nullptr);
     service_ = std::make_unique<AgentService>(kToken, pm_.get(), absl::Milliseconds(200));

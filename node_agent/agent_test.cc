@@ -22,34 +22,16 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "tests/util/test_util.h"
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
 
 namespace drover {
 namespace {
 
+using testing::WaitFor;
+
 constexpr char kToken[] = "agent-test-token";
-
-std::string TmpDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir ? dir : "/tmp";
-}
-
-std::string LauncherPath() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  std::string p = srcdir ? absl::StrCat(srcdir, "/drover/node_agent/drover-launch")
-                         : "node_agent/drover-launch";
-  return ::access(p.c_str(), X_OK) == 0 ? p : "node_agent/drover-launch";
-}
-
-bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout = absl::Seconds(15)) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (cond()) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return cond();
-}
 
 class FakeScheduler final : public proto::Scheduler::Service {
  public:
@@ -104,10 +86,10 @@ AgentOptions Options(int sched_port, const std::string& name) {
   o.scheduler_address = absl::StrCat("127.0.0.1:", sched_port);
   o.token = kToken;
   o.token_file = "/dev/null";
-  o.dir = absl::StrCat(TmpDir(), "/", name);
-  o.launcher_path = LauncherPath();
+  o.dir = absl::StrCat(testing::TestTmpDir(), "/", name);
+  o.launcher_path = testing::Runfile("node_agent/drover-launch");
   o.kill_grace = absl::Milliseconds(200);
-  o.ready_file = absl::StrCat(TmpDir(), "/", name, ".ready.json");
+  o.ready_file = absl::StrCat(testing::TestTmpDir(), "/", name, ".ready.json");
   o.resources.num_gpus = 2;
   o.resources.custom["ssd"] = 1;
   o.discovery.adjust_nofile = false;
@@ -136,7 +118,7 @@ TEST(NodeAgentTest, RegistersLateHeartbeatsReportsExitsAndReregisters) {
     EXPECT_EQ(reg.gpu_names(0), "declared");
     EXPECT_EQ(reg.total().custom().at("ssd"), 1);
   }
-  std::string ready_path = absl::StrCat(TmpDir(), "/agent-a.ready.json");
+  std::string ready_path = absl::StrCat(testing::TestTmpDir(), "/agent-a.ready.json");
   ASSERT_TRUE(WaitFor([&] { return ReadFile(ready_path).ok(); }));
   EXPECT_EQ(*ReadFile(ready_path),
             absl::StrCat("{\"node_id\":\"node-7\",\"address\":\"", agent.address(),

@@ -12,17 +12,12 @@
 #include "common/auth.h"
 #include "common/log.h"
 #include "common/spawn.h"
+#include "common/daemon.h"
 #include "node_agent/agent.h"
 
 int main(int argc, char** argv) {
-  // Block the stop signals before any thread starts, so every thread inherits the mask
-  // and only sigwait below sees them. (Workers get a clean mask from posix_spawn.)
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  // Before any thread starts, so only the sigwait below sees the stop signals.
+  sigset_t stop_signals = drover::BlockStopSignals();
   drover::SetLogTag("agent");
 
   CLI::App app{"drover-agent: the drover node agent (one per machine)"};

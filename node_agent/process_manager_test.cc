@@ -19,32 +19,12 @@
 #include "common/files.h"
 #include "common/spawn.h"
 #include "gtest/gtest.h"
+#include "tests/util/test_util.h"
 
 namespace drover {
 namespace {
 
-std::string TmpDir() {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return dir ? dir : "/tmp";
-}
-
-std::string LauncherPath() {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  std::string p = srcdir ? absl::StrCat(srcdir, "/drover/node_agent/drover-launch")
-                         : "node_agent/drover-launch";
-  if (::access(p.c_str(), X_OK) == 0) return p;
-  return "node_agent/drover-launch";
-}
-
-// Polls `cond` until it holds or `timeout` passes (no fixed sleeps).
-bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout = absl::Seconds(10)) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (cond()) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return cond();
-}
+using testing::WaitFor;
 
 // Pids of live (non-zombie) processes whose environment holds DROVER_JOB_ID=<job_id>.
 std::vector<int> ProcessesOfJob(const std::string& job_id) {
@@ -72,8 +52,8 @@ class ProcessManagerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ProcessManagerOptions o;
-    o.launcher_path = LauncherPath();
-    o.log_dir = absl::StrCat(TmpDir(), "/logs");
+    o.launcher_path = testing::Runfile("node_agent/drover-launch");
+    o.log_dir = absl::StrCat(testing::TestTmpDir(), "/logs");
     o.node_id = "node-test";
     o.node_ip = "127.0.0.1";
     o.token_file = "/nonexistent/token";
@@ -274,7 +254,7 @@ TEST_F(ProcessManagerTest, MissingCwdIsInvalidArgument) {
 }
 
 TEST_F(ProcessManagerTest, StartTwiceStartsOnce) {
-  std::string marker = absl::StrCat(TmpDir(), "/started-once");
+  std::string marker = absl::StrCat(testing::TestTmpDir(), "/started-once");
   auto req = Request("job-twice", {"sh", "-c", absl::StrCat("echo x >> ", marker)});
   int port1 = 0, port2 = 0;
   ASSERT_TRUE(pm_->Start(req, &port1).ok());
@@ -353,10 +333,10 @@ TEST_F(ProcessManagerTest, StopAllAndWaitReapsEverything) {
 // The launcher alone: a fake agent (a shell) starts it and is SIGKILLed; the worker
 // must not outlive it.
 TEST(LauncherTest, WorkerDiesWithItsAgent) {
-  std::string out = absl::StrCat(TmpDir(), "/fake-agent.out");
+  std::string out = absl::StrCat(testing::TestTmpDir(), "/fake-agent.out");
   SpawnOptions so;
   so.argv = {"sh", "-c",
-             absl::StrCat("DROVER_AGENT_PID=$$ DROVER_JOB_ID=job-orphan ", LauncherPath(),
+             absl::StrCat("DROVER_AGENT_PID=$$ DROVER_JOB_ID=job-orphan ", testing::Runfile("node_agent/drover-launch"),
                           " sleep 1000 & echo started; wait")};
   so.stdout_path = out;
   so.new_process_group = true;  // the launcher kills its group: keep the test out of it

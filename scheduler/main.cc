@@ -9,6 +9,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
+#include "common/daemon.h"
+#include "common/paths.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -17,24 +19,10 @@
 #include "scheduler/scheduler_core.h"
 #include "scheduler/scheduler_service.h"
 
-namespace {
-
-std::string DefaultHome() {
-  if (const char* h = std::getenv("DROVER_HOME")) return h;
-  const char* home = std::getenv("HOME");
-  return absl::StrCat(home ? home : "/tmp", "/.drover");
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
-  // Block the stop signals before any thread starts; a dedicated thread waits for them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  // Before any thread starts; the end of main waits for them.
+  sigset_t stop_signals = drover::BlockStopSignals();
   drover::SetLogTag("scheduler");
 
   CLI::App app{"drover-scheduler: the head of a drover cluster"};
@@ -58,7 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("--ready-file", ready_file, "write {\"address\":...} here once serving");
   CLI11_PARSE(app, argc, argv);
 
-  if (token_file.empty()) token_file = DefaultHome() + "/token";
+  if (token_file.empty()) token_file = drover::DroverHome() + "/token";
   auto token = drover::LoadOrCreateTokenFile(token_file);
   if (!token.ok()) {
     std::cerr << "drover-scheduler: " << token.status().message() << "\n";

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/auth.h"
+#include "common/paths.h"
 #include "common/files.h"
 #include "common/rpc.h"
 #include "common/status.h"
@@ -30,12 +31,6 @@ std::string JsonField(const std::string& json, const std::string& key) {
 
 bool IsTerminal(proto::JobState s) {
   return s == proto::SUCCEEDED || s == proto::FAILED || s == proto::CANCELLED;
-}
-
-std::string DroverHome() {
-  if (const char* h = std::getenv("DROVER_HOME")) return h;
-  const char* home = std::getenv("HOME");
-  return absl::StrCat(home ? home : "/tmp", "/.drover");
 }
 
 absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address,

@@ -77,7 +77,7 @@ TEST_F(CliUpTest, UpRunDownLeavesNothingBehind) {
 
   ASSERT_EQ(Drover({"down"}, &out, &err), 0) << err;
   for (pid_t p : pids) {
-    EXPECT_TRUE(TestCluster::WaitFor([p] { return kill(p, 0) != 0; }, absl::Seconds(10)))
+    EXPECT_TRUE(WaitFor([p] { return kill(p, 0) != 0; }, absl::Seconds(10)))
         << "pid " << p << " survived drover down";
   }
   EXPECT_NE(Drover({"status"}, &out, &err), 0);
@@ -96,7 +96,7 @@ TEST_F(CliUpTest, UpWithRedisKeepsStateInRedis) {
   auto pids = DaemonPids();
   ASSERT_EQ(Drover({"down"}, &out, &err), 0) << err;
   for (pid_t p : pids) {
-    EXPECT_TRUE(TestCluster::WaitFor([p] { return kill(p, 0) != 0; }, absl::Seconds(10)));
+    EXPECT_TRUE(WaitFor([p] { return kill(p, 0) != 0; }, absl::Seconds(10)));
   }
 }
 

@@ -41,18 +41,6 @@ proto::JobSpec ShellJob(const std::string& script, int nproc, int ppn = 0) {
   return spec;
 }
 
-std::map<std::string, std::string> ReadEnvFile(const std::string& path) {
-  std::map<std::string, std::string> env;
-  auto text = ReadFile(path);
-  if (!text.ok()) return env;
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-    auto eq = line.find('=');
-    if (eq == absl::string_view::npos) continue;
-    env[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
-  }
-  return env;
-}
-
 class ClusterTest : public ::testing::Test {
  protected:
   void StartCluster(TestClusterOptions options = {}) {
@@ -75,7 +63,7 @@ class ClusterTest : public ::testing::Test {
                            const std::function<bool(const proto::JobInfo&)>& pred,
                            absl::Duration timeout = absl::Seconds(20)) {
     proto::JobInfo last;
-    bool ok = TestCluster::WaitFor(
+    bool ok = WaitFor(
         [&] {
           auto j = cluster_->client().GetJob(id);
           if (j.ok()) last = *j;
@@ -200,7 +188,7 @@ TEST_F(ClusterTest, CancelLeavesNoSurvivorOnAnyNode) {
                                     "touch ", dir, "/up-$RANK; wait"),
                        4, 2);
   auto job = Submit(spec);
-  ASSERT_TRUE(TestCluster::WaitFor(
+  ASSERT_TRUE(WaitFor(
       [&] {
         for (int r = 0; r < 4; ++r) {
           if (access(absl::StrCat(dir, "/up-", r).c_str(), F_OK) != 0) return false;
@@ -231,7 +219,7 @@ TEST_F(ClusterTest, AgentKilledIsDeclaredDeadAndItsJobFails) {
   auto running = WaitUntil(job.job_id(), [](const auto& j) {
     return j.state() == proto::RUNNING && j.master_port() != 0;
   });
-  ASSERT_TRUE(TestCluster::WaitFor([&] { return ProcessesOfJob(job.job_id()).size() >= 4; },
+  ASSERT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id()).size() >= 4; },
                                    absl::Seconds(10)));
   // Which agent hosts rank 2? Kill that one.
   int victim = cluster_->agent_node_id(0) == running.placement(2).node_id() ? 0 : 1;
@@ -244,7 +232,7 @@ TEST_F(ClusterTest, AgentKilledIsDeclaredDeadAndItsJobFails) {
   EXPECT_TRUE(absl::StrContains(failed.reason(), "declared dead")) << failed.reason();
   EXPECT_TRUE(absl::StrContains(failed.reason(), running.placement(2).node_id())) << failed.reason();
   // The dead agent's workers die with it (no orphans), the others were stopped.
-  EXPECT_TRUE(TestCluster::WaitFor([&] { return ProcessesOfJob(job.job_id()).empty(); },
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id()).empty(); },
                                    absl::Seconds(10)));
   auto after = cluster_->client().Status();
   ASSERT_TRUE(after.ok());
@@ -477,7 +465,7 @@ TEST_F(ClusterTest, SchedulerRestartedOnRedisKeepsEveryJobAndReattaches) {
   });
   // The two shells of the running job, by the pids they wrote.
   std::vector<pid_t> shells;
-  ASSERT_TRUE(TestCluster::WaitFor(
+  ASSERT_TRUE(WaitFor(
       [&] {
         shells.clear();
         for (int r = 0; r < 2; ++r) {
@@ -499,7 +487,7 @@ TEST_F(ClusterTest, SchedulerRestartedOnRedisKeepsEveryJobAndReattaches) {
   EXPECT_EQ(states[running.job_id()], proto::RUNNING);
   EXPECT_EQ(states[waiting.job_id()], proto::PENDING);
   // Agents re-register; the running job's processes are the same ones, still running.
-  ASSERT_TRUE(TestCluster::WaitFor(
+  ASSERT_TRUE(WaitFor(
       [&] {
         auto s = cluster_->client().Status();
         if (!s.ok()) return false;

@@ -75,18 +75,6 @@ std::string FindIpTool() {
   return "";
 }
 
-std::map<std::string, std::string> ReadEnvFile(const std::string& path) {
-  std::map<std::string, std::string> env;
-  auto text = ReadFile(path);
-  if (!text.ok()) return env;
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-    auto eq = line.find('=');
-    if (eq == absl::string_view::npos) continue;
-    env[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
-  }
-  return env;
-}
-
 // Creates the bridge, two namespaces and their veth links in SetUp and removes them in
 // TearDown (also after a failure). Namespace names carry the pid; link names (at most 15
 // chars) carry pid % 100000, moved on if a live run holds them. SetUp first removes

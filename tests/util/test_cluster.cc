@@ -21,11 +21,6 @@ extern char** environ;
 namespace drover::testing {
 namespace {
 
-std::string TestTmp() {
-  const char* t = std::getenv("TEST_TMPDIR");
-  return t ? t : "/tmp";
-}
-
 std::string JsonString(const std::string& json, const std::string& key) {
   std::string needle = absl::StrCat("\"", key, "\":\"");
   auto pos = json.find(needle);
@@ -50,27 +45,11 @@ void StopProcess(pid_t pid, int first_signal) {
 
 }  // namespace
 
-std::string Runfile(const std::string& path) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  if (srcdir == nullptr) return path;
-  return absl::StrCat(srcdir, "/", ws ? ws : "drover", "/", path);
-}
-
-bool TestCluster::WaitFor(const std::function<bool()>& pred, absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return pred();
-}
-
 absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptions options) {
   std::unique_ptr<TestCluster> c(new TestCluster);
   c->options_ = options;
   static int counter = 0;
-  c->dir_ = absl::StrCat(TestTmp(), "/cluster-", getpid(), "-", counter++);
+  c->dir_ = absl::StrCat(TestTmpDir(), "/cluster-", getpid(), "-", counter++);
   if (auto s = MakeDirs(c->dir_, 0700); !s.ok()) return s;
   c->token_file_ = c->dir_ + "/token";
   if (auto t = LoadOrCreateTokenFile(c->token_file_); !t.ok()) return t.status();

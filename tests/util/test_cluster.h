@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "drover/client.h"
 #include "tests/util/redis_server.h"
+#include "tests/util/test_util.h"
 
 namespace drover::testing {
 
@@ -63,9 +64,6 @@ class TestCluster {
   int RunCli(const std::vector<std::string>& args, std::string* out = nullptr,
              std::string* err = nullptr, const std::vector<std::string>& extra_env = {});
 
-  // Waits for `pred` (checked every 20 ms) up to `timeout`.
-  static bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout);
-
   // Tails of every daemon's log, for failure messages.
   std::string DaemonLogs() const;
 
@@ -89,9 +87,6 @@ class TestCluster {
 // the exit code (128 + signal if killed).
 int RunDrover(const std::vector<std::string>& args, const std::vector<std::string>& env,
               const std::string& scratch_dir, std::string* out, std::string* err);
-
-// Path of a runfile of this workspace ("cli/drover").
-std::string Runfile(const std::string& path);
 
 // Pids of live processes whose environment has DROVER_JOB_ID=<job_id>.
 std::vector<pid_t> ProcessesOfJob(const std::string& job_id);

@@ -36,9 +36,6 @@ struct ClusterAddress {
 absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address,
                                               const std::string& token_file);
 
-// $DROVER_HOME, or ~/.drover.
-std::string DroverHome();
-
 class Client {
  public:
   // Reads the token; does not contact the cluster yet.

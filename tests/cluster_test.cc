@@ -215,12 +215,20 @@ TEST_F(ClusterTest, AgentKilledIsDeclaredDeadAndItsJobFails) {
   TestClusterOptions o;
   o.node_timeout_ms = 1500;
   StartCluster(o);
-  auto job = Submit(ShellJob("sleep 300", 4, 2));
+  std::string dir = Tmp("dead-agent");
+  auto job = Submit(ShellJob(absl::StrCat("touch ", dir, "/up-$RANK; sleep 300"), 4, 2));
+  // Every rank runs (so the kill below hits running work, not a launch in flight).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (int r = 0; r < 4; ++r) {
+          if (access(absl::StrCat(dir, "/up-", r).c_str(), F_OK) != 0) return false;
+        }
+        return true;
+      },
+      absl::Seconds(20)));
   auto running = WaitUntil(job.job_id(), [](const auto& j) {
     return j.state() == proto::RUNNING && j.master_port() != 0;
   });
-  ASSERT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id()).size() >= 4; },
-                                   absl::Seconds(10)));
   // Which agent hosts rank 2? Kill that one.
   int victim = cluster_->agent_node_id(0) == running.placement(2).node_id() ? 0 : 1;
   ASSERT_EQ(cluster_->agent_node_id(victim), running.placement(2).node_id());

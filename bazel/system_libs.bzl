@@ -48,7 +48,10 @@ def _static_flags(flags):
             libs.append(f)
     if not libs:
         return flags
-    return ["-Wl,-Bstatic"] + libs + ["-Wl,-Bdynamic"] + _dedup(shared + ["-ldl", "-lpthread"])
+    # A group, so the archives' mutual references resolve whatever order
+    # pkg-config printed them in.
+    return (["-Wl,-Bstatic", "-Wl,--start-group"] + libs +
+            ["-Wl,--end-group", "-Wl,-Bdynamic"] + _dedup(shared + ["-ldl", "-lpthread"]))
 
 def _system_libs_impl(ctx):
     lines = [

@@ -29,7 +29,8 @@ struct TestClusterOptions {
   int gpus_per_node = 0;
   double cpus_per_node = 8;
   bool redis = false;
-  int64_t node_timeout_ms = 2000;
+  // Generous: a loaded 2-core CI machine must not declare a live node dead.
+  int64_t node_timeout_ms = 5000;
   int64_t heartbeat_ms = 200;
   int64_t kill_grace_ms = 1000;
   // If non-empty, agent i runs inside `ip netns exec netns[i]` and binds there.

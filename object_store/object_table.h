@@ -1,0 +1,128 @@
+// ObjectTable: the bookkeeping of one node's object store — which objects exist, where
+// they live in the shared-memory arena, who references them, and what to evict or
+// spill under memory pressure. No I/O with clients happens here (store_server.h does
+// that); spilling writes files to the spill directory.
+//
+// Model (see docs/object_store.md):
+// - An object is created (writable, unsealed) by one client, then sealed (immutable).
+//   Only sealed objects can be read. An unsealed object whose creator goes away is
+//   aborted and its space freed.
+// - Each client holds references; an object with any reference is pinned: never
+//   evicted, spilled or freed. Delete of a referenced object takes effect when the
+//   last reference is released.
+// - Primary copies (created on this node) are spilled to disk under pressure and
+//   restored on the next Get; secondary copies (pulled from another node) are evicted
+//   (dropped) first, least recently used first.
+// - Allocation is 64-byte aligned; freed space is reused.
+//
+// Thread safety: NOT thread-safe; the store server calls it from its single event-loop
+// thread. Errors: NOT_FOUND (unknown id), ALREADY_EXISTS (double create),
+// FAILED_PRECONDITION (seal of a sealed object, write to a sealed one, wrong client),
+// INVALID_ARGUMENT (malformed request), RESOURCE_EXHAUSTED (no memory even after
+// evicting and spilling everything unreferenced; the message says how much was asked,
+// how much is free, and what holds the rest).
+#ifndef DROVER_OBJECT_STORE_OBJECT_TABLE_H_
+#define DROVER_OBJECT_STORE_OBJECT_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace drover::object_store {
+
+// 20 random bytes as 40 hex chars, or any client-chosen string of 1..64 bytes.
+using ObjectId = std::string;
+// A connected client, assigned by the server.
+using ClientId = uint64_t;
+
+inline constexpr uint64_t kAlignment = 64;
+
+// Where an object's bytes are: [offset, offset + metadata_size) holds metadata, then
+// data from offset + data_offset for data_size bytes (data_offset is 64-aligned).
+struct ObjectLocation {
+  uint64_t offset = 0;
+  uint64_t data_offset = 0;
+  uint64_t data_size = 0;
+  uint64_t metadata_size = 0;
+};
+
+struct TableOptions {
+  // Bytes of the arena the table may allocate from.
+  uint64_t capacity = 0;
+  // Directory for spilled primary copies ("" disables spilling).
+  std::string spill_dir;
+  // Upper bound for bytes in the spill directory.
+  uint64_t spill_capacity = 0;
+};
+
+struct TableStats {
+  uint64_t capacity = 0;
+  uint64_t used = 0;  // allocated bytes, including alignment
+  uint64_t largest_free = 0;
+  uint64_t objects = 0;  // in memory
+  uint64_t sealed = 0;
+  uint64_t referenced = 0;  // objects with at least one reference
+  uint64_t spilled_objects = 0;
+  uint64_t spilled_bytes = 0;
+  uint64_t evictions = 0;  // secondary copies dropped, total
+  uint64_t spills = 0;     // primary copies written to disk, total
+  uint64_t restores = 0;   // spilled copies read back, total
+};
+
+// Read/write access to the arena's bytes for spill and restore. The server owns the
+// mapping; the table only needs these two operations.
+class ArenaIo {
+ public:
+  virtual ~ArenaIo() = default;
+  virtual char* At(uint64_t offset) = 0;
+};
+
+class ObjectTable {
+ public:
+  // `arena` must outlive the table.
+  ObjectTable(TableOptions options, ArenaIo* arena);
+  ~ObjectTable();
+
+  // Allocates data_size + metadata bytes and records the object as unsealed, owned by
+  // `client`, with one reference held by it. `primary` is false for copies pulled from
+  // another node (evicted rather than spilled).
+  absl::StatusOr<ObjectLocation> Create(ClientId client, const ObjectId& id, uint64_t data_size,
+                                        const std::string& metadata, bool primary = true);
+  // Makes the object immutable and visible to Get. Only its creator may seal it.
+  absl::Status Seal(ClientId client, const ObjectId& id);
+  // Frees an unsealed object (its creator gave up).
+  absl::Status Abort(ClientId client, const ObjectId& id);
+  // Takes a reference to a sealed object, restoring it from disk if it was spilled.
+  // NOT_FOUND if absent; UNAVAILABLE if it exists but is not sealed yet (the server
+  // then waits for Seal).
+  absl::StatusOr<ObjectLocation> Get(ClientId client, const ObjectId& id);
+  // Drops one reference of `client`. NOT_FOUND if it holds none.
+  absl::Status Release(ClientId client, const ObjectId& id);
+  // Deletes the object now if unreferenced, else once the last reference goes.
+  absl::Status Delete(const ObjectId& id);
+  // True if a sealed copy exists (in memory or spilled).
+  bool Contains(const ObjectId& id) const;
+  // Metadata bytes of a sealed object.
+  absl::StatusOr<std::string> Metadata(const ObjectId& id) const;
+  // Releases every reference of `client` and aborts its unsealed objects. Returns the
+  // ids it aborted.
+  std::vector<ObjectId> DisconnectClient(ClientId client);
+
+  TableStats Stats() const;
+
+  // Called after every successful Seal (the server wakes waiting Gets).
+  void set_on_sealed(std::function<void(const ObjectId&)> cb);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace drover::object_store
+
+#endif  // DROVER_OBJECT_STORE_OBJECT_TABLE_H_

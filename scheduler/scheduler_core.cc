@@ -297,6 +297,8 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
   DROVER_LOG(WARNING) << "node " << node.info.node_id() << " declared dead: " << reason;
   node.info.set_state(proto::DEAD);
   node.info.set_reason(reason);
+  // Its object store is unreachable: nobody should try to pull from it.
+  objects_.RemoveNode(node.info.node_id());
   for (auto& [id, job] : jobs_) {
     std::vector<int> lost;
     for (const auto& p : job.info.placement()) {
@@ -749,6 +751,41 @@ void SchedulerCore::PersistLocked(const Job& job) {
     DROVER_LOG(WARNING) << "could not persist " << job.info.job_id() << " (will retry): " << s;
     dirty_.insert(job.info.job_id());
   }
+}
+
+// ---------------------------------------------------------------------------
+// Object directory
+
+absl::Status SchedulerCore::AddObjectLocations(const proto::AddObjectLocationsRequest& req) {
+  absl::MutexLock lock(&mu_);
+  Node* node = FindNodeLocked(req.node_id());
+  if (node == nullptr || node->info.state() != proto::ALIVE) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "AddObjectLocations: node ", req.node_id(),
+        node == nullptr ? " is not registered" : " is not ALIVE",
+        "; the agent must register again before reporting objects"));
+  }
+  for (const auto& o : req.objects()) objects_.Add(req.node_id(), o.object_id(), o.size());
+  return absl::OkStatus();
+}
+
+void SchedulerCore::RemoveObjectLocations(const proto::RemoveObjectLocationsRequest& req) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& id : req.object_ids()) objects_.Remove(req.node_id(), id);
+}
+
+proto::GetObjectLocationsReply SchedulerCore::GetObjectLocations(const std::string& object_id) {
+  proto::GetObjectLocationsReply reply;
+  absl::MutexLock lock(&mu_);
+  for (const auto& h : objects_.Holders(object_id)) {
+    Node* node = FindNodeLocked(h.node_id);
+    if (node == nullptr || node->info.state() != proto::ALIVE) continue;
+    auto* loc = reply.add_locations();
+    loc->set_node_id(h.node_id);
+    loc->set_agent_address(node->info.agent_address());
+    loc->set_size(h.size);
+  }
+  return reply;
 }
 
 }  // namespace drover

@@ -25,6 +25,7 @@
 #include "common/thread_pool.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/agent_client.h"
+#include "scheduler/object_directory.h"
 #include "scheduler/state_store.h"
 
 namespace drover {
@@ -63,6 +64,13 @@ class SchedulerCore {
   std::vector<proto::JobInfo> ListJobs(const proto::ListJobsRequest& req);
   absl::StatusOr<proto::JobInfo> CancelJob(const std::string& job_id);
   proto::GetClusterStatusReply ClusterStatus();
+
+  // Object directory (object_directory.h), guarded by the same mutex as the node table.
+  // A dead node's entries are dropped when it is declared dead; reads list ALIVE nodes
+  // only. FAILED_PRECONDITION if the node is unknown or not ALIVE.
+  absl::Status AddObjectLocations(const proto::AddObjectLocationsRequest& req);
+  void RemoveObjectLocations(const proto::RemoveObjectLocationsRequest& req);
+  proto::GetObjectLocationsReply GetObjectLocations(const std::string& object_id);
 
  private:
   struct Node {
@@ -129,6 +137,7 @@ class SchedulerCore {
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // failed to persist; retried
+  ObjectDirectory objects_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

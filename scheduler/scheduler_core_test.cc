@@ -264,5 +264,44 @@ TEST_F(SchedulerCoreTest, RestartedSchedulerReattachesRunningJobs) {
   EXPECT_EQ(Job(job.job_id()).state(), proto::SUCCEEDED);
 }
 
+TEST_F(SchedulerCoreTest, ObjectLocationsListLiveHoldersAndDropDeadNodes) {
+  Make(absl::Milliseconds(300));
+  std::string n1 = Register("10.0.0.1", 0);
+  std::string n2 = Register("10.0.0.2", 0);
+  proto::AddObjectLocationsRequest add;
+  add.set_node_id(n1);
+  auto* o = add.add_objects();
+  o->set_object_id("obj-a");
+  o->set_size(42);
+  ASSERT_TRUE(core_->AddObjectLocations(add).ok());
+  ASSERT_TRUE(core_->AddObjectLocations(add).ok());  // retried: still one entry
+  add.set_node_id(n2);
+  ASSERT_TRUE(core_->AddObjectLocations(add).ok());
+  auto locs = core_->GetObjectLocations("obj-a");
+  ASSERT_EQ(locs.locations_size(), 2);
+  EXPECT_EQ(locs.locations(0).node_id(), n1);
+  EXPECT_EQ(locs.locations(0).agent_address(), "10.0.0.1:7000");
+  EXPECT_EQ(locs.locations(0).size(), 42);
+  EXPECT_EQ(core_->GetObjectLocations("unknown").locations_size(), 0);
+
+  proto::RemoveObjectLocationsRequest rm;
+  rm.set_node_id(n2);
+  rm.add_object_ids("obj-a");
+  core_->RemoveObjectLocations(rm);
+  core_->RemoveObjectLocations(rm);  // retried
+  ASSERT_EQ(core_->GetObjectLocations("obj-a").locations_size(), 1);
+
+  // Both nodes go silent and are declared dead: no copy is listed any more, and a dead
+  // node may not report new ones until it registers again.
+  ASSERT_TRUE(WaitFor([&] { return core_->GetObjectLocations("obj-a").locations_size() == 0; }));
+  add.set_node_id(n1);
+  EXPECT_EQ(core_->AddObjectLocations(add).code(), absl::StatusCode::kFailedPrecondition);
+  add.set_node_id("node-unknown");
+  EXPECT_EQ(core_->AddObjectLocations(add).code(), absl::StatusCode::kFailedPrecondition);
+  // Re-registration does not bring the dropped entries back.
+  Register("10.0.0.1", 0, n1);
+  EXPECT_EQ(core_->GetObjectLocations("obj-a").locations_size(), 0);
+}
+
 }  // namespace
 }  // namespace drover

@@ -99,4 +99,35 @@ grpc::Status SchedulerService::GetClusterStatus(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::AddObjectLocations(grpc::ServerContext* ctx,
+                                                  const proto::AddObjectLocationsRequest* req,
+                                                  proto::AddObjectLocationsReply*) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->node_id().empty()) return Invalid("AddObjectLocations needs node_id");
+  for (const auto& o : req->objects()) {
+    if (o.object_id().empty() || o.size() < 0) {
+      return Invalid("AddObjectLocations: every object needs an id and a size >= 0");
+    }
+  }
+  return ToGrpcStatus(core_->AddObjectLocations(*req));
+}
+
+grpc::Status SchedulerService::RemoveObjectLocations(
+    grpc::ServerContext* ctx, const proto::RemoveObjectLocationsRequest* req,
+    proto::RemoveObjectLocationsReply*) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->node_id().empty()) return Invalid("RemoveObjectLocations needs node_id");
+  core_->RemoveObjectLocations(*req);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::GetObjectLocations(grpc::ServerContext* ctx,
+                                                  const proto::GetObjectLocationsRequest* req,
+                                                  proto::GetObjectLocationsReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->object_id().empty()) return Invalid("GetObjectLocations needs an object id");
+  *reply = core_->GetObjectLocations(req->object_id());
+  return grpc::Status::OK;
+}
+
 }  // namespace drover

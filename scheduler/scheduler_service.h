@@ -33,6 +33,15 @@ class SchedulerService final : public proto::Scheduler::Service {
   grpc::Status GetClusterStatus(grpc::ServerContext* ctx,
                                 const proto::GetClusterStatusRequest* req,
                                 proto::GetClusterStatusReply* reply) override;
+  grpc::Status AddObjectLocations(grpc::ServerContext* ctx,
+                                  const proto::AddObjectLocationsRequest* req,
+                                  proto::AddObjectLocationsReply* reply) override;
+  grpc::Status RemoveObjectLocations(grpc::ServerContext* ctx,
+                                     const proto::RemoveObjectLocationsRequest* req,
+                                     proto::RemoveObjectLocationsReply* reply) override;
+  grpc::Status GetObjectLocations(grpc::ServerContext* ctx,
+                                  const proto::GetObjectLocationsRequest* req,
+                                  proto::GetObjectLocationsReply* reply) override;
 
  private:
   SchedulerCore* const core_;

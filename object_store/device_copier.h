@@ -48,10 +48,13 @@ class DeviceCopier {
   // into `dst` (host or device).
   virtual absl::Status FromHost(const void* host_src, DeviceBuffer* dst, size_t bytes) = 0;
   // Makes host memory (the arena, mapped once per process) fast for device copies
-  // (page-locks it). A no-op where there is no device to copy to. Idempotent per range.
+  // (page-locks it). Idempotent per range. The host copier does nothing; a device
+  // copier without a usable device fails with FAILED_PRECONDITION, so callers register
+  // only `if (HasDevice())`.
   // REQUIRES: [ptr, ptr + bytes) stays mapped until UnregisterHostMemory(ptr).
   virtual absl::Status RegisterHostMemory(void* ptr, size_t bytes) = 0;
-  // Undoes RegisterHostMemory; call before unmapping. OK if it was never registered.
+  // Undoes RegisterHostMemory; call before unmapping. OK if it was never registered
+  // (including where there is no device), so cleanup paths need no special case.
   virtual absl::Status UnregisterHostMemory(void* ptr) = 0;
   // True if this process can copy to and from at least one device.
   virtual bool HasDevice() = 0;

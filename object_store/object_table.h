@@ -44,6 +44,7 @@ inline constexpr uint64_t kAlignment = 64;
 
 // Where an object's bytes are: [offset, offset + metadata_size) holds metadata, then
 // data from offset + data_offset for data_size bytes (data_offset is 64-aligned).
+// data_offset is relative to offset: RoundUp(metadata_size, 64), 0 without metadata.
 struct ObjectLocation {
   uint64_t offset = 0;
   uint64_t data_offset = 0;
@@ -90,7 +91,10 @@ class ObjectTable {
 
   // Allocates data_size + metadata bytes and records the object as unsealed, owned by
   // `client`, with one reference held by it. `primary` is false for copies pulled from
-  // another node (evicted rather than spilled).
+  // another node (evicted rather than spilled). The metadata is copied into the arena
+  // here; the client writes the data. INVALID_ARGUMENT for an id outside 1..64 bytes or
+  // an empty object or one larger than the arena; ALREADY_EXISTS also while a deleted
+  // object of that id is still referenced.
   absl::StatusOr<ObjectLocation> Create(ClientId client, const ObjectId& id, uint64_t data_size,
                                         const std::string& metadata, bool primary = true);
   // Makes the object immutable and visible to Get. Only its creator may seal it.
@@ -103,7 +107,9 @@ class ObjectTable {
   absl::StatusOr<ObjectLocation> Get(ClientId client, const ObjectId& id);
   // Drops one reference of `client`. NOT_FOUND if it holds none.
   absl::Status Release(ClientId client, const ObjectId& id);
-  // Deletes the object now if unreferenced, else once the last reference goes.
+  // Deletes the object now if unreferenced, else once the last reference goes (an
+  // unsealed one once it is sealed and released, or aborted). From this call on the
+  // object is invisible: Contains is false, Get and Delete give NOT_FOUND.
   absl::Status Delete(const ObjectId& id);
   // True if a sealed copy exists (in memory or spilled).
   bool Contains(const ObjectId& id) const;
@@ -115,8 +121,13 @@ class ObjectTable {
 
   TableStats Stats() const;
 
-  // Called after every successful Seal (the server wakes waiting Gets).
+  // Called after every successful Seal (the server wakes waiting Gets). The table's
+  // state is final when it runs, so it may call back into the table.
   void set_on_sealed(std::function<void(const ObjectId&)> cb);
+  // Called for each secondary copy evicted under memory pressure (the agent updates
+  // the object directory), after the Create or Get that caused it has finished its
+  // changes, so it may call back into the table.
+  void set_on_evicted(std::function<void(const ObjectId&)> cb);
 
  private:
   struct Impl;

@@ -1,0 +1,522 @@
+#include "object_store/client.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "common/log.h"
+#include "object_store/arena.h"
+#include "object_store/protocol.h"
+#include "proto/object_store.pb.h"
+
+namespace drover::object_store {
+namespace internal {
+namespace {
+
+// How long a request may take the store to answer (on top of a Get's own timeout)
+// before the connection is given up as hung. Generous: a Get may restore a spilled
+// object of gigabytes from disk.
+constexpr absl::Duration kReplyGrace = absl::Seconds(120);
+// Async releases outstanding before the client reads their answers.
+constexpr int kMaxUnacked = 256;
+constexpr size_t kReadChunk = 64u << 10;
+
+}  // namespace
+
+// The socket and the mapped arena, shared by the Client and its ObjectRefs.
+class Connection {
+ public:
+  Connection(int fd, std::unique_ptr<Arena> arena, uint64_t client_id)
+      : fd_(fd), arena_(std::move(arena)), client_id_(client_id) {}
+
+  ~Connection() {
+    {
+      absl::MutexLock lock(&mu_);
+      // Read the answers to async requests, so none is left unread at close.
+      if (!broken_.ok() || unacked_ == 0) {
+      } else {
+        (void)DrainLocked(absl::Now() + absl::Seconds(1));
+      }
+    }
+    close(fd_);
+  }
+
+  const uint8_t* base() const { return reinterpret_cast<const uint8_t*>(arena_->base()); }
+  uint8_t* mutable_base() const { return reinterpret_cast<uint8_t*>(arena_->base()); }
+  uint64_t capacity() const { return arena_->capacity(); }
+  uint64_t client_id() const { return client_id_; }
+
+  absl::Mutex mu_;
+  // Reused for every request: no allocation per operation beyond the messages' own.
+  proto::StoreRequest req_ ABSL_GUARDED_BY(mu_);
+  proto::StoreReply reply_ ABSL_GUARDED_BY(mu_);
+
+  // Sends req_ and waits for its reply in reply_. `wait` bounds the store's own wait
+  // (a Get's timeout); kReplyGrace is added. Returns the transport status; the reply's
+  // own code is left to the caller.
+  absl::Status CallLocked(absl::Duration wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!broken_.ok()) return broken_;
+    uint64_t rid = next_request_id_++;
+    req_.set_request_id(rid);
+    wbuf_.clear();
+    if (absl::Status s = AppendFrame(req_, &wbuf_); !s.ok()) return s;
+    absl::Time deadline = wait == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                           : absl::Now() + wait + kReplyGrace;
+    if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
+    while (true) {
+      if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s);
+      if (reply_.request_id() == rid) return absl::OkStatus();
+      NoteAsyncReply(reply_);
+    }
+  }
+
+  // Sends req_ without waiting for its reply (read later, before the next reply).
+  void SendAsyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!broken_.ok()) return;
+    req_.set_request_id(next_request_id_++);
+    wbuf_.clear();
+    if (!AppendFrame(req_, &wbuf_).ok()) return;
+    if (absl::Status s = WriteLocked(absl::Now() + kReplyGrace); !s.ok()) {
+      (void)Break(s);
+      return;
+    }
+    ++unacked_;
+    if (unacked_ >= kMaxUnacked) (void)DrainLocked(absl::Now() + kReplyGrace);
+  }
+
+  void ReleaseAsync(const ObjectId& id) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    req_.Clear();
+    req_.mutable_release()->set_id(id);
+    SendAsyncLocked();
+  }
+
+ private:
+  absl::Status Break(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    broken_ = absl::UnavailableError(
+        absl::StrCat("connection to the object store is broken (", s.message(),
+                     "); connect again"));
+    shutdown(fd_, SHUT_RDWR);
+    return broken_;
+  }
+
+  void NoteAsyncReply(const proto::StoreReply& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (unacked_ > 0) --unacked_;
+    if (r.code() != 0) {
+      DROVER_LOG(WARNING) << "object store: an asynchronous request (release/seal) failed: "
+                          << r.message();
+    }
+  }
+
+  absl::Status DrainLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (unacked_ > 0) {
+      if (absl::Status s = ReadReplyLocked(&drain_reply_, deadline); !s.ok()) return Break(s);
+      NoteAsyncReply(drain_reply_);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitFd(short events, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (true) {
+      int timeout_ms = -1;
+      if (deadline != absl::InfiniteFuture()) {
+        absl::Duration left = deadline - absl::Now();
+        if (left <= absl::ZeroDuration()) {
+          return absl::DeadlineExceededError("the object store did not answer in time");
+        }
+        timeout_ms = static_cast<int>(std::min<int64_t>(
+            absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30));
+      }
+      pollfd p{fd_, events, 0};
+      int n = poll(&p, 1, timeout_ms);
+      if (n > 0) return absl::OkStatus();
+      if (n < 0 && errno != EINTR) {
+        return absl::UnavailableError(absl::StrCat("poll: ", strerror(errno)));
+      }
+    }
+  }
+
+  absl::Status WriteLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    size_t done = 0;
+    while (done < wbuf_.size()) {
+      ssize_t n = send(fd_, wbuf_.data() + done, wbuf_.size() - done, MSG_NOSIGNAL);
+      if (n >= 0) {
+        done += static_cast<size_t>(n);
+        continue;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (absl::Status s = WaitFd(POLLOUT, deadline); !s.ok()) return s;
+        continue;
+      }
+      return absl::UnavailableError(absl::StrCat("write: ", strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ReadReplyLocked(proto::StoreReply* reply, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (true) {
+      absl::string_view body;
+      absl::StatusOr<bool> got = in_.Next(&body);
+      if (!got.ok()) return got.status();
+      if (*got) {
+        if (!reply->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+          return absl::InternalError("a reply from the object store does not parse");
+        }
+        return absl::OkStatus();
+      }
+      char* p = in_.PrepareWrite(kReadChunk);
+      ssize_t n = recv(fd_, p, kReadChunk, 0);
+      if (n > 0) {
+        in_.Commit(static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) return absl::UnavailableError("the object store closed the connection");
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (absl::Status s = WaitFd(POLLIN, deadline); !s.ok()) return s;
+        continue;
+      }
+      return absl::UnavailableError(absl::StrCat("read: ", strerror(errno)));
+    }
+  }
+
+  const int fd_;
+  const std::unique_ptr<Arena> arena_;
+  const uint64_t client_id_;
+  uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int unacked_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  std::string wbuf_ ABSL_GUARDED_BY(mu_);
+  FrameDecoder in_ ABSL_GUARDED_BY(mu_);
+  proto::StoreReply drain_reply_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace internal
+
+namespace {
+
+absl::Status ReplyStatus(const proto::StoreReply& r) {
+  if (r.code() == 0) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(r.code()), r.message());
+}
+
+int64_t TimeoutMs(absl::Duration timeout) {
+  if (timeout == absl::InfiniteDuration()) return -1;
+  if (timeout <= absl::ZeroDuration()) return 0;
+  return std::max<int64_t>(1, absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1))));
+}
+
+// Checks that [offset, offset + size) lies in the arena (the store is trusted, but a
+// bad location must not turn into a wild pointer).
+bool InArena(uint64_t offset, uint64_t size, uint64_t capacity) {
+  return offset <= capacity && size <= capacity - offset;
+}
+
+absl::Status CheckLocation(const proto::ObjectLocation& loc, uint64_t capacity) {
+  if (!InArena(loc.offset(), loc.metadata_size(), capacity) ||
+      loc.data_offset() > capacity || !InArena(loc.offset(), loc.data_offset(), capacity) ||
+      !InArena(loc.offset() + loc.data_offset(), loc.data_size(), capacity)) {
+    return absl::InternalError(absl::StrCat(
+        "the object store sent a location outside the arena (offset ", loc.offset(),
+        ", data_offset ", loc.data_offset(), ", data_size ", loc.data_size(), ", capacity ",
+        capacity, ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ObjectRef& ObjectRef::operator=(ObjectRef&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    conn_ = std::move(other.conn_);
+    id_ = std::move(other.id_);
+    data_ = other.data_;
+    metadata_ = other.metadata_;
+    other.conn_.reset();
+    other.data_ = {};
+    other.metadata_ = {};
+  }
+  return *this;
+}
+
+void ObjectRef::Reset() {
+  if (conn_ == nullptr) return;
+  conn_->ReleaseAsync(id_);
+  conn_.reset();
+  data_ = {};
+  metadata_ = {};
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path) {
+  sockaddr_un addr;
+  if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("object store socket path '", socket_path, "' must be 1..",
+                     sizeof(addr.sun_path) - 1, " bytes"));
+  }
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot connect to the object store at ",
+                                               socket_path, ": ", strerror(err),
+                                               " (is drover-object-store running?)"));
+  }
+  // The hello: blocking, bounded by a receive timeout.
+  timeval tv{30, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  proto::StoreHello hello;
+  absl::StatusOr<int> arena_fd = RecvFrameWithFd(fd, &hello);
+  if (!arena_fd.ok()) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("object store at ", socket_path,
+                                               " sent no arena: ", arena_fd.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Map(*arena_fd, hello.arena_capacity());
+  close(*arena_fd);  // the Arena keeps its own dup
+  if (!arena.ok()) {
+    close(fd);
+    return arena.status();
+  }
+  // From now on non-blocking with poll() for deadlines.
+  int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  auto conn = std::make_shared<internal::Connection>(fd, std::move(*arena), hello.client_id());
+  return std::unique_ptr<Client>(new Client(std::move(conn)));
+}
+
+Client::~Client() = default;
+
+const uint8_t* Client::arena_base() const { return conn_->base(); }
+uint64_t Client::arena_capacity() const { return conn_->capacity(); }
+uint64_t Client::client_id() const { return conn_->client_id(); }
+
+absl::StatusOr<MutableObject> Client::Create(const ObjectId& id, uint64_t data_size,
+                                             absl::string_view metadata) {
+  internal::Connection& c = *conn_;
+  absl::MutexLock lock(&c.mu_);
+  c.req_.Clear();
+  auto* r = c.req_.mutable_create();
+  r->set_id(id);
+  r->set_data_size(data_size);
+  r->set_metadata(metadata.data(), metadata.size());
+  if (absl::Status s = c.CallLocked(absl::ZeroDuration()); !s.ok()) return s;
+  if (absl::Status s = ReplyStatus(c.reply_); !s.ok()) return s;
+  const proto::ObjectLocation& loc = c.reply_.create().location();
+  if (absl::Status s = CheckLocation(loc, c.capacity()); !s.ok()) return s;
+  MutableObject out;
+  out.id = id;
+  out.data = absl::Span<uint8_t>(c.mutable_base() + loc.offset() + loc.data_offset(),
+                                 loc.data_size());
+  out.metadata =
+      absl::Span<const uint8_t>(c.base() + loc.offset(), loc.metadata_size());
+  return out;
+}
+
+absl::Status Client::Seal(const ObjectId& id) {
+  internal::Connection& c = *conn_;
+  absl::MutexLock lock(&c.mu_);
+  c.req_.Clear();
+  c.req_.mutable_seal()->set_id(id);
+  if (absl::Status s = c.CallLocked(absl::ZeroDuration()); !s.ok()) return s;
+  if (absl::Status s = ReplyStatus(c.reply_); !s.ok()) return s;
+  // Drop the creator's reference.
+  c.req_.Clear();
+  c.req_.mutable_release()->set_id(id);
+  c.SendAsyncLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Client::Abort(const ObjectId& id) {
+  internal::Connection& c = *conn_;
+  absl::MutexLock lock(&c.mu_);
+  c.req_.Clear();
+  c.req_.mutable_abort()->set_id(id);
+  if (absl::Status s = c.CallLocked(absl::ZeroDuration()); !s.ok()) return s;
+  return ReplyStatus(c.reply_);
+}
+
+absl::Status Client::Put(const ObjectId& id, absl::Span<const uint8_t> data,
+                         absl::string_view metadata) {
+  absl::StatusOr<MutableObject> obj = Create(id, data.size(), metadata);
+  if (!obj.ok()) return obj.status();
+  if (!data.empty()) memcpy(obj->data.data(), data.data(), data.size());
+  absl::Status s = Seal(id);
+  if (!s.ok() && s.code() != absl::StatusCode::kUnavailable) (void)Abort(id);
+  return s;
+}
+
+absl::StatusOr<ObjectRef> Client::Get(const ObjectId& id, absl::Duration timeout) {
+  ObjectRef ref;
+  absl::Status status;
+  {
+    internal::Connection& c = *conn_;
+    absl::MutexLock lock(&c.mu_);
+    c.req_.Clear();
+    auto* r = c.req_.mutable_get();
+    r->add_ids(id);
+    r->set_timeout_ms(TimeoutMs(timeout));
+    if (absl::Status s = c.CallLocked(timeout); !s.ok()) return s;
+    if (absl::Status s = ReplyStatus(c.reply_); !s.ok()) return s;
+    if (c.reply_.get().results_size() != 1) {
+      return absl::InternalError("the object store answered a Get of 1 id with another count");
+    }
+    const proto::GetResult& g = c.reply_.get().results(0);
+    if (!g.found()) {
+      return absl::Status(static_cast<absl::StatusCode>(g.code() == 0 ? 2 : g.code()),
+                          g.message());
+    }
+    const proto::ObjectLocation& loc = g.location();
+    // The reference was taken: from here on the ref owns it (and releases on error).
+    ref.conn_ = conn_;
+    ref.id_ = id;
+    status = CheckLocation(loc, c.capacity());
+    if (status.ok()) {
+      ref.data_ = absl::Span<const uint8_t>(c.base() + loc.offset() + loc.data_offset(),
+                                            loc.data_size());
+      ref.metadata_ = absl::Span<const uint8_t>(c.base() + loc.offset(), loc.metadata_size());
+    }
+  }
+  if (!status.ok()) return status;  // ~ObjectRef releases, outside the lock
+  return ref;
+}
+
+absl::StatusOr<std::vector<ObjectRef>> Client::Get(const std::vector<ObjectId>& ids,
+                                                   absl::Duration timeout) {
+  std::vector<ObjectRef> refs;
+  refs.reserve(ids.size());
+  std::vector<std::string> missing;
+  absl::Status status;
+  {
+    internal::Connection& c = *conn_;
+    absl::MutexLock lock(&c.mu_);
+    c.req_.Clear();
+    auto* r = c.req_.mutable_get();
+    for (const ObjectId& id : ids) r->add_ids(id);
+    r->set_timeout_ms(TimeoutMs(timeout));
+    if (absl::Status s = c.CallLocked(timeout); !s.ok()) return s;
+    if (absl::Status s = ReplyStatus(c.reply_); !s.ok()) return s;
+    const proto::GetReply& g = c.reply_.get();
+    if (g.results_size() != static_cast<int>(ids.size())) {
+      return absl::InternalError("the object store answered a Get with the wrong count");
+    }
+    absl::StatusCode first_code = absl::StatusCode::kOk;
+    for (int i = 0; i < g.results_size(); ++i) {
+      const proto::GetResult& res = g.results(i);
+      if (!res.found()) {
+        if (first_code == absl::StatusCode::kOk) {
+          first_code = static_cast<absl::StatusCode>(res.code() == 0 ? 2 : res.code());
+        }
+        if (missing.size() < 8) missing.push_back(res.message());
+        continue;
+      }
+      ObjectRef ref;
+      ref.conn_ = conn_;
+      ref.id_ = ids[i];
+      absl::Status s = CheckLocation(res.location(), c.capacity());
+      if (s.ok()) {
+        const auto& loc = res.location();
+        ref.data_ = absl::Span<const uint8_t>(c.base() + loc.offset() + loc.data_offset(),
+                                              loc.data_size());
+        ref.metadata_ = absl::Span<const uint8_t>(c.base() + loc.offset(), loc.metadata_size());
+      } else if (status.ok()) {
+        status = s;
+      }
+      refs.push_back(std::move(ref));
+    }
+    if (status.ok() && first_code != absl::StatusCode::kOk) {
+      size_t n_missing = ids.size() - refs.size();
+      status = absl::Status(first_code,
+                            absl::StrCat(n_missing, " of ", ids.size(), " objects missing: ",
+                                         absl::StrJoin(missing, "; "),
+                                         n_missing > missing.size() ? "; ..." : ""));
+    }
+  }
+  if (!status.ok()) return status;  // refs are released outside the lock
+  return refs;
+}
+
+absl::Status Client::Wait(const std::vector<ObjectId>& ids, absl::Duration timeout) {
+  absl::StatusOr<std::vector<ObjectRef>> refs = Get(ids, timeout);
+  return refs.status();
+}
+
+absl::Status Client::Delete(const ObjectId& id) {
+  internal::Connection& c = *conn_;
+  absl::MutexLock lock(&c.mu_);
+  c.req_.Clear();
+  c.req_.mutable_delete_()->set_id(id);
+  if (absl::Status s = c.CallLocked(absl::ZeroDuration()); !s.ok()) return s;
+  return ReplyStatus(c.reply_);
+}
+
+absl::StatusOr<bool> Client::Contains(const ObjectId& id) {
+  internal::Connection& c = *conn_;
+  absl::MutexLock lock(&c.mu_);
+  c.req_.Clear();
+  c.req_.mutable_contains()->set_id(id);
+  if (absl::Status s = c.CallLocked(absl::ZeroDuration()); !s.ok()) return s;
+  if (absl::Status s = ReplyStatus(c.reply_); !s.ok()) return s;
+  return c.reply_.contains().contains();
+}
+
+absl::StatusOr<StoreStats> Client::Stats() {
+  internal::Connection& c = *conn_;
+  absl::MutexLock lock(&c.mu_);
+  c.req_.Clear();
+  c.req_.mutable_stats();
+  if (absl::Status s = c.CallLocked(absl::ZeroDuration()); !s.ok()) return s;
+  if (absl::Status s = ReplyStatus(c.reply_); !s.ok()) return s;
+  const proto::StoreStats& p = c.reply_.stats();
+  StoreStats out;
+  out.capacity = p.capacity();
+  out.used = p.used();
+  out.largest_free = p.largest_free();
+  out.objects = p.objects();
+  out.sealed = p.sealed();
+  out.referenced = p.referenced();
+  out.spilled_objects = p.spilled_objects();
+  out.spilled_bytes = p.spilled_bytes();
+  out.evictions = p.evictions();
+  out.spills = p.spills();
+  out.restores = p.restores();
+  out.clients = p.clients();
+  out.pending_gets = p.pending_gets();
+  return out;
+}
+
+ObjectId Client::RandomId() {
+  unsigned char bytes[20];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  static const char kHex[] = "0123456789abcdef";
+  ObjectId id(40, '0');
+  for (int i = 0; i < 20; ++i) {
+    id[2 * i] = kHex[bytes[i] >> 4];
+    id[2 * i + 1] = kHex[bytes[i] & 0xf];
+  }
+  return id;
+}
+
+}  // namespace drover::object_store

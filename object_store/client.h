@@ -1,0 +1,170 @@
+// Client: the C++ client of the node's object store (the SDK builds on it).
+//
+//   auto client = Client::Connect("/run/drover/store.sock");   // maps the arena once
+//   ObjectId id = Client::RandomId();
+//   DROVER_RETURN_IF_ERROR((*client)->Put(id, bytes, /*metadata=*/""));
+//   absl::StatusOr<ObjectRef> ref = (*client)->Get(id, absl::Seconds(5));
+//   use(ref->data());   // a view into shared memory: no copy
+//   // ~ObjectRef releases the reference.
+//
+// Zero copy: Connect receives the store's arena descriptor and maps it once for the
+// Client's lifetime; Create returns a writable span inside that mapping and Get a
+// read-only one. Object bytes never cross the socket.
+//
+// Ownership: Connect returns the only owner of the Client. An ObjectRef keeps the
+// connection and the mapping alive (shared ownership), so a ref may outlive the Client
+// object; its data() stays valid until the ref is destroyed. A MutableObject's span is
+// valid until Seal or Abort of that id, or until the Client is destroyed.
+//
+// Thread safety: a Client is thread-safe; one mutex around the socket serializes the
+// requests, which are synchronous (one round trip each). ObjectRefs may be used and
+// destroyed on any thread. Sealed objects are immutable: concurrent readers need no
+// locking; writing into a MutableObject is the creator's business until Seal.
+//
+// Errors (absl canonical codes): NOT_FOUND unknown id, ALREADY_EXISTS double create,
+// FAILED_PRECONDITION seal of a sealed object or of another client's object,
+// RESOURCE_EXHAUSTED no room even after spilling, DEADLINE_EXCEEDED a Get/Wait timeout,
+// UNAVAILABLE the store went away (reconnect), INVALID_ARGUMENT a malformed request.
+#ifndef DROVER_OBJECT_STORE_CLIENT_H_
+#define DROVER_OBJECT_STORE_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "object_store/object_table.h"
+
+namespace drover::object_store {
+
+namespace internal {
+class Connection;
+}
+
+// An object being written. REQUIRES: the creator writes `data` and then calls
+// Client::Seal(id) (or Client::Abort(id)); if the client disconnects first, the store
+// aborts the object and frees its space.
+struct MutableObject {
+  ObjectId id;
+  absl::Span<uint8_t> data;              // writable, in the shared arena, 64-byte aligned
+  absl::Span<const uint8_t> metadata;    // already written by the store
+};
+
+// A reference to a sealed object, pinning it in the store (never evicted, spilled or
+// freed while held). Move-only; the destructor (or Reset) releases the reference
+// without waiting for the store's answer.
+class ObjectRef {
+ public:
+  ObjectRef() = default;
+  ~ObjectRef() { Reset(); }
+  ObjectRef(ObjectRef&& other) noexcept { *this = std::move(other); }
+  ObjectRef& operator=(ObjectRef&& other) noexcept;
+  ObjectRef(const ObjectRef&) = delete;
+  ObjectRef& operator=(const ObjectRef&) = delete;
+
+  // False for a default-constructed or moved-from ref.
+  bool valid() const { return conn_ != nullptr; }
+  const ObjectId& id() const { return id_; }
+  // The object's bytes, read-only, in place in the shared arena (64-byte aligned).
+  absl::Span<const uint8_t> data() const { return data_; }
+  // The metadata given at Create (e.g. a tensor header), in place in the arena.
+  absl::Span<const uint8_t> metadata() const { return metadata_; }
+  absl::string_view metadata_view() const {
+    return absl::string_view(reinterpret_cast<const char*>(metadata_.data()), metadata_.size());
+  }
+  // Releases the reference now. The ref becomes invalid.
+  void Reset();
+
+ private:
+  friend class Client;
+  std::shared_ptr<internal::Connection> conn_;
+  ObjectId id_;
+  absl::Span<const uint8_t> data_;
+  absl::Span<const uint8_t> metadata_;
+};
+
+// The store's counters (see proto/object_store.proto StoreStats).
+struct StoreStats {
+  uint64_t capacity = 0;
+  uint64_t used = 0;
+  uint64_t largest_free = 0;
+  uint64_t objects = 0;
+  uint64_t sealed = 0;
+  uint64_t referenced = 0;
+  uint64_t spilled_objects = 0;
+  uint64_t spilled_bytes = 0;
+  uint64_t evictions = 0;
+  uint64_t spills = 0;
+  uint64_t restores = 0;
+  uint64_t clients = 0;
+  uint64_t pending_gets = 0;
+};
+
+class Client {
+ public:
+  // Connects to the store at `socket_path`, receives the arena descriptor and maps it.
+  // UNAVAILABLE if no store listens there.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_path);
+
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Allocates an unsealed object of `data_size` bytes with `metadata` in front of it
+  // and returns its writable span. Follow with Seal (or Abort).
+  absl::StatusOr<MutableObject> Create(const ObjectId& id, uint64_t data_size,
+                                       absl::string_view metadata = {});
+  // Makes the object immutable and visible to every Get, and drops the creator's
+  // reference (Get it to keep reading it pinned).
+  absl::Status Seal(const ObjectId& id);
+  // Frees an unsealed object this client created.
+  absl::Status Abort(const ObjectId& id);
+  // Create + copy + Seal. On failure after Create the object is aborted.
+  absl::Status Put(const ObjectId& id, absl::Span<const uint8_t> data,
+                   absl::string_view metadata = {});
+  absl::Status Put(const ObjectId& id, absl::string_view data, absl::string_view metadata = {}) {
+    return Put(id, absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(data.data()),
+                                              data.size()),
+               metadata);
+  }
+
+  // Waits up to `timeout` for the object to be sealed and returns a reference to it.
+  // absl::ZeroDuration() does not wait; absl::InfiniteDuration() waits until it comes
+  // (or the store goes away). DEADLINE_EXCEEDED / NOT_FOUND if it did not come.
+  absl::StatusOr<ObjectRef> Get(const ObjectId& id, absl::Duration timeout);
+  // All of `ids` (at most 4096), in order, waiting up to `timeout` for all of them.
+  // All or nothing: if any is missing, the error names the missing ids and the
+  // references taken to the others are released.
+  absl::StatusOr<std::vector<ObjectRef>> Get(const std::vector<ObjectId>& ids,
+                                             absl::Duration timeout);
+  // OK once every id is sealed in the store; DEADLINE_EXCEEDED after `timeout`.
+  absl::Status Wait(const std::vector<ObjectId>& ids, absl::Duration timeout);
+  // Deletes the object (when its last reference goes, if it is referenced).
+  absl::Status Delete(const ObjectId& id);
+  // True if a sealed copy is in this node's store (in memory or spilled).
+  absl::StatusOr<bool> Contains(const ObjectId& id);
+  absl::StatusOr<StoreStats> Stats();
+
+  // 20 random bytes as 40 lowercase hex characters.
+  static ObjectId RandomId();
+
+  // The shared arena as mapped in this process (for checks such as "is this pointer
+  // in the arena").
+  const uint8_t* arena_base() const;
+  uint64_t arena_capacity() const;
+  // The id the store assigned to this connection.
+  uint64_t client_id() const;
+
+ private:
+  explicit Client(std::shared_ptr<internal::Connection> conn) : conn_(std::move(conn)) {}
+  std::shared_ptr<internal::Connection> conn_;
+};
+
+}  // namespace drover::object_store
+
+#endif  // DROVER_OBJECT_STORE_CLIENT_H_

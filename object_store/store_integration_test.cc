@@ -1,0 +1,640 @@
+// The object store with real processes: drover-object-store as a daemon, store_tool
+// processes as clients, plus raw-socket clients that skip the library.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/files.h"
+#include "common/spawn.h"
+#include "gtest/gtest.h"
+#include "object_store/client.h"
+#include "object_store/protocol.h"
+#include "object_store/store_server.h"
+#include "object_store/testing/test_data.h"
+#include "proto/object_store.pb.h"
+#include "tests/util/test_util.h"
+
+namespace drover::object_store {
+namespace {
+
+using ::drover::testing::Runfile;
+using ::drover::testing::WaitFor;
+using ::drover::object_store::testing::Checksum;
+using ::drover::object_store::testing::FillPattern;
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+// A short scratch directory: Unix socket paths are limited to 107 bytes, and Bazel's
+// TEST_TMPDIR is longer than that on this machine.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    char tmpl[] = "/tmp/drover-os-XXXXXX";
+    char* d = mkdtemp(tmpl);
+    EXPECT_NE(d, nullptr);
+    path_ = d ? d : "/tmp";
+  }
+  ~ScratchDir() {
+    std::string cmd = "rm -rf '" + path_ + "'";
+    int rc = system(cmd.c_str());
+    (void)rc;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<uint8_t> Pattern(uint64_t size, uint64_t seed) {
+  std::vector<uint8_t> v(size);
+  FillPattern(absl::MakeSpan(v), seed);
+  return v;
+}
+
+// drover-object-store running as a child process.
+class StoreProcess {
+ public:
+  explicit StoreProcess(uint64_t capacity, bool with_spill = false,
+                        uint64_t spill_capacity = 0) {
+    socket_ = dir_.path() + "/run/store.sock";
+    std::vector<std::string> argv = {Runfile("object_store/drover-object-store"), "--socket",
+                                     socket_, "--capacity", absl::StrCat(capacity)};
+    if (with_spill) {
+      argv.insert(argv.end(), {"--spill-dir", dir_.path() + "/spill", "--spill-capacity",
+                               absl::StrCat(spill_capacity)});
+    }
+    SpawnOptions o;
+    o.argv = argv;
+    o.stderr_path = dir_.path() + "/store.log";
+    absl::StatusOr<pid_t> pid = Spawn(o);
+    EXPECT_TRUE(pid.ok()) << pid.status();
+    pid_ = pid.ok() ? *pid : -1;
+    bool up = WaitFor([&] { return Client::Connect(socket_).ok() || Exited(); });
+    EXPECT_TRUE(up && !Exited()) << "store did not start: " << *ReadFile(o.stderr_path);
+  }
+  ~StoreProcess() { Stop(); }
+
+  bool Exited() {
+    if (pid_ < 0) return true;
+    int status;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      exit_status_ = status;
+      pid_ = -1;
+      return true;
+    }
+    return false;
+  }
+
+  // SIGTERM and wait; returns the wait status.
+  int Stop() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int status = 0;
+      waitpid(pid_, &status, 0);
+      exit_status_ = status;
+      pid_ = -1;
+    }
+    return exit_status_;
+  }
+
+  const std::string& socket() const { return socket_; }
+  const std::string& dir() const { return dir_.path(); }
+  std::string log() const { return ReadFile(dir_.path() + "/store.log").value_or(""); }
+
+ private:
+  ScratchDir dir_;
+  std::string socket_;
+  pid_t pid_ = -1;
+  int exit_status_ = -1;
+};
+
+// store_tool as a child process; its stdout goes to a file.
+class Tool {
+ public:
+  Tool(const StoreProcess& store, std::vector<std::string> args) {
+    static int counter = 0;
+    out_ = store.dir() + "/tool-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
+    SpawnOptions o;
+    o.argv = {Runfile("object_store/store_tool"), store.socket()};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.stdout_path = out_;
+    absl::StatusOr<pid_t> pid = Spawn(o);
+    EXPECT_TRUE(pid.ok()) << pid.status();
+    pid_ = pid.ok() ? *pid : -1;
+  }
+  ~Tool() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      Wait();
+    }
+  }
+  // Waits for exit; returns the output's words.
+  std::vector<std::string> Wait() {
+    if (pid_ > 0) {
+      waitpid(pid_, &status_, 0);
+      pid_ = -1;
+    }
+    return absl::StrSplit(ReadFile(out_).value_or(""), absl::ByAnyChar(" \n"),
+                          absl::SkipEmpty());
+  }
+  void Kill() {
+    if (pid_ > 0) kill(pid_, SIGKILL);
+  }
+  int status() const { return status_; }
+
+ private:
+  std::string out_;
+  pid_t pid_ = -1;
+  int status_ = -1;
+};
+
+StoreStats MustStats(Client& c) {
+  absl::StatusOr<StoreStats> s = c.Stats();
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.value_or(StoreStats{});
+}
+
+TEST(StoreIntegrationTest, SocketIsOwnerOnlyAndStopRemovesIt) {
+  StoreProcess store(64 * kMiB);
+  struct stat st;
+  ASSERT_EQ(stat(store.socket().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat((store.dir() + "/run").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  int status = store.Stop();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << DescribeWaitStatus(status);
+  EXPECT_NE(access(store.socket().c_str(), F_OK), 0);
+}
+
+TEST(StoreIntegrationTest, OneProcessPutsOthersReadInPlace) {
+  StoreProcess store(256 * kMiB);
+  const uint64_t size = 48 * kMiB;  // tensor-sized
+  Tool putter(store, {"put", "tensor-1", absl::StrCat(size), "42"});
+  std::vector<std::string> put = putter.Wait();
+  ASSERT_EQ(put.size(), 2u) << absl::StrJoin(put, " ") << store.log();
+  ASSERT_EQ(put[0], "ok");
+  std::vector<uint8_t> expected = Pattern(size, 42);
+  EXPECT_EQ(put[1], absl::StrCat(Checksum(expected)));
+
+  // Three readers at once, each in its own process.
+  std::vector<std::unique_ptr<Tool>> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.push_back(std::make_unique<Tool>(
+        store, std::vector<std::string>{"get", "tensor-1", "5000"}));
+  }
+  std::string offset;
+  for (auto& r : readers) {
+    std::vector<std::string> got = r->Wait();
+    ASSERT_EQ(got.size(), 5u) << absl::StrJoin(got, " ");
+    EXPECT_EQ(got[0], "ok");
+    EXPECT_EQ(got[1], absl::StrCat(size));
+    EXPECT_EQ(got[2], put[1]);  // same bytes
+    EXPECT_EQ(got[3], "1");     // the data pointer lies in the mapped arena
+    if (offset.empty()) offset = got[4];
+    EXPECT_EQ(got[4], offset);  // every process sees the same place: no copy
+  }
+
+  // And in this process: the same bytes at the same arena offset, in place.
+  auto client = Client::Connect(store.socket());
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto ref = (*client)->Get("tensor-1", absl::Seconds(5));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const uint8_t* base = (*client)->arena_base();
+  EXPECT_GE(ref->data().data(), base);
+  EXPECT_LE(ref->data().data() + ref->data().size(), base + (*client)->arena_capacity());
+  EXPECT_EQ(absl::StrCat(ref->data().data() - base), offset);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(ref->data().data()) % 64, 0u);
+  EXPECT_EQ(ref->metadata_view(), "tool-metadata");
+  EXPECT_EQ(memcmp(ref->data().data(), expected.data(), size), 0);
+}
+
+TEST(StoreIntegrationTest, ClientKilledMidCreateIsAbortedAndSpaceFreed) {
+  StoreProcess store(64 * kMiB);
+  auto client = Client::Connect(store.socket());
+  ASSERT_TRUE(client.ok());
+  StoreStats before = MustStats(**client);
+  std::string ready = store.dir() + "/ready";
+  Tool writer(store, {"crash-mid-create", "half-written", absl::StrCat(16 * kMiB), ready});
+  ASSERT_TRUE(WaitFor([&] { return access(ready.c_str(), F_OK) == 0; })) << store.log();
+  StoreStats during = MustStats(**client);
+  EXPECT_EQ(during.objects, before.objects + 1);
+  EXPECT_GE(during.used, before.used + 16 * kMiB);
+  // A reader waiting for it meanwhile must not get it.
+  EXPECT_EQ((*client)->Get("half-written", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kUnavailable);
+
+  writer.Kill();
+  writer.Wait();
+  EXPECT_TRUE(WaitFor([&] {
+    StoreStats s = MustStats(**client);
+    return s.objects == before.objects && s.used == before.used && s.clients == before.clients;
+  })) << store.log();
+  EXPECT_FALSE(*(*client)->Contains("half-written"));
+  // The id is free again and the space usable.
+  EXPECT_TRUE((*client)->Put("half-written", std::string(1000, 'x')).ok());
+}
+
+TEST(StoreIntegrationTest, GetWaitsForSealAndTimesOut) {
+  StoreProcess store(64 * kMiB);
+  auto reader = Client::Connect(store.socket());
+  auto writer = Client::Connect(store.socket());
+  ASSERT_TRUE(reader.ok() && writer.ok());
+
+  absl::Time t0 = absl::Now();
+  auto missing = (*reader)->Get("never", absl::Milliseconds(100));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded) << missing.status();
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(100));
+  EXPECT_EQ((*reader)->Get("never", absl::ZeroDuration()).status().code(),
+            absl::StatusCode::kNotFound);
+
+  // A Get of two ids returns once both are sealed.
+  absl::StatusOr<std::vector<ObjectRef>> got;
+  std::thread t([&] { got = (*reader)->Get(std::vector<ObjectId>{"a", "b"}, absl::Seconds(20)); });
+  ASSERT_TRUE(WaitFor([&] { return MustStats(**writer).pending_gets == 1; }));
+  ASSERT_TRUE((*writer)->Put("a", std::string("alpha")).ok());
+  auto b = (*writer)->Create("b", 4, "m");
+  ASSERT_TRUE(b.ok());
+  memcpy(b->data.data(), "beta", 4);
+  EXPECT_EQ(MustStats(**writer).pending_gets, 1u);  // still waiting for b's seal
+  ASSERT_TRUE((*writer)->Seal("b").ok());
+  t.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>((*got)[0].data().data()), 5), "alpha");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>((*got)[1].data().data()), 4), "beta");
+  EXPECT_EQ((*got)[1].metadata_view(), "m");
+  EXPECT_EQ(MustStats(**writer).referenced, 2u);
+  got->clear();  // releases
+  EXPECT_TRUE(WaitFor([&] { return MustStats(**writer).referenced == 0; }));
+
+  // Partial: one present, one missing -> all or nothing, naming the missing one.
+  auto partial = (*reader)->Get(std::vector<ObjectId>{"a", "zzz"}, absl::Milliseconds(50));
+  EXPECT_EQ(partial.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(partial.status().message().find("zzz"), std::string::npos) << partial.status();
+  EXPECT_TRUE((*reader)->Wait({"a", "b"}, absl::Seconds(1)).ok());
+  EXPECT_TRUE(WaitFor([&] {
+    StoreStats s = MustStats(**writer);
+    return s.referenced == 0 && s.pending_gets == 0;
+  }));
+
+  // A client that disconnects while its Get waits leaves nothing behind.
+  {
+    auto gone = Client::Connect(store.socket());
+    std::thread waiter([&] { (void)(*gone)->Get("later", absl::Milliseconds(300)); });
+    waiter.join();
+  }
+  EXPECT_TRUE(WaitFor([&] { return MustStats(**writer).pending_gets == 0; }));
+}
+
+TEST(StoreIntegrationTest, DeleteAndRefsPinObjects) {
+  StoreProcess store(64 * kMiB);
+  auto c = Client::Connect(store.socket());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->Put("x", std::string(4096, 'x')).ok());
+  EXPECT_EQ((*c)->Put("x", std::string(10, 'y')).code(), absl::StatusCode::kAlreadyExists);
+  {
+    auto ref = (*c)->Get("x", absl::Seconds(1));
+    ASSERT_TRUE(ref.ok());
+    ASSERT_TRUE((*c)->Delete("x").ok());
+    // Still readable through the ref.
+    EXPECT_EQ(ref->data()[4095], 'x');
+  }
+  EXPECT_TRUE(WaitFor([&] { return MustStats(**c).objects == 0; }));
+  EXPECT_EQ(MustStats(**c).used, 0u);
+  EXPECT_FALSE(*(*c)->Contains("x"));
+}
+
+TEST(StoreIntegrationTest, PastCapacityObjectsSpillAndComeBackByteForByte) {
+  StoreProcess store(64 * kMiB, /*with_spill=*/true, /*spill_capacity=*/1024 * kMiB);
+  auto c = Client::Connect(store.socket());
+  ASSERT_TRUE(c.ok());
+  const uint64_t size = 12 * kMiB;
+  const int n = 12;  // 144 MiB through a 64 MiB arena
+  std::vector<uint64_t> sums;
+  for (int i = 0; i < n; ++i) {
+    std::vector<uint8_t> data = Pattern(size, 100 + i);
+    sums.push_back(Checksum(data));
+    absl::Status s = (*c)->Put(absl::StrCat("spill-", i), absl::MakeConstSpan(data));
+    ASSERT_TRUE(s.ok()) << "put " << i << ": " << s << "\n" << store.log();
+  }
+  StoreStats after_put = MustStats(**c);
+  EXPECT_GT(after_put.spills, 0u);
+  EXPECT_GT(after_put.spilled_objects, 0u);
+  // Every object comes back, in this process and in another one.
+  for (int i = 0; i < n; ++i) {
+    auto ref = (*c)->Get(absl::StrCat("spill-", i), absl::Seconds(10));
+    ASSERT_TRUE(ref.ok()) << "get " << i << ": " << ref.status() << "\n" << store.log();
+    ASSERT_EQ(ref->data().size(), size);
+    EXPECT_EQ(Checksum(ref->data()), sums[i]) << "object " << i;
+  }
+  Tool other(store, {"get", "spill-0", "10000"});
+  std::vector<std::string> got = other.Wait();
+  ASSERT_EQ(got.size(), 5u) << absl::StrJoin(got, " ") << store.log();
+  EXPECT_EQ(got[2], absl::StrCat(sums[0]));
+  EXPECT_GT(MustStats(**c).restores, 0u);
+
+  // Too big for memory even after spilling everything: a clear error, nothing lost.
+  auto huge = (*c)->Create("huge", 65 * kMiB);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  auto again = (*c)->Get("spill-3", absl::Seconds(10));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(Checksum(again->data()), sums[3]);
+}
+
+// A client that skips the library: sends whatever bytes it likes.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& path) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    timeval tv{10, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    proto::StoreHello hello;
+    absl::StatusOr<int> arena = RecvFrameWithFd(fd_, &hello);
+    EXPECT_TRUE(arena.ok()) << arena.status();
+    if (arena.ok()) close(*arena);
+    capacity_ = hello.arena_capacity();
+  }
+  ~RawClient() { close(fd_); }
+
+  proto::StoreReply Call(proto::StoreRequest req) {
+    req.set_request_id(++next_id_);
+    std::string scratch;
+    EXPECT_TRUE(WriteFrame(fd_, req, &scratch).ok());
+    return Read();
+  }
+  proto::StoreReply Read() {
+    proto::StoreReply reply;
+    std::string scratch;
+    absl::Status s = ReadFrame(fd_, &reply, &scratch);
+    EXPECT_TRUE(s.ok()) << s;
+    return reply;
+  }
+  void SendBytes(const std::string& bytes) { EXPECT_TRUE(WriteAll(fd_, bytes).ok()); }
+  // True if the store closed the connection (EOF).
+  bool Closed() {
+    char c;
+    return read(fd_, &c, 1) == 0;
+  }
+  uint64_t capacity() const { return capacity_; }
+
+ private:
+  int fd_ = -1;
+  uint64_t next_id_ = 0;
+  uint64_t capacity_ = 0;
+};
+
+std::string Le32(uint32_t v) {
+  std::string s(4, '\0');
+  for (int i = 0; i < 4; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  return s;
+}
+
+absl::StatusCode Code(const proto::StoreReply& r) {
+  return static_cast<absl::StatusCode>(r.code());
+}
+
+TEST(StoreIntegrationTest, ForgedRequestsGetClearErrorsAndLeakNothing) {
+  StoreProcess store(64 * kMiB);
+  auto good = Client::Connect(store.socket());
+  ASSERT_TRUE(good.ok());
+  ASSERT_TRUE((*good)->Put("kept", std::string(100, 'k')).ok());
+  StoreStats baseline = MustStats(**good);
+
+  {
+    RawClient raw(store.socket());
+    // A frame that is not a StoreRequest: error reply, connection kept.
+    raw.SendBytes(Le32(5) + std::string("\xff\xff\xff\xff\xff", 5));
+    proto::StoreReply r = raw.Read();
+    EXPECT_EQ(Code(r), absl::StatusCode::kInvalidArgument) << r.message();
+
+    // No operation (or one from a future version: unknown field 99).
+    proto::StoreRequest empty;
+    EXPECT_EQ(Code(raw.Call(empty)), absl::StatusCode::kInvalidArgument);
+    raw.SendBytes(Le32(3) + std::string("\x9a\x06\x00", 3));  // field 99, empty bytes
+    EXPECT_EQ(Code(raw.Read()), absl::StatusCode::kInvalidArgument);
+
+    proto::StoreRequest req;
+    // Unknown ids.
+    req.mutable_seal()->set_id("nope");
+    r = raw.Call(req);
+    EXPECT_EQ(Code(r), absl::StatusCode::kNotFound) << r.message();
+    req.mutable_release()->set_id("nope");
+    EXPECT_NE(Code(raw.Call(req)), absl::StatusCode::kOk);
+    req.mutable_delete_()->set_id("nope");
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kNotFound);
+    req.mutable_abort()->set_id("nope");
+    EXPECT_NE(Code(raw.Call(req)), absl::StatusCode::kOk);
+    req.mutable_get()->add_ids("nope");
+    r = raw.Call(req);
+    ASSERT_EQ(r.get().results_size(), 1);
+    EXPECT_FALSE(r.get().results(0).found());
+    EXPECT_EQ(r.get().results(0).code(), static_cast<int>(absl::StatusCode::kNotFound));
+
+    // Bad ids.
+    req.mutable_create()->set_id("");
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kInvalidArgument);
+    req.mutable_create()->set_id(std::string(65, 'i'));
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kInvalidArgument);
+    req.mutable_get()->clear_ids();
+    for (int i = 0; i < 5000; ++i) req.mutable_get()->add_ids("x");
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kInvalidArgument);
+
+    // Huge sizes.
+    req.Clear();
+    req.mutable_create()->set_id("huge");
+    req.mutable_create()->set_data_size(~0ull);
+    r = raw.Call(req);
+    EXPECT_EQ(Code(r), absl::StatusCode::kResourceExhausted) << r.message();
+    req.mutable_create()->set_data_size(~0ull - 10);
+    req.mutable_create()->set_metadata(std::string(100, 'm'));
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kResourceExhausted);
+    req.mutable_create()->set_data_size(raw.capacity() + 1);
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kResourceExhausted);
+
+    // Double create, seal of a sealed object, another client's object.
+    req.Clear();
+    req.mutable_create()->set_id("mine");
+    req.mutable_create()->set_data_size(1000);
+    r = raw.Call(req);
+    ASSERT_EQ(Code(r), absl::StatusCode::kOk) << r.message();
+    EXPECT_LE(r.create().location().offset() + r.create().location().data_offset() + 1000,
+              raw.capacity());
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kAlreadyExists);
+    req.mutable_create()->set_id("kept");
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kAlreadyExists);
+    req.mutable_seal()->set_id("kept");  // created by another client
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kFailedPrecondition);
+    req.mutable_seal()->set_id("mine");
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kOk);
+    r = raw.Call(req);
+    EXPECT_EQ(Code(r), absl::StatusCode::kFailedPrecondition) << r.message();
+    // Release: the creator's reference, then one it does not hold.
+    req.mutable_release()->set_id("mine");
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kOk);
+    r = raw.Call(req);
+    EXPECT_EQ(Code(r), absl::StatusCode::kNotFound) << r.message();
+    req.mutable_release()->set_id("kept");
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kNotFound);
+    req.mutable_delete_()->set_id("mine");
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kOk);
+
+    // An unsealed object and a waiting Get, left behind when the connection dies.
+    req.mutable_create()->set_id("left-unsealed");
+    req.mutable_create()->set_data_size(5000);
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kOk);
+    req.mutable_get()->add_ids("kept");  // takes a reference
+    EXPECT_TRUE(raw.Call(req).get().results(0).found());
+    req.mutable_get()->clear_ids();
+    req.mutable_get()->add_ids("never-comes");
+    req.mutable_get()->set_timeout_ms(-1);
+    std::string scratch;
+    req.set_request_id(999);
+    ASSERT_TRUE(AppendFrame(req, &scratch).ok());
+    raw.SendBytes(scratch);
+    EXPECT_TRUE(WaitFor([&] { return MustStats(**good).pending_gets == 1; }));
+
+    // The others are still served meanwhile.
+    auto ref = (*good)->Get("kept", absl::Seconds(1));
+    ASSERT_TRUE(ref.ok());
+    EXPECT_EQ(ref->data()[0], 'k');
+
+    // An oversize frame length: the connection is closed (cannot resynchronize).
+    raw.SendBytes(Le32(0x7fffffff));
+    EXPECT_TRUE(raw.Closed());
+  }
+
+  // Everything the raw client held was dropped; the store serves on and leaks nothing.
+  EXPECT_TRUE(WaitFor([&] {
+    StoreStats s = MustStats(**good);
+    return s.objects == baseline.objects && s.used == baseline.used &&
+           s.referenced == baseline.referenced && s.pending_gets == 0 &&
+           s.clients == baseline.clients;
+  })) << store.log();
+
+  // Truncated frame then EOF; garbage length prefixes from many clients.
+  for (int i = 0; i < 20; ++i) {
+    RawClient raw(store.socket());
+    raw.SendBytes(Le32(100) + "abc");
+  }
+  {
+    RawClient raw(store.socket());
+    raw.SendBytes(std::string("GET / HTTP/1.1\r\n\r\n"));
+  }
+  EXPECT_TRUE(WaitFor([&] { return MustStats(**good).clients == baseline.clients; }));
+  EXPECT_TRUE((*good)->Put("after", std::string(10, 'a')).ok());
+  EXPECT_TRUE(store.Stop() == 0) << store.log();
+}
+
+TEST(StoreIntegrationTest, InProcessServerRefusesLiveSocketAndReplacesStaleOne) {
+  ScratchDir dir;
+  std::string path = dir.path() + "/s.sock";
+  ServerOptions o;
+  o.capacity = 8 * kMiB;
+  {
+    StoreServer a;
+    ASSERT_TRUE(a.Start(path, o).ok());
+    StoreServer b;
+    absl::Status s = b.Start(path, o);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    // a still works.
+    auto c = Client::Connect(path);
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_TRUE((*c)->Put("p", std::string("q")).ok());
+  }
+  // A stale socket file (bound, nobody listening) is replaced.
+  int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  close(fd);
+  StoreServer c;
+  EXPECT_TRUE(c.Start(path, o).ok());
+  // A regular file is not removed.
+  std::string file = dir.path() + "/not-a-socket";
+  ASSERT_TRUE(WriteFileAtomic(file, "x").ok());
+  StoreServer d;
+  EXPECT_EQ(d.Start(file, o).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(ReadFile(file).ok());
+  // Too long a path.
+  StoreServer e;
+  EXPECT_EQ(e.Start("/tmp/" + std::string(200, 'x'), o).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StoreIntegrationTest, ClientIsThreadSafe) {
+  StoreProcess store(128 * kMiB);
+  auto c = Client::Connect(store.socket());
+  ASSERT_TRUE(c.ok());
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        std::string id = absl::StrCat("t", t, "-", i);
+        std::string data(1000 + i, static_cast<char>('a' + t));
+        if (!(*c)->Put(id, data).ok()) ++failures;
+        auto ref = (*c)->Get(id, absl::Seconds(1));
+        if (!ref.ok() || ref->data().size() != data.size() ||
+            memcmp(ref->data().data(), data.data(), data.size()) != 0) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_TRUE(WaitFor([&] { return MustStats(**c).referenced == 0; }));
+  EXPECT_EQ(MustStats(**c).objects, 800u);
+}
+
+// Not a pass/fail target: prints the latency of the hot path (bench/ measures it
+// properly under -c opt).
+TEST(StoreIntegrationTest, SmallPutGetRate) {
+  StoreProcess store(256 * kMiB);
+  auto c = Client::Connect(store.socket());
+  ASSERT_TRUE(c.ok());
+  std::string data(1024, 'd');
+  const int n = 5000;
+  std::vector<ObjectId> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(Client::RandomId());
+  absl::Time t0 = absl::Now();
+  for (int i = 0; i < n; ++i) {
+    ASSERT_TRUE((*c)->Put(ids[i], data).ok());
+    auto ref = (*c)->Get(ids[i], absl::Seconds(1));
+    ASSERT_TRUE(ref.ok());
+  }
+  absl::Duration pair = (absl::Now() - t0) / n;
+  t0 = absl::Now();
+  for (int i = 0; i < n; ++i) {
+    auto ref = (*c)->Get(ids[i], absl::Seconds(1));
+    ASSERT_TRUE(ref.ok());
+  }
+  absl::Duration get = (absl::Now() - t0) / n;
+  printf("small_put_get: %.1f us per put+get pair (%.0f pairs/s); get_1KiB %.1f us\n",
+         absl::ToDoubleMicroseconds(pair), 1.0 / absl::ToDoubleSeconds(pair),
+         absl::ToDoubleMicroseconds(get));
+}
+
+}  // namespace
+}  // namespace drover::object_store

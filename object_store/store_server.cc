@@ -1,0 +1,740 @@
+#include "object_store/store_server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/files.h"
+#include "common/log.h"
+#include "object_store/arena.h"
+#include "object_store/object_table.h"
+#include "object_store/protocol.h"
+#include "proto/object_store.pb.h"
+
+namespace drover::object_store {
+namespace {
+
+constexpr uint64_t kListenKey = ~0ull;
+constexpr uint64_t kWakeKey = ~0ull - 1;
+constexpr size_t kMaxIdBytes = 64;
+constexpr int kMaxIdsPerGet = 4096;
+constexpr size_t kMaxPendingGetsPerClient = 1024;
+constexpr size_t kMaxQueuedReplyBytes = 64u << 20;
+constexpr size_t kReadChunk = 64u << 10;
+// Per wake-up, so that one busy client cannot starve the others.
+constexpr size_t kMaxReadPerWakeup = 1u << 20;
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
+}
+
+absl::Status CheckId(const std::string& id) {
+  if (id.empty() || id.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "object id must be 1..", kMaxIdBytes, " bytes, got ", id.size(), " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+// A printable form of an id for messages (ids may be arbitrary bytes).
+std::string Printable(const std::string& id) {
+  std::string out;
+  for (unsigned char c : id) {
+    if (c >= 0x20 && c < 0x7f) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
+    }
+  }
+  return out;
+}
+
+void ToProto(const ObjectLocation& loc, proto::ObjectLocation* out) {
+  out->set_offset(loc.offset);
+  out->set_data_offset(loc.data_offset);
+  out->set_data_size(loc.data_size);
+  out->set_metadata_size(loc.metadata_size);
+}
+
+void SetStatus(const absl::Status& s, proto::StoreReply* reply) {
+  reply->set_code(static_cast<int32_t>(s.code()));
+  if (!s.ok()) reply->set_message(std::string(s.message()));
+}
+
+// Prepares the directory of the socket and removes a stale socket file.
+absl::Status PrepareSocketPath(const std::string& path, sockaddr_un* addr) {
+  if (path.empty() || path.size() >= sizeof(addr->sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("object store socket path '", path, "' must be 1..",
+                     sizeof(addr->sun_path) - 1, " bytes (Unix socket limit); got ",
+                     path.size()));
+  }
+  memset(addr, 0, sizeof(*addr));
+  addr->sun_family = AF_UNIX;
+  memcpy(addr->sun_path, path.data(), path.size());
+
+  auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    std::string dir = path.substr(0, slash);
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0) {
+      if (absl::Status s = MakeDirs(dir, 0700); !s.ok()) return s;
+    } else if (!S_ISDIR(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("object store socket directory '", dir, "' is not a directory"));
+    } else if ((st.st_mode & 022) != 0 && !(st.st_mode & S_ISVTX)) {
+      DROVER_LOG(WARNING) << "object store socket directory " << dir
+                          << " is writable by others; prefer a 0700 directory";
+    }
+  }
+
+  struct stat st;
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "'", path, "' exists and is not a socket; choose another --socket path"));
+    }
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) return Errno("socket");
+    int rc = connect(probe, reinterpret_cast<sockaddr*>(addr), sizeof(*addr));
+    int err = errno;
+    close(probe);
+    if (rc == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "an object store already listens on ", path, "; stop it or choose another path"));
+    }
+    if (err != ECONNREFUSED && err != ENOENT) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot probe existing socket ", path, ": ", strerror(err)));
+    }
+    DROVER_LOG(INFO) << "removing stale object store socket " << path;
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Errno(absl::StrCat("unlink stale socket ", path));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+class StoreServer::Loop {
+ public:
+  Loop(std::unique_ptr<Arena> arena, const ServerOptions& options)
+      : arena_(std::move(arena)),
+        table_(TableOptions{arena_->capacity(), options.spill_dir, options.spill_capacity},
+               arena_.get()) {
+    table_.set_on_sealed([this](const ObjectId& id) { sealed_.push_back(id); });
+  }
+
+  ~Loop() {
+    for (auto& [id, conn] : conns_) close(conn.fd);
+    if (listen_fd_ >= 0) close(listen_fd_);
+    if (wake_fd_ >= 0) close(wake_fd_);
+    if (epoll_fd_ >= 0) close(epoll_fd_);
+    if (spare_fd_ >= 0) close(spare_fd_);
+  }
+
+  uint64_t capacity() const { return arena_->capacity(); }
+  // True once Listen created the socket file (so it is ours to remove).
+  bool bound() const { return bound_; }
+
+  absl::Status Listen(const std::string& path) {
+    sockaddr_un addr;
+    if (absl::Status s = PrepareSocketPath(path, &addr); !s.ok()) return s;
+    listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (listen_fd_ < 0) return Errno("socket");
+    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      return Errno(absl::StrCat("bind ", path));
+    }
+    bound_ = true;
+    // Connecting needs write permission on the file: owner only.
+    if (chmod(path.c_str(), 0600) != 0) return Errno(absl::StrCat("chmod ", path));
+    if (listen(listen_fd_, 128) != 0) return Errno("listen");
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epoll_fd_ < 0) return Errno("epoll_create1");
+    wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (wake_fd_ < 0) return Errno("eventfd");
+    spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (absl::Status s = Watch(listen_fd_, kListenKey, EPOLLIN, EPOLL_CTL_ADD); !s.ok()) return s;
+    return Watch(wake_fd_, kWakeKey, EPOLLIN, EPOLL_CTL_ADD);
+  }
+
+  void StartThread() { thread_ = std::thread([this] { Run(); }); }
+
+  void StopAndJoin() {
+    uint64_t one = 1;
+    ssize_t n = write(wake_fd_, &one, sizeof(one));
+    (void)n;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  struct Conn {
+    ClientId id = 0;
+    int fd = -1;
+    FrameDecoder in;
+    std::string out;
+    size_t out_start = 0;
+    bool want_write = false;
+    bool closing = false;
+    std::vector<uint64_t> pending_gets;  // sequence numbers
+  };
+
+  struct PendingGet {
+    ClientId client = 0;
+    proto::StoreReply reply;     // results filled as objects arrive
+    std::vector<char> waiting;   // per result: still waiting for a seal
+    size_t remaining = 0;
+    absl::Time deadline = absl::InfiniteFuture();
+    std::multimap<absl::Time, uint64_t>::iterator deadline_it;
+  };
+
+  absl::Status Watch(int fd, uint64_t key, uint32_t events, int op) {
+    epoll_event ev;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = events;
+    ev.data.u64 = key;
+    if (epoll_ctl(epoll_fd_, op, fd, &ev) != 0) return Errno("epoll_ctl");
+    return absl::OkStatus();
+  }
+
+  void Run() {
+    constexpr int kMaxEvents = 64;
+    epoll_event events[kMaxEvents];
+    while (!stopping_) {
+      int timeout_ms = -1;
+      if (!deadlines_.empty()) {
+        absl::Duration left = deadlines_.begin()->first - absl::Now();
+        timeout_ms = left <= absl::ZeroDuration()
+                         ? 0
+                         : static_cast<int>(std::min<int64_t>(
+                               absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
+                               1 << 30));
+      }
+      int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        DROVER_LOG(ERROR) << "object store: epoll_wait failed: " << strerror(errno);
+        break;
+      }
+      for (int i = 0; i < n; ++i) {
+        uint64_t key = events[i].data.u64;
+        if (key == kWakeKey) {
+          stopping_ = true;
+        } else if (key == kListenKey) {
+          AcceptAll();
+        } else {
+          auto it = conns_.find(key);
+          if (it == conns_.end()) continue;
+          Conn& c = it->second;
+          if (events[i].events & EPOLLOUT) Flush(c);
+          if (!c.closing && (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP))) {
+            OnReadable(c);
+          }
+        }
+      }
+      ExpireGets();
+      CloseMarked();
+    }
+  }
+
+  void AcceptAll() {
+    while (true) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if ((errno == EMFILE || errno == ENFILE) && spare_fd_ >= 0) {
+          // Out of descriptors: accept and drop the connection so that the listening
+          // socket does not stay readable (and the loop does not spin).
+          DROVER_LOG(WARNING) << "object store: out of file descriptors; refusing a client";
+          close(spare_fd_);
+          int drop = accept(listen_fd_, nullptr, nullptr);
+          if (drop >= 0) close(drop);
+          spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
+          continue;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          DROVER_LOG(WARNING) << "object store: accept failed: " << strerror(errno);
+        }
+        return;
+      }
+      ClientId id = next_client_id_++;
+      proto::StoreHello hello;
+      hello.set_arena_capacity(arena_->capacity());
+      hello.set_client_id(id);
+      std::string frame;
+      absl::Status s = AppendFrame(hello, &frame);
+      if (s.ok()) s = SendFd(fd, arena_->fd(), frame);
+      if (s.ok()) s = Watch(fd, id, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
+      if (!s.ok()) {
+        DROVER_LOG(WARNING) << "object store: dropping new client " << id << ": " << s;
+        close(fd);
+        continue;
+      }
+      Conn& c = conns_[id];
+      c.id = id;
+      c.fd = fd;
+      DROVER_LOG(DEBUG) << "object store: client " << id << " connected";
+    }
+  }
+
+  void OnReadable(Conn& c) {
+    size_t total = 0;
+    while (!c.closing && total < kMaxReadPerWakeup) {
+      char* p = c.in.PrepareWrite(kReadChunk);
+      ssize_t n = read(c.fd, p, kReadChunk);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        MarkClosing(c, absl::StrCat("read failed: ", strerror(errno)));
+        return;
+      }
+      if (n == 0) {
+        MarkClosing(c, "disconnected");
+        return;
+      }
+      c.in.Commit(static_cast<size_t>(n));
+      total += static_cast<size_t>(n);
+      absl::string_view body;
+      while (!c.closing) {
+        absl::StatusOr<bool> got = c.in.Next(&body);
+        if (!got.ok()) {
+          MarkClosing(c, std::string(got.status().message()));
+          return;
+        }
+        if (!*got) break;
+        HandleFrame(c, body);
+        ProcessSealed();
+      }
+    }
+  }
+
+  void HandleFrame(Conn& c, absl::string_view body) {
+    reply_.Clear();
+    if (!request_.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+      // The framing is intact, so the stream can go on; the request id is unknown.
+      reply_.set_request_id(0);
+      SetStatus(absl::InvalidArgumentError(absl::StrCat(
+                    "object store: a frame of ", body.size(),
+                    " bytes does not parse as a StoreRequest")),
+                &reply_);
+      SendReply(c, reply_);
+      return;
+    }
+    reply_.set_request_id(request_.request_id());
+    absl::Status s;
+    switch (request_.op_case()) {
+      case proto::StoreRequest::kCreate: {
+        const auto& r = request_.create();
+        s = CheckId(r.id());
+        if (s.ok() && (r.data_size() > arena_->capacity() ||
+                       r.metadata().size() > arena_->capacity() - r.data_size())) {
+          s = absl::ResourceExhaustedError(absl::StrCat(
+              "object ", Printable(r.id()), ": asked for ", r.data_size(), " data bytes + ",
+              r.metadata().size(), " metadata bytes, more than the whole arena (",
+              arena_->capacity(), " bytes); use a larger --capacity or a smaller object"));
+        }
+        if (s.ok()) {
+          absl::StatusOr<ObjectLocation> loc =
+              table_.Create(c.id, r.id(), r.data_size(), r.metadata());
+          if (loc.ok()) {
+            ToProto(*loc, reply_.mutable_create()->mutable_location());
+          } else {
+            s = loc.status();
+          }
+        }
+        break;
+      }
+      case proto::StoreRequest::kSeal:
+        s = CheckId(request_.seal().id());
+        if (s.ok()) s = table_.Seal(c.id, request_.seal().id());
+        break;
+      case proto::StoreRequest::kGet:
+        HandleGet(c);
+        return;
+      case proto::StoreRequest::kRelease:
+        s = CheckId(request_.release().id());
+        if (s.ok()) s = table_.Release(c.id, request_.release().id());
+        break;
+      case proto::StoreRequest::kDelete:
+        s = CheckId(request_.delete_().id());
+        if (s.ok()) s = table_.Delete(request_.delete_().id());
+        break;
+      case proto::StoreRequest::kContains:
+        s = CheckId(request_.contains().id());
+        if (s.ok()) reply_.mutable_contains()->set_contains(table_.Contains(request_.contains().id()));
+        break;
+      case proto::StoreRequest::kStats:
+        FillStats(reply_.mutable_stats());
+        break;
+      case proto::StoreRequest::kAbort:
+        s = CheckId(request_.abort().id());
+        if (s.ok()) s = table_.Abort(c.id, request_.abort().id());
+        break;
+      default:
+        s = absl::InvalidArgumentError(
+            "object store: the request has no operation this store knows (missing, or from "
+            "a newer protocol version)");
+        break;
+    }
+    SetStatus(s, &reply_);
+    SendReply(c, reply_);
+  }
+
+  void FillStats(proto::StoreStats* out) {
+    TableStats t = table_.Stats();
+    out->set_capacity(t.capacity);
+    out->set_used(t.used);
+    out->set_largest_free(t.largest_free);
+    out->set_objects(t.objects);
+    out->set_sealed(t.sealed);
+    out->set_referenced(t.referenced);
+    out->set_spilled_objects(t.spilled_objects);
+    out->set_spilled_bytes(t.spilled_bytes);
+    out->set_evictions(t.evictions);
+    out->set_spills(t.spills);
+    out->set_restores(t.restores);
+    out->set_clients(conns_.size());
+    out->set_pending_gets(pending_.size());
+  }
+
+  // Fills result `i` of `get` from the table. Returns true if it is settled (found or
+  // failed for good), false if the object is absent or unsealed and may still come.
+  bool TryGet(ClientId client, const std::string& id, proto::GetResult* result) {
+    absl::StatusOr<ObjectLocation> loc = table_.Get(client, id);
+    if (loc.ok()) {
+      absl::StatusOr<std::string> meta = table_.Metadata(id);
+      result->set_found(true);
+      result->set_code(0);
+      ToProto(*loc, result->mutable_location());
+      if (meta.ok()) result->set_metadata(std::move(*meta));
+      return true;
+    }
+    if (loc.status().code() == absl::StatusCode::kNotFound ||
+        loc.status().code() == absl::StatusCode::kUnavailable) {
+      result->set_code(static_cast<int32_t>(loc.status().code()));
+      result->set_message(std::string(loc.status().message()));
+      return false;
+    }
+    result->set_code(static_cast<int32_t>(loc.status().code()));
+    result->set_message(std::string(loc.status().message()));
+    return true;
+  }
+
+  void HandleGet(Conn& c) {
+    const proto::GetRequest& r = request_.get();
+    absl::Status bad;
+    if (r.ids_size() > kMaxIdsPerGet) {
+      bad = absl::InvalidArgumentError(absl::StrCat("object store: a Get of ", r.ids_size(),
+                                                    " ids; at most ", kMaxIdsPerGet,
+                                                    " per request (split it)"));
+    }
+    for (const std::string& id : r.ids()) {
+      if (!bad.ok()) break;
+      bad = CheckId(id);
+    }
+    if (bad.ok() && r.timeout_ms() != 0 && c.pending_gets.size() >= kMaxPendingGetsPerClient) {
+      bad = absl::ResourceExhaustedError(absl::StrCat(
+          "object store: client ", c.id, " already has ", c.pending_gets.size(),
+          " waiting Gets; wait for them before sending more"));
+    }
+    if (!bad.ok()) {
+      SetStatus(bad, &reply_);
+      SendReply(c, reply_);
+      return;
+    }
+    proto::GetReply* get = reply_.mutable_get();
+    std::vector<char> waiting(r.ids_size(), 0);
+    size_t remaining = 0;
+    for (int i = 0; i < r.ids_size(); ++i) {
+      proto::GetResult* result = get->add_results();
+      result->set_id(r.ids(i));
+      if (!TryGet(c.id, r.ids(i), result)) {
+        waiting[i] = 1;
+        ++remaining;
+      }
+    }
+    if (remaining == 0 || r.timeout_ms() == 0) {
+      for (int i = 0; i < r.ids_size(); ++i) {
+        if (waiting[i]) NotAvailable(get->mutable_results(i), /*timed_out=*/false);
+      }
+      SetStatus(absl::OkStatus(), &reply_);
+      SendReply(c, reply_);
+      return;
+    }
+    // Park it until the missing objects are sealed or the deadline passes.
+    uint64_t seq = next_get_seq_++;
+    PendingGet& p = pending_[seq];
+    p.client = c.id;
+    p.reply.Swap(&reply_);
+    p.waiting = std::move(waiting);
+    p.remaining = remaining;
+    if (r.timeout_ms() > 0) p.deadline = absl::Now() + absl::Milliseconds(r.timeout_ms());
+    p.deadline_it = p.deadline == absl::InfiniteFuture() ? deadlines_.end()
+                                                          : deadlines_.emplace(p.deadline, seq);
+    for (size_t i = 0; i < p.waiting.size(); ++i) {
+      if (p.waiting[i]) waiters_[p.reply.get().results(i).id()].push_back(seq);
+    }
+    c.pending_gets.push_back(seq);
+  }
+
+  static void NotAvailable(proto::GetResult* result, bool timed_out) {
+    bool unsealed = result->code() == static_cast<int32_t>(absl::StatusCode::kUnavailable);
+    std::string what = absl::StrCat("object ", Printable(result->id()),
+                                     unsealed ? " exists but is not sealed" : " is not in the store");
+    if (timed_out) {
+      result->set_code(static_cast<int32_t>(absl::StatusCode::kDeadlineExceeded));
+      result->set_message(absl::StrCat(what, " and the Get's timeout passed"));
+    } else {
+      result->set_code(static_cast<int32_t>(unsealed ? absl::StatusCode::kUnavailable
+                                                     : absl::StatusCode::kNotFound));
+      result->set_message(what);
+    }
+  }
+
+  // Wakes the Gets waiting for objects sealed since the last call.
+  void ProcessSealed() {
+    while (!sealed_.empty()) {
+      std::vector<ObjectId> ids;
+      ids.swap(sealed_);
+      for (const ObjectId& id : ids) {
+        auto w = waiters_.find(id);
+        if (w == waiters_.end()) continue;
+        std::vector<uint64_t> seqs = std::move(w->second);
+        waiters_.erase(w);
+        for (uint64_t seq : seqs) {
+          auto it = pending_.find(seq);
+          if (it == pending_.end()) continue;
+          PendingGet& p = it->second;
+          auto* results = p.reply.mutable_get()->mutable_results();
+          for (int i = 0; i < results->size(); ++i) {
+            if (!p.waiting[i] || results->Get(i).id() != id) continue;
+            if (TryGet(p.client, id, results->Mutable(i))) {
+              p.waiting[i] = 0;
+              --p.remaining;
+            }
+          }
+          if (p.remaining == 0) {
+            FinishGet(seq, /*timed_out=*/false);
+          } else {
+            // Still waiting for this id in some slot (e.g. deleted again before we got it).
+            for (int i = 0; i < results->size(); ++i) {
+              if (p.waiting[i] && results->Get(i).id() == id) {
+                waiters_[id].push_back(seq);
+                break;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void ExpireGets() {
+    absl::Time now = absl::Now();
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      FinishGet(deadlines_.begin()->second, /*timed_out=*/true);
+    }
+  }
+
+  // Unregisters the pending Get `seq`; sends its reply if `send`.
+  void RemoveGet(uint64_t seq, PendingGet& p) {
+    const auto& results = p.reply.get().results();
+    for (int i = 0; i < results.size(); ++i) {
+      if (!p.waiting[i]) continue;
+      auto w = waiters_.find(results.Get(i).id());
+      if (w == waiters_.end()) continue;
+      auto& v = w->second;
+      v.erase(std::remove(v.begin(), v.end(), seq), v.end());
+      if (v.empty()) waiters_.erase(w);
+    }
+    if (p.deadline_it != deadlines_.end()) deadlines_.erase(p.deadline_it);
+    p.deadline_it = deadlines_.end();
+  }
+
+  void FinishGet(uint64_t seq, bool timed_out) {
+    auto it = pending_.find(seq);
+    if (it == pending_.end()) return;
+    PendingGet& p = it->second;
+    RemoveGet(seq, p);
+    auto* results = p.reply.mutable_get()->mutable_results();
+    for (int i = 0; i < results->size(); ++i) {
+      if (p.waiting[i]) NotAvailable(results->Mutable(i), timed_out);
+    }
+    auto c = conns_.find(p.client);
+    if (c != conns_.end()) {
+      auto& v = c->second.pending_gets;
+      v.erase(std::remove(v.begin(), v.end(), seq), v.end());
+      if (!c->second.closing) SendReply(c->second, p.reply);
+    }
+    pending_.erase(it);
+  }
+
+  void SendReply(Conn& c, const proto::StoreReply& reply) {
+    if (c.closing) return;
+    absl::Status s = AppendFrame(reply, &c.out);
+    if (!s.ok()) {
+      // Only a Get reply with huge metadata can get here: answer with an error instead.
+      proto::StoreReply err;
+      err.set_request_id(reply.request_id());
+      SetStatus(absl::ResourceExhaustedError(absl::StrCat(
+                    "object store: the reply is larger than the frame limit of ",
+                    kMaxFrameSize, " bytes; get fewer objects per request")),
+                &err);
+      if (!AppendFrame(err, &c.out).ok()) {
+        MarkClosing(c, "cannot encode a reply");
+        return;
+      }
+    }
+    if (!c.want_write) Flush(c);
+    if (c.out.size() - c.out_start > kMaxQueuedReplyBytes) {
+      MarkClosing(c, "client does not read its replies (64 MiB queued)");
+    }
+  }
+
+  void Flush(Conn& c) {
+    while (c.out_start < c.out.size()) {
+      ssize_t n = send(c.fd, c.out.data() + c.out_start, c.out.size() - c.out_start,
+                       MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          if (!c.want_write) {
+            c.want_write = true;
+            (void)Watch(c.fd, c.id, EPOLLIN | EPOLLRDHUP | EPOLLOUT, EPOLL_CTL_MOD);
+          }
+          return;
+        }
+        MarkClosing(c, absl::StrCat("write failed: ", strerror(errno)));
+        return;
+      }
+      c.out_start += static_cast<size_t>(n);
+    }
+    c.out.clear();
+    c.out_start = 0;
+    if (c.want_write) {
+      c.want_write = false;
+      (void)Watch(c.fd, c.id, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_MOD);
+    }
+  }
+
+  void MarkClosing(Conn& c, const std::string& why) {
+    if (c.closing) return;
+    c.closing = true;
+    close_reasons_.emplace_back(c.id, why);
+  }
+
+  void CloseMarked() {
+    for (auto& [id, why] : close_reasons_) {
+      auto it = conns_.find(id);
+      if (it == conns_.end()) continue;
+      Conn& c = it->second;
+      for (uint64_t seq : std::vector<uint64_t>(c.pending_gets)) {
+        auto p = pending_.find(seq);
+        if (p == pending_.end()) continue;
+        RemoveGet(seq, p->second);
+        pending_.erase(p);
+      }
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+      close(c.fd);
+      std::vector<ObjectId> aborted = table_.DisconnectClient(id);
+      if (!aborted.empty() || why != "disconnected") {
+        DROVER_LOG(INFO) << "object store: client " << id << " closed (" << why << "); aborted "
+                         << aborted.size() << " unsealed object(s)";
+      }
+      conns_.erase(it);
+    }
+    close_reasons_.clear();
+    // Disconnects release references; nothing else to wake (Gets wait only for seals).
+    ProcessSealed();
+  }
+
+  std::unique_ptr<Arena> arena_;
+  ObjectTable table_;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  int spare_fd_ = -1;
+  bool stopping_ = false;
+  bool bound_ = false;
+  std::thread thread_;
+
+  ClientId next_client_id_ = 1;
+  std::unordered_map<ClientId, Conn> conns_;
+  std::vector<std::pair<ClientId, std::string>> close_reasons_;
+
+  uint64_t next_get_seq_ = 1;
+  std::unordered_map<uint64_t, PendingGet> pending_;
+  std::multimap<absl::Time, uint64_t> deadlines_;
+  absl::flat_hash_map<ObjectId, std::vector<uint64_t>> waiters_;
+  std::vector<ObjectId> sealed_;  // filled by the table's on_sealed callback
+
+  // Reused for every request, so the hot path allocates little.
+  proto::StoreRequest request_;
+  proto::StoreReply reply_;
+};
+
+StoreServer::StoreServer() = default;
+
+StoreServer::~StoreServer() { Stop(); }
+
+absl::Status StoreServer::Start(const std::string& socket_path, ServerOptions options) {
+  if (loop_ != nullptr) return absl::FailedPreconditionError("object store already started");
+  uint64_t capacity = options.capacity;
+  if (capacity == 0) {
+    absl::StatusOr<uint64_t> def = DefaultArenaCapacity();
+    if (!def.ok()) return def.status();
+    capacity = *def;
+  }
+  if (!options.spill_dir.empty()) {
+    if (absl::Status s = MakeDirs(options.spill_dir, 0700); !s.ok()) return s;
+  }
+  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Create(capacity, options.huge_pages);
+  if (!arena.ok()) return arena.status();
+  if (options.prefault) {
+    absl::Time t0 = absl::Now();
+    if (absl::Status s = (*arena)->Prefault(0, (*arena)->capacity()); !s.ok()) return s;
+    DROVER_LOG(INFO) << "object store: prefaulted " << (*arena)->capacity() << " bytes in "
+                     << absl::FormatDuration(absl::Now() - t0);
+  }
+  auto loop = std::make_unique<Loop>(std::move(*arena), options);
+  if (absl::Status s = loop->Listen(socket_path); !s.ok()) {
+    if (loop->bound()) unlink(socket_path.c_str());
+    return s;
+  }
+  socket_path_ = socket_path;
+  loop->StartThread();
+  loop_ = std::move(loop);
+  DROVER_LOG(INFO) << "object store: serving " << loop_->capacity() << " bytes on " << socket_path;
+  return absl::OkStatus();
+}
+
+void StoreServer::Stop() {
+  if (loop_ == nullptr) return;
+  loop_->StopAndJoin();
+  loop_.reset();
+  unlink(socket_path_.c_str());
+}
+
+const std::string& StoreServer::socket_path() const { return socket_path_; }
+
+uint64_t StoreServer::capacity() const { return loop_ == nullptr ? 0 : loop_->capacity(); }
+
+}  // namespace drover::object_store

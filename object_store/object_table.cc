@@ -331,23 +331,29 @@ struct ObjectTable::Impl {
   }
 
   absl::Status Restore(Object* o) {
-    auto off = AllocateWithPressure(o->loc.data_offset + o->loc.data_size, o->id, o);
-    if (!off.ok()) return off.status();
     std::string path = SpillPath(o->id);
-    absl::Status st;
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      st = absl::DataLossError(absl::StrCat("spilled object ", ShowId(o->id), ": open ", path,
-                                            ": ", std::strerror(errno)));
-    } else {
-      char* base = arena->At(*off);
-      st = ReadAll(fd, base, o->loc.metadata_size, 0, path);
-      if (st.ok()) {
-        st = ReadAll(fd, base + o->loc.data_offset, o->loc.data_size, o->loc.metadata_size,
-                     path);
-      }
-      ::close(fd);
+    struct stat st_buf;
+    if (fd < 0 || ::fstat(fd, &st_buf) != 0 ||
+        static_cast<uint64_t>(st_buf.st_size) != o->file_size()) {
+      std::string why = fd < 0 ? std::strerror(errno)
+                               : absl::StrCat("holds ", st_buf.st_size, " bytes, expected ",
+                                              o->file_size());
+      if (fd >= 0) ::close(fd);
+      return absl::DataLossError(
+          absl::StrCat("spilled object ", ShowId(o->id), " is lost: ", path, ": ", why));
     }
+    auto off = AllocateWithPressure(o->loc.data_offset + o->loc.data_size, o->id, o);
+    if (!off.ok()) {
+      ::close(fd);
+      return off.status();
+    }
+    char* base = arena->At(*off);
+    absl::Status st = ReadAll(fd, base, o->loc.metadata_size, 0, path);
+    if (st.ok()) {
+      st = ReadAll(fd, base + o->loc.data_offset, o->loc.data_size, o->loc.metadata_size, path);
+    }
+    ::close(fd);
     if (!st.ok()) {
       alloc.Free(*off);
       return st;
@@ -510,6 +516,12 @@ absl::StatusOr<ObjectLocation> ObjectTable::Get(ClientId client, const ObjectId&
   }
   if (o->spilled) {
     absl::Status st = t.Restore(o);
+    if (st.code() == absl::StatusCode::kDataLoss && o->total_refs == 0) {
+      // The spill file is gone or short: the object cannot come back. Drop it rather
+      // than report it present forever.
+      DROVER_LOG(ERROR) << "object table: dropping spilled object " << ShowId(id) << ": " << st;
+      t.Erase(o);
+    }
     t.RunEvictedCallbacks();
     if (!st.ok()) return st;
   }

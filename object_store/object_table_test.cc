@@ -409,6 +409,22 @@ TEST_F(ObjectTableTest, SpilledObjectComesBackOnGet) {
   EXPECT_EQ(CountFiles(dir), 0);
 }
 
+TEST_F(ObjectTableTest, LostSpillFileIsDataLossAndTheObjectIsDropped) {
+  std::string dir = TmpDir("lost");
+  Init(kMiB, dir, 10 * kMiB);
+  Put(1, "a", 600 * kKiB);
+  Put(1, "b", 600 * kKiB);  // spills a
+  ASSERT_EQ(table_->Stats().spilled_objects, 1u);
+  ASSERT_EQ(::unlink(absl::StrCat(dir, "/", absl::BytesToHexString("a")).c_str()), 0);
+  EXPECT_EQ(table_->Get(2, "a").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(table_->Contains("a"));
+  EXPECT_EQ(table_->Get(2, "a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(table_->Stats().spilled_objects, 0u);
+  ExpectIntact(2, "b");
+  ExpectCleanAfterDeleting({"b"});
+  EXPECT_EQ(CountFiles(dir), 0);
+}
+
 TEST_F(ObjectTableTest, ReferencedAndUnsealedObjectsAreNeverTouched) {
   std::string dir = TmpDir("pinned");
   Init(kMiB, dir, 10 * kMiB);

@@ -1,0 +1,53 @@
+#include "node_agent/object_transfer_service.h"
+
+#include "common/auth.h"
+#include "common/status.h"
+
+namespace drover {
+namespace {
+
+grpc::Status NoStore() {
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      "this node runs no object store (start the agent with one to serve or "
+                      "fetch objects)");
+}
+
+}  // namespace
+
+grpc::Status ObjectTransferService::ReadObject(grpc::ServerContext* ctx,
+                                               const proto::ReadObjectRequest* req,
+                                               grpc::ServerWriter<proto::ObjectChunk>* writer) {
+  if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
+  if (transfer_ == nullptr) return NoStore();
+  if (req->object_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "ReadObject needs an object id");
+  }
+  return ToGrpcStatus(transfer_->ServeRead(
+      *req, [writer](const proto::ObjectChunk& chunk) { return writer->Write(chunk); }));
+}
+
+grpc::Status ObjectTransferService::FetchObject(grpc::ServerContext* ctx,
+                                                const proto::FetchObjectRequest* req,
+                                                proto::FetchObjectReply* reply) {
+  if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
+  if (transfer_ == nullptr) return NoStore();
+  if (req->object_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "FetchObject needs an object id");
+  }
+  if (req->timeout_ms() < 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "FetchObject: timeout_ms must be >= 0");
+  }
+  absl::Time now = absl::Now();
+  absl::Time deadline = std::min(absl::FromChrono(ctx->deadline()), now + kMaxFetchWait);
+  if (req->timeout_ms() > 0) {
+    deadline = std::min(deadline, now + absl::Milliseconds(req->timeout_ms()));
+  }
+  auto r = transfer_->Fetch(req->object_id(), deadline);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  reply->set_size(r->size);
+  reply->set_source_node(r->source_node);
+  return grpc::Status::OK;
+}
+
+}  // namespace drover

@@ -120,6 +120,15 @@ absl::Status NodeAgent::Start() {
   builder.AddListeningPort(absl::StrCat(host, ":", options_.port),
                            grpc::InsecureServerCredentials(), &selected_port);
   builder.RegisterService(service_.get());
+  if (options_.local_objects != nullptr) {
+    ObjectTransferOptions to;
+    to.token = options_.token;
+    to.scheduler_address = options_.scheduler_address;
+    transfer_ = std::make_unique<ObjectTransfer>(to, options_.local_objects);
+  }
+  object_service_ = std::make_unique<ObjectTransferService>(options_.token, transfer_.get());
+  builder.RegisterService(object_service_.get());
+  ObjectTransfer::ConfigureServer(&builder);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || selected_port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", options_.port,
@@ -154,6 +163,7 @@ void NodeAgent::Shutdown() {
   }
   registration_thread_.join();
   reporter_thread_.join();
+  if (transfer_) transfer_->Shutdown();  // running pulls end; their handlers return
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
   pm_.reset();
@@ -241,6 +251,7 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   }
   pm_->SetNodeId(reply.node_id());
   service_->SetNodeId(reply.node_id());
+  if (transfer_) transfer_->SetNodeId(reply.node_id());
   DROVER_LOG(INFO) << (first ? "registered" : "re-registered") << " with "
                    << options_.scheduler_address << " as " << reply.node_id()
                    << " (heartbeat every " << reply.heartbeat_interval_ms() << " ms, "

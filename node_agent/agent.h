@@ -25,6 +25,9 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "node_agent/agent_service.h"
+#include "node_agent/local_objects.h"
+#include "node_agent/object_transfer.h"
+#include "node_agent/object_transfer_service.h"
 #include "node_agent/process_manager.h"
 #include "node_agent/resources.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -55,6 +58,10 @@ struct AgentOptions {
   std::string ready_file;
   // drover-launch; empty = found next to this binary (FindDroverBinary).
   std::string launcher_path;
+  // This node's object store, for cross-node transfer (ReadObject / FetchObject).
+  // Not owned; must outlive the agent. Null: the node runs no object store and those
+  // rpcs answer FAILED_PRECONDITION.
+  LocalObjects* local_objects = nullptr;
 };
 
 class NodeAgent {
@@ -97,6 +104,10 @@ class NodeAgent {
   std::string hostname_;
   std::unique_ptr<ProcessManager> pm_;
   std::unique_ptr<AgentService> service_;
+  // Null when options_.local_objects is null. Declared before server_ so that the
+  // server (whose handlers use them) goes first.
+  std::unique_ptr<ObjectTransfer> transfer_;
+  std::unique_ptr<ObjectTransferService> object_service_;
   std::unique_ptr<grpc::Server> server_;
   std::thread registration_thread_;
   std::thread reporter_thread_;

@@ -25,6 +25,7 @@
 #include "tests/util/test_util.h"
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "node_agent/testing/fake_local_objects.h"
 
 namespace drover {
 namespace {
@@ -214,6 +215,41 @@ TEST(NodeAgentTest, ShutdownStopsWorkers) {
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_NE(::kill(pid, 0), 0);  // reaped: gone
   agent.reset();
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+// ReadObject is served on the agent's own server when it has a store, and refused
+// with FAILED_PRECONDITION when it has none.
+TEST(NodeAgentTest, ServesObjectTransferOnlyWithAStore) {
+  FakeScheduler sched;
+  int sched_port = *PickFreePort();
+  auto server = Serve(&sched, sched_port);
+  testing::FakeLocalObjects store;
+  ASSERT_TRUE(store.Put("obj-1", "hello", "meta").ok());
+  for (bool with_store : {true, false}) {
+    AgentOptions o = Options(sched_port, with_store ? "agent-store" : "agent-nostore");
+    if (with_store) o.local_objects = &store;
+    NodeAgent agent(o);
+    ASSERT_TRUE(agent.Start().ok());
+    auto stub = proto::ObjectTransfer::NewStub(MakeChannel(agent.address()));
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, kToken);
+    proto::ReadObjectRequest req;
+    req.set_object_id("obj-1");
+    auto reader = stub->ReadObject(&ctx, req);
+    proto::ObjectChunk chunk;
+    std::string got;
+    while (reader->Read(&chunk)) got += chunk.data();
+    grpc::Status s = reader->Finish();
+    if (with_store) {
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      EXPECT_EQ(got, "hello");
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    }
+    agent.Shutdown();
+  }
+  EXPECT_EQ(store.Pins("obj-1"), 0);
   server->Shutdown(std::chrono::system_clock::now());
 }
 

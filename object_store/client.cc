@@ -34,6 +34,10 @@ constexpr size_t kReadChunk = 64u << 10;
 
 }  // namespace
 
+// Objects up to this size are put in one round trip with their bytes in the request
+// (copying 64 KiB through the socket costs less than a second round trip).
+constexpr uint64_t kMaxInlinePut = 64u << 10;
+
 // The socket and the mapped arena, shared by the Client and its ObjectRefs.
 class Connection {
  public:
@@ -356,6 +360,20 @@ absl::Status Client::Abort(const ObjectId& id) {
 
 absl::Status Client::Put(const ObjectId& id, absl::Span<const uint8_t> data,
                          absl::string_view metadata) {
+  if (data.size() <= internal::kMaxInlinePut) {
+    // Small: the bytes ride along in the request; one round trip in all.
+    internal::Connection& c = *conn_;
+    absl::MutexLock lock(&c.mu_);
+    c.req_.Clear();
+    auto* r = c.req_.mutable_create();
+    r->set_id(id);
+    r->set_data_size(data.size());
+    r->set_metadata(metadata.data(), metadata.size());
+    r->set_inline_put(true);
+    r->set_data(data.data(), data.size());
+    if (absl::Status s = c.CallLocked(absl::ZeroDuration()); !s.ok()) return s;
+    return ReplyStatus(c.reply_);
+  }
   absl::StatusOr<MutableObject> obj = Create(id, data.size(), metadata);
   if (!obj.ok()) return obj.status();
   if (!data.empty()) memcpy(obj->data.data(), data.data(), data.size());

@@ -302,6 +302,26 @@ TEST(StoreIntegrationTest, GetWaitsForSealAndTimesOut) {
   EXPECT_TRUE(WaitFor([&] { return MustStats(**writer).pending_gets == 0; }));
 }
 
+TEST(StoreIntegrationTest, PutOfEverySizeComesBackExactly) {
+  StoreProcess store(64 * kMiB);
+  auto c = Client::Connect(store.socket());
+  ASSERT_TRUE(c.ok());
+  // Around the inline-put limit (64 KiB: bytes in the request) and beyond it
+  // (create + copy into the arena + seal).
+  for (uint64_t size : std::vector<uint64_t>{0, 1, 63, 65536, 65537, 3 * kMiB + 7}) {
+    std::vector<uint8_t> data = Pattern(size, size);
+    std::string id = absl::StrCat("size-", size);
+    ASSERT_TRUE((*c)->Put(id, absl::MakeConstSpan(data), "meta").ok()) << size;
+    auto ref = (*c)->Get(id, absl::Seconds(1));
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    ASSERT_EQ(ref->data().size(), size);
+    EXPECT_EQ(size == 0 ? 0 : memcmp(ref->data().data(), data.data(), size), 0) << size;
+    EXPECT_EQ(ref->metadata_view(), "meta");
+  }
+  // The creator keeps no reference after Put.
+  EXPECT_TRUE(WaitFor([&] { return MustStats(**c).referenced == 0; }));
+}
+
 TEST(StoreIntegrationTest, DeleteAndRefsPinObjects) {
   StoreProcess store(64 * kMiB);
   auto c = Client::Connect(store.socket());
@@ -471,6 +491,19 @@ TEST(StoreIntegrationTest, ForgedRequestsGetClearErrorsAndLeakNothing) {
     req.mutable_create()->set_data_size(raw.capacity() + 1);
     EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kResourceExhausted);
 
+    // Inline puts whose bytes do not match their size, or are too many.
+    req.Clear();
+    req.mutable_create()->set_id("inline");
+    req.mutable_create()->set_data_size(10);
+    req.mutable_create()->set_inline_put(true);
+    req.mutable_create()->set_data("short");
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kInvalidArgument);
+    req.mutable_create()->set_data_size(1 << 20);
+    req.mutable_create()->set_data(std::string(1 << 20, 'd'));
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kInvalidArgument);
+    req.mutable_create()->set_inline_put(false);
+    EXPECT_EQ(Code(raw.Call(req)), absl::StatusCode::kInvalidArgument);
+
     // Double create, seal of a sealed object, another client's object.
     req.Clear();
     req.mutable_create()->set_id("mine");
@@ -625,15 +658,25 @@ TEST(StoreIntegrationTest, SmallPutGetRate) {
     ASSERT_TRUE(ref.ok());
   }
   absl::Duration pair = (absl::Now() - t0) / n;
+  std::vector<ObjectId> ids2;
+  for (int i = 0; i < n; ++i) ids2.push_back(Client::RandomId());
+  t0 = absl::Now();
+  for (int i = 0; i < n; ++i) ASSERT_TRUE((*c)->Put(ids2[i], data).ok());
+  absl::Duration put = (absl::Now() - t0) / n;
+  t0 = absl::Now();
+  for (int i = 0; i < n; ++i) ASSERT_TRUE((*c)->Contains(ids2[i]).ok());
+  absl::Duration contains = (absl::Now() - t0) / n;
   t0 = absl::Now();
   for (int i = 0; i < n; ++i) {
     auto ref = (*c)->Get(ids[i], absl::Seconds(1));
     ASSERT_TRUE(ref.ok());
   }
   absl::Duration get = (absl::Now() - t0) / n;
-  printf("small_put_get: %.1f us per put+get pair (%.0f pairs/s); get_1KiB %.1f us\n",
+  printf("small_put_get: %.1f us per put+get pair (%.0f pairs/s); put_1KiB %.1f us; "
+         "get_1KiB (with its release) %.1f us; contains (one bare round trip) %.1f us\n",
          absl::ToDoubleMicroseconds(pair), 1.0 / absl::ToDoubleSeconds(pair),
-         absl::ToDoubleMicroseconds(get));
+         absl::ToDoubleMicroseconds(put), absl::ToDoubleMicroseconds(get),
+         absl::ToDoubleMicroseconds(contains));
 }
 
 }  // namespace

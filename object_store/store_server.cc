@@ -34,6 +34,7 @@ namespace {
 constexpr uint64_t kListenKey = ~0ull;
 constexpr uint64_t kWakeKey = ~0ull - 1;
 constexpr size_t kMaxIdBytes = 64;
+constexpr uint64_t kMaxInlinePut = 64u << 10;
 constexpr int kMaxIdsPerGet = 4096;
 constexpr size_t kMaxPendingGetsPerClient = 1024;
 constexpr size_t kMaxQueuedReplyBytes = 64u << 20;
@@ -351,13 +352,22 @@ class StoreServer::Loop {
               r.metadata().size(), " metadata bytes, more than the whole arena (",
               arena_->capacity(), " bytes); use a larger --capacity or a smaller object"));
         }
+        if (s.ok() && (r.inline_put() ? (r.data().size() != r.data_size() ||
+                                          r.data_size() > kMaxInlinePut)
+                                       : !r.data().empty())) {
+          s = absl::InvalidArgumentError(absl::StrCat(
+              "object ", Printable(r.id()), ": an inline put carries exactly data_size (",
+              r.data_size(), ") bytes, at most ", kMaxInlinePut, "; got ", r.data().size(),
+              " bytes", r.inline_put() ? "" : " without inline_put"));
+        }
         if (s.ok()) {
           absl::StatusOr<ObjectLocation> loc =
               table_.Create(c.id, r.id(), r.data_size(), r.metadata());
-          if (loc.ok()) {
-            ToProto(*loc, reply_.mutable_create()->mutable_location());
-          } else {
+          if (loc.ok() && r.inline_put()) s = FinishInlinePut(c.id, r.id(), *loc, r.data());
+          if (!loc.ok()) {
             s = loc.status();
+          } else if (s.ok()) {
+            ToProto(*loc, reply_.mutable_create()->mutable_location());
           }
         }
         break;
@@ -396,6 +406,17 @@ class StoreServer::Loop {
     }
     SetStatus(s, &reply_);
     SendReply(c, reply_);
+  }
+
+  // Copies an inline put's bytes into its new object, seals it and drops the creator's
+  // reference; aborts the object if that fails.
+  absl::Status FinishInlinePut(ClientId client, const ObjectId& id, const ObjectLocation& loc,
+                               const std::string& data) {
+    if (!data.empty()) memcpy(arena_->At(loc.offset + loc.data_offset), data.data(), data.size());
+    absl::Status s = table_.Seal(client, id);
+    if (s.ok()) s = table_.Release(client, id);
+    if (!s.ok()) (void)table_.Abort(client, id);
+    return s;
   }
 
   void FillStats(proto::StoreStats* out) {

@@ -138,6 +138,8 @@ class Client {
   // (or the store goes away). DEADLINE_EXCEEDED / NOT_FOUND if it did not come.
   absl::StatusOr<ObjectRef> Get(const ObjectId& id, absl::Duration timeout);
   // All of `ids` (at most 4096), in order, waiting up to `timeout` for all of them.
+  // Pass a std::vector<ObjectId>: a bare `{"a", "b"}` is ambiguous (std::string has an
+  // iterator-pair constructor).
   // All or nothing: if any is missing, the error names the missing ids and the
   // references taken to the others are released.
   absl::StatusOr<std::vector<ObjectRef>> Get(const std::vector<ObjectId>& ids,

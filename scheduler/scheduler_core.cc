@@ -589,6 +589,7 @@ void SchedulerCore::ReleaseLocked(Job& job) {
 
 void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::string& reason,
                                  int exit_code) {
+  kv_.DropJob(job.info.job_id());
   job.info.set_state(state);
   job.info.set_reason(reason);
   job.info.set_exit_code(exit_code);
@@ -632,6 +633,7 @@ void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Acti
     if (job.info.restarting()) {
       job.info.set_restarting(false);
       job.info.set_restart_count(job.info.restart_count() + 1);
+      kv_.DropOlderThan(job.info.job_id(), job.info.restart_count());
       job.info.set_state(proto::PENDING);
       job.info.clear_placement();
       TryPlaceLocked(job, out);
@@ -785,6 +787,92 @@ proto::GetObjectLocationsReply SchedulerCore::GetObjectLocations(const std::stri
     loc->set_agent_address(node->info.agent_address());
     loc->set_size(h.size);
   }
+  return reply;
+}
+
+// ---------------------------------------------------------------------------
+// Rendezvous KV
+
+absl::Status SchedulerCore::CheckKvScopeLocked(const proto::KvScope& scope) {
+  Job* job = FindJobLocked(scope.job_id());
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("KV: no job '", scope.job_id(), "'"));
+  }
+  if (IsTerminal(job->info.state()) || job->info.restart_count() != scope.generation()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV: job ", scope.job_id(), " is not running generation ", scope.generation(),
+        " (state ", proto::JobState_Name(job->info.state()), ", generation ",
+        job->info.restart_count(), "); a restarted process must use its own "
+        "TORCHELASTIC_RESTART_COUNT"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SchedulerCore::KvSet(const proto::KvSetRequest& req) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
+  return kv_.Set({req.scope().job_id(), req.scope().generation()}, req.key(), req.value());
+}
+
+absl::StatusOr<proto::KvGetReply> SchedulerCore::KvGet(const proto::KvGetRequest& req,
+                                                       absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
+  const JobKv::Scope scope{req.scope().job_id(), req.scope().generation()};
+  proto::KvGetReply reply;
+  std::optional<std::string> value = kv_.Get(scope, req.key());
+  if (!value && wait > absl::ZeroDuration()) {
+    bool scope_ended = false;
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (stopping_ || !CheckKvScopeLocked(req.scope()).ok()) {
+        scope_ended = true;
+        return true;
+      }
+      value = kv_.Get(scope, req.key());
+      return value.has_value();
+    };
+    mu_.AwaitWithTimeout(absl::Condition(&ready), std::min(wait, absl::Minutes(5)));
+    if (scope_ended) {
+      return absl::AbortedError(absl::StrCat("KV: job ", scope.first, " generation ",
+                                             scope.second, " ended while waiting for '",
+                                             req.key(), "'"));
+    }
+    if (!value) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "KV: key '", req.key(), "' of job ", scope.first, " did not appear within ",
+          absl::FormatDuration(wait), "; did every rank reach the rendezvous?"));
+    }
+  }
+  reply.set_found(value.has_value());
+  if (value) reply.set_value(*value);
+  return reply;
+}
+
+absl::StatusOr<proto::KvCompareAndSetReply> SchedulerCore::KvCompareAndSet(
+    const proto::KvCompareAndSetRequest& req) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
+  std::optional<std::string> expected;
+  if (!req.expect_absent()) expected = req.expected();
+  std::optional<std::string> current;
+  auto swapped = kv_.CompareAndSet({req.scope().job_id(), req.scope().generation()}, req.key(),
+                                   expected, req.desired(), &current);
+  if (!swapped.ok()) return swapped.status();
+  proto::KvCompareAndSetReply reply;
+  reply.set_swapped(*swapped);
+  reply.set_found(current.has_value());
+  if (current) reply.set_current(*current);
+  return reply;
+}
+
+absl::StatusOr<proto::KvAddReply> SchedulerCore::KvAdd(const proto::KvAddRequest& req) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
+  auto sum = kv_.Add({req.scope().job_id(), req.scope().generation()}, req.key(), req.delta(),
+                     req.request_id());
+  if (!sum.ok()) return sum.status();
+  proto::KvAddReply reply;
+  reply.set_value(*sum);
   return reply;
 }
 

@@ -25,6 +25,7 @@
 #include "common/thread_pool.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/agent_client.h"
+#include "scheduler/job_kv.h"
 #include "scheduler/object_directory.h"
 #include "scheduler/state_store.h"
 
@@ -71,6 +72,16 @@ class SchedulerCore {
   absl::Status AddObjectLocations(const proto::AddObjectLocationsRequest& req);
   void RemoveObjectLocations(const proto::RemoveObjectLocationsRequest& req);
   proto::GetObjectLocationsReply GetObjectLocations(const std::string& object_id);
+
+  // Rendezvous key-value store of running job generations (job_kv.h). Every call
+  // fails with FAILED_PRECONDITION unless the scope's job runs that generation.
+  absl::Status KvSet(const proto::KvSetRequest& req);
+  // Waits up to `wait` for the key (DEADLINE_EXCEEDED naming it); ABORTED if the
+  // generation ends while waiting.
+  absl::StatusOr<proto::KvGetReply> KvGet(const proto::KvGetRequest& req, absl::Duration wait);
+  absl::StatusOr<proto::KvCompareAndSetReply> KvCompareAndSet(
+      const proto::KvCompareAndSetRequest& req);
+  absl::StatusOr<proto::KvAddReply> KvAdd(const proto::KvAddRequest& req);
 
  private:
   struct Node {
@@ -127,6 +138,8 @@ class SchedulerCore {
   Node* FindNodeLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* FindJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PersistLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK if `scope`'s job is running that generation (not ended, not restarted since).
+  absl::Status CheckKvScopeLocked(const proto::KvScope& scope) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const SchedulerOptions options_;
   std::unique_ptr<StateStore> store_;
@@ -138,6 +151,7 @@ class SchedulerCore {
   std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // failed to persist; retried
   ObjectDirectory objects_ ABSL_GUARDED_BY(mu_);
+  JobKv kv_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -303,5 +303,105 @@ TEST_F(SchedulerCoreTest, ObjectLocationsListLiveHoldersAndDropDeadNodes) {
   EXPECT_EQ(core_->GetObjectLocations("obj-a").locations_size(), 0);
 }
 
+proto::KvScope Scope(const proto::JobInfo& job, int gen = 0) {
+  proto::KvScope s;
+  s.set_job_id(job.job_id());
+  s.set_generation(gen);
+  return s;
+}
+
+TEST_F(SchedulerCoreTest, KvGetWaitsForASetFromAnotherRank) {
+  std::string n1 = Register("10.0.0.1", 0);
+  auto job = Submit(2, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  proto::KvGetRequest get;
+  *get.mutable_scope() = Scope(job);
+  get.set_key("nccl-unique-id");
+  std::thread setter([&] {
+    proto::KvSetRequest set;
+    *set.mutable_scope() = Scope(job);
+    set.set_key("nccl-unique-id");
+    set.set_value("abc");
+    EXPECT_TRUE(core_->KvSet(set).ok());
+  });
+  auto r = core_->KvGet(get, absl::Seconds(10));
+  setter.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->value(), "abc");
+  get.set_key("never");
+  auto missing = core_->KvGet(get, absl::Milliseconds(50));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(missing.status().message().find("'never'"), std::string::npos);
+}
+
+TEST_F(SchedulerCoreTest, KvCompareAndSetIsAtomicUnderConcurrency) {
+  Register("10.0.0.1", 0);
+  auto job = Submit(1, 0, 0);
+  constexpr int kThreads = 4, kEach = 200;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        for (;;) {  // read, then CAS old -> old + 1 until it wins
+          proto::KvGetRequest get;
+          *get.mutable_scope() = Scope(job);
+          get.set_key("counter");
+          auto cur = core_->KvGet(get, absl::ZeroDuration());
+          ASSERT_TRUE(cur.ok());
+          proto::KvCompareAndSetRequest cas;
+          *cas.mutable_scope() = Scope(job);
+          cas.set_key("counter");
+          cas.set_expect_absent(!cur->found());
+          cas.set_expected(cur->value());
+          cas.set_desired(std::to_string(cur->found() ? std::stoi(cur->value()) + 1 : 1));
+          auto r = core_->KvCompareAndSet(cas);
+          ASSERT_TRUE(r.ok());
+          if (r->swapped()) break;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  proto::KvAddRequest add;
+  *add.mutable_scope() = Scope(job);
+  add.set_key("counter");
+  add.set_delta(0);
+  EXPECT_EQ(core_->KvAdd(add)->value(), kThreads * kEach);
+}
+
+TEST_F(SchedulerCoreTest, KvScopeEndsWithItsGeneration) {
+  std::string n1 = Register("10.0.0.1", 0);
+  auto job = Submit(1, 0, 0, /*max_restarts=*/1);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  proto::KvSetRequest set;
+  *set.mutable_scope() = Scope(job);
+  set.set_key("k");
+  set.set_value("v");
+  ASSERT_TRUE(core_->KvSet(set).ok());
+  // A reader waiting on the old generation is told when it ends.
+  proto::KvGetRequest get;
+  *get.mutable_scope() = Scope(job);
+  get.set_key("absent");
+  absl::Status waited;
+  absl::Time start = absl::Now();
+  std::thread reader([&] { waited = core_->KvGet(get, absl::Seconds(20)).status(); });
+  Exit(n1, job.job_id(), 0, 1);  // fails -> restart to generation 1
+  reader.join();
+  // ABORTED if it was already waiting, FAILED_PRECONDITION if it came after: either
+  // way at once, not after its 20 s.
+  EXPECT_TRUE(waited.code() == absl::StatusCode::kAborted ||
+              waited.code() == absl::StatusCode::kFailedPrecondition)
+      << waited;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(core_->KvSet(set).code(), absl::StatusCode::kFailedPrecondition);
+  *set.mutable_scope() = Scope(job, 1);
+  ASSERT_TRUE(WaitFor([&] { return core_->KvSet(set).ok(); }));
+  get.set_key("k");
+  *get.mutable_scope() = Scope(job, 1);
+  EXPECT_EQ(core_->KvGet(get, absl::ZeroDuration())->value(), "v");
+  Exit(n1, job.job_id(), 0, 0, /*gen=*/1);  // succeeds: the job's KV is gone
+  EXPECT_EQ(core_->KvSet(set).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace drover

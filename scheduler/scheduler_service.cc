@@ -130,4 +130,45 @@ grpc::Status SchedulerService::GetObjectLocations(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::KvSet(grpc::ServerContext* ctx, const proto::KvSetRequest* req,
+                                     proto::KvSetReply*) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->scope().job_id().empty()) return Invalid("KvSet needs scope.job_id");
+  return ToGrpcStatus(core_->KvSet(*req));
+}
+
+grpc::Status SchedulerService::KvGet(grpc::ServerContext* ctx, const proto::KvGetRequest* req,
+                                     proto::KvGetReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->scope().job_id().empty()) return Invalid("KvGet needs scope.job_id");
+  absl::Duration wait = absl::Milliseconds(std::max<int64_t>(0, req->wait_timeout_ms()));
+  // Answer before the client's deadline, so it hears DEADLINE_EXCEEDED with the key.
+  wait = std::min(wait, absl::FromChrono(ctx->deadline()) - absl::Now() - absl::Milliseconds(50));
+  auto r = core_->KvGet(*req, wait);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *reply = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::KvCompareAndSet(grpc::ServerContext* ctx,
+                                               const proto::KvCompareAndSetRequest* req,
+                                               proto::KvCompareAndSetReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->scope().job_id().empty()) return Invalid("KvCompareAndSet needs scope.job_id");
+  auto r = core_->KvCompareAndSet(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *reply = std::move(*r);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::KvAdd(grpc::ServerContext* ctx, const proto::KvAddRequest* req,
+                                     proto::KvAddReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->scope().job_id().empty()) return Invalid("KvAdd needs scope.job_id");
+  auto r = core_->KvAdd(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *reply = std::move(*r);
+  return grpc::Status::OK;
+}
+
 }  // namespace drover

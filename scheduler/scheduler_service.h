@@ -33,6 +33,14 @@ class SchedulerService final : public proto::Scheduler::Service {
   grpc::Status GetClusterStatus(grpc::ServerContext* ctx,
                                 const proto::GetClusterStatusRequest* req,
                                 proto::GetClusterStatusReply* reply) override;
+  grpc::Status KvSet(grpc::ServerContext* ctx, const proto::KvSetRequest* req,
+                     proto::KvSetReply* reply) override;
+  grpc::Status KvGet(grpc::ServerContext* ctx, const proto::KvGetRequest* req,
+                     proto::KvGetReply* reply) override;
+  grpc::Status KvCompareAndSet(grpc::ServerContext* ctx, const proto::KvCompareAndSetRequest* req,
+                               proto::KvCompareAndSetReply* reply) override;
+  grpc::Status KvAdd(grpc::ServerContext* ctx, const proto::KvAddRequest* req,
+                     proto::KvAddReply* reply) override;
   grpc::Status AddObjectLocations(grpc::ServerContext* ctx,
                                   const proto::AddObjectLocationsRequest* req,
                                   proto::AddObjectLocationsReply* reply) override;

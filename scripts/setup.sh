@@ -7,7 +7,7 @@ PACKAGES=(
   # build
   bazel-bootstrap g++ pkg-config
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libabsl-dev
-  libhiredis-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev
+  libhiredis-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libgloo-dev
   # run and test
   redis-server iproute2 procps python3 python3-torch
 )

@@ -2,6 +2,8 @@
 // operator supervise it). Thin: parse flags, start the StoreServer, run until
 // SIGTERM/SIGINT, stop it (unlinking the socket) and exit 0.
 #include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
@@ -30,7 +32,20 @@ int main(int argc, char** argv) {
   app.add_option("--spill-capacity", o.spill_capacity, "Max bytes in the spill directory");
   app.add_flag("--prefault", o.prefault, "Touch the whole arena at start (memcpy-speed puts)");
   app.add_flag("--huge-pages", o.huge_pages, "Ask for transparent huge pages on the arena");
+  pid_t parent_pid = 0;
+  app.add_option("--parent-pid", parent_pid,
+                 "Stop (as on SIGTERM) when this process, our parent, dies: set by a "
+                 "supervising node agent so that its store never outlives it");
   CLI11_PARSE(app, argc, argv);
+  if (parent_pid > 0) {
+    // The death signal fires when the thread that spawned us exits; the agent spawns
+    // from a thread that lives as long as it does. If the parent died before this
+    // line, we were already re-parented: stop at once.
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent_pid) {
+      std::cerr << "drover-object-store: parent " << parent_pid << " is gone; exiting\n";
+      return 1;
+    }
+  }
   if (!o.spill_dir.empty() && o.spill_capacity == 0) {
     std::cerr << "drover-object-store: --spill-dir needs --spill-capacity BYTES > 0\n";
     return 2;

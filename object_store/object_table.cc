@@ -628,6 +628,23 @@ TableStats ObjectTable::Stats() const {
   return s;
 }
 
+absl::StatusOr<ObjectInfo> ObjectTable::Info(const ObjectId& id) const {
+  const Impl::Object* o = impl_->Find(id);
+  if (o == nullptr || !o->visible()) {
+    return absl::NotFoundError(absl::StrCat("object ", ShowId(id), " not found"));
+  }
+  return ObjectInfo{o->id, o->loc.data_size, o->loc.metadata_size, o->primary};
+}
+
+std::vector<ObjectInfo> ObjectTable::List() const {
+  std::vector<ObjectInfo> out;
+  out.reserve(impl_->objects.size());
+  for (const auto& [id, o] : impl_->objects) {
+    if (o->visible()) out.push_back({id, o->loc.data_size, o->loc.metadata_size, o->primary});
+  }
+  return out;
+}
+
 void ObjectTable::set_on_sealed(std::function<void(const ObjectId&)> cb) {
   impl_->on_sealed = std::move(cb);
 }

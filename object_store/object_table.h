@@ -75,6 +75,15 @@ struct TableStats {
   uint64_t restores = 0;   // spilled copies read back, total
 };
 
+// What the table tells about one visible (sealed, not deleted) object.
+struct ObjectInfo {
+  ObjectId id;
+  uint64_t data_size = 0;
+  uint64_t metadata_size = 0;
+  // Created on this node (spilled under pressure) rather than pulled (evicted).
+  bool primary = true;
+};
+
 // Read/write access to the arena's bytes for spill and restore. The server owns the
 // mapping; the table only needs these two operations.
 class ArenaIo {
@@ -120,6 +129,11 @@ class ObjectTable {
   std::vector<ObjectId> DisconnectClient(ClientId client);
 
   TableStats Stats() const;
+  // The object if it is visible (sealed and not deleted; in memory or spilled), else
+  // NOT_FOUND. Takes no reference.
+  absl::StatusOr<ObjectInfo> Info(const ObjectId& id) const;
+  // Every visible object, in no particular order (for subscribers' snapshots).
+  std::vector<ObjectInfo> List() const;
 
   // Called after every successful Seal (the server wakes waiting Gets). The table's
   // state is final when it runs, so it may call back into the table.

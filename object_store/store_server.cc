@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -141,7 +142,16 @@ class StoreServer::Loop {
       : arena_(std::move(arena)),
         table_(TableOptions{arena_->capacity(), options.spill_dir, options.spill_capacity},
                arena_.get()) {
-    table_.set_on_sealed([this](const ObjectId& id) { sealed_.push_back(id); });
+    table_.set_on_sealed([this](const ObjectId& id) {
+      sealed_.push_back(id);
+      if (subscribers_.empty()) return;
+      // A seal of an object deleted while unsealed frees it: nothing to announce.
+      absl::StatusOr<ObjectInfo> info = table_.Info(id);
+      if (info.ok()) Publish(proto::StoreEvent::SEALED, *info);
+    });
+    table_.set_on_evicted([this](const ObjectId& id) {
+      if (!subscribers_.empty()) Publish(proto::StoreEvent::REMOVED, ObjectInfo{id, 0, 0, false});
+    });
   }
 
   ~Loop() {
@@ -196,6 +206,7 @@ class StoreServer::Loop {
     bool want_write = false;
     bool closing = false;
     std::vector<uint64_t> pending_gets;  // sequence numbers
+    uint64_t subscribe_request_id = 0;   // events carry it (when subscribed)
   };
 
   struct PendingGet {
@@ -362,7 +373,7 @@ class StoreServer::Loop {
         }
         if (s.ok()) {
           absl::StatusOr<ObjectLocation> loc =
-              table_.Create(c.id, r.id(), r.data_size(), r.metadata());
+              table_.Create(c.id, r.id(), r.data_size(), r.metadata(), !r.secondary());
           if (loc.ok() && r.inline_put()) s = FinishInlinePut(c.id, r.id(), *loc, r.data());
           if (!loc.ok()) {
             s = loc.status();
@@ -385,7 +396,13 @@ class StoreServer::Loop {
         break;
       case proto::StoreRequest::kDelete:
         s = CheckId(request_.delete_().id());
-        if (s.ok()) s = table_.Delete(request_.delete_().id());
+        if (s.ok()) {
+          absl::StatusOr<ObjectInfo> info = table_.Info(request_.delete_().id());
+          s = table_.Delete(request_.delete_().id());
+          if (s.ok() && info.ok() && !subscribers_.empty()) {
+            Publish(proto::StoreEvent::REMOVED, *info);
+          }
+        }
         break;
       case proto::StoreRequest::kContains:
         s = CheckId(request_.contains().id());
@@ -398,6 +415,16 @@ class StoreServer::Loop {
         s = CheckId(request_.abort().id());
         if (s.ok()) s = table_.Abort(c.id, request_.abort().id());
         break;
+      case proto::StoreRequest::kSubscribe:
+        // The snapshot goes out before the reply, so the reply marks its end.
+        c.subscribe_request_id = request_.request_id();
+        if (request_.subscribe().snapshot()) {
+          for (const ObjectInfo& info : table_.List()) {
+            SendEvent(c, proto::StoreEvent::SEALED, info);
+          }
+        }
+        subscribers_.insert(c.id);
+        break;
       default:
         s = absl::InvalidArgumentError(
             "object store: the request has no operation this store knows (missing, or from "
@@ -406,6 +433,26 @@ class StoreServer::Loop {
     }
     SetStatus(s, &reply_);
     SendReply(c, reply_);
+  }
+
+  void SendEvent(Conn& c, proto::StoreEvent::Kind kind, const ObjectInfo& info) {
+    event_.Clear();
+    event_.set_request_id(c.subscribe_request_id);
+    proto::StoreEvent* e = event_.mutable_event();
+    e->set_kind(kind);
+    e->set_id(info.id);
+    e->set_data_size(info.data_size);
+    e->set_primary(info.primary);
+    SendReply(c, event_);
+  }
+
+  // Tells every subscriber. Runs inside table callbacks too: it touches only the
+  // connections, never the table.
+  void Publish(proto::StoreEvent::Kind kind, const ObjectInfo& info) {
+    for (ClientId id : subscribers_) {
+      auto it = conns_.find(id);
+      if (it != conns_.end()) SendEvent(it->second, kind, info);
+    }
   }
 
   // Copies an inline put's bytes into its new object, seals it and drops the creator's
@@ -673,6 +720,7 @@ class StoreServer::Loop {
         RemoveGet(seq, p->second);
         pending_.erase(p);
       }
+      subscribers_.erase(id);
       epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
       close(c.fd);
       std::vector<ObjectId> aborted = table_.DisconnectClient(id);
@@ -706,10 +754,12 @@ class StoreServer::Loop {
   std::multimap<absl::Time, uint64_t> deadlines_;
   absl::flat_hash_map<ObjectId, std::vector<uint64_t>> waiters_;
   std::vector<ObjectId> sealed_;  // filled by the table's on_sealed callback
+  absl::flat_hash_set<ClientId> subscribers_;  // connections that sent Subscribe
 
   // Reused for every request, so the hot path allocates little.
   proto::StoreRequest request_;
   proto::StoreReply reply_;
+  proto::StoreReply event_;  // not reply_: events go out while a reply is being built
 };
 
 StoreServer::StoreServer() = default;

@@ -8,6 +8,11 @@
 // are absent or unsealed is answered when they are all sealed or its timeout passes
 // (later requests of the same client are answered meanwhile; match by request_id).
 //
+// Events: a connection that sent Subscribe receives a StoreEvent for every seal, every
+// Delete and every eviction of a secondary copy from then on (optionally preceded by a
+// snapshot of the sealed objects), in the order they happened in the loop
+// (subscriber.h is the client side). Aborts are not announced (nothing was visible).
+//
 // Robustness: a client may send anything. A frame that does not parse, an unknown
 // operation, a bad id or size gets an error reply; a frame length beyond the maximum,
 // a client that stops reading its replies (more than 64 MiB queued), or a socket error

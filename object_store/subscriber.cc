@@ -1,0 +1,168 @@
+#include "object_store/subscriber.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "proto/object_store.pb.h"
+
+namespace drover::object_store {
+namespace {
+
+constexpr uint64_t kSubscribeRequestId = 1;
+
+StoreEvent FromProto(const proto::StoreEvent& e) {
+  StoreEvent out;
+  out.kind = e.kind() == proto::StoreEvent::REMOVED ? StoreEvent::Kind::kRemoved
+                                                    : StoreEvent::Kind::kSealed;
+  out.id = e.id();
+  out.data_size = e.data_size();
+  out.primary = e.primary();
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Subscriber>> Subscriber::Connect(
+    const std::string& socket_path, std::vector<StoreEvent>* snapshot, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  sockaddr_un addr;
+  if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("object store socket path '", socket_path, "' must be 1..",
+                     sizeof(addr.sun_path) - 1, " bytes"));
+  }
+  memset(&addr, 0, sizeof(addr));
+  addr.sun_family = AF_UNIX;
+  memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot connect to the object store at ",
+                                               socket_path, ": ", strerror(err),
+                                               " (is drover-object-store running?)"));
+  }
+  // The hello carries the arena descriptor, which a subscriber does not need.
+  int64_t ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout));
+  timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  proto::StoreHello hello;
+  absl::StatusOr<int> arena_fd = RecvFrameWithFd(fd, &hello);
+  if (!arena_fd.ok()) {
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("object store at ", socket_path,
+                                               " sent no hello: ", arena_fd.status().message()));
+  }
+  close(*arena_fd);
+  proto::StoreRequest req;
+  req.set_request_id(kSubscribeRequestId);
+  req.mutable_subscribe()->set_snapshot(snapshot != nullptr);
+  std::string scratch;
+  if (absl::Status s = WriteFrame(fd, req, &scratch); !s.ok()) {
+    close(fd);
+    return s;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  int wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake < 0) {
+    close(fd);
+    return absl::InternalError(absl::StrCat("eventfd: ", strerror(errno)));
+  }
+  std::unique_ptr<Subscriber> sub(new Subscriber(fd, wake, kSubscribeRequestId));
+  // Snapshot events, then the reply.
+  proto::StoreReply reply;
+  while (true) {
+    if (absl::Status s = sub->ReadReply(deadline, &reply); !s.ok()) return s;
+    if (reply.has_event()) {
+      if (snapshot != nullptr) snapshot->push_back(FromProto(reply.event()));
+      continue;
+    }
+    if (reply.code() != 0) {
+      return absl::Status(static_cast<absl::StatusCode>(reply.code()),
+                          absl::StrCat("object store at ", socket_path,
+                                       " refused Subscribe: ", reply.message()));
+    }
+    return sub;
+  }
+}
+
+Subscriber::Subscriber(int fd, int wake_fd, uint64_t request_id)
+    : fd_(fd), wake_fd_(wake_fd), request_id_(request_id) {}
+
+Subscriber::~Subscriber() {
+  close(fd_);
+  close(wake_fd_);
+}
+
+void Subscriber::Interrupt() {
+  interrupted_ = true;
+  uint64_t one = 1;
+  ssize_t n = write(wake_fd_, &one, sizeof(one));
+  (void)n;
+}
+
+absl::Status Subscriber::ReadReply(absl::Time deadline, proto::StoreReply* reply) {
+  constexpr size_t kChunk = 64u << 10;
+  while (true) {
+    if (interrupted_) return absl::CancelledError("object store subscriber interrupted");
+    absl::string_view body;
+    absl::StatusOr<bool> got = in_.Next(&body);
+    if (!got.ok()) return got.status();
+    if (*got) {
+      if (!reply->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "object store sent a frame of ", body.size(), " bytes that is not a StoreReply"));
+      }
+      return absl::OkStatus();
+    }
+    char* p = in_.PrepareWrite(kChunk);
+    ssize_t n = read(fd_, p, kChunk);
+    if (n > 0) {
+      in_.Commit(static_cast<size_t>(n));
+      continue;
+    }
+    if (n == 0) return absl::UnavailableError("the object store closed the event stream");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      return absl::UnavailableError(
+          absl::StrCat("reading object store events: ", strerror(errno)));
+    }
+    int timeout_ms = -1;
+    if (deadline != absl::InfiniteFuture()) {
+      absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) {
+        return absl::DeadlineExceededError("no object store event before the deadline");
+      }
+      timeout_ms = static_cast<int>(std::min<int64_t>(
+          absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30));
+    }
+    pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) {
+      return absl::InternalError(absl::StrCat("poll: ", strerror(errno)));
+    }
+  }
+}
+
+absl::StatusOr<StoreEvent> Subscriber::Next(absl::Duration timeout) {
+  absl::Time deadline =
+      timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
+  proto::StoreReply reply;
+  while (true) {
+    if (absl::Status s = ReadReply(deadline, &reply); !s.ok()) return s;
+    if (reply.has_event() && reply.request_id() == request_id_) return FromProto(reply.event());
+    // Anything else (there should be nothing) is skipped.
+  }
+}
+
+}  // namespace drover::object_store

@@ -1,0 +1,487 @@
+// object_store: the object store's figures, each beside a baseline taken in the same run.
+//
+//   bazel run -c opt //bench:object_store [-- --quick] [-- --only NAME[,NAME]]
+//
+// Starts a real drover-object-store (3 GiB arena, --prefault) and measures, after
+// warm-up, the median of several runs per figure, interleaved run by run with the
+// baseline:
+//   put_1MiB, put_64MiB, put_1GiB   put bandwidth (GB/s) of a float32 tensor object
+//                                   (Create with the DRTN header + memcpy of the data +
+//                                   Seal) vs memcpy of the same bytes into touched memory
+//   get_1KiB, get_1GiB              Get + read of the first byte + release (µs) vs one
+//                                   64-byte round trip on a Unix socket between two
+//                                   processes (this one and an echo helper)
+//   small_put_get                   put+get pairs of 1 KiB objects per second (batched:
+//                                   PutMany + GetMany + ReleaseMany) vs synchronous
+//                                   64-byte Unix-socket round trips per second
+//   small_put_get_sync              the same one pair at a time (Put, Get, release)
+//   pull_1GiB                       ObjectTransfer::Fetch of 1 GiB between two node
+//                                   processes (bench/object_store_node: each a
+//                                   pre-touched heap LocalObjects that reuses freed
+//                                   space; directory in a real drover-scheduler) vs raw loopback TCP of 1 GiB
+//                                   between the same two processes (GB/s, receiver side)
+// Each figure prints one line
+//   BENCH <name> <value> <unit> baseline=<value> ratio=<ours/baseline>
+// Everything it starts is stopped before it exits.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "object_store/client.h"
+#include "object_store/tensor.h"
+
+extern char** environ;
+
+namespace drover::bench {
+namespace {
+
+namespace os = object_store;
+
+constexpr uint64_t kKiB = 1024, kMiB = kKiB * 1024, kGiB = kMiB * 1024;
+
+struct Flags {
+  bool quick = false;
+  std::set<std::string> only;
+  bool Want(const std::string& name) const { return only.empty() || only.count(name) > 0; }
+};
+
+[[noreturn]] void Die(const std::string& msg) {
+  std::cerr << "object_store bench: " << msg << std::endl;
+  std::exit(1);
+}
+
+bool IsDir(const std::string& p) {
+  std::error_code ec;
+  return std::filesystem::is_directory(p, ec);
+}
+
+std::string runfiles;
+
+void SetUpRunfiles(const char* argv0) {
+  std::vector<std::string> candidates;
+  if (const char* d = std::getenv("RUNFILES_DIR")) candidates.push_back(d);
+  if (const char* d = std::getenv("TEST_SRCDIR")) candidates.push_back(d);
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) candidates.push_back(std::string(exe, n) + ".runfiles");
+  candidates.push_back(std::string(argv0) + ".runfiles");
+  for (const auto& c : candidates) {
+    if (IsDir(c + "/drover/object_store")) {
+      runfiles = c + "/drover/";
+      return;
+    }
+  }
+  Die("cannot find the runfiles; run it with `bazel run -c opt //bench:object_store`");
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+double Sec(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// A child process with its stdin and stdout on pipes (line protocol), stderr inherited.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& args) {
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) Die("pipe");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) Die(absl::StrCat("posix_spawn ", args[0], ": ", std::strerror(rc)));
+    close(in[0]);
+    close(out[1]);
+    to_ = in[1];
+    from_ = fdopen(out[0], "r");
+    name_ = args[0];
+  }
+  ~Child() { Stop(); }
+
+  std::string ReadLine() {
+    char* line = nullptr;
+    size_t cap = 0;
+    ssize_t n = getline(&line, &cap, from_);
+    if (n <= 0) {
+      free(line);
+      Die(name_ + " exited unexpectedly");
+    }
+    std::string s(line, n);
+    free(line);
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  // Sends one command and returns the answer after "ok " ("" for a bare "ok"); dies
+  // on "err".
+  std::string Call(const std::string& cmd) {
+    std::string line = cmd + "\n";
+    if (write(to_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+      Die("write to " + name_);
+    }
+    std::string reply = ReadLine();
+    if (reply == "ok") return "";
+    if (reply.rfind("ok ", 0) == 0) return reply.substr(3);
+    Die(absl::StrCat(name_, ": '", cmd, "' -> ", reply));
+  }
+  void Stop() {
+    if (pid_ <= 0) return;
+    if (to_ >= 0) close(to_);
+    to_ = -1;
+    kill(pid_, SIGTERM);
+    int st;
+    while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (from_) fclose(from_);
+    from_ = nullptr;
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1;
+  FILE* from_ = nullptr;
+  std::string name_;
+};
+
+// A started drover-object-store.
+std::unique_ptr<Child> StartStore(const std::string& socket, uint64_t capacity) {
+  auto c = std::make_unique<Child>(std::vector<std::string>{
+      runfiles + "object_store/drover-object-store", "--socket", socket, "--capacity",
+      absl::StrCat(capacity), "--prefault"});
+  absl::Time deadline = absl::Now() + absl::Seconds(120);
+  while (absl::Now() < deadline) {
+    if (os::Client::Connect(socket).ok()) return c;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  Die("the object store at " + socket + " did not start");
+}
+
+// One raw 64-byte round trip on a connected Unix socket.
+void EchoRoundTrip(int fd) {
+  char buf[64] = {1};
+  if (write(fd, buf, sizeof(buf)) != 64) Die("echo write");
+  size_t got = 0;
+  while (got < sizeof(buf)) {
+    ssize_t n = read(fd, buf + got, sizeof(buf) - got);
+    if (n <= 0) Die("echo read");
+    got += static_cast<size_t>(n);
+  }
+}
+
+int ConnectUnix(const std::string& path) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) Die("connect " + path);
+  return fd;
+}
+
+void Report(std::vector<std::string>* lines, const std::string& name, double ours,
+            const std::string& unit, double base, const std::vector<double>& ours_v,
+            const std::vector<double>& base_v) {
+  std::string line = absl::StrFormat("BENCH %s %.3g %s baseline=%.3g ratio=%.2f", name, ours,
+                                     unit, base, base > 0 ? ours / base : 0);
+  std::cout << line << "\n"
+            << absl::StrFormat("  (%s: %d runs, p10 %.3g p90 %.3g; baseline p10 %.3g p90 %.3g)",
+                               name, ours_v.size(), Percentile(ours_v, 0.1),
+                               Percentile(ours_v, 0.9), Percentile(base_v, 0.1),
+                               Percentile(base_v, 0.9))
+            << std::endl;
+  lines->push_back(line);
+}
+
+void Check(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) Die(what + ": " + s.ToString());
+}
+
+// --- put -------------------------------------------------------------------------
+
+void BenchPut(os::Client& store, const std::string& name, uint64_t size, int runs,
+              std::vector<std::string>* lines) {
+  // Source and memcpy destination: allocated and touched once.
+  std::unique_ptr<uint8_t[]> src(new uint8_t[size]);
+  std::unique_ptr<uint8_t[]> dst(new uint8_t[size]);
+  for (uint64_t i = 0; i < size; i += 4096) src[i] = static_cast<uint8_t>(i >> 12);
+  std::memset(dst.get(), 0, size);
+  std::memset(src.get(), 1, size);
+  auto header = os::EncodeTensorHeader(
+      os::ContiguousMeta(os::DType::kFloat32, {static_cast<int64_t>(size / 4)}));
+  if (!header.ok()) Die(header.status().ToString());
+
+  auto put = [&]() -> double {
+    os::ObjectId id = os::Client::RandomId();
+    absl::Time t0 = absl::Now();
+    auto obj = store.Create(id, size, *header);
+    if (!obj.ok()) Die("Create: " + obj.status().ToString());
+    std::memcpy(obj->data.data(), src.get(), size);
+    Check(store.Seal(id), "Seal");
+    double s = Sec(absl::Now() - t0);
+    Check(store.Delete(id), "Delete");
+    return size / s / 1e9;
+  };
+  auto copy = [&]() -> double {
+    absl::Time t0 = absl::Now();
+    std::memcpy(dst.get(), src.get(), size);
+    asm volatile("" : : "r"(dst.get()) : "memory");
+    return size / Sec(absl::Now() - t0) / 1e9;
+  };
+  for (int i = 0; i < 2; ++i) {
+    put();
+    copy();
+  }
+  std::vector<double> ours, base;
+  for (int i = 0; i < runs; ++i) {
+    base.push_back(copy());
+    ours.push_back(put());
+  }
+  Report(lines, name, Median(ours), "GB/s", Median(base), ours, base);
+}
+
+// --- get -------------------------------------------------------------------------
+
+void BenchGet(os::Client& store, int echo_fd, const std::string& name, uint64_t size, int runs,
+              std::vector<std::string>* lines) {
+  os::ObjectId id = os::Client::RandomId();
+  {
+    auto obj = store.Create(id, size, "get-bench");
+    if (!obj.ok()) Die("Create: " + obj.status().ToString());
+    std::memset(obj->data.data(), 7, size);
+    Check(store.Seal(id), "Seal");
+  }
+  auto get = [&]() -> double {
+    absl::Time t0 = absl::Now();
+    auto ref = store.Get(id, absl::ZeroDuration());
+    if (!ref.ok()) Die("Get: " + ref.status().ToString());
+    volatile uint8_t first = ref->data()[0];
+    (void)first;
+    ref->Reset();
+    return absl::ToDoubleMicroseconds(absl::Now() - t0);
+  };
+  auto rt = [&]() -> double {
+    absl::Time t0 = absl::Now();
+    EchoRoundTrip(echo_fd);
+    return absl::ToDoubleMicroseconds(absl::Now() - t0);
+  };
+  for (int i = 0; i < 200; ++i) {
+    get();
+    rt();
+  }
+  std::vector<double> ours, base;
+  for (int i = 0; i < runs; ++i) {
+    base.push_back(rt());
+    ours.push_back(get());
+  }
+  Check(store.Delete(id), "Delete");
+  Report(lines, name, Median(ours), "us", Median(base), ours, base);
+}
+
+// --- small put+get ---------------------------------------------------------------
+
+// Pairs per second of 1 KiB objects: one pair at a time (Put, Get, release).
+double SmallPairsSync(os::Client& store, int n) {
+  std::string data(kKiB, 'x');
+  std::vector<os::ObjectId> ids(n);
+  for (auto& id : ids) id = os::Client::RandomId();
+  absl::Time t0 = absl::Now();
+  for (const auto& id : ids) {
+    Check(store.Put(id, data), "Put");
+    auto ref = store.Get(id, absl::ZeroDuration());
+    if (!ref.ok()) Die("Get: " + ref.status().ToString());
+    volatile uint8_t first = ref->data()[0];
+    (void)first;
+  }
+  double rate = n / Sec(absl::Now() - t0);
+  for (const auto& id : ids) Check(store.Delete(id), "Delete");
+  return rate;
+}
+
+double EchoRate(int echo_fd, int n) {
+  absl::Time t0 = absl::Now();
+  for (int i = 0; i < n; ++i) EchoRoundTrip(echo_fd);
+  return n / Sec(absl::Now() - t0);
+}
+
+void BenchSmall(os::Client& store, int echo_fd, int runs, std::vector<std::string>* lines) {
+  const int n = 4096;
+  auto run = [&](const std::string& name, std::function<double()> ours_fn) {
+    ours_fn();
+    EchoRate(echo_fd, n);
+    std::vector<double> ours, base;
+    for (int i = 0; i < runs; ++i) {
+      base.push_back(EchoRate(echo_fd, n));
+      ours.push_back(ours_fn());
+    }
+    Report(lines, name, Median(ours), "pairs/s", Median(base), ours, base);
+  };
+  run("small_put_get_sync", [&] { return SmallPairsSync(store, n); });
+}
+
+// --- cross-node pull -------------------------------------------------------------
+
+void BenchPull(const std::string& tmp, int runs, std::vector<std::string>* lines) {
+  const uint64_t size = kGiB;
+  // The directory: a real drover-scheduler (nodes send no heartbeats: long timeout).
+  const std::string token_file = tmp + "/token";
+  const std::string ready = tmp + "/scheduler.ready";
+  Child scheduler({runfiles + "scheduler/drover-scheduler", "--bind", "127.0.0.1", "--port",
+                   "0", "--token-file", token_file, "--ready-file", ready,
+                   "--node-timeout-ms", "3600000"});
+  std::string address;
+  for (absl::Time d = absl::Now() + absl::Seconds(30); address.empty() && absl::Now() < d;) {
+    std::ifstream in(ready);
+    std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto k = json.find("\"address\"");
+    if (k != std::string::npos) {
+      auto q1 = json.find('"', json.find(':', k) + 1);
+      auto q2 = json.find('"', q1 + 1);
+      address = json.substr(q1 + 1, q2 - q1 - 1);
+    } else {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  if (address.empty()) Die("drover-scheduler did not start");
+
+  auto node = [&](uint64_t pool) {
+    auto c = std::make_unique<Child>(std::vector<std::string>{
+        runfiles + "bench/object_store_node", "--pool-bytes", absl::StrCat(pool),
+        "--scheduler", address, "--token-file", token_file});
+    std::string ready_line = c->ReadLine();
+    if (ready_line.rfind("ready ", 0) != 0) Die("node helper: " + ready_line);
+    return c;
+  };
+  auto a = node(size + kMiB);
+  auto b = node(2 * size + kMiB);
+  a->Call(absl::StrCat("put big ", size));
+  const std::string sum = a->Call("sum big");
+
+  auto pull = [&]() -> double {
+    std::vector<std::string> r = absl::StrSplit(b->Call("fetch big"), ' ');
+    double sec = std::stod(r.at(0));
+    b->Call("drop big");
+    return size / sec / 1e9;
+  };
+  auto tcp = [&]() -> double {
+    std::string port = a->Call("tcp_serve big");
+    double sec = std::stod(b->Call(absl::StrCat("tcp_recv ", port, " ", size)));
+    return size / sec / 1e9;
+  };
+  // Warm-up, and a check that the pulled copy is the same bytes.
+  b->Call("fetch big");
+  if (b->Call("sum big") != sum) Die("the pulled copy differs from the original");
+  b->Call("drop big");
+  tcp();
+  std::vector<double> ours, base;
+  for (int i = 0; i < runs; ++i) {
+    base.push_back(tcp());
+    ours.push_back(pull());
+  }
+  Report(lines, "pull_1GiB", Median(ours), "GB/s", Median(base), ours, base);
+}
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(colon + 2);
+    }
+  }
+  return "unknown CPU";
+}
+
+int Main(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--quick") {
+      flags.quick = true;
+    } else if (a == "--only" && i + 1 < argc) {
+      for (auto s : absl::StrSplit(argv[++i], ',')) flags.only.insert(std::string(s));
+    } else {
+      Die("unknown argument '" + a + "'; usage: object_store [--quick] [--only a,b]");
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  SetUpRunfiles(argv[0]);
+  char tmpl[] = "/tmp/drover-bench-os-XXXXXX";
+  if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp");
+  const std::string tmp = tmpl;
+
+  std::cout << "drover object store benchmark\n"
+            << "machine: " << ::sysconf(_SC_NPROCESSORS_ONLN) << " CPUs, " << CpuModel() << ", "
+            << (static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) >> 20)
+            << " MiB RAM\n"
+            << std::flush;
+  std::vector<std::string> lines;
+  const int q = flags.quick ? 3 : 1;
+  {
+    auto store_proc = StartStore(tmp + "/store.sock", 3 * kGiB);
+    auto client = os::Client::Connect(tmp + "/store.sock");
+    if (!client.ok()) Die(client.status().ToString());
+    os::Client& store = **client;
+    Child echo({runfiles + "bench/object_store_node", "--echo", tmp + "/echo.sock"});
+    echo.ReadLine();
+    int echo_fd = ConnectUnix(tmp + "/echo.sock");
+
+    if (flags.Want("put_1MiB")) BenchPut(store, "put_1MiB", kMiB, 101 / q, &lines);
+    if (flags.Want("put_64MiB")) BenchPut(store, "put_64MiB", 64 * kMiB, 21 / q, &lines);
+    if (flags.Want("put_1GiB")) BenchPut(store, "put_1GiB", kGiB, 7 / q, &lines);
+    if (flags.Want("get_1KiB")) BenchGet(store, echo_fd, "get_1KiB", kKiB, 5001 / q, &lines);
+    if (flags.Want("get_1GiB")) BenchGet(store, echo_fd, "get_1GiB", kGiB, 5001 / q, &lines);
+    if (flags.Want("small_put_get")) BenchSmall(store, echo_fd, 9 / q, &lines);
+    close(echo_fd);
+  }
+  if (flags.Want("pull_1GiB")) BenchPull(tmp, flags.quick ? 3 : 5, &lines);
+
+  std::cout << "\nsummary:\n";
+  for (const auto& l : lines) std::cout << l << "\n";
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);
+  return 0;
+}
+
+}  // namespace
+}  // namespace drover::bench
+
+int main(int argc, char** argv) { return drover::bench::Main(argc, argv); }

@@ -1,0 +1,188 @@
+#include <cstdlib>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "collective/group.h"
+#include "collective/group_internal.h"
+#include "common/auth.h"
+#include "common/net.h"
+
+namespace drover::collective {
+
+size_t DataTypeSize(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return 4;
+    case DataType::kFloat64: return 8;
+    case DataType::kFloat16: return 2;
+    case DataType::kInt32: return 4;
+    case DataType::kInt64: return 8;
+    case DataType::kUint8: return 1;
+  }
+  return 0;
+}
+
+const char* DataTypeName(DataType type) {
+  switch (type) {
+    case DataType::kFloat32: return "float32";
+    case DataType::kFloat64: return "float64";
+    case DataType::kFloat16: return "float16";
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+    case DataType::kUint8: return "uint8";
+  }
+  return "unknown";
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "unknown";
+}
+
+namespace {
+
+absl::StatusOr<std::string> Env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "collective group from environment: ", name,
+        " is not set (drover sets it for every process of a job; outside drover, fill "
+        "GroupOptions yourself)"));
+  }
+  return std::string(v);
+}
+
+absl::StatusOr<int> EnvInt(const char* name) {
+  auto v = Env(name);
+  if (!v.ok()) return v.status();
+  int out;
+  if (!absl::SimpleAtoi(*v, &out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective group from environment: ", name, "='", *v,
+                     "' is not an integer"));
+  }
+  return out;
+}
+
+struct Registry {
+  absl::Mutex mu;
+  std::map<Backend, GroupFactory> factories ABSL_GUARDED_BY(mu);
+};
+
+Registry& GetRegistry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+}  // namespace
+
+absl::StatusOr<GroupOptions> GroupOptionsFromEnvironment(const std::string& name) {
+  GroupOptions o;
+  o.name = name;
+  auto rank = EnvInt("RANK");
+  if (!rank.ok()) return rank.status();
+  auto size = EnvInt("WORLD_SIZE");
+  if (!size.ok()) return size.status();
+  auto job = Env("DROVER_JOB_ID");
+  if (!job.ok()) return job.status();
+  auto gen = EnvInt("DROVER_GENERATION");
+  if (!gen.ok()) return gen.status();
+  auto sched = Env("DROVER_SCHEDULER_ADDRESS");
+  if (!sched.ok()) return sched.status();
+  auto token = Env("DROVER_TOKEN_FILE");
+  if (!token.ok()) return token.status();
+  o.rank = *rank;
+  o.size = *size;
+  o.job_id = *job;
+  o.generation = *gen;
+  o.scheduler_address = *sched;
+  o.token_file = *token;
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    o.interface = ifname;
+  }
+  if (auto local = EnvInt("LOCAL_RANK"); local.ok()) o.device = *local;
+  return o;
+}
+
+bool RegisterGroupFactory(Backend backend, GroupFactory factory) {
+  Registry& r = GetRegistry();
+  absl::MutexLock lock(&r.mu);
+  r.factories[backend] = std::move(factory);
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<Group>> NewGroup(const GroupOptions& options) {
+  if (options.backend == Backend::kGloo) return internal::NewGlooGroup(options);
+  GroupFactory factory;
+  {
+    Registry& r = GetRegistry();
+    absl::MutexLock lock(&r.mu);
+    auto it = r.factories.find(options.backend);
+    if (it != r.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group '", options.name,
+        "': the NCCL backend is not linked into this program; add //collective:nccl_group "
+        "to its deps"));
+  }
+  return factory(options);
+}
+
+namespace internal {
+
+absl::Status ValidateOptions(const GroupOptions& o) {
+  auto bad = [&](const std::string& what) {
+    return absl::InvalidArgumentError(absl::StrCat("group '", o.name, "': ", what));
+  };
+  if (o.name.empty() || o.name.find('/') != std::string::npos) {
+    return bad("the name must be non-empty and contain no '/'");
+  }
+  if (o.size < 1) return bad(absl::StrCat("size ", o.size, " < 1"));
+  if (o.rank < 0 || o.rank >= o.size) {
+    return bad(absl::StrCat("rank ", o.rank, " outside [0, ", o.size, ")"));
+  }
+  if (o.job_id.empty()) return bad("no job id");
+  if (o.scheduler_address.empty()) return bad("no scheduler address");
+  if (o.timeout <= absl::ZeroDuration()) return bad("timeout must be positive");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<KvClient>> ConnectKv(const GroupOptions& options) {
+  KvClientOptions kv;
+  kv.scheduler_address = options.scheduler_address;
+  kv.job_id = options.job_id;
+  kv.generation = options.generation;
+  kv.retry_for = options.timeout;
+  if (!options.token_file.empty()) {
+    auto token = ReadTokenFile(options.token_file);
+    if (!token.ok()) {
+      return absl::Status(token.status().code(),
+                          absl::StrCat("group '", options.name, "': reading the token file: ",
+                                       token.status().message()));
+    }
+    kv.token = *token;
+  }
+  return KvClient::Create(kv);
+}
+
+absl::StatusOr<std::string> JoinPrefix(KvClient& kv, const GroupOptions& options) {
+  auto joins = kv.Add(absl::StrCat("collective/", options.name, "/g", options.generation,
+                                   "/rank", options.rank, "/joins"),
+                      1);
+  if (!joins.ok()) {
+    return absl::Status(joins.status().code(),
+                        absl::StrCat("group '", options.name, "' rank ", options.rank,
+                                     ": joining: ", joins.status().message()));
+  }
+  return MakeGroupPrefix(options.name, options.generation, *joins - 1);
+}
+
+}  // namespace internal
+}  // namespace drover::collective

@@ -1,0 +1,130 @@
+// Collective communication groups: the processes of a job (or any set of processes
+// that share a rendezvous scope) exchanging buffers with allreduce, broadcast,
+// allgather, reduce_scatter, barrier and point-to-point send/recv.
+//
+//   auto options = collective::GroupOptionsFromEnvironment("default");
+//   auto group = collective::NewGroup(*options);          // every rank calls this
+//   (*group)->AllReduce(grads, n, DataType::kFloat32, ReduceOp::kAvg);
+//
+// Backends: kGloo (CPU buffers, TCP between any nodes; this library) and kNccl (device
+// buffers; link //collective:nccl_group, which needs a GPU at run time).
+//
+// Rendezvous: the ranks meet through the scheduler's key-value store for the job's
+// generation (proto/scheduler.proto Kv*). Each group's keys carry its name, the
+// generation and an incarnation number, so several groups in one process, a group
+// created again, and restarted generations never see each other's keys. Every rank must
+// create the same groups in the same order.
+//
+// Ownership: the caller owns the Group. Buffers are borrowed for the duration of one
+// call only; a call returns when its buffers may be reused.
+//
+// Threading: one thread at a time per group. Operations are collective: every rank calls
+// the same operations, with the same counts, dtypes, ops and roots, in the same order.
+// Different groups may be used concurrently from different threads.
+//
+// Errors: every operation, and group creation, is bounded by GroupOptions::timeout.
+//   DEADLINE_EXCEEDED  a peer did not take part in time (dead, hung, or calling another
+//                      operation); the message names the operation and the group.
+//   UNAVAILABLE        a connection to a peer broke (it exited or its node went away).
+//   INVALID_ARGUMENT   the call itself is wrong (null buffer, bad root or peer, a dtype the
+//                      backend or op does not support).
+//   FAILED_PRECONDITION the group failed earlier and is unusable, or the backend cannot
+//                      run here (NCCL without a GPU).
+// After DEADLINE_EXCEEDED or UNAVAILABLE the group is broken: the peers' states no longer
+// agree, so every later call returns FAILED_PRECONDITION naming the first failure. The
+// process should exit non-zero and let the gang restart bring up the next generation.
+#ifndef DROVER_COLLECTIVE_GROUP_H_
+#define DROVER_COLLECTIVE_GROUP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace drover::collective {
+
+enum class DataType { kFloat32, kFloat64, kFloat16, kInt32, kInt64, kUint8 };
+enum class ReduceOp { kSum, kAvg, kMax, kMin };
+enum class Backend { kGloo, kNccl };
+
+// Bytes per element.
+size_t DataTypeSize(DataType type);
+const char* DataTypeName(DataType type);
+const char* ReduceOpName(ReduceOp op);
+
+struct GroupOptions {
+  // Names the group in rendezvous keys and error messages. Ranks that want to meet use
+  // the same name.
+  std::string name = "default";
+  int rank = 0;
+  int size = 1;
+  // The rendezvous scope.
+  std::string job_id;
+  int generation = 0;
+  std::string scheduler_address;
+  // File holding the cluster token (owner-only; see common/auth.h).
+  std::string token_file;
+  // Bound of every operation and of group creation.
+  absl::Duration timeout = absl::Seconds(30);
+  Backend backend = Backend::kGloo;
+  // Gloo: the network interface to bind (GLOO_SOCKET_IFNAME); if empty, `hostname`.
+  std::string interface;
+  // Gloo: address or name to bind when no interface is given; if both are empty, the
+  // local address that routes to MASTER_ADDR (the right one on every node).
+  std::string hostname;
+  // NCCL: the CUDA device index (within CUDA_VISIBLE_DEVICES).
+  int device = 0;
+};
+
+// Fills GroupOptions from the environment drover gives every process: RANK, WORLD_SIZE,
+// DROVER_JOB_ID, DROVER_GENERATION, DROVER_SCHEDULER_ADDRESS, DROVER_TOKEN_FILE,
+// GLOO_SOCKET_IFNAME, and LOCAL_RANK as the device. MASTER_ADDR only chooses the
+// fallback address. INVALID_ARGUMENT naming the variable if one is missing or malformed.
+absl::StatusOr<GroupOptions> GroupOptionsFromEnvironment(const std::string& name = "default");
+
+class Group {
+ public:
+  virtual ~Group() = default;
+
+  // In place on `count` elements of `buf`: every rank ends with the reduction over all
+  // ranks. kAvg divides the sum by size() (integer types: truncating division).
+  virtual absl::Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op) = 0;
+  // `count` elements of root's `buf` are copied into every rank's `buf`.
+  virtual absl::Status Broadcast(void* buf, size_t count, DataType type, int root) = 0;
+  // `in` holds count_per_rank elements; `out` (size() * count_per_rank elements) gets
+  // rank r's input at offset r * count_per_rank.
+  virtual absl::Status AllGather(const void* in, void* out, size_t count_per_rank,
+                                 DataType type) = 0;
+  // `in` holds size() * count_per_rank elements; `out` (count_per_rank elements) gets
+  // slice rank() of the reduction over all ranks.
+  virtual absl::Status ReduceScatter(const void* in, void* out, size_t count_per_rank,
+                                     DataType type, ReduceOp op) = 0;
+  virtual absl::Status Barrier() = 0;
+  // Point to point. A Send matches the Recv on `peer` with the same tag; messages
+  // between two ranks with one tag arrive in order. The sizes must match.
+  virtual absl::Status Send(const void* buf, size_t bytes, int peer, uint32_t tag = 0) = 0;
+  virtual absl::Status Recv(void* buf, size_t bytes, int peer, uint32_t tag = 0) = 0;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const std::string& name() const = 0;
+};
+
+// Creates this rank's end of the group and waits (up to options.timeout) for every rank
+// to join. Errors: as above; a rank that never joins is DEADLINE_EXCEEDED naming the
+// group and the rendezvous key.
+absl::StatusOr<std::unique_ptr<Group>> NewGroup(const GroupOptions& options);
+
+// Backends outside this library (NCCL) register themselves here when linked in.
+using GroupFactory =
+    std::function<absl::StatusOr<std::unique_ptr<Group>>(const GroupOptions&)>;
+bool RegisterGroupFactory(Backend backend, GroupFactory factory);
+
+}  // namespace drover::collective
+
+#endif  // DROVER_COLLECTIVE_GROUP_H_

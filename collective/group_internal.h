@@ -1,0 +1,30 @@
+// Internal to collective/: what every backend does to join a group. Not for users.
+#ifndef DROVER_COLLECTIVE_GROUP_INTERNAL_H_
+#define DROVER_COLLECTIVE_GROUP_INTERNAL_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "collective/group.h"
+#include "collective/kv_store.h"
+
+namespace drover::collective::internal {
+
+// INVALID_ARGUMENT naming the field if `options` cannot describe a group.
+absl::Status ValidateOptions(const GroupOptions& options);
+
+// A KV client for the group's job generation (reads the token file).
+absl::StatusOr<std::unique_ptr<KvClient>> ConnectKv(const GroupOptions& options);
+
+// The key prefix of this instance of the group: ranks count their joins of the group
+// name in the KV, so the k-th creation of a group on every rank gets incarnation k.
+absl::StatusOr<std::string> JoinPrefix(KvClient& kv, const GroupOptions& options);
+
+// Gloo backend (gloo_group.cc).
+absl::StatusOr<std::unique_ptr<Group>> NewGlooGroup(const GroupOptions& options);
+
+}  // namespace drover::collective::internal
+
+#endif  // DROVER_COLLECTIVE_GROUP_INTERNAL_H_

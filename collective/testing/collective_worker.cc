@@ -1,0 +1,294 @@
+// A process of a drover job that exercises a collective group built from its
+// environment. Each rank's input is a deterministic function of (rank, index), so every
+// rank computes the expected result locally and compares.
+//
+//   collective_worker --mode=check               every operation and dtype
+//   collective_worker --mode=timeout --out=DIR   the last rank never joins an allreduce;
+//                                                the others must fail in time, naming it
+//   collective_worker --mode=bench [--mib=64]    allreduce time, group vs raw Gloo ring
+// Exits 0 on success; on a mismatch prints what differed and exits 1.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "collective/group.h"
+#include "collective/group_internal.h"
+#include "collective/kv_store.h"
+#include "gloo/allreduce.h"
+#include "gloo/math.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/types.h"
+
+namespace drover::collective {
+namespace {
+
+int g_rank = -1;
+
+[[noreturn]] void Die(const std::string& msg) {
+  std::fprintf(stderr, "collective_worker rank %d: %s\n", g_rank, msg.c_str());
+  std::fflush(stderr);
+  std::exit(1);
+}
+
+void Check(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) Die(absl::StrCat(what, ": ", s.ToString()));
+}
+
+// Small integers: exact in every dtype (sums of 4 ranks stay < 256 and < 2048).
+double Input(int rank, size_t i) { return static_cast<double>((rank * 7 + i * 3) % 11 + rank); }
+
+template <typename T>
+T FromDouble(double v) { return static_cast<T>(v); }
+template <>
+gloo::float16 FromDouble<gloo::float16>(double v) { return gloo::cpu_float2half_rn(static_cast<float>(v)); }
+template <typename T>
+double ToDouble(T v) { return static_cast<double>(v); }
+template <>
+double ToDouble<gloo::float16>(gloo::float16 v) { return gloo::cpu_half2float(v); }
+
+template <typename T>
+std::vector<T> Make(int rank, size_t n, size_t offset = 0) {
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = FromDouble<T>(Input(rank, offset + i));
+  return v;
+}
+
+template <typename T>
+double Reduce(ReduceOp op, int size, size_t i) {
+  double acc = Input(0, i);
+  for (int r = 1; r < size; ++r) {
+    double x = Input(r, i);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc += x; break;
+      case ReduceOp::kMax: acc = std::max(acc, x); break;
+      case ReduceOp::kMin: acc = std::min(acc, x); break;
+    }
+  }
+  if (op == ReduceOp::kAvg) {
+    if (std::is_integral<T>::value) return std::trunc(acc / size);
+    return acc / size;
+  }
+  return acc;
+}
+
+template <typename T>
+void Expect(const std::vector<T>& got, size_t i, double want, const std::string& what) {
+  double g = ToDouble(got[i]);
+  double tol = std::is_same<T, gloo::float16>::value ? 1e-2 * std::max(1.0, std::fabs(want))
+                                                     : 1e-6 * std::max(1.0, std::fabs(want));
+  if (std::fabs(g - want) > tol) {
+    Die(absl::StrCat(what, ": element ", i, " is ", g, ", expected ", want));
+  }
+}
+
+template <typename T>
+void CheckType(Group& g, DataType type) {
+  const int n = g.size(), r = g.rank();
+  const std::string tn = DataTypeName(type);
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
+    for (size_t count : {size_t{1}, size_t{1000}, size_t{(1 << 18) + 3}}) {
+      auto buf = Make<T>(r, count);
+      std::string what = absl::StrCat("AllReduce ", tn, " ", ReduceOpName(op), " count ", count);
+      Check(g.AllReduce(buf.data(), count, type, op), what);
+      for (size_t i = 0; i < count; ++i) Expect(buf, i, Reduce<T>(op, n, i), what);
+    }
+    const size_t per = 301;
+    auto in = Make<T>(r, per * n);
+    std::vector<T> out(per);
+    std::string what = absl::StrCat("ReduceScatter ", tn, " ", ReduceOpName(op));
+    Check(g.ReduceScatter(in.data(), out.data(), per, type, op), what);
+    for (size_t i = 0; i < per; ++i) Expect(out, i, Reduce<T>(op, n, r * per + i), what);
+  }
+  for (int root = 0; root < n; ++root) {
+    const size_t count = 777;
+    auto buf = r == root ? Make<T>(root, count) : std::vector<T>(count);
+    std::string what = absl::StrCat("Broadcast ", tn, " root ", root);
+    Check(g.Broadcast(buf.data(), count, type, root), what);
+    for (size_t i = 0; i < count; ++i) Expect(buf, i, Input(root, i), what);
+  }
+  {
+    const size_t per = 517;
+    auto in = Make<T>(r, per);
+    std::vector<T> out(per * n);
+    std::string what = absl::StrCat("AllGather ", tn);
+    Check(g.AllGather(in.data(), out.data(), per, type), what);
+    for (int src = 0; src < n; ++src) {
+      for (size_t i = 0; i < per; ++i) Expect(out, src * per + i, Input(src, i), what);
+    }
+  }
+}
+
+void CheckSendRecv(Group& g) {
+  const int n = g.size(), r = g.rank();
+  const int right = (r + 1) % n, left = (r + n - 1) % n;
+  const size_t bytes = 12345;
+  std::vector<uint8_t> out(bytes), in(bytes);
+  for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<uint8_t>(r * 31 + i);
+  // Even ranks send first, odd ranks receive first: no cycle of blocked senders.
+  for (uint32_t tag : {0u, 9u}) {
+    if (r % 2 == 0) {
+      Check(g.Send(out.data(), bytes, right, tag), "Send");
+      Check(g.Recv(in.data(), bytes, left, tag), "Recv");
+    } else {
+      Check(g.Recv(in.data(), bytes, left, tag), "Recv");
+      Check(g.Send(out.data(), bytes, right, tag), "Send");
+    }
+    for (size_t i = 0; i < bytes; ++i) {
+      if (in[i] != static_cast<uint8_t>(left * 31 + i)) {
+        Die(absl::StrCat("Recv from ", left, " tag ", tag, ": byte ", i, " is ", in[i]));
+      }
+    }
+  }
+}
+
+int RunCheck(GroupOptions options) {
+  auto group = NewGroup(options);
+  Check(group.status(), "NewGroup");
+  Group& g = **group;
+  // Misuse is INVALID_ARGUMENT and leaves the group usable.
+  float x = 0;
+  absl::Status bad = g.Broadcast(&x, 1, DataType::kFloat32, g.size());
+  if (bad.code() != absl::StatusCode::kInvalidArgument) Die("bad root: " + bad.ToString());
+  CheckType<float>(g, DataType::kFloat32);
+  CheckType<double>(g, DataType::kFloat64);
+  CheckType<gloo::float16>(g, DataType::kFloat16);
+  CheckType<int32_t>(g, DataType::kInt32);
+  CheckType<int64_t>(g, DataType::kInt64);
+  CheckType<uint8_t>(g, DataType::kUint8);
+  CheckSendRecv(g);
+  Check(g.Barrier(), "Barrier");
+  // A second group and a second instance of the first meet on their own keys.
+  GroupOptions second = options;
+  second.name = "second";
+  auto g2 = NewGroup(second);
+  Check(g2.status(), "NewGroup second");
+  auto g3 = NewGroup(options);
+  Check(g3.status(), "NewGroup again");
+  for (Group* each : {g2->get(), g3->get()}) {
+    int64_t v = g.rank() + 1;
+    Check(each->AllReduce(&v, 1, DataType::kInt64, ReduceOp::kSum), "AllReduce on " + each->name());
+    if (v != int64_t{g.size()} * (g.size() + 1) / 2) Die(absl::StrCat("sum of ranks is ", v));
+  }
+  std::printf("rank %d: all operations and dtypes match\n", g.rank());
+  return 0;
+}
+
+int RunTimeout(GroupOptions options, const std::string& out_dir) {
+  auto group = NewGroup(options);
+  Check(group.status(), "NewGroup");
+  Group& g = **group;
+  const int silent = g.size() - 1;
+  if (g.rank() == silent) {
+    // Never joins the allreduce; stays alive until every other rank has reported.
+    absl::Time give_up = absl::Now() + absl::Seconds(120);
+    for (int r = 0; r < silent; ++r) {
+      std::string path = absl::StrCat(out_dir, "/rank", r, ".txt");
+      while (access(path.c_str(), F_OK) != 0) {
+        if (absl::Now() > give_up) Die("the other ranks never reported");
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+    }
+    return 0;
+  }
+  std::vector<float> buf(1000, 1.0f);
+  absl::Time start = absl::Now();
+  absl::Status s = g.AllReduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+  absl::Duration took = absl::Now() - start;
+  absl::Status again = g.Barrier();
+  std::string report = absl::StrCat("code=", absl::StatusCodeToString(s.code()),
+                                    " took_ms=", absl::ToInt64Milliseconds(took),
+                                    "\nmessage=", s.message(), "\nlater=", again.ToString(), "\n");
+  std::string tmp = absl::StrCat(out_dir, "/.rank", g.rank());
+  std::ofstream(tmp) << report;
+  std::rename(tmp.c_str(), absl::StrCat(out_dir, "/rank", g.rank(), ".txt").c_str());
+  if (s.code() != absl::StatusCode::kDeadlineExceeded) Die("expected DEADLINE_EXCEEDED: " + s.ToString());
+  if (!absl::StrContains(s.message(), "AllReduce")) Die("error does not name the op: " + s.ToString());
+  if (took > options.timeout + absl::Seconds(3)) Die(absl::StrCat("took ", absl::FormatDuration(took)));
+  if (again.code() != absl::StatusCode::kFailedPrecondition) Die("later call: " + again.ToString());
+  return 0;
+}
+
+int RunBench(GroupOptions options, int mib, int iters, const std::string& out_dir) {
+  auto group = NewGroup(options);
+  Check(group.status(), "NewGroup");
+  Group& g = **group;
+  const size_t count = size_t(mib) << 18;  // floats
+  std::vector<float> buf(count, 1.0f);
+  auto time_it = [&](const std::function<void()>& op) {
+    op();  // warm-up
+    Check(g.Barrier(), "Barrier");
+    absl::Time start = absl::Now();
+    for (int i = 0; i < iters; ++i) op();
+    return absl::ToDoubleMilliseconds(absl::Now() - start) / iters;
+  };
+  double group_ms = time_it([&] {
+    Check(g.AllReduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum), "AllReduce");
+  });
+  // Raw Gloo between the same processes: its own context, rendezvous through our store.
+  auto kv = internal::ConnectKv(options);
+  Check(kv.status(), "kv");
+  GlooKvStore store(kv->get(), MakeGroupPrefix("raw-gloo-bench", options.generation, 0));
+  gloo::transport::tcp::attr attr;
+  if (!options.interface.empty()) attr.iface = options.interface; else attr.hostname = "127.0.0.1";
+  auto dev = gloo::transport::tcp::CreateDevice(attr);
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(g.rank(), g.size());
+  ctx->connectFullMesh(store, dev);
+  double raw_ms = time_it([&] {
+    gloo::AllreduceOptions opts(ctx);
+    opts.setOutput<float>(buf.data(), count);
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    gloo::allreduce(opts);
+  });
+  const double bytes = double(count) * 4;
+  const double busbw = 2.0 * (g.size() - 1) / g.size() * bytes / (group_ms / 1e3) / 1e9;
+  std::string line = absl::StrCat("BENCH allreduce_", mib, "MiB ranks=", g.size(),
+                                  " group_ms=", group_ms, " raw_gloo_ms=", raw_ms,
+                                  " group_busbw_GBps=", busbw, "\n");
+  std::printf("rank %d: %s", g.rank(), line.c_str());
+  if (!out_dir.empty() && g.rank() == 0) std::ofstream(out_dir + "/bench.txt") << line;
+  return 0;
+}
+
+}  // namespace
+}  // namespace drover::collective
+
+int main(int argc, char** argv) {
+  using namespace drover::collective;
+  std::string mode = "check", out_dir;
+  int timeout_ms = 30000, mib = 64, iters = 10;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto val = [&](const char* flag) -> const char* {
+      size_t n = std::strlen(flag);
+      return a.compare(0, n, flag) == 0 ? argv[i] + n : nullptr;
+    };
+    if (const char* v = val("--mode=")) mode = v;
+    else if (const char* v = val("--out=")) out_dir = v;
+    else if (const char* v = val("--timeout_ms=")) timeout_ms = std::atoi(v);
+    else if (const char* v = val("--mib=")) mib = std::atoi(v);
+    else if (const char* v = val("--iters=")) iters = std::atoi(v);
+    else Die("unknown flag " + a);
+  }
+  auto options = GroupOptionsFromEnvironment(mode);
+  Check(options.status(), "GroupOptionsFromEnvironment");
+  g_rank = options->rank;
+  options->timeout = absl::Milliseconds(timeout_ms);
+  if (mode == "check") return RunCheck(*options);
+  if (mode == "timeout") return RunTimeout(*options, out_dir);
+  if (mode == "bench") return RunBench(*options, mib, iters, out_dir);
+  Die("unknown mode " + mode);
+}

@@ -5,6 +5,7 @@
 #include <spawn.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,6 +89,15 @@ std::string DescribeWaitStatus(int status) {
   return absl::StrCat("wait status ", status);
 }
 
+int PidfdOpen(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
 std::string SelfExeDir() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -104,6 +114,7 @@ std::string FindDroverBinary(const std::string& name) {
       absl::StrCat(dir, "/../scheduler/", name),
       absl::StrCat(dir, "/../node_agent/", name),
       absl::StrCat(dir, "/../cli/", name),
+      absl::StrCat(dir, "/../object_store/", name),
   };
   if (const char* bin = std::getenv("DROVER_BIN_DIR")) {
     candidates.insert(candidates.begin(), absl::StrCat(bin, "/", name));

@@ -43,8 +43,13 @@ std::string DescribeWaitStatus(int status);
 // The directory holding the running executable (from /proc/self/exe).
 std::string SelfExeDir();
 
+// A pidfd for `pid` (readable once it exits; poll(2) it), or -1 with errno set
+// (ENOSYS on kernels before 5.3: fall back to polling waitpid).
+int PidfdOpen(pid_t pid);
+
 // Finds a drover binary: next to the running executable, in the sibling directories
-// of a Bazel output tree (../scheduler, ../node_agent, ../cli), then in PATH.
+// of a Bazel output tree (../scheduler, ../node_agent, ../cli, ../object_store), then
+// in PATH.
 // Returns "" if not found.
 std::string FindDroverBinary(const std::string& name);
 

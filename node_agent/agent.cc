@@ -1,5 +1,6 @@
 #include "node_agent/agent.h"
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -41,6 +42,14 @@ std::string JsonString(const std::string& s) {
 }
 
 bool IsWildcard(const std::string& ip) { return ip == "0.0.0.0" || ip == "::" || ip == "[::]"; }
+
+// Bytes the object store may spill: half of what the agent directory's filesystem has
+// free now.
+uint64_t DefaultSpillCapacity(const std::string& dir) {
+  struct statvfs vfs;
+  if (::statvfs(dir.c_str(), &vfs) != 0) return 0;
+  return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 2;
+}
 
 }  // namespace
 
@@ -92,6 +101,7 @@ absl::Status NodeAgent::Start() {
   }
   std::string log_dir = absl::StrCat(options_.dir, "/logs");
   DROVER_RETURN_IF_ERROR(MakeDirs(log_dir, 0700));
+  if (options_.object_store) DROVER_RETURN_IF_ERROR(StartObjectStore());
 
   resources_ = DiscoverResources(options_.resources, options_.discovery);
   hostname_ = Hostname();
@@ -136,10 +146,13 @@ absl::Status NodeAgent::Start() {
   }
   address_ = absl::StrCat(IsWildcard(options_.bind_ip) ? options_.node_ip : host, ":",
                           selected_port);
+  pm_->SetWorkerEnv("DROVER_AGENT_ADDRESS", address_);
+  if (store_) pm_->SetWorkerEnv("DROVER_OBJECT_STORE_SOCKET", store_->socket_path());
   DROVER_LOG(INFO) << "node agent listening on " << address_ << " (bound " << host << ":"
                    << selected_port << "), node ip " << options_.node_ip << ", logs in "
                    << log_dir;
   started_ = true;
+  if (object_reporter_) object_reporter_->Start();
   reporter_thread_ = std::thread([this] { ReporterLoop(); });
   registration_thread_ = std::thread([this] { RegistrationLoop(); });
   return absl::OkStatus();
@@ -166,6 +179,9 @@ void NodeAgent::Shutdown() {
   if (transfer_) transfer_->Shutdown();  // running pulls end; their handlers return
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
+  // The directory forgets this node's objects, then the store goes.
+  if (object_reporter_) object_reporter_->Stop();
+  if (store_) store_->Stop();
   pm_.reset();
   DROVER_LOG(INFO) << "node agent stopped";
 }
@@ -252,6 +268,11 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   pm_->SetNodeId(reply.node_id());
   service_->SetNodeId(reply.node_id());
   if (transfer_) transfer_->SetNodeId(reply.node_id());
+  if (object_reporter_) {
+    // A scheduler that did not know us has an empty directory: tell it everything.
+    object_reporter_->SetNodeId(reply.node_id());
+    object_reporter_->Resync();
+  }
   DROVER_LOG(INFO) << (first ? "registered" : "re-registered") << " with "
                    << options_.scheduler_address << " as " << reply.node_id()
                    << " (heartbeat every " << reply.heartbeat_interval_ms() << " ms, "
@@ -259,6 +280,46 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   *logged_failure = false;
   if (first) WriteReadyFile();
   return true;
+}
+
+std::string NodeAgent::object_store_socket() const {
+  return store_ ? store_->socket_path() : "";
+}
+
+absl::Status NodeAgent::StartObjectStore() {
+  StoreSupervisorOptions so;
+  so.binary = options_.object_store_binary;
+  so.socket_path = StoreSocketPath(options_.dir);
+  if (so.socket_path.rfind(options_.dir, 0) != 0) {
+    // The fallback under /tmp: its directory must be ours alone.
+    std::string dir = so.socket_path.substr(0, so.socket_path.rfind('/'));
+    DROVER_RETURN_IF_ERROR(MakeDirs(dir, 0700));
+  }
+  so.capacity = options_.object_store_memory;
+  so.spill_dir = absl::StrCat(options_.dir, "/spill");
+  so.spill_capacity = DefaultSpillCapacity(options_.dir);
+  if (so.spill_capacity == 0) so.spill_dir.clear();
+  so.log_path = absl::StrCat(options_.dir, "/object-store.log");
+  store_ = std::make_unique<StoreSupervisor>(so);
+  if (absl::Status s = store_->Start(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("cannot start this node's object store: ",
+                                               s.message(),
+                                               " (run the agent with --no-object-store to "
+                                               "go without one)"));
+  }
+  store_objects_ = std::make_unique<StoreLocalObjects>(so.socket_path);
+  if (options_.local_objects == nullptr) options_.local_objects = store_objects_.get();
+  ObjectReporterOptions ro;
+  ro.socket_path = so.socket_path;
+  ro.scheduler_address = options_.scheduler_address;
+  ro.token = options_.token;
+  object_reporter_ = std::make_unique<ObjectReporter>(ro);
+  DROVER_LOG(INFO) << "object store on " << so.socket_path << " ("
+                   << (so.capacity > 0 ? absl::StrCat(so.capacity >> 20, " MiB")
+                                       : std::string("default size"))
+                   << ", spilling to " << (so.spill_dir.empty() ? "nowhere" : so.spill_dir)
+                   << ")";
+  return absl::OkStatus();
 }
 
 void NodeAgent::WriteReadyFile() {

@@ -7,6 +7,8 @@
 //   - the registration loop: RegisterNode (retried with backoff forever while the
 //     scheduler is down), then Heartbeat every interval with the process table,
 //     re-registering with the same node id when the scheduler no longer knows us;
+//   - with the object store enabled: the store supervisor (store_supervisor.h) and the
+//     object reporter (object_reporter.h), each one thread;
 //   - the reporter: sends ReportExit for every reaped process as soon as it happens
 //     (if that fails, the next heartbeat carries the same facts).
 // Public methods are thread-safe.
@@ -27,9 +29,12 @@
 #include "node_agent/agent_service.h"
 #include "node_agent/local_objects.h"
 #include "node_agent/object_transfer.h"
+#include "node_agent/object_reporter.h"
 #include "node_agent/object_transfer_service.h"
 #include "node_agent/process_manager.h"
 #include "node_agent/resources.h"
+#include "node_agent/store_local_objects.h"
+#include "node_agent/store_supervisor.h"
 #include "proto/scheduler.grpc.pb.h"
 
 namespace drover {
@@ -62,6 +67,16 @@ struct AgentOptions {
   // Not owned; must outlive the agent. Null: the node runs no object store and those
   // rpcs answer FAILED_PRECONDITION.
   LocalObjects* local_objects = nullptr;
+  // Host this node's object store: run drover-object-store (supervised, restarted if
+  // it dies, stopped with the agent) on <dir>/store.sock (or /tmp/drover-<uid>/ when
+  // that path is too long for a socket), serve and fetch objects through it (unless
+  // local_objects is set), keep the scheduler's object directory current, and give
+  // workers DROVER_OBJECT_STORE_SOCKET.
+  bool object_store = false;
+  // Arena bytes; 0 lets the store choose (a share of RAM capped by /dev/shm).
+  uint64_t object_store_memory = 0;
+  // drover-object-store; empty = found next to this binary (FindDroverBinary).
+  std::string object_store_binary;
 };
 
 class NodeAgent {
@@ -88,6 +103,8 @@ class NodeAgent {
   // Waits until registered at least once, or `timeout`.
   bool WaitRegistered(absl::Duration timeout);
   ProcessManager* process_manager() { return pm_.get(); }
+  // The object store's socket; empty without one. Valid after Start.
+  std::string object_store_socket() const;
 
  private:
   void RegistrationLoop();
@@ -97,6 +114,7 @@ class NodeAgent {
   bool Register(proto::Scheduler::Stub* stub, bool* logged_failure);
   void OnExit(const std::string& job_id, const proto::ExitInfo& info);
   void WriteReadyFile();
+  absl::Status StartObjectStore();
 
   AgentOptions options_;
   NodeResources resources_;
@@ -104,6 +122,10 @@ class NodeAgent {
   std::string hostname_;
   std::unique_ptr<ProcessManager> pm_;
   std::unique_ptr<AgentService> service_;
+  // With options_.object_store. Declared before transfer_, which uses store_objects_.
+  std::unique_ptr<StoreSupervisor> store_;
+  std::unique_ptr<StoreLocalObjects> store_objects_;
+  std::unique_ptr<ObjectReporter> object_reporter_;
   // Null when options_.local_objects is null. Declared before server_ so that the
   // server (whose handlers use them) goes first.
   std::unique_ptr<ObjectTransfer> transfer_;

@@ -52,7 +52,24 @@ int main(int argc, char** argv) {
                  "JSON here");
   app.add_option("--launcher", o.launcher_path,
                  "Path of drover-launch (default: next to this binary)");
+  bool no_object_store = false;
+  int64_t object_store_memory = 0;
+  app.add_flag("--no-object-store", no_object_store,
+               "Run no object store on this node (workers get no DROVER_OBJECT_STORE_SOCKET; "
+               "objects cannot be served or pulled here)");
+  auto* store_mem_opt = app.add_option(
+      "--object-store-memory", object_store_memory,
+      "Bytes of shared memory for this node's object store (default: the store chooses, "
+      "min(30% of RAM, what /dev/shm can hold))");
   CLI11_PARSE(app, argc, argv);
+  o.object_store = !no_object_store;
+  if (store_mem_opt->count() > 0) {
+    if (object_store_memory <= 0) {
+      std::cerr << "drover-agent: --object-store-memory must be > 0 bytes\n";
+      return 2;
+    }
+    o.object_store_memory = static_cast<uint64_t>(object_store_memory);
+  }
 
   if (cpus_opt->count() > 0) {
     if (num_cpus <= 0) {

@@ -37,15 +37,6 @@ std::vector<std::pair<std::string, std::string>> CaptureEnviron() {
   return env;
 }
 
-int PidfdOpen(pid_t pid) {
-#ifdef SYS_pidfd_open
-  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-#else
-  errno = ENOSYS;
-  return -1;
-#endif
-}
-
 // The last `max_lines` lines of `text`.
 std::string LastLines(const std::string& text, int max_lines) {
   size_t end = text.size();
@@ -104,6 +95,11 @@ bool ProcessManager::ValidJobId(const std::string& id) {
 void ProcessManager::SetNodeId(const std::string& node_id) {
   absl::MutexLock lock(&mu_);
   node_id_ = node_id;
+}
+
+void ProcessManager::SetWorkerEnv(const std::string& key, const std::string& value) {
+  absl::MutexLock lock(&mu_);
+  worker_env_[key] = value;
 }
 
 std::string ProcessManager::JobLogDir(const std::string& job_id) const {
@@ -242,7 +238,9 @@ std::vector<proto::ProcessStatus> ProcessManager::Snapshot() {
 std::vector<std::string> ProcessManager::BuildEnv(const proto::StartProcessesRequest& req,
                                                   const proto::ProcessSpec& spec,
                                                   int master_port, int num_procs,
-                                                  const std::string& node_id) const {
+                                                  const std::string& node_id,
+                                                  const std::map<std::string, std::string>&
+                                                      agent_env) const {
   std::map<std::string, std::string> env(base_env_.begin(), base_env_.end());
   for (const auto& [k, v] : req.env()) env[k] = v;
   int local_world = req.local_world_size() > 0 ? req.local_world_size() : num_procs;
@@ -278,6 +276,7 @@ std::vector<std::string> ProcessManager::BuildEnv(const proto::StartProcessesReq
   set("DROVER_SCHEDULER_ADDRESS", req.scheduler_address());
   set("DROVER_TOKEN_FILE", options_.token_file);
   set("DROVER_AGENT_PID", ::getpid());
+  for (const auto& [k, v] : agent_env) env[k] = v;
   std::vector<std::string> out;
   out.reserve(env.size());
   for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));
@@ -288,9 +287,11 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
                                             int* master_port) {
   Key key(req.job_id(), req.generation());
   std::string node_id;
+  std::map<std::string, std::string> agent_env;
   {
     absl::MutexLock lock(&mu_);
     node_id = node_id_;
+    agent_env = worker_env_;
     auto it = gens_.find(key);
     if (it != gens_.end()) {
       *master_port = it->second.master_port;
@@ -340,7 +341,7 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
     SpawnOptions so;
     so.argv.push_back(options_.launcher_path);
     so.argv.insert(so.argv.end(), req.command().begin(), req.command().end());
-    so.env = BuildEnv(req, spec, port, req.processes_size(), node_id);
+    so.env = BuildEnv(req, spec, port, req.processes_size(), node_id, agent_env);
     so.cwd = req.cwd();
     so.stdout_path = LogPath(req.job_id(), spec.rank(), kStdout);
     so.stderr_path = p.err_path;

@@ -77,6 +77,10 @@ class ProcessManager {
   ProcessManager& operator=(const ProcessManager&) = delete;
 
   void SetNodeId(const std::string& node_id);
+  // Sets KEY=VALUE in the environment of every worker started from now on (after the
+  // standard variables, so it wins over them and the job's env). For what the agent
+  // learns after construction: DROVER_AGENT_ADDRESS, DROVER_OBJECT_STORE_SOCKET.
+  void SetWorkerEnv(const std::string& key, const std::string& value);
 
   // Starts this node's processes of one job generation and returns once all are
   // spawned. Idempotent per (job_id, generation): a repeat starts nothing and returns
@@ -151,7 +155,8 @@ class ProcessManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<std::string> BuildEnv(const proto::StartProcessesRequest& req,
                                     const proto::ProcessSpec& spec, int master_port,
-                                    int num_procs, const std::string& node_id) const;
+                                    int num_procs, const std::string& node_id,
+                                    const std::map<std::string, std::string>& agent_env) const;
 
   const ProcessManagerOptions options_;
   const ExitCallback on_exit_;
@@ -162,6 +167,7 @@ class ProcessManager {
   absl::Mutex mu_;
   absl::CondVar changed_;
   std::string node_id_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> worker_env_ ABSL_GUARDED_BY(mu_);
   std::map<Key, Generation> gens_ ABSL_GUARDED_BY(mu_);
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t change_seq_ ABSL_GUARDED_BY(mu_) = 0;

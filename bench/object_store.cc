@@ -335,6 +335,35 @@ double SmallPairsSync(os::Client& store, int n) {
   return rate;
 }
 
+// The same, batched: PutMany of `batch` objects (one write, replies matched by request
+// id), one Get of all their ids, a read of each, and one Release of all the refs.
+double SmallPairsBatched(os::Client& store, int n, int batch) {
+  std::string data(kKiB, 'x');
+  const absl::Span<const uint8_t> span(reinterpret_cast<const uint8_t*>(data.data()),
+                                       data.size());
+  std::vector<std::vector<os::ObjectId>> ids(n / batch);
+  for (auto& b : ids) {
+    for (int i = 0; i < batch; ++i) b.push_back(os::Client::RandomId());
+  }
+  const std::vector<absl::Span<const uint8_t>> spans(batch, span);
+  absl::Time t0 = absl::Now();
+  for (const auto& b : ids) {
+    Check(store.PutMany(b, spans), "PutMany");
+    auto refs = store.Get(b, absl::ZeroDuration());
+    if (!refs.ok()) Die("Get: " + refs.status().ToString());
+    for (const auto& r : *refs) {
+      volatile uint8_t first = r.data()[0];
+      (void)first;
+    }
+    store.Release(&*refs);
+  }
+  double rate = (n / batch) * batch / Sec(absl::Now() - t0);
+  for (const auto& b : ids) {
+    for (const auto& id : b) Check(store.Delete(id), "Delete");
+  }
+  return rate;
+}
+
 double EchoRate(int echo_fd, int n) {
   absl::Time t0 = absl::Now();
   for (int i = 0; i < n; ++i) EchoRoundTrip(echo_fd);
@@ -353,6 +382,7 @@ void BenchSmall(os::Client& store, int echo_fd, int runs, std::vector<std::strin
     }
     Report(lines, name, Median(ours), "pairs/s", Median(base), ours, base);
   };
+  run("small_put_get", [&] { return SmallPairsBatched(store, n, 256); });
   run("small_put_get_sync", [&] { return SmallPairsSync(store, n); });
 }
 

@@ -13,6 +13,9 @@
 #include "common/rpc.h"
 #include "common/status.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 
@@ -21,6 +24,113 @@ namespace {
 
 // Metadata rides in the first chunk, so a peer's message may exceed a chunk by it.
 constexpr int kMaxMetadataBytes = 64 << 20;
+
+// ReadObject read as raw bytes: each ObjectChunk arrives as a grpc::ByteBuffer (the
+// received slices, not copied) and is decoded here, so that its data is copied once,
+// from the received slices straight into the store, instead of first into a
+// protobuf string (a 4 MiB allocation and copy per chunk) and then into the store.
+const grpc::internal::RpcMethod kReadObjectMethod(
+    "/drover.proto.ObjectTransfer/ReadObject", grpc::internal::RpcMethod::SERVER_STREAMING);
+
+// A read cursor over the slices of a message.
+class SliceCursor {
+ public:
+  explicit SliceCursor(const std::vector<grpc::Slice>* slices) : s_(slices) {}
+
+  bool Byte(uint8_t* b) {
+    if (!Settle()) return false;
+    *b = (*s_)[i_].begin()[pos_++];
+    return true;
+  }
+  bool Varint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!Byte(&b)) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if ((b & 0x80) == 0) return true;
+    }
+    return false;
+  }
+  // Copies `n` bytes to `dst` (nullptr: skips them).
+  bool Take(uint8_t* dst, size_t n) {
+    while (n > 0) {
+      if (!Settle()) return false;
+      size_t k = std::min(n, (*s_)[i_].size() - pos_);
+      if (dst != nullptr) {
+        std::memcpy(dst, (*s_)[i_].begin() + pos_, k);
+        dst += k;
+      }
+      pos_ += k;
+      n -= k;
+    }
+    return true;
+  }
+  bool AtEnd() { return !Settle(); }
+
+ private:
+  // Moves past exhausted slices; false at the end.
+  bool Settle() {
+    while (i_ < s_->size() && pos_ == (*s_)[i_].size()) {
+      ++i_;
+      pos_ = 0;
+    }
+    return i_ < s_->size();
+  }
+  const std::vector<grpc::Slice>* s_;
+  size_t i_ = 0;
+  size_t pos_ = 0;
+};
+
+// The fields of one ObjectChunk; `data` is where its bytes start in the message.
+struct RawChunk {
+  int64_t offset = 0;
+  int64_t total_size = 0;
+  std::string metadata;
+  uint64_t data_size = 0;
+  SliceCursor data{nullptr};
+};
+
+// Decodes the ObjectChunk wire format (proto3: unknown fields are skipped).
+bool ParseChunk(const std::vector<grpc::Slice>* slices, RawChunk* out) {
+  SliceCursor c(slices);
+  *out = RawChunk();
+  out->data = SliceCursor(slices);
+  while (!c.AtEnd()) {
+    uint64_t tag;
+    if (!c.Varint(&tag)) return false;
+    uint64_t field = tag >> 3, v = 0;
+    switch (tag & 7) {
+      case 0:
+        if (!c.Varint(&v)) return false;
+        if (field == 1) out->offset = static_cast<int64_t>(v);
+        if (field == 3) out->total_size = static_cast<int64_t>(v);
+        break;
+      case 1:
+        if (!c.Take(nullptr, 8)) return false;
+        break;
+      case 5:
+        if (!c.Take(nullptr, 4)) return false;
+        break;
+      case 2:
+        if (!c.Varint(&v)) return false;
+        if (field == 2) {
+          out->data = c;
+          out->data_size = v;
+          if (!c.Take(nullptr, v)) return false;
+        } else if (field == 4) {
+          out->metadata.resize(v);
+          if (!c.Take(reinterpret_cast<uint8_t*>(&out->metadata[0]), v)) return false;
+        } else if (!c.Take(nullptr, v)) {
+          return false;
+        }
+        break;
+      default:
+        return false;
+    }
+  }
+  return true;
+}
 
 }  // namespace
 
@@ -73,10 +183,10 @@ void ObjectTransfer::Untrack(grpc::ClientContext* ctx) {
   active_.erase(ctx);
 }
 
-proto::ObjectTransfer::Stub* ObjectTransfer::PeerStub(const std::string& address) {
+std::shared_ptr<grpc::Channel> ObjectTransfer::PeerChannel(const std::string& address) {
   absl::MutexLock lock(&mu_);
-  auto& stub = peers_[address];
-  if (stub == nullptr) {
+  auto& channel = peers_[address];
+  if (channel == nullptr) {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS,
                 static_cast<int>(absl::ToInt64Milliseconds(options_.keepalive_time)));
@@ -90,10 +200,15 @@ proto::ObjectTransfer::Stub* ObjectTransfer::PeerStub(const std::string& address
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetMaxReceiveMessageSize(static_cast<int>(options_.chunk_bytes) + kMaxMetadataBytes);
-    stub = proto::ObjectTransfer::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+    // Bulk transfer: large HTTP/2 frames (fewer frame headers and wake-ups), and a large
+    // initial stream window so the sender never waits for window updates on a fast
+    // link (BDP probing then sizes it).
+    args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, (1 << 24) - 1);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 1);
+    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   }
-  return stub.get();
+  return channel;
 }
 
 // ---------------------------------------------------------------------------
@@ -309,23 +424,33 @@ absl::Status ObjectTransfer::PullFrom(const Holder& h, const std::string& id,
 
   proto::ReadObjectRequest req;
   req.set_object_id(id);
-  auto reader = PeerStub(h.address)->ReadObject(&ctx, req);
-  proto::ObjectChunk chunk;
+  std::shared_ptr<grpc::Channel> channel = PeerChannel(h.address);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel.get(), kReadObjectMethod, &ctx, req));
+  grpc::ByteBuffer message;
+  std::vector<grpc::Slice> slices;
+  RawChunk chunk;
   int64_t received = 0;
   int64_t total = -1;
   uint8_t* dst = nullptr;
   bool created = false;
   std::string problem;        // the holder broke the protocol
   absl::Status local_error;   // this node's store refused
-  while (reader->Read(&chunk)) {
+  while (reader->Read(&message)) {
+    slices.clear();
+    if (!message.Dump(&slices).ok() || !ParseChunk(&slices, &chunk)) {
+      problem = "it sent a chunk that does not parse as an ObjectChunk";
+      break;
+    }
     if (!created) {
-      if (chunk.offset() != 0 || chunk.total_size() < 0) {
-        problem = absl::StrCat("its first chunk has offset ", chunk.offset(), " and total size ",
-                               chunk.total_size());
+      if (chunk.offset != 0 || chunk.total_size < 0) {
+        problem = absl::StrCat("its first chunk has offset ", chunk.offset, " and total size ",
+                               chunk.total_size);
         break;
       }
-      total = chunk.total_size();
-      auto view = local_->CreateSecondary(id, total, chunk.metadata());
+      total = chunk.total_size;
+      auto view = local_->CreateSecondary(id, total, chunk.metadata);
       if (!view.ok()) {
         local_error = view.status();
         break;
@@ -333,16 +458,17 @@ absl::Status ObjectTransfer::PullFrom(const Holder& h, const std::string& id,
       created = true;
       dst = view->data;
     }
-    int64_t n = static_cast<int64_t>(chunk.data().size());
-    if (chunk.total_size() != total || chunk.offset() != received || n > total - received) {
-      problem = absl::StrCat("it sent ", n, " bytes at offset ", chunk.offset(),
-                             " (total size ", chunk.total_size(), ") when ", received, " of ",
+    int64_t n = static_cast<int64_t>(chunk.data_size);
+    if (chunk.total_size != total || chunk.offset != received || n > total - received) {
+      problem = absl::StrCat("it sent ", n, " bytes at offset ", chunk.offset,
+                             " (total size ", chunk.total_size, ") when ", received, " of ",
                              total, " bytes had arrived");
       break;
     }
-    // The one copy of the pulled bytes: from the received message into the store.
-    if (n > 0) std::memcpy(dst + received, chunk.data().data(), n);
+    // The one copy of the pulled bytes: from the received slices into the store.
+    if (n > 0) chunk.data.Take(dst + received, static_cast<size_t>(n));
     received += n;
+    message.Clear();
   }
   if (!problem.empty() || !local_error.ok()) ctx.TryCancel();
   grpc::Status s = reader->Finish();

@@ -135,7 +135,8 @@ class ObjectTransfer {
                         int64_t* size, bool* fatal);
   absl::StatusOr<std::vector<Holder>> FindHolders(const std::string& id, absl::Time deadline);
   void ReportCopy(const std::string& id, int64_t size);
-  proto::ObjectTransfer::Stub* PeerStub(const std::string& address);
+  // The channel to a peer (one per address, kept; tuned for bulk transfer).
+  std::shared_ptr<grpc::Channel> PeerChannel(const std::string& address);
   // Registers a client context so that Shutdown can cancel it; false if shutting down.
   bool Track(grpc::ClientContext* ctx);
   void Untrack(grpc::ClientContext* ctx);
@@ -149,8 +150,7 @@ class ObjectTransfer {
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<Pull>> pulls_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<proto::ObjectTransfer::Stub>> peers_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<grpc::Channel>> peers_ ABSL_GUARDED_BY(mu_);
   std::set<grpc::ClientContext*> active_ ABSL_GUARDED_BY(mu_);
   ObjectTransferStats stats_ ABSL_GUARDED_BY(mu_);
 };

@@ -17,7 +17,10 @@
 // valid until Seal or Abort of that id, or until the Client is destroyed.
 //
 // Thread safety: a Client is thread-safe; one mutex around the socket serializes the
-// requests, which are synchronous (one round trip each). ObjectRefs may be used and
+// requests, which are synchronous (one round trip each, ~20 µs between two processes
+// here), except the batch calls: PutMany and Release(refs) write all their requests
+// in one go (pipelined; PutMany then reads the replies matched by request id) and
+// Get(ids) is one request, so a batch of small objects costs about one round trip. ObjectRefs may be used and
 // destroyed on any thread. Sealed objects are immutable: concurrent readers need no
 // locking; writing into a MutableObject is the creator's business until Seal.
 //
@@ -132,6 +135,20 @@ class Client {
                                               data.size()),
                metadata);
   }
+
+  // Puts many objects, pipelined: the requests of up to kMaxBatch objects go out in
+  // one write, then their replies are read (~1 round trip per batch instead of one per
+  // object). Objects up to 64 KiB travel inline in the request (the store copies them
+  // in and seals them); larger ones are put one by one as by Put. Each put stands on
+  // its own: on error the others stay put, and the status names the first failure and
+  // how many failed. REQUIRES: ids.size() == data.size().
+  static constexpr size_t kMaxBatch = 1024;
+  absl::Status PutMany(const std::vector<ObjectId>& ids,
+                       const std::vector<absl::Span<const uint8_t>>& data,
+                       absl::string_view metadata = {});
+  // Releases every ref in `*refs` (one write for up to kMaxBatch of them, without
+  // waiting for the answers) and clears the vector. Refs of other clients are reset.
+  void Release(std::vector<ObjectRef>* refs);
 
   // Waits up to `timeout` for the object to be sealed and returns a reference to it.
   // absl::ZeroDuration() does not wait; absl::InfiniteDuration() waits until it comes

@@ -146,6 +146,11 @@ absl::Status TestCluster::StartAgent(int i) {
       absl::StrCat(options_.gpus_per_node), "--num-cpus", absl::StrCat(options_.cpus_per_node),
       "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms),
       "--ready-file", absl::StrCat(dir_, "/agent-", i, ".ready")};
+  if (options_.object_store) {
+    args.insert(args.end(), {"--object-store-memory", absl::StrCat(options_.object_store_memory)});
+  } else {
+    args.push_back("--no-object-store");
+  }
   ::unlink(absl::StrCat(dir_, "/agent-", i, ".ready").c_str());
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   o.stdout_path = o.stderr_path = absl::StrCat(dir_, "/agent-", i, ".log");
@@ -229,7 +234,10 @@ int TestCluster::RunCli(const std::vector<std::string>& args, std::string* out, 
 std::string TestCluster::DaemonLogs() const {
   std::string out;
   std::vector<std::string> logs = {dir_ + "/scheduler.log"};
-  for (size_t i = 0; i < agents_.size(); ++i) logs.push_back(absl::StrCat(dir_, "/agent-", i, ".log"));
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    logs.push_back(absl::StrCat(dir_, "/agent-", i, ".log"));
+    logs.push_back(absl::StrCat(dir_, "/agent-", i, "/object-store.log"));
+  }
   for (const auto& l : logs) {
     absl::StrAppend(&out, "==== ", l, "\n", TailFile(l, 0, 3000), "\n");
   }

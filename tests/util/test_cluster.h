@@ -4,7 +4,8 @@
 // owns; the destructor stops every process it started and reaps it.
 //
 // Binaries come from the test's runfiles (data deps on //scheduler:drover-scheduler,
-// //node_agent:drover-agent, //node_agent:drover-launch, //cli:drover).
+// //node_agent:drover-agent, //node_agent:drover-launch, //cli:drover; the agent brings
+// //object_store:drover-object-store).
 // Not thread-safe: use from the test's main thread.
 #ifndef DROVER_TESTS_UTIL_TEST_CLUSTER_H_
 #define DROVER_TESTS_UTIL_TEST_CLUSTER_H_
@@ -39,6 +40,11 @@ struct TestClusterOptions {
   // scheduler also advertises it (so address() and the DROVER_SCHEDULER_ADDRESS workers
   // get are on this host), on a port picked before it starts.
   std::string scheduler_host;
+  // Agents host an object store (as drover-agent does by default), with this many
+  // bytes of shared memory each; false runs them with --no-object-store. Needs the
+  // data dep //object_store:drover-object-store (it sits next to the agent).
+  bool object_store = true;
+  uint64_t object_store_memory = 256ull << 20;
 };
 
 class TestCluster {

@@ -1,0 +1,138 @@
+// The object store across a real cluster: a scheduler and two agents as processes,
+// each agent hosting its own drover-object-store. A job's rank 0 puts a tensor on one
+// node; rank 1 on the other node gets it (pulled agent to agent); the directory then
+// lists both nodes. An agent's store never outlives the agent.
+#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/auth.h"
+#include "common/files.h"
+#include "common/rpc.h"
+#include "gtest/gtest.h"
+#include "proto/scheduler.grpc.pb.h"
+#include "tests/util/test_cluster.h"
+
+namespace drover::testing {
+namespace {
+
+// The parent pid and the state letter of a process, from /proc/PID/stat.
+bool ReadStat(pid_t pid, pid_t* ppid, char* state, std::string* comm) {
+  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return false;
+  auto open = stat->find('(');
+  auto close = stat->rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 4 > stat->size()) {
+    return false;
+  }
+  *comm = stat->substr(open + 1, close - open - 1);
+  *state = (*stat)[close + 2];
+  *ppid = std::atoi(stat->c_str() + close + 4);
+  return true;
+}
+
+// Live (not zombie) drover-object-store processes whose parent is `parent`.
+std::vector<pid_t> StoresOf(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    pid_t pid = std::atoi(e->d_name);
+    pid_t ppid;
+    char state;
+    std::string comm;
+    if (pid <= 0 || !ReadStat(pid, &ppid, &state, &comm)) continue;
+    // comm is cut at 15 characters.
+    if (ppid == parent && state != 'Z' && absl::StartsWith(comm, "drover-object")) {
+      out.push_back(pid);
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+// True while `pid` runs (a zombie has finished running).
+bool Running(pid_t pid) {
+  pid_t ppid;
+  char state;
+  std::string comm;
+  return ReadStat(pid, &ppid, &state, &comm) && state != 'Z' &&
+         absl::StartsWith(comm, "drover-object");
+}
+
+class ObjectStoreClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto c = TestCluster::Start(TestClusterOptions{});
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = std::move(*c);
+    auto token = ReadTokenFile(cluster_->token_file());
+    ASSERT_TRUE(token.ok()) << token.status();
+    token_ = *token;
+    scheduler_ = proto::Scheduler::NewStub(MakeChannel(cluster_->address()));
+  }
+
+  std::set<std::string> Holders(const std::string& id) {
+    proto::GetObjectLocationsRequest req;
+    req.set_object_id(id);
+    proto::GetObjectLocationsReply reply;
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token_);
+    std::set<std::string> nodes;
+    if (!scheduler_->GetObjectLocations(&ctx, req, &reply).ok()) return nodes;
+    for (const auto& l : reply.locations()) nodes.insert(l.node_id());
+    return nodes;
+  }
+
+  std::unique_ptr<TestCluster> cluster_;
+  std::string token_;
+  std::unique_ptr<proto::Scheduler::Stub> scheduler_;
+};
+
+TEST_F(ObjectStoreClusterTest, TensorPutOnOneNodeIsReadOnTheOther) {
+  const std::string id = "tensor-32mib";
+  std::string out, err;
+  int rc = cluster_->RunCli({"run", "--nproc", "2", "--nodes", "2", "--",
+                             Runfile("tests/object_worker"), "--id", id, "--mib", "32"},
+                            &out, &err);
+  ASSERT_EQ(rc, 0) << out << err << cluster_->DaemonLogs();
+  std::cout << out;  // rank 1 says how long the cross-node get took
+  EXPECT_TRUE(absl::StrContains(out, "[rank0]: put tensor-32mib 33554432 bytes")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "[rank1]: got tensor-32mib 33554432 bytes")) << out;
+
+  // Both nodes hold it now, and the directory says so.
+  std::set<std::string> both = {cluster_->agent_node_id(0), cluster_->agent_node_id(1)};
+  std::set<std::string> holders;
+  EXPECT_TRUE(WaitFor([&] { return (holders = Holders(id)) == both; }))
+      << "holders: " << holders.size() << "\n" << cluster_->DaemonLogs();
+  EXPECT_EQ(Holders(id + ".sum"), both);
+  EXPECT_TRUE(Holders("never-put").empty());
+}
+
+TEST_F(ObjectStoreClusterTest, KilledAgentLeavesNoStoreBehind) {
+  pid_t agent0 = cluster_->agent_pid(0);
+  pid_t agent1 = cluster_->agent_pid(1);
+  std::vector<pid_t> stores0 = StoresOf(agent0);
+  std::vector<pid_t> stores1 = StoresOf(agent1);
+  ASSERT_EQ(stores0.size(), 1u) << "agent 0 must run exactly one store";
+  ASSERT_EQ(stores1.size(), 1u) << "agent 1 must run exactly one store";
+
+  // SIGKILL: the agent runs no code, the store notices its parent's death by itself.
+  cluster_->SignalAgent(0, SIGKILL);
+  EXPECT_TRUE(WaitFor([&] { return !Running(stores0[0]); }))
+      << "store " << stores0[0] << " outlived its SIGKILLed agent";
+
+  // SIGTERM: the agent stops its store and reaps it before it exits.
+  cluster_->SignalAgent(1, SIGTERM);
+  EXPECT_FALSE(Running(stores1[0])) << "store " << stores1[0] << " outlived its stopped agent";
+}
+
+}  // namespace
+}  // namespace drover::testing

@@ -1,0 +1,112 @@
+// A worker for tests/object_store_cluster_test.cc, run by drover as a 2-process job
+// on two nodes. Rank 0 puts a float32 tensor (deterministic contents) and its
+// checksum; rank 1, on the other node, gets both (the tensor is pulled across nodes
+// by its agent) and checks the shape, dtype and every byte. Exit 0 on success.
+//
+//   object_worker --id ID [--mib 32] [--timeout-s 60]
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "drover/objects.h"
+
+namespace {
+
+namespace os = drover::object_store;
+
+int Fail(const std::string& msg) {
+  std::cerr << "object_worker: " << msg << std::endl;
+  return 1;
+}
+
+// FNV-1a over the bytes, 8 at a time.
+uint64_t Checksum(const uint8_t* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string id;
+  int64_t mib = 32;
+  int64_t timeout_s = 60;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string flag = argv[i];
+    if (flag == "--id") {
+      id = argv[i + 1];
+    } else if (flag == "--mib" && absl::SimpleAtoi(argv[i + 1], &mib) && mib > 0) {
+    } else if (flag == "--timeout-s" && absl::SimpleAtoi(argv[i + 1], &timeout_s)) {
+    } else {
+      return Fail(absl::StrCat("bad argument ", flag));
+    }
+  }
+  if (id.empty()) return Fail("--id is required");
+  const char* rank_env = std::getenv("RANK");
+  int rank = rank_env ? std::atoi(rank_env) : -1;
+
+  auto objects = drover::Objects::FromEnvironment();
+  if (!objects.ok()) return Fail(std::string(objects.status().message()));
+
+  const int64_t cols = 1024;
+  const int64_t rows = mib * (1 << 20) / (4 * cols);
+  const std::string sum_id = id + ".sum";
+  if (rank == 0) {
+    std::vector<float> data(rows * cols);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 65521) * 0.5f;
+    os::TensorMeta meta = os::ContiguousMeta(os::DType::kFloat32, {rows, cols});
+    auto bytes = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()),
+                                     data.size() * sizeof(float));
+    uint64_t sum = Checksum(bytes.data(), bytes.size());
+    if (auto s = (*objects)->PutTensor(id, meta, bytes); !s.ok()) {
+      return Fail(absl::StrCat("PutTensor: ", s.ToString()));
+    }
+    if (auto s = (*objects)->Put(sum_id, absl::StrCat(sum)); !s.ok()) {
+      return Fail(absl::StrCat("Put checksum: ", s.ToString()));
+    }
+    std::cout << "put " << id << " " << bytes.size() << " bytes checksum " << sum << std::endl;
+    return 0;
+  }
+  if (rank != 1) return Fail(absl::StrCat("unexpected RANK ", rank));
+  if (*(*objects)->store().Contains(id)) return Fail("the tensor is already on this node");
+  absl::Time t0 = absl::Now();
+  auto tensor = (*objects)->GetTensor(id, absl::Seconds(timeout_s));
+  if (!tensor.ok()) return Fail(absl::StrCat("GetTensor: ", tensor.status().ToString()));
+  absl::Duration took = absl::Now() - t0;
+  auto sum_ref = (*objects)->Get(sum_id, absl::Seconds(timeout_s));
+  if (!sum_ref.ok()) return Fail(absl::StrCat("Get checksum: ", sum_ref.status().ToString()));
+  uint64_t want = 0;
+  std::string sum_text(reinterpret_cast<const char*>(sum_ref->data().data()),
+                       sum_ref->data().size());
+  if (!absl::SimpleAtoi(sum_text, &want)) return Fail("bad checksum object: " + sum_text);
+  const os::TensorMeta& meta = tensor->meta;
+  if (meta.dtype != os::DType::kFloat32 || meta.shape != std::vector<int64_t>{rows, cols}) {
+    return Fail(absl::StrCat("wrong tensor: dtype ", os::DTypeName(meta.dtype), " ndim ",
+                             meta.ndim()));
+  }
+  auto data = tensor->ref.data();
+  if (reinterpret_cast<uintptr_t>(data.data()) % 64 != 0) return Fail("data not 64-aligned");
+  uint64_t got = Checksum(data.data(), data.size());
+  if (got != want) return Fail(absl::StrCat("checksum ", got, " != ", want));
+  auto view = os::ViewAs<float>(meta, data.data(), data.size());
+  if (!view.ok() || (*view)(rows - 1, cols - 1) !=
+                        static_cast<float>((rows * cols - 1) % 65521) * 0.5f) {
+    return Fail("last element is wrong");
+  }
+  std::cout << "got " << id << " " << data.size() << " bytes checksum " << got << " in "
+            << absl::FormatDuration(took) << std::endl;
+  return 0;
+}

@@ -97,6 +97,17 @@ TEST_F(GlooGroupTest, RankThatNeverJoinsMakesOthersFailInTimeNamingTheOperation)
   }
 }
 
+// Run by hand: bazel test -c opt //collective:gloo_group_test
+//   --test_arg=--gtest_also_run_disabled_tests --test_arg=--gtest_filter=*Bench*
+TEST_F(GlooGroupTest, DISABLED_Bench64MiBAllReduceTwoRanks) {
+  StartCluster(1);
+  std::string out = absl::StrCat(cluster_->dir(), "/bench");
+  ASSERT_TRUE(MakeDirs(out).ok());
+  auto job = RunWorker({"--mode=bench", "--mib=64", "--iters=10", "--out=" + out}, 2, 0);
+  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason();
+  std::printf("%s", ReadAll(out + "/bench.txt").c_str());
+}
+
 TEST(GroupOptionsTest, MissingEnvironmentNamesTheVariable) {
   unsetenv("DROVER_JOB_ID");
   setenv("RANK", "0", 1);

@@ -1,0 +1,275 @@
+#include "collective/nccl_group.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "collective/group_internal.h"
+#include "collective/kv_store.h"
+
+namespace drover::collective {
+namespace {
+
+absl::StatusOr<ncclDataType_t> NcclType(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return ncclFloat32;
+    case DataType::kFloat64: return ncclFloat64;
+    case DataType::kFloat16: return ncclFloat16;
+    case DataType::kInt32: return ncclInt32;
+    case DataType::kInt64: return ncclInt64;
+    case DataType::kUint8: return ncclUint8;
+  }
+  return absl::InvalidArgumentError("unknown data type");
+}
+
+ncclRedOp_t NcclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMax: return ncclMax;
+    case ReduceOp::kMin: return ncclMin;
+  }
+  return ncclSum;
+}
+
+class NcclGroup : public Group {
+ public:
+  NcclGroup(GroupOptions options, ncclComm_t comm, cudaStream_t stream, float* scratch)
+      : options_(std::move(options)), comm_(comm), stream_(stream), scratch_(scratch) {}
+
+  ~NcclGroup() override {
+    cudaSetDevice(options_.device);
+    if (comm_ != nullptr) {
+      // A healthy communicator is finalized; a broken one was aborted already.
+      ncclCommDestroy(comm_);
+    }
+    if (scratch_ != nullptr) cudaFree(scratch_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  absl::Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op) override {
+    auto t = NcclType(type);
+    if (!t.ok()) return t.status();
+    return Run("AllReduce", [&] {
+      return ncclAllReduce(buf, buf, count, *t, NcclOp(op), comm_, stream_);
+    });
+  }
+  absl::Status Broadcast(void* buf, size_t count, DataType type, int root) override {
+    if (root < 0 || root >= size()) {
+      return absl::InvalidArgumentError(absl::StrCat(Where("Broadcast"), ": root ", root));
+    }
+    auto t = NcclType(type);
+    if (!t.ok()) return t.status();
+    return Run("Broadcast", [&] {
+      return ncclBroadcast(buf, buf, count, *t, root, comm_, stream_);
+    });
+  }
+  absl::Status AllGather(const void* in, void* out, size_t count_per_rank,
+                         DataType type) override {
+    auto t = NcclType(type);
+    if (!t.ok()) return t.status();
+    return Run("AllGather", [&] {
+      return ncclAllGather(in, out, count_per_rank, *t, comm_, stream_);
+    });
+  }
+  absl::Status ReduceScatter(const void* in, void* out, size_t count_per_rank, DataType type,
+                             ReduceOp op) override {
+    auto t = NcclType(type);
+    if (!t.ok()) return t.status();
+    return Run("ReduceScatter", [&] {
+      return ncclReduceScatter(in, out, count_per_rank, *t, NcclOp(op), comm_, stream_);
+    });
+  }
+  absl::Status Barrier() override {
+    return Run("Barrier", [&] {
+      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
+    });
+  }
+  absl::Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) override {
+    if (tag != 0 || peer < 0 || peer >= size() || peer == rank()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where("Send"), ": peer ", peer, " tag ", tag, " (NCCL has no tags)"));
+    }
+    return Run(absl::StrCat("Send to rank ", peer), [&] {
+      return ncclSend(buf, bytes, ncclUint8, peer, comm_, stream_);
+    });
+  }
+  absl::Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override {
+    if (tag != 0 || peer < 0 || peer >= size() || peer == rank()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Where("Recv"), ": peer ", peer, " tag ", tag, " (NCCL has no tags)"));
+    }
+    return Run(absl::StrCat("Recv from rank ", peer), [&] {
+      return ncclRecv(buf, bytes, ncclUint8, peer, comm_, stream_);
+    });
+  }
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.size; }
+  const std::string& name() const override { return options_.name; }
+
+ private:
+  std::string Where(const std::string& op) const {
+    return absl::StrCat(op, " in NCCL group '", options_.name, "' (rank ", rank(), " of ",
+                        size(), ", job ", options_.job_id, " generation ",
+                        options_.generation, ")");
+  }
+
+  absl::Status Break(absl::Status s) {
+    if (comm_ != nullptr) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    broken_ = s;
+    return s;
+  }
+
+  // Enqueues one NCCL call and polls until the stream is done, the communicator reports
+  // an error, or the timeout passes.
+  absl::Status Run(const std::string& op, const std::function<ncclResult_t()>& enqueue) {
+    if (!broken_.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Where(op), ": the group is unusable after an earlier failure (", broken_.message(),
+          "); exit and let the gang restart form a new group"));
+    }
+    cudaSetDevice(options_.device);
+    const absl::Time deadline = absl::Now() + options_.timeout;
+    ncclResult_t r = enqueue();
+    if (r != ncclSuccess && r != ncclInProgress) {
+      return Break(absl::UnavailableError(
+          absl::StrCat(Where(op), ": ", ncclGetErrorString(r), " ", ncclGetLastError(comm_))));
+    }
+    while (true) {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        return Break(absl::UnavailableError(absl::StrCat(
+            Where(op), ": a peer failed or a connection broke: ", ncclGetErrorString(async),
+            " ", ncclGetLastError(comm_))));
+      }
+      if (async == ncclSuccess) {
+        cudaError_t q = cudaStreamQuery(stream_);
+        if (q == cudaSuccess) return absl::OkStatus();
+        if (q != cudaErrorNotReady) {
+          return Break(absl::InternalError(
+              absl::StrCat(Where(op), ": CUDA error ", cudaGetErrorName(q))));
+        }
+      }
+      if (absl::Now() > deadline) {
+        return Break(absl::DeadlineExceededError(absl::StrCat(
+            Where(op), " timed out after ", absl::FormatDuration(options_.timeout),
+            ": a peer did not take part (dead, hung, or in a different operation); the "
+            "communicator was aborted")));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  GroupOptions options_;
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  float* scratch_;
+  absl::Status broken_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Group>> NewNcclGroup(const GroupOptions& options,
+                                                    GpuRuntime* runtime) {
+  auto where = [&](absl::string_view what) {
+    return absl::StrCat("creating NCCL group '", options.name, "' (rank ", options.rank, " of ",
+                        options.size, "): ", what);
+  };
+  // First, before any rendezvous: is there a GPU at all?
+  std::unique_ptr<GpuRuntime> owned;
+  if (runtime == nullptr) {
+    owned = NewCudaRuntime();
+    runtime = owned.get();
+  }
+  absl::StatusOr<int> devices = runtime->DeviceCount();
+  if (!devices.ok() || *devices == 0) {
+    return absl::FailedPreconditionError(where(absl::StrCat(
+        "no GPU is visible to this process (",
+        devices.ok() ? "0 devices" : std::string(devices.status().message()),
+        "); NCCL needs one. Run on a node with GPUs and ask for them (--gpus-per-proc), or "
+        "use the Gloo backend for CPU buffers")));
+  }
+  if (options.device < 0 || options.device >= *devices) {
+    return absl::InvalidArgumentError(where(absl::StrCat(
+        "device ", options.device, " outside the ", *devices, " visible devices")));
+  }
+  if (absl::Status s = internal::ValidateOptions(options); !s.ok()) return s;
+  auto kv = internal::ConnectKv(options);
+  if (!kv.ok()) return kv.status();
+  auto prefix = internal::JoinPrefix(**kv, options);
+  if (!prefix.ok()) return prefix.status();
+
+  ncclUniqueId id;
+  const std::string key = *prefix + "nccl_unique_id";
+  if (options.rank == 0) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+      return absl::InternalError(where(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r))));
+    }
+    if (absl::Status s = (*kv)->Set(key, std::string(id.internal, sizeof(id.internal)));
+        !s.ok()) {
+      return absl::Status(s.code(), where(s.message()));
+    }
+  } else {
+    auto v = (*kv)->Get(key, options.timeout);
+    if (!v.ok()) return absl::Status(v.status().code(), where(v.status().message()));
+    if ((*v)->size() != sizeof(id.internal)) {
+      return absl::InternalError(where("the NCCL unique id in the KV has the wrong size"));
+    }
+    std::memcpy(id.internal, (*v)->data(), sizeof(id.internal));
+  }
+
+  if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        where(absl::StrCat("cudaSetDevice(", options.device, "): ", cudaGetErrorName(e))));
+  }
+  cudaStream_t stream = nullptr;
+  float* scratch = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float)) != cudaSuccess) {
+    if (stream) cudaStreamDestroy(stream);
+    return absl::InternalError(where("creating the stream or scratch buffer failed"));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, options.size, id, options.rank, &config);
+  const absl::Time deadline = absl::Now() + options.timeout;
+  ncclResult_t state = r;
+  while (r == ncclSuccess || r == ncclInProgress) {
+    ncclCommGetAsyncError(comm, &state);
+    if (state != ncclInProgress) break;
+    if (absl::Now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (state != ncclSuccess) {
+    if (comm != nullptr) ncclCommAbort(comm);
+    cudaFree(scratch);
+    cudaStreamDestroy(stream);
+    if (state == ncclInProgress) {
+      return absl::DeadlineExceededError(where(absl::StrCat(
+          "ncclCommInitRank did not complete within ", absl::FormatDuration(options.timeout),
+          "; did every rank create the group?")));
+    }
+    return absl::UnavailableError(
+        where(absl::StrCat("ncclCommInitRank: ", ncclGetErrorString(state))));
+  }
+  return std::unique_ptr<Group>(new NcclGroup(options, comm, stream, scratch));
+}
+
+namespace {
+const bool kRegistered = RegisterGroupFactory(
+    Backend::kNccl, [](const GroupOptions& o) { return NewNcclGroup(o, nullptr); });
+}  // namespace
+
+}  // namespace drover::collective

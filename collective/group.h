@@ -106,7 +106,9 @@ class Group {
                                      DataType type, ReduceOp op) = 0;
   virtual absl::Status Barrier() = 0;
   // Point to point. A Send matches the Recv on `peer` with the same tag; messages
-  // between two ranks with one tag arrive in order. The sizes must match.
+  // between two ranks with one tag arrive in order. The sizes must match. A Send may
+  // block until the peer posts its Recv: two ranks that both Send to each other first
+  // deadlock (until the timeout); order exchanges (e.g. even ranks send first).
   virtual absl::Status Send(const void* buf, size_t bytes, int peer, uint32_t tag = 0) = 0;
   virtual absl::Status Recv(void* buf, size_t bytes, int peer, uint32_t tag = 0) = 0;
 

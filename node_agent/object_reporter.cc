@@ -205,7 +205,8 @@ void ObjectReporter::Run() {
       absl::Duration wait = kIdleWait;
       {
         absl::MutexLock lock(&mu_);
-        if (!to_add_.empty() || !to_remove_.empty()) {
+        // Nothing can be sent before registration: do not spin meanwhile.
+        if (!node_id_.empty() && (!to_add_.empty() || !to_remove_.empty())) {
           absl::Time due = std::max(first_pending_ + options_.batch_delay, next_attempt_);
           wait = std::clamp(due - absl::Now(), absl::ZeroDuration(), kIdleWait);
         }

@@ -82,11 +82,9 @@ absl::StatusOr<WriteView> StoreLocalObjects::CreateSecondary(const std::string& 
   if (size < 0) return absl::InvalidArgumentError(absl::StrCat("negative size ", size));
   auto client = GetClient();
   if (!client.ok()) return client.status();
-  // TODO(object_store owner): pass secondary=true once Client::Create takes it (the
-  // wire field CreateRequest.secondary exists); until then a pulled copy is primary
-  // here: spilled rather than evicted under pressure.
+  // A pulled copy is secondary: evicted (the primary lives elsewhere), never spilled.
   absl::StatusOr<object_store::MutableObject> m =
-      (*client)->Create(id, static_cast<uint64_t>(size), metadata);
+      (*client)->Create(id, static_cast<uint64_t>(size), metadata, /*secondary=*/true);
   if (!m.ok()) {
     MaybeDrop(*client, m.status());
     return m.status();

@@ -381,7 +381,7 @@ uint64_t Client::arena_capacity() const { return conn_->capacity(); }
 uint64_t Client::client_id() const { return conn_->client_id(); }
 
 absl::StatusOr<MutableObject> Client::Create(const ObjectId& id, uint64_t data_size,
-                                             absl::string_view metadata) {
+                                             absl::string_view metadata, bool secondary) {
   internal::Connection& c = *conn_;
   absl::MutexLock lock(&c.mu_);
   c.req_.Clear();
@@ -389,6 +389,7 @@ absl::StatusOr<MutableObject> Client::Create(const ObjectId& id, uint64_t data_s
   r->set_id(id);
   r->set_data_size(data_size);
   r->set_metadata(metadata.data(), metadata.size());
+  r->set_secondary(secondary);
   if (absl::Status s = c.CallLocked(absl::ZeroDuration()); !s.ok()) return s;
   if (absl::Status s = ReplyStatus(c.reply_); !s.ok()) return s;
   const proto::ObjectLocation& loc = c.reply_.create().location();

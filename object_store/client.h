@@ -119,9 +119,12 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // Allocates an unsealed object of `data_size` bytes with `metadata` in front of it
-  // and returns its writable span. Follow with Seal (or Abort).
+  // and returns its writable span. Follow with Seal (or Abort). `secondary` marks a
+  // copy of an object whose primary lives on another node (pulled copies): under
+  // memory pressure it is evicted rather than spilled.
   absl::StatusOr<MutableObject> Create(const ObjectId& id, uint64_t data_size,
-                                       absl::string_view metadata = {});
+                                       absl::string_view metadata = {},
+                                       bool secondary = false);
   // Makes the object immutable and visible to every Get, and drops the creator's
   // reference (Get it to keep reading it pinned).
   absl::Status Seal(const ObjectId& id);

@@ -390,6 +390,26 @@ TEST(StoreIntegrationTest, PastCapacityObjectsSpillAndComeBackByteForByte) {
   EXPECT_EQ(Checksum(again->data()), sums[3]);
 }
 
+TEST(StoreIntegrationTest, SecondaryCopiesAreEvictedPrimariesSpilled) {
+  StoreProcess store(64 * kMiB, /*with_spill=*/true, /*spill_capacity=*/1024 * kMiB);
+  auto c = Client::Connect(store.socket());
+  ASSERT_TRUE(c.ok());
+  std::vector<uint8_t> data = Pattern(24 * kMiB, 7);
+  auto pulled = (*c)->Create("pulled", data.size(), {}, /*secondary=*/true);
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  std::copy(data.begin(), data.end(), pulled->data.begin());
+  ASSERT_TRUE((*c)->Seal("pulled").ok());
+  ASSERT_TRUE((*c)->Put("own", absl::MakeConstSpan(data)).ok());
+  // A third object does not fit: the secondary copy goes first, and is gone (its
+  // primary lives on another node); the primary stays.
+  ASSERT_TRUE((*c)->Put("third", absl::MakeConstSpan(data)).ok()) << store.log();
+  StoreStats st = MustStats(**c);
+  EXPECT_EQ(st.evictions, 1u);
+  EXPECT_EQ(st.spills, 0u);
+  EXPECT_FALSE(*(*c)->Contains("pulled"));
+  EXPECT_TRUE(*(*c)->Contains("own"));
+}
+
 // A client that skips the library: sends whatever bytes it likes.
 class RawClient {
  public:

@@ -410,6 +410,36 @@ TEST(StoreIntegrationTest, SecondaryCopiesAreEvictedPrimariesSpilled) {
   EXPECT_TRUE(*(*c)->Contains("own"));
 }
 
+TEST(StoreIntegrationTest, PutManyAndBatchedReleaseKeepEveryObjectAndReference) {
+  StoreProcess store(64 * kMiB);
+  auto c = Client::Connect(store.socket());
+  ASSERT_TRUE(c.ok());
+  std::vector<ObjectId> ids;
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 2500; ++i) {  // more than one batch of kMaxBatch
+    ids.push_back(absl::StrCat("many-", i));
+    payloads.push_back(std::string(100 + i % 900, static_cast<char>('a' + i % 26)));
+  }
+  std::vector<absl::Span<const uint8_t>> spans;
+  for (const auto& p : payloads) {
+    spans.push_back(absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(p.data()), p.size()));
+  }
+  ASSERT_TRUE((*c)->PutMany(ids, spans).ok());
+  ASSERT_TRUE((*c)->PutMany({ids[0]}, {spans[0]}).code() == absl::StatusCode::kAlreadyExists);
+  auto refs = (*c)->Get(ids, absl::Seconds(10));
+  ASSERT_TRUE(refs.ok()) << refs.status();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(std::string(reinterpret_cast<const char*>((*refs)[i].data().data()),
+                          (*refs)[i].data().size()),
+              payloads[i])
+        << ids[i];
+  }
+  EXPECT_EQ(MustStats(**c).referenced, ids.size());
+  (*c)->Release(&*refs);
+  EXPECT_TRUE(refs->empty());
+  EXPECT_TRUE(WaitFor([&] { return MustStats(**c).referenced == 0; }));
+}
+
 // A client that skips the library: sends whatever bytes it likes.
 class RawClient {
  public:

@@ -204,6 +204,7 @@ class StoreServer::Loop {
     std::string out;
     size_t out_start = 0;
     bool want_write = false;
+    bool batching = false;  // inside OnReadable: replies are flushed once at its end
     bool closing = false;
     std::vector<uint64_t> pending_gets;  // sequence numbers
     uint64_t subscribe_request_id = 0;   // events carry it (when subscribed)
@@ -308,6 +309,17 @@ class StoreServer::Loop {
   }
 
   void OnReadable(Conn& c) {
+    // Replies to the frames of one read are sent with one send() at the end, not one
+    // each: a pipelining client (PutMany, batched releases) pays one syscall per batch.
+    c.batching = true;
+    struct FlushAtEnd {
+      Loop* self;
+      Conn& c;
+      ~FlushAtEnd() {
+        c.batching = false;
+        if (!c.closing && !c.want_write && c.out_start < c.out.size()) self->Flush(c);
+      }
+    } flush_at_end{this, c};
     size_t total = 0;
     while (!c.closing && total < kMaxReadPerWakeup) {
       char* p = c.in.PrepareWrite(kReadChunk);
@@ -671,7 +683,7 @@ class StoreServer::Loop {
         return;
       }
     }
-    if (!c.want_write) Flush(c);
+    if (!c.want_write && !c.batching) Flush(c);
     if (c.out.size() - c.out_start > kMaxQueuedReplyBytes) {
       MarkClosing(c, "client does not read its replies (64 MiB queued)");
     }

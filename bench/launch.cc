@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -304,18 +305,6 @@ void RunPhases(TestCluster& c, const Flags& flags) {
   }
   Phase("sdk_stream_logs_new_channel", v,
         "StreamLogs (no follow, ended job) on a new agent channel");
-}
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
-    }
-  }
-  return "unknown CPU";
 }
 
 int Main(int argc, char** argv) {

@@ -45,6 +45,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -446,18 +447,6 @@ void BenchPull(const std::string& tmp, int runs, std::vector<std::string>* lines
     ours.push_back(pull());
   }
   Report(lines, "pull_1GiB", Median(ours), "GB/s", Median(base), ours, base);
-}
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      return colon == std::string::npos ? line : line.substr(colon + 2);
-    }
-  }
-  return "unknown CPU";
 }
 
 int Main(int argc, char** argv) {

@@ -108,15 +108,7 @@ class ProcessManagerTest : public ::testing::Test {
   }
 
   std::map<std::string, std::string> ReadEnvLog(const std::string& job_id, int rank) {
-    std::map<std::string, std::string> env;
-    auto text = ReadFile(pm_->LogPath(job_id, rank, ProcessManager::kStdout));
-    if (!text.ok()) return env;
-    for (absl::string_view line : absl::StrSplit(*text, '\n')) {
-      auto eq = line.find('=');
-      if (eq == absl::string_view::npos) continue;
-      env[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
-    }
-    return env;
+    return testing::ReadEnvFile(pm_->LogPath(job_id, rank, ProcessManager::kStdout));
   }
 
   std::unique_ptr<ProcessManager> pm_;

@@ -333,24 +333,9 @@ void ObjectRef::Reset() {
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path) {
-  sockaddr_un addr;
-  if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("object store socket path '", socket_path, "' must be 1..",
-                     sizeof(addr.sun_path) - 1, " bytes"));
-  }
-  memset(&addr, 0, sizeof(addr));
-  addr.sun_family = AF_UNIX;
-  memcpy(addr.sun_path, socket_path.data(), socket_path.size());
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    int err = errno;
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot connect to the object store at ",
-                                               socket_path, ": ", strerror(err),
-                                               " (is drover-object-store running?)"));
-  }
+  absl::StatusOr<int> connected = ConnectToStore(socket_path);
+  if (!connected.ok()) return connected.status();
+  int fd = *connected;
   // The hello: blocking, bounded by a receive timeout.
   timeval tv{30, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));

@@ -31,6 +31,11 @@ inline constexpr uint32_t kMaxFrameSize = 16u << 20;
 
 // Appends the frame of `msg` (header + serialized bytes) to `*out`. INVALID_ARGUMENT
 // if the message is larger than kMaxFrameSize.
+// Connects a SOCK_STREAM Unix socket (close-on-exec) to the store at `socket_path`.
+// INVALID_ARGUMENT for a path that does not fit sockaddr_un; UNAVAILABLE (saying what
+// to check) if nothing listens there.
+absl::StatusOr<int> ConnectToStore(const std::string& socket_path);
+
 absl::Status AppendFrame(const google::protobuf::MessageLite& msg, std::string* out);
 
 // Writes all of `data` to the blocking socket `fd`, retrying on EINTR and partial

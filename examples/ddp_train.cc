@@ -23,7 +23,9 @@
 //   --global-batch B       samples per step over all ranks (default 64)
 //   --seed S               data and initialisation seed (default 1)
 //   --log-every N          print `step N loss X` every N steps (default 20)
-//   --result-file PATH     rank 0 also writes its final lines there
+//   --result-file PATH     rank 0 also writes its final lines there, after `rank=`,
+//                          `generation=` and `start_step=` (the step it began or resumed
+//                          at); a `{rank}` in PATH is replaced and every rank writes one
 //   --die-at-step S --die-rank R [--die-generation G] [--die-stamp PATH]
 //                          rank R of generation G (TORCHELASTIC_RESTART_COUNT, default 0)
 //                          raises SIGKILL before computing step S; with --die-stamp it
@@ -366,26 +368,36 @@ int main(int argc, char** argv) {
     }
   }
 
+  double checksum = 0;
+  std::string weights;
+  for (int i = 0; i < kParams; ++i) {
+    checksum += w[i];
+    absl::StrAppend(&weights, i ? "," : "", absl::StrFormat("%.9g", w[i]));
+  }
+  const std::string result = absl::StrFormat(
+      "final_loss=%.9g\nfinal_weights_checksum=%.9g\nfinal_weights=%s\n", loss, checksum,
+      weights);
   if (rank == 0) {
-    double checksum = 0;
-    std::string weights;
-    for (int i = 0; i < kParams; ++i) {
-      checksum += w[i];
-      absl::StrAppend(&weights, i ? "," : "", absl::StrFormat("%.9g", w[i]));
-    }
-    std::string result = absl::StrFormat("final_loss=%.9g\nfinal_weights_checksum=%.9g\n", loss,
-                                         checksum);
-    std::printf("%sfinal_weights=%s\n", result.c_str(), weights.c_str());
+    std::printf("%s", result.c_str());
     std::fflush(stdout);
-    if (!flags.result_file.empty()) {
-      std::string tmp = flags.result_file + ".tmp";
-      FILE* f = std::fopen(tmp.c_str(), "w");
-      if (f == nullptr) Die(absl::StrCat("open ", tmp, ": ", std::strerror(errno)));
-      std::fprintf(f, "%sfinal_weights=%s\n", result.c_str(), weights.c_str());
-      std::fclose(f);
-      if (::rename(tmp.c_str(), flags.result_file.c_str()) != 0) {
-        Die(absl::StrCat("rename ", tmp, ": ", std::strerror(errno)));
-      }
+  }
+  std::string result_file = flags.result_file;
+  const size_t placeholder = result_file.find("{rank}");
+  if (placeholder != std::string::npos) {
+    result_file.replace(placeholder, 6, absl::StrCat(rank));
+  } else if (rank != 0) {
+    result_file.clear();
+  }
+  if (!result_file.empty()) {
+    std::string tmp = absl::StrCat(result_file, ".tmp.", ::getpid());
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (f == nullptr) Die(absl::StrCat("open ", tmp, ": ", std::strerror(errno)));
+    std::fprintf(f, "rank=%d\ngeneration=%lld\nstart_step=%lld\n%s", rank,
+                 static_cast<long long>(generation), static_cast<long long>(start),
+                 result.c_str());
+    std::fclose(f);
+    if (::rename(tmp.c_str(), result_file.c_str()) != 0) {
+      Die(absl::StrCat("rename ", tmp, ": ", std::strerror(errno)));
     }
   }
   // Leave together: no rank exits (closing its connections) while another still needs it.

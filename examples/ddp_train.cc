@@ -207,8 +207,8 @@ double Accumulate(const std::vector<float>& w, const float* x, float y, double s
   return 0.5 * static_cast<double>(err) * err;
 }
 
-// Checkpoint file: "DDPCKPT1", int64 step, int64 params, float[params], uint64 FNV-1a of
-// everything before it.
+// Checkpoint file: "DDPCKPT1", int64 step, int64 params, double loss of the last step,
+// float[params], uint64 FNV-1a of everything before it.
 constexpr char kMagic[8] = {'D', 'D', 'P', 'C', 'K', 'P', 'T', '1'};
 
 uint64_t Fnv(const std::string& bytes) {
@@ -219,11 +219,13 @@ uint64_t Fnv(const std::string& bytes) {
 
 std::string CheckpointPath(const std::string& dir) { return dir + "/checkpoint.bin"; }
 
-void WriteCheckpoint(const std::string& dir, int64_t step, const std::vector<float>& w) {
+void WriteCheckpoint(const std::string& dir, int64_t step, double loss,
+                     const std::vector<float>& w) {
   std::string bytes(kMagic, sizeof(kMagic));
   int64_t n = kParams;
   bytes.append(reinterpret_cast<const char*>(&step), sizeof(step));
   bytes.append(reinterpret_cast<const char*>(&n), sizeof(n));
+  bytes.append(reinterpret_cast<const char*>(&loss), sizeof(loss));
   bytes.append(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float));
   uint64_t sum = Fnv(bytes);
   bytes.append(reinterpret_cast<const char*>(&sum), sizeof(sum));
@@ -244,8 +246,8 @@ void WriteCheckpoint(const std::string& dir, int64_t step, const std::vector<flo
   }
 }
 
-// Returns the checkpoint's step (0 if there is none) and fills w.
-int64_t LoadCheckpoint(const std::string& dir, std::vector<float>& w) {
+// Returns the checkpoint's step (0 if there is none) and fills w and loss.
+int64_t LoadCheckpoint(const std::string& dir, std::vector<float>& w, double* loss) {
   std::string path = CheckpointPath(dir);
   FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) {
@@ -257,7 +259,7 @@ int64_t LoadCheckpoint(const std::string& dir, std::vector<float>& w) {
   size_t k;
   while ((k = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, k);
   std::fclose(f);
-  const size_t want = sizeof(kMagic) + 16 + kParams * sizeof(float) + 8;
+  const size_t want = sizeof(kMagic) + 24 + kParams * sizeof(float) + 8;
   if (bytes.size() != want || bytes.compare(0, sizeof(kMagic), kMagic, sizeof(kMagic)) != 0) {
     Die(absl::StrCat(path, " is not a checkpoint of this model (", bytes.size(), " bytes, want ",
                      want, ")"));
@@ -269,8 +271,9 @@ int64_t LoadCheckpoint(const std::string& dir, std::vector<float>& w) {
   std::memcpy(&step, bytes.data() + 8, 8);
   std::memcpy(&n, bytes.data() + 16, 8);
   if (n != kParams) Die(absl::StrCat(path, " holds ", n, " parameters, the model has ", kParams));
+  std::memcpy(loss, bytes.data() + 24, 8);
   w.resize(kParams);
-  std::memcpy(w.data(), bytes.data() + 24, kParams * sizeof(float));
+  std::memcpy(w.data(), bytes.data() + 32, kParams * sizeof(float));
   return step;
 }
 
@@ -304,14 +307,17 @@ int main(int argc, char** argv) {
   std::vector<float> w;
   InitWeights(flags.seed, w);
   int64_t start = 0;
+  // The mean loss of the last step taken (NaN before the first).
+  double loss = std::nan("");
   if (rank == 0 && !flags.checkpoint_dir.empty()) {
     if (::mkdir(flags.checkpoint_dir.c_str(), 0755) != 0 && errno != EEXIST) {
       Die(absl::StrCat("mkdir ", flags.checkpoint_dir, ": ", std::strerror(errno)));
     }
-    start = LoadCheckpoint(flags.checkpoint_dir, w);
+    start = LoadCheckpoint(flags.checkpoint_dir, w, &loss);
   }
   if (group) {
     Check(group->Broadcast(&start, 1, DataType::kInt64, 0), "Broadcast(step)");
+    Check(group->Broadcast(&loss, 1, DataType::kFloat64, 0), "Broadcast(loss)");
     Check(group->Broadcast(w.data(), w.size(), DataType::kFloat32, 0), "Broadcast(weights)");
   }
   if (rank == 0) {
@@ -327,7 +333,6 @@ int main(int argc, char** argv) {
   const double scale = 1.0 / static_cast<double>(flags.global_batch);
   // The gradient of the mean loss over the global batch, then the summed loss.
   std::vector<double> buf(kParams + 1);
-  double loss = std::nan("");
   float x[kIn], y;
   for (int64_t step = start; step < flags.steps; ++step) {
     if (step == flags.die_at_step && rank == flags.die_rank &&
@@ -358,13 +363,14 @@ int main(int argc, char** argv) {
     for (int i = 0; i < kParams; ++i) w[i] -= static_cast<float>(flags.lr * buf[i]);
     loss = buf[kParams];
     const int64_t done = step + 1;
-    if (rank == 0 && flags.log_every > 0 && (done % flags.log_every == 0 || done == 1)) {
+    if (rank == 0 && flags.log_every > 0 &&
+        (done % flags.log_every == 0 || done == 1 || done == flags.steps)) {
       std::printf("step %lld loss %.6g\n", static_cast<long long>(done), loss);
       std::fflush(stdout);
     }
     if (rank == 0 && !flags.checkpoint_dir.empty() && flags.checkpoint_every > 0 &&
         done % flags.checkpoint_every == 0) {
-      WriteCheckpoint(flags.checkpoint_dir, done, w);
+      WriteCheckpoint(flags.checkpoint_dir, done, loss, w);
     }
   }
 

@@ -179,8 +179,12 @@ void Sample(uint64_t seed, int64_t step, int64_t index, float* x, float* y) {
 
 void InitWeights(uint64_t seed, std::vector<float>& w) {
   w.assign(kParams, 0.0f);
-  for (int i = 0; i < kHidden * kIn; ++i) w[kW1 + i] = Uniform(seed, 4, 0, i) / std::sqrt(float(kIn));
-  for (int i = 0; i < kHidden; ++i) w[kW2 + i] = Uniform(seed, 5, 0, i) / std::sqrt(float(kHidden));
+  for (int i = 0; i < kHidden * kIn; ++i) {
+    w[kW1 + i] = Uniform(seed, 4, 0, i) / std::sqrt(float(kIn));
+  }
+  for (int i = 0; i < kHidden; ++i) {
+    w[kW2 + i] = Uniform(seed, 5, 0, i) / std::sqrt(float(kHidden));
+  }
 }
 
 // Adds d(0.5 * (f(x) - y)^2)/dw * scale to grad (double) and returns the sample's loss

@@ -294,16 +294,24 @@ class GlooGroup : public Group {
 
 absl::StatusOr<std::unique_ptr<Group>> NewGlooGroup(const GroupOptions& options) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
+  auto kv = ConnectKv(options);
+  if (!kv.ok()) return kv.status();
+  auto prefix = JoinPrefix(**kv, options);
+  if (!prefix.ok()) return prefix.status();
+  return NewGlooGroupAt(options, std::move(*kv), *prefix);
+}
+
+absl::StatusOr<std::unique_ptr<Group>> NewGlooGroupAt(const GroupOptions& options,
+                                                      std::unique_ptr<KvClient> kv_client,
+                                                      const std::string& prefix_str) {
+  if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
   auto where = [&](const std::string& what) {
     return absl::StrCat("creating group '", options.name, "' (rank ", options.rank, " of ",
                         options.size, ", job ", options.job_id, " generation ",
                         options.generation, "): ", what);
   };
-  auto kv = ConnectKv(options);
-  if (!kv.ok()) return kv.status();
-  auto prefix = JoinPrefix(**kv, options);
-  if (!prefix.ok()) return prefix.status();
-
+  std::unique_ptr<KvClient>* kv = &kv_client;
+  const std::string* prefix = &prefix_str;
   gloo::transport::tcp::attr attr;
   if (!options.interface.empty()) {
     attr.iface = options.interface;

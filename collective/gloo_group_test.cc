@@ -1,6 +1,8 @@
-// The Gloo group across real processes: collective_worker runs as a drover job on a
+// CPU groups across real processes: collective_worker runs as a drover job on a
 // TestCluster (real scheduler, agents, rendezvous through the scheduler's KV) and checks
-// every operation and dtype against a local reference; the job must succeed.
+// every operation and dtype against a local reference; the job must succeed. Each
+// algorithm is covered: plain Gloo, shared memory (ranks on one node) and hierarchical
+// (ranks on two agents, which are two nodes even on one machine).
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -57,13 +59,25 @@ class GlooGroupTest : public ::testing::Test {
   std::unique_ptr<TestCluster> cluster_;
 };
 
-TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoRanksOneNode) {
+TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoRanksOneNodeShm) {
   StartCluster(1);
-  auto job = RunWorker({"--mode=check"}, 2, 0);
+  auto job = RunWorker({"--mode=check", "--algorithm=shm"}, 2, 0);
   EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
 }
 
-TEST_F(GlooGroupTest, EveryOperationAndDtypeThreeRanksTwoNodes) {
+TEST_F(GlooGroupTest, EveryOperationAndDtypeThreeRanksOneNodeAuto) {
+  StartCluster(1);
+  auto job = RunWorker({"--mode=check"}, 3, 0);
+  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
+}
+
+TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoRanksOneNodePlainGloo) {
+  StartCluster(1);
+  auto job = RunWorker({"--mode=check", "--algorithm=gloo"}, 2, 0);
+  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
+}
+
+TEST_F(GlooGroupTest, EveryOperationAndDtypeThreeRanksTwoNodesHierarchical) {
   StartCluster(2);
   auto job = RunWorker({"--mode=check"}, 3, 0, proto::SPREAD);
   EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
@@ -73,28 +87,47 @@ TEST_F(GlooGroupTest, EveryOperationAndDtypeThreeRanksTwoNodes) {
   EXPECT_EQ(nodes.size(), 2u) << "the ranks should span both nodes";
 }
 
-TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoNodesTimesTwoRanks) {
+TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoNodesTimesTwoRanksHierarchical) {
   StartCluster(2);
-  auto job = RunWorker({"--mode=check"}, 4, 2);
+  auto job = RunWorker({"--mode=check", "--algorithm=hierarchical"}, 4, 2);
   EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
   ASSERT_EQ(job.placement_size(), 4);
   EXPECT_NE(job.placement(0).node_id(), job.placement(2).node_id());
 }
 
-TEST_F(GlooGroupTest, RankThatNeverJoinsMakesOthersFailInTimeNamingTheOperation) {
-  StartCluster(1);
-  std::string out = absl::StrCat(cluster_->dir(), "/timeout");
-  ASSERT_TRUE(MakeDirs(out).ok());
-  absl::Time start = absl::Now();
-  auto job = RunWorker({"--mode=timeout", "--timeout_ms=2000", "--out=" + out}, 3, 0);
+TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoNodesTimesTwoRanksPlainGloo) {
+  StartCluster(2);
+  auto job = RunWorker({"--mode=check", "--algorithm=gloo"}, 4, 2);
   EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
-  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
-  for (int r = 0; r < 2; ++r) {
-    std::string report = ReadAll(absl::StrCat(out, "/rank", r, ".txt"));
-    EXPECT_TRUE(absl::StrContains(report, "code=DEADLINE_EXCEEDED")) << report;
-    EXPECT_TRUE(absl::StrContains(report, "AllReduce in group 'timeout'")) << report;
-    EXPECT_TRUE(absl::StrContains(report, "later=FAILED_PRECONDITION")) << report;
+}
+
+// The last rank never joins an allreduce: the others fail within the timeout with
+// DEADLINE_EXCEEDED naming the operation and the group, and the group stays broken.
+class TimeoutTest : public GlooGroupTest {
+ protected:
+  void Check(const std::string& algorithm, int nodes, int nproc, int ppn) {
+    StartCluster(nodes);
+    std::string out = absl::StrCat(cluster_->dir(), "/timeout");
+    ASSERT_TRUE(MakeDirs(out).ok());
+    absl::Time start = absl::Now();
+    auto job = RunWorker({"--mode=timeout", "--timeout_ms=2000", "--out=" + out,
+                          "--algorithm=" + algorithm},
+                         nproc, ppn);
+    EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+    for (int r = 0; r < nproc - 1; ++r) {
+      std::string report = ReadAll(absl::StrCat(out, "/rank", r, ".txt"));
+      EXPECT_TRUE(absl::StrContains(report, "code=DEADLINE_EXCEEDED")) << report;
+      EXPECT_TRUE(absl::StrContains(report, "AllReduce in group 'timeout'")) << report;
+      EXPECT_TRUE(absl::StrContains(report, "later=FAILED_PRECONDITION")) << report;
+    }
   }
+};
+
+TEST_F(TimeoutTest, ShmRankThatNeverJoinsMakesOthersFailInTime) { Check("shm", 1, 3, 0); }
+TEST_F(TimeoutTest, GlooRankThatNeverJoinsMakesOthersFailInTime) { Check("gloo", 1, 3, 0); }
+TEST_F(TimeoutTest, HierarchicalRankThatNeverJoinsMakesOthersFailInTime) {
+  Check("hierarchical", 2, 4, 2);
 }
 
 // Run by hand: bazel test -c opt //collective:gloo_group_test
@@ -115,6 +148,27 @@ TEST(GroupOptionsTest, MissingEnvironmentNamesTheVariable) {
   auto o = GroupOptionsFromEnvironment("g");
   EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(o.status().message(), "DROVER_JOB_ID")) << o.status();
+}
+
+TEST(GroupOptionsTest, AlgorithmFromEnvironment) {
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("DROVER_JOB_ID", "j", 1);
+  setenv("DROVER_GENERATION", "0", 1);
+  setenv("DROVER_SCHEDULER_ADDRESS", "127.0.0.1:1", 1);
+  setenv("DROVER_TOKEN_FILE", "/nonexistent", 1);
+  setenv("DROVER_NODE_ID", "node-7", 1);
+  setenv("DROVER_COLLECTIVE_ALGORITHM", "gloo", 1);
+  auto o = GroupOptionsFromEnvironment("g");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->algorithm, Algorithm::kGloo);
+  EXPECT_EQ(o->node_id, "node-7");
+  setenv("DROVER_COLLECTIVE_ALGORITHM", "fast", 1);
+  o = GroupOptionsFromEnvironment("g");
+  EXPECT_EQ(o.status().code(), absl::StatusCode::kInvalidArgument);
+  unsetenv("DROVER_COLLECTIVE_ALGORITHM");
+  unsetenv("DROVER_NODE_ID");
+  unsetenv("DROVER_JOB_ID");
 }
 
 TEST(GroupOptionsTest, NcclWithoutTheBackendLinkedIsFailedPrecondition) {

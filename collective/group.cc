@@ -45,6 +45,16 @@ const char* ReduceOpName(ReduceOp op) {
   return "unknown";
 }
 
+const char* AlgorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kGloo: return "gloo";
+    case Algorithm::kShm: return "shm";
+    case Algorithm::kHierarchical: return "hierarchical";
+  }
+  return "unknown";
+}
+
 namespace {
 
 absl::StatusOr<std::string> Env(const char* name) {
@@ -107,6 +117,19 @@ absl::StatusOr<GroupOptions> GroupOptionsFromEnvironment(const std::string& name
     o.interface = ifname;
   }
   if (auto local = EnvInt("LOCAL_RANK"); local.ok()) o.device = *local;
+  if (const char* node = std::getenv("DROVER_NODE_ID"); node && *node) o.node_id = node;
+  if (const char* alg = std::getenv("DROVER_COLLECTIVE_ALGORITHM"); alg && *alg) {
+    std::string a = alg;
+    if (a == "auto") o.algorithm = Algorithm::kAuto;
+    else if (a == "gloo") o.algorithm = Algorithm::kGloo;
+    else if (a == "shm") o.algorithm = Algorithm::kShm;
+    else if (a == "hierarchical") o.algorithm = Algorithm::kHierarchical;
+    else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "collective group from environment: DROVER_COLLECTIVE_ALGORITHM='", a,
+          "' is not one of auto, gloo, shm, hierarchical"));
+    }
+  }
   return o;
 }
 
@@ -118,7 +141,12 @@ bool RegisterGroupFactory(Backend backend, GroupFactory factory) {
 }
 
 absl::StatusOr<std::unique_ptr<Group>> NewGroup(const GroupOptions& options) {
-  if (options.backend == Backend::kGloo) return internal::NewGlooGroup(options);
+  if (options.backend == Backend::kGloo) {
+    if (options.algorithm == Algorithm::kGloo || options.size == 1) {
+      return internal::NewGlooGroup(options);
+    }
+    return internal::NewHybridGroup(options);
+  }
   GroupFactory factory;
   {
     Registry& r = GetRegistry();

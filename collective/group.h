@@ -9,6 +9,20 @@
 // Backends: kGloo (CPU buffers, TCP between any nodes; this library) and kNccl (device
 // buffers; link //collective:nccl_group, which needs a GPU at run time).
 //
+// CPU algorithms (GroupOptions::algorithm): ranks learn each other's node through the KV
+// (GroupOptions::node_id). kAuto picks
+//   - all ranks on one node: kShm. AllReduce, Broadcast, AllGather and Barrier go through
+//     a POSIX shared-memory segment of the node (created once per group, kept mapped and
+//     touched, unlinked as soon as every local rank has mapped it): each rank copies its
+//     input into its slot, reduces a 1/N slice across the slots and publishes it, then
+//     copies the other slices out, in chunks of 4 MiB.
+//   - ranks on several nodes, some sharing a node: kHierarchical. AllReduce and Barrier
+//     reduce within each node through shared memory, run Gloo's ring among one leader
+//     per node (the lowest rank of the node), and broadcast back through shared memory.
+//   - one rank per node: kGloo.
+// Operations without a shared-memory path (ReduceScatter, Send/Recv, and on several
+// nodes Broadcast and AllGather) use a Gloo full mesh of all ranks.
+//
 // Rendezvous: the ranks meet through the scheduler's key-value store for the job's
 // generation (proto/scheduler.proto Kv*). Each group's keys carry its name, the
 // generation and an incarnation number, so several groups in one process, a group
@@ -51,11 +65,14 @@ namespace drover::collective {
 enum class DataType { kFloat32, kFloat64, kFloat16, kInt32, kInt64, kUint8 };
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
 enum class Backend { kGloo, kNccl };
+// How a kGloo (CPU) group moves bytes; see the top of this file.
+enum class Algorithm { kAuto, kGloo, kShm, kHierarchical };
 
 // Bytes per element.
 size_t DataTypeSize(DataType type);
 const char* DataTypeName(DataType type);
 const char* ReduceOpName(ReduceOp op);
+const char* AlgorithmName(Algorithm algorithm);
 
 struct GroupOptions {
   // Names the group in rendezvous keys and error messages. Ranks that want to meet use
@@ -72,6 +89,14 @@ struct GroupOptions {
   // Bound of every operation and of group creation.
   absl::Duration timeout = absl::Seconds(30);
   Backend backend = Backend::kGloo;
+  // CPU groups: kAuto (shared memory where ranks share a node), or forced: kGloo (plain
+  // Gloo everywhere: the baseline, and for debugging), kShm (INVALID_ARGUMENT at creation
+  // unless every rank is on one node), kHierarchical (on one node the
+  // same as kShm).
+  Algorithm algorithm = Algorithm::kAuto;
+  // Ranks with equal node_id share memory. Empty: this host's name. From the
+  // environment: DROVER_NODE_ID.
+  std::string node_id;
   // Gloo: the network interface to bind (GLOO_SOCKET_IFNAME); if empty, `hostname`.
   std::string interface;
   // Gloo: address or name to bind when no interface is given; if both are empty, the
@@ -83,7 +108,8 @@ struct GroupOptions {
 
 // Fills GroupOptions from the environment drover gives every process: RANK, WORLD_SIZE,
 // DROVER_JOB_ID, DROVER_GENERATION, DROVER_SCHEDULER_ADDRESS, DROVER_TOKEN_FILE,
-// GLOO_SOCKET_IFNAME, and LOCAL_RANK as the device. MASTER_ADDR only chooses the
+// GLOO_SOCKET_IFNAME, DROVER_NODE_ID as the node id, DROVER_COLLECTIVE_ALGORITHM
+// (auto|gloo|shm|hierarchical), and LOCAL_RANK as the device. MASTER_ADDR only chooses the
 // fallback address. INVALID_ARGUMENT naming the variable if one is missing or malformed.
 absl::StatusOr<GroupOptions> GroupOptionsFromEnvironment(const std::string& name = "default");
 

@@ -24,6 +24,14 @@ absl::StatusOr<std::string> JoinPrefix(KvClient& kv, const GroupOptions& options
 
 // Gloo backend (gloo_group.cc).
 absl::StatusOr<std::unique_ptr<Group>> NewGlooGroup(const GroupOptions& options);
+// The same on a prefix the caller chose (after its own JoinPrefix); `kv` is kept.
+absl::StatusOr<std::unique_ptr<Group>> NewGlooGroupAt(const GroupOptions& options,
+                                                      std::unique_ptr<KvClient> kv,
+                                                      const std::string& prefix);
+
+// Shared memory within a node, hierarchical across nodes (shm_group.cc); picks by
+// options.algorithm and where the ranks are.
+absl::StatusOr<std::unique_ptr<Group>> NewHybridGroup(const GroupOptions& options);
 
 }  // namespace drover::collective::internal
 

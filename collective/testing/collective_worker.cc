@@ -6,6 +6,7 @@
 //   collective_worker --mode=timeout --out=DIR   the last rank never joins an allreduce;
 //                                                the others must fail in time, naming it
 //   collective_worker --mode=bench [--mib=64]    allreduce time, group vs raw Gloo ring
+//   --algorithm=auto|gloo|shm|hierarchical       GroupOptions::algorithm (default auto)
 // Exits 0 on success; on a mismatch prints what differed and exits 1.
 #include <unistd.h>
 
@@ -99,7 +100,8 @@ void CheckType(Group& g, DataType type) {
   const int n = g.size(), r = g.rank();
   const std::string tn = DataTypeName(type);
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax, ReduceOp::kMin}) {
-    for (size_t count : {size_t{1}, size_t{1000}, size_t{(1 << 18) + 3}}) {
+    // The last count spans several 4 MiB shared-memory chunks for every dtype.
+    for (size_t count : {size_t{1}, size_t{1000}, size_t{(1 << 18) + 3}, size_t{(5 << 20) + 7}}) {
       auto buf = Make<T>(r, count);
       std::string what = absl::StrCat("AllReduce ", tn, " ", ReduceOpName(op), " count ", count);
       Check(g.AllReduce(buf.data(), count, type, op), what);
@@ -268,7 +270,7 @@ int RunBench(GroupOptions options, int mib, int iters, const std::string& out_di
 
 int main(int argc, char** argv) {
   using namespace drover::collective;
-  std::string mode = "check", out_dir;
+  std::string mode = "check", out_dir, algorithm = "auto";
   int timeout_ms = 30000, mib = 64, iters = 10;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -281,12 +283,18 @@ int main(int argc, char** argv) {
     else if (const char* v = val("--timeout_ms=")) timeout_ms = std::atoi(v);
     else if (const char* v = val("--mib=")) mib = std::atoi(v);
     else if (const char* v = val("--iters=")) iters = std::atoi(v);
+    else if (const char* v = val("--algorithm=")) algorithm = v;
     else Die("unknown flag " + a);
   }
   auto options = GroupOptionsFromEnvironment(mode);
   Check(options.status(), "GroupOptionsFromEnvironment");
   g_rank = options->rank;
   options->timeout = absl::Milliseconds(timeout_ms);
+  if (algorithm == "auto") options->algorithm = Algorithm::kAuto;
+  else if (algorithm == "gloo") options->algorithm = Algorithm::kGloo;
+  else if (algorithm == "shm") options->algorithm = Algorithm::kShm;
+  else if (algorithm == "hierarchical") options->algorithm = Algorithm::kHierarchical;
+  else Die("unknown algorithm " + algorithm);
   if (mode == "check") return RunCheck(*options);
   if (mode == "timeout") return RunTimeout(*options, out_dir);
   if (mode == "bench") return RunBench(*options, mib, iters, out_dir);

@@ -15,7 +15,7 @@
 //     a POSIX shared-memory segment of the node (created once per group, kept mapped and
 //     touched, unlinked as soon as every local rank has mapped it): each rank copies its
 //     input into its slot, reduces a 1/N slice across the slots and publishes it, then
-//     copies the other slices out, in chunks of 4 MiB.
+//     copies the other slices out, in chunks of 1 MiB (small enough to stay in cache).
 //   - ranks on several nodes, some sharing a node: kHierarchical. AllReduce and Barrier
 //     reduce within each node through shared memory, run Gloo's ring among one leader
 //     per node (the lowest rank of the node), and broadcast back through shared memory.

@@ -10,12 +10,12 @@
 //
 // Segment layout: a header (magic, abort word, futex word, sleeper count, then one
 // arrival counter per local rank, each on its own cache line), then one slot of
-// kChunkBytes per local rank, then a result region of kChunkBytes.
+// chunk bytes per local rank, then a result region of one chunk (1 MiB by default).
 //
 // Synchronisation is one primitive, a barrier: rank i stores its barrier number into
 // its arrival counter and waits until every counter has reached it: first spinning
 // (~20 µs, the 0.2 µs hand-off when both ranks are on a core), then yielding (up to
-// 1 ms), then sleeping on a futex that every arrival bumps (and wakes if someone
+// 200 µs), then sleeping on a futex that every arrival bumps (and wakes if someone
 // sleeps). Every wait is bounded by the operation's deadline: DEADLINE_EXCEEDED naming
 // the operation and the local ranks that did not arrive. A rank that fails stores its
 // status code in the abort word and wakes the others, so they fail at once too.
@@ -44,6 +44,7 @@
 #include <atomic>
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -62,7 +63,17 @@
 namespace drover::collective::internal {
 namespace {
 
-constexpr size_t kChunkBytes = 4 << 20;
+// Default chunk; DROVER_SHM_CHUNK_BYTES overrides it (for measurements; every rank of a
+// node must see the same value).
+constexpr size_t kDefaultChunkBytes = 1 << 20;
+
+size_t ChunkBytes() {
+  if (const char* v = std::getenv("DROVER_SHM_CHUNK_BYTES"); v && *v) {
+    size_t n = std::strtoull(v, nullptr, 10);
+    if (n >= 4096) return n / 64 * 64;
+  }
+  return kDefaultChunkBytes;
+}
 constexpr size_t kLine = 64;
 constexpr uint64_t kMagic = 0x64726f7673686d31ull;  // "drovshm1"
 constexpr int kMaxLocalRanks = 256;
@@ -75,6 +86,7 @@ struct Header {
   uint64_t magic;
   uint32_t local_size;
   uint32_t unused;
+  uint64_t chunk_bytes;
   alignas(kLine) std::atomic<int32_t> abort_code;  // 0, or the absl::StatusCode of a failure
   std::atomic<int32_t> abort_rank;
   alignas(kLine) std::atomic<uint32_t> epoch;       // futex word: bumped by every arrival
@@ -85,6 +97,12 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 constexpr size_t kHeaderBytes = (sizeof(Header) + 4095) / 4096 * 4096;
+
+// Tuning knobs for measurements (the defaults are what docs/benchmarks.md measured).
+absl::Duration EnvMicros(const char* name, int64_t default_us) {
+  if (const char* v = std::getenv(name); v && *v) return absl::Microseconds(std::atoll(v));
+  return absl::Microseconds(default_us);
+}
 
 inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -181,7 +199,8 @@ class ShmSegment {
     auto seg = std::unique_ptr<ShmSegment>(new ShmSegment);
     seg->local_rank_ = local_rank;
     seg->local_size_ = local_size;
-    seg->bytes_ = kHeaderBytes + (local_size + 1) * kChunkBytes;
+    seg->chunk_ = ChunkBytes();
+    seg->bytes_ = kHeaderBytes + (local_size + 1) * seg->chunk_;
     const std::string key = absl::StrCat(prefix, "shm/node", node_index);
     int fd = -1;
     if (local_rank == 0) {
@@ -234,12 +253,14 @@ class ShmSegment {
       std::memset(seg->base_, 0, seg->bytes_);
       seg->header()->magic = kMagic;
       seg->header()->local_size = local_size;
+      seg->header()->chunk_bytes = seg->chunk_;
       if (absl::Status s = kv.Set(key, seg->name_); !s.ok()) {
         return absl::Status(s.code(), absl::StrCat(where, ": publishing the segment: ",
                                                    s.message()));
       }
     } else if (seg->header()->magic != kMagic ||
-               seg->header()->local_size != static_cast<uint32_t>(local_size)) {
+               seg->header()->local_size != static_cast<uint32_t>(local_size) ||
+               seg->header()->chunk_bytes != seg->chunk_) {
       return absl::InternalError(absl::StrCat(where, ": segment ", seg->name_,
                                               " does not belong to this group"));
     }
@@ -253,8 +274,9 @@ class ShmSegment {
   }
 
   char* slot(int local_rank) const {
-    return base_ + kHeaderBytes + static_cast<size_t>(local_rank) * kChunkBytes;
+    return base_ + kHeaderBytes + static_cast<size_t>(local_rank) * chunk_;
   }
+  size_t chunk_bytes() const { return chunk_; }
   char* result() const { return slot(local_size_); }
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
@@ -293,8 +315,8 @@ class ShmSegment {
                          "operation)"));
       }
       const absl::Duration waited = now - start;
-      if (waited < absl::Microseconds(20)) continue;
-      if (waited < absl::Milliseconds(1)) {
+      if (waited < spin_) continue;
+      if (waited < spin_ + yield_) {
         ::sched_yield();
         continue;
       }
@@ -341,9 +363,12 @@ class ShmSegment {
   bool unlinked_ = false;
   char* base_ = nullptr;
   size_t bytes_ = 0;
+  size_t chunk_ = kDefaultChunkBytes;
   int local_rank_ = 0;
   int local_size_ = 1;
   uint64_t seq_ = 0;
+  absl::Duration spin_ = EnvMicros("DROVER_SHM_SPIN_US", 20);
+  absl::Duration yield_ = EnvMicros("DROVER_SHM_YIELD_US", 200);
 };
 
 // Where the ranks are.
@@ -423,8 +448,9 @@ class HybridGroup : public Group {
       // this one, which therefore ends with a barrier (so the next may write them).
       const size_t bytes = count_per_rank * DataTypeSize(type);
       const int n = shm_->local_size(), me = shm_->local_rank();
-      for (size_t off = 0; off < bytes; off += kChunkBytes) {
-        const size_t len = std::min(kChunkBytes, bytes - off);
+      const size_t chunk = shm_->chunk_bytes();
+      for (size_t off = 0; off < bytes; off += chunk) {
+        const size_t len = std::min(chunk, bytes - off);
         std::memcpy(shm_->slot(me), static_cast<const char*>(in) + off, len);
         if (absl::Status s = shm_->Barrier(deadline, Where("AllGather")); !s.ok()) return s;
         for (int j = 0; j < n; ++j) {
@@ -520,7 +546,7 @@ class HybridGroup : public Group {
     }
     const std::string where = Where(op_name);
     const int n = shm_->local_size(), me = shm_->local_rank();
-    const size_t chunk = kChunkBytes / sizeof(T);
+    const size_t chunk = shm_->chunk_bytes() / sizeof(T);
     std::vector<const T*> others;
     for (size_t off = 0; off < count; off += chunk) {
       const size_t len = std::min(chunk, count - off);
@@ -558,8 +584,9 @@ class HybridGroup : public Group {
     const std::string where = Where(op_name);
     const bool is_root = shm_->local_rank() == root;
     char* p = static_cast<char*>(buf);
-    for (size_t off = 0; off < bytes; off += kChunkBytes) {
-      const size_t len = std::min(kChunkBytes, bytes - off);
+    const size_t chunk = shm_->chunk_bytes();
+    for (size_t off = 0; off < bytes; off += chunk) {
+      const size_t len = std::min(chunk, bytes - off);
       // Nobody still reads the result region (previous chunk or operation).
       if (absl::Status s = shm_->Barrier(deadline, where); !s.ok()) return s;
       if (is_root) std::memcpy(shm_->result(), p + off, len);

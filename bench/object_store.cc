@@ -20,6 +20,8 @@
 //                                   pre-touched heap LocalObjects that reuses freed
 //                                   space; directory in a real drover-scheduler) vs raw loopback TCP of 1 GiB
 //                                   between the same two processes (GB/s, receiver side)
+//   pull_1GiB_grpc                  the same pull with the raw-TCP data path off (the
+//                                   data in gRPC messages: the fallback path)
 // Each figure prints one line
 //   BENCH <name> <value> <unit> baseline=<value> ratio=<ours/baseline>
 // Everything it starts is stopped before it exits.
@@ -412,25 +414,28 @@ void BenchPull(const std::string& tmp, int runs, std::vector<std::string>* lines
   }
   if (address.empty()) Die("drover-scheduler did not start");
 
-  auto node = [&](uint64_t pool) {
+  auto node = [&](uint64_t pool, bool raw_tcp) {
     auto c = std::make_unique<Child>(std::vector<std::string>{
         runfiles + "bench/object_store_node", "--pool-bytes", absl::StrCat(pool),
-        "--scheduler", address, "--token-file", token_file});
+        "--scheduler", address, "--token-file", token_file, "--raw-tcp", raw_tcp ? "1" : "0"});
     std::string ready_line = c->ReadLine();
     if (ready_line.rfind("ready ", 0) != 0) Die("node helper: " + ready_line);
     return c;
   };
-  auto a = node(size + kMiB);
-  auto b = node(2 * size + kMiB);
+  auto a = node(size + kMiB, true);
+  auto b = node(2 * size + kMiB, true);
+  // A puller with the raw-TCP data path off: the data in gRPC messages (the fallback).
+  auto g = node(2 * size + kMiB, false);
   a->Call(absl::StrCat("put big ", size));
   const std::string sum = a->Call("sum big");
 
-  auto pull = [&]() -> double {
-    std::vector<std::string> r = absl::StrSplit(b->Call("fetch big"), ' ');
+  auto pull_by = [&](Child* puller) -> double {
+    std::vector<std::string> r = absl::StrSplit(puller->Call("fetch big"), ' ');
     double sec = std::stod(r.at(0));
-    b->Call("drop big");
+    puller->Call("drop big");
     return size / sec / 1e9;
   };
+  auto pull = [&] { return pull_by(b.get()); };
   auto tcp = [&]() -> double {
     std::string port = a->Call("tcp_serve big");
     double sec = std::stod(b->Call(absl::StrCat("tcp_recv ", port, " ", size)));
@@ -440,13 +445,19 @@ void BenchPull(const std::string& tmp, int runs, std::vector<std::string>* lines
   b->Call("fetch big");
   if (b->Call("sum big") != sum) Die("the pulled copy differs from the original");
   b->Call("drop big");
+  g->Call("fetch big");
+  if (g->Call("sum big") != sum) Die("the copy pulled over gRPC differs from the original");
+  g->Call("drop big");
   tcp();
-  std::vector<double> ours, base;
+  std::vector<double> ours, grpc_only, base, base_g;
   for (int i = 0; i < runs; ++i) {
     base.push_back(tcp());
     ours.push_back(pull());
+    base_g.push_back(tcp());
+    grpc_only.push_back(pull_by(g.get()));
   }
   Report(lines, "pull_1GiB", Median(ours), "GB/s", Median(base), ours, base);
+  Report(lines, "pull_1GiB_grpc", Median(grpc_only), "GB/s", Median(base_g), grpc_only, base_g);
 }
 
 int Main(int argc, char** argv) {
@@ -491,7 +502,7 @@ int Main(int argc, char** argv) {
     if (flags.Want("small_put_get")) BenchSmall(store, echo_fd, 9 / q, &lines);
     close(echo_fd);
   }
-  if (flags.Want("pull_1GiB")) BenchPull(tmp, flags.quick ? 3 : 5, &lines);
+  if (flags.Want("pull_1GiB") || flags.Want("pull_1GiB_grpc")) BenchPull(tmp, flags.quick ? 3 : 5, &lines);
 
   std::cout << "\nsummary:\n";
   for (const auto& l : lines) std::cout << l << "\n";

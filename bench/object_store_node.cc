@@ -6,10 +6,12 @@
 //       Listens on a Unix socket and echoes every 64-byte message back (the baseline
 //       of a raw Unix-socket round trip between two processes).
 //
-//   object_store_node --pool-bytes N --scheduler HOST:PORT --token-file FILE
+//   object_store_node --pool-bytes N --scheduler HOST:PORT --token-file FILE [--raw-tcp 0]
 //       One "node" for the cross-node pull: an ObjectTransfer (and its gRPC service on
 //       127.0.0.1, port 0) over a LocalObjects backed by one pre-touched heap region of
 //       N bytes that reuses freed space (as the store's arena does), registered with the scheduler's directory as a node.
+//       `--raw-tcp 0` turns off the raw-TCP data path (ObjectTransferOptions::raw_tcp):
+//       its pulls, and the reads it serves, move the data in gRPC messages.
 //       Prints "ready <address> <node_id>" and then executes one command per stdin
 //       line, answering one line each ("ok ..." or "err <message>"):
 //         put ID BYTES        create ID (BYTES of a pattern) in the store, announce it
@@ -316,7 +318,7 @@ std::string Command(Node& n, const std::string& line) {
 }
 
 int NodeMain(uint64_t pool_bytes, const std::string& scheduler,
-             const std::string& token_file) {
+             const std::string& token_file, bool raw_tcp) {
   Node n;
   auto token = ReadTokenFile(token_file);
   if (!token.ok()) Die(token.status().ToString());
@@ -325,6 +327,7 @@ int NodeMain(uint64_t pool_bytes, const std::string& scheduler,
   ObjectTransferOptions o;
   o.token = n.token;
   o.scheduler_address = scheduler;
+  o.raw_tcp = raw_tcp;
   n.transfer = std::make_unique<ObjectTransfer>(o, n.local.get());
   n.service = std::make_unique<ObjectTransferService>(n.token, n.transfer.get());
   grpc::ServerBuilder b;
@@ -370,17 +373,19 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   std::string echo, scheduler, token_file;
   uint64_t pool = 0;
+  bool raw_tcp = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--echo") echo = argv[i + 1];
     else if (a == "--pool-bytes") pool = std::stoull(argv[i + 1]);
     else if (a == "--scheduler") scheduler = argv[i + 1];
     else if (a == "--token-file") token_file = argv[i + 1];
+    else if (a == "--raw-tcp") raw_tcp = std::string(argv[i + 1]) != "0";
     else drover::bench::Die("unknown argument " + a);
   }
   if (!echo.empty()) return drover::bench::EchoMain(echo);
   if (pool == 0 || scheduler.empty() || token_file.empty()) {
     drover::bench::Die("usage: --echo SOCKET | --pool-bytes N --scheduler ADDR --token-file F");
   }
-  return drover::bench::NodeMain(pool, scheduler, token_file);
+  return drover::bench::NodeMain(pool, scheduler, token_file, raw_tcp);
 }

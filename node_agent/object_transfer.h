@@ -11,6 +11,20 @@
 //    (AddObjectLocations). Holders are tried in the directory's order; a holder that
 //    fails mid-stream costs the partial copy (aborted) and the next holder is tried.
 //
+// Data path. Over gRPC, each chunk is an ObjectChunk encoded by hand around a slice that
+// points into the pinned object (no user-space copy on the serving side); the puller
+// copies it once from the received slices into the store. Faster (the default): the
+// puller asks for a raw-TCP offer (ReadObjectRequest.raw_tcp_ip = the holder's IP as
+// the puller reaches it); the holder listens on that address only (port 0, one
+// connection, closed after), answers with the port and a random 32-byte one-time
+// token in the stream's first message, waits up to raw_connect_timeout for a
+// connection presenting the token, and sends the bytes straight from the pinned
+// object with send(); the puller recv()s them straight into the store allocation. So
+// the only copies are the kernel's, as for plain TCP. The gRPC stream stays open for
+// the whole transfer (it carries the holder's final status) and is cancelled if the
+// raw connection breaks. If the raw connection cannot be made at all (a firewall,
+// a holder without this feature), the same holder is asked again for chunks over gRPC.
+//
 // Bytes in flight are bounded by gRPC's flow control on the one stream of a pull
 // (the receiver takes a chunk only when the previous one was written into the store)
 // plus the store's own allocation: CreateSecondary fails with RESOURCE_EXHAUSTED when
@@ -28,6 +42,7 @@
 #ifndef DROVER_NODE_AGENT_OBJECT_TRANSFER_H_
 #define DROVER_NODE_AGENT_OBJECT_TRANSFER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -44,6 +59,7 @@
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/server_builder.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "node_agent/local_objects.h"
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -63,6 +79,13 @@ struct ObjectTransferOptions {
   absl::Duration keepalive_timeout = absl::Seconds(3);
   // Upper bound for directory calls (also capped by the Fetch deadline).
   absl::Duration directory_timeout = absl::Seconds(5);
+  // Move object data over a one-time plain TCP connection negotiated on the ReadObject
+  // stream (see the file comment). Pulling: ask holders for it; serving: offer it when
+  // asked. Either side can turn it off; the data then travels in ObjectChunks.
+  bool raw_tcp = true;
+  // How long a holder waits for the reader's raw connection (and its token), and how
+  // long a reader tries to connect.
+  absl::Duration raw_connect_timeout = absl::Seconds(5);
 };
 
 // Counters since construction, for tests, logs and a future /metrics.
@@ -74,6 +97,8 @@ struct ObjectTransferStats {
   int64_t pulls_succeeded = 0;
   int64_t bytes_pulled = 0;     // bytes written into the store by pulls, incl. aborted
   int64_t fetches_joined = 0;   // Fetches that waited on another caller's pull
+  int64_t raw_reads = 0;        // ReadObject streams whose data went over raw TCP
+  int64_t raw_pulls = 0;        // pulls whose data came over raw TCP (incl. failed)
 };
 
 class ObjectTransfer {
@@ -97,8 +122,12 @@ class ObjectTransfer {
   // Streams `req.object_id` from `req.offset` through `write`, which returns false when
   // the reader went away. NOT_FOUND if this node has no sealed copy, INVALID_ARGUMENT
   // for a bad offset, CANCELLED if `write` failed.
+  // Each chunk is handed to `write` as an encoded ObjectChunk whose data slice points
+  // into the pinned object (no copy); the pin is held until gRPC drops the last slice.
+  // `cancelled` (may be null) says whether the reader's call was cancelled.
   absl::Status ServeRead(const proto::ReadObjectRequest& req,
-                         const std::function<bool(const proto::ObjectChunk&)>& write);
+                         const std::function<bool(grpc::ByteBuffer*)>& write,
+                         const std::function<bool()>& cancelled = nullptr);
 
   // Makes `id` present and sealed in the local store; see the file comment. Errors:
   // NOT_FOUND (no live node holds it), RESOURCE_EXHAUSTED (no room here), UNAVAILABLE
@@ -133,6 +162,20 @@ class ObjectTransfer {
   // whether trying another holder is pointless (local store error, deadline).
   absl::Status PullFrom(const Holder& holder, const std::string& id, absl::Time deadline,
                         int64_t* size, bool* fatal);
+  // One stream; `raw_ip` non-empty asks for a raw-TCP offer. `*raw_unreachable` is set
+  // when the offer came but no raw connection could be made (nothing was received).
+  absl::Status PullOnce(const Holder& holder, const std::string& id, absl::Time deadline,
+                        const std::string& raw_ip, int64_t* size, bool* fatal,
+                        bool* raw_unreachable);
+  // Receives `want` bytes into `dst` over a raw connection to ip:port; `*got` counts
+  // them. `*connected` says whether the connection and token got through.
+  absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& token,
+                          uint8_t* dst, int64_t want, absl::Time deadline, int64_t* got,
+                          bool* connected);
+  // Serves one raw-TCP offer on listening socket `lfd` (closed by it).
+  absl::Status ServeRaw(const std::string& id, const ReadView& view, int64_t offset, int lfd,
+                        int port, const std::function<bool(grpc::ByteBuffer*)>& write,
+                        const std::function<bool()>& cancelled);
   absl::StatusOr<std::vector<Holder>> FindHolders(const std::string& id, absl::Time deadline);
   void ReportCopy(const std::string& id, int64_t size);
   // The channel to a peer (one per address, kept; tuned for bulk transfer).
@@ -146,6 +189,7 @@ class ObjectTransfer {
   LocalObjects* const local_;
   std::unique_ptr<proto::Scheduler::Stub> scheduler_;
 
+  std::atomic<bool> stop_{false};  // Shutdown was called (read without mu_)
   absl::Mutex mu_;
   std::string node_id_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -2,6 +2,7 @@
 
 #include "common/auth.h"
 #include "common/status.h"
+#include "grpcpp/support/method_handler.h"
 
 namespace drover {
 namespace {
@@ -14,16 +15,34 @@ grpc::Status NoStore() {
 
 }  // namespace
 
-grpc::Status ObjectTransferService::ReadObject(grpc::ServerContext* ctx,
-                                               const proto::ReadObjectRequest* req,
-                                               grpc::ServerWriter<proto::ObjectChunk>* writer) {
+ObjectTransferService::ObjectTransferService(std::string token, ObjectTransfer* transfer)
+    : token_(std::move(token)), transfer_(transfer) {
+  // Method 0 is ReadObject (the order of proto/node_agent.proto). Served as a
+  // "split streaming" method: one request read, then raw ByteBuffer writes.
+  MarkMethodStreamed(
+      0, new grpc::internal::SplitServerStreamingHandler<proto::ReadObjectRequest,
+                                                         grpc::ByteBuffer>(
+             [this](grpc::ServerContext* ctx,
+                    grpc::ServerSplitStreamer<proto::ReadObjectRequest, grpc::ByteBuffer>*
+                        stream) { return RawReadObject(ctx, stream); }));
+}
+
+grpc::Status ObjectTransferService::RawReadObject(
+    grpc::ServerContext* ctx,
+    grpc::ServerSplitStreamer<proto::ReadObjectRequest, grpc::ByteBuffer>* stream) {
   if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
   if (transfer_ == nullptr) return NoStore();
-  if (req->object_id().empty()) {
+  proto::ReadObjectRequest req;
+  if (!stream->Read(&req)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "ReadObject: no request");
+  }
+  if (req.object_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "ReadObject needs an object id");
   }
   return ToGrpcStatus(transfer_->ServeRead(
-      *req, [writer](const proto::ObjectChunk& chunk) { return writer->Write(chunk); }));
+      req,
+      [stream](grpc::ByteBuffer* chunk) { return stream->Write(*chunk, grpc::WriteOptions()); },
+      [ctx] { return ctx->IsCancelled(); }));
 }
 
 grpc::Status ObjectTransferService::FetchObject(grpc::ServerContext* ctx,

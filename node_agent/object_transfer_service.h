@@ -21,15 +21,18 @@ class ObjectTransferService final : public proto::ObjectTransfer::Service {
   static constexpr absl::Duration kMaxFetchWait = absl::Minutes(10);
 
   // `transfer` may be null: this node runs no object store.
-  ObjectTransferService(std::string token, ObjectTransfer* transfer)
-      : token_(std::move(token)), transfer_(transfer) {}
+  ObjectTransferService(std::string token, ObjectTransfer* transfer);
 
-  grpc::Status ReadObject(grpc::ServerContext* ctx, const proto::ReadObjectRequest* req,
-                          grpc::ServerWriter<proto::ObjectChunk>* writer) override;
+  // ReadObject is served by RawReadObject (registered in the constructor): its
+  // ObjectChunks are written as raw grpc::ByteBuffers that point into the pinned object.
   grpc::Status FetchObject(grpc::ServerContext* ctx, const proto::FetchObjectRequest* req,
                            proto::FetchObjectReply* reply) override;
 
  private:
+  grpc::Status RawReadObject(
+      grpc::ServerContext* ctx,
+      grpc::ServerSplitStreamer<proto::ReadObjectRequest, grpc::ByteBuffer>* stream);
+
   const std::string token_;
   ObjectTransfer* const transfer_;
 };

@@ -3,6 +3,11 @@
 // store, and a real SchedulerCore + SchedulerService as the object directory.
 #include "node_agent/object_transfer.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -157,10 +162,10 @@ class ObjectTransferTest : public ::testing::Test {
 
   // A node with a fake store (`capacity` < 0: unbounded) serving ObjectTransfer, or
   // serving `custom` instead; registered with the scheduler.
-  Node* AddNode(int64_t capacity = -1, std::unique_ptr<grpc::Service> custom = nullptr) {
+  Node* AddNode(int64_t capacity = -1, std::unique_ptr<grpc::Service> custom = nullptr,
+                ObjectTransferOptions o = ObjectTransferOptions()) {
     auto n = std::make_unique<Node>();
     n->store = std::make_unique<testing::FakeLocalObjects>(capacity);
-    ObjectTransferOptions o;
     o.token = kToken;
     o.scheduler_address = scheduler_address_;
     n->transfer = std::make_unique<ObjectTransfer>(o, n->store.get());
@@ -480,19 +485,171 @@ TEST_F(ObjectTransferTest, ReadObjectResumesFromAnOffsetAndReleasesOnCancel) {
     EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   }
   {
-    // A reader that goes away mid-stream: the pin is dropped.
+    // A reader that goes away mid-stream: the pin is dropped. (An object much larger
+    // than the stream's flow-control window, so that the holder cannot have handed
+    // all of it to the kernel before the first chunk is read.)
+    Put(a, "obj-r-big", Pattern(128 * kMiB, 4), "m");
     grpc::ClientContext ctx;
     PrepareContext(&ctx, kToken);
     proto::ReadObjectRequest req;
-    req.set_object_id("obj-r");
+    req.set_object_id("obj-r-big");
     auto reader = a->stub->ReadObject(&ctx, req);
     proto::ObjectChunk chunk;
     ASSERT_TRUE(reader->Read(&chunk));
-    EXPECT_EQ(a->store->Pins("obj-r"), 1);
+    EXPECT_EQ(a->store->Pins("obj-r-big"), 1);
     ctx.TryCancel();
     reader->Finish();
   }
-  EXPECT_TRUE(testing::WaitFor([&] { return a->store->Pins("obj-r") == 0; }));
+  EXPECT_TRUE(testing::WaitFor([&] { return a->store->Pins("obj-r-big") == 0; }));
+  EXPECT_EQ(a->store->Pins("obj-r"), 0);
+}
+
+TEST_F(ObjectTransferTest, PullsOverRawTcpByDefaultAndOverGrpcWhenEitherSideOptsOut) {
+  Node* a = AddNode();
+  Node* b = AddNode();
+  const std::string data = Pattern(24 * kMiB + 5, 11);
+  Put(a, "obj-raw", data, "raw-meta");
+  proto::FetchObjectReply reply;
+  grpc::Status s = Fetch(b, "obj-raw", &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(b->store->Data("obj-raw") == data);
+  EXPECT_EQ(b->store->Metadata("obj-raw"), "raw-meta");
+  EXPECT_EQ(a->transfer->stats().raw_reads, 1);
+  EXPECT_EQ(b->transfer->stats().raw_pulls, 1);
+  EXPECT_EQ(a->transfer->stats().bytes_served, static_cast<int64_t>(data.size()));
+  EXPECT_EQ(b->transfer->stats().bytes_pulled, static_cast<int64_t>(data.size()));
+  EXPECT_TRUE(testing::WaitFor([&] { return a->store->Pins("obj-raw") == 0; }));
+
+  // A holder that does not offer raw TCP: chunks over gRPC, same bytes.
+  ObjectTransferOptions no_raw;
+  no_raw.raw_tcp = false;
+  Node* c = AddNode(-1, nullptr, no_raw);
+  Node* d = AddNode();
+  Put(c, "obj-chunks", data, "chunk-meta");
+  s = Fetch(d, "obj-chunks", &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(d->store->Data("obj-chunks") == data);
+  EXPECT_EQ(d->store->Metadata("obj-chunks"), "chunk-meta");
+  EXPECT_EQ(c->transfer->stats().raw_reads, 0);
+  EXPECT_EQ(d->transfer->stats().raw_pulls, 0);
+
+  // A puller that does not ask for it: chunks over gRPC.
+  Node* e = AddNode(-1, nullptr, no_raw);
+  s = Fetch(e, "obj-raw", &reply);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(e->store->Data("obj-raw") == data);
+  EXPECT_EQ(e->transfer->stats().raw_pulls, 0);
+}
+
+TEST_F(ObjectTransferTest, RawOfferNeedsItsTokenAndTheHoldersOwnAddress) {
+  Node* a = AddNode();
+  const std::string data = Pattern(1 * kMiB, 12);
+  Put(a, "obj-tok", data, "m");
+  auto offer = [&](const std::string& ip, proto::ObjectChunk* chunk, grpc::ClientContext* ctx)
+      -> std::unique_ptr<grpc::ClientReader<proto::ObjectChunk>> {
+    PrepareContext(ctx, kToken);
+    proto::ReadObjectRequest req;
+    req.set_object_id("obj-tok");
+    req.set_raw_tcp_ip(ip);
+    auto reader = a->stub->ReadObject(ctx, req);
+    EXPECT_TRUE(reader->Read(chunk));
+    return reader;
+  };
+  auto connect_to = [](int port) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons(static_cast<uint16_t>(port));
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    return fd;
+  };
+  {
+    // The right token: the bytes, then the stream ends OK.
+    grpc::ClientContext ctx;
+    proto::ObjectChunk chunk;
+    auto reader = offer("127.0.0.1", &chunk, &ctx);
+    ASSERT_GT(chunk.raw_port(), 0);
+    EXPECT_EQ(chunk.raw_token().size(), 32u);
+    EXPECT_EQ(chunk.total_size(), static_cast<int64_t>(data.size()));
+    EXPECT_EQ(chunk.metadata(), "m");
+    EXPECT_TRUE(chunk.data().empty());
+    int fd = connect_to(chunk.raw_port());
+    ASSERT_EQ(::send(fd, chunk.raw_token().data(), 32, 0), 32);
+    std::string got(data.size(), '\0');
+    size_t have = 0;
+    while (have < got.size()) {
+      ssize_t k = ::recv(fd, &got[have], got.size() - have, 0);
+      if (k <= 0) break;
+      have += static_cast<size_t>(k);
+    }
+    char extra;
+    EXPECT_EQ(::recv(fd, &extra, 1, 0), 0);  // closed after the data
+    ::close(fd);
+    EXPECT_EQ(have, data.size());
+    EXPECT_TRUE(got == data);
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_TRUE(reader->Finish().ok());
+  }
+  {
+    // A wrong token: no data, the connection is closed, the stream fails.
+    grpc::ClientContext ctx;
+    proto::ObjectChunk chunk;
+    auto reader = offer("127.0.0.1", &chunk, &ctx);
+    ASSERT_GT(chunk.raw_port(), 0);
+    int fd = connect_to(chunk.raw_port());
+    std::string wrong = chunk.raw_token();
+    wrong[0] ^= 1;
+    ASSERT_EQ(::send(fd, wrong.data(), 32, 0), 32);
+    char byte;
+    EXPECT_LE(::recv(fd, &byte, 1, 0), 0);
+    ::close(fd);
+    EXPECT_FALSE(reader->Read(&chunk));
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    // One connection per offer: the port is closed now.
+    int again = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sa.sin_port = htons(static_cast<uint16_t>(chunk.raw_port()));
+    EXPECT_NE(::connect(again, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    ::close(again);
+  }
+  {
+    // An address that is not the holder's: no offer, chunks over gRPC.
+    grpc::ClientContext ctx;
+    proto::ObjectChunk chunk;
+    auto reader = offer("192.0.2.1", &chunk, &ctx);
+    EXPECT_EQ(chunk.raw_port(), 0);
+    std::string got = chunk.data();
+    while (reader->Read(&chunk)) got += chunk.data();
+    EXPECT_TRUE(reader->Finish().ok());
+    EXPECT_TRUE(got == data);
+  }
+  EXPECT_TRUE(testing::WaitFor([&] { return a->store->Pins("obj-tok") == 0; }));
+}
+
+TEST_F(ObjectTransferTest, HolderKilledMidRawTransferFailsOverToTheNextHolder) {
+  // The first holder in the directory's order serves over raw TCP and is killed while
+  // the data flows (its send loop sees the cancelled call, closes the connection).
+  Node* first = AddNode();
+  Node* second = AddNode();
+  Node* b = AddNode();
+  const std::string data = Pattern(256 * kMiB, 13);
+  Put(first, "obj-kill", data, "m1");
+  Put(second, "obj-kill", data, "m2");
+  grpc::Status result;
+  proto::FetchObjectReply reply;
+  std::thread fetcher([&] { result = Fetch(b, "obj-kill", &reply, std::chrono::seconds(60)); });
+  ASSERT_TRUE(testing::WaitFor([&] { return first->transfer->stats().raw_reads == 1; }));
+  first->Kill();
+  fetcher.join();
+  ASSERT_TRUE(result.ok()) << result.error_message();
+  EXPECT_TRUE(b->store->Data("obj-kill") == data);
+  EXPECT_EQ(b->store->Count(), 1);
+  std::printf("raw pull failed over to %s (first holder %s): %lld raw pulls\n",
+              reply.source_node().c_str(), first->node_id.c_str(),
+              static_cast<long long>(b->transfer->stats().raw_pulls));
 }
 
 TEST(ObjectTransferServiceTest, NodeWithoutAStoreIsFailedPrecondition) {

@@ -368,7 +368,7 @@ void PutTag(std::string* out, int field, int wire_type) {
 }  // namespace
 
 absl::Status ObjectTransfer::ServeRead(const proto::ReadObjectRequest& req,
-                                       const std::function<bool(grpc::ByteBuffer*)>& write,
+                                       const WriteChunk& write,
                                        const std::function<bool()>& cancelled) {
   const std::string& id = req.object_id();
   if (id.empty()) return absl::InvalidArgumentError("ReadObject needs an object id");
@@ -430,7 +430,7 @@ absl::Status ObjectTransfer::ServeRead(const proto::ReadObjectRequest& req,
       nslices = 2;
     }
     grpc::ByteBuffer message(slices, nslices);
-    if (!write(&message)) {
+    if (!write(&message, /*write_through=*/false)) {
       return absl::CancelledError(absl::StrCat("the reader of ", PrintableObjectId(id),
                                                " went away after ", off - req.offset(),
                                                " bytes"));
@@ -447,7 +447,7 @@ absl::Status ObjectTransfer::ServeRead(const proto::ReadObjectRequest& req,
 
 absl::Status ObjectTransfer::ServeRaw(const std::string& id, const ReadView& view,
                                       int64_t offset, int lfd, int port,
-                                      const std::function<bool(grpc::ByteBuffer*)>& write,
+                                      const WriteChunk& write,
                                       const std::function<bool()>& cancelled) {
   ScopedFd listener(lfd);
   std::string token(kRawTokenBytes, '\0');
@@ -472,7 +472,10 @@ absl::Status ObjectTransfer::ServeRaw(const std::string& id, const ReadView& vie
   header += token;
   grpc::Slice slice(header);
   grpc::ByteBuffer offer(&slice, 1);
-  if (!write(&offer)) {
+  // Written through to the socket before this thread blocks in accept: otherwise the
+  // offer can sit in gRPC's transport until something else (the puller's keepalive
+  // ping, 2 s later) makes the sync server flush it.
+  if (!write(&offer, /*write_through=*/true)) {
     return absl::CancelledError(absl::StrCat("the reader of ", PrintableObjectId(id),
                                              " went away before its raw connection"));
   }

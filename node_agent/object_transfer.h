@@ -124,9 +124,11 @@ class ObjectTransfer {
   // for a bad offset, CANCELLED if `write` failed.
   // Each chunk is handed to `write` as an encoded ObjectChunk whose data slice points
   // into the pinned object (no copy); the pin is held until gRPC drops the last slice.
-  // `cancelled` (may be null) says whether the reader's call was cancelled.
-  absl::Status ServeRead(const proto::ReadObjectRequest& req,
-                         const std::function<bool(grpc::ByteBuffer*)>& write,
+  // `write_through`: the message must be on the socket when `write` returns (not
+  // only queued in gRPC's transport). `cancelled` (may be null) says whether the
+  // reader's call was cancelled.
+  using WriteChunk = std::function<bool(grpc::ByteBuffer*, bool write_through)>;
+  absl::Status ServeRead(const proto::ReadObjectRequest& req, const WriteChunk& write,
                          const std::function<bool()>& cancelled = nullptr);
 
   // Makes `id` present and sealed in the local store; see the file comment. Errors:
@@ -174,7 +176,7 @@ class ObjectTransfer {
                           bool* connected);
   // Serves one raw-TCP offer on listening socket `lfd` (closed by it).
   absl::Status ServeRaw(const std::string& id, const ReadView& view, int64_t offset, int lfd,
-                        int port, const std::function<bool(grpc::ByteBuffer*)>& write,
+                        int port, const WriteChunk& write,
                         const std::function<bool()>& cancelled);
   absl::StatusOr<std::vector<Holder>> FindHolders(const std::string& id, absl::Time deadline);
   void ReportCopy(const std::string& id, int64_t size);

@@ -41,7 +41,11 @@ grpc::Status ObjectTransferService::RawReadObject(
   }
   return ToGrpcStatus(transfer_->ServeRead(
       req,
-      [stream](grpc::ByteBuffer* chunk) { return stream->Write(*chunk, grpc::WriteOptions()); },
+      [stream](grpc::ByteBuffer* chunk, bool write_through) {
+        grpc::WriteOptions options;
+        if (write_through) options.set_write_through();
+        return stream->Write(*chunk, options);
+      },
       [ctx] { return ctx->IsCancelled(); }));
 }
 

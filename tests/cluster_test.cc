@@ -169,7 +169,9 @@ TEST_F(ClusterTest, OneRankFailingStopsTheRestAndReportsRootCause) {
   EXPECT_TRUE(absl::StrContains(job.reason(), "exited with code 3")) << job.reason();
   EXPECT_TRUE(absl::StrContains(job.reason(), "boom: CUDA out of memory")) << job.reason();
   EXPECT_LT(took, absl::Seconds(10)) << "failure took " << took << " to surface";
-  EXPECT_TRUE(ProcessesOfJob(job.job_id()).empty());
+  // The job's launchers are reaped; the children SIGKILLed with their process group
+  // may take a moment more to be torn down and reaped by init.
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id()).empty(); }, absl::Seconds(2)));
 }
 
 TEST_F(ClusterTest, SignalDeathIsReportedBySignalName) {
@@ -201,8 +203,9 @@ TEST_F(ClusterTest, CancelLeavesNoSurvivorOnAnyNode) {
   int rc = cluster_->RunCli({"cancel", job.job_id()}, &out, &err);
   EXPECT_EQ(rc, 0) << err;
   EXPECT_TRUE(absl::StrContains(out, job.job_id() + " CANCELLED")) << out << err;
-  // `drover cancel` returns only when nothing is left.
-  EXPECT_TRUE(ProcessesOfJob(job.job_id()).empty());
+  // `drover cancel` returns once every launcher is reaped; members of the killed
+  // process groups are gone within moments (reaped by init).
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id()).empty(); }, absl::Seconds(2)));
   auto info = cluster_->client().GetJob(job.job_id());
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->state(), proto::CANCELLED);

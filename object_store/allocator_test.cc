@@ -187,10 +187,14 @@ TEST(AllocatorTest, RandomizedAgainstReferenceModel) {
       // A bogus free: never an allocated offset.
       uint64_t off = rng() % (kUnits * 64 + 1000);
       bool valid = live.count(off) > 0;
-      if (!valid) ASSERT_FALSE(a.Free(off));
+      if (!valid) {
+        ASSERT_FALSE(a.Free(off));
+      }
     }
     ASSERT_EQ(a.used(), model_used);
-    if (step % 97 == 0) ASSERT_EQ(a.largest_free(), model_largest()) << "step " << step;
+    if (step % 97 == 0) {
+      ASSERT_EQ(a.largest_free(), model_largest()) << "step " << step;
+    }
   }
   for (auto& [off, size] : live) ASSERT_TRUE(a.Free(off));
   EXPECT_EQ(a.used(), 0u);

@@ -1,5 +1,10 @@
 #include "bench/bench_util.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 namespace drover::bench {
@@ -14,6 +19,35 @@ std::string CpuModel() {
     }
   }
   return "unknown CPU";
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+std::string FindRunfilesRoot(const char* argv0, const std::string& probe) {
+  std::vector<std::string> candidates;
+  if (const char* d = std::getenv("RUNFILES_DIR")) candidates.push_back(d);
+  if (const char* d = std::getenv("TEST_SRCDIR")) candidates.push_back(d);
+  char exe[4096];
+  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  if (n > 0) candidates.push_back(std::string(exe, n) + ".runfiles");
+  candidates.push_back(std::string(argv0) + ".runfiles");
+  for (const auto& c : candidates) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(c + "/drover/" + probe, ec)) return c;
+  }
+  return "";
 }
 
 }  // namespace drover::bench

@@ -46,28 +46,12 @@ using testing::TestCluster;
   std::exit(1);
 }
 
-bool IsDir(const std::string& p) {
-  std::error_code ec;
-  return std::filesystem::is_directory(p, ec);
-}
-
-// As in launch.cc: find the runfiles and point the harness's Runfile() at them.
+// Points the harness's Runfile() (TEST_SRCDIR/TEST_WORKSPACE) at this binary's runfiles.
 void SetUpRunfiles(const char* argv0) {
-  std::vector<std::string> candidates;
-  if (const char* d = std::getenv("RUNFILES_DIR")) candidates.push_back(d);
-  if (const char* d = std::getenv("TEST_SRCDIR")) candidates.push_back(d);
-  char exe[4096];
-  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) candidates.push_back(std::string(exe, n) + ".runfiles");
-  candidates.push_back(std::string(argv0) + ".runfiles");
-  for (const auto& c : candidates) {
-    if (IsDir(c + "/drover/scheduler")) {
-      ::setenv("TEST_SRCDIR", c.c_str(), 1);
-      ::setenv("TEST_WORKSPACE", "drover", 1);
-      return;
-    }
-  }
-  Die("cannot find the runfiles; run it with `bazel run -c opt //bench:collective`");
+  std::string root = FindRunfilesRoot(argv0, "scheduler");
+  if (root.empty()) Die("cannot find the runfiles; run it with `bazel run -c opt //bench:collective`");
+  ::setenv("TEST_SRCDIR", root.c_str(), 1);
+  ::setenv("TEST_WORKSPACE", "drover", 1);
 }
 
 struct Result {

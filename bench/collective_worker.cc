@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -34,6 +35,8 @@
 namespace drover::collective {
 namespace {
 
+using ::drover::bench::Median;
+
 int g_rank = -1;
 
 [[noreturn]] void Die(const std::string& msg) {
@@ -43,12 +46,6 @@ int g_rank = -1;
 
 void Check(const absl::Status& s, const std::string& what) {
   if (!s.ok()) Die(absl::StrCat(what, ": ", s.ToString()));
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 int Main(int argc, char** argv) {

@@ -60,48 +60,16 @@ struct Flags {
   std::exit(1);
 }
 
-bool IsDir(const std::string& p) {
-  std::error_code ec;
-  return std::filesystem::is_directory(p, ec);
-}
-
-// The runfiles tree of this binary: RUNFILES_DIR (bazel run), TEST_SRCDIR (bazel
-// test), else <this executable>.runfiles or <argv[0]>.runfiles. The harness's
-// Runfile() reads TEST_SRCDIR/TEST_WORKSPACE, so they are set from what was found.
+// Points the harness's Runfile() (TEST_SRCDIR/TEST_WORKSPACE) at this binary's runfiles.
 void SetUpRunfiles(const char* argv0) {
-  std::vector<std::string> candidates;
-  if (const char* d = std::getenv("RUNFILES_DIR")) candidates.push_back(d);
-  if (const char* d = std::getenv("TEST_SRCDIR")) candidates.push_back(d);
-  char exe[4096];
-  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) candidates.push_back(std::string(exe, n) + ".runfiles");
-  candidates.push_back(std::string(argv0) + ".runfiles");
-  for (const auto& c : candidates) {
-    if (IsDir(c + "/drover/scheduler")) {
-      ::setenv("TEST_SRCDIR", c.c_str(), 1);
-      ::setenv("TEST_WORKSPACE", "drover", 1);
-      return;
-    }
-  }
-  Die("cannot find the runfiles (drover/scheduler/drover-scheduler); run it with "
+  std::string root = FindRunfilesRoot(argv0, "scheduler");
+  if (root.empty()) Die("cannot find the runfiles (drover/scheduler/drover-scheduler); run it with "
       "`bazel run -c opt //bench:launch`");
+  ::setenv("TEST_SRCDIR", root.c_str(), 1);
+  ::setenv("TEST_WORKSPACE", "drover", 1);
 }
 
 double Ms(absl::Duration d) { return absl::ToDoubleMilliseconds(d); }
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
-}
 
 // posix_spawn `argv` `n` times, then waitpid all of them; returns the wall time.
 // Aborts the benchmark if any of them fails.

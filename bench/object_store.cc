@@ -76,42 +76,12 @@ struct Flags {
   std::exit(1);
 }
 
-bool IsDir(const std::string& p) {
-  std::error_code ec;
-  return std::filesystem::is_directory(p, ec);
-}
-
 std::string runfiles;
 
 void SetUpRunfiles(const char* argv0) {
-  std::vector<std::string> candidates;
-  if (const char* d = std::getenv("RUNFILES_DIR")) candidates.push_back(d);
-  if (const char* d = std::getenv("TEST_SRCDIR")) candidates.push_back(d);
-  char exe[4096];
-  ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) candidates.push_back(std::string(exe, n) + ".runfiles");
-  candidates.push_back(std::string(argv0) + ".runfiles");
-  for (const auto& c : candidates) {
-    if (IsDir(c + "/drover/object_store")) {
-      runfiles = c + "/drover/";
-      return;
-    }
-  }
-  Die("cannot find the runfiles; run it with `bazel run -c opt //bench:object_store`");
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(p * (v.size() - 1) + 0.5);
-  return v[std::min(i, v.size() - 1)];
+  std::string root = FindRunfilesRoot(argv0, "object_store");
+  if (root.empty()) Die("cannot find the runfiles; run it with `bazel run -c opt //bench:object_store`");
+  runfiles = root + "/drover/";
 }
 
 double Sec(absl::Duration d) { return absl::ToDoubleSeconds(d); }

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "tests/util/test_util.h"
 
 namespace drover {
 namespace {
@@ -63,14 +64,7 @@ class SharedStore : public StateStore {
   StateStore* s_;
 };
 
-bool WaitFor(const std::function<bool()>& pred) {
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return pred();
-}
+using testing::WaitFor;
 
 class SchedulerCoreTest : public ::testing::Test {
  protected:

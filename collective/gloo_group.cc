@@ -32,30 +32,12 @@
 namespace drover::collective::internal {
 namespace {
 
+
 // Slot prefixes of our own algorithms; Gloo's use 0x01..0x0f.
 constexpr uint8_t kReduceScatterSlotPrefix = 0x40;
 constexpr uint8_t kSendRecvSlotPrefix = 0x41;
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-// Calls f(Tag<T>{}) for the C++ type of `type`.
-template <typename F>
-absl::Status DispatchType(DataType type, F&& f) {
-  switch (type) {
-    case DataType::kFloat32: return f(Tag<float>{});
-    case DataType::kFloat64: return f(Tag<double>{});
-    case DataType::kFloat16: return f(Tag<gloo::float16>{});
-    case DataType::kInt32: return f(Tag<int32_t>{});
-    case DataType::kInt64: return f(Tag<int64_t>{});
-    case DataType::kUint8: return f(Tag<uint8_t>{});
-  }
-  return absl::InvalidArgumentError("unknown data type");
-}
 
 template <typename T>
 ReduceFn ReduceFor(ReduceOp op) {

@@ -2,6 +2,7 @@
 #ifndef DROVER_COLLECTIVE_GROUP_INTERNAL_H_
 #define DROVER_COLLECTIVE_GROUP_INTERNAL_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -9,8 +10,29 @@
 #include "absl/status/statusor.h"
 #include "collective/group.h"
 #include "collective/kv_store.h"
+#include "gloo/types.h"
 
 namespace drover::collective::internal {
+
+// A type carrier for DispatchType's callback.
+template <typename T>
+struct Tag {
+  using type = T;
+};
+
+// Calls f(Tag<T>{}) for the C++ element type of `type` (float16 is gloo::float16).
+template <typename F>
+absl::Status DispatchType(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kFloat32: return f(Tag<float>{});
+    case DataType::kFloat64: return f(Tag<double>{});
+    case DataType::kFloat16: return f(Tag<gloo::float16>{});
+    case DataType::kInt32: return f(Tag<int32_t>{});
+    case DataType::kInt64: return f(Tag<int64_t>{});
+    case DataType::kUint8: return f(Tag<uint8_t>{});
+  }
+  return absl::InvalidArgumentError("unknown data type");
+}
 
 // INVALID_ARGUMENT naming the field if `options` cannot describe a group.
 absl::Status ValidateOptions(const GroupOptions& options);

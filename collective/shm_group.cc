@@ -63,6 +63,7 @@
 namespace drover::collective::internal {
 namespace {
 
+
 // Default chunk; DROVER_SHM_CHUNK_BYTES overrides it (for measurements; every rank of a
 // node must see the same value).
 constexpr size_t kDefaultChunkBytes = 1 << 20;
@@ -108,24 +109,6 @@ inline void CpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif
-}
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-template <typename F>
-absl::Status DispatchType(DataType type, F&& f) {
-  switch (type) {
-    case DataType::kFloat32: return f(Tag<float>{});
-    case DataType::kFloat64: return f(Tag<double>{});
-    case DataType::kFloat16: return f(Tag<gloo::float16>{});
-    case DataType::kInt32: return f(Tag<int32_t>{});
-    case DataType::kInt64: return f(Tag<int64_t>{});
-    case DataType::kUint8: return f(Tag<uint8_t>{});
-  }
-  return absl::InvalidArgumentError("unknown data type");
 }
 
 template <typename T>

@@ -267,15 +267,8 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
         lost.push_back(p.rank());
       }
     }
-    for (int rank : lost) {
-      proto::ExitInfo e;
-      e.set_rank(rank);
-      e.set_node_id(node.info.node_id());
-      e.set_exit_code(-1);
-      e.set_generation(job.info.restart_count());
-      e.set_error("is gone: its node agent restarted and no longer has the process");
-      HandleExitLocked(job, e, out);
-    }
+    FailRanksLocked(job, node.info.node_id(), lost,
+                    "is gone: its node agent restarted and no longer has the process", out);
   }
 }
 
@@ -304,15 +297,8 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
     for (const auto& p : job.info.placement()) {
       if (p.node_id() == node.info.node_id() && job.live.count(p.rank())) lost.push_back(p.rank());
     }
-    for (int rank : lost) {
-      proto::ExitInfo e;
-      e.set_rank(rank);
-      e.set_node_id(node.info.node_id());
-      e.set_exit_code(-1);
-      e.set_generation(job.info.restart_count());
-      e.set_error(absl::StrCat("was lost: its node was declared dead (", reason, ")"));
-      HandleExitLocked(job, e, out);
-    }
+    FailRanksLocked(job, node.info.node_id(), lost,
+                    absl::StrCat("was lost: its node was declared dead (", reason, ")"), out);
   }
 }
 
@@ -522,15 +508,10 @@ void SchedulerCore::RunLaunch(const Action& a) {
       Job* job = FindJobLocked(a.job_id);
       if (job == nullptr || job->info.restart_count() != a.generation) return;
       if (!port.ok()) {
-        for (const auto& p : req.processes()) {
-          proto::ExitInfo e;
-          e.set_rank(p.rank());
-          e.set_node_id(a.node_ids[i]);
-          e.set_exit_code(-1);
-          e.set_generation(a.generation);
-          e.set_error(absl::StrCat("could not be started: ", port.status().message()));
-          HandleExitLocked(*job, e, &more);
-        }
+        std::vector<int> ranks;
+        for (const auto& p : req.processes()) ranks.push_back(p.rank());
+        FailRanksLocked(*job, a.node_ids[i], ranks,
+                        absl::StrCat("could not be started: ", port.status().message()), &more);
         ScheduleLocked(&more);
       } else if (i == 0) {
         master_port = *port;
@@ -595,6 +576,20 @@ void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::str
   job.info.set_exit_code(exit_code);
   job.info.set_end_time_ms(NowMs());
   DROVER_LOG(INFO) << job.info.job_id() << " " << proto::JobState_Name(state) << ": " << reason;
+}
+
+void SchedulerCore::FailRanksLocked(Job& job, const std::string& node_id,
+                                    const std::vector<int>& ranks, const std::string& error,
+                                    Actions* out) {
+  for (int rank : ranks) {
+    proto::ExitInfo e;
+    e.set_rank(rank);
+    e.set_node_id(node_id);
+    e.set_exit_code(-1);
+    e.set_generation(job.info.restart_count());
+    e.set_error(error);
+    HandleExitLocked(job, e, out);
+  }
 }
 
 void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Actions* out) {

@@ -123,6 +123,10 @@ class SchedulerCore {
   bool TryPlaceLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleExitLocked(Job& job, const proto::ExitInfo& exit, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records that `ranks` of the job's current generation on `node_id` ended without an
+  // exit status (never started, node lost...), `error` saying how.
+  void FailRanksLocked(Job& job, const std::string& node_id, const std::vector<int>& ranks,
+                       const std::string& error, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopJobLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(Job& job, proto::JobState state, const std::string& reason, int exit_code)

@@ -187,17 +187,12 @@ class Connection {
 
   absl::Status WaitFd(short events, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     while (true) {
-      int timeout_ms = -1;
-      if (deadline != absl::InfiniteFuture()) {
-        absl::Duration left = deadline - absl::Now();
-        if (left <= absl::ZeroDuration()) {
-          return absl::DeadlineExceededError("the object store did not answer in time");
-        }
-        timeout_ms = static_cast<int>(std::min<int64_t>(
-            absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30));
+      std::optional<int> timeout_ms = PollTimeoutMs(deadline);
+      if (!timeout_ms) {
+        return absl::DeadlineExceededError("the object store did not answer in time");
       }
       pollfd p{fd_, events, 0};
-      int n = poll(&p, 1, timeout_ms);
+      int n = poll(&p, 1, *timeout_ms);
       if (n > 0) return absl::OkStatus();
       if (n < 0 && errno != EINTR) {
         return absl::UnavailableError(absl::StrCat("poll: ", strerror(errno)));

@@ -5,9 +5,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace drover::object_store {
 namespace {
@@ -279,6 +281,14 @@ absl::StatusOr<int> ConnectToStore(const std::string& socket_path) {
                                                " (is drover-object-store running?)"));
   }
   return fd;
+}
+
+std::optional<int> PollTimeoutMs(absl::Time deadline) {
+  if (deadline == absl::InfiniteFuture()) return -1;
+  absl::Duration left = deadline - absl::Now();
+  if (left <= absl::ZeroDuration()) return std::nullopt;
+  return static_cast<int>(std::min<int64_t>(
+      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30));
 }
 
 }  // namespace drover::object_store

@@ -17,11 +17,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "google/protobuf/message_lite.h"
 
 namespace drover::object_store {
@@ -35,6 +37,10 @@ inline constexpr uint32_t kMaxFrameSize = 16u << 20;
 // INVALID_ARGUMENT for a path that does not fit sockaddr_un; UNAVAILABLE (saying what
 // to check) if nothing listens there.
 absl::StatusOr<int> ConnectToStore(const std::string& socket_path);
+
+// poll(2) timeout in ms until `deadline` (-1 for an infinite deadline, rounded up,
+// capped at 2^30); nullopt once the deadline has passed.
+std::optional<int> PollTimeoutMs(absl::Time deadline);
 
 absl::Status AppendFrame(const google::protobuf::MessageLite& msg, std::string* out);
 

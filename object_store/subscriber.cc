@@ -123,17 +123,12 @@ absl::Status Subscriber::ReadReply(absl::Time deadline, proto::StoreReply* reply
       return absl::UnavailableError(
           absl::StrCat("reading object store events: ", strerror(errno)));
     }
-    int timeout_ms = -1;
-    if (deadline != absl::InfiniteFuture()) {
-      absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) {
-        return absl::DeadlineExceededError("no object store event before the deadline");
-      }
-      timeout_ms = static_cast<int>(std::min<int64_t>(
-          absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30));
+    std::optional<int> timeout_ms = PollTimeoutMs(deadline);
+    if (!timeout_ms) {
+      return absl::DeadlineExceededError("no object store event before the deadline");
     }
     pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    if (poll(fds, 2, timeout_ms) < 0 && errno != EINTR) {
+    if (poll(fds, 2, *timeout_ms) < 0 && errno != EINTR) {
       return absl::InternalError(absl::StrCat("poll: ", strerror(errno)));
     }
   }

@@ -69,7 +69,8 @@ std::vector<Result> RunJob(TestCluster& c, const std::string& out, const std::st
   spec.add_command("--figures=" + figures);
   spec.add_command(absl::StrCat("--reps=", reps));
   // Experiments: the shared-memory tuning knobs of this process reach the workers.
-  for (const char* knob : {"DROVER_SHM_CHUNK_BYTES", "DROVER_SHM_SPIN_US", "DROVER_SHM_YIELD_US"}) {
+  for (const char* knob : {"DROVER_SHM_CHUNK_BYTES", "DROVER_SHM_SPIN_US", "DROVER_SHM_YIELD_US",
+                           "DROVER_SHM_RAILS"}) {
     if (const char* v = std::getenv(knob); v && *v) {
       spec.add_command(absl::StrCat("--env=", knob, "=", v));
     }

@@ -76,8 +76,16 @@ size_t ChunkBytes() {
   return kDefaultChunkBytes;
 }
 constexpr size_t kLine = 64;
+
 constexpr uint64_t kMagic = 0x64726f7673686d31ull;  // "drovshm1"
 constexpr int kMaxLocalRanks = 256;
+
+// DROVER_SHM_RAILS=0 turns the rail allreduce off (the leaders' path instead), for
+// measurements; every rank must see the same value.
+bool RailsDisabled() {
+  const char* v = std::getenv("DROVER_SHM_RAILS");
+  return v != nullptr && std::string(v) == "0";
+}
 
 struct alignas(kLine) Counter {
   std::atomic<uint64_t> value;
@@ -360,6 +368,9 @@ struct Topology {
   int node_index = 0;
   int local_rank = 0;
   int local_size = 1;
+  // Several nodes with the same number L > 1 of ranks each: AllReduce runs over L rails
+  // (see the top of this file) instead of through the node leaders.
+  bool rails = false;
   bool leader() const { return local_rank == 0; }
 };
 
@@ -367,13 +378,14 @@ class HybridGroup : public Group {
  public:
   HybridGroup(GroupOptions options, Algorithm algorithm, Topology topo,
               std::unique_ptr<Group> world, std::unique_ptr<ShmSegment> shm,
-              std::unique_ptr<Group> leaders)
+              std::unique_ptr<Group> leaders, std::unique_ptr<Group> rail)
       : options_(std::move(options)),
         algorithm_(algorithm),
         topo_(std::move(topo)),
         world_(std::move(world)),
         shm_(std::move(shm)),
-        leaders_(std::move(leaders)) {}
+        leaders_(std::move(leaders)),
+        rail_(std::move(rail)) {}
 
   absl::Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op) override {
     if (absl::Status s = Usable("AllReduce"); !s.ok() || count == 0) return s;
@@ -387,6 +399,7 @@ class HybridGroup : public Group {
           return LocalAllReduce<T>(p, count, op, /*everyone=*/true,
                                    op == ReduceOp::kAvg ? size() : 1, deadline, "AllReduce");
         }
+        if (topo_.rails) return RailAllReduce<T>(p, count, type, op, deadline);
         const ReduceOp across = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
         if (absl::Status s = LocalAllReduce<T>(p, count, across, /*everyone=*/false, 1,
                                                deadline, "AllReduce");
@@ -579,12 +592,120 @@ class HybridGroup : public Group {
     return absl::OkStatus();
   }
 
+  // The 2-D ("rail") allreduce over nodes of L ranks each (topo_.rails): local rank i
+  // owns the contiguous slice [count*i/L, count*(i+1)/L) of the buffer.
+  //   1. reduce-scatter within the node: rank i ends with the node's reduction of its slice;
+  //   2. rank i allreduces its slice with local rank i of every other node (its rail's Gloo
+  //      ring): L rings in parallel, each carrying 1/L of the buffer;
+  //   3. allgather within the node: every rank copies the other slices out.
+  template <typename T>
+  absl::Status RailAllReduce(T* buf, size_t count, DataType type, ReduceOp op,
+                             absl::Time deadline) {
+    const std::string where = Where("AllReduce");
+    const ReduceOp across = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+    const int me = shm_->local_rank();
+    const SliceSteps<T> steps(count, shm_->local_size(), shm_->chunk_bytes());
+    if (absl::Status s = LocalReduceScatter(buf, steps, across, deadline, where); !s.ok()) {
+      return s;
+    }
+    T* mine = buf + steps.lo(me);
+    const size_t mine_count = steps.lo(me + 1) - steps.lo(me);
+    Group* rail = topo_.leader() ? leaders_.get() : rail_.get();
+    if (absl::Status s = Across(rail->AllReduce(mine, mine_count, type, across), "AllReduce");
+        !s.ok()) {
+      return s;
+    }
+    if (op == ReduceOp::kAvg) DivideInPlace(mine, mine_count, size());
+    return LocalAllGatherSlices(buf, steps, deadline, where);
+  }
+
+  // How the rail path walks the slices through the segment: step k covers elements
+  // [k*per_step, (k+1)*per_step) of every slice at once; sub-chunk j of a step sits at
+  // j*per_step in a half of the segment region (halves alternate by step, so a rank may
+  // write step k+1 while another still reads step k: one barrier per step).
+  template <typename T>
+  struct SliceSteps {
+    SliceSteps(size_t count, int local_size, size_t chunk_bytes)
+        : count(count), local_size(local_size), half_bytes(chunk_bytes / 2) {
+      const size_t share = half_bytes / local_size;  // bytes per slice per step
+      per_step = share >= kLine ? share / kLine * kLine / sizeof(T) : share / sizeof(T);
+      per_step = std::max<size_t>(per_step, 1);
+      const size_t longest = (count + local_size - 1) / local_size;
+      n = (longest + per_step - 1) / per_step;
+    }
+    size_t lo(int j) const { return count * j / local_size; }
+    // Elements [begin, end) of slice j in step k (empty if the slice is shorter).
+    size_t begin(int j, size_t k) const { return std::min(lo(j) + k * per_step, lo(j + 1)); }
+    size_t end(int j, size_t k) const { return std::min(lo(j) + (k + 1) * per_step, lo(j + 1)); }
+    T* at(char* region, size_t k, int j) const {
+      return reinterpret_cast<T*>(region + (k & 1) * half_bytes) + j * per_step;
+    }
+    size_t count;
+    int local_size;
+    size_t half_bytes;
+    size_t per_step = 1;
+    size_t n = 0;  // steps
+  };
+
+  // Step 1 of RailAllReduce. Per step: rank i copies the sub-chunks of the other slices
+  // into its slot; barrier; rank i folds sub-chunk i of the other slots into its buffer.
+  // Ends reading the slots; the next write of a slot (RailAllReduce's allgather writes
+  // only the result region, the next operation comes after its barriers) waits for that.
+  template <typename T>
+  absl::Status LocalReduceScatter(T* buf, const SliceSteps<T>& st, ReduceOp op,
+                                  absl::Time deadline, const std::string& where) {
+    const int n = st.local_size, me = shm_->local_rank();
+    std::vector<const T*> others;
+    for (size_t k = 0; k < st.n; ++k) {
+      for (int j = 0; j < n; ++j) {
+        if (j == me) continue;
+        const size_t b = st.begin(j, k), e = st.end(j, k);
+        std::memcpy(static_cast<void*>(st.at(shm_->slot(me), k, j)), buf + b, (e - b) * sizeof(T));
+      }
+      if (absl::Status s = shm_->Barrier(deadline, where); !s.ok()) return s;
+      const size_t b = st.begin(me, k), e = st.end(me, k);
+      if (b == e) continue;
+      others.clear();
+      for (int j = 0; j < n; ++j) {
+        if (j != me) others.push_back(st.at(shm_->slot(j), k, me));
+      }
+      ReduceInto(buf + b, others, e - b, op);
+    }
+    return absl::OkStatus();
+  }
+
+  // Step 3 of RailAllReduce, through the result region. Per step: rank i copies its
+  // sub-chunk in; barrier; everyone copies the others' out. Its first write follows the
+  // reduce-scatter's barriers, so nobody still reads the result region of an earlier
+  // operation; it ends reading the result region, never the slots.
+  template <typename T>
+  absl::Status LocalAllGatherSlices(T* buf, const SliceSteps<T>& st, absl::Time deadline,
+                                    const std::string& where) {
+    const int n = st.local_size, me = shm_->local_rank();
+    for (size_t k = 0; k < st.n; ++k) {
+      {
+        const size_t b = st.begin(me, k), e = st.end(me, k);
+        std::memcpy(static_cast<void*>(st.at(shm_->result(), k, me)), buf + b, (e - b) * sizeof(T));
+      }
+      if (absl::Status s = shm_->Barrier(deadline, where); !s.ok()) return s;
+      for (int j = 0; j < n; ++j) {
+        if (j == me) continue;
+        const size_t b = st.begin(j, k), e = st.end(j, k);
+        std::memcpy(static_cast<void*>(buf + b), st.at(shm_->result(), k, j), (e - b) * sizeof(T));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   GroupOptions options_;
   Algorithm algorithm_;
   Topology topo_;
   std::unique_ptr<Group> world_;
   std::unique_ptr<ShmSegment> shm_;
   std::unique_ptr<Group> leaders_;
+  // With topo_.rails, on local ranks > 0: the Gloo group of this rank's rail (local rank
+  // 0's rail is leaders_).
+  std::unique_ptr<Group> rail_;
   absl::Status broken_;
 };
 
@@ -644,6 +765,12 @@ absl::StatusOr<std::unique_ptr<Group>> NewHybridGroup(const GroupOptions& option
       algorithm = Algorithm::kHierarchical;
     }
   }
+  if (topo.nodes.size() > 1 && topo.local_size > 1 && !RailsDisabled()) {
+    topo.rails = std::all_of(topo.nodes.begin(), topo.nodes.end(),
+                             [&](const std::vector<int>& n) {
+                               return n.size() == topo.nodes[0].size();
+                             });
+  }
   if (algorithm == Algorithm::kShm && topo.nodes.size() > 1) {
     return absl::InvalidArgumentError(where(absl::StrCat(
         "algorithm shm needs every rank on one node; the ranks are on ", topo.nodes.size(),
@@ -675,9 +802,24 @@ absl::StatusOr<std::unique_ptr<Group>> NewHybridGroup(const GroupOptions& option
     if (!g.ok()) return g.status();
     leaders = std::move(*g);
   }
+  // Rails: local rank i > 0 of every node meets the local ranks i of the other nodes on
+  // "<prefix>rail<i>/" (rail 0 is the leaders' group).
+  std::unique_ptr<Group> rail;
+  if (topo.rails && !topo.leader()) {
+    GroupOptions ro = options;
+    ro.name = absl::StrCat(options.name, ".rail", topo.local_rank);
+    ro.rank = topo.node_index;
+    ro.size = static_cast<int>(topo.nodes.size());
+    auto rail_kv = ConnectKv(ro);
+    if (!rail_kv.ok()) return rail_kv.status();
+    auto g = NewGlooGroupAt(ro, std::move(*rail_kv),
+                            absl::StrCat(*prefix, "rail", topo.local_rank, "/"));
+    if (!g.ok()) return g.status();
+    rail = std::move(*g);
+  }
   return std::unique_ptr<Group>(new HybridGroup(options, algorithm, std::move(topo),
                                                 std::move(*world), std::move(shm),
-                                                std::move(leaders)));
+                                                std::move(leaders), std::move(rail)));
 }
 
 }  // namespace drover::collective::internal

@@ -95,6 +95,16 @@ TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoNodesTimesTwoRanksHierarchical) {
   EXPECT_NE(job.placement(0).node_id(), job.placement(2).node_id());
 }
 
+// Three rails (local ranks 0, 1, 2 of two nodes): counts smaller than and not divisible
+// by the node's 3 ranks.
+TEST_F(GlooGroupTest, EveryAllReduceTwoNodesTimesThreeRanksRails) {
+  StartCluster(2);
+  auto job = RunWorker({"--mode=check_allreduce", "--algorithm=hierarchical"}, 6, 3);
+  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
+  ASSERT_EQ(job.placement_size(), 6);
+  EXPECT_NE(job.placement(0).node_id(), job.placement(3).node_id());
+}
+
 TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoNodesTimesTwoRanksPlainGloo) {
   StartCluster(2);
   auto job = RunWorker({"--mode=check", "--algorithm=gloo"}, 4, 2);

@@ -76,7 +76,6 @@ size_t ChunkBytes() {
   return kDefaultChunkBytes;
 }
 constexpr size_t kLine = 64;
-
 constexpr uint64_t kMagic = 0x64726f7673686d31ull;  // "drovshm1"
 constexpr int kMaxLocalRanks = 256;
 

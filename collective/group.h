@@ -16,9 +16,15 @@
 //     touched, unlinked as soon as every local rank has mapped it): each rank copies its
 //     input into its slot, reduces a 1/N slice across the slots and publishes it, then
 //     copies the other slices out, in chunks of 1 MiB (small enough to stay in cache).
-//   - ranks on several nodes, some sharing a node: kHierarchical. AllReduce and Barrier
-//     reduce within each node through shared memory, run Gloo's ring among one leader
-//     per node (the lowest rank of the node), and broadcast back through shared memory.
+//   - ranks on several nodes, some sharing a node: kHierarchical. AllReduce, when every
+//     node has the same number L of ranks, is the 2-D ("rail") algorithm: a reduce-scatter
+//     through shared memory leaves local rank i with its node's sum of slice i (1/L of the
+//     buffer), local rank i of every node allreduces that slice over a Gloo ring of its
+//     own (L rings at once, each carrying 1/L of the data), and an allgather through
+//     shared memory hands every rank the other slices. With nodes of unequal sizes,
+//     AllReduce (and always Barrier) reduce within each node through shared memory, run
+//     Gloo's ring among one leader per node (the lowest rank of the node), and broadcast
+//     back through shared memory.
 //   - one rank per node: kGloo.
 // Operations without a shared-memory path (ReduceScatter, Send/Recv, and on several
 // nodes Broadcast and AllGather) use a Gloo full mesh of all ranks.

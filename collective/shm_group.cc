@@ -6,7 +6,9 @@
 // segment (shm_open, O_EXCL, mode 0600, sized, touched) and publishes its name in the KV,
 // the others open and map it (MAP_POPULATE), all meet at a barrier in the segment and
 // the creator unlinks it; with several nodes, the node leaders connect a Gloo context of
-// their own on "<prefix>leaders/".
+// their own on "<prefix>leaders/", and when every node has the same number L > 1 of ranks,
+// local rank i > 0 connects with the local ranks i of the other nodes on
+// "<prefix>rail<i>/" (rail 0 is the leaders' context).
 //
 // Segment layout: a header (magic, abort word, futex word, sleeper count, then one
 // arrival counter per local rank, each on its own cache line), then one slot of
@@ -32,6 +34,27 @@
 // The invariant between operations: an operation may start by writing its slot without
 // a barrier, because no operation ends reading the slots (AllGather ends with a
 // barrier); it writes the result region only after a barrier.
+//
+// AllReduce across nodes. Nodes of equal size L > 1: the 2-D ("rail") algorithm. Local
+// rank i owns the contiguous slice [n*i/L, n*(i+1)/L) of the whole buffer:
+//   1. reduce-scatter within the node: step k covers sub-chunk k of every slice at once
+//      (chunk/2/L bytes of each); rank i copies the other slices' sub-chunks into its
+//      slot, barrier, folds sub-chunk i of the other slots into its own buffer;
+//   2. rank i allreduces its slice with local rank i of every other node over its rail's
+//      Gloo ring: L rings at once, each carrying 1/L of the buffer, no rank idle (kAvg:
+//      summed, then each rank divides its own slice);
+//   3. allgather within the node through the result region: rank i copies sub-chunk k
+//      of its slice in, barrier, copies the others' out.
+// Steps 1 and 3 alternate between the two halves of the slots and of the result region
+// by step parity, so one barrier per step suffices: a rank writes half k%2 in step k
+// only after passing barrier k-1, which every rank reaches after its reads of step k-2.
+// Step 3 writes only the result region, after step 1's barriers (no reader of an earlier
+// operation is left), and ends reading the result region, keeping the invariant above.
+// Counts below L leave some slices (and their rails' Gloo calls) empty; every rail has
+// equal slice lengths on every node, so the rails agree.
+// Nodes of unequal sizes (or DROVER_SHM_RAILS=0): reduce to local rank 0 through the
+// segment (the chunked AllReduce above, result kept by rank 0 only), Gloo ring among
+// the leaders on the whole buffer, broadcast back through the result region.
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>

@@ -22,9 +22,10 @@
 //     buffer), local rank i of every node allreduces that slice over a Gloo ring of its
 //     own (L rings at once, each carrying 1/L of the data), and an allgather through
 //     shared memory hands every rank the other slices. With nodes of unequal sizes,
-//     AllReduce (and always Barrier) reduce within each node through shared memory, run
-//     Gloo's ring among one leader per node (the lowest rank of the node), and broadcast
-//     back through shared memory.
+//     AllReduce reduces within each node through shared memory, runs Gloo's ring among
+//     one leader per node (the lowest rank of the node), and broadcasts back through
+//     shared memory. Barrier meets within each node, then among the leaders, then within
+//     each node again.
 //   - one rank per node: kGloo.
 // Operations without a shared-memory path (ReduceScatter, Send/Recv, and on several
 // nodes Broadcast and AllGather) use a Gloo full mesh of all ranks.

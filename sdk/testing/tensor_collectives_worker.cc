@@ -146,6 +146,12 @@ class Worker {
     if (out.meta != m) Die(absl::StrCat(what, ": header differs: shape [",
                                         absl::StrJoin(out.meta.shape, ","), "] dtype ",
                                         os::DTypeName(out.meta.dtype)));
+    // The result is the object in this node's shared arena, read in place.
+    const uint8_t* base = objects_.store().arena_base();
+    if (out.ref.data().data() < base ||
+        out.ref.data().data() + out.ref.data().size() > base + objects_.store().arena_capacity()) {
+      Die(what + ": the result is not in this node's arena");
+    }
     // The header stored with the object says the same.
     auto stored = Take(os::DecodeTensorHeader(out.ref.metadata_view(), out.ref.data().size()),
                        what + ": stored header");
@@ -240,6 +246,32 @@ class Worker {
     }
     Report(absl::StrCat("ok ", dt, ": allreduce sum/avg/max/min, allgather, reduce_scatter "
                         "sum/max, broadcast", n % 2 == 0 ? ", send/recv" : ""));
+  }
+
+  // Tensors of a few MiB: the shared-memory paths move them in several chunks.
+  void CheckLarge() {
+    const int rank = g_.rank(), n = g_.size();
+    const os::DType t = os::DType::kFloat32;
+    const std::vector<int64_t> shape = {32 * n, 8192};  // n MiB
+    TensorRef in = PutInput(absl::StrCat("in.large.r", rank), t, shape, rank);
+    absl::Time t0 = absl::Now();
+    TensorRef sum = Take(AllReduceTensor(g_, objects_, in, absl::StrCat("ar.large.r", rank),
+                                         ReduceOp::kSum),
+                         "AllReduceTensor large");
+    absl::Duration took = absl::Now() - t0;
+    Expect(sum, t, shape, [&](int64_t i) { return Reduce(ReduceOp::kSum, t, i); },
+           "AllReduceTensor large");
+    TensorRef all = Take(AllGatherTensor(g_, objects_, in, absl::StrCat("ag.large.r", rank)),
+                         "AllGatherTensor large");
+    const int64_t per = shape[0] * shape[1];
+    Expect(all, t, {n * shape[0], shape[1]}, [&](int64_t i) { return Input(i / per, i % per); },
+           "AllGatherTensor large");
+    TensorRef bc = Take(BroadcastTensor(g_, objects_, rank == 0 ? &in : nullptr,
+                                        absl::StrCat("bc.large.r", rank), 0),
+                        "BroadcastTensor large");
+    Expect(bc, t, shape, [&](int64_t i) { return Input(0, i); }, "BroadcastTensor large");
+    Report(absl::StrCat("ok ", n, " MiB float32: allreduce (", absl::FormatDuration(took),
+                        "), allgather, broadcast"));
   }
 
   // Byte-moving operations take every dtype; reductions refuse the others.
@@ -492,6 +524,7 @@ int Main(int argc, char** argv) {
                       os::DType::kInt32, os::DType::kInt64, os::DType::kUInt8}) {
     w.CheckDType(t);
   }
+  w.CheckLarge();
   w.CheckOtherDTypes();
   w.CheckReadByOthers(node_of);
   w.CheckErrors();

@@ -42,9 +42,9 @@ struct Record {
   uint16_t meta_size = 0;
   uint32_t reserved = 0;
   char meta[os::TensorHeaderSize(os::kMaxTensorDims)] = {};  // canonical input header
-  char message[512 - 16 - os::TensorHeaderSize(os::kMaxTensorDims)] = {};
+  char message[1024 - 16 - os::TensorHeaderSize(os::kMaxTensorDims)] = {};  // truncated
 };
-static_assert(sizeof(Record) == 512, "Record is exchanged as 512 raw bytes");
+static_assert(sizeof(Record) == 1024, "Record is exchanged as 1024 raw bytes");
 
 // "float32[2, 5]"
 std::string Describe(const os::TensorMeta& m) {

@@ -27,6 +27,7 @@
 #include "object_store/arena.h"
 #include "object_store/object_table.h"
 #include "object_store/protocol.h"
+#include "object_store/lease.pb.h"
 #include "proto/object_store.pb.h"
 
 namespace drover::object_store {
@@ -346,7 +347,17 @@ class StoreServer::Loop {
         if (!*got) break;
         HandleFrame(c, body);
         ProcessSealed();
+        if (flush_now_) {
+          // A leased put's reply goes out before the store turns to the frames behind
+          // it (the client's next lease): the put waits only for its own seal.
+          flush_now_ = false;
+          if (c.in.buffered() > 0 && !c.closing && !c.want_write) Flush(c);
+        }
       }
+      // A short read emptied the socket: no second read just to see EAGAIN (a syscall
+      // on every request's path). Bytes arriving meanwhile keep the socket readable,
+      // and the level-triggered epoll reports it again.
+      if (static_cast<size_t>(n) < kReadChunk) return;
     }
   }
 
@@ -438,6 +449,12 @@ class StoreServer::Loop {
         subscribers_.insert(c.id);
         break;
       default:
+        // The lease operations live in fields StoreRequest does not know (lease.proto).
+        if (ext_request_.ParseFromArray(body.data(), static_cast<int>(body.size())) &&
+            ext_request_.op_case() != wire::StoreRequestExt::OP_NOT_SET) {
+          HandleLeaseOp(c);
+          return;
+        }
         s = absl::InvalidArgumentError(
             "object store: the request has no operation this store knows (missing, or from "
             "a newer protocol version)");
@@ -445,6 +462,45 @@ class StoreServer::Loop {
     }
     SetStatus(s, &reply_);
     SendReply(c, reply_);
+  }
+
+  // Lease, SealLeased, ReturnLease (object_store/lease.proto); the table checks every
+  // offset and size against this client's own leases.
+  void HandleLeaseOp(Conn& c) {
+    ext_reply_.Clear();
+    ext_reply_.set_request_id(ext_request_.request_id());
+    absl::Status s;
+    switch (ext_request_.op_case()) {
+      case wire::StoreRequestExt::kLease: {
+        absl::StatusOr<LeaseRange> lease = table_.Lease(c.id, ext_request_.lease().bytes());
+        if (lease.ok()) {
+          ext_reply_.mutable_lease()->set_offset(lease->offset);
+          ext_reply_.mutable_lease()->set_size(lease->size);
+        }
+        s = lease.status();
+        break;
+      }
+      case wire::StoreRequestExt::kSealLeased: {
+        const auto& r = ext_request_.seal_leased();
+        s = CheckId(r.id());
+        if (s.ok()) {
+          s = table_.SealLeased(c.id, r.id(), r.offset(), r.data_size(), r.metadata_size())
+                  .status();
+        }
+        flush_now_ = true;
+        break;
+      }
+      case wire::StoreRequestExt::kReturnLease:
+        s = table_.ReturnLease(c.id, ext_request_.return_lease().offset(),
+                               ext_request_.return_lease().size());
+        break;
+      default:
+        s = absl::InvalidArgumentError("object store: unknown lease operation");
+        break;
+    }
+    ext_reply_.set_code(static_cast<int32_t>(s.code()));
+    if (!s.ok()) ext_reply_.set_message(std::string(s.message()));
+    SendReply(c, ext_reply_, ext_reply_.request_id());
   }
 
   void SendEvent(Conn& c, proto::StoreEvent::Kind kind, const ObjectInfo& info) {
@@ -668,12 +724,16 @@ class StoreServer::Loop {
   }
 
   void SendReply(Conn& c, const proto::StoreReply& reply) {
+    SendReply(c, reply, reply.request_id());
+  }
+
+  void SendReply(Conn& c, const google::protobuf::MessageLite& reply, uint64_t request_id) {
     if (c.closing) return;
     absl::Status s = AppendFrame(reply, &c.out);
     if (!s.ok()) {
       // Only a Get reply with huge metadata can get here: answer with an error instead.
       proto::StoreReply err;
-      err.set_request_id(reply.request_id());
+      err.set_request_id(request_id);
       SetStatus(absl::ResourceExhaustedError(absl::StrCat(
                     "object store: the reply is larger than the frame limit of ",
                     kMaxFrameSize, " bytes; get fewer objects per request")),
@@ -772,6 +832,9 @@ class StoreServer::Loop {
   proto::StoreRequest request_;
   proto::StoreReply reply_;
   proto::StoreReply event_;  // not reply_: events go out while a reply is being built
+  bool flush_now_ = false;  // set by a leased put: send its reply before the next frame
+  wire::StoreRequestExt ext_request_;
+  wire::StoreReplyExt ext_reply_;
 };
 
 StoreServer::StoreServer() = default;

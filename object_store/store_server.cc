@@ -361,7 +361,37 @@ class StoreServer::Loop {
     }
   }
 
+  // True if the frame's operation is one of lease.proto's (fields 100-102), judged
+  // from the field after request_id as a serializer writes them (in field order).
+  // Only a shortcut: a frame it misjudges still reaches HandleLeaseOp the long way.
+  static bool LooksLikeLeaseOp(absl::string_view body) {
+    const auto* p = reinterpret_cast<const unsigned char*>(body.data());
+    const auto* end = p + body.size();
+    auto varint = [&](uint64_t* v) {
+      *v = 0;
+      for (int shift = 0; p < end && shift < 64; shift += 7) {
+        const unsigned char b = *p++;
+        *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+        if ((b & 0x80) == 0) return true;
+      }
+      return false;
+    };
+    uint64_t tag, value;
+    if (!varint(&tag)) return false;
+    if (tag == 0x08) {  // request_id, varint
+      if (!varint(&value) || !varint(&tag)) return false;
+    }
+    const uint64_t field = tag >> 3;
+    return field >= 100 && field <= 102;
+  }
+
   void HandleFrame(Conn& c, absl::string_view body) {
+    if (LooksLikeLeaseOp(body) &&
+        ext_request_.ParseFromArray(body.data(), static_cast<int>(body.size())) &&
+        ext_request_.op_case() != wire::StoreRequestExt::OP_NOT_SET) {
+      HandleLeaseOp(c);
+      return;
+    }
     reply_.Clear();
     if (!request_.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
       // The framing is intact, so the stream can go on; the request id is unknown.

@@ -220,8 +220,10 @@ class Connection {
     // A refill goes in the same write, after the seal. The store answers the seal
     // first and at once; the lease's answer is read by whichever call comes next
     // (ReadReplyLocked), usually long after it arrived.
-    const bool refill = lease_end_ - lease_cursor_ < next && LeaseWantedLocked() &&
-                        AppendRefillLocked(next).ok();
+    // (Not while another thread's refill is still unanswered: one at a time, so that
+    // every grant is taken up and every rest returned.)
+    const bool refill = refill_count_ == 0 && lease_end_ - lease_cursor_ < next &&
+                        LeaseWantedLocked() && AppendRefillLocked(next).ok();
     if (!broken_.ok()) {
       *result = broken_;
       return true;

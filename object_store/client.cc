@@ -67,7 +67,8 @@ class Connection {
       : fd_(fd),
         arena_(std::move(arena)),
         client_id_(client_id),
-        max_leased_block_(std::min<uint64_t>(kMaxLeasedBlock, arena_->capacity() / 64 / 64 * 64)) {}
+        max_leased_block_(
+            std::min<uint64_t>(kMaxLeasedBlock, arena_->capacity() / 64 / 64 * 64)) {}
 
   ~Connection() {
     {
@@ -157,12 +158,14 @@ class Connection {
   // The client holds at most one lease range it carves puts from, front to back:
   // [lease_cursor_, lease_end_). A put takes its block under the lock, writes metadata
   // and data outside it, and seals with one request; when what is left would not hold
-  // the next put (sized as the largest of the recent ones), the same write returns the
-  // rest and asks for a new lease of that size, so the refill rides on the put's round
-  // trip. A lease is sized for one put, not many: the store places each new lease
-  // best-fit, so a put-and-delete loop keeps reusing the same few blocks (cache-warm,
-  // already mapped in this process), where a large lease carved front to back would
-  // walk through fresh, cold memory.
+  // the next put (sized as the largest of the recent ones), the seal's write also
+  // returns the rest and asks for a new lease of that size. The store answers the seal
+  // first and at once, and the lease after it; the grant is read by the client's next
+  // call (ReadReplyLocked takes it whoever reads), so a refill costs no round trip of
+  // its own. At most one refill is in flight. A lease is sized for one put, not many:
+  // the store places each new lease best-fit, so a put-and-delete loop keeps reusing
+  // the same few blocks (cache-warm, already mapped in this process), where a large
+  // lease carved front to back would walk through fresh, cold memory.
 
   // Puts the object from the lease. Returns false if it did not (no lease to be had,
   // the object too large for one, or a store that does not know leases): the caller

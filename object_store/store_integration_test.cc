@@ -942,7 +942,8 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
       req.Clear();
       req.mutable_return_lease()->set_offset(off);
       req.mutable_return_lease()->set_size(size);
-      expect_invalid(raw.CallExt(req), absl::StrCat("return ", off, "+", size), "return of a lease");
+      expect_invalid(raw.CallExt(req), absl::StrCat("return ", off, "+", size),
+                     "return of a lease");
     }
     // An id that exists: refused, and the range is used up (not sealed again).
     req.Clear();
@@ -1107,7 +1108,9 @@ TEST(StoreIntegrationTest, ThreadsPutThroughOneLeaseConcurrently) {
   // granted to it was lost track of on the way).
   uint64_t object_bytes = 0;
   for (int t = 0; t < 4; ++t) {
-    for (int i = 0; i < 40; ++i) object_bytes += (64 + 70000 + 37000 * ((t * 40 + i) % 17) + 63) / 64 * 64;
+    for (int i = 0; i < 40; ++i) {
+      object_bytes += (64 + 70000 + 37000 * ((t * 40 + i) % 17) + 63) / 64 * 64;
+    }
   }
   EXPECT_GE(s.used, object_bytes);
   EXPECT_LE(s.used, object_bytes + 70000 + 37000 * 16 + 128) << Describe(s);

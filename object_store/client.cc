@@ -19,7 +19,6 @@
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
 #include "object_store/arena.h"
-#include "object_store/lease.pb.h"
 #include "object_store/protocol.h"
 #include "proto/object_store.pb.h"
 
@@ -127,33 +126,25 @@ class Connection {
   absl::Status FinishBatchLocked(absl::Duration wait,
                                  const std::function<void(int, const proto::StoreReply&)>& on_reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return FinishBatchAsLocked(wait, &reply_, on_reply);
-  }
-  // The same with the replies parsed as `Reply` (a message sharing StoreReply's fields
-  // 1-3: request_id, code, message).
-  template <typename Reply>
-  absl::Status FinishBatchAsLocked(absl::Duration wait, Reply* reply,
-                                   const std::function<void(int, const Reply&)>& on_reply)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!broken_.ok()) return broken_;
     absl::Time deadline = wait == absl::InfiniteDuration() ? absl::InfiniteFuture()
                                                            : absl::Now() + wait + kReplyGrace;
     if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
     int left = batch_size_;
     while (left > 0) {
-      if (absl::Status s = ReadReplyLocked(reply, deadline); !s.ok()) return Break(s);
-      uint64_t rid = reply->request_id();
+      if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s);
+      uint64_t rid = reply_.request_id();
       if (rid >= batch_first_ && rid < batch_first_ + static_cast<uint64_t>(batch_size_)) {
-        on_reply(static_cast<int>(rid - batch_first_), *reply);
+        on_reply(static_cast<int>(rid - batch_first_), reply_);
         --left;
       } else {
-        NoteAsyncReply(reply->code(), reply->message());
+        NoteAsyncReply(reply_);
       }
     }
     return absl::OkStatus();
   }
 
-  // --- Leased puts (object_store/lease.proto) ---
+  // --- Leased puts (Lease, SealLeased, ReturnLease in proto/object_store.proto) ---
   //
   // The client holds at most one lease range it carves puts from, front to back:
   // [lease_cursor_, lease_end_). A put takes its block under the lock, writes metadata
@@ -189,9 +180,9 @@ class Connection {
         if (!LeaseWantedLocked()) return false;
         BeginBatchLocked();
         if (absl::Status s = AppendRefillLocked(next); !s.ok()) return false;
-        absl::Status s = FinishBatchAsLocked<wire::StoreReplyExt>(
-            absl::ZeroDuration(), &ext_reply_,
-            [&](int i, const wire::StoreReplyExt& r) { OnRefillReplyLocked(i, r); });
+        absl::Status s = FinishBatchLocked(
+            absl::ZeroDuration(),
+            [&](int i, const proto::StoreReply& r) { OnRefillReplyLocked(i, r); });
         if (!s.ok()) {
           *result = s;
           return true;
@@ -208,13 +199,13 @@ class Connection {
 
     absl::MutexLock lock(&mu_);
     BeginBatchLocked();
-    ext_req_.Clear();
-    wire::SealLeasedRequest* r = ext_req_.mutable_seal_leased();
+    req_.Clear();
+    proto::SealLeasedRequest* r = req_.mutable_seal_leased();
     r->set_id(id);
     r->set_offset(offset);
     r->set_data_size(data.size());
     r->set_metadata_size(metadata.size());
-    if (absl::Status s = AppendExtLocked(); !s.ok()) {
+    if (absl::Status s = AppendLocked(); !s.ok()) {
       // Cannot encode (not for these sizes); the block stays unused in the lease.
       *result = s;
       return true;
@@ -241,18 +232,18 @@ class Connection {
       refill_count_ = batch_size_ - 1;
     }
     while (true) {
-      if (absl::Status s = ReadReplyLocked(&ext_reply_, deadline); !s.ok()) {
+      if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) {
         *result = Break(s);
         return true;
       }
-      if (ext_reply_.request_id() != seal_rid) {
-        NoteAsyncReply(ext_reply_.code(), ext_reply_.message());
+      if (reply_.request_id() != seal_rid) {
+        NoteAsyncReply(reply_);
         continue;
       }
-      *result = ext_reply_.code() == 0
+      *result = reply_.code() == 0
                     ? absl::OkStatus()
-                    : absl::Status(static_cast<absl::StatusCode>(ext_reply_.code()),
-                                   ext_reply_.message());
+                    : absl::Status(static_cast<absl::StatusCode>(reply_.code()),
+                                   reply_.message());
       return true;
     }
   }
@@ -300,20 +291,11 @@ class Connection {
   }
 
   void NoteAsyncReply(const proto::StoreReply& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    NoteAsyncReply(r.code(), r.message());
-  }
-  void NoteAsyncReply(int code, const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (unacked_ > 0) --unacked_;
-    if (code != 0) {
+    if (r.code() != 0) {
       DROVER_LOG(WARNING) << "object store: an asynchronous request (release/seal) failed: "
-                          << message;
+                          << r.message();
     }
-  }
-
-  absl::Status AppendExtLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    ext_req_.set_request_id(next_request_id_++);
-    ++batch_size_;
-    return AppendFrame(ext_req_, &wbuf_);
   }
 
   bool LeaseWantedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -326,16 +308,16 @@ class Connection {
   absl::Status AppendRefillLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     refill_returns_ = lease_end_ > lease_cursor_;
     if (refill_returns_) {
-      ext_req_.Clear();
-      wire::ReturnLeaseRequest* r = ext_req_.mutable_return_lease();
+      req_.Clear();
+      proto::ReturnLeaseRequest* r = req_.mutable_return_lease();
       r->set_offset(lease_cursor_);
       r->set_size(lease_end_ - lease_cursor_);
-      if (absl::Status s = AppendExtLocked(); !s.ok()) return s;
+      if (absl::Status s = AppendLocked(); !s.ok()) return s;
     }
     lease_cursor_ = lease_end_ = 0;
-    ext_req_.Clear();
-    ext_req_.mutable_lease()->set_bytes(bytes);
-    return AppendExtLocked();
+    req_.Clear();
+    req_.mutable_lease()->set_bytes(bytes);
+    return AppendLocked();
   }
 
   // Reads the answers to a refill sent with an earlier put's seal (ReadReplyLocked
@@ -360,7 +342,7 @@ class Connection {
   }
 
   // Reply `i` of the frames AppendRefillLocked appended.
-  void OnRefillReplyLocked(int i, const wire::StoreReplyExt& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void OnRefillReplyLocked(int i, const proto::StoreReply& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (refill_returns_ && i == 0) {
       if (r.code() != 0) {
         DROVER_LOG(WARNING) << "object store: returning the rest of a lease failed: "
@@ -368,8 +350,10 @@ class Connection {
       }
       return;
     }
-    if (r.code() == static_cast<int>(absl::StatusCode::kInvalidArgument)) {
-      // A store that does not know leases (or thinks this client misuses them).
+    if (r.code() == static_cast<int>(absl::StatusCode::kInvalidArgument) ||
+        r.code() == static_cast<int>(absl::StatusCode::kUnimplemented)) {
+      // A store that does not know leases (an older one answers INVALID_ARGUMENT: a
+      // StoreRequest with no operation it knows), or thinks this client misuses them.
       DROVER_LOG(INFO) << "object store: no leases (" << r.message()
                        << "); putting with Create + Seal";
       lease_unsupported_ = true;
@@ -433,7 +417,7 @@ class Connection {
 
   // Reads the next reply into `*reply`. The answers to a lease refill sent ahead are
   // handled here, whoever reads them, and not returned.
-  absl::Status ReadReplyLocked(google::protobuf::MessageLite* reply, absl::Time deadline)
+  absl::Status ReadReplyLocked(proto::StoreReply* reply, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     while (true) {
       absl::string_view body;
@@ -516,12 +500,10 @@ class Connection {
   bool refill_returns_ ABSL_GUARDED_BY(mu_) = false;
   bool lease_unsupported_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time lease_retry_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  wire::StoreRequestExt ext_req_ ABSL_GUARDED_BY(mu_);
-  wire::StoreReplyExt ext_reply_ ABSL_GUARDED_BY(mu_);
   // A refill sent with a seal whose answers are not read yet: its request ids.
   uint64_t refill_first_ ABSL_GUARDED_BY(mu_) = 0;
   int refill_count_ ABSL_GUARDED_BY(mu_) = 0;
-  wire::StoreReplyExt refill_reply_ ABSL_GUARDED_BY(mu_);
+  proto::StoreReply refill_reply_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace internal

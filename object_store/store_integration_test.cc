@@ -24,7 +24,6 @@
 #include "common/spawn.h"
 #include "gtest/gtest.h"
 #include "object_store/client.h"
-#include "object_store/lease.pb.h"
 #include "object_store/protocol.h"
 #include "object_store/store_server.h"
 #include "object_store/testing/test_data.h"
@@ -474,17 +473,6 @@ class RawClient {
     EXPECT_TRUE(s.ok()) << s;
     return reply;
   }
-  // A lease operation (object_store/lease.proto).
-  wire::StoreReplyExt CallExt(wire::StoreRequestExt req) {
-    req.set_request_id(++next_id_);
-    std::string scratch;
-    EXPECT_TRUE(WriteFrame(fd_, req, &scratch).ok());
-    wire::StoreReplyExt reply;
-    absl::Status s = ReadFrame(fd_, &reply, &scratch);
-    EXPECT_TRUE(s.ok()) << s;
-    EXPECT_EQ(reply.request_id(), next_id_);
-    return reply;
-  }
   void SendBytes(const std::string& bytes) { EXPECT_TRUE(WriteAll(fd_, bytes).ok()); }
   // True if the store closed the connection (EOF).
   bool Closed() {
@@ -867,7 +855,7 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
   const uint64_t kept_offset = kept_ref->data().data() - (*good)->arena_base() - 64;
   kept_ref->Reset();
   const StoreStats baseline = Baseline(**good);
-  auto expect_invalid = [](const wire::StoreReplyExt& r, const std::string& what,
+  auto expect_invalid = [](const proto::StoreReply& r, const std::string& what,
                            const std::string& words) {
     EXPECT_EQ(static_cast<absl::StatusCode>(r.code()), absl::StatusCode::kInvalidArgument)
         << what << ": " << r.message();
@@ -876,7 +864,7 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
   {
     RawClient raw(store.socket());
     RawClient other(store.socket());
-    wire::StoreRequestExt req;
+    proto::StoreRequest req;
     // Sealing with no lease at all: in someone's object, at 0, anywhere.
     for (uint64_t off : std::vector<uint64_t>{kept_offset, 0, 64, ~uint64_t{0} - 63}) {
       req.Clear();
@@ -884,23 +872,23 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
       s->set_id("forged");
       s->set_offset(off);
       s->set_data_size(64);
-      expect_invalid(raw.CallExt(req), absl::StrCat("seal at ", off), "not inside a lease");
+      expect_invalid(raw.Call(req), absl::StrCat("seal at ", off), "not inside a lease");
     }
     // Bad lease sizes.
     req.Clear();
     req.mutable_lease()->set_bytes(0);
-    expect_invalid(raw.CallExt(req), "lease of 0", "lease of 0 bytes");
+    expect_invalid(raw.Call(req), "lease of 0", "lease of 0 bytes");
     req.mutable_lease()->set_bytes(~0ull);
-    expect_invalid(raw.CallExt(req), "lease of 2^64-1", "must be 1..");
+    expect_invalid(raw.Call(req), "lease of 2^64-1", "must be 1..");
     // Over the per-client limit (1/16 of the arena): refused, nothing reserved.
     req.mutable_lease()->set_bytes(8 * kMiB);
-    wire::StoreReplyExt r = raw.CallExt(req);
+    proto::StoreReply r = raw.Call(req);
     EXPECT_EQ(static_cast<absl::StatusCode>(r.code()), absl::StatusCode::kResourceExhausted)
         << r.message();
     // Real leases for both raw clients.
     req.mutable_lease()->set_bytes(64 * 1024);
-    wire::StoreReplyExt mine = raw.CallExt(req);
-    wire::StoreReplyExt theirs = other.CallExt(req);
+    proto::StoreReply mine = raw.Call(req);
+    proto::StoreReply theirs = other.Call(req);
     ASSERT_EQ(mine.code(), 0) << mine.message();
     ASSERT_EQ(theirs.code(), 0) << theirs.message();
     EXPECT_EQ(mine.lease().size(), 64u * 1024);
@@ -928,13 +916,13 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
       s->set_offset(c.offset);
       s->set_data_size(c.data);
       s->set_metadata_size(c.meta);
-      expect_invalid(raw.CallExt(req), c.what, c.words);
+      expect_invalid(raw.Call(req), c.what, c.words);
     }
     req.Clear();
     req.mutable_seal_leased()->set_id("");
     req.mutable_seal_leased()->set_offset(m);
     req.mutable_seal_leased()->set_data_size(64);
-    expect_invalid(raw.CallExt(req), "empty id", "object id");
+    expect_invalid(raw.Call(req), "empty id", "object id");
     // Returns of what is not leased to it.
     for (auto [off, size] : std::vector<std::pair<uint64_t, uint64_t>>{
              {theirs.lease().offset(), 64}, {kept_offset, 64}, {m, 0}, {m, 100},
@@ -942,7 +930,7 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
       req.Clear();
       req.mutable_return_lease()->set_offset(off);
       req.mutable_return_lease()->set_size(size);
-      expect_invalid(raw.CallExt(req), absl::StrCat("return ", off, "+", size),
+      expect_invalid(raw.Call(req), absl::StrCat("return ", off, "+", size),
                      "return of a lease");
     }
     // An id that exists: refused, and the range is used up (not sealed again).
@@ -950,21 +938,29 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
     req.mutable_seal_leased()->set_id("kept");
     req.mutable_seal_leased()->set_offset(m);
     req.mutable_seal_leased()->set_data_size(64);
-    r = raw.CallExt(req);
+    r = raw.Call(req);
     EXPECT_EQ(static_cast<absl::StatusCode>(r.code()), absl::StatusCode::kAlreadyExists);
     // A proper one still works, and is visible to others.
     req.mutable_seal_leased()->set_id("raw-put");
     req.mutable_seal_leased()->set_offset(m + 64);
-    r = raw.CallExt(req);
+    r = raw.Call(req);
     EXPECT_EQ(r.code(), 0) << r.message();
     EXPECT_TRUE(*(*good)->Contains("raw-put"));
-    // A frame with an unknown lease-range field (103) is an unknown operation.
-    raw.SendBytes(Le32(4) + std::string("\x08\x01\xba\x06", 4) /* id 1, field 103 */);
-    r = wire::StoreReplyExt();
-    {
-      proto::StoreReply plain = raw.Read();
-      EXPECT_EQ(Code(plain), absl::StatusCode::kInvalidArgument) << plain.message();
-    }
+    // The operation after the lease ones (field 14) is an unknown operation, and so is
+    // a Lease in field 100, where object_store/lease.proto used to put it before the
+    // lease operations became part of StoreRequest: such a client falls back to
+    // Create + Seal.
+    raw.SendBytes(Le32(4) + std::string("\x08\x01\x72\x00", 4) /* id 1, field 14 */);
+    r = raw.Read();
+    EXPECT_EQ(Code(r), absl::StatusCode::kInvalidArgument) << r.message();
+    EXPECT_EQ(r.result_case(), proto::StoreReply::RESULT_NOT_SET);
+    raw.SendBytes(Le32(7) + std::string("\x08\x02\xa2\x06\x02\x08\x40", 7)
+                  /* id 2, field 100 { bytes: 64 } */);
+    r = raw.Read();
+    EXPECT_EQ(Code(r), absl::StatusCode::kInvalidArgument) << r.message();
+    EXPECT_NE(r.message().find("no operation this store knows"), std::string::npos)
+        << r.message();
+    EXPECT_EQ(r.result_case(), proto::StoreReply::RESULT_NOT_SET);
     // The store kept serving throughout.
     EXPECT_TRUE((*good)->Put("after", std::string(1000, 'a')).ok());
     auto k = (*good)->Get("kept", absl::ZeroDuration());
@@ -992,14 +988,14 @@ TEST(StoreIntegrationTest, RandomLeaseOperationsNeverHurtTheStore) {
     RawClient raw(store.socket());
     std::vector<std::pair<uint64_t, uint64_t>> leases;
     for (int i = 0; i < 3000; ++i) {
-      wire::StoreRequestExt req;
+      proto::StoreRequest req;
       // Offsets near the leases granted so far (aligned or not), or anywhere.
       uint64_t near = leases.empty() ? 0 : leases[rng() % leases.size()].first;
       uint64_t off = rng() % 4 == 0 ? rng() : near + (rng() % 4096) * (rng() % 2 ? 64 : 1);
       switch (rng() % 3) {
         case 0: {
           req.mutable_lease()->set_bytes(rng() % 3 == 0 ? rng() : rng() % (256 * 1024));
-          wire::StoreReplyExt r = raw.CallExt(req);
+          proto::StoreReply r = raw.Call(req);
           if (r.code() == 0) leases.emplace_back(r.lease().offset(), r.lease().size());
           break;
         }
@@ -1010,13 +1006,13 @@ TEST(StoreIntegrationTest, RandomLeaseOperationsNeverHurtTheStore) {
           sl->set_offset(off);
           sl->set_data_size(rng() % 3 == 0 ? rng() : rng() % 8192);
           sl->set_metadata_size(rng() % 2 ? 0 : rng() % 300);
-          if (raw.CallExt(req).code() == 0) ids.push_back(id);
+          if (raw.Call(req).code() == 0) ids.push_back(id);
           break;
         }
         default:
           req.mutable_return_lease()->set_offset(off);
           req.mutable_return_lease()->set_size(rng() % 2 ? (rng() % 64) * 64 : rng() % 9000);
-          raw.CallExt(req);
+          raw.Call(req);
           break;
       }
     }

@@ -27,7 +27,6 @@
 #include "object_store/arena.h"
 #include "object_store/object_table.h"
 #include "object_store/protocol.h"
-#include "object_store/lease.pb.h"
 #include "proto/object_store.pb.h"
 
 namespace drover::object_store {
@@ -361,37 +360,7 @@ class StoreServer::Loop {
     }
   }
 
-  // True if the frame's operation is one of lease.proto's (fields 100-102), judged
-  // from the field after request_id as a serializer writes them (in field order).
-  // Only a shortcut: a frame it misjudges still reaches HandleLeaseOp the long way.
-  static bool LooksLikeLeaseOp(absl::string_view body) {
-    const auto* p = reinterpret_cast<const unsigned char*>(body.data());
-    const auto* end = p + body.size();
-    auto varint = [&](uint64_t* v) {
-      *v = 0;
-      for (int shift = 0; p < end && shift < 64; shift += 7) {
-        const unsigned char b = *p++;
-        *v |= static_cast<uint64_t>(b & 0x7f) << shift;
-        if ((b & 0x80) == 0) return true;
-      }
-      return false;
-    };
-    uint64_t tag, value;
-    if (!varint(&tag)) return false;
-    if (tag == 0x08) {  // request_id, varint
-      if (!varint(&value) || !varint(&tag)) return false;
-    }
-    const uint64_t field = tag >> 3;
-    return field >= 100 && field <= 102;
-  }
-
   void HandleFrame(Conn& c, absl::string_view body) {
-    if (LooksLikeLeaseOp(body) &&
-        ext_request_.ParseFromArray(body.data(), static_cast<int>(body.size())) &&
-        ext_request_.op_case() != wire::StoreRequestExt::OP_NOT_SET) {
-      HandleLeaseOp(c);
-      return;
-    }
     reply_.Clear();
     if (!request_.ParseFromArray(body.data(), static_cast<int>(body.size()))) {
       // The framing is intact, so the stream can go on; the request id is unknown.
@@ -478,40 +447,19 @@ class StoreServer::Loop {
         }
         subscribers_.insert(c.id);
         break;
-      default:
-        // The lease operations live in fields StoreRequest does not know (lease.proto).
-        if (ext_request_.ParseFromArray(body.data(), static_cast<int>(body.size())) &&
-            ext_request_.op_case() != wire::StoreRequestExt::OP_NOT_SET) {
-          HandleLeaseOp(c);
-          return;
-        }
-        s = absl::InvalidArgumentError(
-            "object store: the request has no operation this store knows (missing, or from "
-            "a newer protocol version)");
-        break;
-    }
-    SetStatus(s, &reply_);
-    SendReply(c, reply_);
-  }
-
-  // Lease, SealLeased, ReturnLease (object_store/lease.proto); the table checks every
-  // offset and size against this client's own leases.
-  void HandleLeaseOp(Conn& c) {
-    ext_reply_.Clear();
-    ext_reply_.set_request_id(ext_request_.request_id());
-    absl::Status s;
-    switch (ext_request_.op_case()) {
-      case wire::StoreRequestExt::kLease: {
-        absl::StatusOr<LeaseRange> lease = table_.Lease(c.id, ext_request_.lease().bytes());
+      // Leased puts: the table checks every offset and size against this client's own
+      // leases.
+      case proto::StoreRequest::kLease: {
+        absl::StatusOr<LeaseRange> lease = table_.Lease(c.id, request_.lease().bytes());
         if (lease.ok()) {
-          ext_reply_.mutable_lease()->set_offset(lease->offset);
-          ext_reply_.mutable_lease()->set_size(lease->size);
+          reply_.mutable_lease()->set_offset(lease->offset);
+          reply_.mutable_lease()->set_size(lease->size);
         }
         s = lease.status();
         break;
       }
-      case wire::StoreRequestExt::kSealLeased: {
-        const auto& r = ext_request_.seal_leased();
+      case proto::StoreRequest::kSealLeased: {
+        const auto& r = request_.seal_leased();
         s = CheckId(r.id());
         if (s.ok()) {
           s = table_.SealLeased(c.id, r.id(), r.offset(), r.data_size(), r.metadata_size())
@@ -520,17 +468,18 @@ class StoreServer::Loop {
         flush_now_ = true;
         break;
       }
-      case wire::StoreRequestExt::kReturnLease:
-        s = table_.ReturnLease(c.id, ext_request_.return_lease().offset(),
-                               ext_request_.return_lease().size());
+      case proto::StoreRequest::kReturnLease:
+        s = table_.ReturnLease(c.id, request_.return_lease().offset(),
+                               request_.return_lease().size());
         break;
       default:
-        s = absl::InvalidArgumentError("object store: unknown lease operation");
+        s = absl::InvalidArgumentError(
+            "object store: the request has no operation this store knows (missing, or from "
+            "a newer protocol version)");
         break;
     }
-    ext_reply_.set_code(static_cast<int32_t>(s.code()));
-    if (!s.ok()) ext_reply_.set_message(std::string(s.message()));
-    SendReply(c, ext_reply_, ext_reply_.request_id());
+    SetStatus(s, &reply_);
+    SendReply(c, reply_);
   }
 
   void SendEvent(Conn& c, proto::StoreEvent::Kind kind, const ObjectInfo& info) {
@@ -754,16 +703,12 @@ class StoreServer::Loop {
   }
 
   void SendReply(Conn& c, const proto::StoreReply& reply) {
-    SendReply(c, reply, reply.request_id());
-  }
-
-  void SendReply(Conn& c, const google::protobuf::MessageLite& reply, uint64_t request_id) {
     if (c.closing) return;
     absl::Status s = AppendFrame(reply, &c.out);
     if (!s.ok()) {
       // Only a Get reply with huge metadata can get here: answer with an error instead.
       proto::StoreReply err;
-      err.set_request_id(request_id);
+      err.set_request_id(reply.request_id());
       SetStatus(absl::ResourceExhaustedError(absl::StrCat(
                     "object store: the reply is larger than the frame limit of ",
                     kMaxFrameSize, " bytes; get fewer objects per request")),
@@ -863,8 +808,6 @@ class StoreServer::Loop {
   proto::StoreReply reply_;
   proto::StoreReply event_;  // not reply_: events go out while a reply is being built
   bool flush_now_ = false;  // set by a leased put: send its reply before the next frame
-  wire::StoreRequestExt ext_request_;
-  wire::StoreReplyExt ext_reply_;
 };
 
 StoreServer::StoreServer() = default;

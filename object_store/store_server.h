@@ -8,7 +8,7 @@
 // are absent or unsealed is answered when they are all sealed or its timeout passes
 // (later requests of the same client are answered meanwhile; match by request_id).
 //
-// Leased puts (object_store/lease.proto, docs/object_store.md): a client may reserve
+// Leased puts (docs/object_store.md, "Leased puts"): a client may reserve
 // free arena space (Lease), write objects into it itself and seal each with one
 // SealLeased; the store checks every such range against the caller's own leases and
 // frees them when the client goes. A SealLeased's reply is sent before the frames

@@ -886,6 +886,8 @@ absl::StatusOr<StoreStats> Client::Stats() {
   out.restores = p.restores();
   out.clients = p.clients();
   out.pending_gets = p.pending_gets();
+  out.leased_bytes = p.leased_bytes();
+  out.leases = p.leases();
   return out;
 }
 

@@ -107,6 +107,8 @@ struct StoreStats {
   uint64_t restores = 0;
   uint64_t clients = 0;
   uint64_t pending_gets = 0;
+  uint64_t leased_bytes = 0;  // arena space held as leases (leased puts), part of `used`
+  uint64_t leases = 0;        // leased ranges, over all clients
 };
 
 class Client {

@@ -167,7 +167,8 @@ class Tool {
 std::string Describe(const StoreStats& s) {
   return absl::StrCat("objects=", s.objects, " sealed=", s.sealed, " used=", s.used,
                       " referenced=", s.referenced, " clients=", s.clients,
-                      " pending_gets=", s.pending_gets, " spilled=", s.spilled_objects);
+                      " pending_gets=", s.pending_gets, " spilled=", s.spilled_objects,
+                      " leased_bytes=", s.leased_bytes, " leases=", s.leases);
 }
 
 StoreStats MustStats(Client& c) {
@@ -795,6 +796,10 @@ TEST(StoreIntegrationTest, LeasedPutIsVisibleToOtherProcessesWhenPutReturns) {
   // the largest leased object.
   EXPECT_GE(s.used, before.used + object_bytes);
   EXPECT_LE(s.used, before.used + object_bytes + 4 * kMiB);
+  // The stats count that lease: one range, the rest of what is used.
+  EXPECT_EQ(before.leases, 0u);
+  EXPECT_EQ(s.leases, 1u);
+  EXPECT_EQ(s.used, before.used + object_bytes + s.leased_bytes);
   // Sealing again, or aborting, is refused as for any sealed object.
   EXPECT_EQ((*c)->Seal("leased-0").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((*c)->Abort("leased-0").code(), absl::StatusCode::kFailedPrecondition);
@@ -806,7 +811,8 @@ TEST(StoreIntegrationTest, LeasedPutIsVisibleToOtherProcessesWhenPutReturns) {
   c->reset();  // the connection goes, and its lease with it
   EXPECT_TRUE(WaitFor([&] {
     StoreStats now = MustStats(**other);
-    return now.used == before.used && now.objects == before.objects;
+    return now.used == before.used && now.objects == before.objects &&
+           now.leased_bytes == 0 && now.leases == 0;
   })) << Describe(MustStats(**other)) << " vs " << Describe(before);
 }
 

@@ -528,6 +528,8 @@ class StoreServer::Loop {
     out->set_restores(t.restores);
     out->set_clients(conns_.size());
     out->set_pending_gets(pending_.size());
+    out->set_leased_bytes(t.leased_bytes);
+    out->set_leases(t.lease_pieces);
   }
 
   // Fills result `i` of `get` from the table. Returns true if it is settled (found or

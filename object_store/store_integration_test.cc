@@ -23,6 +23,7 @@
 #include "common/files.h"
 #include "common/spawn.h"
 #include "gtest/gtest.h"
+#include "object_store/arena.h"
 #include "object_store/client.h"
 #include "object_store/protocol.h"
 #include "object_store/store_server.h"
@@ -1154,6 +1155,111 @@ TEST(StoreIntegrationTest, SmallPutGetRate) {
          absl::ToDoubleMicroseconds(pair), 1.0 / absl::ToDoubleSeconds(pair),
          absl::ToDoubleMicroseconds(put), absl::ToDoubleMicroseconds(get),
          absl::ToDoubleMicroseconds(contains));
+}
+
+// A store from before leases, as far as a client can tell: it knows Create, Seal and
+// Release, and answers every other operation with `refusal` (an older store sees a lease frame as a
+// StoreRequest without an operation it knows: INVALID_ARGUMENT). Serves one client.
+class StoreWithoutLeases {
+ public:
+  explicit StoreWithoutLeases(absl::StatusCode refusal) : refusal_(refusal) {
+    char tmpl[] = "/tmp/drover-oldstore-XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    socket_ = dir_ + "/store.sock";
+    auto arena = Arena::Create(64 * kMiB);  // leased puts up to 1 MiB
+    EXPECT_TRUE(arena.ok()) << arena.status();
+    arena_ = std::move(*arena);
+    listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    strncpy(addr.sun_path, socket_.c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(listen(listen_fd_, 1), 0);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~StoreWithoutLeases() {
+    Join();
+    close(listen_fd_);
+    unlink(socket_.c_str());
+    rmdir(dir_.c_str());
+  }
+  const std::string& socket() const { return socket_; }
+  // Waits for the client to disconnect.
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // Requests seen, by operation (after Join).
+  int count(proto::StoreRequest::OpCase op) const { return counts_[op]; }
+
+ private:
+  void Serve() {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    proto::StoreHello hello;
+    hello.set_arena_capacity(arena_->capacity());
+    hello.set_client_id(1);
+    std::string frame;
+    ASSERT_TRUE(AppendFrame(hello, &frame).ok());
+    ASSERT_TRUE(SendFd(fd, arena_->fd(), frame).ok());
+    uint64_t next = 0;
+    std::string scratch;
+    proto::StoreRequest req;
+    while (ReadFrame(fd, &req, &scratch).ok()) {
+      ++counts_[req.op_case()];
+      proto::StoreReply reply;
+      reply.set_request_id(req.request_id());
+      if (req.has_create()) {
+        const proto::CreateRequest& c = req.create();
+        const uint64_t data_offset = c.metadata().empty() ? 0 : RoundUp64(c.metadata().size());
+        memcpy(arena_->base() + next, c.metadata().data(), c.metadata().size());
+        proto::ObjectLocation* loc = reply.mutable_create()->mutable_location();
+        loc->set_offset(next);
+        loc->set_data_offset(data_offset);
+        loc->set_data_size(c.data_size());
+        loc->set_metadata_size(c.metadata().size());
+        next += RoundUp64(data_offset + c.data_size());
+      } else if (!req.has_seal() && !req.has_release()) {
+        reply.set_code(static_cast<int>(refusal_));
+        reply.set_message("no operation this store knows");
+      }
+      ASSERT_TRUE(WriteFrame(fd, reply, &scratch).ok());
+    }
+    close(fd);
+  }
+  static uint64_t RoundUp64(uint64_t n) { return (n + 63) / 64 * 64; }
+
+  const absl::StatusCode refusal_;
+  std::string dir_, socket_;
+  std::unique_ptr<Arena> arena_;
+  int listen_fd_ = -1;
+  int counts_[32] = {};
+  std::thread thread_;
+};
+
+TEST(StoreIntegrationTest, StoreWithoutLeasesGetsCreateAndSealAfterOneLeaseAsked) {
+  for (absl::StatusCode refusal :
+       {absl::StatusCode::kInvalidArgument, absl::StatusCode::kUnimplemented}) {
+    StoreWithoutLeases store(refusal);
+    {
+      auto c = Client::Connect(store.socket());
+      ASSERT_TRUE(c.ok()) << c.status();
+      for (int i = 0; i < 4; ++i) {
+        // Past the client's retry delay after a refused lease (for RESOURCE_EXHAUSTED):
+        // a store without leases is not asked again.
+        if (i == 3) absl::SleepFor(absl::Milliseconds(150));
+        std::vector<uint8_t> data = Pattern(256 * 1024, i);  // a size put through a lease
+        ASSERT_TRUE((*c)->Put(absl::StrCat("medium-", i), absl::MakeConstSpan(data), "m").ok())
+            << absl::StatusCodeToString(refusal) << " put " << i;
+      }
+    }  // disconnects: the store's thread ends
+    store.Join();
+    const std::string what = absl::StatusCodeToString(refusal);
+    EXPECT_EQ(store.count(proto::StoreRequest::kLease), 1) << what;
+    EXPECT_EQ(store.count(proto::StoreRequest::kSealLeased), 0) << what;
+    EXPECT_EQ(store.count(proto::StoreRequest::kReturnLease), 0) << what;
+    EXPECT_EQ(store.count(proto::StoreRequest::kCreate), 4) << what;
+    EXPECT_EQ(store.count(proto::StoreRequest::kSeal), 4) << what;
+  }
 }
 
 }  // namespace

@@ -752,7 +752,7 @@ TEST(StoreIntegrationTest, ClientIsThreadSafe) {
   EXPECT_EQ(MustStats(**c).objects, 800u);
 }
 
-// --- Leased puts (object_store/lease.proto) ----------------------------------------
+// --- Leased puts (Lease, SealLeased, ReturnLease) ----------------------------------
 
 TEST(StoreIntegrationTest, LeasedPutIsVisibleToOtherProcessesWhenPutReturns) {
   StoreProcess store(256 * kMiB);  // leased puts up to 4 MiB

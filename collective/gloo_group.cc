@@ -27,6 +27,7 @@
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
+#include "gloo/transport/tcp/pair.h"
 #include "gloo/types.h"
 
 namespace drover::collective::internal {
@@ -71,19 +72,32 @@ bool LooksLikeTimeout(const std::string& what) {
   return absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout");
 }
 
+// Gloo has no public abort. tcp::Pair::signalExceptionExternal (what Gloo itself calls
+// when a wait times out) fails every operation pending on the pair, wakes its waiters
+// and closes the socket, so the peer's waits fail too; it is protected, and reached
+// here through a member pointer taken in a derived class (legal C++: the access check
+// applies to naming the member, which the derived class may do).
+struct PairAbort : gloo::transport::tcp::Pair {
+  static void Signal(gloo::transport::Pair* pair, const std::string& why) {
+    auto* tcp = dynamic_cast<gloo::transport::tcp::Pair*>(pair);
+    if (tcp != nullptr) (tcp->*&PairAbort::signalExceptionExternal)(why);
+  }
+};
+
 std::chrono::milliseconds ToChrono(absl::Duration d) {
   return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
 }
 
-class GlooGroup : public Group {
+class GlooGroup : public GroupBase {
  public:
   GlooGroup(GroupOptions options, std::unique_ptr<KvClient> kv,
             std::shared_ptr<gloo::transport::Device> device,
             std::shared_ptr<gloo::rendezvous::Context> context)
-      : options_(std::move(options)),
+      : GroupBase(std::move(options), "gloo"),
         kv_(std::move(kv)),
         device_(std::move(device)),
         ctx_(std::move(context)) {}
+  ~GlooGroup() override { StopWatching(); }
 
   absl::Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op) override {
     if (count == 0) return Usable("AllReduce");
@@ -185,27 +199,16 @@ class GlooGroup : public Group {
     });
   }
 
-  int rank() const override { return options_.rank; }
-  int size() const override { return options_.size; }
-  const std::string& name() const override { return options_.name; }
-
  private:
   std::chrono::milliseconds Timeout() const { return ToChrono(options_.timeout); }
 
-  std::string Where(const std::string& op) const {
-    return absl::StrCat(op, " in group '", options_.name, "' (rank ", rank(), " of ", size(),
-                        ", job ", options_.job_id, " generation ", options_.generation, ")");
-  }
-
-  absl::Status Invalid(const std::string& op, const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat(Where(op), ": ", what));
-  }
-
-  absl::Status Usable(const std::string& op) const {
-    if (broken_.ok()) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        Where(op), ": the group is unusable after an earlier failure (", broken_.message(),
-        "); exit and let the gang restart form a new group"));
+  // Signals an error on every connection: a Gloo wait in flight on this thread returns
+  // (its IoException becomes the notice), and the peers see the sockets close.
+  void AbortTransport(const absl::Status& cause) override {
+    const std::string why = absl::StrCat("aborted: ", cause.message());
+    for (int i = 0; i < size(); ++i) {
+      if (i != rank()) PairAbort::Signal(ctx_->getPair(i).get(), why);
+    }
   }
 
   // Runs one Gloo operation, turning Gloo's exceptions into a status; a failure breaks
@@ -230,8 +233,7 @@ class GlooGroup : public Group {
     } catch (const std::exception& e) {
       status = absl::InternalError(absl::StrCat(Where(op), ": gloo: ", e.what()));
     }
-    broken_ = status;
-    return status;
+    return Fail(op, status);
   }
 
   // Ring reduce-scatter. Step s (0..n-2): send chunk (r-s-1) to the right, receive chunk
@@ -265,16 +267,14 @@ class GlooGroup : public Group {
     std::memcpy(static_cast<void*>(out), acc.data() + r * per, chunk);
   }
 
-  GroupOptions options_;
   std::unique_ptr<KvClient> kv_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
-  absl::Status broken_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Group>> NewGlooGroup(const GroupOptions& options) {
+absl::StatusOr<std::unique_ptr<GroupBase>> NewGlooGroup(const GroupOptions& options) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
   auto kv = ConnectKv(options);
   if (!kv.ok()) return kv.status();
@@ -283,7 +283,7 @@ absl::StatusOr<std::unique_ptr<Group>> NewGlooGroup(const GroupOptions& options)
   return NewGlooGroupAt(options, std::move(*kv), *prefix);
 }
 
-absl::StatusOr<std::unique_ptr<Group>> NewGlooGroupAt(const GroupOptions& options,
+absl::StatusOr<std::unique_ptr<GroupBase>> NewGlooGroupAt(const GroupOptions& options,
                                                       std::unique_ptr<KvClient> kv_client,
                                                       const std::string& prefix_str) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
@@ -333,7 +333,7 @@ absl::StatusOr<std::unique_ptr<Group>> NewGlooGroupAt(const GroupOptions& option
     }
     return absl::UnavailableError(where(absl::StrCat("connecting to peers: ", what)));
   }
-  return std::unique_ptr<Group>(
+  return std::unique_ptr<GroupBase>(
       new GlooGroup(options, std::move(*kv), std::move(device), std::move(context)));
 }
 

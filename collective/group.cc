@@ -2,6 +2,7 @@
 #include <map>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "collective/group.h"
@@ -140,12 +141,23 @@ bool RegisterGroupFactory(Backend backend, GroupFactory factory) {
   return true;
 }
 
+namespace {
+
+absl::StatusOr<std::unique_ptr<Group>> Watched(
+    absl::StatusOr<std::unique_ptr<internal::GroupBase>> group) {
+  if (!group.ok()) return group.status();
+  if (absl::Status s = (*group)->WatchGeneration(); !s.ok()) return s;
+  return std::unique_ptr<Group>(std::move(*group));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Group>> NewGroup(const GroupOptions& options) {
   if (options.backend == Backend::kGloo) {
     if (options.algorithm == Algorithm::kGloo || options.size == 1) {
-      return internal::NewGlooGroup(options);
+      return Watched(internal::NewGlooGroup(options));
     }
-    return internal::NewHybridGroup(options);
+    return Watched(internal::NewHybridGroup(options));
   }
   GroupFactory factory;
   {
@@ -160,7 +172,12 @@ absl::StatusOr<std::unique_ptr<Group>> NewGroup(const GroupOptions& options) {
         "': the NCCL backend is not linked into this program; add //collective:nccl_group "
         "to its deps"));
   }
-  return factory(options);
+  auto group = factory(options);
+  if (!group.ok()) return group.status();
+  if (auto* base = dynamic_cast<internal::GroupBase*>(group->get())) {
+    if (absl::Status s = base->WatchGeneration(); !s.ok()) return s;
+  }
+  return group;
 }
 
 namespace internal {
@@ -182,7 +199,7 @@ absl::Status ValidateOptions(const GroupOptions& o) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<KvClient>> ConnectKv(const GroupOptions& options) {
+absl::StatusOr<KvClientOptions> KvOptionsFor(const GroupOptions& options) {
   KvClientOptions kv;
   kv.scheduler_address = options.scheduler_address;
   kv.job_id = options.job_id;
@@ -197,7 +214,102 @@ absl::StatusOr<std::unique_ptr<KvClient>> ConnectKv(const GroupOptions& options)
     }
     kv.token = *token;
   }
-  return KvClient::Create(kv);
+  return kv;
+}
+
+absl::StatusOr<std::unique_ptr<KvClient>> ConnectKv(const GroupOptions& options) {
+  auto kv = KvOptionsFor(options);
+  if (!kv.ok()) return kv.status();
+  return KvClient::Create(*kv);
+}
+
+// ---------------------------------------------------------------------------
+// GroupBase
+
+namespace {
+// After a peer's connection broke, how long an operation waits for the cluster's notice
+// saying which process failed and how (the scheduler hears of an exit within
+// milliseconds; a lost node takes its node timeout, and then the plain error stands).
+constexpr absl::Duration kNoticeWait = absl::Seconds(2);
+}  // namespace
+
+GroupBase::GroupBase(GroupOptions options, std::string label)
+    : options_(std::move(options)), label_(std::move(label)) {}
+
+GroupBase::~GroupBase() { StopWatching(); }
+
+void GroupBase::StopWatching() {
+  if (watcher_ && subscription_ >= 0) watcher_->Unsubscribe(subscription_);
+  subscription_ = -1;
+}
+
+absl::Status GroupBase::WatchGeneration() {
+  if (!options_.watch_generation) return absl::OkStatus();
+  auto kv = KvOptionsFor(options_);
+  if (!kv.ok()) return kv.status();
+  watcher_ = GenerationWatcher::Get(*kv, options_.rank);
+  subscription_ = watcher_->Subscribe([this](const absl::Status& notice) { Abort(notice); });
+  return absl::OkStatus();
+}
+
+void GroupBase::Abort(const absl::Status& cause) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_) return;
+    aborted_ = true;
+    if (broken_.ok()) broken_ = cause;
+  }
+  AbortTransport(cause);
+}
+
+std::string GroupBase::Where(const std::string& op) const {
+  return absl::StrCat(op, " in group '", options_.name, "' (rank ", rank(), " of ", size(),
+                      ", ", label_, ", job ", options_.job_id, " generation ",
+                      options_.generation, ")");
+}
+
+absl::Status GroupBase::Invalid(const std::string& op, const std::string& what) const {
+  return absl::InvalidArgumentError(absl::StrCat(Where(op), ": ", what));
+}
+
+absl::Status GroupBase::Usable(const std::string& op) const {
+  absl::MutexLock lock(&mu_);
+  if (broken_.ok()) return absl::OkStatus();
+  if (aborted_ && broken_.code() == absl::StatusCode::kAborted) {
+    return absl::AbortedError(absl::StrCat(
+        Where(op), ": the group was aborted because ", broken_.message(),
+        "; exit and let the gang restart form a new group"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      Where(op), ": the group is unusable after an earlier failure (", broken_.message(),
+      "); exit and let the gang restart form a new group"));
+}
+
+absl::Status GroupBase::Fail(const std::string& op, const absl::Status& s) {
+  if (s.ok()) return s;
+  absl::Status notice;
+  {
+    absl::MutexLock lock(&mu_);
+    if (aborted_ && broken_.code() == absl::StatusCode::kAborted) notice = broken_;
+  }
+  if (notice.ok() && watcher_ &&
+      (s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kAborted)) {
+    if (auto n = watcher_->Notice(kNoticeWait)) notice = *n;
+  }
+  absl::Status result = s;
+  if (!notice.ok()) {
+    // "<where>: aborted because <notice> (<what this rank saw, without the where>)".
+    absl::string_view seen = s.message();
+    absl::ConsumePrefix(&seen, Where(op));
+    absl::ConsumePrefix(&seen, ": ");
+    result = absl::AbortedError(absl::StrCat(Where(op), ": aborted because ", notice.message(),
+                                             " (here: ", seen, ")"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (broken_.ok()) broken_ = result;
+  }
+  return result;
 }
 
 absl::StatusOr<std::string> JoinPrefix(KvClient& kv, const GroupOptions& options) {

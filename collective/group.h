@@ -44,6 +44,13 @@
 // Different groups may be used concurrently from different threads.
 //
 // Errors: every operation, and group creation, is bounded by GroupOptions::timeout.
+//   ABORTED            the cluster reported that a process of the job failed: the
+//                      message names its rank, its node and how it ended ("rank 1 on node
+//                      node-2 (10.0.0.2) was killed by SIGKILL"). Each group listens for
+//                      the scheduler's notice (GroupOptions::watch_generation) and aborts
+//                      the operation in flight from a watcher thread (NCCL:
+//                      ncclCommAbort), so every surviving rank returns within a second or
+//                      two of the failure instead of at the timeout.
 //   DEADLINE_EXCEEDED  a peer did not take part in time (dead, hung, or calling another
 //                      operation); the message names the operation and the group.
 //   UNAVAILABLE        a connection to a peer broke (it exited or its node went away).
@@ -51,9 +58,12 @@
 //                      backend or op does not support).
 //   FAILED_PRECONDITION the group failed earlier and is unusable, or the backend cannot
 //                      run here (NCCL without a GPU).
-// After DEADLINE_EXCEEDED or UNAVAILABLE the group is broken: the peers' states no longer
-// agree, so every later call returns FAILED_PRECONDITION naming the first failure. The
-// process should exit non-zero and let the gang restart bring up the next generation.
+// After ABORTED, DEADLINE_EXCEEDED or UNAVAILABLE the group is broken: the peers' states
+// no longer agree, so every later call fails (ABORTED again after a notice, else
+// FAILED_PRECONDITION naming the first failure). The process should exit non-zero and
+// let the gang restart bring up the next generation; the scheduler gives a process that
+// watches a short notice period (drover-scheduler --abort-notice-ms) to exit by itself
+// and report the cause before it is sent SIGTERM.
 #ifndef DROVER_COLLECTIVE_GROUP_H_
 #define DROVER_COLLECTIVE_GROUP_H_
 
@@ -111,6 +121,10 @@ struct GroupOptions {
   std::string hostname;
   // NCCL: the CUDA device index (within CUDA_VISIBLE_DEVICES).
   int device = 0;
+  // Listen for the scheduler's notice that a process of this job generation failed,
+  // and abort the operation in flight (see "Errors" above). Off: only timeouts and
+  // broken connections end a waiting operation.
+  bool watch_generation = true;
 };
 
 // Fills GroupOptions from the environment drover gives every process: RANK, WORLD_SIZE,

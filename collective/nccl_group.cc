@@ -37,12 +37,13 @@ ncclRedOp_t NcclOp(ReduceOp op) {
   return ncclSum;
 }
 
-class NcclGroup : public Group {
+class NcclGroup : public internal::GroupBase {
  public:
   NcclGroup(GroupOptions options, ncclComm_t comm, cudaStream_t stream, float* scratch)
-      : options_(std::move(options)), comm_(comm), stream_(stream), scratch_(scratch) {}
+      : GroupBase(std::move(options), "NCCL"), comm_(comm), stream_(stream), scratch_(scratch) {}
 
   ~NcclGroup() override {
+    StopWatching();
     cudaSetDevice(options_.device);
     if (comm_ != nullptr) {
       // A healthy communicator is finalized; a broken one was aborted already.
@@ -61,7 +62,7 @@ class NcclGroup : public Group {
   }
   absl::Status Broadcast(void* buf, size_t count, DataType type, int root) override {
     if (root < 0 || root >= size()) {
-      return absl::InvalidArgumentError(absl::StrCat(Where("Broadcast"), ": root ", root));
+      return Invalid("Broadcast", absl::StrCat("root ", root));
     }
     auto t = NcclType(type);
     if (!t.ok()) return t.status();
@@ -92,8 +93,7 @@ class NcclGroup : public Group {
   }
   absl::Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) override {
     if (tag != 0 || peer < 0 || peer >= size() || peer == rank()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where("Send"), ": peer ", peer, " tag ", tag, " (NCCL has no tags)"));
+      return Invalid("Send", absl::StrCat("peer ", peer, " tag ", tag, " (NCCL has no tags)"));
     }
     return Run(absl::StrCat("Send to rank ", peer), [&] {
       return ncclSend(buf, bytes, ncclUint8, peer, comm_, stream_);
@@ -101,80 +101,95 @@ class NcclGroup : public Group {
   }
   absl::Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override {
     if (tag != 0 || peer < 0 || peer >= size() || peer == rank()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(Where("Recv"), ": peer ", peer, " tag ", tag, " (NCCL has no tags)"));
+      return Invalid("Recv", absl::StrCat("peer ", peer, " tag ", tag, " (NCCL has no tags)"));
     }
     return Run(absl::StrCat("Recv from rank ", peer), [&] {
       return ncclRecv(buf, bytes, ncclUint8, peer, comm_, stream_);
     });
   }
 
-  int rank() const override { return options_.rank; }
-  int size() const override { return options_.size; }
-  const std::string& name() const override { return options_.name; }
-
  private:
-  std::string Where(const std::string& op) const {
-    return absl::StrCat(op, " in NCCL group '", options_.name, "' (rank ", rank(), " of ",
-                        size(), ", job ", options_.job_id, " generation ",
-                        options_.generation, ")");
-  }
-
-  absl::Status Break(absl::Status s) {
+  // ncclCommAbort from the watcher's thread: the kernels in flight are told to stop, and
+  // the operation's polling loop (which holds comm_mu_ whenever it touches the
+  // communicator) finds comm_ gone and returns the notice.
+  void AbortTransport(const absl::Status&) override {
+    absl::MutexLock lock(&comm_mu_);
     if (comm_ != nullptr) {
+      cudaSetDevice(options_.device);
       ncclCommAbort(comm_);
       comm_ = nullptr;
     }
-    broken_ = s;
-    return s;
+  }
+
+  // Records the failure, aborting the communicator (a broken one cannot be reused).
+  absl::Status Break(const std::string& op, absl::Status s) {
+    {
+      absl::MutexLock lock(&comm_mu_);
+      if (comm_ != nullptr) {
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+      }
+    }
+    return Fail(op, s);
   }
 
   // Enqueues one NCCL call and polls until the stream is done, the communicator reports
-  // an error, or the timeout passes.
+  // an error, the group is aborted, or the timeout passes.
   absl::Status Run(const std::string& op, const std::function<ncclResult_t()>& enqueue) {
-    if (!broken_.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          Where(op), ": the group is unusable after an earlier failure (", broken_.message(),
-          "); exit and let the gang restart form a new group"));
-    }
+    if (absl::Status s = Usable(op); !s.ok()) return s;
     cudaSetDevice(options_.device);
     const absl::Time deadline = absl::Now() + options_.timeout;
-    ncclResult_t r = enqueue();
+    ncclResult_t r;
+    std::string last;
+    {
+      absl::MutexLock lock(&comm_mu_);
+      if (comm_ == nullptr) {
+        return Fail(op, absl::AbortedError(absl::StrCat(Where(op), ": the communicator was aborted")));
+      }
+      r = enqueue();
+      if (r != ncclSuccess && r != ncclInProgress) last = ncclGetLastError(comm_);
+    }
     if (r != ncclSuccess && r != ncclInProgress) {
-      return Break(absl::UnavailableError(
-          absl::StrCat(Where(op), ": ", ncclGetErrorString(r), " ", ncclGetLastError(comm_))));
+      return Break(op, absl::UnavailableError(
+                           absl::StrCat(Where(op), ": ", ncclGetErrorString(r), " ", last)));
     }
     while (true) {
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      {
+        absl::MutexLock lock(&comm_mu_);
+        if (comm_ == nullptr) {
+          return Fail(op, absl::AbortedError(absl::StrCat(Where(op), ": the communicator was aborted")));
+        }
+        ncclCommGetAsyncError(comm_, &async);
+        if (async != ncclSuccess && async != ncclInProgress) last = ncclGetLastError(comm_);
+      }
       if (async != ncclSuccess && async != ncclInProgress) {
-        return Break(absl::UnavailableError(absl::StrCat(
-            Where(op), ": a peer failed or a connection broke: ", ncclGetErrorString(async),
-            " ", ncclGetLastError(comm_))));
+        return Break(op, absl::UnavailableError(absl::StrCat(
+                             Where(op), ": a peer failed or a connection broke: ",
+                             ncclGetErrorString(async), " ", last)));
       }
       if (async == ncclSuccess) {
         cudaError_t q = cudaStreamQuery(stream_);
         if (q == cudaSuccess) return absl::OkStatus();
         if (q != cudaErrorNotReady) {
-          return Break(absl::InternalError(
-              absl::StrCat(Where(op), ": CUDA error ", cudaGetErrorName(q))));
+          return Break(op, absl::InternalError(
+                               absl::StrCat(Where(op), ": CUDA error ", cudaGetErrorName(q))));
         }
       }
       if (absl::Now() > deadline) {
-        return Break(absl::DeadlineExceededError(absl::StrCat(
-            Where(op), " timed out after ", absl::FormatDuration(options_.timeout),
-            ": a peer did not take part (dead, hung, or in a different operation); the "
-            "communicator was aborted")));
+        return Break(op, absl::DeadlineExceededError(absl::StrCat(
+                             Where(op), " timed out after ", absl::FormatDuration(options_.timeout),
+                             ": a peer did not take part (dead, hung, or in a different "
+                             "operation); the communicator was aborted")));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
 
-  GroupOptions options_;
-  ncclComm_t comm_;
+  absl::Mutex comm_mu_;
+  ncclComm_t comm_ ABSL_GUARDED_BY(comm_mu_);
   cudaStream_t stream_;
   float* scratch_;
-  absl::Status broken_;
 };
 
 }  // namespace

@@ -396,18 +396,19 @@ struct Topology {
   bool leader() const { return local_rank == 0; }
 };
 
-class HybridGroup : public Group {
+class HybridGroup : public GroupBase {
  public:
   HybridGroup(GroupOptions options, Algorithm algorithm, Topology topo,
-              std::unique_ptr<Group> world, std::unique_ptr<ShmSegment> shm,
-              std::unique_ptr<Group> leaders, std::unique_ptr<Group> rail)
-      : options_(std::move(options)),
+              std::unique_ptr<GroupBase> world, std::unique_ptr<ShmSegment> shm,
+              std::unique_ptr<GroupBase> leaders, std::unique_ptr<GroupBase> rail)
+      : GroupBase(std::move(options), AlgorithmName(algorithm)),
         algorithm_(algorithm),
         topo_(std::move(topo)),
         world_(std::move(world)),
         shm_(std::move(shm)),
         leaders_(std::move(leaders)),
         rail_(std::move(rail)) {}
+  ~HybridGroup() override { StopWatching(); }
 
   absl::Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op) override {
     if (absl::Status s = Usable("AllReduce"); !s.ok() || count == 0) return s;
@@ -445,7 +446,9 @@ class HybridGroup : public Group {
       return Invalid("Broadcast", absl::StrCat("root ", root, " outside [0, ", size(), ")"));
     }
     if (absl::Status s = Usable("Broadcast"); !s.ok() || count == 0) return s;
-    if (topo_.nodes.size() > 1) return world_->Broadcast(buf, count, type, root);
+    if (topo_.nodes.size() > 1) {
+      return Run("Broadcast", [&] { return world_->Broadcast(buf, count, type, root); });
+    }
     if (buf == nullptr) return Invalid("Broadcast", "null buffer");
     const absl::Time deadline = absl::Now() + options_.timeout;
     return Run("Broadcast", [&] {
@@ -457,7 +460,9 @@ class HybridGroup : public Group {
   absl::Status AllGather(const void* in, void* out, size_t count_per_rank,
                          DataType type) override {
     if (absl::Status s = Usable("AllGather"); !s.ok() || count_per_rank == 0) return s;
-    if (topo_.nodes.size() > 1) return world_->AllGather(in, out, count_per_rank, type);
+    if (topo_.nodes.size() > 1) {
+      return Run("AllGather", [&] { return world_->AllGather(in, out, count_per_rank, type); });
+    }
     if (in == nullptr || out == nullptr) return Invalid("AllGather", "null buffer");
     const absl::Time deadline = absl::Now() + options_.timeout;
     return Run("AllGather", [&]() -> absl::Status {
@@ -483,7 +488,8 @@ class HybridGroup : public Group {
   absl::Status ReduceScatter(const void* in, void* out, size_t count_per_rank, DataType type,
                              ReduceOp op) override {
     if (absl::Status s = Usable("ReduceScatter"); !s.ok()) return s;
-    return world_->ReduceScatter(in, out, count_per_rank, type, op);
+    return Run("ReduceScatter",
+               [&] { return world_->ReduceScatter(in, out, count_per_rank, type, op); });
   }
 
   absl::Status Barrier() override {
@@ -504,16 +510,12 @@ class HybridGroup : public Group {
 
   absl::Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) override {
     if (absl::Status s = Usable("Send"); !s.ok()) return s;
-    return world_->Send(buf, bytes, peer, tag);
+    return Run("Send", [&] { return world_->Send(buf, bytes, peer, tag); });
   }
   absl::Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override {
     if (absl::Status s = Usable("Recv"); !s.ok()) return s;
-    return world_->Recv(buf, bytes, peer, tag);
+    return Run("Recv", [&] { return world_->Recv(buf, bytes, peer, tag); });
   }
-
-  int rank() const override { return options_.rank; }
-  int size() const override { return options_.size; }
-  const std::string& name() const override { return options_.name; }
 
  private:
   int LocalIndex(int rank) const {
@@ -521,21 +523,13 @@ class HybridGroup : public Group {
     return static_cast<int>(std::find(mine.begin(), mine.end(), rank) - mine.begin());
   }
 
-  std::string Where(const std::string& op) const {
-    return absl::StrCat(op, " in group '", options_.name, "' (rank ", rank(), " of ", size(),
-                        ", ", AlgorithmName(algorithm_), ", job ", options_.job_id,
-                        " generation ", options_.generation, ")");
-  }
-
-  absl::Status Invalid(const std::string& op, const std::string& what) const {
-    return absl::InvalidArgumentError(absl::StrCat(Where(op), ": ", what));
-  }
-
-  absl::Status Usable(const std::string& op) const {
-    if (broken_.ok()) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrCat(
-        Where(op), ": the group is unusable after an earlier failure (", broken_.message(),
-        "); exit and let the gang restart form a new group"));
+  // The local ranks' waits end at once (the segment's abort word), and so do the Gloo
+  // contexts' (their connections are signalled and closed).
+  void AbortTransport(const absl::Status& cause) override {
+    if (shm_) shm_->Abort(absl::StatusCode::kAborted);
+    world_->Abort(cause);
+    if (leaders_) leaders_->Abort(cause);
+    if (rail_) rail_->Abort(cause);
   }
 
   // A failure of the leaders' Gloo step, named as this group's operation.
@@ -546,11 +540,9 @@ class HybridGroup : public Group {
 
   absl::Status Run(const std::string& op, const std::function<absl::Status()>& body) {
     absl::Status s = body();
-    if (!s.ok()) {
-      if (shm_) shm_->Abort(s.code());
-      broken_ = s;
-    }
-    return s;
+    if (s.ok()) return s;
+    if (shm_) shm_->Abort(s.code());
+    return Fail(op, s);
   }
 
   // Reduces `count` elements over the node's ranks; with `everyone` every local rank
@@ -719,21 +711,19 @@ class HybridGroup : public Group {
     return absl::OkStatus();
   }
 
-  GroupOptions options_;
   Algorithm algorithm_;
   Topology topo_;
-  std::unique_ptr<Group> world_;
+  std::unique_ptr<GroupBase> world_;
   std::unique_ptr<ShmSegment> shm_;
-  std::unique_ptr<Group> leaders_;
+  std::unique_ptr<GroupBase> leaders_;
   // With topo_.rails, on local ranks > 0: the Gloo group of this rank's rail (local rank
   // 0's rail is leaders_).
-  std::unique_ptr<Group> rail_;
-  absl::Status broken_;
+  std::unique_ptr<GroupBase> rail_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Group>> NewHybridGroup(const GroupOptions& options) {
+absl::StatusOr<std::unique_ptr<GroupBase>> NewHybridGroup(const GroupOptions& options) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
   auto where = [&](const std::string& what) {
     return absl::StrCat("creating group '", options.name, "' (rank ", options.rank, " of ",
@@ -812,7 +802,7 @@ absl::StatusOr<std::unique_ptr<Group>> NewHybridGroup(const GroupOptions& option
     if (!seg.ok()) return seg.status();
     shm = std::move(*seg);
   }
-  std::unique_ptr<Group> leaders;
+  std::unique_ptr<GroupBase> leaders;
   if (topo.nodes.size() > 1 && topo.leader()) {
     GroupOptions lo = options;
     lo.name = options.name + ".leaders";
@@ -826,7 +816,7 @@ absl::StatusOr<std::unique_ptr<Group>> NewHybridGroup(const GroupOptions& option
   }
   // Rails: local rank i > 0 of every node meets the local ranks i of the other nodes on
   // "<prefix>rail<i>/" (rail 0 is the leaders' group).
-  std::unique_ptr<Group> rail;
+  std::unique_ptr<GroupBase> rail;
   if (topo.rails && !topo.leader()) {
     GroupOptions ro = options;
     ro.name = absl::StrCat(options.name, ".rail", topo.local_rank);
@@ -839,7 +829,7 @@ absl::StatusOr<std::unique_ptr<Group>> NewHybridGroup(const GroupOptions& option
     if (!g.ok()) return g.status();
     rail = std::move(*g);
   }
-  return std::unique_ptr<Group>(new HybridGroup(options, algorithm, std::move(topo),
+  return std::unique_ptr<GroupBase>(new HybridGroup(options, algorithm, std::move(topo),
                                                 std::move(*world), std::move(shm),
                                                 std::move(leaders), std::move(rail)));
 }

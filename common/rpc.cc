@@ -10,8 +10,10 @@ namespace drover {
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   grpc::ChannelArguments args;
   // Reconnect soon after a restarted peer comes back instead of backing off to minutes.
+  // Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the minimum connect
+  // timeout, and at 100 ms a loaded machine failed handshakes ("connection attempt timed
+  // out before receiving SETTINGS frame"); the default connect timeout is 20 s.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   // Distinct channels per target, so one dead peer cannot stall another.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

@@ -69,6 +69,16 @@ std::optional<uint64_t> Allocator::BlockSize(uint64_t offset) const {
   return a->second;
 }
 
+bool Allocator::Split(uint64_t offset, uint64_t at) {
+  auto a = allocated_.find(offset);
+  if (a == allocated_.end() || at % kAlign != 0 || at <= offset) return false;
+  const uint64_t end = offset + a->second;
+  if (at >= end) return false;
+  a->second = at - offset;
+  allocated_.emplace(at, end - at);
+  return true;
+}
+
 uint64_t Allocator::largest_free() const {
   return free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
 }

@@ -43,6 +43,11 @@ class Allocator {
   bool Free(uint64_t offset);
   // Size of the allocated block at `offset` (the rounded size), or nullopt.
   std::optional<uint64_t> BlockSize(uint64_t offset) const;
+  // Splits the allocated block that starts at `offset` into two allocated blocks,
+  // [offset, at) and [at, end), each freed on its own from then on (leases are carved
+  // into objects this way). Returns false — and changes nothing — unless `offset` starts
+  // an allocated block, `at` is a multiple of 64 and offset < at < end.
+  bool Split(uint64_t offset, uint64_t at);
 
   uint64_t capacity() const { return capacity_; }
   // Bytes in allocated blocks (rounded sizes).

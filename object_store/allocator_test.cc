@@ -201,5 +201,40 @@ TEST(AllocatorTest, RandomizedAgainstReferenceModel) {
   EXPECT_EQ(a.free_blocks(), 1u);
 }
 
+TEST(AllocatorTest, SplitMakesTwoBlocksFreedOnTheirOwn) {
+  Allocator a(64 * 100);
+  auto off = a.Allocate(64 * 10);
+  ASSERT_TRUE(off.has_value());
+  ASSERT_EQ(*off, 0u);
+  // Rejected: not a block start, unaligned, at the ends, outside.
+  EXPECT_FALSE(a.Split(64, 128));
+  EXPECT_FALSE(a.Split(0, 100));
+  EXPECT_FALSE(a.Split(0, 0));
+  EXPECT_FALSE(a.Split(0, 640));
+  EXPECT_FALSE(a.Split(0, 6400));
+  EXPECT_EQ(a.allocated_blocks(), 1u);
+  // [0, 640) -> [0, 128) [128, 640) -> [0, 128) [128, 320) [320, 640)
+  ASSERT_TRUE(a.Split(0, 128));
+  ASSERT_TRUE(a.Split(128, 320));
+  EXPECT_EQ(a.allocated_blocks(), 3u);
+  EXPECT_EQ(a.used(), 640u);
+  EXPECT_EQ(*a.BlockSize(0), 128u);
+  EXPECT_EQ(*a.BlockSize(128), 192u);
+  EXPECT_EQ(*a.BlockSize(320), 320u);
+  // The middle one goes first; the space is reused and coalesced as usual.
+  ASSERT_TRUE(a.Free(128));
+  EXPECT_EQ(a.used(), 448u);
+  auto again = a.Allocate(192);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(*again, 128u);
+  ASSERT_TRUE(a.Free(128));
+  ASSERT_TRUE(a.Free(0));
+  ASSERT_TRUE(a.Free(320));
+  EXPECT_FALSE(a.Free(320));
+  EXPECT_EQ(a.used(), 0u);
+  EXPECT_EQ(a.free_blocks(), 1u);
+  EXPECT_EQ(a.largest_free(), 6400u);
+}
+
 }  // namespace
 }  // namespace drover::object_store

@@ -17,8 +17,9 @@
 // valid until Seal or Abort of that id, or until the Client is destroyed.
 //
 // Thread safety: a Client is thread-safe; one mutex around the socket serializes the
-// requests, which are synchronous (one round trip each, ~20 µs between two processes
-// here), except the batch calls: PutMany and Release(refs) write all their requests
+// requests, which are synchronous (one round trip each, ~10-20 µs between two processes
+// here; Put copies the bytes of medium and large objects outside the lock), except the
+// batch calls: PutMany and Release(refs) write all their requests
 // in one go (pipelined; PutMany then reads the replies matched by request id) and
 // Get(ids) is one request, so a batch of small objects costs about one round trip. ObjectRefs may be used and
 // destroyed on any thread. Sealed objects are immutable: concurrent readers need no
@@ -106,6 +107,8 @@ struct StoreStats {
   uint64_t restores = 0;
   uint64_t clients = 0;
   uint64_t pending_gets = 0;
+  uint64_t leased_bytes = 0;  // arena space held as leases (leased puts), part of `used`
+  uint64_t leases = 0;        // leased ranges, over all clients
 };
 
 class Client {
@@ -130,7 +133,13 @@ class Client {
   absl::Status Seal(const ObjectId& id);
   // Frees an unsealed object this client created.
   absl::Status Abort(const ObjectId& id);
-  // Create + copy + Seal. On failure after Create the object is aborted.
+  // Writes the object and seals it: visible to every client once Put returns, with no
+  // reference kept. Up to 64 KiB of data the bytes travel in the request (one round
+  // trip); up to min(4 MiB, arena/64) with metadata, they are written into arena space
+  // the store leased to this client and sealed with one request (one round trip; see
+  // docs/object_store.md, "Leased puts"); larger objects go Create + copy + Seal (two;
+  // on failure after Create the object is aborted). Same errors in every case
+  // (ALREADY_EXISTS, RESOURCE_EXHAUSTED naming the space, ...).
   absl::Status Put(const ObjectId& id, absl::Span<const uint8_t> data,
                    absl::string_view metadata = {});
   absl::Status Put(const ObjectId& id, absl::string_view data, absl::string_view metadata = {}) {

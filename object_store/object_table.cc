@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -91,7 +92,20 @@ struct ObjectTable::Impl {
     bool visible() const { return sealed && !delete_pending; }
   };
 
-  Impl(TableOptions o, ArenaIo* a) : options(std::move(o)), arena(a), alloc(options.capacity) {}
+  Impl(TableOptions o, ArenaIo* a) : options(std::move(o)), arena(a), alloc(options.capacity) {
+    if (options.max_client_lease == 0) options.max_client_lease = alloc.capacity() / 16;
+    if (options.max_total_lease == 0) options.max_total_lease = alloc.capacity() / 4;
+  }
+
+  // One leased range: an allocator block of its own, owned by a client.
+  struct LeasePiece {
+    ClientId client = 0;
+    uint64_t size = 0;
+  };
+  struct ClientLeases {
+    uint64_t bytes = 0;
+    std::set<uint64_t> offsets;
+  };
 
   TableOptions options;
   ArenaIo* arena;
@@ -113,6 +127,10 @@ struct ObjectTable::Impl {
   uint64_t evictions = 0;
   uint64_t spills = 0;
   uint64_t restores = 0;
+  // Leased ranges by offset, and by client.
+  std::map<uint64_t, LeasePiece> leases;
+  std::unordered_map<ClientId, ClientLeases> leases_by_client;
+  uint64_t leased_bytes = 0;
   bool spill_dir_ready = false;
   std::function<void(const ObjectId&)> on_sealed;
   std::function<void(const ObjectId&)> on_evicted;
@@ -310,6 +328,10 @@ struct ObjectTable::Impl {
         Bytes(alloc.largest_free()), ") of ", Bytes(alloc.capacity()), "; ", Bytes(ref_bytes),
         " held by ", ref_n, " referenced objects, ", Bytes(unsealed_bytes), " by ", unsealed_n,
         " unsealed objects");
+    if (leased_bytes > 0) {
+      absl::StrAppend(&msg, ", ", Bytes(leased_bytes), " leased by ", leases_by_client.size(),
+                      " clients for puts in progress");
+    }
     if (idle_n > 0) {
       absl::StrAppend(&msg, ", ", Bytes(idle_bytes), " by ", idle_n, " unreferenced objects",
                       hopeless ? " (evicting or spilling them would not make enough room)"
@@ -396,6 +418,74 @@ struct ObjectTable::Impl {
     }
     UpdateLru(o);
   }
+
+  absl::Status AlreadyExists(const Object* existing, const ObjectId& id) const {
+    if (existing->delete_pending) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "object ", ShowId(id), " was deleted but is still in use by ",
+          existing->refs.size(), " clients; create it again once they release it"));
+    }
+    return absl::AlreadyExistsError(absl::StrCat("object ", ShowId(id), " already exists"));
+  }
+
+  void AddPiece(ClientId client, uint64_t offset, uint64_t size) {
+    leases.emplace(offset, LeasePiece{client, size});
+    ClientLeases& cl = leases_by_client[client];
+    cl.bytes += size;
+    cl.offsets.insert(offset);
+    leased_bytes += size;
+  }
+
+  void RemovePiece(std::map<uint64_t, LeasePiece>::iterator it) {
+    auto cl = leases_by_client.find(it->second.client);
+    cl->second.bytes -= it->second.size;
+    cl->second.offsets.erase(it->first);
+    if (cl->second.offsets.empty()) leases_by_client.erase(cl);
+    leased_bytes -= it->second.size;
+    leases.erase(it);
+  }
+
+  // Takes [offset, offset + size) out of the lease range of `client` that contains it:
+  // afterwards it is an allocator block of its own, no longer leased; what is left of
+  // the range on either side stays leased. `what` names the caller in errors.
+  absl::Status Carve(ClientId client, uint64_t offset, uint64_t size, const char* what) {
+    auto bad = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": [", offset, ", +", size, ") ", why,
+          "; a client may only use ranges of the arena the store leased to it"));
+    };
+    if (offset % kAlignment != 0 || size % kAlignment != 0 || size == 0) {
+      return bad("is not a non-empty range of 64-byte aligned offset and size");
+    }
+    auto it = leases.upper_bound(offset);
+    if (it == leases.begin()) return bad("is not inside a lease of this client");
+    --it;
+    const uint64_t start = it->first;
+    const uint64_t piece = it->second.size;
+    if (it->second.client != client || offset - start >= piece ||
+        size > piece - (offset - start)) {
+      return bad("is not inside a lease of this client");
+    }
+    const bool left = offset > start;
+    const bool right = size < piece - (offset - start);
+    if (left && right && leases_by_client[client].offsets.size() >= kMaxLeasePieces) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, ": client ", client, " holds ", kMaxLeasePieces,
+          " lease ranges already; carve from the start of a range or return the rest"));
+    }
+    if ((left && !alloc.Split(start, offset)) ||
+        (right && !alloc.Split(offset, offset + size))) {
+      // The table's own bookkeeping disagrees with the allocator: refuse, change nothing
+      // more (the first split, if any, only divided a block the client still leases).
+      DROVER_LOG(ERROR) << "object table: allocator refused to split lease at " << start
+                        << " (bookkeeping bug)";
+      return absl::InternalError(absl::StrCat(what, ": lease bookkeeping error"));
+    }
+    RemovePiece(it);
+    if (left) AddPiece(client, start, offset - start);
+    if (right) AddPiece(client, offset + size, piece - (offset - start) - size);
+    return absl::OkStatus();
+  }
 };
 
 
@@ -427,14 +517,7 @@ absl::StatusOr<ObjectLocation> ObjectTable::Create(ClientId client, const Object
         " metadata bytes ", data_size + metadata_size == 0 ? "is empty" : "does not fit",
         " in the object store of ", capacity, " bytes (", Bytes(capacity), ")"));
   }
-  if (Impl::Object* existing = t.Find(id)) {
-    if (existing->delete_pending) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "object ", ShowId(id), " was deleted but is still in use by ",
-          existing->refs.size(), " clients; create it again once they release it"));
-    }
-    return absl::AlreadyExistsError(absl::StrCat("object ", ShowId(id), " already exists"));
-  }
+  if (const Impl::Object* existing = t.Find(id)) return t.AlreadyExists(existing, id);
   ObjectLocation loc;
   loc.metadata_size = metadata_size;
   loc.data_offset = data_offset;
@@ -594,6 +677,16 @@ absl::StatusOr<std::string> ObjectTable::Metadata(const ObjectId& id) const {
 std::vector<ObjectId> ObjectTable::DisconnectClient(ClientId client) {
   Impl& t = *impl_;
   std::vector<ObjectId> aborted;
+  if (auto cl = t.leases_by_client.find(client); cl != t.leases_by_client.end()) {
+    std::vector<uint64_t> offsets(cl->second.offsets.begin(), cl->second.offsets.end());
+    for (uint64_t off : offsets) {
+      t.RemovePiece(t.leases.find(off));
+      if (!t.alloc.Free(off)) {
+        DROVER_LOG(ERROR) << "object table: allocator refused to free lease at " << off
+                          << " (bookkeeping bug)";
+      }
+    }
+  }
   auto it = t.by_client.find(client);
   if (it == t.by_client.end()) return aborted;
   std::vector<ObjectId> ids(it->second.begin(), it->second.end());
@@ -625,6 +718,8 @@ TableStats ObjectTable::Stats() const {
   s.evictions = t.evictions;
   s.spills = t.spills;
   s.restores = t.restores;
+  s.leased_bytes = t.leased_bytes;
+  s.lease_pieces = t.leases.size();
   return s;
 }
 
@@ -643,6 +738,92 @@ std::vector<ObjectInfo> ObjectTable::List() const {
     if (o->visible()) out.push_back({id, o->loc.data_size, o->loc.metadata_size, o->primary});
   }
   return out;
+}
+
+absl::StatusOr<LeaseRange> ObjectTable::Lease(ClientId client, uint64_t bytes) {
+  Impl& t = *impl_;
+  const uint64_t rounded = bytes == 0 ? 0 : Allocator::RoundUp(bytes);
+  if (rounded == 0 || rounded > t.alloc.capacity()) {
+    return absl::InvalidArgumentError(absl::StrCat("lease of ", bytes, " bytes: must be 1..",
+                                                   t.alloc.capacity(), " bytes"));
+  }
+  auto cl = t.leases_by_client.find(client);
+  const uint64_t held = cl == t.leases_by_client.end() ? 0 : cl->second.bytes;
+  const uint64_t pieces = cl == t.leases_by_client.end() ? 0 : cl->second.offsets.size();
+  if (rounded > t.options.max_client_lease - std::min(held, t.options.max_client_lease) ||
+      rounded > t.options.max_total_lease - std::min(t.leased_bytes, t.options.max_total_lease) ||
+      pieces >= ObjectTable::kMaxLeasePieces) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot lease ", Bytes(rounded), " to client ", client, ": it holds ", Bytes(held), " in ",
+        pieces, " ranges (at most ", Bytes(t.options.max_client_lease), " in ",
+        ObjectTable::kMaxLeasePieces, "), all clients ", Bytes(t.leased_bytes), " (at most ",
+        Bytes(t.options.max_total_lease), "); create objects one by one instead"));
+  }
+  std::optional<uint64_t> off = t.alloc.Allocate(rounded);
+  if (!off) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot lease ", Bytes(rounded), ": ", Bytes(t.alloc.free_bytes()),
+        " free, largest free block ", Bytes(t.alloc.largest_free()),
+        " (a lease takes only free space and never evicts or spills; create objects one by "
+        "one instead, which does)"));
+  }
+  t.AddPiece(client, *off, rounded);
+  return LeaseRange{*off, rounded};
+}
+
+absl::StatusOr<ObjectLocation> ObjectTable::SealLeased(ClientId client, const ObjectId& id,
+                                                       uint64_t offset, uint64_t data_size,
+                                                       uint64_t metadata_size) {
+  Impl& t = *impl_;
+  if (id.empty() || id.size() > kMaxIdSize) {
+    return absl::InvalidArgumentError(absl::StrCat("object id must be 1..", kMaxIdSize,
+                                                   " bytes, got ", id.size()));
+  }
+  const uint64_t capacity = t.alloc.capacity();
+  if (data_size > capacity || metadata_size > capacity || data_size + metadata_size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "leased put of object ", ShowId(id), ": ", data_size, " data bytes and ", metadata_size,
+        " metadata bytes ", data_size + metadata_size == 0 ? "is empty" : "does not fit",
+        " in the object store of ", capacity, " bytes"));
+  }
+  ObjectLocation loc;
+  loc.offset = offset;
+  loc.metadata_size = metadata_size;
+  loc.data_offset = metadata_size == 0 ? 0 : Allocator::RoundUp(metadata_size);
+  loc.data_size = data_size;
+  const uint64_t block = Allocator::RoundUp(loc.data_offset + data_size);
+  if (block == 0 || block > capacity) {
+    return absl::InvalidArgumentError(absl::StrCat("leased put of object ", ShowId(id), ": ",
+                                                   data_size, " data bytes and ", metadata_size,
+                                                   " metadata bytes do not fit the arena"));
+  }
+  if (absl::Status s = t.Carve(client, offset, block, "leased put"); !s.ok()) return s;
+  // From here the range is the put's own block: freed again if the put fails.
+  if (const Impl::Object* existing = t.Find(id)) {
+    t.alloc.Free(offset);
+    return t.AlreadyExists(existing, id);
+  }
+  auto obj = std::make_unique<Impl::Object>();
+  Impl::Object* o = obj.get();
+  o->id = id;
+  o->loc = loc;
+  o->block_size = block;
+  o->creator = client;
+  o->primary = true;
+  o->sealed = true;
+  t.objects.emplace(id, std::move(obj));
+  ++t.in_memory;
+  ++t.sealed_in_memory;
+  t.Touch(o);
+  if (t.on_sealed) t.on_sealed(id);
+  return loc;
+}
+
+absl::Status ObjectTable::ReturnLease(ClientId client, uint64_t offset, uint64_t size) {
+  Impl& t = *impl_;
+  if (absl::Status s = t.Carve(client, offset, size, "return of a lease"); !s.ok()) return s;
+  t.alloc.Free(offset);
+  return absl::OkStatus();
 }
 
 void ObjectTable::set_on_sealed(std::function<void(const ObjectId&)> cb) {

@@ -59,6 +59,10 @@ struct TableOptions {
   std::string spill_dir;
   // Upper bound for bytes in the spill directory.
   uint64_t spill_capacity = 0;
+  // Upper bounds on leased bytes per client and over all clients; 0 means capacity/16
+  // and capacity/4.
+  uint64_t max_client_lease = 0;
+  uint64_t max_total_lease = 0;
 };
 
 struct TableStats {
@@ -73,6 +77,14 @@ struct TableStats {
   uint64_t evictions = 0;  // secondary copies dropped, total
   uint64_t spills = 0;     // primary copies written to disk, total
   uint64_t restores = 0;   // spilled copies read back, total
+  uint64_t leased_bytes = 0;  // arena space clients hold as leases (not objects yet)
+  uint64_t lease_pieces = 0;  // the leased ranges, over all clients
+};
+
+// A range of the arena leased to one client (see ObjectTable::Lease).
+struct LeaseRange {
+  uint64_t offset = 0;
+  uint64_t size = 0;
 };
 
 // What the table tells about one visible (sealed, not deleted) object.
@@ -124,9 +136,36 @@ class ObjectTable {
   bool Contains(const ObjectId& id) const;
   // Metadata bytes of a sealed object.
   absl::StatusOr<std::string> Metadata(const ObjectId& id) const;
-  // Releases every reference of `client` and aborts its unsealed objects. Returns the
-  // ids it aborted.
+  // Releases every reference of `client`, aborts its unsealed objects and frees its
+  // leases. Returns the ids it aborted.
   std::vector<ObjectId> DisconnectClient(ClientId client);
+
+  // Leases: a client reserves a range of free arena space once, then carves objects
+  // out of it itself (writing metadata and data in place) and registers each with one
+  // SealLeased, which makes it a sealed object at once: a put in one round trip
+  // instead of two (Create, Seal). Leased space is not an object: never evicted,
+  // spilled or visible; it goes back with ReturnLease or when the client disconnects.
+  //
+  // Reserves `bytes` (rounded up to 64) of free space for `client`. A lease only takes
+  // space that is free now: it never evicts or spills anything (RESOURCE_EXHAUSTED if
+  // there is no free block that large; the client then creates its objects one by
+  // one, and those do make room). At most max_client_lease bytes per client and
+  // max_total_lease over all clients (RESOURCE_EXHAUSTED beyond), kMaxLeasePieces
+  // ranges per client.
+  static constexpr uint64_t kMaxLeasePieces = 1024;
+  absl::StatusOr<LeaseRange> Lease(ClientId client, uint64_t bytes);
+  // Turns [offset, offset + RoundUp64(RoundUp64(metadata_size) + data_size)) of a
+  // lease `client` holds into the sealed primary object `id`, whose metadata (at
+  // offset) and data (at offset + data_offset) the client has written; the object has
+  // no reference. The range leaves the lease whatever the outcome once it is found
+  // in one (a failed put's space is freed). INVALID_ARGUMENT if the range is not
+  // 64-aligned and inside one lease range of this client, or the sizes are bad;
+  // ALREADY_EXISTS as Create.
+  absl::StatusOr<ObjectLocation> SealLeased(ClientId client, const ObjectId& id, uint64_t offset,
+                                            uint64_t data_size, uint64_t metadata_size);
+  // Frees [offset, offset + size) of a lease of `client` (64-aligned, inside one lease
+  // range). INVALID_ARGUMENT otherwise.
+  absl::Status ReturnLease(ClientId client, uint64_t offset, uint64_t size);
 
   TableStats Stats() const;
   // The object if it is visible (sealed and not deleted; in memory or spilled), else

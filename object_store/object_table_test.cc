@@ -103,6 +103,13 @@ class ObjectTableTest : public ::testing::Test {
     ASSERT_TRUE(table_->Release(c, id).ok());
   }
 
+  // Gets and releases (for objects whose bytes the test did not record).
+  void ExpectIntactSize(const ObjectId& id) {
+    auto loc = table_->Get(77, id);
+    ASSERT_TRUE(loc.ok()) << id << ": " << loc.status();
+    ASSERT_TRUE(table_->Release(77, id).ok());
+  }
+
   // Deletes every id (ignoring those already gone) and checks nothing is left.
   void ExpectCleanAfterDeleting(const std::vector<ObjectId>& ids) {
     for (const auto& id : ids) (void)table_->Delete(id);
@@ -544,6 +551,162 @@ TEST_F(ObjectTableTest, CallbacksMayCallBackIntoTheTable) {
 
 // A store driven far past its size with a real shared-memory arena: everything spills
 // and comes back byte for byte.
+// --- Leases ----------------------------------------------------------------------
+
+TEST_F(ObjectTableTest, LeasedPutIsSealedVisibleAndAnOrdinaryObject) {
+  std::vector<ObjectId> sealed;
+  Init(2 * kMiB);
+  table_->set_on_sealed([&](const ObjectId& id) { sealed.push_back(id); });
+  auto lease = table_->Lease(1, 100 * kKiB);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_EQ(lease->size, 100 * kKiB);
+  EXPECT_EQ(lease->offset % 64, 0u);
+  EXPECT_EQ(table_->Stats().leased_bytes, 100 * kKiB);
+  EXPECT_EQ(table_->Stats().objects, 0u);
+  // The client writes metadata and data in place, then registers the object.
+  const std::string meta = "tensor-header";
+  std::memcpy(arena_->At(lease->offset), meta.data(), meta.size());
+  Fill(arena_->At(lease->offset + 64), 1000, 5);
+  const uint64_t sum = Checksum(arena_->At(lease->offset + 64), 1000);
+  auto loc = table_->SealLeased(1, "a", lease->offset, 1000, meta.size());
+  ASSERT_TRUE(loc.ok()) << loc.status();
+  EXPECT_EQ(loc->offset, lease->offset);
+  EXPECT_EQ(loc->data_offset, 64u);
+  EXPECT_EQ(sealed, std::vector<ObjectId>{"a"});
+  EXPECT_TRUE(table_->Contains("a"));
+  EXPECT_EQ(*table_->Metadata("a"), meta);
+  TableStats s = table_->Stats();
+  EXPECT_EQ(s.objects, 1u);
+  EXPECT_EQ(s.sealed, 1u);
+  EXPECT_EQ(s.referenced, 0u);
+  EXPECT_EQ(s.leased_bytes, 100 * kKiB - 1088);  // 64 + 1000 rounded to 1088
+  auto got = table_->Get(2, "a");
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(Checksum(arena_->At(got->offset + got->data_offset), got->data_size), sum);
+  ASSERT_TRUE(table_->Release(2, "a").ok());
+  // Only its creator's lease could hold it; sealing is final.
+  EXPECT_EQ(table_->Seal(1, "a").code(), absl::StatusCode::kFailedPrecondition);
+  // The next put comes from the rest of the lease; a duplicate id frees its range.
+  auto b = table_->SealLeased(1, "b", lease->offset + 1088, 64, 0);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(table_->SealLeased(1, "a", lease->offset + 1152, 64, 0).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(table_->Stats().leased_bytes, 100 * kKiB - 1088 - 128);
+  // Deleting an object carved from a lease frees exactly its block.
+  // (The failed duplicate's 64 bytes were freed too.)
+  ASSERT_TRUE(table_->Delete("a").ok());
+  EXPECT_EQ(table_->Stats().used, 100 * kKiB - 1088 - 64);
+  ASSERT_TRUE(table_->Delete("b").ok());
+  table_->DisconnectClient(1);  // frees the rest of the lease
+  ExpectCleanAfterDeleting({});
+  EXPECT_EQ(table_->Stats().leased_bytes, 0u);
+  EXPECT_EQ(table_->Stats().lease_pieces, 0u);
+}
+
+TEST_F(ObjectTableTest, LeasedPutOutsideOwnLeaseIsRejectedAndChangesNothing) {
+  Init(4 * kMiB);
+  auto mine = table_->Lease(1, 64 * kKiB);
+  auto theirs = table_->Lease(2, 64 * kKiB);
+  ASSERT_TRUE(mine.ok() && theirs.ok());
+  auto ok = table_->Create(3, "plain", 1000, "");
+  ASSERT_TRUE(ok.ok());
+  const TableStats before = table_->Stats();
+  auto expect_bad = [&](uint64_t off, uint64_t data, uint64_t meta) {
+    auto r = table_->SealLeased(1, "x", off, data, meta);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument)
+        << off << " " << data << " " << meta << ": " << r.status();
+  };
+  expect_bad(theirs->offset, 64, 0);             // another client's lease
+  expect_bad(ok->offset, 64, 0);                 // an object's space
+  expect_bad(mine->offset + 1, 64, 0);           // unaligned
+  expect_bad(mine->offset, 64 * kKiB + 1, 0);    // runs past the end
+  expect_bad(mine->offset + 64 * kKiB, 64, 0);   // just past the end
+  expect_bad(~0ull - 63, 64, 0);                 // overflowing
+  expect_bad(1ull << 40, 64, 0);                 // outside the arena
+  expect_bad(mine->offset, 0, 0);                // empty
+  expect_bad(mine->offset, ~0ull, 0);            // absurd sizes
+  expect_bad(mine->offset, 64, ~0ull);
+  expect_bad(mine->offset, ~0ull - 100, 200);
+  EXPECT_EQ(table_->SealLeased(1, "", mine->offset, 64, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A range spanning two adjacent leases of the same client is not inside one lease.
+  auto second = table_->Lease(1, 64 * kKiB);
+  ASSERT_TRUE(second.ok());
+  if (second->offset == mine->offset + mine->size) {
+    expect_bad(second->offset - 64, 128, 0);
+  }
+  EXPECT_EQ(table_->ReturnLease(1, theirs->offset, 64).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_->ReturnLease(1, mine->offset, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_->ReturnLease(1, mine->offset, 100).code(), absl::StatusCode::kInvalidArgument);
+  const TableStats after = table_->Stats();
+  EXPECT_EQ(after.used, before.used + second->size);
+  EXPECT_EQ(after.objects, before.objects);
+  EXPECT_EQ(after.leased_bytes, before.leased_bytes + second->size);
+  EXPECT_FALSE(table_->Contains("x"));
+  // The leases still work.
+  EXPECT_TRUE(table_->SealLeased(1, "x", mine->offset, 64, 0).ok());
+  EXPECT_TRUE(table_->SealLeased(2, "y", theirs->offset + 128, 64, 0).ok());
+}
+
+TEST_F(ObjectTableTest, LeaseCarvesAnywhereAndReturnsPieces) {
+  Init(kMiB);
+  auto lease = table_->Lease(1, 64 * 10);
+  ASSERT_TRUE(lease.ok());
+  const uint64_t o = lease->offset;
+  // Out of order (threads of one client finish their puts in any order).
+  ASSERT_TRUE(table_->SealLeased(1, "m", o + 64 * 4, 64, 0).ok());
+  ASSERT_TRUE(table_->SealLeased(1, "l", o, 64 * 2, 0).ok());
+  ASSERT_TRUE(table_->SealLeased(1, "r", o + 64 * 8, 64 * 2, 0).ok());
+  EXPECT_EQ(table_->Stats().leased_bytes, 64u * 5);  // [2,4) and [5,8)
+  EXPECT_EQ(table_->Stats().lease_pieces, 2u);
+  // Reused space: the middle object's block only.
+  EXPECT_EQ(table_->SealLeased(1, "again", o + 64 * 4, 64, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(table_->ReturnLease(1, o + 64 * 5, 64 * 3).ok());
+  ASSERT_TRUE(table_->ReturnLease(1, o + 64 * 2, 64).ok());
+  EXPECT_EQ(table_->Stats().leased_bytes, 64u);
+  EXPECT_EQ(table_->Stats().used, 64u * 6);
+  table_->DisconnectClient(1);
+  EXPECT_EQ(table_->Stats().used, 64u * 5);  // the three objects stay: they are sealed
+  for (const char* id : {"l", "m", "r"}) ExpectIntactSize(id);
+  ExpectCleanAfterDeleting({"l", "m", "r"});
+}
+
+TEST_F(ObjectTableTest, LeasesTakeOnlyFreeSpaceWithinLimits) {
+  std::string dir = TmpDir("lease_spill");
+  Init(kMiB, dir, 10 * kMiB);
+  // Limits: capacity/16 per client, capacity/4 over all.
+  EXPECT_TRUE(table_->Lease(1, 64 * kKiB).ok());
+  EXPECT_EQ(table_->Lease(1, 1).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(table_->Lease(1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_->Lease(1, ~0ull).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(table_->Lease(2, 64 * kKiB).ok());
+  EXPECT_TRUE(table_->Lease(3, 64 * kKiB).ok());
+  EXPECT_TRUE(table_->Lease(4, 64 * kKiB).ok());
+  auto over = table_->Lease(5, 64);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("all clients"), std::string::npos) << over.status();
+  table_->DisconnectClient(4);
+  // Free space only: a lease never spills an idle object to make room.
+  Put(9, "big", 800 * kKiB);
+  auto no_room = table_->Lease(4, 64 * kKiB);
+  EXPECT_EQ(no_room.status().code(), absl::StatusCode::kResourceExhausted) << no_room.status();
+  EXPECT_EQ(table_->Stats().spills, 0u);
+  // Create does make room, and its error names what the leases hold.
+  auto c = table_->Create(9, "c", 300 * kKiB, "");
+  EXPECT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(table_->Stats().spills, 1u);
+  auto none = table_->Create(9, "d", 600 * kKiB, "");
+  ASSERT_EQ(none.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(none.status().message().find("leased by 3 clients"), std::string::npos)
+      << none.status();
+  for (ClientId k : {1, 2, 3}) table_->DisconnectClient(k);
+  ASSERT_TRUE(table_->Seal(9, "c").ok());
+  ASSERT_TRUE(table_->Release(9, "c").ok());
+  ExpectCleanAfterDeleting({"big", "c"});
+  EXPECT_EQ(CountFiles(dir), 0);
+}
+
 TEST(ObjectTableSpillTest, DrivenPastItsSizeEveryObjectComesBackByteForByte) {
   auto arena = Arena::Create(kMiB);
   ASSERT_TRUE(arena.ok()) << arena.status();

@@ -346,7 +346,17 @@ class StoreServer::Loop {
         if (!*got) break;
         HandleFrame(c, body);
         ProcessSealed();
+        if (flush_now_) {
+          // A leased put's reply goes out before the store turns to the frames behind
+          // it (the client's next lease): the put waits only for its own seal.
+          flush_now_ = false;
+          if (c.in.buffered() > 0 && !c.closing && !c.want_write) Flush(c);
+        }
       }
+      // A short read emptied the socket: no second read just to see EAGAIN (a syscall
+      // on every request's path). Bytes arriving meanwhile keep the socket readable,
+      // and the level-triggered epoll reports it again.
+      if (static_cast<size_t>(n) < kReadChunk) return;
     }
   }
 
@@ -437,6 +447,31 @@ class StoreServer::Loop {
         }
         subscribers_.insert(c.id);
         break;
+      // Leased puts: the table checks every offset and size against this client's own
+      // leases.
+      case proto::StoreRequest::kLease: {
+        absl::StatusOr<LeaseRange> lease = table_.Lease(c.id, request_.lease().bytes());
+        if (lease.ok()) {
+          reply_.mutable_lease()->set_offset(lease->offset);
+          reply_.mutable_lease()->set_size(lease->size);
+        }
+        s = lease.status();
+        break;
+      }
+      case proto::StoreRequest::kSealLeased: {
+        const auto& r = request_.seal_leased();
+        s = CheckId(r.id());
+        if (s.ok()) {
+          s = table_.SealLeased(c.id, r.id(), r.offset(), r.data_size(), r.metadata_size())
+                  .status();
+        }
+        flush_now_ = true;
+        break;
+      }
+      case proto::StoreRequest::kReturnLease:
+        s = table_.ReturnLease(c.id, request_.return_lease().offset(),
+                               request_.return_lease().size());
+        break;
       default:
         s = absl::InvalidArgumentError(
             "object store: the request has no operation this store knows (missing, or from "
@@ -493,6 +528,8 @@ class StoreServer::Loop {
     out->set_restores(t.restores);
     out->set_clients(conns_.size());
     out->set_pending_gets(pending_.size());
+    out->set_leased_bytes(t.leased_bytes);
+    out->set_leases(t.lease_pieces);
   }
 
   // Fills result `i` of `get` from the table. Returns true if it is settled (found or
@@ -772,6 +809,7 @@ class StoreServer::Loop {
   proto::StoreRequest request_;
   proto::StoreReply reply_;
   proto::StoreReply event_;  // not reply_: events go out while a reply is being built
+  bool flush_now_ = false;  // set by a leased put: send its reply before the next frame
 };
 
 StoreServer::StoreServer() = default;

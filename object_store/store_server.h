@@ -8,6 +8,12 @@
 // are absent or unsealed is answered when they are all sealed or its timeout passes
 // (later requests of the same client are answered meanwhile; match by request_id).
 //
+// Leased puts (docs/object_store.md, "Leased puts"): a client may reserve
+// free arena space (Lease), write objects into it itself and seal each with one
+// SealLeased; the store checks every such range against the caller's own leases and
+// frees them when the client goes. A SealLeased's reply is sent before the frames
+// queued behind it are handled.
+//
 // Events: a connection that sent Subscribe receives a StoreEvent for every seal, every
 // Delete and every eviction of a secondary copy from then on (optionally preceded by a
 // snapshot of the sealed objects), in the order they happened in the loop

@@ -117,6 +117,7 @@ TEST(SubscriberTest, SealsAndDeletesArriveInOrder) {
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->Put("small", std::string(1000, 'a')).ok());   // inline put
   ASSERT_TRUE((*client)->Put("big", std::string(2 * kMiB, 'b'), "meta").ok());
+  ASSERT_TRUE((*client)->Put("medium", std::string(kMiB / 2, 'm'), "meta").ok());  // leased
   // A referenced object's delete is announced at once: it is invisible from then on.
   auto ref = (*client)->Get("big", absl::ZeroDuration());
   ASSERT_TRUE(ref.ok()) << ref.status();
@@ -130,6 +131,7 @@ TEST(SubscriberTest, SealsAndDeletesArriveInOrder) {
 
   ExpectEvent(**sub, StoreEvent::Kind::kSealed, "small", 1000, true);
   ExpectEvent(**sub, StoreEvent::Kind::kSealed, "big", 2 * kMiB, true);
+  ExpectEvent(**sub, StoreEvent::Kind::kSealed, "medium", kMiB / 2, true);
   ExpectEvent(**sub, StoreEvent::Kind::kRemoved, "big", 2 * kMiB, true);
   ExpectEvent(**sub, StoreEvent::Kind::kRemoved, "small", 1000, true);
   ExpectEvent(**sub, StoreEvent::Kind::kSealed, "last", 10, true);

@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   std::string bind = "127.0.0.1", advertise, token_file, redis, redis_prefix = "drover:",
               ready_file;
   int port = 0;
-  int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000;
+  int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000,
+          abort_notice_ms = 3000;
   app.add_option("--bind", bind, "IP address to listen on (0.0.0.0 for all)");
   app.add_option("--port", port, "TCP port (0 picks a free one)")->check(CLI::Range(0, 65535));
   app.add_option("--advertise", advertise, "address agents and workers use (default: bind:port)");
@@ -42,6 +43,10 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-ms", heartbeat_ms, "agents' heartbeat interval")
       ->check(CLI::Range(int64_t{10}, int64_t{60000}));
   app.add_option("--kill-grace-ms", kill_grace_ms, "SIGTERM to SIGKILL grace for workers")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  app.add_option("--abort-notice-ms", abort_notice_ms,
+                 "after a failure, how long processes that watch their job generation "
+                 "(collective groups) get to abort and exit on their own before SIGTERM")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
   app.add_option("--ready-file", ready_file, "write {\"address\":...} here once serving");
   CLI11_PARSE(app, argc, argv);
@@ -74,6 +79,7 @@ int main(int argc, char** argv) {
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
   options.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   options.kill_grace = absl::Milliseconds(kill_grace_ms);
+  options.abort_notice = absl::Milliseconds(abort_notice_ms);
   auto core = std::make_unique<drover::SchedulerCore>(options, std::move(store),
                                                       drover::NewGrpcAgentClient(*token));
   absl::Status started = core->Start();

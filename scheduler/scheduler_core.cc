@@ -37,7 +37,8 @@ proto::Resources Minus(const proto::Resources& total, const proto::Resources& us
 }
 
 // "rank 1 on node node-2 (10.0.0.2) exited with code 3" + stderr tail.
-std::string DescribeFailure(const proto::ExitInfo& e, const std::string& node_ip) {
+std::string DescribeFailure(const proto::ExitInfo& e, const std::string& node_ip,
+                            bool with_stderr = true) {
   std::string where = absl::StrCat("rank ", e.rank(), " on node ", e.node_id(),
                                    node_ip.empty() ? "" : absl::StrCat(" (", node_ip, ")"));
   std::string what;
@@ -49,7 +50,7 @@ std::string DescribeFailure(const proto::ExitInfo& e, const std::string& node_ip
     what = absl::StrCat("exited with code ", e.exit_code());
   }
   std::string out = absl::StrCat(where, " ", what);
-  if (!e.stderr_tail().empty()) {
+  if (with_stderr && !e.stderr_tail().empty()) {
     absl::StrAppend(&out, "; last lines of its stderr:\n", e.stderr_tail());
     if (out.back() != '\n') out.push_back('\n');
   }
@@ -311,6 +312,11 @@ void SchedulerCore::MonitorLoop() {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick)) return;
       absl::Time now = absl::Now();
+      for (auto& [id, job] : jobs_) {
+        if (job.stop_at > now) continue;
+        job.stop_at = absl::InfiniteFuture();
+        if (!job.live.empty()) StopJobLocked(job, &actions);
+      }
       for (auto& [id, node] : nodes_) {
         if (node.info.state() == proto::DEAD) continue;
         absl::Duration silent = now - node.last_heartbeat;
@@ -558,6 +564,16 @@ void SchedulerCore::StopJobLocked(Job& job, Actions* out) {
   }
 }
 
+void SchedulerCore::StopAfterFailureLocked(Job& job, Actions* out) {
+  bool watched = false;
+  for (int r : job.live) watched = watched || job.watchers.count(r) > 0;
+  if (!watched || options_.abort_notice <= absl::ZeroDuration()) {
+    StopJobLocked(job, out);
+    return;
+  }
+  job.stop_at = std::min(job.stop_at, absl::Now() + options_.abort_notice);
+}
+
 void SchedulerCore::ReleaseLocked(Job& job) {
   for (const auto& a : job.allocs) {
     auto it = nodes_.find(a.node_id);
@@ -616,7 +632,7 @@ void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Acti
       } else {
         FinishLocked(job, proto::FAILED, cause, ExitCodeOf(exit));
       }
-      StopJobLocked(job, out);
+      StopAfterFailureLocked(job, out);
     } else if (job.info.succeeded_ranks_size() == job.info.spec().nproc()) {
       FinishLocked(job, proto::SUCCEEDED,
                    absl::StrCat("all ", job.info.spec().nproc(), " processes exited with code 0"),
@@ -625,6 +641,8 @@ void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Acti
   }
   if (job.live.empty()) {
     ReleaseLocked(job);
+    job.watchers.clear();
+    job.stop_at = absl::InfiniteFuture();
     if (job.info.restarting()) {
       job.info.set_restarting(false);
       job.info.set_restart_count(job.info.restart_count() + 1);
@@ -869,6 +887,75 @@ absl::StatusOr<proto::KvAddReply> SchedulerCore::KvAdd(const proto::KvAddRequest
   proto::KvAddReply reply;
   reply.set_value(*sum);
   return reply;
+}
+
+// ---------------------------------------------------------------------------
+// Generation watch
+
+std::optional<proto::WatchGenerationReply> SchedulerCore::GenerationEndLocked(const Job& job,
+                                                                              int generation) {
+  proto::WatchGenerationReply reply;
+  const auto& cause = job.info.root_cause();
+  if (job.info.has_root_cause() && cause.generation() == generation &&
+      (job.info.restarting() || job.info.state() == proto::FAILED ||
+       job.info.restart_count() > generation)) {
+    reply.set_ended(true);
+    *reply.mutable_failure() = cause;
+    std::string node_ip;
+    if (auto it = nodes_.find(cause.node_id()); it != nodes_.end()) {
+      node_ip = it->second.info.node_ip();
+    }
+    reply.set_description(DescribeFailure(cause, node_ip, /*with_stderr=*/false));
+    return reply;
+  }
+  if (IsTerminal(job.info.state())) {
+    reply.set_ended(true);
+    reply.set_description(absl::StrCat("job ", job.info.job_id(), " ended (",
+                                       proto::JobState_Name(job.info.state()), ": ",
+                                       job.info.reason(), ")"));
+    return reply;
+  }
+  if (job.info.restart_count() != generation) {
+    reply.set_ended(true);
+    reply.set_description(absl::StrCat("job ", job.info.job_id(), " moved on to generation ",
+                                       job.info.restart_count()));
+    return reply;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<proto::WatchGenerationReply> SchedulerCore::WatchGeneration(
+    const proto::WatchGenerationRequest& req, absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  const std::string& job_id = req.scope().job_id();
+  const int generation = req.scope().generation();
+  Job* job = FindJobLocked(job_id);
+  if (job == nullptr) {
+    return absl::NotFoundError(absl::StrCat("WatchGeneration: no job '", job_id, "'"));
+  }
+  if (generation > job->info.restart_count()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "WatchGeneration: job ", job_id, " has not reached generation ", generation,
+        " (it runs generation ", job->info.restart_count(), ")"));
+  }
+  if (generation == job->info.restart_count() && job->live.count(req.rank())) {
+    job->watchers.insert(req.rank());
+  }
+  std::optional<proto::WatchGenerationReply> reply;
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (stopping_) return true;
+    Job* j = FindJobLocked(job_id);
+    if (j == nullptr) return true;
+    reply = GenerationEndLocked(*j, generation);
+    return reply.has_value();
+  };
+  if (wait > absl::ZeroDuration()) {
+    mu_.AwaitWithTimeout(absl::Condition(&done), std::min(wait, absl::Seconds(60)));
+  } else {
+    done();
+  }
+  if (!reply) return proto::WatchGenerationReply();  // still running
+  return *reply;
 }
 
 }  // namespace drover

@@ -13,6 +13,7 @@
 #define DROVER_SCHEDULER_SCHEDULER_CORE_H_
 
 #include <map>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -38,6 +39,10 @@ struct SchedulerOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // SIGTERM-to-SIGKILL grace when stopping a job's processes.
   absl::Duration kill_grace = absl::Seconds(5);
+  // After a process of a generation fails, the ranks that watch the generation
+  // (WatchGeneration: collective groups do) get this long to learn of it, abort and exit
+  // on their own, reporting the cause, before the rest is stopped. Zero: stop at once.
+  absl::Duration abort_notice = absl::Seconds(3);
 };
 
 class SchedulerCore {
@@ -82,6 +87,11 @@ class SchedulerCore {
   absl::StatusOr<proto::KvCompareAndSetReply> KvCompareAndSet(
       const proto::KvCompareAndSetRequest& req);
   absl::StatusOr<proto::KvAddReply> KvAdd(const proto::KvAddRequest& req);
+  // Waits up to `wait` for the scope's generation to fail or end (see
+  // proto/scheduler.proto WatchGeneration); records the rank as watching. NOT_FOUND for
+  // an unknown job.
+  absl::StatusOr<proto::WatchGenerationReply> WatchGeneration(
+      const proto::WatchGenerationRequest& req, absl::Duration wait);
 
  private:
   struct Node {
@@ -102,6 +112,9 @@ class SchedulerCore {
     std::set<int> live;  // ranks of the current generation believed alive
     std::vector<Allocation> allocs;  // held until `live` is empty
     int64_t seq = 0;  // submit order
+    std::set<int> watchers;  // ranks of the current generation that watch it
+    // When a failure's stop waits for the watchers' abort notice: when to stop anyway.
+    absl::Time stop_at = absl::InfiniteFuture();
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -128,6 +141,13 @@ class SchedulerCore {
   void FailRanksLocked(Job& job, const std::string& node_id, const std::vector<int>& ranks,
                        const std::string& error, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopJobLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a failure: stops the job's processes now, or, if some live rank watches the
+  // generation, once options_.abort_notice has passed (MonitorLoop), so the watchers can
+  // exit by themselves first.
+  void StopAfterFailureLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The generation watch's answer, or nullopt while the generation runs on.
+  std::optional<proto::WatchGenerationReply> GenerationEndLocked(const Job& job, int generation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(Job& job, proto::JobState state, const std::string& reason, int exit_code)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -399,3 +399,88 @@ TEST_F(SchedulerCoreTest, KvScopeEndsWithItsGeneration) {
 
 }  // namespace
 }  // namespace drover
+
+namespace drover {
+namespace {
+
+proto::WatchGenerationRequest WatchRequest(const std::string& job, int gen, int rank) {
+  proto::WatchGenerationRequest req;
+  req.mutable_scope()->set_job_id(job);
+  req.mutable_scope()->set_generation(gen);
+  req.set_rank(rank);
+  return req;
+}
+
+TEST_F(SchedulerCoreTest, WatchGenerationHearsTheFailureAndWatchersGetANoticePeriod) {
+  std::string n1 = Register("10.0.0.1", 0);
+  auto job = Submit(3, 0, 0, /*max_restarts=*/1);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  // Rank 0 watches (the call returns "still running" at once without a wait).
+  auto now = core_->WatchGeneration(WatchRequest(job.job_id(), 0, 0), absl::ZeroDuration());
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_FALSE(now->ended());
+  // Rank 2 waits in a watch while rank 1 dies.
+  absl::StatusOr<proto::WatchGenerationReply> heard;
+  std::thread watcher([&] {
+    heard = core_->WatchGeneration(WatchRequest(job.job_id(), 0, 2), absl::Seconds(20));
+  });
+  proto::ReportExitRequest req;
+  req.set_node_id(n1);
+  req.set_job_id(job.job_id());
+  req.mutable_exit()->set_rank(1);
+  req.mutable_exit()->set_exit_code(-1);
+  req.mutable_exit()->set_signal(9);
+  const absl::Time died = absl::Now();
+  core_->ReportExit(req);
+  watcher.join();
+  ASSERT_TRUE(heard.ok()) << heard.status();
+  EXPECT_LT(absl::Now() - died, absl::Seconds(5));
+  EXPECT_TRUE(heard->ended());
+  EXPECT_EQ(heard->failure().rank(), 1);
+  EXPECT_EQ(heard->description(), "rank 1 on node " + n1 + " (10.0.0.1) was killed by SIGKILL");
+  // The watchers get the notice period before the stop (3 s by default)...
+  EXPECT_EQ(agents_->stops(), 0u);
+  // ...and if they exit by themselves, nothing is stopped at all and the gang restarts.
+  Exit(n1, job.job_id(), 0, 3);
+  Exit(n1, job.job_id(), 2, 3);
+  EXPECT_TRUE(WaitFor([&] { return agents_->starts() == 2; }));
+  EXPECT_EQ(agents_->stops(), 0u);
+  // The new generation is not ended; the old one still reads as ended (a late watcher
+  // of it learns only that the job moved on).
+  auto next = core_->WatchGeneration(WatchRequest(job.job_id(), 1, 0), absl::ZeroDuration());
+  ASSERT_TRUE(next.ok());
+  EXPECT_FALSE(next->ended());
+  auto old = core_->WatchGeneration(WatchRequest(job.job_id(), 0, 0), absl::ZeroDuration());
+  ASSERT_TRUE(old.ok());
+  EXPECT_TRUE(old->ended());
+}
+
+TEST_F(SchedulerCoreTest, WatchersThatDoNotExitAreStoppedAfterTheNoticePeriod) {
+  std::string n1 = Register("10.0.0.1", 0);
+  auto job = Submit(2, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  ASSERT_TRUE(core_->WatchGeneration(WatchRequest(job.job_id(), 0, 0), absl::ZeroDuration()).ok());
+  const absl::Time failed = absl::Now();
+  Exit(n1, job.job_id(), 1, 7);
+  EXPECT_EQ(Job(job.job_id()).state(), proto::FAILED);
+  ASSERT_TRUE(WaitFor([&] { return agents_->stops() >= 1; }, absl::Seconds(10)));
+  EXPECT_GE(absl::Now() - failed, absl::Seconds(3) - absl::Milliseconds(50));
+}
+
+TEST_F(SchedulerCoreTest, CancelEndsTheWatchAndUnknownJobsAreNotFound) {
+  Register("10.0.0.1", 0);
+  auto job = Submit(1, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  ASSERT_TRUE(core_->CancelJob(job.job_id()).ok());
+  auto r = core_->WatchGeneration(WatchRequest(job.job_id(), 0, 0), absl::Seconds(5));
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->ended());
+  EXPECT_TRUE(absl::StrContains(r->description(), "CANCELLED")) << r->description();
+  EXPECT_EQ(core_->WatchGeneration(WatchRequest("job-99", 0, 0), absl::ZeroDuration())
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace drover

@@ -171,4 +171,18 @@ grpc::Status SchedulerService::KvAdd(grpc::ServerContext* ctx, const proto::KvAd
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::WatchGeneration(grpc::ServerContext* ctx,
+                                               const proto::WatchGenerationRequest* req,
+                                               proto::WatchGenerationReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->scope().job_id().empty()) return Invalid("WatchGeneration needs scope.job_id");
+  absl::Duration wait = absl::Milliseconds(std::max<int64_t>(0, req->wait_timeout_ms()));
+  // Answer before the client's deadline: "still running" rather than an error.
+  wait = std::min(wait, absl::FromChrono(ctx->deadline()) - absl::Now() - absl::Milliseconds(50));
+  auto r = core_->WatchGeneration(*req, wait);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *reply = std::move(*r);
+  return grpc::Status::OK;
+}
+
 }  // namespace drover

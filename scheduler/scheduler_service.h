@@ -41,6 +41,8 @@ class SchedulerService final : public proto::Scheduler::Service {
                                proto::KvCompareAndSetReply* reply) override;
   grpc::Status KvAdd(grpc::ServerContext* ctx, const proto::KvAddRequest* req,
                      proto::KvAddReply* reply) override;
+  grpc::Status WatchGeneration(grpc::ServerContext* ctx, const proto::WatchGenerationRequest* req,
+                               proto::WatchGenerationReply* reply) override;
   grpc::Status AddObjectLocations(grpc::ServerContext* ctx,
                                   const proto::AddObjectLocationsRequest* req,
                                   proto::AddObjectLocationsReply* reply) override;

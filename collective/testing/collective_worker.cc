@@ -6,11 +6,17 @@
 //   collective_worker --mode=check_allreduce     every allreduce op and dtype, counts <= 1M
 //   collective_worker --mode=timeout --out=DIR   the last rank never joins an allreduce;
 //                                                the others must fail in time, naming it
+//   collective_worker --mode=kill --victim=R --out=DIR
+//                                                ranks loop allreduce; rank R SIGKILLs
+//                                                itself inside one; the others report the
+//                                                error they got (DIR/rankN.txt), exit 3
 //   collective_worker --mode=bench [--mib=64]    allreduce time, group vs raw Gloo ring
 //   --algorithm=auto|gloo|shm|hierarchical       GroupOptions::algorithm (default auto)
 // Exits 0 on success; on a mismatch prints what differed and exits 1.
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -18,6 +24,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -261,6 +268,46 @@ int RunTimeout(GroupOptions options, const std::string& out_dir) {
   return 0;
 }
 
+void WriteReport(const std::string& out_dir, int rank, const std::string& report) {
+  std::string tmp = absl::StrCat(out_dir, "/.rank", rank);
+  std::ofstream(tmp) << report;
+  std::rename(tmp.c_str(), absl::StrCat(out_dir, "/rank", rank, ".txt").c_str());
+}
+
+int RunKill(GroupOptions options, int victim, const std::string& out_dir) {
+  auto group = NewGroup(options);
+  Check(group.status(), "NewGroup");
+  Group& g = **group;
+  std::vector<float> buf(1 << 20, 1.0f);  // 4 MiB
+  std::atomic<bool> inside{false};
+  for (int i = 0;; ++i) {
+    if (g.rank() == victim && i == 3) {
+      // Dies while this thread is inside the next allreduce (the others are in it too).
+      std::thread([&] {
+        while (!inside.load()) std::this_thread::yield();
+        absl::SleepFor(absl::Milliseconds(1));
+        WriteReport(out_dir, g.rank(),
+                    absl::StrCat("killed_at_ms=", absl::ToUnixMillis(absl::Now()), "\n"));
+        raise(SIGKILL);
+      }).detach();
+    }
+    inside.store(true);
+    const absl::Time start = absl::Now();
+    absl::Status s = g.AllReduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    inside.store(false);
+    if (s.ok()) continue;
+    const absl::Time now = absl::Now();
+    absl::Status again = g.Barrier();
+    WriteReport(out_dir, g.rank(),
+                absl::StrCat("code=", absl::StatusCodeToString(s.code()),
+                             "\nfailed_at_ms=", absl::ToUnixMillis(now),
+                             "\nwaited_ms=", absl::ToInt64Milliseconds(now - start),
+                             "\nmessage=", s.message(), "\nlater=", again.ToString(), "\n"));
+    std::fprintf(stderr, "rank %d: %s\n", g.rank(), s.ToString().c_str());
+    return 3;
+  }
+}
+
 int RunBench(GroupOptions options, int mib, int iters, const std::string& out_dir) {
   auto group = NewGroup(options);
   Check(group.status(), "NewGroup");
@@ -309,7 +356,7 @@ int RunBench(GroupOptions options, int mib, int iters, const std::string& out_di
 int main(int argc, char** argv) {
   using namespace drover::collective;
   std::string mode = "check", out_dir, algorithm = "auto";
-  int timeout_ms = 30000, mib = 64, iters = 10;
+  int timeout_ms = 30000, mib = 64, iters = 10, victim = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto val = [&](const char* flag) -> const char* {
@@ -322,6 +369,7 @@ int main(int argc, char** argv) {
     else if (const char* v = val("--mib=")) mib = std::atoi(v);
     else if (const char* v = val("--iters=")) iters = std::atoi(v);
     else if (const char* v = val("--algorithm=")) algorithm = v;
+    else if (const char* v = val("--victim=")) victim = std::atoi(v);
     else Die("unknown flag " + a);
   }
   auto options = GroupOptionsFromEnvironment(mode);
@@ -336,6 +384,7 @@ int main(int argc, char** argv) {
   if (mode == "check") return RunCheck(*options);
   if (mode == "check_allreduce") return RunCheckAllReduce(*options);
   if (mode == "timeout") return RunTimeout(*options, out_dir);
+  if (mode == "kill") return RunKill(*options, victim, out_dir);
   if (mode == "bench") return RunBench(*options, mib, iters, out_dir);
   Die("unknown mode " + mode);
 }

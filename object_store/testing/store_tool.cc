@@ -7,6 +7,12 @@
 //   store_tool SOCKET crash-mid-create ID SIZE READY
 //                                                 -> creates ID, writes half of it,
 //                                                   writes READY, waits to be killed
+//   store_tool SOCKET put-and-hold ID SIZE COUNT READY
+//                                                 -> puts ID-0 .. ID-(COUNT-1) of SIZE
+//                                                   bytes (medium sizes go through the
+//                                                   client's lease, which it then still
+//                                                   holds), writes READY, waits to be
+//                                                   killed
 // Errors print "error CODE MESSAGE" and exit 1.
 #include <unistd.h>
 
@@ -84,6 +90,20 @@ int main(int argc, char** argv) {
     os::testing::FillPattern(obj->data.subspan(0, obj->data.size() / 2), 1);
     printf("created\n");
     if (!drover::WriteFileAtomic(argv[5], "ready\n").ok()) return 3;
+    WaitToBeKilled();
+  }
+  if (cmd == "put-and-hold" && argc == 7) {
+    std::string buf(ParseU64(argv[4]), '\0');
+    auto span = absl::Span<uint8_t>(reinterpret_cast<uint8_t*>(buf.data()), buf.size());
+    const uint64_t count = ParseU64(argv[5]);
+    for (uint64_t i = 0; i < count; ++i) {
+      os::testing::FillPattern(span, i);
+      if (absl::Status s = c.Put(absl::StrCat(id, "-", i), buf, "tool-metadata"); !s.ok()) {
+        return Fail(s);
+      }
+    }
+    printf("put %llu\n", static_cast<unsigned long long>(count));
+    if (!drover::WriteFileAtomic(argv[6], "ready\n").ok()) return 3;
     WaitToBeKilled();
   }
   fprintf(stderr, "store_tool: bad command line\n");

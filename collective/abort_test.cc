@@ -1,0 +1,116 @@
+// A rank SIGKILLed inside an allreduce: every other rank's operation must end within
+// 5 s with ABORTED naming the dead rank, its node and the signal (the scheduler's
+// failure notice, through GenerationWatcher), and no process of the job may remain.
+// Covers each CPU algorithm, including the case no transport error would reveal: a
+// non-leader dying while its node's leader waits in shared memory and the other node
+// waits on that leader across nodes.
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/files.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_cluster.h"
+#include "tests/util/test_util.h"
+
+namespace drover::collective {
+namespace {
+
+using drover::testing::ProcessesOfJob;
+using drover::testing::Runfile;
+using drover::testing::TestCluster;
+using drover::testing::TestClusterOptions;
+using drover::testing::WaitFor;
+
+std::map<std::string, std::string> ReadReport(const std::string& path) {
+  std::ifstream in(path);
+  std::map<std::string, std::string> kv;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find('=');
+    if (eq != std::string::npos) kv[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return kv;
+}
+
+int64_t Int(const std::string& s) {
+  int64_t v = -1;
+  EXPECT_TRUE(absl::SimpleAtoi(s, &v)) << "'" << s << "'";
+  return v;
+}
+
+void CheckKill(const std::string& algorithm, int nodes, int nproc, int ppn, int victim) {
+  TestClusterOptions o;
+  o.nodes = nodes;
+  auto cluster = TestCluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  TestCluster& c = **cluster;
+  const std::string out = absl::StrCat(c.dir(), "/kill");
+  ASSERT_TRUE(MakeDirs(out).ok());
+
+  proto::JobSpec spec;
+  spec.add_command(Runfile("collective/collective_worker"));
+  // A timeout far beyond the 5 s bound: only the notice (or a broken connection) can
+  // end the survivors' wait in time.
+  for (const std::string& a : std::vector<std::string>{"--mode=kill", "--timeout_ms=60000", "--algorithm=" + algorithm,
+                        absl::StrCat("--victim=", victim), "--out=" + out}) {
+    spec.add_command(a);
+  }
+  spec.set_nproc(nproc);
+  spec.set_nproc_per_node(ppn);
+  spec.mutable_per_process()->set_cpus(1);
+  auto job = c.client().Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  auto done = c.client().WaitJob(job->job_id(), absl::Seconds(90));
+  ASSERT_TRUE(done.ok()) << done.status() << "\n" << c.DaemonLogs();
+  EXPECT_EQ(done->state(), proto::FAILED) << done->reason();
+  EXPECT_EQ(done->root_cause().rank(), victim) << done->reason();
+  EXPECT_EQ(done->root_cause().signal(), 9) << done->reason();
+  std::string victim_node;
+  for (const auto& p : done->placement()) {
+    if (p.rank() == victim) victim_node = p.node_id();
+  }
+  ASSERT_FALSE(victim_node.empty());
+
+  auto killed = ReadReport(absl::StrCat(out, "/rank", victim, ".txt"));
+  ASSERT_TRUE(killed.count("killed_at_ms")) << "the victim did not record its death";
+  const int64_t killed_at = Int(killed["killed_at_ms"]);
+
+  // Every process of the job is gone within 5 s of the kill (the survivors exit by
+  // themselves after the notice; nothing waits for SIGTERM).
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job->job_id()).empty(); },
+                      absl::Milliseconds(killed_at + 5000) -
+                          absl::Milliseconds(absl::ToUnixMillis(absl::Now()))))
+      << "processes of the job still alive 5 s after the kill";
+
+  const std::string expected = absl::StrCat("rank ", victim, " on node ", victim_node);
+  for (int r = 0; r < nproc; ++r) {
+    if (r == victim) continue;
+    auto report = ReadReport(absl::StrCat(out, "/rank", r, ".txt"));
+    ASSERT_TRUE(report.count("code")) << "rank " << r << " reported nothing\n" << c.DaemonLogs();
+    EXPECT_EQ(report["code"], "ABORTED") << "rank " << r << ": " << report["message"];
+    EXPECT_TRUE(absl::StrContains(report["message"], expected))
+        << "rank " << r << ": " << report["message"];
+    EXPECT_TRUE(absl::StrContains(report["message"], "SIGKILL"))
+        << "rank " << r << ": " << report["message"];
+    EXPECT_TRUE(absl::StrContains(report["message"], "AllReduce"))
+        << "rank " << r << ": " << report["message"];
+    EXPECT_LT(Int(report["failed_at_ms"]) - killed_at, 5000) << "rank " << r;
+    EXPECT_TRUE(absl::StrContains(report["later"], "ABORTED")) << report["later"];
+    std::printf("rank %d after %s ms: %s\n", r, report["waited_ms"].c_str(),
+                report["message"].c_str());
+  }
+}
+
+TEST(AbortTest, ShmRankKilledInAllReduce) { CheckKill("shm", 1, 3, 0, 1); }
+TEST(AbortTest, GlooRankKilledInAllReduce) { CheckKill("gloo", 1, 3, 0, 2); }
+TEST(AbortTest, HierarchicalNonLeaderKilledInAllReduce) {
+  CheckKill("hierarchical", 2, 4, 2, 3);
+}
+
+}  // namespace
+}  // namespace drover::collective

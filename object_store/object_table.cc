@@ -771,6 +771,16 @@ absl::StatusOr<LeaseRange> ObjectTable::Lease(ClientId client, uint64_t bytes) {
   return LeaseRange{*off, rounded};
 }
 
+bool ObjectTable::HoldsLease(ClientId client, uint64_t offset, uint64_t size) const {
+  const Impl& t = *impl_;
+  auto it = t.leases.upper_bound(offset);
+  if (it == t.leases.begin()) return false;
+  --it;
+  const uint64_t start = it->first, piece = it->second.size;
+  return it->second.client == client && offset - start < piece &&
+         size <= piece - (offset - start);
+}
+
 absl::StatusOr<ObjectLocation> ObjectTable::SealLeased(ClientId client, const ObjectId& id,
                                                        uint64_t offset, uint64_t data_size,
                                                        uint64_t metadata_size) {

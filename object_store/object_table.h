@@ -163,6 +163,8 @@ class ObjectTable {
   // ALREADY_EXISTS as Create.
   absl::StatusOr<ObjectLocation> SealLeased(ClientId client, const ObjectId& id, uint64_t offset,
                                             uint64_t data_size, uint64_t metadata_size);
+  // True if [offset, offset + size) lies inside one lease range `client` holds.
+  bool HoldsLease(ClientId client, uint64_t offset, uint64_t size) const;
   // Frees [offset, offset + size) of a lease of `client` (64-aligned, inside one lease
   // range). INVALID_ARGUMENT otherwise.
   absl::Status ReturnLease(ClientId client, uint64_t offset, uint64_t size);

@@ -797,9 +797,10 @@ TEST(StoreIntegrationTest, LeasedPutIsVisibleToOtherProcessesWhenPutReturns) {
   // the largest leased object.
   EXPECT_GE(s.used, before.used + object_bytes);
   EXPECT_LE(s.used, before.used + object_bytes + 4 * kMiB);
-  // The stats count that lease: one range, the rest of what is used.
+  // The stats count that lease and the 64-byte range of the client's ready word
+  // (overlapped seals of puts >= 256 KiB): two ranges, the rest of what is used.
   EXPECT_EQ(before.leases, 0u);
-  EXPECT_EQ(s.leases, 1u);
+  EXPECT_EQ(s.leases, 2u);
   EXPECT_EQ(s.used, before.used + object_bytes + s.leased_bytes);
   // Sealing again, or aborting, is refused as for any sealed object.
   EXPECT_EQ((*c)->Seal("leased-0").code(), absl::StatusCode::kFailedPrecondition);
@@ -940,6 +941,47 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
       expect_invalid(raw.Call(req), absl::StrCat("return ", off, "+", size),
                      "return of a lease");
     }
+    // Overlapped seals: the ready word must be in a 64-byte range this client leased,
+    // outside the object; a word that never gets its value is UNAVAILABLE after about a
+    // millisecond, with nothing changed, and the plain seal then works.
+    req.Clear();
+    req.mutable_lease()->set_bytes(64);
+    proto::StoreReply slot = raw.Call(req);
+    ASSERT_EQ(slot.code(), 0) << slot.message();
+    const uint64_t w = slot.lease().offset();
+    const std::vector<std::pair<uint64_t, std::string>> words = {
+        {theirs.lease().offset(), "not in a 64-aligned 64-byte range this client leased"},
+        {w + 8, "not in a 64-aligned 64-byte range this client leased"},
+        {~0ull - 63, "not in a 64-aligned 64-byte range this client leased"},
+        {m + 2048, "lies inside the object"},
+    };
+    for (const auto& [word, expected] : words) {
+      req.Clear();
+      auto* s = req.mutable_seal_leased();
+      s->set_id("overlapped");
+      s->set_offset(m + 2048 - 64);
+      s->set_data_size(256);
+      s->set_ready_offset(word);
+      s->set_ready_value(42);
+      expect_invalid(raw.Call(req), absl::StrCat("ready word at ", word), expected);
+    }
+    req.Clear();
+    req.mutable_seal_leased()->set_id("overlapped");
+    req.mutable_seal_leased()->set_offset(m + 4096);
+    req.mutable_seal_leased()->set_data_size(256);
+    req.mutable_seal_leased()->set_ready_offset(w);
+    req.mutable_seal_leased()->set_ready_value(0x5eed);  // never written
+    const absl::Time sent = absl::Now();
+    r = raw.Call(req);
+    EXPECT_EQ(Code(r), absl::StatusCode::kUnavailable) << r.message();
+    EXPECT_NE(r.message().find("seal it again"), std::string::npos) << r.message();
+    EXPECT_LT(absl::Now() - sent, absl::Seconds(1));
+    EXPECT_FALSE(*(*good)->Contains("overlapped"));
+    req.mutable_seal_leased()->clear_ready_offset();
+    req.mutable_seal_leased()->clear_ready_value();
+    r = raw.Call(req);
+    EXPECT_EQ(r.code(), 0) << r.message();
+    EXPECT_TRUE(*(*good)->Contains("overlapped"));
     // An id that exists: refused, and the range is used up (not sealed again).
     req.Clear();
     req.mutable_seal_leased()->set_id("kept");
@@ -977,6 +1019,7 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
   // The raw clients are gone: their leases are freed; only the objects remain.
   ASSERT_TRUE((*good)->Delete("after").ok());
   ASSERT_TRUE((*good)->Delete("raw-put").ok());
+  ASSERT_TRUE((*good)->Delete("overlapped").ok());
   EXPECT_TRUE(WaitFor([&] {
     StoreStats s = MustStats(**good);
     return s.clients == baseline.clients && s.used == baseline.used &&
@@ -1107,8 +1150,9 @@ TEST(StoreIntegrationTest, ThreadsPutThroughOneLeaseConcurrently) {
   EXPECT_EQ(failures.load(), 0);
   StoreStats s = MustStats(**c);
   EXPECT_EQ(s.objects, 160u);
-  // Beyond the objects, only the client's one lease for its next put is held (no lease
-  // granted to it was lost track of on the way).
+  // Beyond the objects, only the client's one lease for its next put and the 64 bytes
+  // of its ready word (overlapped seals) are held (no lease granted to it was lost
+  // track of on the way).
   uint64_t object_bytes = 0;
   for (int t = 0; t < 4; ++t) {
     for (int i = 0; i < 40; ++i) {
@@ -1116,7 +1160,8 @@ TEST(StoreIntegrationTest, ThreadsPutThroughOneLeaseConcurrently) {
     }
   }
   EXPECT_GE(s.used, object_bytes);
-  EXPECT_LE(s.used, object_bytes + 70000 + 37000 * 16 + 128) << Describe(s);
+  EXPECT_LE(s.used, object_bytes + 70000 + 37000 * 16 + 128 + 64) << Describe(s);
+  EXPECT_LE(s.leases, 2u) << Describe(s);
 }
 
 // Not a pass/fail target: prints the latency of the hot path (bench/ measures it

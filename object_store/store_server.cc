@@ -1,6 +1,7 @@
 #include "object_store/store_server.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <thread>
@@ -24,6 +26,7 @@
 #include "absl/time/time.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "object_store/allocator.h"
 #include "object_store/arena.h"
 #include "object_store/object_table.h"
 #include "object_store/protocol.h"
@@ -461,6 +464,7 @@ class StoreServer::Loop {
       case proto::StoreRequest::kSealLeased: {
         const auto& r = request_.seal_leased();
         s = CheckId(r.id());
+        if (s.ok() && r.ready_value() != 0) s = AwaitReady(c, r);
         if (s.ok()) {
           s = table_.SealLeased(c.id, r.id(), r.offset(), r.data_size(), r.metadata_size())
                   .status();
@@ -480,6 +484,41 @@ class StoreServer::Loop {
     }
     SetStatus(s, &reply_);
     SendReply(c, reply_);
+  }
+
+  // An overlapped seal (SealLeasedRequest.ready_value): waits until the client has
+  // stored ready_value at ready_offset, i.e. finished writing the object. The client
+  // sends the seal while it copies the last part (~15 µs), so the wait is short; it
+  // spins, then yields the CPU (the writer may need it), and gives up after 1 ms with
+  // UNAVAILABLE (the client then seals again) so no client can stall the store.
+  absl::Status AwaitReady(const Conn& c, const proto::SealLeasedRequest& r) {
+    const uint64_t off = r.ready_offset();
+    const uint64_t cap = arena_->capacity();
+    if (off % 64 != 0 || off > cap - 64 || !table_.HoldsLease(c.id, off, 64)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "overlapped seal: the ready word at ", off, " is not in a 64-aligned 64-byte range this client leased"));
+    }
+    if (r.data_size() <= cap && r.metadata_size() <= cap) {
+      const uint64_t data_offset =
+          r.metadata_size() == 0 ? 0 : Allocator::RoundUp(r.metadata_size());
+      const uint64_t end = r.offset() + Allocator::RoundUp(data_offset + r.data_size());
+      if (off + 64 > r.offset() && off < end) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "overlapped seal: the ready word at ", off, " lies inside the object"));
+      }
+    }
+    const auto* word = reinterpret_cast<const std::atomic<uint64_t>*>(arena_->base() + off);
+    const absl::Time start = absl::Now();
+    for (uint64_t i = 0;; ++i) {
+      if (word->load(std::memory_order_acquire) == r.ready_value()) return absl::OkStatus();
+      if ((i & 63) != 0) continue;
+      const absl::Duration waited = absl::Now() - start;
+      if (waited > absl::Milliseconds(1)) {
+        return absl::UnavailableError(absl::StrCat(
+            "overlapped seal: the object was not finished within 1 ms; seal it again"));
+      }
+      if (waited > absl::Microseconds(20)) sched_yield();
+    }
   }
 
   void SendEvent(Conn& c, proto::StoreEvent::Kind kind, const ObjectInfo& info) {

@@ -3,9 +3,7 @@
 // every operation and dtype against a local reference; the job must succeed. Each
 // algorithm is covered: plain Gloo, shared memory (ranks on one node) and hierarchical
 // (ranks on two agents, which are two nodes even on one machine).
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -21,12 +19,8 @@ using drover::testing::Runfile;
 using drover::testing::TestCluster;
 using drover::testing::TestClusterOptions;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// The file's contents; empty if it is missing (a rank that never reported).
+std::string ReadAll(const std::string& path) { return ReadFile(path).value_or(""); }
 
 class GlooGroupTest : public ::testing::Test {
  protected:

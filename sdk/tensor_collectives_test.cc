@@ -4,9 +4,7 @@
 // reads other ranks' results by id, and checks the documented errors (leaving no object
 // behind). Layouts: one node x 2 ranks (shared memory) and 2 nodes x 2 ranks
 // (hierarchical; the agents are two nodes even on one machine).
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -21,12 +19,8 @@ using drover::testing::Runfile;
 using drover::testing::TestCluster;
 using drover::testing::TestClusterOptions;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+// The file's contents; empty if it is missing (a rank that never reported).
+std::string ReadAll(const std::string& path) { return ReadFile(path).value_or(""); }
 
 class TensorCollectivesTest : public ::testing::Test {
  protected:

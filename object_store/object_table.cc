@@ -603,6 +603,9 @@ absl::StatusOr<ObjectLocation> ObjectTable::Get(ClientId client, const ObjectId&
       // The spill file is gone or short: the object cannot come back. Drop it rather
       // than report it present forever.
       DROVER_LOG(ERROR) << "object table: dropping spilled object " << ShowId(id) << ": " << st;
+      // Gone like an evicted copy: subscribers (the agent, hence the scheduler's object
+      // directory) hear of it through the same callback.
+      t.evicted_pending.push_back(o->id);
       t.Erase(o);
     }
     t.RunEvictedCallbacks();

@@ -179,9 +179,10 @@ class ObjectTable {
   // Called after every successful Seal (the server wakes waiting Gets). The table's
   // state is final when it runs, so it may call back into the table.
   void set_on_sealed(std::function<void(const ObjectId&)> cb);
-  // Called for each secondary copy evicted under memory pressure (the agent updates
-  // the object directory), after the Create or Get that caused it has finished its
-  // changes, so it may call back into the table.
+  // Called for each object the table drops by itself: a secondary copy evicted under
+  // memory pressure, or a spilled object whose spill file was lost (found on Get). The
+  // agent updates the object directory from it. Runs after the Create or Get that
+  // caused it has finished its changes, so it may call back into the table.
   void set_on_evicted(std::function<void(const ObjectId&)> cb);
 
  private:

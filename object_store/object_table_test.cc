@@ -422,9 +422,13 @@ TEST_F(ObjectTableTest, LostSpillFileIsDataLossAndTheObjectIsDropped) {
   Put(1, "a", 600 * kKiB);
   Put(1, "b", 600 * kKiB);  // spills a
   ASSERT_EQ(table_->Stats().spilled_objects, 1u);
+  std::vector<ObjectId> removed;
+  table_->set_on_evicted([&](const ObjectId& id) { removed.push_back(id); });
   ASSERT_EQ(::unlink(absl::StrCat(dir, "/", absl::BytesToHexString("a")).c_str()), 0);
   EXPECT_EQ(table_->Get(2, "a").status().code(), absl::StatusCode::kDataLoss);
   EXPECT_FALSE(table_->Contains("a"));
+  // Reported as gone (the store turns this into a REMOVED event for subscribers).
+  EXPECT_EQ(removed, std::vector<ObjectId>{"a"});
   EXPECT_EQ(table_->Get(2, "a").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(table_->Stats().spilled_objects, 0u);
   ExpectIntact(2, "b");

@@ -117,7 +117,7 @@ class PoolObjects final : public LocalObjects {
     it->second.sealed = true;
     return absl::OkStatus();
   }
-  void Abort(const std::string& id) override { Delete(id); }
+  void Abort(const std::string& id) override { (void)Delete(id); }  // absent is fine
 
   absl::Status Delete(const std::string& id) {
     absl::MutexLock lock(&mu_);

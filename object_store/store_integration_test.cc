@@ -26,6 +26,7 @@
 #include "object_store/arena.h"
 #include "object_store/client.h"
 #include "object_store/protocol.h"
+#include "object_store/testing/raw_client.h"
 #include "object_store/store_server.h"
 #include "object_store/testing/test_data.h"
 #include "proto/object_store.pb.h"
@@ -36,6 +37,7 @@ namespace {
 
 using ::drover::testing::Runfile;
 using ::drover::testing::WaitFor;
+using ::drover::object_store::testing::RawClient;
 using ::drover::object_store::testing::Checksum;
 using ::drover::object_store::testing::FillPattern;
 
@@ -442,52 +444,6 @@ TEST(StoreIntegrationTest, PutManyAndBatchedReleaseKeepEveryObjectAndReference) 
   EXPECT_TRUE(refs->empty());
   EXPECT_TRUE(WaitFor([&] { return MustStats(**c).referenced == 0; }));
 }
-
-// A client that skips the library: sends whatever bytes it likes.
-class RawClient {
- public:
-  explicit RawClient(const std::string& path) {
-    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    timeval tv{10, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    proto::StoreHello hello;
-    absl::StatusOr<int> arena = RecvFrameWithFd(fd_, &hello);
-    EXPECT_TRUE(arena.ok()) << arena.status();
-    if (arena.ok()) close(*arena);
-    capacity_ = hello.arena_capacity();
-  }
-  ~RawClient() { close(fd_); }
-
-  proto::StoreReply Call(proto::StoreRequest req) {
-    req.set_request_id(++next_id_);
-    std::string scratch;
-    EXPECT_TRUE(WriteFrame(fd_, req, &scratch).ok());
-    return Read();
-  }
-  proto::StoreReply Read() {
-    proto::StoreReply reply;
-    std::string scratch;
-    absl::Status s = ReadFrame(fd_, &reply, &scratch);
-    EXPECT_TRUE(s.ok()) << s;
-    return reply;
-  }
-  void SendBytes(const std::string& bytes) { EXPECT_TRUE(WriteAll(fd_, bytes).ok()); }
-  // True if the store closed the connection (EOF).
-  bool Closed() {
-    char c;
-    return read(fd_, &c, 1) == 0;
-  }
-  uint64_t capacity() const { return capacity_; }
-
- private:
-  int fd_ = -1;
-  uint64_t next_id_ = 0;
-  uint64_t capacity_ = 0;
-};
 
 std::string Le32(uint32_t v) {
   std::string s(4, '\0');

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "object_store/client.h"
 #include "object_store/protocol.h"
+#include "object_store/testing/raw_client.h"
 #include "proto/object_store.pb.h"
 #include "tests/util/test_util.h"
 
@@ -26,6 +27,8 @@ namespace {
 
 using ::drover::testing::Runfile;
 using ::drover::testing::WaitFor;
+// Creates objects with fields the Client library does not expose (secondary copies).
+using ::drover::object_store::testing::RawClient;
 
 constexpr uint64_t kMiB = 1ull << 20;
 
@@ -65,38 +68,6 @@ class Store {
   std::string dir_;
   std::string socket_;
   pid_t pid_ = -1;
-};
-
-// Creates objects with fields the Client library does not expose (secondary copies).
-class RawClient {
- public:
-  explicit RawClient(const std::string& path) {
-    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    timeval tv{10, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    proto::StoreHello hello;
-    absl::StatusOr<int> arena = RecvFrameWithFd(fd_, &hello);
-    EXPECT_TRUE(arena.ok()) << arena.status();
-    if (arena.ok()) close(*arena);
-  }
-  ~RawClient() { close(fd_); }
-  proto::StoreReply Call(proto::StoreRequest req) {
-    req.set_request_id(++next_id_);
-    std::string scratch;
-    EXPECT_TRUE(WriteFrame(fd_, req, &scratch).ok());
-    proto::StoreReply reply;
-    absl::Status s = ReadFrame(fd_, &reply, &scratch);
-    EXPECT_TRUE(s.ok()) << s;
-    return reply;
-  }
-
- private:
-  int fd_ = -1;
-  uint64_t next_id_ = 0;
 };
 
 void ExpectEvent(Subscriber& sub, StoreEvent::Kind kind, const std::string& id,

@@ -1,0 +1,73 @@
+// A store client that skips object_store::Client and speaks frames directly: tests use
+// it to send what the library never would (forged offsets, secondary copies, raw bytes)
+// and check the store's answers. Failures are reported as gtest expectations.
+#ifndef DROVER_OBJECT_STORE_TESTING_RAW_CLIENT_H_
+#define DROVER_OBJECT_STORE_TESTING_RAW_CLIENT_H_
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "object_store/protocol.h"
+#include "proto/object_store.pb.h"
+
+namespace drover::object_store::testing {
+
+class RawClient {
+ public:
+  // Connects to the store's socket and reads its hello (the arena fd is closed: a raw
+  // client never maps the arena).
+  explicit RawClient(const std::string& path) {
+    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    timeval tv{10, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    proto::StoreHello hello;
+    absl::StatusOr<int> arena = RecvFrameWithFd(fd_, &hello);
+    EXPECT_TRUE(arena.ok()) << arena.status();
+    if (arena.ok()) close(*arena);
+    capacity_ = hello.arena_capacity();
+  }
+  ~RawClient() { close(fd_); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+
+  // Sends `req` with the next request id and returns the next reply.
+  proto::StoreReply Call(proto::StoreRequest req) {
+    req.set_request_id(++next_id_);
+    std::string scratch;
+    EXPECT_TRUE(WriteFrame(fd_, req, &scratch).ok());
+    return Read();
+  }
+  proto::StoreReply Read() {
+    proto::StoreReply reply;
+    std::string scratch;
+    absl::Status s = ReadFrame(fd_, &reply, &scratch);
+    EXPECT_TRUE(s.ok()) << s;
+    return reply;
+  }
+  void SendBytes(const std::string& bytes) { EXPECT_TRUE(WriteAll(fd_, bytes).ok()); }
+  // True if the store closed the connection (EOF).
+  bool Closed() {
+    char c;
+    return read(fd_, &c, 1) == 0;
+  }
+  uint64_t capacity() const { return capacity_; }
+
+ private:
+  int fd_ = -1;
+  uint64_t next_id_ = 0;
+  uint64_t capacity_ = 0;
+};
+
+}  // namespace drover::object_store::testing
+
+#endif  // DROVER_OBJECT_STORE_TESTING_RAW_CLIENT_H_

@@ -312,10 +312,14 @@ void SchedulerCore::MonitorLoop() {
       absl::MutexLock lock(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick)) return;
       absl::Time now = absl::Now();
-      for (auto& [id, job] : jobs_) {
-        if (job.stop_at > now) continue;
-        job.stop_at = absl::InfiniteFuture();
-        if (!job.live.empty()) StopJobLocked(job, &actions);
+      for (auto it = deferred_stops_.begin(); it != deferred_stops_.end();) {
+        if (it->second > now) {
+          ++it;
+          continue;
+        }
+        Job* job = FindJobLocked(it->first);
+        if (job != nullptr && !job->live.empty()) StopJobLocked(*job, &actions);
+        it = deferred_stops_.erase(it);
       }
       for (auto& [id, node] : nodes_) {
         if (node.info.state() == proto::DEAD) continue;
@@ -571,7 +575,7 @@ void SchedulerCore::StopAfterFailureLocked(Job& job, Actions* out) {
     StopJobLocked(job, out);
     return;
   }
-  job.stop_at = std::min(job.stop_at, absl::Now() + options_.abort_notice);
+  deferred_stops_.emplace(job.info.job_id(), absl::Now() + options_.abort_notice);
 }
 
 void SchedulerCore::ReleaseLocked(Job& job) {
@@ -642,7 +646,7 @@ void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Acti
   if (job.live.empty()) {
     ReleaseLocked(job);
     job.watchers.clear();
-    job.stop_at = absl::InfiniteFuture();
+    deferred_stops_.erase(job.info.job_id());
     if (job.info.restarting()) {
       job.info.set_restarting(false);
       job.info.set_restart_count(job.info.restart_count() + 1);

@@ -113,8 +113,6 @@ class SchedulerCore {
     std::vector<Allocation> allocs;  // held until `live` is empty
     int64_t seq = 0;  // submit order
     std::set<int> watchers;  // ranks of the current generation that watch it
-    // When a failure's stop waits for the watchers' abort notice: when to stop anyway.
-    absl::Time stop_at = absl::InfiniteFuture();
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -176,6 +174,9 @@ class SchedulerCore {
   std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // failed to persist; retried
   ObjectDirectory objects_ ABSL_GUARDED_BY(mu_);
   JobKv kv_ ABSL_GUARDED_BY(mu_);
+  // Jobs whose stop after a failure waits for their watchers' abort notice: when to
+  // stop them anyway (MonitorLoop).
+  std::map<std::string, absl::Time> deferred_stops_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -212,19 +212,23 @@ class Connection {
     if (!data.empty()) memcpy(p + data_offset, data.data(), data.size() - tail);
 
     absl::MutexLock lock(&mu_);
-    BeginBatchLocked();
-    req_.Clear();
-    proto::SealLeasedRequest* r = req_.mutable_seal_leased();
-    r->set_id(id);
-    r->set_offset(offset);
-    r->set_data_size(data.size());
-    r->set_metadata_size(metadata.size());
+    // Starts a batch with the seal; ready_value 0: the object is complete already.
+    auto append_seal = [&](uint64_t ready_value) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      BeginBatchLocked();
+      req_.Clear();
+      proto::SealLeasedRequest* r = req_.mutable_seal_leased();
+      r->set_id(id);
+      r->set_offset(offset);
+      r->set_data_size(data.size());
+      r->set_metadata_size(metadata.size());
+      if (ready_value != 0) {
+        r->set_ready_offset(ready_slot_);
+        r->set_ready_value(ready_value);
+      }
+      return AppendLocked();
+    };
     const uint64_t ready_value = tail > 0 ? ++ready_seq_ : 0;
-    if (tail > 0) {
-      r->set_ready_offset(ready_slot_);
-      r->set_ready_value(ready_value);
-    }
-    if (absl::Status s = AppendLocked(); !s.ok()) {
+    if (absl::Status s = append_seal(ready_value); !s.ok()) {
       // Cannot encode (not for these sizes); the block stays unused in the lease.
       *result = s;
       return true;
@@ -265,17 +269,11 @@ class Connection {
         NoteAsyncReply(reply_);
         continue;
       }
-      if (want == seal_rid && tail > 0 && reply_.code() == static_cast<int>(absl::StatusCode::kUnavailable)) {
+      if (want == seal_rid && tail > 0 &&
+          reply_.code() == static_cast<int>(absl::StatusCode::kUnavailable)) {
         // The store gave up waiting for the ready word (this thread was descheduled
         // for over a millisecond): the object is complete now; seal it plainly.
-        BeginBatchLocked();
-        req_.Clear();
-        r = req_.mutable_seal_leased();
-        r->set_id(id);
-        r->set_offset(offset);
-        r->set_data_size(data.size());
-        r->set_metadata_size(metadata.size());
-        if (absl::Status s = AppendLocked(); !s.ok()) {
+        if (absl::Status s = append_seal(0); !s.ok()) {
           *result = s;
           return true;
         }

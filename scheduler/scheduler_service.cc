@@ -10,6 +10,15 @@ grpc::Status Invalid(const std::string& msg) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, msg);
 }
 
+// How long a long-poll call may wait: what the client asked for, but never past its
+// own deadline (answered 50 ms before it, so the client hears the answer, not a
+// deadline error of its own).
+absl::Duration WaitWithin(const grpc::ServerContext* ctx, int64_t wait_timeout_ms) {
+  absl::Duration wait = absl::Milliseconds(std::max<int64_t>(0, wait_timeout_ms));
+  return std::min(wait,
+                  absl::FromChrono(ctx->deadline()) - absl::Now() - absl::Milliseconds(50));
+}
+
 }  // namespace
 
 #define DROVER_CHECK_TOKEN(ctx)                          \
@@ -62,10 +71,7 @@ grpc::Status SchedulerService::GetJob(grpc::ServerContext* ctx, const proto::Get
                                       proto::GetJobReply* reply) {
   DROVER_CHECK_TOKEN(ctx);
   if (req->job_id().empty()) return Invalid("GetJob needs a job id");
-  absl::Duration wait = absl::Milliseconds(std::max<int64_t>(0, req->wait_timeout_ms()));
-  // Never wait past the client's own deadline.
-  absl::Duration until_deadline = absl::FromChrono(ctx->deadline()) - absl::Now();
-  wait = std::min(wait, until_deadline - absl::Milliseconds(50));
+  const absl::Duration wait = WaitWithin(ctx, req->wait_timeout_ms());
   auto job = core_->GetJob(req->job_id(), req->after_version(), wait);
   if (!job.ok()) return ToGrpcStatus(job.status());
   *reply->mutable_job() = std::move(*job);
@@ -141,9 +147,8 @@ grpc::Status SchedulerService::KvGet(grpc::ServerContext* ctx, const proto::KvGe
                                      proto::KvGetReply* reply) {
   DROVER_CHECK_TOKEN(ctx);
   if (req->scope().job_id().empty()) return Invalid("KvGet needs scope.job_id");
-  absl::Duration wait = absl::Milliseconds(std::max<int64_t>(0, req->wait_timeout_ms()));
-  // Answer before the client's deadline, so it hears DEADLINE_EXCEEDED with the key.
-  wait = std::min(wait, absl::FromChrono(ctx->deadline()) - absl::Now() - absl::Milliseconds(50));
+  // Answered before the client's deadline, so it hears DEADLINE_EXCEEDED with the key.
+  const absl::Duration wait = WaitWithin(ctx, req->wait_timeout_ms());
   auto r = core_->KvGet(*req, wait);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *reply = std::move(*r);
@@ -176,9 +181,8 @@ grpc::Status SchedulerService::WatchGeneration(grpc::ServerContext* ctx,
                                                proto::WatchGenerationReply* reply) {
   DROVER_CHECK_TOKEN(ctx);
   if (req->scope().job_id().empty()) return Invalid("WatchGeneration needs scope.job_id");
-  absl::Duration wait = absl::Milliseconds(std::max<int64_t>(0, req->wait_timeout_ms()));
-  // Answer before the client's deadline: "still running" rather than an error.
-  wait = std::min(wait, absl::FromChrono(ctx->deadline()) - absl::Now() - absl::Milliseconds(50));
+  // Answered before the client's deadline: "still running" rather than an error.
+  const absl::Duration wait = WaitWithin(ctx, req->wait_timeout_ms());
   auto r = core_->WatchGeneration(*req, wait);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *reply = std::move(*r);

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <string>
 
+#include "absl/time/time.h"
 #include "common/daemon.h"
 #include "common/log.h"
 #include "common/spawn.h"
@@ -32,11 +33,17 @@ int main(int argc, char** argv) {
   app.add_option("--spill-capacity", o.spill_capacity, "Max bytes in the spill directory");
   app.add_flag("--prefault", o.prefault, "Touch the whole arena at start (memcpy-speed puts)");
   app.add_flag("--huge-pages", o.huge_pages, "Ask for transparent huge pages on the arena");
+  int64_t stay_awake_us = absl::ToInt64Microseconds(o.stay_awake);
+  app.add_option("--stay-awake-us", stay_awake_us,
+                 "After a leased put, poll for this many microseconds before sleeping, so "
+                 "back-to-back puts find the store running (0: never poll)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   pid_t parent_pid = 0;
   app.add_option("--parent-pid", parent_pid,
                  "Stop (as on SIGTERM) when this process, our parent, dies: set by a "
                  "supervising node agent so that its store never outlives it");
   CLI11_PARSE(app, argc, argv);
+  o.stay_awake = absl::Microseconds(stay_awake_us);
   if (parent_pid > 0) {
     // The death signal fires when the thread that spawned us exits; the agent spawns
     // from a thread that lives as long as it does. If the parent died before this

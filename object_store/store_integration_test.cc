@@ -118,6 +118,7 @@ class StoreProcess {
 
   const std::string& socket() const { return socket_; }
   const std::string& dir() const { return dir_.path(); }
+  pid_t pid() const { return pid_; }
   std::string log() const { return ReadFile(dir_.path() + "/store.log").value_or(""); }
 
  private:
@@ -772,6 +773,43 @@ TEST(StoreIntegrationTest, LeasedPutIsVisibleToOtherProcessesWhenPutReturns) {
     return now.used == before.used && now.objects == before.objects &&
            now.leased_bytes == 0 && now.leases == 0;
   })) << Describe(MustStats(**other)) << " vs " << Describe(before);
+}
+
+// User plus system CPU time of process `pid`, in clock ticks (/proc/PID/stat).
+int64_t CpuTicks(pid_t pid) {
+  std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat")).value_or("");
+  size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::vector<std::string> f = absl::StrSplit(stat.substr(paren + 2), ' ');
+  int64_t utime = 0, stime = 0;
+  // Fields 14 and 15 of stat; f[0] is field 3.
+  if (f.size() < 13 || !absl::SimpleAtoi(f[11], &utime) || !absl::SimpleAtoi(f[12], &stime)) {
+    return -1;
+  }
+  return utime + stime;
+}
+
+TEST(StoreIntegrationTest, StoreStopsPollingOnceClientsStopPutting) {
+  // After a leased put the store polls for a while (ServerOptions::stay_awake, 300 µs)
+  // instead of sleeping; once no client puts, it must sleep again and cost no CPU.
+  StoreProcess store(64 * kMiB);  // leased puts up to 1 MiB
+  auto c = Client::Connect(store.socket());
+  ASSERT_TRUE(c.ok());
+  std::vector<uint8_t> data = Pattern(512 * 1024, 7);
+  for (int i = 0; i < 200; ++i) {
+    std::string id = absl::StrCat("put-", i);
+    ASSERT_TRUE((*c)->Put(id, absl::MakeConstSpan(data), "m").ok());
+    ASSERT_TRUE((*c)->Delete(id).ok());
+  }
+  ASSERT_GT(MustStats(**c).leases, 0u) << "the puts did not go through a lease";
+  const int64_t before = CpuTicks(store.pid());
+  ASSERT_GE(before, 0);
+  // A measurement window, not a wait for a condition: how much CPU an idle store uses.
+  absl::SleepFor(absl::Milliseconds(500));
+  const int64_t after = CpuTicks(store.pid());
+  // A store that kept polling would use the whole window (~50 ticks at 100 Hz).
+  EXPECT_LE(after - before, 3) << "the idle store used " << (after - before)
+                               << " clock ticks of CPU in 500 ms";
 }
 
 TEST(StoreIntegrationTest, ClientKilledHoldingALeaseLeaksNothing) {

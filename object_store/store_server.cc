@@ -143,6 +143,7 @@ class StoreServer::Loop {
  public:
   Loop(std::unique_ptr<Arena> arena, const ServerOptions& options)
       : arena_(std::move(arena)),
+        stay_awake_(options.stay_awake),
         table_(TableOptions{arena_->capacity(), options.spill_dir, options.spill_capacity},
                arena_.get()) {
     table_.set_on_sealed([this](const ObjectId& id) {
@@ -244,7 +245,7 @@ class StoreServer::Loop {
                                absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
                                1 << 30));
       }
-      int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
+      int n = WaitEvents(events, kMaxEvents, timeout_ms);
       if (n < 0) {
         if (errno == EINTR) continue;
         DROVER_LOG(ERROR) << "object store: epoll_wait failed: " << strerror(errno);
@@ -269,6 +270,24 @@ class StoreServer::Loop {
       ExpireGets();
       CloseMarked();
     }
+  }
+
+  // epoll_wait, except within the stay-awake window after a leased put: then it polls,
+  // yielding the CPU between polls, until an event comes, the window closes or a
+  // deadline is due.
+  int WaitEvents(epoll_event* events, int max_events, int timeout_ms) {
+    while (stay_awake_until_ != absl::InfinitePast() && timeout_ms != 0) {
+      const absl::Time now = absl::Now();
+      if (now >= stay_awake_until_) {
+        stay_awake_until_ = absl::InfinitePast();
+        break;
+      }
+      int n = epoll_wait(epoll_fd_, events, max_events, 0);
+      if (n != 0) return n;
+      if (!deadlines_.empty() && deadlines_.begin()->first <= now) return 0;
+      sched_yield();
+    }
+    return epoll_wait(epoll_fd_, events, max_events, timeout_ms);
   }
 
   void AcceptAll() {
@@ -453,6 +472,7 @@ class StoreServer::Loop {
       // Leased puts: the table checks every offset and size against this client's own
       // leases.
       case proto::StoreRequest::kLease: {
+        StayAwake();
         absl::StatusOr<LeaseRange> lease = table_.Lease(c.id, request_.lease().bytes());
         if (lease.ok()) {
           reply_.mutable_lease()->set_offset(lease->offset);
@@ -463,6 +483,7 @@ class StoreServer::Loop {
       }
       case proto::StoreRequest::kSealLeased: {
         const auto& r = request_.seal_leased();
+        StayAwake();
         s = CheckId(r.id());
         if (s.ok() && r.ready_value() != 0) s = AwaitReady(c, r);
         if (s.ok()) {
@@ -484,6 +505,11 @@ class StoreServer::Loop {
     }
     SetStatus(s, &reply_);
     SendReply(c, reply_);
+  }
+
+  // A client that puts from a lease is likely to seal again soon (ServerOptions::stay_awake).
+  void StayAwake() {
+    if (stay_awake_ > absl::ZeroDuration()) stay_awake_until_ = absl::Now() + stay_awake_;
   }
 
   // An overlapped seal (SealLeasedRequest.ready_value): waits until the client has
@@ -824,6 +850,7 @@ class StoreServer::Loop {
   }
 
   std::unique_ptr<Arena> arena_;
+  const absl::Duration stay_awake_;  // ServerOptions::stay_awake
   ObjectTable table_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
@@ -848,6 +875,7 @@ class StoreServer::Loop {
   proto::StoreRequest request_;
   proto::StoreReply reply_;
   proto::StoreReply event_;  // not reply_: events go out while a reply is being built
+  absl::Time stay_awake_until_ = absl::InfinitePast();  // InfinitePast: sleeps when idle
   bool flush_now_ = false;  // set by a leased put: send its reply before the next frame
 };
 

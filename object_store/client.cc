@@ -258,6 +258,14 @@ class Connection {
       memcpy(p + data_offset + data.size() - tail, data.data() + data.size() - tail, tail);
       reinterpret_cast<std::atomic<uint64_t>*>(mutable_base() + ready_slot_)
           ->store(ready_value, std::memory_order_release);
+      if (AwaitSealAckLocked(ready_value)) {
+        // Sealed: the store said so in shared memory. Its reply is read with a later
+        // call's, like an asynchronous request's.
+        ++unacked_;
+        if (unacked_ >= kMaxUnacked) (void)DrainLocked(absl::Now() + kReplyGrace);
+        *result = absl::OkStatus();
+        return true;
+      }
     }
     uint64_t want = seal_rid;
     while (true) {
@@ -283,6 +291,11 @@ class Connection {
           return true;
         }
         continue;
+      }
+      if (want == seal_rid && tail > 0 && reply_.code() == 0 &&
+          SealAck()->load(std::memory_order_acquire) != ready_value) {
+        // Sealed, yet nothing in the ack word: a store from before acknowledgements.
+        seal_acks_ = false;
       }
       *result = reply_.code() == 0
                     ? absl::OkStatus()
@@ -342,6 +355,32 @@ class Connection {
     }
   }
 
+  // The word after the ready word, where the store acknowledges an overlapped seal
+  // (SealLeasedRequest.ready_offset).
+  const std::atomic<uint64_t>* SealAck() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return reinterpret_cast<const std::atomic<uint64_t>*>(base() + ready_slot_ + 8);
+  }
+
+  // Spins (up to kSpin) for the store's acknowledgement of the overlapped seal with
+  // `ready_value`. True if the object is sealed; false if the store says it is not, or
+  // is slow to say (then the reply on the socket tells).
+  bool AwaitSealAckLocked(uint64_t ready_value) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!seal_acks_) return false;
+    const std::atomic<uint64_t>* ack = SealAck();
+    absl::Time until = absl::InfinitePast();
+    for (uint32_t i = 1;; ++i) {
+      const uint64_t a = ack->load(std::memory_order_acquire);
+      if (a == ready_value) return true;
+      if (a == (ready_value | kSealAckFailed)) return false;
+      if (i % 64 == 0) {
+        const absl::Time now = absl::Now();
+        if (until == absl::InfinitePast()) until = now + kSpin;
+        if (now >= until) return false;
+      }
+      SpinPause();
+    }
+  }
+
   // Leases the 64-byte range that holds this client's ready word (overlapped seals),
   // once; kept until the client disconnects. Without it, seals are not overlapped.
   void GetReadySlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -351,10 +390,18 @@ class Connection {
     req_.mutable_lease()->set_bytes(64);
     if (!AppendLocked().ok()) return;
     (void)FinishBatchLocked(absl::ZeroDuration(), [&](int, const proto::StoreReply& r) {
-      if (r.code() == 0 && r.has_lease() && r.lease().size() >= 64) {
+      if (r.code() == 0 && r.has_lease() && r.lease().size() >= 64 &&
+          r.lease().offset() % 64 == 0 && r.lease().offset() <= capacity() - 64) {
         ready_slot_ = r.lease().offset();
       }
     });
+    if (ready_slot_ != 0) {
+      // The range may hold an earlier client's ready and ack words: a stale value equal
+      // to one of ours would seal an unfinished object, or acknowledge a seal not made.
+      auto* words = reinterpret_cast<std::atomic<uint64_t>*>(mutable_base() + ready_slot_);
+      words[0].store(0, std::memory_order_relaxed);
+      words[1].store(0, std::memory_order_release);
+    }
   }
 
   bool LeaseWantedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -561,6 +608,9 @@ class Connection {
   uint64_t ready_slot_ ABSL_GUARDED_BY(mu_) = 0;
   bool ready_slot_tried_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t ready_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether the store acknowledges overlapped seals in shared memory (false once a
+  // store sealed without writing the acknowledgement).
+  bool seal_acks_ ABSL_GUARDED_BY(mu_) = true;
   bool refill_returns_ ABSL_GUARDED_BY(mu_) = false;
   bool lease_unsupported_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time lease_retry_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -31,6 +31,11 @@ namespace drover::object_store {
 inline constexpr uint32_t kFrameHeaderSize = 4;
 inline constexpr uint32_t kMaxFrameSize = 16u << 20;
 
+// Overlapped seals (SealLeasedRequest): the store acknowledges in the word after the
+// ready word, with the ready value if the object is sealed, or with this bit added if
+// it is not (the reply says why).
+inline constexpr uint64_t kSealAckFailed = 1ull << 63;
+
 // Appends the frame of `msg` (header + serialized bytes) to `*out`. INVALID_ARGUMENT
 // if the message is larger than kMaxFrameSize.
 // Connects a SOCK_STREAM Unix socket (close-on-exec) to the store at `socket_path`.

@@ -1021,6 +1021,57 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
   })) << Describe(MustStats(**good)) << " vs " << Describe(baseline) << "\n" << store.log();
 }
 
+TEST(StoreIntegrationTest, OverlappedSealIsAcknowledgedInTheWordAfterTheReadyWord) {
+  StoreProcess store(64 * kMiB);
+  testing::RawClient raw(store.socket(), /*map_arena=*/true);
+  testing::RawClient other(store.socket(), /*map_arena=*/true);
+  auto lease = [](testing::RawClient& c, uint64_t bytes) {
+    proto::StoreRequest req;
+    req.mutable_lease()->set_bytes(bytes);
+    proto::StoreReply r = c.Call(req);
+    EXPECT_EQ(r.code(), 0) << r.message();
+    return r.lease().offset();
+  };
+  const uint64_t m = lease(raw, 64 * 1024);
+  const uint64_t w = lease(raw, 64);       // raw's ready slot: ready word, ack word
+  const uint64_t theirs = lease(other, 64);
+  other.Word(theirs + 8).store(0xfeed);
+  auto seal = [&](const std::string& id, uint64_t offset, uint64_t slot, uint64_t value) {
+    proto::StoreRequest req;
+    auto* s = req.mutable_seal_leased();
+    s->set_id(id);
+    s->set_offset(offset);
+    s->set_data_size(256);
+    s->set_ready_offset(slot);
+    s->set_ready_value(value);
+    return raw.Call(req);
+  };
+  // Sealed: the ack word holds the ready value by the time the reply comes.
+  raw.Word(w).store(7);
+  proto::StoreReply r = seal("a", m, w, 7);
+  EXPECT_EQ(r.code(), 0) << r.message();
+  EXPECT_EQ(raw.Word(w + 8).load(), 7u);
+  // Not sealed (the id exists, the ready word never written, the id empty): the ready
+  // value with the failure bit, and the reply says why.
+  raw.Word(w).store(8);
+  r = seal("a", m + 4096, w, 8);
+  EXPECT_EQ(Code(r), absl::StatusCode::kAlreadyExists) << r.message();
+  EXPECT_EQ(raw.Word(w + 8).load(), 8u | kSealAckFailed);
+  r = seal("b", m + 8192, w, 9);  // the ready word still says 8
+  EXPECT_EQ(Code(r), absl::StatusCode::kUnavailable) << r.message();
+  EXPECT_EQ(raw.Word(w + 8).load(), 9u | kSealAckFailed);
+  raw.Word(w).store(10);
+  r = seal("", m + 8192, w, 10);
+  EXPECT_EQ(Code(r), absl::StatusCode::kInvalidArgument) << r.message();
+  EXPECT_EQ(raw.Word(w + 8).load(), 10u | kSealAckFailed);
+  // A slot that is not the caller's is never written.
+  other.Word(theirs).store(11);
+  r = seal("c", m + 8192, theirs, 11);
+  EXPECT_EQ(Code(r), absl::StatusCode::kInvalidArgument) << r.message();
+  EXPECT_EQ(other.Word(theirs + 8).load(), 0xfeedu);
+  EXPECT_EQ(raw.Word(w + 8).load(), 10u | kSealAckFailed);
+}
+
 TEST(StoreIntegrationTest, RandomLeaseOperationsNeverHurtTheStore) {
   StoreProcess store(64 * kMiB);
   auto good = Client::Connect(store.socket());

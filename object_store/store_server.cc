@@ -484,11 +484,21 @@ class StoreServer::Loop {
       case proto::StoreRequest::kSealLeased: {
         const auto& r = request_.seal_leased();
         StayAwake();
-        s = CheckId(r.id());
-        if (s.ok() && r.ready_value() != 0) s = AwaitReady(c, r);
+        // The ready slot is checked first: the outcome is acknowledged there too.
+        const bool overlapped = r.ready_value() != 0;
+        if (overlapped) s = CheckReadySlot(c, r);
+        const bool slot_ok = overlapped && s.ok();
+        if (s.ok()) s = CheckId(r.id());
+        if (slot_ok && s.ok()) s = AwaitReady(r);
         if (s.ok()) {
           s = table_.SealLeased(c.id, r.id(), r.offset(), r.data_size(), r.metadata_size())
                   .status();
+        }
+        if (slot_ok) {
+          // SealLeasedRequest.ready_offset: the outcome in the word after the ready word.
+          reinterpret_cast<std::atomic<uint64_t>*>(arena_->base() + r.ready_offset() + 8)
+              ->store(s.ok() ? r.ready_value() : r.ready_value() | kSealAckFailed,
+                      std::memory_order_release);
         }
         flush_now_ = true;
         break;
@@ -512,12 +522,9 @@ class StoreServer::Loop {
     if (stay_awake_ > absl::ZeroDuration()) stay_awake_until_ = absl::Now() + stay_awake_;
   }
 
-  // An overlapped seal (SealLeasedRequest.ready_value): waits until the client has
-  // stored ready_value at ready_offset, i.e. finished writing the object. The client
-  // sends the seal while it copies the last part (~15 µs), so the wait is short; it
-  // spins, then yields the CPU (the writer may need it), and gives up after 1 ms with
-  // UNAVAILABLE (the client then seals again) so no client can stall the store.
-  absl::Status AwaitReady(const Conn& c, const proto::SealLeasedRequest& r) {
+  // An overlapped seal's ready slot (SealLeasedRequest.ready_offset): a 64-aligned
+  // 64-byte range the client leased, outside the object.
+  absl::Status CheckReadySlot(const Conn& c, const proto::SealLeasedRequest& r) {
     const uint64_t off = r.ready_offset();
     const uint64_t cap = arena_->capacity();
     if (off % 64 != 0 || off > cap - 64 || !table_.HoldsLease(c.id, off, 64)) {
@@ -533,7 +540,18 @@ class StoreServer::Loop {
             "overlapped seal: the ready word at ", off, " lies inside the object"));
       }
     }
-    const auto* word = reinterpret_cast<const std::atomic<uint64_t>*>(arena_->base() + off);
+    return absl::OkStatus();
+  }
+
+  // An overlapped seal (SealLeasedRequest.ready_value): waits until the client has
+  // stored ready_value at ready_offset (checked by CheckReadySlot), i.e. finished
+  // writing the object. The client sends the seal while it copies the last part
+  // (~15 µs), so the wait is short; it spins, then yields the CPU (the writer may need
+  // it), and gives up after 1 ms with UNAVAILABLE (the client then seals again) so no
+  // client can stall the store.
+  absl::Status AwaitReady(const proto::SealLeasedRequest& r) {
+    const auto* word =
+        reinterpret_cast<const std::atomic<uint64_t>*>(arena_->base() + r.ready_offset());
     const absl::Time start = absl::Now();
     for (uint64_t i = 0;; ++i) {
       if (word->load(std::memory_order_acquire) == r.ready_value()) return absl::OkStatus();

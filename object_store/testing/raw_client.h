@@ -4,10 +4,13 @@
 #ifndef DROVER_OBJECT_STORE_TESTING_RAW_CLIENT_H_
 #define DROVER_OBJECT_STORE_TESTING_RAW_CLIENT_H_
 
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -20,9 +23,10 @@ namespace drover::object_store::testing {
 
 class RawClient {
  public:
-  // Connects to the store's socket and reads its hello (the arena fd is closed: a raw
-  // client never maps the arena).
-  explicit RawClient(const std::string& path) {
+  // Connects to the store's socket and reads its hello. The arena is mapped only with
+  // `map_arena` (to write and read words in it, e.g. an overlapped seal's ready and
+  // ack words); otherwise its descriptor is closed.
+  explicit RawClient(const std::string& path, bool map_arena = false) {
     fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
@@ -33,10 +37,18 @@ class RawClient {
     proto::StoreHello hello;
     absl::StatusOr<int> arena = RecvFrameWithFd(fd_, &hello);
     EXPECT_TRUE(arena.ok()) << arena.status();
-    if (arena.ok()) close(*arena);
     capacity_ = hello.arena_capacity();
+    if (arena.ok() && map_arena) {
+      void* p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, MAP_SHARED, *arena, 0);
+      EXPECT_NE(p, MAP_FAILED) << strerror(errno);
+      if (p != MAP_FAILED) arena_ = static_cast<uint8_t*>(p);
+    }
+    if (arena.ok()) close(*arena);
   }
-  ~RawClient() { close(fd_); }
+  ~RawClient() {
+    if (arena_ != nullptr) munmap(arena_, capacity_);
+    close(fd_);
+  }
   RawClient(const RawClient&) = delete;
   RawClient& operator=(const RawClient&) = delete;
 
@@ -61,8 +73,14 @@ class RawClient {
     return read(fd_, &c, 1) == 0;
   }
   uint64_t capacity() const { return capacity_; }
+  // The 8-byte word at `offset` of the arena. REQUIRES: constructed with map_arena,
+  // offset 8-aligned and inside the arena.
+  std::atomic<uint64_t>& Word(uint64_t offset) {
+    return *reinterpret_cast<std::atomic<uint64_t>*>(arena_ + offset);
+  }
 
  private:
+  uint8_t* arena_ = nullptr;
   int fd_ = -1;
   uint64_t next_id_ = 0;
   uint64_t capacity_ = 0;

@@ -35,8 +35,9 @@ int main(int argc, char** argv) {
   app.add_flag("--huge-pages", o.huge_pages, "Ask for transparent huge pages on the arena");
   int64_t stay_awake_us = absl::ToInt64Microseconds(o.stay_awake);
   app.add_option("--stay-awake-us", stay_awake_us,
-                 "After a leased put, poll for this many microseconds before sleeping, so "
-                 "back-to-back puts find the store running (0: never poll)")
+                 "After a request, poll for this many microseconds before sleeping, so a "
+                 "client's next request finds the store running; stops early when the CPU "
+                 "is wanted by another thread (0: never poll)")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   pid_t parent_pid = 0;
   app.add_option("--parent-pid", parent_pid,

@@ -272,16 +272,21 @@ class StoreServer::Loop {
     }
   }
 
-  // epoll_wait, except within the stay-awake window after a leased put: then it polls,
+  // epoll_wait, except within the stay-awake window after a request: then it polls,
   // yielding the CPU between polls, until an event comes, the window closes or a
-  // deadline is due.
+  // deadline is due. Polling stops early when the CPU is contended (a yield kept this
+  // thread off it for a while): a runnable poller gets the CPU back only when the
+  // scheduler next picks it, while a sleeper woken by a request preempts at once.
   int WaitEvents(epoll_event* events, int max_events, int timeout_ms) {
+    constexpr absl::Duration kContended = absl::Microseconds(20);
+    absl::Time last = absl::Now();
     while (stay_awake_until_ != absl::InfinitePast() && timeout_ms != 0) {
       const absl::Time now = absl::Now();
-      if (now >= stay_awake_until_) {
+      if (now >= stay_awake_until_ || now - last > kContended) {
         stay_awake_until_ = absl::InfinitePast();
         break;
       }
+      last = now;
       int n = epoll_wait(epoll_fd_, events, max_events, 0);
       if (n != 0) return n;
       if (!deadlines_.empty() && deadlines_.begin()->first <= now) return 0;
@@ -395,6 +400,7 @@ class StoreServer::Loop {
       return;
     }
     reply_.set_request_id(request_.request_id());
+    StayAwake();
     absl::Status s;
     switch (request_.op_case()) {
       case proto::StoreRequest::kCreate: {
@@ -472,7 +478,6 @@ class StoreServer::Loop {
       // Leased puts: the table checks every offset and size against this client's own
       // leases.
       case proto::StoreRequest::kLease: {
-        StayAwake();
         absl::StatusOr<LeaseRange> lease = table_.Lease(c.id, request_.lease().bytes());
         if (lease.ok()) {
           reply_.mutable_lease()->set_offset(lease->offset);
@@ -483,7 +488,6 @@ class StoreServer::Loop {
       }
       case proto::StoreRequest::kSealLeased: {
         const auto& r = request_.seal_leased();
-        StayAwake();
         // The ready slot is checked first: the outcome is acknowledged there too.
         const bool overlapped = r.ready_value() != 0;
         if (overlapped) s = CheckReadySlot(c, r);
@@ -517,7 +521,8 @@ class StoreServer::Loop {
     SendReply(c, reply_);
   }
 
-  // A client that puts from a lease is likely to seal again soon (ServerOptions::stay_awake).
+  // A client that just made a request is likely to make another soon
+  // (ServerOptions::stay_awake).
   void StayAwake() {
     if (stay_awake_ > absl::ZeroDuration()) stay_awake_until_ = absl::Now() + stay_awake_;
   }

@@ -58,13 +58,13 @@ struct ServerOptions {
   bool prefault = false;
   // Ask for transparent huge pages on the arena.
   bool huge_pages = false;
-  // After a leased put (Lease or SealLeased) the store stays awake this long, polling
-  // its sockets (and yielding the CPU between polls) instead of sleeping: a client
-  // putting objects back to back then finds it running. A sleeping store costs each
-  // put a wake-up (~5 µs for the sender on a VM) and lets the kernel move the woken
-  // store onto the putting thread's CPU, where it waits for that thread. The default
-  // covers the copy of the largest leased put (4 MiB, ~300 µs). Costs up to this much
-  // CPU per leased put and nothing while no client puts. Zero: always sleep.
+  // After each request the store stays awake this long, polling its sockets (and
+  // yielding the CPU between polls) instead of sleeping: a client's next request then
+  // finds it running. A sleeping store costs each request a wake-up (~5 µs for the
+  // sender on a VM, more for the answer) and lets the kernel move the woken store onto
+  // the client's CPU, where it waits for that client. The default covers the copy of
+  // the largest leased put (4 MiB, ~300 µs). Polling stops as soon as the store's CPU is
+  // wanted by another thread, so it only uses time the CPU would idle. Zero: always sleep.
   absl::Duration stay_awake = absl::Microseconds(300);
 };
 

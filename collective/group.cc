@@ -1,5 +1,8 @@
+#include <signal.h>
+
 #include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
@@ -143,6 +146,18 @@ bool RegisterGroupFactory(Backend backend, GroupFactory factory) {
 
 namespace {
 
+// Gloo writes to its sockets with plain writev: a peer that died would kill this process
+// with SIGPIPE instead of failing the operation with UNAVAILABLE (and then ABORTED naming
+// the dead rank). A disposition the program chose itself (a handler, or already
+// ignored) is left alone.
+void IgnoreSigpipe() {
+  struct sigaction current;
+  if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL &&
+      (current.sa_flags & SA_SIGINFO) == 0) {
+    signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 absl::StatusOr<std::unique_ptr<Group>> Watched(
     absl::StatusOr<std::unique_ptr<internal::GroupBase>> group) {
   if (!group.ok()) return group.status();
@@ -153,6 +168,7 @@ absl::StatusOr<std::unique_ptr<Group>> Watched(
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Group>> NewGroup(const GroupOptions& options) {
+  IgnoreSigpipe();
   if (options.backend == Backend::kGloo) {
     if (options.algorithm == Algorithm::kGloo || options.size == 1) {
       return Watched(internal::NewGlooGroup(options));
@@ -273,15 +289,25 @@ absl::Status GroupBase::Invalid(const std::string& op, const std::string& what) 
 }
 
 absl::Status GroupBase::Usable(const std::string& op) const {
-  absl::MutexLock lock(&mu_);
-  if (broken_.ok()) return absl::OkStatus();
-  if (aborted_ && broken_.code() == absl::StatusCode::kAborted) {
+  absl::Status broken;
+  std::optional<absl::Status> notice;
+  {
+    absl::MutexLock lock(&mu_);
+    if (broken_.ok()) return absl::OkStatus();
+    broken = broken_;
+    if (aborted_ && broken_.code() == absl::StatusCode::kAborted) notice = broken_;
+  }
+  // The notice may have reached Fail() (which waits for it) before the watcher's
+  // callback ran Abort(): a group broken by it is aborted all the same. Asked outside
+  // mu_, which the watcher's callback takes.
+  if (!notice && watcher_) notice = watcher_->Notice();
+  if (notice) {
     return absl::AbortedError(absl::StrCat(
-        Where(op), ": the group was aborted because ", broken_.message(),
+        Where(op), ": the group was aborted because ", notice->message(),
         "; exit and let the gang restart form a new group"));
   }
   return absl::FailedPreconditionError(absl::StrCat(
-      Where(op), ": the group is unusable after an earlier failure (", broken_.message(),
+      Where(op), ": the group is unusable after an earlier failure (", broken.message(),
       "); exit and let the gang restart form a new group"));
 }
 

@@ -64,6 +64,8 @@
 // let the gang restart bring up the next generation; the scheduler gives a process that
 // watches a short notice period (drover-scheduler --abort-notice-ms) to exit by itself
 // and report the cause before it is sent SIGTERM.
+// Signals: NewGroup sets SIGPIPE to SIG_IGN if it still has the default disposition, so
+// a write to a dead peer's socket fails the operation instead of killing the process.
 #ifndef DROVER_COLLECTIVE_GROUP_H_
 #define DROVER_COLLECTIVE_GROUP_H_
 

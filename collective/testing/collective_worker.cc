@@ -238,8 +238,10 @@ int RunTimeout(GroupOptions options, const std::string& out_dir) {
   Check(group.status(), "NewGroup");
   Group& g = **group;
   const int silent = g.size() - 1;
-  if (g.rank() == silent) {
-    // Never joins the allreduce; stays alive until every other rank has reported.
+  // Every rank stays alive until every rank but the silent one has reported: a rank that
+  // gave up first and exited would close its connections, and its peers would see a
+  // broken connection (UNAVAILABLE) instead of running into their own timeout.
+  auto wait_for_reports = [&] {
     absl::Time give_up = absl::Now() + absl::Seconds(120);
     for (int r = 0; r < silent; ++r) {
       std::string path = absl::StrCat(out_dir, "/rank", r, ".txt");
@@ -248,6 +250,9 @@ int RunTimeout(GroupOptions options, const std::string& out_dir) {
         absl::SleepFor(absl::Milliseconds(10));
       }
     }
+  };
+  if (g.rank() == silent) {
+    wait_for_reports();  // never joins the allreduce
     return 0;
   }
   std::vector<float> buf(1000, 1.0f);
@@ -261,6 +266,7 @@ int RunTimeout(GroupOptions options, const std::string& out_dir) {
   std::string tmp = absl::StrCat(out_dir, "/.rank", g.rank());
   std::ofstream(tmp) << report;
   std::rename(tmp.c_str(), absl::StrCat(out_dir, "/rank", g.rank(), ".txt").c_str());
+  wait_for_reports();
   if (s.code() != absl::StatusCode::kDeadlineExceeded) Die("expected DEADLINE_EXCEEDED: " + s.ToString());
   if (!absl::StrContains(s.message(), "AllReduce")) Die("error does not name the op: " + s.ToString());
   if (took > options.timeout + absl::Seconds(3)) Die(absl::StrCat("took ", absl::FormatDuration(took)));

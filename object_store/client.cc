@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -379,6 +380,8 @@ class Connection {
         const absl::Time now = absl::Now();
         if (until == absl::InfinitePast()) until = now + kSpin;
         if (now >= until) return false;
+        // The store may be waiting for this CPU (it polls on another one if it can).
+        sched_yield();
       }
       SpinPause();
     }

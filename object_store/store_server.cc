@@ -274,14 +274,19 @@ class StoreServer::Loop {
 
   // epoll_wait, except within the stay-awake window after a request: then it polls,
   // yielding the CPU between polls, until an event comes, the window closes or a
-  // deadline is due. Polling stops early when the CPU is contended (a yield kept this
-  // thread off it for a while): a runnable poller gets the CPU back only when the
-  // scheduler next picks it, while a sleeper woken by a request preempts at once.
+  // deadline is due. When the CPU is contended (a yield kept this thread off it for a
+  // while), the poller first moves to another CPU (MoveOffThisCpu), and stops polling if
+  // it is contended again within a millisecond: a runnable poller gets the CPU back only
+  // when the scheduler next picks it, while a sleeper woken by a request preempts at once.
   int WaitEvents(epoll_event* events, int max_events, int timeout_ms) {
     constexpr absl::Duration kContended = absl::Microseconds(20);
     absl::Time last = absl::Now();
     while (stay_awake_until_ != absl::InfinitePast() && timeout_ms != 0) {
       const absl::Time now = absl::Now();
+      if (now - last > kContended && now < stay_awake_until_ && MoveOffThisCpu(now)) {
+        last = absl::Now();
+        continue;
+      }
       if (now >= stay_awake_until_ || now - last > kContended) {
         stay_awake_until_ = absl::InfinitePast();
         break;
@@ -293,6 +298,31 @@ class StoreServer::Loop {
       sched_yield();
     }
     return epoll_wait(epoll_fd_, events, max_events, timeout_ms);
+  }
+
+  // The polling thread found its CPU contended: moves to another allowed CPU (by
+  // narrowing its affinity for a moment, then restoring it) instead of going to sleep,
+  // at most once per millisecond. Returns whether it moved.
+  //
+  // Why: a client's request over the Unix socket wakes a sleeping store with a "sync"
+  // wake-up, which places it on the client's CPU (the kernel expects the sender to sleep
+  // next). A client that spins for its seal's acknowledgement does not, and the two
+  // then take turns on one CPU while the other idles: seen as a whole benchmark run of
+  // 1 MiB puts at 0.55-0.6 of memcpy instead of 0.87 (both on one CPU, every stay-awake
+  // window cut short by the contention). Once moved, the store keeps polling on its own
+  // CPU, so no wake-up pulls it back while requests keep coming.
+  bool MoveOffThisCpu(absl::Time now) {
+    if (now - last_move_ < absl::Milliseconds(1)) return false;
+    last_move_ = now;
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return false;
+    const int here = sched_getcpu();
+    if (here < 0 || !CPU_ISSET(here, &allowed) || CPU_COUNT(&allowed) < 2) return false;
+    cpu_set_t others = allowed;
+    CPU_CLR(here, &others);
+    if (sched_setaffinity(0, sizeof(others), &others) != 0) return false;
+    sched_setaffinity(0, sizeof(allowed), &allowed);
+    return true;
   }
 
   void AcceptAll() {
@@ -899,6 +929,7 @@ class StoreServer::Loop {
   proto::StoreReply reply_;
   proto::StoreReply event_;  // not reply_: events go out while a reply is being built
   absl::Time stay_awake_until_ = absl::InfinitePast();  // InfinitePast: sleeps when idle
+  absl::Time last_move_ = absl::InfinitePast();  // MoveOffThisCpu
   bool flush_now_ = false;  // set by a leased put: send its reply before the next frame
 };
 

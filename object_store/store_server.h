@@ -63,8 +63,9 @@ struct ServerOptions {
   // finds it running. A sleeping store costs each request a wake-up (~5 µs for the
   // sender on a VM, more for the answer) and lets the kernel move the woken store onto
   // the client's CPU, where it waits for that client. The default covers the copy of
-  // the largest leased put (4 MiB, ~300 µs). Polling stops as soon as the store's CPU is
-  // wanted by another thread, so it only uses time the CPU would idle. Zero: always sleep.
+  // the largest leased put (4 MiB, ~300 µs). When the store's CPU is wanted by another
+  // thread, the store moves to another CPU once, then stops polling, so it only uses
+  // time a CPU would idle. Zero: always sleep.
   absl::Duration stay_awake = absl::Microseconds(300);
 };
 

@@ -39,12 +39,18 @@ int main(int argc, char** argv) {
                  "client's next request finds the store running; stops early when the CPU "
                  "is wanted by another thread (0: never poll)")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
+  int64_t ready_wait_us = absl::ToInt64Microseconds(o.ready_wait);
+  app.add_option("--ready-wait-us", ready_wait_us,
+                 "How long an overlapped seal waits for the client to finish writing "
+                 "before it is refused (the client seals again); 0: refuse them all")
+      ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   pid_t parent_pid = 0;
   app.add_option("--parent-pid", parent_pid,
                  "Stop (as on SIGTERM) when this process, our parent, dies: set by a "
                  "supervising node agent so that its store never outlives it");
   CLI11_PARSE(app, argc, argv);
   o.stay_awake = absl::Microseconds(stay_awake_us);
+  o.ready_wait = absl::Microseconds(ready_wait_us);
   if (parent_pid > 0) {
     // The death signal fires when the thread that spawned us exits; the agent spawns
     // from a thread that lives as long as it does. If the parent died before this

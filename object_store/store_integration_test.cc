@@ -1021,6 +1021,45 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
   })) << Describe(MustStats(**good)) << " vs " << Describe(baseline) << "\n" << store.log();
 }
 
+// The client's own retry of an overlapped seal: a store that refuses every overlapped
+// seal (ServerOptions::ready_wait zero: UNAVAILABLE, as when the writer was descheduled
+// past the wait) makes each medium Put seal again plainly; every put still succeeds, is
+// visible to another client when Put returns, byte for byte, and nothing leaks.
+TEST(StoreIntegrationTest, RefusedOverlappedSealsAreSealedAgainByTheClient) {
+  ScratchDir dir;
+  ServerOptions o;
+  o.capacity = 64 * kMiB;  // leased puts up to 1 MiB
+  o.ready_wait = absl::ZeroDuration();
+  StoreServer server;
+  ASSERT_TRUE(server.Start(dir.path() + "/s.sock", o).ok());
+  auto writer = Client::Connect(dir.path() + "/s.sock");
+  auto reader = Client::Connect(dir.path() + "/s.sock");
+  ASSERT_TRUE(writer.ok() && reader.ok());
+  const StoreStats before = MustStats(**reader);
+  for (int i = 0; i < 20; ++i) {
+    std::vector<uint8_t> data = Pattern(512 * 1024 + 64 * i, i);  // overlapped: >= 256 KiB
+    std::string id = absl::StrCat("refused-", i);
+    ASSERT_TRUE((*writer)->Put(id, absl::MakeConstSpan(data), "meta").ok()) << id;
+    auto ref = (*reader)->Get(id, absl::ZeroDuration());
+    ASSERT_TRUE(ref.ok()) << id << ": " << ref.status();
+    EXPECT_EQ(ref->metadata_view(), "meta");
+    ASSERT_EQ(ref->data().size(), data.size());
+    EXPECT_EQ(std::memcmp(ref->data().data(), data.data(), data.size()), 0) << id;
+    ref->Reset();
+    ASSERT_TRUE((*writer)->Delete(id).ok());
+  }
+  StoreStats after = MustStats(**reader);
+  EXPECT_GT(after.leases, 0u) << "the puts did not go through a lease";
+  EXPECT_EQ(after.objects, before.objects);
+  EXPECT_EQ(after.referenced, 0u);
+  // What is used is the writer's lease (its next put's block and its ready range).
+  EXPECT_EQ(after.used, after.leased_bytes);
+  writer->reset();
+  EXPECT_TRUE(WaitFor([&] { return MustStats(**reader).leased_bytes == 0; }))
+      << "the writer's leases outlived it";
+  EXPECT_EQ(MustStats(**reader).used, 0u);
+}
+
 TEST(StoreIntegrationTest, OverlappedSealIsAcknowledgedInTheWordAfterTheReadyWord) {
   StoreProcess store(64 * kMiB);
   testing::RawClient raw(store.socket(), /*map_arena=*/true);

@@ -144,6 +144,7 @@ class StoreServer::Loop {
   Loop(std::unique_ptr<Arena> arena, const ServerOptions& options)
       : arena_(std::move(arena)),
         stay_awake_(options.stay_awake),
+        ready_wait_(options.ready_wait),
         table_(TableOptions{arena_->capacity(), options.spill_dir, options.spill_capacity},
                arena_.get()) {
     table_.set_on_sealed([this](const ObjectId& id) {
@@ -582,9 +583,13 @@ class StoreServer::Loop {
   // stored ready_value at ready_offset (checked by CheckReadySlot), i.e. finished
   // writing the object. The client sends the seal while it copies the last part
   // (~15 µs), so the wait is short; it spins, then yields the CPU (the writer may need
-  // it), and gives up after 1 ms with UNAVAILABLE (the client then seals again) so no
-  // client can stall the store.
+  // it), and gives up after ServerOptions::ready_wait (1 ms) with UNAVAILABLE (the
+  // client then seals again) so no client can stall the store.
   absl::Status AwaitReady(const proto::SealLeasedRequest& r) {
+    if (ready_wait_ <= absl::ZeroDuration()) {
+      return absl::UnavailableError(
+          "overlapped seal: this store takes none (--ready-wait-us 0); seal it again");
+    }
     const auto* word =
         reinterpret_cast<const std::atomic<uint64_t>*>(arena_->base() + r.ready_offset());
     const absl::Time start = absl::Now();
@@ -592,9 +597,10 @@ class StoreServer::Loop {
       if (word->load(std::memory_order_acquire) == r.ready_value()) return absl::OkStatus();
       if ((i & 63) != 0) continue;
       const absl::Duration waited = absl::Now() - start;
-      if (waited > absl::Milliseconds(1)) {
-        return absl::UnavailableError(absl::StrCat(
-            "overlapped seal: the object was not finished within 1 ms; seal it again"));
+      if (waited > ready_wait_) {
+        return absl::UnavailableError(absl::StrCat("overlapped seal: the object was not finished within ",
+                                                   absl::FormatDuration(ready_wait_),
+                                                   "; seal it again"));
       }
       if (waited > absl::Microseconds(20)) sched_yield();
     }
@@ -904,6 +910,7 @@ class StoreServer::Loop {
 
   std::unique_ptr<Arena> arena_;
   const absl::Duration stay_awake_;  // ServerOptions::stay_awake
+  const absl::Duration ready_wait_;  // ServerOptions::ready_wait
   ObjectTable table_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;

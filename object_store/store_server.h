@@ -67,6 +67,11 @@ struct ServerOptions {
   // thread, the store moves to another CPU once, then stops polling, so it only uses
   // time a CPU would idle. Zero: always sleep.
   absl::Duration stay_awake = absl::Microseconds(300);
+  // How long an overlapped seal (SealLeasedRequest.ready_value) may wait for the
+  // client's ready word before it is answered UNAVAILABLE (the client then seals again
+  // plainly). It bounds how long one descheduled writer can hold the store. Zero:
+  // overlapped seals are refused at once, so every leased put seals after its copy.
+  absl::Duration ready_wait = absl::Milliseconds(1);
 };
 
 class StoreServer {

@@ -130,6 +130,7 @@ void SchedulerCore::Stop() {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
+    for (auto& [id, job] : jobs_) job.changed->SignalAll();
   }
   if (monitor_.joinable()) monitor_.join();
   outbound_.reset();
@@ -669,10 +670,10 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::GetJob(const std::string& job_id,
         absl::StrCat("no job '", job_id, "' on this cluster; `drover jobs` lists them"));
   }
   if (after_version > 0 && job->info.version() <= after_version) {
-    auto moved = [job, after_version, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return job->info.version() > after_version || stopping_;
-    };
-    mu_.AwaitWithTimeout(absl::Condition(&moved), std::min(wait, absl::Seconds(30)));
+    AwaitJobLocked(*job, absl::Now() + std::min(wait, absl::Seconds(30)),
+                   [job, after_version, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                     return job->info.version() > after_version || stopping_;
+                   });
   }
   return job->info;
 }
@@ -761,7 +762,12 @@ SchedulerCore::Job* SchedulerCore::FindJobLocked(const std::string& id) {
 
 void SchedulerCore::ChangedLocked(Job& job) {
   job.info.set_version(job.info.version() + 1);
+  job.changed->SignalAll();
   PersistLocked(job);
+}
+
+void SchedulerCore::SignalJobLocked(const std::string& job_id) {
+  if (Job* job = FindJobLocked(job_id)) job->changed->SignalAll();
 }
 
 void SchedulerCore::PersistLocked(const Job& job) {
@@ -828,7 +834,10 @@ absl::Status SchedulerCore::CheckKvScopeLocked(const proto::KvScope& scope) {
 absl::Status SchedulerCore::KvSet(const proto::KvSetRequest& req) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
-  return kv_.Set({req.scope().job_id(), req.scope().generation()}, req.key(), req.value());
+  absl::Status s =
+      kv_.Set({req.scope().job_id(), req.scope().generation()}, req.key(), req.value());
+  if (s.ok()) SignalJobLocked(req.scope().job_id());
+  return s;
 }
 
 absl::StatusOr<proto::KvGetReply> SchedulerCore::KvGet(const proto::KvGetRequest& req,
@@ -848,7 +857,9 @@ absl::StatusOr<proto::KvGetReply> SchedulerCore::KvGet(const proto::KvGetRequest
       value = kv_.Get(scope, req.key());
       return value.has_value();
     };
-    mu_.AwaitWithTimeout(absl::Condition(&ready), std::min(wait, absl::Minutes(5)));
+    // The scope was checked above: its job exists.
+    AwaitJobLocked(*FindJobLocked(scope.first),
+                   absl::Now() + std::min(wait, absl::Minutes(5)), ready);
     if (scope_ended) {
       return absl::AbortedError(absl::StrCat("KV: job ", scope.first, " generation ",
                                              scope.second, " ended while waiting for '",
@@ -875,6 +886,7 @@ absl::StatusOr<proto::KvCompareAndSetReply> SchedulerCore::KvCompareAndSet(
   auto swapped = kv_.CompareAndSet({req.scope().job_id(), req.scope().generation()}, req.key(),
                                    expected, req.desired(), &current);
   if (!swapped.ok()) return swapped.status();
+  if (*swapped) SignalJobLocked(req.scope().job_id());
   proto::KvCompareAndSetReply reply;
   reply.set_swapped(*swapped);
   reply.set_found(current.has_value());
@@ -888,6 +900,7 @@ absl::StatusOr<proto::KvAddReply> SchedulerCore::KvAdd(const proto::KvAddRequest
   auto sum = kv_.Add({req.scope().job_id(), req.scope().generation()}, req.key(), req.delta(),
                      req.request_id());
   if (!sum.ok()) return sum.status();
+  SignalJobLocked(req.scope().job_id());
   proto::KvAddReply reply;
   reply.set_value(*sum);
   return reply;
@@ -954,7 +967,7 @@ absl::StatusOr<proto::WatchGenerationReply> SchedulerCore::WatchGeneration(
     return reply.has_value();
   };
   if (wait > absl::ZeroDuration()) {
-    mu_.AwaitWithTimeout(absl::Condition(&done), std::min(wait, absl::Seconds(60)));
+    AwaitJobLocked(*job, absl::Now() + std::min(wait, absl::Seconds(60)), done);
   } else {
     done();
   }

@@ -113,6 +113,12 @@ class SchedulerCore {
     std::vector<Allocation> allocs;  // held until `live` is empty
     int64_t seq = 0;  // submit order
     std::set<int> watchers;  // ranks of the current generation that watch it
+    // Signalled (SignalAll) when `info` changes (ChangedLocked), when the job's KV
+    // changes, and when the scheduler stops. The long polls on a job (GetJob, KvGet,
+    // WatchGeneration) wait on it (AwaitJobLocked), so a change wakes only that job's
+    // waiters; a condition of mu_ would be re-evaluated at every unlock of mu_ by any
+    // call, for every waiter of every job. Shared, so a waiter keeps it alive.
+    std::shared_ptr<absl::CondVar> changed = std::make_shared<absl::CondVar>();
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -129,6 +135,20 @@ class SchedulerCore {
   void Dispatch(Actions actions);
   void RunLaunch(const Action& a);
   void MonitorLoop();
+
+  // Waits until `done()` (evaluated with mu_ held) or `deadline`, woken by `job`'s
+  // changes. Returns done()'s last value.
+  template <typename Done>
+  bool AwaitJobLocked(const Job& job, absl::Time deadline, Done done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::shared_ptr<absl::CondVar> changed = job.changed;
+    while (!done()) {
+      if (changed->WaitWithDeadline(&mu_, deadline)) return done();  // timed out
+    }
+    return true;
+  }
+  // Wakes the long polls of the job `job_id`, if it exists (its KV changed).
+  void SignalJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void ScheduleLocked(Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool TryPlaceLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -63,33 +63,24 @@ struct Result {
 std::vector<Result> RunJob(TestCluster& c, const std::string& out, const std::string& figures,
                            int nproc, int ppn, int reps) {
   std::filesystem::create_directories(out);
-  proto::JobSpec spec;
-  spec.add_command(Runfile("bench/collective_worker"));
-  spec.add_command("--out=" + out);
-  spec.add_command("--figures=" + figures);
-  spec.add_command(absl::StrCat("--reps=", reps));
+  std::vector<std::string> command = {Runfile("bench/collective_worker"), "--out=" + out,
+                                      "--figures=" + figures, absl::StrCat("--reps=", reps)};
   // Experiments: the shared-memory tuning knobs of this process reach the workers.
   for (const char* knob : {"DROVER_SHM_CHUNK_BYTES", "DROVER_SHM_SPIN_US", "DROVER_SHM_YIELD_US",
                            "DROVER_SHM_RAILS"}) {
     if (const char* v = std::getenv(knob); v && *v) {
-      spec.add_command(absl::StrCat("--env=", knob, "=", v));
+      command.push_back(absl::StrCat("--env=", knob, "=", v));
     }
   }
-  spec.set_nproc(nproc);
-  spec.set_nproc_per_node(ppn);
-  spec.set_strategy(proto::PACK);
-  spec.mutable_per_process()->set_cpus(1);
-  auto job = c.client().Submit(spec);
-  if (!job.ok()) Die(absl::StrCat("Submit: ", job.status().ToString()));
-  auto done = c.client().WaitJob(job->job_id(), absl::Minutes(10));
-  if (!done.ok()) Die(absl::StrCat("WaitJob: ", done.status().ToString()));
+  auto done = c.RunJob(TestCluster::JobOf(command, nproc, ppn), absl::Minutes(10));
+  if (!done.ok()) Die(done.status().ToString());
   if (done->state() != proto::SUCCEEDED) {
-    Die(absl::StrCat(job->job_id(), " ", proto::JobState_Name(done->state()), ": ",
+    Die(absl::StrCat(done->job_id(), " ", proto::JobState_Name(done->state()), ": ",
                      done->reason(), "\n", c.DaemonLogs()));
   }
   std::set<std::string> nodes;
   for (const auto& p : done->placement()) nodes.insert(p.node_id());
-  std::cout << "  job " << job->job_id() << ": " << nproc << " ranks on " << nodes.size()
+  std::cout << "  job " << done->job_id() << ": " << nproc << " ranks on " << nodes.size()
             << " node(s)\n";
   std::ifstream in(out + "/results.txt");
   std::vector<Result> results;

@@ -52,21 +52,15 @@ void CheckKill(const std::string& algorithm, int nodes, int nproc, int ppn, int 
   const std::string out = absl::StrCat(c.dir(), "/kill");
   ASSERT_TRUE(MakeDirs(out).ok());
 
-  proto::JobSpec spec;
-  spec.add_command(Runfile("collective/collective_worker"));
   // A timeout far beyond the 5 s bound: only the notice (or a broken connection) can
   // end the survivors' wait in time.
-  for (const std::string& a : std::vector<std::string>{"--mode=kill", "--timeout_ms=60000", "--algorithm=" + algorithm,
-                        absl::StrCat("--victim=", victim), "--out=" + out}) {
-    spec.add_command(a);
-  }
-  spec.set_nproc(nproc);
-  spec.set_nproc_per_node(ppn);
-  spec.mutable_per_process()->set_cpus(1);
-  auto job = c.client().Submit(spec);
-  ASSERT_TRUE(job.ok()) << job.status();
-  auto done = c.client().WaitJob(job->job_id(), absl::Seconds(90));
-  ASSERT_TRUE(done.ok()) << done.status() << "\n" << c.DaemonLogs();
+  auto done = c.RunJob(
+      TestCluster::JobOf({Runfile("collective/collective_worker"), "--mode=kill",
+                          "--timeout_ms=60000", "--algorithm=" + algorithm,
+                          absl::StrCat("--victim=", victim), "--out=" + out},
+                         nproc, ppn),
+      absl::Seconds(90));
+  ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->state(), proto::FAILED) << done->reason();
   EXPECT_EQ(done->root_cause().rank(), victim) << done->reason();
   EXPECT_EQ(done->root_cause().signal(), 9) << done->reason();
@@ -82,7 +76,7 @@ void CheckKill(const std::string& algorithm, int nodes, int nproc, int ppn, int 
 
   // Every process of the job is gone within 5 s of the kill (the survivors exit by
   // themselves after the notice; nothing waits for SIGTERM).
-  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job->job_id()).empty(); },
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(done->job_id()).empty(); },
                       absl::Milliseconds(killed_at + 5000) -
                           absl::Milliseconds(absl::ToUnixMillis(absl::Now()))))
       << "processes of the job still alive 5 s after the kill";

@@ -35,18 +35,12 @@ class GlooGroupTest : public ::testing::Test {
   proto::JobInfo RunWorker(const std::vector<std::string>& args, int nproc, int ppn,
                            proto::PlacementStrategy strategy = proto::PACK,
                            absl::Duration timeout = absl::Seconds(120)) {
-    proto::JobSpec spec;
-    spec.add_command(Runfile("collective/collective_worker"));
-    for (const auto& a : args) spec.add_command(a);
-    spec.set_nproc(nproc);
-    spec.set_nproc_per_node(ppn);
+    std::vector<std::string> command = {Runfile("collective/collective_worker")};
+    command.insert(command.end(), args.begin(), args.end());
+    proto::JobSpec spec = TestCluster::JobOf(command, nproc, ppn);
     spec.set_strategy(strategy);
-    spec.mutable_per_process()->set_cpus(1);
-    auto job = cluster_->client().Submit(spec);
-    EXPECT_TRUE(job.ok()) << job.status();
-    if (!job.ok()) return {};
-    auto done = cluster_->client().WaitJob(job->job_id(), timeout);
-    EXPECT_TRUE(done.ok()) << done.status() << "\n" << cluster_->DaemonLogs();
+    auto done = cluster_->RunJob(spec, timeout);
+    EXPECT_TRUE(done.ok()) << done.status();
     return done.ok() ? *done : proto::JobInfo();
   }
 

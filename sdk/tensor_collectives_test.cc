@@ -35,17 +35,11 @@ class TensorCollectivesTest : public ::testing::Test {
     cluster_ = std::move(*c);
     const std::string out = absl::StrCat(cluster_->dir(), "/reports");
     EXPECT_TRUE(MakeDirs(out).ok());
-    proto::JobSpec spec;
-    spec.add_command(Runfile("sdk/tensor_collectives_worker"));
-    spec.add_command("--out=" + out);
-    spec.set_nproc(nproc);
-    spec.set_nproc_per_node(ppn);
-    spec.mutable_per_process()->set_cpus(1);
-    auto job = cluster_->client().Submit(spec);
-    EXPECT_TRUE(job.ok()) << job.status();
-    if (!job.ok()) return {};
-    auto done = cluster_->client().WaitJob(job->job_id(), absl::Seconds(180));
-    EXPECT_TRUE(done.ok()) << done.status() << "\n" << cluster_->DaemonLogs();
+    auto done = cluster_->RunJob(
+        TestCluster::JobOf({Runfile("sdk/tensor_collectives_worker"), "--out=" + out}, nproc,
+                           ppn),
+        absl::Seconds(180));
+    EXPECT_TRUE(done.ok()) << done.status();
     std::string reports;
     for (int r = 0; r < nproc; ++r) {
       std::string report = ReadAll(absl::StrCat(out, "/rank", r, ".txt"));

@@ -231,6 +231,33 @@ int TestCluster::RunCli(const std::vector<std::string>& args, std::string* out, 
   return RunDrover(args, env, dir_, out, err);
 }
 
+proto::JobSpec TestCluster::JobOf(const std::vector<std::string>& command, int nproc,
+                                  int nproc_per_node) {
+  proto::JobSpec spec;
+  for (const std::string& a : command) spec.add_command(a);
+  spec.set_nproc(nproc);
+  spec.set_nproc_per_node(nproc_per_node);
+  spec.set_strategy(proto::PACK);
+  spec.mutable_per_process()->set_cpus(1);
+  return spec;
+}
+
+absl::StatusOr<proto::JobInfo> TestCluster::RunJob(const proto::JobSpec& spec,
+                                                   absl::Duration timeout) {
+  auto job = client_->Submit(spec);
+  if (!job.ok()) {
+    return absl::Status(job.status().code(),
+                        absl::StrCat("Submit: ", job.status().message(), "\n", DaemonLogs()));
+  }
+  auto done = client_->WaitJob(job->job_id(), timeout);
+  if (!done.ok()) {
+    return absl::Status(done.status().code(),
+                        absl::StrCat("waiting for ", job->job_id(), ": ",
+                                     done.status().message(), "\n", DaemonLogs()));
+  }
+  return *done;
+}
+
 std::string TestCluster::DaemonLogs() const {
   std::string out;
   std::vector<std::string> logs = {dir_ + "/scheduler.log"};

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -112,12 +114,11 @@ void Print(const Result& r) {
 int Main(int argc, char** argv) {
   int reps = 7;
   bool keep = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--reps" && i + 1 < argc) reps = std::max(1, std::atoi(argv[++i]));
-    else if (a == "--keep") keep = true;
-    else Die("unknown argument '" + a + "'; usage: collective [--reps N] [--keep]");
-  }
+  CLI::App app{"collective: CPU collectives of //collective:group against raw Gloo"};
+  app.add_option("--reps", reps, "Repetitions per figure (the median is printed)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--keep", keep, "Keep the cluster's directory");
+  CLI11_PARSE(app, argc, argv);
   signal(SIGPIPE, SIG_IGN);
   SetUpRunfiles(argv[0]);
   char tmpl[] = "/tmp/drover-bench-collective-XXXXXX";

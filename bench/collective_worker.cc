@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "absl/strings/str_split.h"
@@ -51,14 +53,17 @@ void Check(const absl::Status& s, const std::string& what) {
 int Main(int argc, char** argv) {
   std::string out_dir, figures = "allreduce_1MiB,allreduce_64MiB,barrier";
   int reps = 7;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--out=", 0) == 0) out_dir = a.substr(6);
-    else if (a.rfind("--figures=", 0) == 0) figures = a.substr(10);
-    else if (a.rfind("--shm_chunk=", 0) == 0) setenv("DROVER_SHM_CHUNK_BYTES", a.c_str() + 12, 1);
-    else if (a.rfind("--env=", 0) == 0) putenv(strdup(a.c_str() + 6));
-    else if (a.rfind("--reps=", 0) == 0) reps = std::max(1, std::atoi(a.c_str() + 7));
-    else Die("unknown flag " + a);
+  std::vector<std::string> env;
+  CLI::App app{"collective_worker: a rank of the collective benchmark"};
+  app.add_option("--out", out_dir, "Directory for results.txt (rank 0 writes it)")->required();
+  app.add_option("--figures", figures, "Comma-separated figures");
+  app.add_option("--reps", reps, "Repetitions per figure")->check(CLI::PositiveNumber);
+  app.add_option("--env", env, "NAME=VALUE set before the group is made (tuning knobs)");
+  CLI11_PARSE(app, argc, argv);
+  for (const std::string& e : env) {
+    const size_t eq = e.find('=');
+    if (eq == std::string::npos || eq == 0) Die("--env wants NAME=VALUE, got '" + e + "'");
+    setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
   }
   auto options = GroupOptionsFromEnvironment("bench");
   Check(options.status(), "GroupOptionsFromEnvironment");

@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "bench/bench_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -277,21 +279,14 @@ void RunPhases(TestCluster& c, const Flags& flags) {
 
 int Main(int argc, char** argv) {
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--runs" && i + 1 < argc) {
-      flags.runs = std::max(1, std::atoi(argv[++i]));
-    } else if (a == "--warmup" && i + 1 < argc) {
-      flags.warmup = std::max(0, std::atoi(argv[++i]));
-    } else if (a == "--no-phases") {
-      flags.phases = false;
-    } else if (a == "--keep") {
-      flags.keep = true;
-    } else {
-      Die(absl::StrCat("unknown argument '", a,
-                       "'; usage: launch [--runs N] [--warmup N] [--no-phases] [--keep]"));
-    }
-  }
+  CLI::App app{"launch: job launch overhead against a direct posix_spawn"};
+  app.add_option("--runs", flags.runs, "Timed runs per figure")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", flags.warmup, "Untimed runs first")->check(CLI::NonNegativeNumber);
+  bool no_phases = false;
+  app.add_flag("--no-phases", no_phases, "Skip the per-phase breakdown");
+  app.add_flag("--keep", flags.keep, "Keep the cluster's directory");
+  CLI11_PARSE(app, argc, argv);
+  flags.phases = !no_phases;
   signal(SIGPIPE, SIG_IGN);
   SetUpRunfiles(argv[0]);
 

@@ -52,6 +52,8 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "bench/bench_util.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -488,16 +490,12 @@ void BenchPull(const std::string& tmp, int runs, std::vector<std::string>* lines
 
 int Main(int argc, char** argv) {
   Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--quick") {
-      flags.quick = true;
-    } else if (a == "--only" && i + 1 < argc) {
-      for (auto s : absl::StrSplit(argv[++i], ',')) flags.only.insert(std::string(s));
-    } else {
-      Die("unknown argument '" + a + "'; usage: object_store [--quick] [--only a,b]");
-    }
-  }
+  CLI::App app{"object_store: the object store's figures beside their baselines"};
+  app.add_flag("--quick", flags.quick, "Fewer runs per figure");
+  std::string only;
+  app.add_option("--only", only, "Comma-separated figures to measure (default: all)");
+  CLI11_PARSE(app, argc, argv);
+  for (auto s : absl::StrSplit(only, ',', absl::SkipEmpty())) flags.only.insert(std::string(s));
   signal(SIGPIPE, SIG_IGN);
   SetUpRunfiles(argv[0]);
   char tmpl[] = "/tmp/drover-bench-os-XXXXXX";

@@ -43,6 +43,8 @@
 #include <string>
 #include <thread>
 
+#include <CLI/CLI.hpp>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -373,16 +375,15 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   std::string echo, scheduler, token_file;
   uint64_t pool = 0;
-  bool raw_tcp = true;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--echo") echo = argv[i + 1];
-    else if (a == "--pool-bytes") pool = std::stoull(argv[i + 1]);
-    else if (a == "--scheduler") scheduler = argv[i + 1];
-    else if (a == "--token-file") token_file = argv[i + 1];
-    else if (a == "--raw-tcp") raw_tcp = std::string(argv[i + 1]) != "0";
-    else drover::bench::Die("unknown argument " + a);
-  }
+  int raw_tcp = 1;
+  CLI::App app{"object_store_node: a node of the pull figure, or the echo peer"};
+  app.add_option("--echo", echo, "Serve 64-byte echoes on this Unix socket and nothing else");
+  app.add_option("--pool-bytes", pool, "Bytes of the node's pre-touched object pool");
+  app.add_option("--scheduler", scheduler, "The scheduler's address");
+  app.add_option("--token-file", token_file, "The cluster token");
+  app.add_option("--raw-tcp", raw_tcp, "1: pulls take the raw TCP data path; 0: gRPC only")
+      ->check(CLI::Range(0, 1));
+  CLI11_PARSE(app, argc, argv);
   if (!echo.empty()) return drover::bench::EchoMain(echo);
   if (pool == 0 || scheduler.empty() || token_file.empty()) {
     drover::bench::Die("usage: --echo SOCKET | --pool-bytes N --scheduler ADDR --token-file F");

@@ -405,10 +405,22 @@ void SchedulerCore::ScheduleLocked(Actions* out) {
     }
     return a->seq < b->seq;
   });
-  for (Job* job : pending) TryPlaceLocked(*job, out);
+  Reservation held;
+  for (Job* job : pending) {
+    if (TryPlaceLocked(*job, out, held.job_id.empty() ? nullptr : &held)) continue;
+    if (!held.job_id.empty()) continue;
+    PlacementResult plan = PlaceGang(job->info.spec(), CapacitiesLocked(/*free=*/false));
+    if (!plan.ok) continue;  // cannot run on today's nodes even when empty: no claim
+    held.job_id = job->info.job_id();
+    const proto::Resources& per = job->info.spec().per_process();
+    for (const auto& p : plan.ranks) {
+      AddTo(&held.resources[p.node_id()], per, +1);
+      held.gpus[p.node_id()].insert(p.gpu_ids().begin(), p.gpu_ids().end());
+    }
+  }
 }
 
-std::vector<NodeCapacity> SchedulerCore::CapacitiesLocked(bool free) {
+std::vector<NodeCapacity> SchedulerCore::CapacitiesLocked(bool free, const Reservation* held) {
   std::vector<const Node*> alive;
   for (const auto& [id, n] : nodes_) {
     if (n.info.state() == proto::ALIVE) alive.push_back(&n);
@@ -421,8 +433,19 @@ std::vector<NodeCapacity> SchedulerCore::CapacitiesLocked(bool free) {
     c.node_id = n->info.node_id();
     c.node_ip = n->info.node_ip();
     c.available = free ? Minus(n->info.total(), n->used) : n->info.total();
+    const std::set<int>* held_gpus = nullptr;
+    if (free && held != nullptr) {
+      if (auto it = held->resources.find(c.node_id); it != held->resources.end()) {
+        c.available = Minus(c.available, it->second);
+        // Nothing below zero: a claim on what running jobs still hold leaves nothing.
+        c.available.set_memory_bytes(std::max<int64_t>(0, c.available.memory_bytes()));
+        for (auto& [k, v] : *c.available.mutable_custom()) v = std::max(0.0, v);
+      }
+      if (auto it = held->gpus.find(c.node_id); it != held->gpus.end()) held_gpus = &it->second;
+    }
     for (int g : n->gpu_ids) {
-      if (!free || !n->used_gpus.count(g)) c.gpu_ids.push_back(g);
+      if (free && (n->used_gpus.count(g) || (held_gpus && held_gpus->count(g)))) continue;
+      c.gpu_ids.push_back(g);
     }
     c.available.set_gpus(static_cast<int>(c.gpu_ids.size()));
     caps.push_back(std::move(c));
@@ -430,13 +453,18 @@ std::vector<NodeCapacity> SchedulerCore::CapacitiesLocked(bool free) {
   return caps;
 }
 
-bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out) {
-  PlacementResult r = PlaceGang(job.info.spec(), CapacitiesLocked(/*free=*/true));
+bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out, const Reservation* held) {
+  PlacementResult r = PlaceGang(job.info.spec(), CapacitiesLocked(/*free=*/true, held));
   if (!r.ok) {
+    std::string why = r.reason;
+    if (held != nullptr && PlaceGang(job.info.spec(), CapacitiesLocked(/*free=*/true)).ok) {
+      why = absl::StrCat("waiting behind ", held->job_id,
+                         " (submitted earlier): the free resources it will need are kept for it");
+    }
     std::string reason = job.info.restart_count() > 0
                              ? absl::StrCat("restart ", job.info.restart_count(), " of ",
-                                            job.info.spec().max_restarts(), " waiting: ", r.reason)
-                             : r.reason;
+                                            job.info.spec().max_restarts(), " waiting: ", why)
+                             : why;
     if (job.info.reason() != reason) {
       job.info.set_reason(reason);
       ChangedLocked(job);

@@ -150,8 +150,24 @@ class SchedulerCore {
   // Wakes the long polls of the job `job_id`, if it exists (its KV changed).
   void SignalJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // What the oldest pending job that does not fit yet would take once running jobs
+  // end (ScheduleLocked): later jobs may not use it, so a stream of small jobs cannot
+  // starve a big one. Per node: resources and GPU indices.
+  struct Reservation {
+    std::string job_id;
+    std::map<std::string, proto::Resources> resources;
+    std::map<std::string, std::set<int>> gpus;
+  };
+
+  // Places pending jobs in order (restarting gangs first, then by submission). The first
+  // job that does not fit gets a Reservation on the nodes it would use if every running
+  // job ended; later jobs are placed only in what is left besides it (backfill that
+  // never delays the oldest waiting job).
   void ScheduleLocked(Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool TryPlaceLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Places `job` now if it fits in the free capacity outside `held` (if any); else
+  // records why it waits.
+  bool TryPlaceLocked(Job& job, Actions* out, const Reservation* held = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleExitLocked(Job& job, const proto::ExitInfo& exit, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records that `ranks` of the job's current generation on `node_id` ended without an
@@ -175,7 +191,9 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeclareDeadLocked(Node& node, const std::string& reason, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::vector<struct NodeCapacity> CapacitiesLocked(bool free) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Capacity of the ALIVE nodes: free (minus `held`, if given) or total.
+  std::vector<struct NodeCapacity> CapacitiesLocked(bool free, const Reservation* held = nullptr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::NodeInfo NodeViewLocked(const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Node* FindNodeLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* FindJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

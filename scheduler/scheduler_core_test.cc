@@ -158,6 +158,55 @@ TEST_F(SchedulerCoreTest, ExitReportedTwiceCountsOnceAndGpusAreFreedOnlyWhenAllE
   EXPECT_EQ(core_->ClusterStatus().nodes(0).free().gpus(), 2);
 }
 
+// The oldest job that does not fit keeps what it will need: a later small job that
+// would fit in that space waits (and says behind whom); one that fits elsewhere starts.
+TEST_F(SchedulerCoreTest, OldestWaitingJobIsNotStarvedBySmallerLaterOnes) {
+  std::string n1 = Register("10.0.0.1", 0);  // 8 CPUs each
+  std::string n2 = Register("10.0.0.2", 0);
+  auto running = Submit(12, 0, 0);  // n1 full, 4 CPUs of n2
+  ASSERT_EQ(Job(running.job_id()).state(), proto::RUNNING);
+  auto big = Submit(16, 0, 0);  // both nodes, whole
+  ASSERT_EQ(Job(big.job_id()).state(), proto::PENDING);
+  auto small = Submit(2, 0, 0);  // would fit in n2's 4 free CPUs
+  auto waiting = Job(small.job_id());
+  EXPECT_EQ(waiting.state(), proto::PENDING);
+  EXPECT_EQ(waiting.reason(),
+            absl::StrCat("waiting behind ", big.job_id(),
+                         " (submitted earlier): the free resources it will need are kept for it"));
+  // The running job ends: the big one starts, the small one still waits (for space now).
+  auto placed = Job(running.job_id()).placement();
+  for (const auto& p : placed) Exit(p.node_id(), running.job_id(), p.rank(), 0);
+  EXPECT_EQ(Job(big.job_id()).state(), proto::RUNNING);
+  waiting = Job(small.job_id());
+  EXPECT_EQ(waiting.state(), proto::PENDING);
+  EXPECT_FALSE(absl::StrContains(waiting.reason(), "waiting behind")) << waiting.reason();
+  auto big_placed = Job(big.job_id()).placement();
+  for (const auto& p : big_placed) Exit(p.node_id(), big.job_id(), p.rank(), 0);
+  EXPECT_EQ(Job(small.job_id()).state(), proto::RUNNING);
+}
+
+TEST_F(SchedulerCoreTest, JobsThatFitBesideTheOldestWaitingOneStillStart) {
+  std::string n1 = Register("10.0.0.1", 0);  // 8 CPUs each
+  std::string n2 = Register("10.0.0.2", 0);
+  auto a = Submit(6, 0, 0);  // 6 CPUs of n1
+  auto b = Submit(6, 6, 0);  // 6 CPUs of n2
+  ASSERT_EQ(Job(a.job_id()).placement(0).node_id(), n1);
+  ASSERT_EQ(Job(b.job_id()).placement(0).node_id(), n2);
+  auto big = Submit(8, 8, 0);  // a whole node: none is free; it claims n1
+  ASSERT_EQ(Job(big.job_id()).state(), proto::PENDING);
+  auto beside = Submit(2, 0, 0);  // fits in n2's 2 free CPUs, outside the claim
+  auto started = Job(beside.job_id());
+  ASSERT_EQ(started.state(), proto::RUNNING) << started.reason();
+  EXPECT_EQ(started.placement(0).node_id(), n2);
+  auto held = Submit(2, 0, 0);  // only n1's 2 free CPUs are left, and they are claimed
+  EXPECT_EQ(Job(held.job_id()).state(), proto::PENDING);
+  EXPECT_TRUE(absl::StrContains(Job(held.job_id()).reason(), "waiting behind " + big.job_id()))
+      << Job(held.job_id()).reason();
+  // Only the oldest blocked job holds a claim: cancelled, the next one starts.
+  ASSERT_TRUE(core_->CancelJob(big.job_id()).ok());
+  EXPECT_EQ(Job(held.job_id()).state(), proto::RUNNING) << Job(held.job_id()).reason();
+}
+
 TEST_F(SchedulerCoreTest, MasterNodeIsStartedFirstAndOthersGetItsPort) {
   Register("10.0.0.1", 0);
   Register("10.0.0.2", 0);

@@ -598,9 +598,9 @@ class StoreServer::Loop {
       if ((i & 63) != 0) continue;
       const absl::Duration waited = absl::Now() - start;
       if (waited > ready_wait_) {
-        return absl::UnavailableError(absl::StrCat("overlapped seal: the object was not finished within ",
-                                                   absl::FormatDuration(ready_wait_),
-                                                   "; seal it again"));
+        return absl::UnavailableError(
+            absl::StrCat("overlapped seal: the object was not finished within ",
+                         absl::FormatDuration(ready_wait_), "; seal it again"));
       }
       if (waited > absl::Microseconds(20)) sched_yield();
     }

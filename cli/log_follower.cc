@@ -4,6 +4,7 @@
 
 #include <map>
 #include <condition_variable>
+#include <iostream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -82,6 +83,8 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
   std::condition_variable finished_cv;  // signalled when `finished` becomes true
   std::map<std::string, std::thread> threads;  // node id -> streamer
   std::map<std::string, std::string> agent_address;
+  std::map<std::string, proto::NodeState> node_state;
+  std::set<std::string> skipped;  // dead nodes, said once
   absl::Status first_error;
 
   auto streamer = [&](const std::string& node, const std::string& address) {
@@ -121,9 +124,12 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
   };
 
   auto start_streamers = [&](const proto::JobInfo& j) -> absl::Status {
-    std::set<std::string> nodes;
-    for (const auto& p : j.placement()) {
-      if (!threads.count(p.node_id())) nodes.insert(p.node_id());
+    // Every node that ever ran a process of the job (earlier generations may have run
+    // elsewhere), and the current placement (for records from before nodes_used).
+    std::set<std::string> nodes(j.nodes_used().begin(), j.nodes_used().end());
+    for (const auto& p : j.placement()) nodes.insert(p.node_id());
+    for (auto it = nodes.begin(); it != nodes.end();) {
+      it = threads.count(*it) ? nodes.erase(it) : std::next(it);
     }
     if (nodes.empty()) return absl::OkStatus();
     bool missing = false;
@@ -131,11 +137,22 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
     if (missing) {
       auto status = client.Status();
       if (!status.ok()) return status.status();
-      for (const auto& n : status->nodes()) agent_address[n.node_id()] = n.agent_address();
+      for (const auto& n : status->nodes()) {
+        agent_address[n.node_id()] = n.agent_address();
+        node_state[n.node_id()] = n.state();
+      }
     }
     for (const auto& n : nodes) {
       auto it = agent_address.find(n);
       if (it == agent_address.end() || it->second.empty()) continue;
+      if (node_state[n] == proto::DEAD) {
+        // An earlier generation ran there; what it wrote stays on that machine.
+        if (skipped.insert(n).second) {
+          std::cerr << "drover: " << n << " is dead: the output its processes wrote there ("
+                    << "an earlier generation's) is not shown\n";
+        }
+        continue;
+      }
       threads.emplace(n, std::thread(streamer, n, it->second));
     }
     return absl::OkStatus();

@@ -513,6 +513,10 @@ bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out, const Reservation* he
   a.job_id = job.info.job_id();
   a.generation = job.info.restart_count();
   for (const auto& node_id : node_order) {
+    const auto& used = job.info.nodes_used();
+    if (std::find(used.begin(), used.end(), node_id) == used.end()) {
+      job.info.add_nodes_used(node_id);
+    }
     auto& req = by_node[node_id];
     req.set_job_id(job.info.job_id());
     req.set_generation(job.info.restart_count());

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 
@@ -205,6 +206,24 @@ TEST_F(SchedulerCoreTest, JobsThatFitBesideTheOldestWaitingOneStillStart) {
   // Only the oldest blocked job holds a claim: cancelled, the next one starts.
   ASSERT_TRUE(core_->CancelJob(big.job_id()).ok());
   EXPECT_EQ(Job(held.job_id()).state(), proto::RUNNING) << Job(held.job_id()).reason();
+}
+
+// A restarted gang may land elsewhere; the job remembers every node that ran it (where
+// its output stays).
+TEST_F(SchedulerCoreTest, NodesUsedListsEveryNodeOfEveryGeneration) {
+  std::string n1 = Register("10.0.0.1", 0);
+  std::string n2 = Register("10.0.0.2", 0);
+  auto other = Submit(4, 0, 0);  // first of two equal nodes: n1
+  auto job = Submit(1, 0, 0, /*max_restarts=*/1);  // more room on n2
+  ASSERT_EQ(Job(other.job_id()).placement(0).node_id(), n1);
+  ASSERT_EQ(Job(job.job_id()).placement(0).node_id(), n2);
+  for (int r = 0; r < 4; ++r) Exit(n1, other.job_id(), r, 0);
+  Exit(n2, job.job_id(), 0, 1);  // generation 1 goes to the first of two empty nodes
+  auto j = Job(job.job_id());
+  ASSERT_EQ(j.restart_count(), 1);
+  ASSERT_EQ(j.placement(0).node_id(), n1);
+  EXPECT_THAT(std::vector<std::string>(j.nodes_used().begin(), j.nodes_used().end()),
+              ::testing::ElementsAre(n2, n1));
 }
 
 TEST_F(SchedulerCoreTest, MasterNodeIsStartedFirstAndOthersGetItsPort) {

@@ -274,6 +274,42 @@ TEST_F(ClusterTest, GangRestartsWithRestartCountUntilItSucceeds) {
   EXPECT_EQ(exhausted.exit_code(), 5);
 }
 
+// Output stays where it was written: `drover logs` of a job whose restarted gang ran on
+// another node shows both generations.
+TEST_F(ClusterTest, LogsShowEveryGenerationOnWhicheverNodeItRan) {
+  StartCluster();  // two nodes of 8 CPUs
+  std::string dir = Tmp("moved");
+  // `other` takes 4 CPUs of the first node until released, so the job starts on the
+  // second (more free); once both are empty, generation 1 goes to the first.
+  auto other = Submit(
+      ShellJob(absl::StrCat("while [ ! -e ", dir, "/release ]; do sleep 0.02; done"), 4));
+  WaitUntil(other.job_id(), [](const auto& j) { return j.state() == proto::RUNNING; });
+  auto spec = ShellJob(
+      absl::StrCat("echo gen=$TORCHELASTIC_RESTART_COUNT on $DROVER_NODE_ID; ",
+                   "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then ",
+                   "while [ ! -e ", dir, "/fail ]; do sleep 0.02; done; exit 4; fi"),
+      1);
+  spec.set_max_restarts(1);
+  auto job = Submit(spec);
+  auto first = WaitUntil(job.job_id(), [](const auto& j) { return j.state() == proto::RUNNING; });
+  const std::string node0 = first.placement(0).node_id();
+  auto other_now = cluster_->client().GetJob(other.job_id());
+  ASSERT_TRUE(other_now.ok()) << other_now.status();
+  ASSERT_NE(node0, other_now->placement(0).node_id());
+  std::ofstream(dir + "/release").put('x');
+  EXPECT_EQ(Wait(other.job_id()).state(), proto::SUCCEEDED);
+  std::ofstream(dir + "/fail").put('x');
+  auto done = Wait(job.job_id());
+  ASSERT_EQ(done.state(), proto::SUCCEEDED) << done.reason();
+  ASSERT_EQ(done.restart_count(), 1);
+  const std::string node1 = done.placement(0).node_id();
+  ASSERT_NE(node0, node1) << "the restarted gang did not move; the test shows nothing";
+  std::string out, err;
+  EXPECT_EQ(cluster_->RunCli({"logs", job.job_id()}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "[rank0]: gen=0 on " + node0)) << out;
+  EXPECT_TRUE(absl::StrContains(out, "[rank0]: gen=1 on " + node1)) << out;
+}
+
 TEST_F(ClusterTest, RunStreamsRankPrefixedOutputAndExitsWithJobCode) {
   StartCluster();
   std::string out, err;

@@ -1,5 +1,6 @@
 #include "node_agent/process_manager.h"
 
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -11,7 +12,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -48,6 +52,51 @@ std::string LastLines(const std::string& text, int max_lines) {
     pos = nl;
   }
   return text.substr(pos + 1);
+}
+
+// Sends `sig` to the process group of `root` (a worker's drover-launch, its group's
+// leader) and to every descendant of `root` outside that group, found through the
+// parent links in /proc: a worker's child that called setsid() leaves the group but not
+// the launcher's subtree (the launcher is a child subreaper, so orphans stay under it
+// while it lives). Descendants are signalled before the group, so that on SIGKILL none
+// is orphaned to init by the launcher's death first. A process forked in the
+// microseconds between the walk and the signals may still escape.
+void SignalTree(pid_t root, int sig) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  std::map<pid_t, pid_t> group;
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      char* end;
+      const long pid = std::strtol(e->d_name, &end, 10);
+      if (*end != '\0' || pid <= 0) continue;
+      auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+      if (!stat.ok()) continue;
+      // pid (comm) state ppid pgrp ...; comm may hold spaces and ')'.
+      const size_t close = stat->rfind(')');
+      if (close == std::string::npos) continue;
+      char state = 0;
+      long ppid = 0, pgrp = 0;
+      if (std::sscanf(stat->c_str() + close + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3 ||
+          state == 'Z') {
+        continue;
+      }
+      children[static_cast<pid_t>(ppid)].push_back(static_cast<pid_t>(pid));
+      group[static_cast<pid_t>(pid)] = static_cast<pid_t>(pgrp);
+    }
+    ::closedir(d);
+  }
+  std::vector<pid_t> todo = {root};
+  while (!todo.empty()) {
+    const pid_t p = todo.back();
+    todo.pop_back();
+    auto it = children.find(p);
+    if (it == children.end()) continue;
+    for (pid_t c : it->second) {
+      if (group[c] != root) ::kill(c, sig);
+      todo.push_back(c);
+    }
+  }
+  ::kill(-root, sig);
 }
 
 }  // namespace
@@ -364,7 +413,7 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
   if (!failure.ok()) {
     // Leave nothing of a half-started generation behind, so a retry can start it.
     for (auto& p : gen.procs) {
-      ::kill(-p.pid, SIGKILL);
+      SignalTree(p.pid, SIGKILL);
       int st;
       while (::waitpid(p.pid, &st, 0) < 0 && errno == EINTR) {
       }
@@ -393,7 +442,7 @@ int ProcessManager::StopOnManager(const std::string& job_id, int generation,
     for (auto& p : gen.procs) {
       if (!p.running) continue;
       if (!p.term_sent) {
-        ::kill(-p.pid, SIGTERM);
+        SignalTree(p.pid, SIGTERM);
         p.term_sent = true;
         ++signalled;
       }
@@ -509,7 +558,7 @@ void ProcessManager::Loop() {
           }
           alive = true;
           if (p.term_sent && p.kill_deadline <= now) {
-            ::kill(-p.pid, SIGKILL);
+            SignalTree(p.pid, SIGKILL);
             p.kill_deadline = absl::InfiniteFuture();
             DROVER_LOG(INFO) << "job " << p.job_id << " rank " << p.rank << " (pid "
                              << p.pid << ") did not exit after SIGTERM: sent SIGKILL";

@@ -283,6 +283,34 @@ TEST_F(ProcessManagerTest, StopKillsStubbornProcessAndGrandchildren) {
   EXPECT_TRUE(WaitFor([] { return ProcessesOfJob("job-stubborn").empty(); }));
 }
 
+TEST_F(ProcessManagerTest, StopAlsoKillsProcessesThatLeftTheGroup) {
+  // A child that calls setsid() has a session and process group of its own: a group
+  // kill misses it. Everything ignores SIGTERM, so the agent's SIGKILL ends the main
+  // process and its launcher at once (the launcher's own clean-up never runs).
+  auto req = Request("job-setsid", {"sh", "-c",
+                                    "trap '' TERM; "
+                                    "setsid sh -c \"echo \\$\\$ > escaped; "
+                                    "while :; do sleep 1; done\" & "
+                                    "while [ ! -s escaped ]; do sleep 0.01; done; echo ready; "
+                                    "sleep 1000"});
+  const std::string dir = absl::StrCat(testing::TestTmpDir(), "/setsid");
+  ASSERT_TRUE(MakeDirs(dir).ok());
+  req.set_cwd(dir);
+  int port = 0;
+  ASSERT_TRUE(pm_->Start(req, &port).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    return ReadFile(pm_->LogPath("job-setsid", 0, 1)).value_or("") == "ready\n";
+  }));
+  const pid_t escaped = std::atoi(ReadFile(dir + "/escaped").value_or("0").c_str());
+  ASSERT_GT(escaped, 0);
+  const pid_t launcher = pm_->Snapshot().at(0).pid();
+  ASSERT_NE(getpgid(escaped), launcher) << "the child did not leave the group";
+  EXPECT_EQ(pm_->Stop("job-setsid", -1, absl::Milliseconds(300)), 1);
+  WaitExit("job-setsid", 0);
+  EXPECT_TRUE(WaitFor([] { return ProcessesOfJob("job-setsid").empty(); }))
+      << "a process that left the group survived the stop";
+}
+
 TEST_F(ProcessManagerTest, StopWithGraceLetsSigtermWork) {
   auto req = Request("job-term", {"sleep", "1000"});
   int port = 0;

@@ -337,7 +337,12 @@ void NodeAgent::RegistrationLoop() {
   bool registered = false;
   bool logged_failure = false;
   absl::Duration backoff = kMinBackoff;
+  absl::Time next_prune = absl::Now();
   for (;;) {
+    if (options_.log_retention > absl::ZeroDuration() && absl::Now() >= next_prune) {
+      pm_->PruneLogs(options_.log_retention);
+      next_prune = absl::Now() + std::min(absl::Hours(1), options_.log_retention);
+    }
     if (!registered) {
       registered = Register(stub.get(), &logged_failure);
       if (registered) {

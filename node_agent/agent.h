@@ -58,6 +58,9 @@ struct AgentOptions {
   // State directory; logs go to <dir>/logs. Created if missing.
   std::string dir;
   absl::Duration kill_grace = absl::Seconds(5);
+  // Logs of jobs with nothing running here, untouched for this long, are deleted
+  // (checked at start and hourly). Zero: keep them forever.
+  absl::Duration log_retention = absl::Hours(24 * 7);
   // Written atomically after the first successful registration:
   // {"node_id":"...","address":"ip:port","pid":N}
   std::string ready_file;

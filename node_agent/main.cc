@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   int num_gpus = 0;
   int64_t memory_bytes = 0;
   int64_t kill_grace_ms = 5000;
+  double log_retention_hours = 24 * 7;
   std::vector<std::string> custom;
   app.add_option("--scheduler", o.scheduler_address, "Scheduler address HOST:PORT")->required();
   app.add_option("--token-file", o.token_file, "Cluster token file (mode 0600)")->required();
@@ -45,6 +46,10 @@ int main(int argc, char** argv) {
   app.add_option("--dir", o.dir,
                  "Agent state directory; logs in DIR/logs (default: $DROVER_HOME or "
                  "~/.drover, then /agent-<pid>)");
+  app.add_option("--log-retention-hours", log_retention_hours,
+                 "Delete the logs of jobs with nothing running here once untouched this "
+                 "long (checked hourly; 0: keep forever)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--kill-grace-ms", kill_grace_ms,
                  "Time between SIGTERM and SIGKILL when stopping workers");
   app.add_option("--ready-file", o.ready_file,
@@ -108,6 +113,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.kill_grace = absl::Milliseconds(kill_grace_ms);
+  o.log_retention = absl::Hours(log_retention_hours);
 
   auto token = drover::ReadTokenFile(o.token_file);
   if (!token.ok()) {

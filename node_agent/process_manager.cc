@@ -243,6 +243,49 @@ bool ProcessManager::JobActive(const std::string& job_id) {
   return false;
 }
 
+int ProcessManager::PruneLogs(absl::Duration older_than) {
+  int removed = 0;
+  RunOnManager([&] {
+    const absl::Time cutoff = absl::Now() - older_than;
+    DIR* d = ::opendir(options_.log_dir.c_str());
+    if (d == nullptr) return;
+    std::vector<std::string> jobs;
+    while (dirent* e = ::readdir(d)) {
+      if (ValidJobId(e->d_name)) jobs.push_back(e->d_name);
+    }
+    ::closedir(d);
+    for (const std::string& job : jobs) {
+      if (JobActive(job)) continue;
+      const std::string dir = JobLogDir(job);
+      struct stat st;
+      if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+      absl::Time newest = absl::FromTimeT(st.st_mtime);
+      std::vector<std::string> files;
+      if (DIR* jd = ::opendir(dir.c_str())) {
+        while (dirent* e = ::readdir(jd)) {
+          const std::string name = e->d_name;
+          if (name == "." || name == "..") continue;
+          const std::string path = dir + "/" + name;
+          if (::lstat(path.c_str(), &st) == 0) {
+            newest = std::max(newest, absl::FromTimeT(st.st_mtime));
+          }
+          files.push_back(path);
+        }
+        ::closedir(jd);
+      }
+      if (newest >= cutoff) continue;
+      for (const std::string& f : files) ::unlink(f.c_str());
+      if (::rmdir(dir.c_str()) == 0) {
+        ++removed;
+      } else {
+        DROVER_LOG(WARNING) << "pruning old logs: rmdir " << dir << ": " << std::strerror(errno);
+      }
+    }
+  });
+  if (removed > 0) DROVER_LOG(INFO) << "removed the logs of " << removed << " old job(s)";
+  return removed;
+}
+
 uint64_t ProcessManager::ChangeSeq() {
   absl::MutexLock lock(&mu_);
   return change_seq_;

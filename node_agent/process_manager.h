@@ -13,7 +13,7 @@
 // next SIGTERM->SIGKILL escalation deadline, so an exit is noticed at once.
 //
 // Every worker runs as `drover-launch CMD...` (see launcher_main.cc) in its own process
-// group; the group is what Stop signals.
+// group; Stop signals the group and every descendant of the launcher that left it.
 #ifndef DROVER_NODE_AGENT_PROCESS_MANAGER_H_
 #define DROVER_NODE_AGENT_PROCESS_MANAGER_H_
 
@@ -110,6 +110,12 @@ class ProcessManager {
   std::string JobLogDir(const std::string& job_id) const;
   // True while any process of the job on this node has not been reaped.
   bool JobActive(const std::string& job_id);
+
+  // Deletes the log directory of every job with no live process here whose files were
+  // all last written more than `older_than` ago.
+  // Runs on the manager thread, so it never races a Start of the same job. Returns how
+  // many directories it removed.
+  int PruneLogs(absl::Duration older_than);
 
   // A counter bumped (and waiters woken) on every reap. Read it, check state, then
   // WaitForChange(seen, deadline) to sleep until something exits or the deadline.

@@ -2,7 +2,9 @@
 #include "node_agent/process_manager.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -309,6 +311,34 @@ TEST_F(ProcessManagerTest, StopAlsoKillsProcessesThatLeftTheGroup) {
   WaitExit("job-setsid", 0);
   EXPECT_TRUE(WaitFor([] { return ProcessesOfJob("job-setsid").empty(); }))
       << "a process that left the group survived the stop";
+}
+
+// Old logs go; recent ones and those of a job still running here stay.
+TEST_F(ProcessManagerTest, PruneLogsRemovesOnlyOldLogsOfJobsNotRunningHere) {
+  auto age = [&](const std::string& job, absl::Duration by) {
+    const std::string dir = pm_->JobLogDir(job);
+    const struct timespec t[2] = {absl::ToTimespec(absl::Now() - by),
+                                  absl::ToTimespec(absl::Now() - by)};
+    for (const char* f : {"/rank0.out", "/rank0.err", ""}) {
+      ASSERT_EQ(utimensat(AT_FDCWD, (dir + f).c_str(), t, 0), 0) << dir + f;
+    }
+  };
+  int port = 0;
+  ASSERT_TRUE(pm_->Start(Request("job-old", {"true"}), &port).ok());
+  ASSERT_TRUE(pm_->Start(Request("job-recent", {"true"}), &port).ok());
+  ASSERT_TRUE(pm_->Start(Request("job-live", {"sleep", "1000"}), &port).ok());
+  WaitExit("job-old", 0);
+  WaitExit("job-recent", 0);
+  age("job-old", absl::Hours(48));
+  age("job-recent", absl::Minutes(10));
+  age("job-live", absl::Hours(48));  // old files, but the job still runs here
+  EXPECT_EQ(pm_->PruneLogs(absl::Hours(24)), 1);
+  struct stat st;
+  EXPECT_NE(stat(pm_->JobLogDir("job-old").c_str(), &st), 0) << "old logs kept";
+  EXPECT_EQ(stat(pm_->JobLogDir("job-recent").c_str(), &st), 0) << "recent logs removed";
+  EXPECT_EQ(stat(pm_->LogPath("job-live", 0, 1).c_str(), &st), 0) << "a running job's logs removed";
+  EXPECT_EQ(pm_->PruneLogs(absl::Hours(24)), 0);
+  pm_->Stop("job-live", -1, absl::ZeroDuration());
 }
 
 TEST_F(ProcessManagerTest, StopWithGraceLetsSigtermWork) {

@@ -8,7 +8,10 @@
 //     worker outlives an agent that dies, even by SIGKILL;
 //   - becomes a child subreaper, forks (safe: one thread) and execs CMD using the PATH
 //     of the worker environment;
-//   - when CMD ends, kills and reaps whatever CMD left behind in the process group;
+//   - when CMD ends, kills and reaps whatever CMD left behind: its process group and
+//     every descendant that left it (setsid), which as a subreaper it still parents;
+//   - takes its signals synchronously (blocked, sigwaitinfo in the main loop): no
+//     handler, so the agent-death path may walk /proc and kill the whole subtree;
 //   - exits with CMD's status, or re-raises the signal that killed CMD, so the agent
 //     sees exactly how the user's process ended.
 //
@@ -30,23 +33,18 @@ extern char** environ;
 
 namespace {
 
-volatile sig_atomic_t g_agent_pid = 0;
+pid_t g_agent_pid = 0;
 
 // True when the agent that started us is gone (we were reparented).
 bool AgentGone() { return g_agent_pid > 0 && getppid() != g_agent_pid; }
 
-void KillGroupAndDie() {
+int KillLeftovers();
+
+// The agent died: take down everything we started, then ourselves.
+[[noreturn]] void KillTreeAndDie() {
+  KillLeftovers();
   kill(-getpgrp(), SIGKILL);  // includes ourselves
   _exit(137);
-}
-
-// SIGTERM/SIGINT: if the agent died, take the whole group down. Otherwise ignore: the
-// user process (same group) got the signal too, and the agent escalates to SIGKILL
-// on the group after the grace period.
-void OnTerm(int) {
-  int saved = errno;
-  if (AgentGone()) KillGroupAndDie();
-  errno = saved;
 }
 
 void WriteAll(int fd, const char* s) {
@@ -72,38 +70,72 @@ bool ReapExitedChildren() {
   }
 }
 
-// SIGKILLs every process in our process group except us, and our direct children
-// (orphans we adopted as subreaper may have changed group). Returns how many.
+struct ProcEntry {
+  long pid, ppid, pgrp;
+  bool ours;
+};
+
+int ByPid(const void* a, const void* b) {
+  long x = static_cast<const ProcEntry*>(a)->pid, y = static_cast<const ProcEntry*>(b)->pid;
+  return x < y ? -1 : x > y;
+}
+
+// SIGKILLs every process in our process group except us, and every descendant of ours
+// (orphans we adopted as subreaper, and their children, may have left the group).
+// Returns how many.
 int KillLeftovers() {
-  pid_t self = getpid();
-  pid_t pgid = getpgrp();
-  int killed = 0;
+  const pid_t self = getpid();
+  const pid_t pgid = getpgrp();
   DIR* d = opendir("/proc");
   if (d == nullptr) return 0;  // no /proc: the caller's bounded loop just waits
+  size_t n = 0, cap = 256;
+  ProcEntry* procs = static_cast<ProcEntry*>(malloc(cap * sizeof(ProcEntry)));
   struct dirent* e;
   char path[64];
   char buf[512];
-  while ((e = readdir(d)) != nullptr) {
+  while (procs != nullptr && (e = readdir(d)) != nullptr) {
     char* end;
     long pid = strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0 || pid == self) continue;
+    if (*end != '\0' || pid <= 0) continue;
     snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
     FILE* f = fopen(path, "re");
     if (f == nullptr) continue;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    size_t got = fread(buf, 1, sizeof(buf) - 1, f);
     fclose(f);
-    buf[n] = '\0';
+    buf[got] = '\0';
     // pid (comm) state ppid pgrp ...; comm may contain spaces and ')'.
     char* rp = strrchr(buf, ')');
     if (rp == nullptr) continue;
     char state;
     long ppid, pgrp;
-    if (sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3) continue;
-    if (pgrp == pgid || ppid == self) {
-      if (kill(static_cast<pid_t>(pid), SIGKILL) == 0) ++killed;
+    if (sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3 || state == 'Z') continue;
+    if (n == cap) {
+      cap *= 2;
+      ProcEntry* grown = static_cast<ProcEntry*>(realloc(procs, cap * sizeof(ProcEntry)));
+      if (grown == nullptr) break;
+      procs = grown;
     }
+    procs[n++] = ProcEntry{pid, ppid, pgrp, pid == self};
   }
   closedir(d);
+  if (procs == nullptr) return 0;
+  // Mark descendants: a process is ours if its parent is, until nothing changes.
+  qsort(procs, n, sizeof(ProcEntry), ByPid);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (procs[i].ours) continue;
+      ProcEntry key = {procs[i].ppid, 0, 0, false};
+      auto* parent = static_cast<ProcEntry*>(bsearch(&key, procs, n, sizeof(ProcEntry), ByPid));
+      if (parent != nullptr && parent->ours) procs[i].ours = changed = true;
+    }
+  }
+  int killed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (procs[i].pid == self || !(procs[i].ours || procs[i].pgrp == pgid)) continue;
+    if (kill(static_cast<pid_t>(procs[i].pid), SIGKILL) == 0) ++killed;
+  }
+  free(procs);
   return killed;
 }
 
@@ -138,28 +170,24 @@ int main(int argc, char** argv) {
     return 2;
   }
   const char* agent = getenv("DROVER_AGENT_PID");
-  if (agent != nullptr) g_agent_pid = static_cast<sig_atomic_t>(atol(agent));
+  if (agent != nullptr) g_agent_pid = static_cast<pid_t>(atol(agent));
 
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = OnTerm;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGTERM, &sa, nullptr);
-  sigaction(SIGINT, &sa, nullptr);
+  // Our signals stay blocked and are taken by sigwaitinfo in the wait loop below (a
+  // blocked signal is queued, never lost, even SIGCHLD, whose default is to ignore).
+  sigset_t waited, old;
+  sigemptyset(&waited);
+  sigaddset(&waited, SIGTERM);
+  sigaddset(&waited, SIGINT);
+  sigaddset(&waited, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &waited, &old);
 
   // (a) die with the agent; close the race where it died before prctl.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (AgentGone()) KillGroupAndDie();
+  if (AgentGone()) KillTreeAndDie();
   // (b) orphans of the user's process are reparented to us, not to init.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-  // (c) fork + exec the user's command. Block our handled signals across fork so the
-  // child never runs our handler; it restores defaults before exec.
-  sigset_t block, old;
-  sigemptyset(&block);
-  sigaddset(&block, SIGTERM);
-  sigaddset(&block, SIGINT);
-  sigprocmask(SIG_BLOCK, &block, &old);
+  // (c) fork + exec the user's command; the child gets the signal mask we started with.
   pid_t child = fork();
   if (child < 0) {
     char msg[512];
@@ -169,8 +197,6 @@ int main(int argc, char** argv) {
     return 127;
   }
   if (child == 0) {
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
     sigprocmask(SIG_SETMASK, &old, nullptr);
     execvpe(argv[1], argv + 1, environ);  // PATH of the worker environment
     int err = errno;
@@ -181,18 +207,25 @@ int main(int argc, char** argv) {
     WriteAll(2, msg);
     _exit(127);
   }
-  sigprocmask(SIG_SETMASK, &old, nullptr);
 
   // (e) wait for the main child, reaping adopted orphans that exit meanwhile.
+  // SIGTERM/SIGINT: if the agent died, take everything down. Otherwise ignore them: the
+  // user's process (same group) got the signal too, and the agent escalates to SIGKILL
+  // on the group (and its escapees) after the grace period.
   int status = 0;
-  for (;;) {
-    int st;
-    pid_t r = waitpid(-1, &st, 0);
-    if (r == child) {
-      status = st;
-      break;
+  for (bool main_done = false; !main_done;) {
+    for (;;) {
+      int st;
+      pid_t r = waitpid(-1, &st, WNOHANG);
+      if (r == child) {
+        status = st;
+        main_done = true;
+      }
+      if (r <= 0 && !(r < 0 && errno == EINTR)) break;  // none exited now, or ECHILD
     }
-    if (r < 0 && errno != EINTR) break;  // ECHILD: cannot happen, child is ours
+    if (main_done) break;
+    int sig = sigwaitinfo(&waited, nullptr);
+    if ((sig == SIGTERM || sig == SIGINT) && AgentGone()) KillTreeAndDie();
   }
 
   // Fast path: nothing left behind. Otherwise kill the leftovers and reap them,

@@ -399,5 +399,28 @@ TEST(LauncherTest, WorkerDiesWithItsAgent) {
   EXPECT_TRUE(WaitFor([] { return ProcessesOfJob("job-orphan").empty(); }));
 }
 
+// The agent dies while a worker's child sits in a session of its own (setsid): the
+// launcher takes down its whole subtree, not only its process group.
+TEST(LauncherTest, ChildThatLeftTheGroupDiesWithTheAgentToo) {
+  std::string out = absl::StrCat(testing::TestTmpDir(), "/fake-agent-setsid.out");
+  SpawnOptions so;
+  so.argv = {"sh", "-c",
+             absl::StrCat("DROVER_AGENT_PID=$$ DROVER_JOB_ID=job-orphan-setsid ",
+                          testing::Runfile("node_agent/drover-launch"),
+                          " sh -c \"setsid sh -c 'trap \\\"\\\" TERM; "
+                          "while :; do sleep 1; done' & sleep 1000\" & echo started; wait")};
+  so.stdout_path = out;
+  so.new_process_group = true;  // the launcher kills its group: keep the test out of it
+  auto pid = Spawn(so);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  // launcher, sh, setsid'd sh, its sleep, sleep 1000
+  ASSERT_TRUE(WaitFor([] { return ProcessesOfJob("job-orphan-setsid").size() >= 4; }));
+  ::kill(*pid, SIGKILL);
+  int st;
+  ::waitpid(*pid, &st, 0);
+  EXPECT_TRUE(WaitFor([] { return ProcessesOfJob("job-orphan-setsid").empty(); }))
+      << "a process that left the group outlived its agent";
+}
+
 }  // namespace
 }  // namespace drover

@@ -42,6 +42,8 @@ void AddJobFlags(CLI::App* cmd, JobFlags& f) {
       ->check(CLI::IsMember({"pack", "spread"}))
       ->capture_default_str();
   cmd->add_option("--max-restarts", f.max_restarts, "restart the whole gang up to N times");
+  cmd->add_option("--time-limit", f.time_limit,
+                  "stop the job and fail it (exit 124) if a generation runs longer (90s, 2h)");
   cmd->add_option("--env,-e", f.env, "KEY=VALUE for every process (repeatable)");
   cmd->add_option("--cwd", f.cwd, "working directory on the nodes (default: the current one)");
 }
@@ -186,6 +188,11 @@ int CmdJob(const GlobalOptions& g, const std::string& id) {
             << "command:   " << absl::StrJoin(j->spec().command(), " ") << "\n"
             << "processes: " << j->spec().nproc() << " (" << j->live_processes() << " alive)\n"
             << "restarts:  " << j->restart_count() << " of " << j->spec().max_restarts() << "\n"
+            << "time limit: "
+            << (j->spec().time_limit_ms() > 0
+                    ? absl::FormatDuration(absl::Milliseconds(j->spec().time_limit_ms()))
+                    : std::string("none"))
+            << "\n"
             << "master:    " << j->master_addr() << ":" << j->master_port() << "\n"
             << "reason:    " << j->reason() << "\n";
   if (j->placement_size() > 0) {

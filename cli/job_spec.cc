@@ -2,11 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 
 namespace drover::cli {
 
@@ -88,6 +90,15 @@ absl::StatusOr<proto::JobSpec> BuildSpec(const JobFlags& f, const std::vector<st
   }
   spec.set_strategy(f.strategy == "spread" ? proto::SPREAD : proto::PACK);
   spec.set_max_restarts(f.max_restarts);
+  if (!f.time_limit.empty()) {
+    absl::Duration limit;
+    if (!absl::ParseDuration(f.time_limit, &limit) || limit <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat("--time-limit '", f.time_limit,
+                                                     "' is not a positive duration (e.g. 90s, "
+                                                     "30m, 2h, 1h30m)"));
+    }
+    spec.set_time_limit_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(limit)));
+  }
   for (const auto& e : f.env) {
     auto eq = e.find('=');
     if (eq == std::string::npos || eq == 0) {

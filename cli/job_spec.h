@@ -24,6 +24,7 @@ struct JobFlags {
   std::vector<std::string> resources;
   std::string strategy = "pack";
   int max_restarts = 0;
+  std::string time_limit;  // "90s", "30m", "2h", "1h30m"; empty: none
   std::vector<std::string> env;
   std::string cwd;
 };

@@ -65,6 +65,21 @@ TEST(BuildSpecTest, RejectsZeroProcessesMissingCommandAndBadPairs) {
   EXPECT_EQ(ok->per_process().custom().at("ssd"), 2);
 }
 
+TEST(BuildSpecTest, TimeLimitIsADurationAndBadOnesSayHowToWriteIt) {
+  JobFlags f;
+  f.time_limit = "1h30m";
+  auto ok = BuildSpec(f, {"x"});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->time_limit_ms(), 90 * 60 * 1000);
+  EXPECT_EQ(BuildSpec(JobFlags{}, {"x"})->time_limit_ms(), 0);  // none by default
+  for (const char* bad : {"soon", "-5s", "0s", "90"}) {
+    f.time_limit = bad;
+    auto r = BuildSpec(f, {"x"});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("e.g. 90s"), std::string::npos) << r.status();
+  }
+}
+
 TEST(TableTest, AlignsColumnsAndCutsLongCells) {
   Table t({"A", "LONGER"});
   t.AddRow({"x", "1"});

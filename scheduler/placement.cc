@@ -115,6 +115,10 @@ std::string ValidateJobSpec(const proto::JobSpec& spec) {
   if (spec.nproc() > 100000) {
     return absl::StrCat("the job asks for ", spec.nproc(), " processes; the limit is 100000");
   }
+  if (spec.time_limit_ms() < 0) {
+    return absl::StrCat("the time limit is ", spec.time_limit_ms(),
+                        " ms; it must be positive, or 0 for none");
+  }
   if (spec.nproc_per_node() < 0) {
     return absl::StrCat("--nproc-per-node is ", spec.nproc_per_node(), "; it must be >= 1");
   }

@@ -119,6 +119,11 @@ absl::Status SchedulerCore::Start() {
       if (!exited.count(p.rank())) job.live.insert(p.rank());
     }
     job.info.set_live_processes(static_cast<int>(job.live.size()));
+    if (job.info.state() == proto::RUNNING && job.info.spec().time_limit_ms() > 0) {
+      time_limits_[job.info.job_id()] = {
+          job.info.restart_count(), absl::FromUnixMillis(job.info.generation_start_ms()) +
+                                        absl::Milliseconds(job.info.spec().time_limit_ms())};
+    }
   }
   DROVER_LOG(INFO) << "loaded " << jobs_.size() << " jobs from " << store_->Describe();
   monitor_ = std::thread([this] { MonitorLoop(); });
@@ -335,6 +340,21 @@ void SchedulerCore::MonitorLoop() {
               &actions);
         }
       }
+      for (auto it = time_limits_.begin(); it != time_limits_.end();) {
+        Job* job = FindJobLocked(it->first);
+        if (job == nullptr || IsTerminal(job->info.state()) ||
+            job->info.restart_count() != it->second.first) {
+          it = time_limits_.erase(it);
+          continue;
+        }
+        if (it->second.second > now || job->info.state() != proto::RUNNING ||
+            job->info.restarting()) {
+          ++it;
+          continue;
+        }
+        TimeOutLocked(*job, &actions);
+        it = time_limits_.erase(it);
+      }
       std::set<std::string> retry;
       retry.swap(dirty_);
       for (const auto& id : retry) {
@@ -502,6 +522,11 @@ bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out, const Reservation* he
   job.info.set_live_processes(static_cast<int>(job.live.size()));
   job.info.clear_root_cause();
   if (job.info.start_time_ms() == 0) job.info.set_start_time_ms(NowMs());
+  job.info.set_generation_start_ms(NowMs());
+  if (spec.time_limit_ms() > 0) {
+    time_limits_[job.info.job_id()] = {
+        job.info.restart_count(), absl::Now() + absl::Milliseconds(spec.time_limit_ms())};
+  }
   job.info.set_reason(absl::StrCat("running ", spec.nproc(), " processes on ", node_order.size(),
                                    node_order.size() == 1 ? " node" : " nodes",
                                    job.info.restart_count() > 0
@@ -724,6 +749,19 @@ std::vector<proto::JobInfo> SchedulerCore::ListJobs(const proto::ListJobsRequest
     out.push_back(j->info);
   }
   return out;
+}
+
+void SchedulerCore::TimeOutLocked(Job& job, Actions* out) {
+  const absl::Duration limit = absl::Milliseconds(job.info.spec().time_limit_ms());
+  FinishLocked(job, proto::FAILED,
+               absl::StrCat("generation ", job.info.restart_count(),
+                            " ran longer than the job's time limit of ",
+                            absl::FormatDuration(limit), " (--time-limit); stopped"),
+               124);
+  job.info.set_restarting(false);
+  StopJobLocked(job, out);
+  if (job.live.empty()) ReleaseLocked(job);
+  ChangedLocked(job);
 }
 
 absl::StatusOr<proto::JobInfo> SchedulerCore::CancelJob(const std::string& job_id) {

@@ -175,6 +175,8 @@ class SchedulerCore {
   void FailRanksLocked(Job& job, const std::string& node_id, const std::vector<int>& ranks,
                        const std::string& error, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopJobLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails a job whose current generation ran past spec.time_limit_ms (MonitorLoop).
+  void TimeOutLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a failure: stops the job's processes now, or, if some live rank watches the
   // generation, once options_.abort_notice has passed (MonitorLoop), so the watchers can
   // exit by themselves first.
@@ -215,6 +217,8 @@ class SchedulerCore {
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
   // stop them anyway (MonitorLoop).
   std::map<std::string, absl::Time> deferred_stops_ ABSL_GUARDED_BY(mu_);
+  // Jobs with a time limit: the generation running and when it must end (MonitorLoop).
+  std::map<std::string, std::pair<int, absl::Time>> time_limits_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

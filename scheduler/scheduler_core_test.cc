@@ -226,6 +226,38 @@ TEST_F(SchedulerCoreTest, NodesUsedListsEveryNodeOfEveryGeneration) {
               ::testing::ElementsAre(n2, n1));
 }
 
+// A generation that runs past the job's time limit is stopped and the job fails
+// (exit code 124), with no restart even when restarts are left.
+TEST_F(SchedulerCoreTest, JobPastItsTimeLimitIsStoppedAndFailsWithoutRestart) {
+  std::string n1 = Register("10.0.0.1", 0);
+  proto::JobSpec spec;
+  spec.add_command("train");
+  spec.set_nproc(2);
+  spec.mutable_per_process()->set_cpus(1);
+  spec.set_max_restarts(3);
+  spec.set_time_limit_ms(300);
+  auto job = core_->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const absl::Time placed = absl::Now();
+  ASSERT_EQ(Job(job->job_id()).state(), proto::RUNNING);
+  EXPECT_GT(Job(job->job_id()).generation_start_ms(), 0);
+  ASSERT_TRUE(WaitFor([&] { return Job(job->job_id()).state() == proto::FAILED; }));
+  EXPECT_GE(absl::Now() - placed, absl::Milliseconds(300));
+  auto j = Job(job->job_id());
+  EXPECT_EQ(j.exit_code(), 124);
+  EXPECT_EQ(j.restart_count(), 0);
+  EXPECT_TRUE(absl::StrContains(j.reason(), "time limit of 300ms")) << j.reason();
+  EXPECT_TRUE(WaitFor([&] { return agents_->stops() >= 1; })) << "nothing was stopped";
+  // Its processes still hold the node until they are reported gone.
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().cpus(), 6);
+  Exit(n1, job->job_id(), 0, 143);
+  Exit(n1, job->job_id(), 1, 143);
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().cpus(), 8);
+  EXPECT_EQ(Job(job->job_id()).state(), proto::FAILED);
+  spec.set_time_limit_ms(-1);
+  EXPECT_EQ(core_->SubmitJob(spec).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(SchedulerCoreTest, MasterNodeIsStartedFirstAndOthersGetItsPort) {
   Register("10.0.0.1", 0);
   Register("10.0.0.2", 0);

@@ -310,6 +310,22 @@ TEST_F(ClusterTest, LogsShowEveryGenerationOnWhicheverNodeItRan) {
   EXPECT_TRUE(absl::StrContains(out, "[rank0]: gen=1 on " + node1)) << out;
 }
 
+TEST_F(ClusterTest, RunPastItsTimeLimitIsStoppedAndExitsWith124) {
+  StartCluster();
+  std::string out, err;
+  absl::Time start = absl::Now();
+  int rc = cluster_->RunCli({"run", "--nproc", "2", "--time-limit", "500ms", "--", "sleep",
+                             "300"},
+                            &out, &err);
+  EXPECT_EQ(rc, 124) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "time limit of 500ms")) << err;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  auto jobs = cluster_->client().ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_FALSE(jobs->empty());
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(jobs->front().job_id()).empty(); }));
+}
+
 TEST_F(ClusterTest, RunStreamsRankPrefixedOutputAndExitsWithJobCode) {
   StartCluster();
   std::string out, err;

@@ -358,6 +358,22 @@ TEST_F(SchedulerCoreTest, RestartedSchedulerReattachesRunningJobs) {
   EXPECT_EQ(Job(job.job_id()).state(), proto::SUCCEEDED);
 }
 
+TEST_F(SchedulerCoreTest, TimeLimitOutlivesASchedulerRestart) {
+  Register("10.0.0.1", 0);
+  proto::JobSpec spec;
+  spec.add_command("train");
+  spec.set_nproc(1);
+  spec.mutable_per_process()->set_cpus(1);
+  spec.set_time_limit_ms(400);
+  auto job = core_->SubmitJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(Job(job->job_id()).state(), proto::RUNNING);
+  Make(absl::Seconds(30));  // a new core over the same store: the deadline is rebuilt
+  EXPECT_EQ(Job(job->job_id()).state(), proto::RUNNING);
+  ASSERT_TRUE(WaitFor([&] { return Job(job->job_id()).state() == proto::FAILED; }));
+  EXPECT_EQ(Job(job->job_id()).exit_code(), 124);
+}
+
 TEST_F(SchedulerCoreTest, ObjectLocationsListLiveHoldersAndDropDeadNodes) {
   Make(absl::Milliseconds(300));
   std::string n1 = Register("10.0.0.1", 0);

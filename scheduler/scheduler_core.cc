@@ -425,10 +425,17 @@ void SchedulerCore::ScheduleLocked(Actions* out) {
     }
     return a->seq < b->seq;
   });
+  const absl::Time now = absl::Now();
   Reservation held;
   for (Job* job : pending) {
-    if (TryPlaceLocked(*job, out, held.job_id.empty() ? nullptr : &held)) continue;
-    if (!held.job_id.empty()) continue;
+    const bool claimed = !held.job_id.empty();
+    // Backfill: a job sure to end (its time limit is enforced) before the claiming job
+    // could start anyway may use the claimed resources meanwhile.
+    const int64_t limit_ms = job->info.spec().time_limit_ms();
+    const bool borrows = claimed && limit_ms > 0 &&
+                         now + absl::Milliseconds(limit_ms) <= held.earliest_start;
+    if (TryPlaceLocked(*job, out, claimed && !borrows ? &held : nullptr)) continue;
+    if (claimed) continue;
     PlacementResult plan = PlaceGang(job->info.spec(), CapacitiesLocked(/*free=*/false));
     if (!plan.ok) continue;  // cannot run on today's nodes even when empty: no claim
     held.job_id = job->info.job_id();
@@ -437,7 +444,26 @@ void SchedulerCore::ScheduleLocked(Actions* out) {
       AddTo(&held.resources[p.node_id()], per, +1);
       held.gpus[p.node_id()].insert(p.gpu_ids().begin(), p.gpu_ids().end());
     }
+    held.earliest_start = EarliestStartLocked(held, now);
   }
+}
+
+absl::Time SchedulerCore::EarliestStartLocked(const Reservation& held, absl::Time now) {
+  absl::Time latest = now;
+  for (const auto& [id, j] : jobs_) {
+    if (j.allocs.empty() || IsTerminal(j.info.state())) continue;  // ending: being stopped
+    const bool there = std::any_of(j.allocs.begin(), j.allocs.end(), [&](const Allocation& a) {
+      return held.resources.count(a.node_id) > 0;
+    });
+    if (!there) continue;
+    const int64_t limit_ms = j.info.spec().time_limit_ms();
+    if (limit_ms <= 0 || j.info.state() != proto::RUNNING || j.info.restarting()) {
+      return absl::InfiniteFuture();
+    }
+    latest = std::max(latest, absl::FromUnixMillis(j.info.generation_start_ms()) +
+                                  absl::Milliseconds(limit_ms));
+  }
+  return latest;
 }
 
 std::vector<NodeCapacity> SchedulerCore::CapacitiesLocked(bool free, const Reservation* held) {
@@ -480,6 +506,14 @@ bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out, const Reservation* he
     if (held != nullptr && PlaceGang(job.info.spec(), CapacitiesLocked(/*free=*/true)).ok) {
       why = absl::StrCat("waiting behind ", held->job_id,
                          " (submitted earlier): the free resources it will need are kept for it");
+      // An absolute time, so the reason (and the job's version) does not change every tick.
+      if (held->earliest_start != absl::InfiniteFuture() &&
+          held->earliest_start - absl::Now() >= absl::Seconds(1)) {
+        absl::StrAppend(&why, "; a --time-limit ending before ",
+                        absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", held->earliest_start,
+                                         absl::UTCTimeZone()),
+                        " would let it start now");
+      }
     }
     std::string reason = job.info.restart_count() > 0
                              ? absl::StrCat("restart ", job.info.restart_count(), " of ",

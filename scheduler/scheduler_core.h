@@ -157,13 +157,21 @@ class SchedulerCore {
     std::string job_id;
     std::map<std::string, proto::Resources> resources;
     std::map<std::string, std::set<int>> gpus;
+    // The latest time a job running on those nodes may end, by its time limit;
+    // InfiniteFuture if one has none (then nobody may borrow the claim).
+    absl::Time earliest_start = absl::InfiniteFuture();
   };
 
   // Places pending jobs in order (restarting gangs first, then by submission). The first
   // job that does not fit gets a Reservation on the nodes it would use if every running
-  // job ended; later jobs are placed only in what is left besides it (backfill that
-  // never delays the oldest waiting job).
+  // job ended; later jobs are placed only in what is left besides it, or anywhere if
+  // their time limit ends before the claim's earliest start (backfill that never
+  // delays the oldest waiting job).
   void ScheduleLocked(Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the resources `held` claims are free at the latest, by the time limits of the
+  // jobs running on its nodes (InfiniteFuture if one of them has none).
+  absl::Time EarliestStartLocked(const Reservation& held, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Places `job` now if it fits in the free capacity outside `held` (if any); else
   // records why it waits.
   bool TryPlaceLocked(Job& job, Actions* out, const Reservation* held = nullptr)

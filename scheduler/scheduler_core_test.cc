@@ -258,6 +258,34 @@ TEST_F(SchedulerCoreTest, JobPastItsTimeLimitIsStoppedAndFailsWithoutRestart) {
   EXPECT_EQ(core_->SubmitJob(spec).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// With time limits known, a job sure to end before the claiming job could start may
+// use the claimed resources meanwhile; a longer one, or one without a limit, waits.
+TEST_F(SchedulerCoreTest, ShortJobsBackfillAClaimTheyEndBefore) {
+  Register("10.0.0.1", 0);  // 8 CPUs
+  auto limited = [&](int nproc, absl::Duration limit) {
+    proto::JobSpec spec;
+    spec.add_command("train");
+    spec.set_nproc(nproc);
+    spec.mutable_per_process()->set_cpus(1);
+    spec.set_time_limit_ms(absl::ToInt64Milliseconds(limit));
+    auto j = core_->SubmitJob(spec);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? j->job_id() : "";
+  };
+  const std::string running = limited(6, absl::Minutes(10));
+  ASSERT_EQ(Job(running).state(), proto::RUNNING);
+  const std::string big = limited(8, absl::ZeroDuration());  // claims the node
+  ASSERT_EQ(Job(big).state(), proto::PENDING);
+  const std::string too_long = limited(2, absl::Minutes(20));
+  const std::string unlimited = limited(2, absl::ZeroDuration());
+  const std::string short_one = limited(2, absl::Minutes(5));
+  EXPECT_EQ(Job(too_long).state(), proto::PENDING);
+  EXPECT_EQ(Job(unlimited).state(), proto::PENDING);
+  EXPECT_TRUE(absl::StrContains(Job(unlimited).reason(), "a --time-limit ending before"))
+      << Job(unlimited).reason();
+  EXPECT_EQ(Job(short_one).state(), proto::RUNNING) << Job(short_one).reason();
+}
+
 TEST_F(SchedulerCoreTest, MasterNodeIsStartedFirstAndOthersGetItsPort) {
   Register("10.0.0.1", 0);
   Register("10.0.0.2", 0);

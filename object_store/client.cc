@@ -582,7 +582,10 @@ class Connection {
         absl::Time now = absl::Now();
         if (spin_until == absl::InfinitePast()) spin_until = now + kSpin;
         if (now < spin_until) {
-          SpinPause();
+          // Yield, not pause: the store may be runnable on this very CPU (a sync
+          // wake-up put it here), and then only a yield lets it answer before the spin
+          // ends. With the CPU to itself, a yield returns at once.
+          sched_yield();
           continue;
         }
         if (absl::Status s = WaitFd(POLLIN, deadline); !s.ok()) return s;

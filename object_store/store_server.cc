@@ -1,8 +1,8 @@
 #include "object_store/store_server.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -275,24 +275,30 @@ class StoreServer::Loop {
 
   // epoll_wait, except within the stay-awake window after a request: then it polls,
   // yielding the CPU between polls, until an event comes, the window closes or a
-  // deadline is due. When the CPU is contended (a yield kept this thread off it for a
-  // while), the poller first moves to another CPU (MoveOffThisCpu), and stops polling if
-  // it is contended again within a millisecond: a runnable poller gets the CPU back only
-  // when the scheduler next picks it, while a sleeper woken by a request preempts at once.
+  // deadline is due. A short stall (a yield kept this thread off its CPU for over
+  // 20 µs: a timer tick, a task passing through, or the client spinning on this CPU)
+  // moves the poller to another CPU (MoveOffThisCpu) and polling goes on. A stall of a
+  // millisecond or more means a task that wants this CPU for whole time slices: a
+  // runnable poller gets the CPU back only when the scheduler next picks it, while a
+  // sleeper woken by a request preempts at once, so the store stops polling (Starved).
   int WaitEvents(epoll_event* events, int max_events, int timeout_ms) {
     constexpr absl::Duration kContended = absl::Microseconds(20);
+    constexpr absl::Duration kStarved = absl::Milliseconds(1);
     absl::Time last = absl::Now();
     while (stay_awake_until_ != absl::InfinitePast() && timeout_ms != 0) {
       const absl::Time now = absl::Now();
-      if (now - last > kContended && now < stay_awake_until_ && MoveOffThisCpu(now)) {
-        last = absl::Now();
-        continue;
-      }
-      if (now >= stay_awake_until_ || now - last > kContended) {
+      const absl::Duration stall = now - last;
+      if (now >= stay_awake_until_ || stall >= kStarved) {
+        if (stall >= kStarved) {
+          Starved(now);
+        } else {
+          backoff_ = kMinBackoff;  // a whole window without starving
+        }
         stay_awake_until_ = absl::InfinitePast();
         break;
       }
-      last = now;
+      if (stall > kContended) MoveOffThisCpu(now);
+      last = absl::Now();
       int n = epoll_wait(epoll_fd_, events, max_events, 0);
       if (n != 0) return n;
       if (!deadlines_.empty() && deadlines_.begin()->first <= now) return 0;
@@ -300,6 +306,18 @@ class StoreServer::Loop {
     }
     return epoll_wait(epoll_fd_, events, max_events, timeout_ms);
   }
+
+  // Polling starved: a busy task shares this CPU (and moving did not help, or every CPU
+  // is busy). Under such load a polling store answered in ~4 ms (a time slice) where a
+  // sleeping one answers in ~20 µs, so it stops polling for a while: 10 ms, doubling up
+  // to 1 s while polling keeps starving, back to 10 ms after a window that does not.
+  void Starved(absl::Time now) {
+    polling_pays_ = false;
+    resume_polling_ = now + backoff_;
+    backoff_ = std::min(backoff_ * 2, kMaxBackoff);
+  }
+  static constexpr absl::Duration kMinBackoff = absl::Milliseconds(10);
+  static constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
 
   // The polling thread found its CPU contended: moves to another allowed CPU (by
   // narrowing its affinity for a moment, then restoring it) instead of going to sleep,
@@ -553,9 +571,12 @@ class StoreServer::Loop {
   }
 
   // A client that just made a request is likely to make another soon
-  // (ServerOptions::stay_awake).
+  // (ServerOptions::stay_awake): poll for a while, unless polling starved lately.
   void StayAwake() {
-    if (stay_awake_ > absl::ZeroDuration()) stay_awake_until_ = absl::Now() + stay_awake_;
+    if (stay_awake_ <= absl::ZeroDuration()) return;
+    const absl::Time now = absl::Now();
+    if (!polling_pays_ && now >= resume_polling_) polling_pays_ = true;
+    if (polling_pays_) stay_awake_until_ = now + stay_awake_;
   }
 
   // An overlapped seal's ready slot (SealLeasedRequest.ready_offset): a 64-aligned
@@ -937,6 +958,9 @@ class StoreServer::Loop {
   proto::StoreReply event_;  // not reply_: events go out while a reply is being built
   absl::Time stay_awake_until_ = absl::InfinitePast();  // InfinitePast: sleeps when idle
   absl::Time last_move_ = absl::InfinitePast();  // MoveOffThisCpu
+  bool polling_pays_ = true;  // false for a while after polling starved (Starved)
+  absl::Time resume_polling_ = absl::InfinitePast();
+  absl::Duration backoff_ = kMinBackoff;
   bool flush_now_ = false;  // set by a leased put: send its reply before the next frame
 };
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -278,9 +279,11 @@ class StoreServer::Loop {
   // deadline is due. A short stall (a yield kept this thread off its CPU for over
   // 20 µs: a timer tick, a task passing through, or the client spinning on this CPU)
   // moves the poller to another CPU (MoveOffThisCpu) and polling goes on. A stall of a
-  // millisecond or more means a task that wants this CPU for whole time slices: a
+  // millisecond or more during which another task of this machine ran instead (an
+  // involuntary switch) means a task that wants this CPU for whole time slices: a
   // runnable poller gets the CPU back only when the scheduler next picks it, while a
   // sleeper woken by a request preempts at once, so the store stops polling (Starved).
+  // A long stall without such a switch is the hypervisor's (steal) and changes nothing.
   int WaitEvents(epoll_event* events, int max_events, int timeout_ms) {
     constexpr absl::Duration kContended = absl::Microseconds(20);
     constexpr absl::Duration kStarved = absl::Milliseconds(1);
@@ -288,8 +291,11 @@ class StoreServer::Loop {
     while (stay_awake_until_ != absl::InfinitePast() && timeout_ms != 0) {
       const absl::Time now = absl::Now();
       const absl::Duration stall = now - last;
-      if (now >= stay_awake_until_ || stall >= kStarved) {
-        if (stall >= kStarved) {
+      // A long stall with no switch to another task of this machine is the hypervisor
+      // running another guest on our virtual CPU (steal): polling is not at fault.
+      const bool starved = stall >= kStarved && InvoluntarySwitches() > switches_;
+      if (now >= stay_awake_until_ || starved) {
+        if (starved) {
           Starved(now);
         } else {
           backoff_ = kMinBackoff;  // a whole window without starving
@@ -297,7 +303,7 @@ class StoreServer::Loop {
         stay_awake_until_ = absl::InfinitePast();
         break;
       }
-      if (stall > kContended) MoveOffThisCpu(now);
+      if (stall > kContended && MoveOffThisCpu(now)) switches_ = InvoluntarySwitches();
       last = absl::Now();
       int n = epoll_wait(epoll_fd_, events, max_events, 0);
       if (n != 0) return n;
@@ -576,7 +582,18 @@ class StoreServer::Loop {
     if (stay_awake_ <= absl::ZeroDuration()) return;
     const absl::Time now = absl::Now();
     if (!polling_pays_ && now >= resume_polling_) polling_pays_ = true;
-    if (polling_pays_) stay_awake_until_ = now + stay_awake_;
+    if (polling_pays_) {
+      stay_awake_until_ = now + stay_awake_;
+      switches_ = InvoluntarySwitches();
+    }
+  }
+
+  // This thread's involuntary context switches so far: it was runnable and another
+  // task of this machine ran instead (a yield that let one run counts too).
+  static uint64_t InvoluntarySwitches() {
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) != 0) return 0;
+    return static_cast<uint64_t>(ru.ru_nivcsw);
   }
 
   // An overlapped seal's ready slot (SealLeasedRequest.ready_offset): a 64-aligned
@@ -961,6 +978,7 @@ class StoreServer::Loop {
   bool polling_pays_ = true;  // false for a while after polling starved (Starved)
   absl::Time resume_polling_ = absl::InfinitePast();
   absl::Duration backoff_ = kMinBackoff;
+  uint64_t switches_ = 0;  // InvoluntarySwitches() when the window opened
   bool flush_now_ = false;  // set by a leased put: send its reply before the next frame
 };
 

@@ -380,46 +380,40 @@ TEST_F(ProcessManagerTest, StopAllAndWaitReapsEverything) {
   for (const auto& s : pm_->Snapshot()) EXPECT_FALSE(s.running());
 }
 
-// The launcher alone: a fake agent (a shell) starts it and is SIGKILLed; the worker
-// must not outlive it.
-TEST(LauncherTest, WorkerDiesWithItsAgent) {
-  std::string out = absl::StrCat(testing::TestTmpDir(), "/fake-agent.out");
+// The launcher alone: a fake agent (a shell) starts `drover-launch <worker>` for
+// `job_id` and is SIGKILLed once at least `min_processes` of the job run; every process
+// of the job must be gone soon after.
+void CheckWorkerDiesWithItsAgent(const std::string& job_id, const std::string& worker,
+                                 size_t min_processes) {
   SpawnOptions so;
   so.argv = {"sh", "-c",
-             absl::StrCat("DROVER_AGENT_PID=$$ DROVER_JOB_ID=job-orphan ", testing::Runfile("node_agent/drover-launch"),
-                          " sleep 1000 & echo started; wait")};
-  so.stdout_path = out;
+             absl::StrCat("DROVER_AGENT_PID=$$ DROVER_JOB_ID=", job_id, " ",
+                          testing::Runfile("node_agent/drover-launch"), " ", worker,
+                          " & echo started; wait")};
+  so.stdout_path = absl::StrCat(testing::TestTmpDir(), "/fake-agent-", job_id, ".out");
   so.new_process_group = true;  // the launcher kills its group: keep the test out of it
   auto pid = Spawn(so);
   ASSERT_TRUE(pid.ok()) << pid.status();
-  ASSERT_TRUE(WaitFor([] { return ProcessesOfJob("job-orphan").size() >= 2; }));
+  ASSERT_TRUE(WaitFor([&] { return ProcessesOfJob(job_id).size() >= min_processes; }));
   ::kill(*pid, SIGKILL);
   int st;
   ::waitpid(*pid, &st, 0);
-  EXPECT_TRUE(WaitFor([] { return ProcessesOfJob("job-orphan").empty(); }));
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job_id).empty(); }))
+      << "a process of " << job_id << " outlived its agent";
 }
 
-// The agent dies while a worker's child sits in a session of its own (setsid): the
-// launcher takes down its whole subtree, not only its process group.
+TEST(LauncherTest, WorkerDiesWithItsAgent) {
+  CheckWorkerDiesWithItsAgent("job-orphan", "sleep 1000", 2);  // launcher, sleep
+}
+
+// A worker's child in a session of its own (setsid), ignoring SIGTERM: the launcher
+// takes down its whole subtree, not only its process group.
 TEST(LauncherTest, ChildThatLeftTheGroupDiesWithTheAgentToo) {
-  std::string out = absl::StrCat(testing::TestTmpDir(), "/fake-agent-setsid.out");
-  SpawnOptions so;
-  so.argv = {"sh", "-c",
-             absl::StrCat("DROVER_AGENT_PID=$$ DROVER_JOB_ID=job-orphan-setsid ",
-                          testing::Runfile("node_agent/drover-launch"),
-                          " sh -c \"setsid sh -c 'trap \\\"\\\" TERM; "
-                          "while :; do sleep 1; done' & sleep 1000\" & echo started; wait")};
-  so.stdout_path = out;
-  so.new_process_group = true;  // the launcher kills its group: keep the test out of it
-  auto pid = Spawn(so);
-  ASSERT_TRUE(pid.ok()) << pid.status();
   // launcher, sh, setsid'd sh, its sleep, sleep 1000
-  ASSERT_TRUE(WaitFor([] { return ProcessesOfJob("job-orphan-setsid").size() >= 4; }));
-  ::kill(*pid, SIGKILL);
-  int st;
-  ::waitpid(*pid, &st, 0);
-  EXPECT_TRUE(WaitFor([] { return ProcessesOfJob("job-orphan-setsid").empty(); }))
-      << "a process that left the group outlived its agent";
+  CheckWorkerDiesWithItsAgent("job-orphan-setsid",
+                              "sh -c \"setsid sh -c 'trap \\\"\\\" TERM; "
+                              "while :; do sleep 1; done' & sleep 1000\"",
+                              4);
 }
 
 }  // namespace

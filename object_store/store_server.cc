@@ -303,7 +303,10 @@ class StoreServer::Loop {
         stay_awake_until_ = absl::InfinitePast();
         break;
       }
-      if (stall > kContended && MoveOffThisCpu(now)) switches_ = InvoluntarySwitches();
+      if (stall > kContended) {
+        MoveOffThisCpu(now);
+        switches_ = InvoluntarySwitches();  // a later long stall is judged on its own
+      }
       last = absl::Now();
       int n = epoll_wait(epoll_fd_, events, max_events, 0);
       if (n != 0) return n;
@@ -316,14 +319,16 @@ class StoreServer::Loop {
   // Polling starved: a busy task shares this CPU (and moving did not help, or every CPU
   // is busy). Under such load a polling store answered in ~4 ms (a time slice) where a
   // sleeping one answers in ~20 µs, so it stops polling for a while: 10 ms, doubling up
-  // to 1 s while polling keeps starving, back to 10 ms after a window that does not.
+  // to 50 ms while polling keeps starving, back to 10 ms after a window that does not.
+  // (Up to 1 s was tried: a client's own burst of work, such as a large put copying on
+  // every CPU, then left the store asleep through the next second of small requests.)
   void Starved(absl::Time now) {
     polling_pays_ = false;
     resume_polling_ = now + backoff_;
     backoff_ = std::min(backoff_ * 2, kMaxBackoff);
   }
   static constexpr absl::Duration kMinBackoff = absl::Milliseconds(10);
-  static constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
+  static constexpr absl::Duration kMaxBackoff = absl::Milliseconds(50);
 
   // The polling thread found its CPU contended: moves to another allowed CPU (by
   // narrowing its affinity for a moment, then restoring it) instead of going to sleep,
@@ -978,7 +983,7 @@ class StoreServer::Loop {
   bool polling_pays_ = true;  // false for a while after polling starved (Starved)
   absl::Time resume_polling_ = absl::InfinitePast();
   absl::Duration backoff_ = kMinBackoff;
-  uint64_t switches_ = 0;  // InvoluntarySwitches() when the window opened
+  uint64_t switches_ = 0;  // InvoluntarySwitches() at the window's start or last stall
   bool flush_now_ = false;  // set by a leased put: send its reply before the next frame
 };
 

@@ -16,7 +16,6 @@
 //     sees exactly how the user's process ended.
 //
 // Depends on nothing but libc, so it execs in well under a millisecond.
-#include <dirent.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "node_agent/process_tree.h"
+
 extern char** environ;
 
 namespace {
@@ -37,15 +38,6 @@ pid_t g_agent_pid = 0;
 
 // True when the agent that started us is gone (we were reparented).
 bool AgentGone() { return g_agent_pid > 0 && getppid() != g_agent_pid; }
-
-int KillLeftovers();
-
-// The agent died: take down everything we started, then ourselves.
-[[noreturn]] void KillTreeAndDie() {
-  KillLeftovers();
-  kill(-getpgrp(), SIGKILL);  // includes ourselves
-  _exit(137);
-}
 
 void WriteAll(int fd, const char* s) {
   size_t n = strlen(s);
@@ -70,73 +62,28 @@ bool ReapExitedChildren() {
   }
 }
 
-struct ProcEntry {
-  long pid, ppid, pgrp;
-  bool ours;
-};
-
-int ByPid(const void* a, const void* b) {
-  long x = static_cast<const ProcEntry*>(a)->pid, y = static_cast<const ProcEntry*>(b)->pid;
-  return x < y ? -1 : x > y;
-}
-
 // SIGKILLs every process in our process group except us, and every descendant of ours
 // (orphans we adopted as subreaper, and their children, may have left the group).
-// Returns how many.
-int KillLeftovers() {
+void KillLeftovers() {
   const pid_t self = getpid();
   const pid_t pgid = getpgrp();
-  DIR* d = opendir("/proc");
-  if (d == nullptr) return 0;  // no /proc: the caller's bounded loop just waits
-  size_t n = 0, cap = 256;
-  ProcEntry* procs = static_cast<ProcEntry*>(malloc(cap * sizeof(ProcEntry)));
-  struct dirent* e;
-  char path[64];
-  char buf[512];
-  while (procs != nullptr && (e = readdir(d)) != nullptr) {
-    char* end;
-    long pid = strtol(e->d_name, &end, 10);
-    if (*end != '\0' || pid <= 0) continue;
-    snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
-    FILE* f = fopen(path, "re");
-    if (f == nullptr) continue;
-    size_t got = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[got] = '\0';
-    // pid (comm) state ppid pgrp ...; comm may contain spaces and ')'.
-    char* rp = strrchr(buf, ')');
-    if (rp == nullptr) continue;
-    char state;
-    long ppid, pgrp;
-    if (sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3 || state == 'Z') continue;
-    if (n == cap) {
-      cap *= 2;
-      ProcEntry* grown = static_cast<ProcEntry*>(realloc(procs, cap * sizeof(ProcEntry)));
-      if (grown == nullptr) break;
-      procs = grown;
-    }
-    procs[n++] = ProcEntry{pid, ppid, pgrp, pid == self};
-  }
-  closedir(d);
-  if (procs == nullptr) return 0;
-  // Mark descendants: a process is ours if its parent is, until nothing changes.
-  qsort(procs, n, sizeof(ProcEntry), ByPid);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t i = 0; i < n; ++i) {
-      if (procs[i].ours) continue;
-      ProcEntry key = {procs[i].ppid, 0, 0, false};
-      auto* parent = static_cast<ProcEntry*>(bsearch(&key, procs, n, sizeof(ProcEntry), ByPid));
-      if (parent != nullptr && parent->ours) procs[i].ours = changed = true;
-    }
-  }
-  int killed = 0;
+  size_t n = 0;
+  drover::ProcessEntry* table = drover::ReadProcessTable(&n);
+  if (table == nullptr) return;  // no /proc: the caller's bounded loop just waits
+  drover::MarkDescendants(table, n, self);
   for (size_t i = 0; i < n; ++i) {
-    if (procs[i].pid == self || !(procs[i].ours || procs[i].pgrp == pgid)) continue;
-    if (kill(static_cast<pid_t>(procs[i].pid), SIGKILL) == 0) ++killed;
+    if (table[i].pid != self && (table[i].descends || table[i].pgrp == pgid)) {
+      kill(table[i].pid, SIGKILL);
+    }
   }
-  free(procs);
-  return killed;
+  free(table);
+}
+
+// The agent died: take down everything we started, then ourselves.
+[[noreturn]] void KillTreeAndDie() {
+  KillLeftovers();
+  kill(-getpgrp(), SIGKILL);  // includes ourselves
+  _exit(137);
 }
 
 void SleepMs(long ms) {

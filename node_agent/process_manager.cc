@@ -12,10 +12,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +23,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/spawn.h"
+#include "node_agent/process_tree.h"
 
 extern char** environ;
 
@@ -55,47 +54,20 @@ std::string LastLines(const std::string& text, int max_lines) {
 }
 
 // Sends `sig` to the process group of `root` (a worker's drover-launch, its group's
-// leader) and to every descendant of `root` outside that group, found through the
-// parent links in /proc: a worker's child that called setsid() leaves the group but not
-// the launcher's subtree (the launcher is a child subreaper, so orphans stay under it
-// while it lives). Descendants are signalled before the group, so that on SIGKILL none
-// is orphaned to init by the launcher's death first. A process forked in the
-// microseconds between the walk and the signals may still escape.
-void SignalTree(pid_t root, int sig) {
-  std::map<pid_t, std::vector<pid_t>> children;
-  std::map<pid_t, pid_t> group;
-  if (DIR* d = ::opendir("/proc")) {
-    while (dirent* e = ::readdir(d)) {
-      char* end;
-      const long pid = std::strtol(e->d_name, &end, 10);
-      if (*end != '\0' || pid <= 0) continue;
-      auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-      if (!stat.ok()) continue;
-      // pid (comm) state ppid pgrp ...; comm may hold spaces and ')'.
-      const size_t close = stat->rfind(')');
-      if (close == std::string::npos) continue;
-      char state = 0;
-      long ppid = 0, pgrp = 0;
-      if (std::sscanf(stat->c_str() + close + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3 ||
-          state == 'Z') {
-        continue;
-      }
-      children[static_cast<pid_t>(ppid)].push_back(static_cast<pid_t>(pid));
-      group[static_cast<pid_t>(pid)] = static_cast<pid_t>(pgrp);
-    }
-    ::closedir(d);
+// leader) and to every descendant of `root` outside that group (`table`, or /proc read
+// now if null): a worker's child that called setsid() leaves the group but not the
+// launcher's subtree (the launcher is a child subreaper, so orphans stay under it while
+// it lives). Descendants are signalled before the group, so that on SIGKILL none is
+// orphaned to init by the launcher's death first. A process forked after the table
+// was read may still escape.
+void SignalTree(pid_t root, int sig, ProcessEntry* table = nullptr, size_t n = 0) {
+  ProcessEntry* own = nullptr;
+  if (table == nullptr) table = own = ReadProcessTable(&n);
+  MarkDescendants(table, n, root);
+  for (size_t i = 0; i < n; ++i) {
+    if (table[i].descends && table[i].pgrp != root) ::kill(table[i].pid, sig);
   }
-  std::vector<pid_t> todo = {root};
-  while (!todo.empty()) {
-    const pid_t p = todo.back();
-    todo.pop_back();
-    auto it = children.find(p);
-    if (it == children.end()) continue;
-    for (pid_t c : it->second) {
-      if (group[c] != root) ::kill(c, sig);
-      todo.push_back(c);
-    }
-  }
+  std::free(own);
   ::kill(-root, sig);
 }
 
@@ -476,6 +448,8 @@ int ProcessManager::StopOnManager(const std::string& job_id, int generation,
                                   absl::Duration grace, bool exact) {
   absl::Time deadline = absl::Now() + std::max(grace, absl::ZeroDuration());
   int signalled = 0;
+  ProcessEntry* table = nullptr;  // the process tree, read once for every SIGTERM below
+  size_t table_size = 0;
   absl::MutexLock lock(&mu_);
   for (auto& [key, gen] : gens_) {
     if (!job_id.empty() && key.first != job_id) continue;
@@ -485,13 +459,15 @@ int ProcessManager::StopOnManager(const std::string& job_id, int generation,
     for (auto& p : gen.procs) {
       if (!p.running) continue;
       if (!p.term_sent) {
-        SignalTree(p.pid, SIGTERM);
+        if (table == nullptr) table = ReadProcessTable(&table_size);
+        SignalTree(p.pid, SIGTERM, table, table_size);
         p.term_sent = true;
         ++signalled;
       }
       p.kill_deadline = std::min(p.kill_deadline, deadline);
     }
   }
+  std::free(table);
   if (signalled > 0) {
     DROVER_LOG(INFO) << "stopping " << signalled << " process(es) of "
                      << (job_id.empty() ? "all jobs" : "job " + job_id) << ", grace "

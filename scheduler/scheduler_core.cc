@@ -119,10 +119,8 @@ absl::Status SchedulerCore::Start() {
       if (!exited.count(p.rank())) job.live.insert(p.rank());
     }
     job.info.set_live_processes(static_cast<int>(job.live.size()));
-    if (job.info.state() == proto::RUNNING && job.info.spec().time_limit_ms() > 0) {
-      time_limits_[job.info.job_id()] = {
-          job.info.restart_count(), absl::FromUnixMillis(job.info.generation_start_ms()) +
-                                        absl::Milliseconds(job.info.spec().time_limit_ms())};
+    if (!IsTerminal(job.info.state()) && job.info.spec().time_limit_ms() > 0) {
+      time_limited_.insert(job.info.job_id());
     }
   }
   DROVER_LOG(INFO) << "loaded " << jobs_.size() << " jobs from " << store_->Describe();
@@ -340,20 +338,21 @@ void SchedulerCore::MonitorLoop() {
               &actions);
         }
       }
-      for (auto it = time_limits_.begin(); it != time_limits_.end();) {
-        Job* job = FindJobLocked(it->first);
-        if (job == nullptr || IsTerminal(job->info.state()) ||
-            job->info.restart_count() != it->second.first) {
-          it = time_limits_.erase(it);
+      for (auto it = time_limited_.begin(); it != time_limited_.end();) {
+        Job* job = FindJobLocked(*it);
+        if (job == nullptr || IsTerminal(job->info.state())) {
+          it = time_limited_.erase(it);
           continue;
         }
-        if (it->second.second > now || job->info.state() != proto::RUNNING ||
-            job->info.restarting()) {
+        // The running generation's deadline; none while it waits to be placed again.
+        const absl::Time deadline = absl::FromUnixMillis(job->info.generation_start_ms()) +
+                                    absl::Milliseconds(job->info.spec().time_limit_ms());
+        if (deadline > now || job->info.state() != proto::RUNNING || job->info.restarting()) {
           ++it;
           continue;
         }
         TimeOutLocked(*job, &actions);
-        it = time_limits_.erase(it);
+        it = time_limited_.erase(it);
       }
       std::set<std::string> retry;
       retry.swap(dirty_);
@@ -557,10 +556,7 @@ bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out, const Reservation* he
   job.info.clear_root_cause();
   if (job.info.start_time_ms() == 0) job.info.set_start_time_ms(NowMs());
   job.info.set_generation_start_ms(NowMs());
-  if (spec.time_limit_ms() > 0) {
-    time_limits_[job.info.job_id()] = {
-        job.info.restart_count(), absl::Now() + absl::Milliseconds(spec.time_limit_ms())};
-  }
+  if (spec.time_limit_ms() > 0) time_limited_.insert(job.info.job_id());
   job.info.set_reason(absl::StrCat("running ", spec.nproc(), " processes on ", node_order.size(),
                                    node_order.size() == 1 ? " node" : " nodes",
                                    job.info.restart_count() > 0
@@ -785,17 +781,22 @@ std::vector<proto::JobInfo> SchedulerCore::ListJobs(const proto::ListJobsRequest
   return out;
 }
 
-void SchedulerCore::TimeOutLocked(Job& job, Actions* out) {
-  const absl::Duration limit = absl::Milliseconds(job.info.spec().time_limit_ms());
-  FinishLocked(job, proto::FAILED,
-               absl::StrCat("generation ", job.info.restart_count(),
-                            " ran longer than the job's time limit of ",
-                            absl::FormatDuration(limit), " (--time-limit); stopped"),
-               124);
+void SchedulerCore::EndLocked(Job& job, proto::JobState state, const std::string& reason,
+                              int exit_code, Actions* out) {
+  FinishLocked(job, state, reason, exit_code);
   job.info.set_restarting(false);
   StopJobLocked(job, out);
   if (job.live.empty()) ReleaseLocked(job);
   ChangedLocked(job);
+}
+
+void SchedulerCore::TimeOutLocked(Job& job, Actions* out) {
+  const absl::Duration limit = absl::Milliseconds(job.info.spec().time_limit_ms());
+  EndLocked(job, proto::FAILED,
+            absl::StrCat("generation ", job.info.restart_count(),
+                         " ran longer than the job's time limit of ",
+                         absl::FormatDuration(limit), " (--time-limit); stopped"),
+            124, out);
 }
 
 absl::StatusOr<proto::JobInfo> SchedulerCore::CancelJob(const std::string& job_id) {
@@ -809,11 +810,7 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CancelJob(const std::string& job_i
           absl::StrCat("no job '", job_id, "' on this cluster; `drover jobs` lists them"));
     }
     if (!IsTerminal(job->info.state())) {
-      FinishLocked(*job, proto::CANCELLED, "cancelled by user", 130);
-      job->info.set_restarting(false);
-      StopJobLocked(*job, &actions);
-      if (job->live.empty()) ReleaseLocked(*job);
-      ChangedLocked(*job);
+      EndLocked(*job, proto::CANCELLED, "cancelled by user", 130, &actions);
       ScheduleLocked(&actions);
     } else if (!job->live.empty()) {
       StopJobLocked(*job, &actions);  // retry: make sure nothing survives

@@ -183,6 +183,10 @@ class SchedulerCore {
   void FailRanksLocked(Job& job, const std::string& node_id, const std::vector<int>& ranks,
                        const std::string& error, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopJobLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a job for good (cancelled, timed out): records the state, stops its processes
+  // and frees what no process holds any more.
+  void EndLocked(Job& job, proto::JobState state, const std::string& reason, int exit_code,
+                 Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails a job whose current generation ran past spec.time_limit_ms (MonitorLoop).
   void TimeOutLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a failure: stops the job's processes now, or, if some live rank watches the
@@ -225,8 +229,8 @@ class SchedulerCore {
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
   // stop them anyway (MonitorLoop).
   std::map<std::string, absl::Time> deferred_stops_ ABSL_GUARDED_BY(mu_);
-  // Jobs with a time limit: the generation running and when it must end (MonitorLoop).
-  std::map<std::string, std::pair<int, absl::Time>> time_limits_ ABSL_GUARDED_BY(mu_);
+  // Jobs with a time limit, not ended (MonitorLoop ends a generation past it).
+  std::set<std::string> time_limited_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

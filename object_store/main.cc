@@ -36,8 +36,8 @@ int main(int argc, char** argv) {
   int64_t stay_awake_us = absl::ToInt64Microseconds(o.stay_awake);
   app.add_option("--stay-awake-us", stay_awake_us,
                  "After a request, poll for this many microseconds before sleeping, so a "
-                 "client's next request finds the store running; stops early when the CPU "
-                 "is wanted by another thread (0: never poll)")
+                 "client's next request finds the store running; not while another task "
+                 "keeps the store off its CPU (0: never poll)")
       ->check(CLI::Range(int64_t{0}, int64_t{1000000}));
   int64_t ready_wait_us = absl::ToInt64Microseconds(o.ready_wait);
   app.add_option("--ready-wait-us", ready_wait_us,

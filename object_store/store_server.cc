@@ -288,6 +288,8 @@ class StoreServer::Loop {
     constexpr absl::Duration kContended = absl::Microseconds(20);
     constexpr absl::Duration kStarved = absl::Milliseconds(1);
     absl::Time last = absl::Now();
+    // Once per wait, not per request: a batch of requests opens one window.
+    if (stay_awake_until_ != absl::InfinitePast()) switches_ = InvoluntarySwitches();
     while (stay_awake_until_ != absl::InfinitePast() && timeout_ms != 0) {
       const absl::Time now = absl::Now();
       const absl::Duration stall = now - last;
@@ -587,10 +589,7 @@ class StoreServer::Loop {
     if (stay_awake_ <= absl::ZeroDuration()) return;
     const absl::Time now = absl::Now();
     if (!polling_pays_ && now >= resume_polling_) polling_pays_ = true;
-    if (polling_pays_) {
-      stay_awake_until_ = now + stay_awake_;
-      switches_ = InvoluntarySwitches();
-    }
+    if (polling_pays_) stay_awake_until_ = now + stay_awake_;
   }
 
   // This thread's involuntary context switches so far: it was runnable and another
@@ -983,7 +982,7 @@ class StoreServer::Loop {
   bool polling_pays_ = true;  // false for a while after polling starved (Starved)
   absl::Time resume_polling_ = absl::InfinitePast();
   absl::Duration backoff_ = kMinBackoff;
-  uint64_t switches_ = 0;  // InvoluntarySwitches() at the window's start or last stall
+  uint64_t switches_ = 0;  // InvoluntarySwitches() when polling began, or at its last stall
   bool flush_now_ = false;  // set by a leased put: send its reply before the next frame
 };
 

@@ -63,9 +63,10 @@ struct ServerOptions {
   // finds it running. A sleeping store costs each request a wake-up (~5 µs for the
   // sender on a VM, more for the answer) and lets the kernel move the woken store onto
   // the client's CPU, where it waits for that client. The default covers the copy of
-  // the largest leased put (4 MiB, ~300 µs). When the store's CPU is wanted by another
-  // thread, the store moves to another CPU once, then stops polling, so it only uses
-  // time a CPU would idle. Zero: always sleep.
+  // the largest leased put (4 MiB, ~300 µs). A short stall (another thread took the CPU
+  // for a moment) moves the store to another CPU; a task that keeps it off its CPU for
+  // a millisecond or more stops polling for 10-50 ms (docs/object_store.md, "A store
+  // that stays awake"). Zero: always sleep.
   absl::Duration stay_awake = absl::Microseconds(300);
   // How long an overlapped seal (SealLeasedRequest.ready_value) may wait for the
   // client's ready word before it is answered UNAVAILABLE (the client then seals again

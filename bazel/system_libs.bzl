@@ -14,6 +14,10 @@ _LIBS = {
     "grpc": (["grpc++", "protobuf", "absl_random_random", "absl_status",
               "absl_statusor", "absl_synchronization", "absl_str_format"], []),
     "hiredis": (["hiredis"], []),
+    # OpenSSL's libcrypto: sha256 of code packages.
+    "crypto": (["libcrypto"], []),
+    # msgpack-c++ is header-only (task arguments and results).
+    "msgpack": ([], []),
     "gtest": ([], ["-lgtest", "-lgmock", "-lpthread"]),
     "gtest_main": ([], ["-lgtest_main", "-lgtest", "-lgmock", "-lpthread"]),
 }

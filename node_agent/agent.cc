@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "proto/lease.grpc.pb.h"
 
 namespace drover {
 namespace {
@@ -120,6 +121,7 @@ absl::Status NodeAgent::Start() {
   pm_ = std::make_unique<ProcessManager>(
       pmo, [this](const std::string& job_id, const proto::ExitInfo& e) { OnExit(job_id, e); });
   service_ = std::make_unique<AgentService>(options_.token, pm_.get(), options_.kill_grace);
+  DROVER_RETURN_IF_ERROR(StartWorkerPool());
 
   grpc::ServerBuilder builder;
   int selected_port = 0;
@@ -138,6 +140,7 @@ absl::Status NodeAgent::Start() {
   }
   object_service_ = std::make_unique<ObjectTransferService>(options_.token, transfer_.get());
   builder.RegisterService(object_service_.get());
+  builder.RegisterService(workers_service_.get());
   ObjectTransfer::ConfigureServer(&builder);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || selected_port == 0) {
@@ -147,6 +150,7 @@ absl::Status NodeAgent::Start() {
   address_ = absl::StrCat(IsWildcard(options_.bind_ip) ? options_.node_ip : host, ":",
                           selected_port);
   pm_->SetWorkerEnv("DROVER_AGENT_ADDRESS", address_);
+  pm_->SetWorkerEnv("DROVER_NODE_IP", options_.node_ip);
   if (store_) pm_->SetWorkerEnv("DROVER_OBJECT_STORE_SOCKET", store_->socket_path());
   DROVER_LOG(INFO) << "node agent listening on " << address_ << " (bound " << host << ":"
                    << selected_port << "), node ip " << options_.node_ip << ", logs in "
@@ -168,6 +172,8 @@ void NodeAgent::Shutdown() {
   DROVER_LOG(INFO) << "shutting down: stopping workers (grace "
                    << absl::FormatDuration(options_.kill_grace) << ")";
   pm_->StopAllAndWait(options_.kill_grace);
+  pool_->Shutdown();
+  task_reports_.reset();  // sends what is queued
   service_->BeginShutdown();  // after the workers: followers get their last output
   {
     absl::MutexLock lock(&mu_);
@@ -195,7 +201,69 @@ bool NodeAgent::SleepOrStop(absl::Duration d) {
   return stop_;
 }
 
+absl::Status NodeAgent::StartWorkerPool() {
+  packages_ = std::make_unique<PackageCache>(absl::StrCat(options_.dir, "/packages"),
+                                             options_.scheduler_address, options_.token);
+  task_reports_ = std::make_unique<ThreadPool>(1);
+  auto leases = std::shared_ptr<proto::Leases::Stub>(
+      proto::Leases::NewStub(MakeChannel(options_.scheduler_address)));
+  WorkerPoolOptions wpo;
+  wpo.dir = options_.dir;
+  wpo.node_ip = options_.node_ip;
+  wpo.token = options_.token;
+  wpo.scheduler_address = options_.scheduler_address;
+  wpo.idle_timeout = options_.worker_idle_timeout;
+  wpo.kill_grace = options_.kill_grace;
+  WorkerPool::Callbacks cb;
+  cb.lease_returned = [this, leases](const std::string& lease_id, const std::string& reason) {
+    task_reports_->Post([this, leases, lease_id, reason] {
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, options_.token, kReportTimeout);
+      proto::ReturnWorkerLeaseRequest req;
+      req.set_lease_id(lease_id);
+      req.set_reason(reason);
+      proto::ReturnWorkerLeaseReply reply;
+      grpc::Status s = leases->ReturnLease(&ctx, req, &reply);
+      if (!s.ok()) DROVER_LOG(WARNING) << "ReturnLease " << lease_id << ": " << s.error_message();
+    });
+  };
+  cb.worker_exited = [this, leases](const std::string& worker_id, const std::string& lease_id,
+                                    const std::string& actor_id, const proto::ExitInfo& exit) {
+    const std::string node = node_id();
+    task_reports_->Post([this, leases, node, worker_id, lease_id, actor_id, exit] {
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, options_.token, kReportTimeout);
+      proto::ReportWorkerExitRequest req;
+      req.set_node_id(node);
+      req.set_worker_id(worker_id);
+      req.set_lease_id(lease_id);
+      req.set_actor_id(actor_id);
+      *req.mutable_exit() = exit;
+      proto::ReportWorkerExitReply reply;
+      grpc::Status s = leases->ReportWorkerExit(&ctx, req, &reply);
+      if (!s.ok()) DROVER_LOG(WARNING) << "ReportWorkerExit " << worker_id << ": " << s.error_message();
+    });
+  };
+  pool_ = std::make_unique<WorkerPool>(wpo, pm_.get(), packages_.get(), std::move(cb));
+  DROVER_RETURN_IF_ERROR(pool_->Start());
+  workers_service_ = std::make_unique<WorkersService>(
+      options_.token, pool_.get(), store_ ? store_->socket_path() : "", options_.node_ip);
+  return absl::OkStatus();
+}
+
+std::vector<proto::ProcessStatus> NodeAgent::GangSnapshot() {
+  std::vector<proto::ProcessStatus> out;
+  for (auto& p : pm_->Snapshot()) {
+    if (!WorkerPool::IsWorkerGeneration(p.generation())) out.push_back(std::move(p));
+  }
+  return out;
+}
+
 void NodeAgent::OnExit(const std::string& job_id, const proto::ExitInfo& info) {
+  if (WorkerPool::IsWorkerGeneration(info.generation())) {
+    pool_->OnProcessExit(job_id, info);  // a task worker: the pool reports it
+    return;
+  }
   absl::MutexLock lock(&mu_);
   reports_.emplace_back(job_id, info);
   cv_.SignalAll();
@@ -241,7 +309,7 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   for (int g : resources_.gpu_ids) req.add_gpu_ids(g);
   for (const auto& n : resources_.gpu_names) req.add_gpu_names(n);
   for (const auto& w : resources_.warnings) req.add_warnings(w);
-  for (auto& p : pm_->Snapshot()) *req.add_processes() = std::move(p);
+  for (auto& p : GangSnapshot()) *req.add_processes() = std::move(p);
   grpc::ClientContext ctx;
   PrepareContext(&ctx, options_.token, kRegisterTimeout);
   proto::RegisterNodeReply reply;
@@ -267,6 +335,7 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   }
   pm_->SetNodeId(reply.node_id());
   service_->SetNodeId(reply.node_id());
+  workers_service_->SetNodeId(reply.node_id());
   if (transfer_) transfer_->SetNodeId(reply.node_id());
   if (object_reporter_) {
     // A scheduler that did not know us has an empty directory: tell it everything.
@@ -355,7 +424,7 @@ void NodeAgent::RegistrationLoop() {
     } else {
       proto::HeartbeatRequest req;
       req.set_node_id(node_id());
-      for (auto& p : pm_->Snapshot()) *req.add_processes() = std::move(p);
+      for (auto& p : GangSnapshot()) *req.add_processes() = std::move(p);
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.token, kHeartbeatTimeout);
       proto::HeartbeatReply reply;

@@ -31,6 +31,10 @@
 #include "node_agent/object_transfer.h"
 #include "node_agent/object_reporter.h"
 #include "node_agent/object_transfer_service.h"
+#include "node_agent/package_cache.h"
+#include "node_agent/worker_pool.h"
+#include "node_agent/workers_service.h"
+#include "common/thread_pool.h"
 #include "node_agent/process_manager.h"
 #include "node_agent/resources.h"
 #include "node_agent/store_local_objects.h"
@@ -80,6 +84,8 @@ struct AgentOptions {
   uint64_t object_store_memory = 0;
   // drover-object-store; empty = found next to this binary (FindDroverBinary).
   std::string object_store_binary;
+  // Task workers idle this long are stopped.
+  absl::Duration worker_idle_timeout = absl::Seconds(60);
 };
 
 class NodeAgent {
@@ -116,6 +122,9 @@ class NodeAgent {
   bool SleepOrStop(absl::Duration d);
   bool Register(proto::Scheduler::Stub* stub, bool* logged_failure);
   void OnExit(const std::string& job_id, const proto::ExitInfo& info);
+  // The gang processes (not task workers) for registration and heartbeats.
+  std::vector<proto::ProcessStatus> GangSnapshot();
+  absl::Status StartWorkerPool();
   void WriteReadyFile();
   absl::Status StartObjectStore();
 
@@ -133,6 +142,12 @@ class NodeAgent {
   // server (whose handlers use them) goes first.
   std::unique_ptr<ObjectTransfer> transfer_;
   std::unique_ptr<ObjectTransferService> object_service_;
+  // Task workers (worker_pool.h) and the programs they run.
+  std::unique_ptr<PackageCache> packages_;
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<WorkersService> workers_service_;
+  // Tells the scheduler of returned leases and exited workers, in order.
+  std::unique_ptr<ThreadPool> task_reports_;
   std::unique_ptr<grpc::Server> server_;
   std::thread registration_thread_;
   std::thread reporter_thread_;

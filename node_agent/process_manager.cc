@@ -131,6 +131,10 @@ std::string ProcessManager::LogPath(const std::string& job_id, int rank, int str
   return absl::StrCat(JobLogDir(job_id), "/rank", rank, stream == kStderr ? ".err" : ".out");
 }
 
+std::string ProcessManager::WorkerLogPath(const std::string& job_id, int n, int stream) const {
+  return absl::StrCat(JobLogDir(job_id), "/worker", n, stream == kStderr ? ".err" : ".out");
+}
+
 void ProcessManager::Wake() {
   uint64_t one = 1;
   while (::write(event_fd_, &one, sizeof(one)) < 0 && errno == EINTR) {
@@ -166,6 +170,14 @@ int ProcessManager::Stop(const std::string& job_id, int generation, absl::Durati
   if (job_id.empty()) return 0;  // empty means "all" internally; not for callers
   int n = 0;
   RunOnManager([&] { n = StopOnManager(job_id, generation, grace, /*exact=*/false); });
+  return n;
+}
+
+int ProcessManager::StopGeneration(const std::string& job_id, int generation,
+                                   absl::Duration grace) {
+  if (job_id.empty()) return 0;
+  int n = 0;
+  RunOnManager([&] { n = StopOnManager(job_id, generation, grace, /*exact=*/true); });
   return n;
 }
 
@@ -310,6 +322,21 @@ std::vector<std::string> ProcessManager::BuildEnv(const proto::StartProcessesReq
   int local_world = req.local_world_size() > 0 ? req.local_world_size() : num_procs;
   int groups = (req.world_size() + local_world - 1) / std::max(local_world, 1);
   auto set = [&env](const std::string& k, const auto& v) { env[k] = absl::StrCat(v); };
+  if (req.task_worker()) {
+    // Not a rank of a gang: only drover's own variables and its GPUs.
+    set("CUDA_VISIBLE_DEVICES", absl::StrJoin(spec.gpu_ids(), ","));
+    if (env.find("OMP_NUM_THREADS") == env.end()) set("OMP_NUM_THREADS", 1);
+    set("DROVER_JOB_ID", req.job_id());
+    set("DROVER_NODE_ID", node_id);
+    set("DROVER_SCHEDULER_ADDRESS", req.scheduler_address());
+    set("DROVER_TOKEN_FILE", options_.token_file);
+    set("DROVER_AGENT_PID", ::getpid());
+    for (const auto& [k, v] : agent_env) env[k] = v;
+    std::vector<std::string> out;
+    out.reserve(env.size());
+    for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));
+    return out;
+  }
   set("RANK", spec.rank());
   set("LOCAL_RANK", spec.local_rank());
   set("WORLD_SIZE", req.world_size());
@@ -386,7 +413,7 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
   }
   if (absl::Status s = MakeDirs(JobLogDir(req.job_id()), 0700); !s.ok()) return s;
   int port = req.master_port();
-  if (port == 0) {
+  if (port == 0 && !req.task_worker()) {
     auto picked = PickFreePort(options_.node_ip);
     if (!picked.ok()) return picked.status();
     port = *picked;
@@ -400,14 +427,16 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
     p.job_id = req.job_id();
     p.generation = req.generation();
     p.rank = spec.rank();
-    p.err_path = LogPath(req.job_id(), spec.rank(), kStderr);
+    p.err_path = req.task_worker() ? WorkerLogPath(req.job_id(), spec.rank(), kStderr)
+                                   : LogPath(req.job_id(), spec.rank(), kStderr);
     p.err_offset = FileSize(p.err_path);
     SpawnOptions so;
     so.argv.push_back(options_.launcher_path);
     so.argv.insert(so.argv.end(), req.command().begin(), req.command().end());
     so.env = BuildEnv(req, spec, port, req.processes_size(), node_id, agent_env);
     so.cwd = req.cwd();
-    so.stdout_path = LogPath(req.job_id(), spec.rank(), kStdout);
+    so.stdout_path = req.task_worker() ? WorkerLogPath(req.job_id(), spec.rank(), kStdout)
+                                       : LogPath(req.job_id(), spec.rank(), kStdout);
     so.stderr_path = p.err_path;
     so.new_process_group = true;
     auto pid = Spawn(so);

@@ -95,6 +95,10 @@ class ProcessManager {
   // REQUIRES: !job_id.empty() (StopAllAndWait stops every job).
   int Stop(const std::string& job_id, int generation, absl::Duration grace);
 
+  // SIGTERM to the process group of exactly one generation's live processes, SIGKILL
+  // `grace` later (task workers are one-process generations: see worker_pool.h).
+  int StopGeneration(const std::string& job_id, int generation, absl::Duration grace);
+
   // Every process held for generations not forgotten, sorted by job, generation, rank.
   std::vector<proto::ProcessStatus> Snapshot();
 
@@ -107,6 +111,8 @@ class ProcessManager {
 
   // <log_dir>/<job_id>/rank<rank>.out (stream 1) or .err (stream 2).
   std::string LogPath(const std::string& job_id, int rank, int stream) const;
+  // <log_dir>/<job_id>/worker<n>.out / .err: a task worker's output.
+  std::string WorkerLogPath(const std::string& job_id, int n, int stream) const;
   std::string JobLogDir(const std::string& job_id) const;
   // True while any process of the job on this node has not been reaped.
   bool JobActive(const std::string& job_id);

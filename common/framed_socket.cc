@@ -1,0 +1,273 @@
+#include "common/framed_socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/net.h"
+
+namespace drover {
+namespace {
+
+constexpr size_t kReadChunk = 64 * 1024;
+
+uint32_t LoadLe32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return uint32_t{u[0]} | uint32_t{u[1]} << 8 | uint32_t{u[2]} << 16 | uint32_t{u[3]} << 24;
+}
+
+}  // namespace
+
+char* FrameReader::WritePtr(size_t n) {
+  if (begin_ == end_) begin_ = end_ = 0;
+  if (buf_.size() - end_ < n) {
+    if (begin_ > 0) {  // move the unread bytes to the front before growing
+      std::memmove(&buf_[0], &buf_[begin_], end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    if (buf_.size() - end_ < n) buf_.resize(end_ + n);
+  }
+  return &buf_[end_];
+}
+
+absl::StatusOr<bool> FrameReader::Next(std::string_view* payload) {
+  if (end_ - begin_ < 4) return false;
+  const uint32_t len = LoadLe32(&buf_[begin_]);
+  if (len > kMaxFrameBytes) {
+    return absl::DataLossError(
+        absl::StrCat("frame of ", len, " bytes is larger than the limit of ", kMaxFrameBytes,
+                     " (not a drover peer?)"));
+  }
+  if (end_ - begin_ < 4 + size_t{len}) {
+    WritePtr(4 + size_t{len} - (end_ - begin_));  // make room for the rest in one read
+    return false;
+  }
+  *payload = std::string_view(&buf_[begin_ + 4], len);
+  begin_ += 4 + len;
+  return true;
+}
+
+void AppendFrame(const google::protobuf::MessageLite& msg, std::string* out) {
+  const size_t n = msg.ByteSizeLong();
+  const size_t at = out->size();
+  out->resize(at + 4 + n);
+  char* p = &(*out)[at];
+  p[0] = static_cast<char>(n & 0xff);
+  p[1] = static_cast<char>((n >> 8) & 0xff);
+  p[2] = static_cast<char>((n >> 16) & 0xff);
+  p[3] = static_cast<char>((n >> 24) & 0xff);
+  msg.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(p + 4));
+}
+
+FramedSocket::FramedSocket(int fd) : fd_(fd) {}
+
+FramedSocket::~FramedSocket() { ::close(fd_); }
+
+absl::StatusOr<std::unique_ptr<FramedSocket>> FramedSocket::ConnectUnix(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", path));
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int err = errno;
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot connect to ", path, ": ", std::strerror(err)));
+  }
+  return std::make_unique<FramedSocket>(fd);
+}
+
+absl::StatusOr<std::unique_ptr<FramedSocket>> FramedSocket::ConnectTcp(const std::string& host_port) {
+  absl::StatusOr<HostPort> hp = ParseHostPort(host_port);
+  if (!hp.ok()) return hp.status();
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  int family = AF_INET;
+  if (hp->host.find(':') != std::string::npos) {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    a6->sin6_family = family = AF_INET6;
+    a6->sin6_port = htons(hp->port);
+    if (::inet_pton(AF_INET6, hp->host.c_str(), &a6->sin6_addr) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("not a numeric address: ", host_port));
+    }
+    len = sizeof(sockaddr_in6);
+  } else {
+    auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons(hp->port);
+    if (::inet_pton(AF_INET, hp->host.c_str(), &a4->sin_addr) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat("not a numeric address: ", host_port));
+    }
+    len = sizeof(sockaddr_in);
+  }
+  int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
+    int err = errno;
+    ::close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot connect to ", host_port, ": ", std::strerror(err)));
+  }
+  SetNoDelay(fd);
+  return std::make_unique<FramedSocket>(fd);
+}
+
+absl::Status FramedSocket::WriteAll(const std::string& bytes) {
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(absl::StrCat("connection lost: ", std::strerror(errno)));
+    }
+    off += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FramedSocket::Send(const google::protobuf::MessageLite& msg) {
+  return Enqueue([&](std::string* out) { AppendFrame(msg, out); });
+}
+
+absl::Status FramedSocket::SendFrames(const std::string& frames) {
+  return Enqueue([&](std::string* out) { out->append(frames); });
+}
+
+template <typename Append>
+absl::Status FramedSocket::Enqueue(Append append) {
+  absl::MutexLock l(&mu_);
+  if (!broken_.ok()) return broken_;
+  append(&pending_);
+  if (writing_) return absl::OkStatus();  // the writing thread sends it with its batch
+  writing_ = true;
+  std::string batch;
+  while (!pending_.empty() && broken_.ok()) {
+    batch.swap(pending_);
+    mu_.Unlock();
+    absl::Status s = WriteAll(batch);
+    mu_.Lock();
+    batch.clear();
+    if (!s.ok()) broken_ = s;
+  }
+  writing_ = false;
+  return broken_;
+}
+
+absl::Status FramedSocket::Read(google::protobuf::MessageLite* msg) {
+  for (;;) {
+    std::string_view payload;
+    absl::StatusOr<bool> got = reader_.Next(&payload);
+    if (!got.ok()) return got.status();
+    if (*got) {
+      if (!msg->ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+        return absl::DataLossError("a frame does not parse (protocol mismatch?)");
+      }
+      return absl::OkStatus();
+    }
+    char* p = reader_.WritePtr(kReadChunk);
+    ssize_t n = ::recv(fd_, p, kReadChunk, 0);
+    if (n == 0) return absl::UnavailableError("connection closed by the peer");
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::UnavailableError(absl::StrCat("connection lost: ", std::strerror(errno)));
+    }
+    reader_.Commit(static_cast<size_t>(n));
+  }
+}
+
+void FramedSocket::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
+
+absl::StatusOr<int> ListenUnix(const std::string& path, int backlog) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path too long (", path.size(),
+                                                   " bytes, at most ", sizeof(addr.sun_path) - 1,
+                                                   "): ", path));
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  ::unlink(path.c_str());
+  // Owner-only from the start: the umask covers the window before chmod.
+  mode_t old = ::umask(0077);
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  ::umask(old);
+  if (rc != 0 || ::chmod(path.c_str(), 0600) != 0 || ::listen(fd, backlog) != 0) {
+    int err = errno;
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot listen on ", path, ": ", std::strerror(err)));
+  }
+  return fd;
+}
+
+absl::StatusOr<int> ListenTcp(const std::string& ip, int* port, int backlog) {
+  const bool v6 = ip.find(':') != std::string::npos;
+  int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
+  sockaddr_storage ss{};
+  socklen_t len;
+  if (v6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+    a->sin6_family = AF_INET6;
+    len = sizeof(*a);
+    if (::inet_pton(AF_INET6, ip.c_str(), &a->sin6_addr) != 1) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat("not a numeric address: ", ip));
+    }
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+    a->sin_family = AF_INET;
+    len = sizeof(*a);
+    if (::inet_pton(AF_INET, ip.c_str(), &a->sin_addr) != 1) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat("not a numeric address: ", ip));
+    }
+  }
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0 || ::listen(fd, backlog) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    int err = errno;
+    ::close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", ip, ": ", std::strerror(err)));
+  }
+  *port = v6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
+             : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return fd;
+}
+
+absl::Status SetNonBlocking(int fd, bool on) {
+  int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0) return absl::InternalError(absl::StrCat("fcntl: ", std::strerror(errno)));
+  flags = on ? (flags | O_NONBLOCK) : (flags & ~O_NONBLOCK);
+  if (::fcntl(fd, F_SETFL, flags) != 0) {
+    return absl::InternalError(absl::StrCat("fcntl: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));  // fails harmlessly on Unix sockets
+}
+
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace drover

@@ -1,0 +1,110 @@
+// FramedSocket: protobuf messages over a stream socket (Unix or TCP), each framed as a
+// 4-byte little-endian length and the serialized message. The task layer's direct
+// channels (owner <-> worker, worker <-> agent) use it; see proto/task.proto.
+//
+// Writes are batched without waiting: Send appends the frame to an output buffer and,
+// unless another thread is already writing, writes the buffer out (and whatever other
+// threads appended meanwhile) before it returns. So a burst of sends from several
+// threads costs a few large writes, and a lone send costs one write.
+//
+// Reading is either blocking (Read, for a thread per connection) or incremental
+// (FrameReader fed from a non-blocking socket, for an event loop).
+//
+// Thread safety: Send may be called from any thread; Read from one thread at a time.
+// Shutdown may be called from any thread and wakes a blocked Read.
+#ifndef DROVER_COMMON_FRAMED_SOCKET_H_
+#define DROVER_COMMON_FRAMED_SOCKET_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "google/protobuf/message_lite.h"
+
+namespace drover {
+
+// Largest frame accepted (larger lengths are a protocol error).
+inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
+
+// Splits a byte stream into frames.
+class FrameReader {
+ public:
+  // Where to read up to `n` new bytes into; call Commit(k) after reading k of them.
+  char* WritePtr(size_t n);
+  void Commit(size_t k) { end_ += k; }
+  // The next complete frame's payload, if one is buffered. An error for a frame
+  // longer than kMaxFrameBytes.
+  absl::StatusOr<bool> Next(std::string_view* payload);
+  // Bytes buffered but not yet returned by Next.
+  size_t buffered() const { return end_ - begin_; }
+
+ private:
+  std::string buf_;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+};
+
+class FramedSocket {
+ public:
+  // Takes ownership of `fd` (a connected stream socket, blocking mode).
+  explicit FramedSocket(int fd);
+  // Closes the socket.
+  ~FramedSocket();
+  FramedSocket(const FramedSocket&) = delete;
+  FramedSocket& operator=(const FramedSocket&) = delete;
+
+  // Connects to a Unix socket path or a TCP "host:port". UNAVAILABLE if nobody listens.
+  static absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectUnix(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectTcp(const std::string& host_port);
+
+  // Sends one frame (see the class comment). UNAVAILABLE once the connection broke.
+  absl::Status Send(const google::protobuf::MessageLite& msg);
+  // Sends frames already encoded with AppendFrame (a batch), the same way.
+  absl::Status SendFrames(const std::string& frames);
+  // Reads the next frame into `msg`, blocking. UNAVAILABLE on end of stream or error
+  // (the message says which), DATA_LOSS for a frame that does not parse.
+  absl::Status Read(google::protobuf::MessageLite* msg);
+  // Shuts the socket down both ways: a blocked Read returns, later Sends fail.
+  void Shutdown();
+
+  int fd() const { return fd_; }
+
+ private:
+  absl::Status WriteAll(const std::string& bytes);
+  // Appends to pending_ with `append`, then writes as Send describes.
+  template <typename Append>
+  absl::Status Enqueue(Append append);
+
+  const int fd_;
+  FrameReader reader_;  // used by Read only
+
+  absl::Mutex mu_;
+  std::string pending_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+};
+
+// Appends one frame (length + payload) to `out`.
+void AppendFrame(const google::protobuf::MessageLite& msg, std::string* out);
+
+// A listening Unix socket at `path` (an old socket file there is replaced), mode
+// 0600. Returns the fd.
+absl::StatusOr<int> ListenUnix(const std::string& path, int backlog = 128);
+// A listening TCP socket on `ip`, port 0 (any free port). Returns the fd and the port.
+absl::StatusOr<int> ListenTcp(const std::string& ip, int* port, int backlog = 128);
+// Sets O_NONBLOCK (or clears it).
+absl::Status SetNonBlocking(int fd, bool on = true);
+// TCP_NODELAY on a TCP socket (a no-op for other sockets).
+void SetNoDelay(int fd);
+
+// Compares two secrets in time independent of where they differ.
+bool ConstantTimeEquals(const std::string& a, const std::string& b);
+
+}  // namespace drover
+
+#endif  // DROVER_COMMON_FRAMED_SOCKET_H_

@@ -1,0 +1,525 @@
+#include "scheduler/lease_manager.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/exit_text.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "proto/node_agent.grpc.pb.h"
+#include "scheduler/placement.h"
+
+namespace drover {
+namespace {
+
+constexpr int64_t kMaxWaitMs = 30000;
+// A request nobody asked about again for this long is forgotten (its lease stays).
+constexpr absl::Duration kRequestMemory = absl::Seconds(60);
+// How long an actor placement waits between tries when nothing fits.
+constexpr absl::Duration kActorRetry = absl::Seconds(1);
+
+class GrpcWorkerClient : public WorkerClient {
+ public:
+  explicit GrpcWorkerClient(std::string token) : token_(std::move(token)) {}
+
+  absl::StatusOr<proto::StartWorkerReply> StartWorker(const std::string& agent,
+                                                      const proto::StartWorkerRequest& req) override {
+    grpc::ClientContext ctx;
+    // A new worker may fetch the program and run an actor's factory (a model load).
+    PrepareContext(&ctx, token_, std::chrono::milliseconds(req.has_actor() ? 3600000 : 120000));
+    proto::StartWorkerReply reply;
+    DROVER_RETURN_IF_ERROR(FromGrpcStatus(Stub(agent)->StartWorker(&ctx, req, &reply)));
+    return reply;
+  }
+  absl::Status KillWorker(const std::string& agent, const proto::KillWorkerRequest& req) override {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token_);
+    proto::KillWorkerReply reply;
+    return FromGrpcStatus(Stub(agent)->KillWorker(&ctx, req, &reply));
+  }
+  absl::Status StopJob(const std::string& agent, const std::string& job_id) override {
+    auto stub = proto::NodeAgent::NewStub(MakeChannel(agent));
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token_);
+    proto::StopJobRequest req;
+    req.set_job_id(job_id);
+    req.set_generation(-1);
+    proto::StopJobReply reply;
+    return FromGrpcStatus(stub->StopJob(&ctx, req, &reply));
+  }
+
+ private:
+  proto::Workers::Stub* Stub(const std::string& agent) {
+    absl::MutexLock l(&mu_);
+    auto& s = stubs_[agent];
+    if (s == nullptr) s = proto::Workers::NewStub(MakeChannel(agent));
+    return s.get();
+  }
+  const std::string token_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<proto::Workers::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+};
+
+bool ValidShape(const proto::Resources& r, std::string* why) {
+  if (r.cpus() < 0 || r.gpus() < 0 || r.memory_bytes() < 0) {
+    *why = "resources must not be negative";
+    return false;
+  }
+  for (const auto& [k, v] : r.custom()) {
+    if (v < 0) {
+      *why = absl::StrCat("custom resource '", k, "' must not be negative");
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<WorkerClient> NewGrpcWorkerClient(const std::string& token) {
+  return std::make_unique<GrpcWorkerClient>(token);
+}
+
+LeaseManager::LeaseManager(ResourceBook* book, std::unique_ptr<WorkerClient> workers, Clock* clock)
+    : book_(book), workers_(std::move(workers)), clock_(clock != nullptr ? clock : Clock::Real()) {}
+
+LeaseManager::~LeaseManager() { Stop(); }
+
+void LeaseManager::Stop() {
+  absl::MutexLock l(&mu_);
+  stopped_ = true;
+  freed_.SignalAll();
+  changed_.SignalAll();
+  while (placing_ > 0) changed_.Wait(&mu_);
+}
+
+void LeaseManager::StartPlacing(const std::string& actor_id) {
+  ++placing_;
+  std::thread([this, actor_id] {
+    PlaceActor(actor_id);
+    absl::MutexLock l(&mu_);
+    --placing_;
+    changed_.SignalAll();
+  }).detach();
+}
+
+absl::StatusOr<LeaseManager::Lease> LeaseManager::Grant(
+    const proto::Resources& shape, const proto::PlacementHint& hint, const std::string& job_id,
+    const std::string& owner, const proto::PackageRef& package, const proto::ActorCreation* actor,
+    std::string* pending_reason, bool* retry) {
+  *retry = false;
+  Lease lease;
+  {
+    absl::MutexLock l(&mu_);
+    if (stopped_) return absl::UnavailableError("the scheduler is stopping");
+    std::string reason;
+    absl::StatusOr<std::optional<ResourceBook::Grant>> g = book_->Reserve(shape, hint, &reason);
+    if (!g.ok()) {
+      // No node could ever hold it: it waits, as a job that big would, for such a node.
+      *pending_reason = absl::StrCat(g.status().message(), "; waiting for a node that has it");
+      *retry = true;
+      return absl::UnavailableError(*pending_reason);
+    }
+    if (!g->has_value()) {
+      *pending_reason = reason;
+      *retry = true;
+      return absl::UnavailableError(reason);
+    }
+    lease.id = absl::StrCat("lease-", next_lease_++);
+    lease.job_id = job_id;
+    lease.owner = owner;
+    lease.grant = **g;
+    if (actor != nullptr) lease.actor_id = actor->actor_id();
+    leases_[lease.id] = lease;
+    jobs_with_workers_.insert(job_id);
+  }
+  proto::StartWorkerRequest req;
+  req.set_lease_id(lease.id);
+  req.set_job_id(job_id);
+  req.set_owner(owner);
+  *req.mutable_package() = package;
+  *req.mutable_shape() = shape;
+  for (int g : lease.grant.gpu_ids) req.add_gpu_ids(g);
+  if (actor != nullptr) *req.mutable_actor() = *actor;
+  req.set_scheduler_address(book_->SchedulerAddress());
+  absl::StatusOr<proto::StartWorkerReply> started = workers_->StartWorker(lease.grant.agent_address, req);
+  absl::MutexLock l(&mu_);
+  auto it = leases_.find(lease.id);
+  if (!started.ok()) {
+    if (it != leases_.end()) ReleaseLocked(lease.id);
+    // The node is unreachable: another one may do. Anything else is the program's
+    // problem (it would fail the same way everywhere).
+    *retry = started.status().code() == absl::StatusCode::kUnavailable && actor == nullptr;
+    return absl::Status(started.status().code(),
+                        absl::StrCat("node ", lease.grant.node_id, ": ", started.status().message()));
+  }
+  if (it == leases_.end()) {
+    // Released while starting (the node died, the job ended): the worker goes too.
+    proto::KillWorkerRequest kill;
+    kill.set_worker_id(started->worker_id());
+    kill.set_reason("its lease ended while it started");
+    workers_->KillWorker(lease.grant.agent_address, kill).IgnoreError();
+    *retry = true;
+    return absl::UnavailableError("the lease ended while its worker started");
+  }
+  it->second.worker_id = started->worker_id();
+  it->second.unix_path = started->unix_path();
+  it->second.tcp_address = started->tcp_address();
+  it->second.started = true;
+  return it->second;
+}
+
+absl::StatusOr<proto::RequestLeaseReply> LeaseManager::RequestLease(const proto::RequestLeaseRequest& req) {
+  if (req.job_id().empty() || req.request_id().empty()) {
+    return absl::InvalidArgumentError("RequestLease needs a job id and a request id");
+  }
+  if (req.package().hash().empty()) {
+    return absl::InvalidArgumentError("RequestLease needs the program's package (hash)");
+  }
+  std::string why;
+  if (!ValidShape(req.shape(), &why)) return absl::InvalidArgumentError(why);
+  DROVER_RETURN_IF_ERROR(book_->CheckJobRunning(req.job_id()));
+  const absl::Time deadline =
+      clock_->Now() + absl::Milliseconds(std::clamp<int64_t>(req.wait_ms(), 0, kMaxWaitMs));
+  {
+    absl::MutexLock l(&mu_);
+    const absl::Time now = clock_->Now();
+    for (auto it = requests_.begin(); it != requests_.end();) {
+      it = it->second.expires < now && !it->second.starting ? requests_.erase(it) : std::next(it);
+    }
+    Request& r = requests_[req.request_id()];
+    r.expires = now + kRequestMemory;
+    while (r.starting && !stopped_) {
+      if (clock_->WaitWithDeadline(&freed_, &mu_, deadline)) break;
+    }
+    if (r.reply) return *r.reply;
+    if (r.starting) {
+      proto::RequestLeaseReply pending;
+      pending.set_pending_reason("its worker is starting");
+      return pending;
+    }
+    r.starting = true;
+  }
+  std::string pending_reason;
+  for (;;) {
+    bool retry = false;
+    absl::StatusOr<Lease> lease = Grant(req.shape(), req.hint(), req.job_id(), req.owner(),
+                                        req.package(), nullptr, &pending_reason, &retry);
+    absl::MutexLock l(&mu_);
+    Request& r = requests_[req.request_id()];
+    if (lease.ok()) {
+      proto::RequestLeaseReply reply;
+      reply.set_granted(true);
+      reply.set_lease_id(lease->id);
+      reply.set_node_id(lease->grant.node_id);
+      reply.set_worker_id(lease->worker_id);
+      reply.set_unix_path(lease->unix_path);
+      reply.set_tcp_address(lease->tcp_address);
+      reply.set_agent_address(lease->grant.agent_address);
+      r.reply = reply;
+      r.starting = false;
+      freed_.SignalAll();
+      return reply;
+    }
+    if (!retry || clock_->Now() >= deadline || stopped_) {
+      r.starting = false;
+      freed_.SignalAll();
+      if (!retry) return lease.status();
+      proto::RequestLeaseReply pending;
+      pending.set_pending_reason(pending_reason);
+      return pending;
+    }
+    ++waiting_;
+    clock_->WaitWithDeadline(&freed_, &mu_, deadline);
+    --waiting_;
+  }
+}
+
+void LeaseManager::ReleaseLocked(const std::string& lease_id) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return;
+  book_->Release(it->second.grant);
+  leases_.erase(it);
+  freed_.SignalAll();
+}
+
+void LeaseManager::ReturnLease(const std::string& lease_id, const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end() || !it->second.actor_id.empty()) return;  // actors' leases end with them
+  DROVER_LOG(DEBUG) << "lease " << lease_id << " returned: " << reason;
+  ReleaseLocked(lease_id);
+}
+
+void LeaseManager::ResourcesFreed() {
+  absl::MutexLock l(&mu_);
+  freed_.SignalAll();
+}
+
+void LeaseManager::WorkerExited(const proto::ReportWorkerExitRequest& req) {
+  absl::MutexLock l(&mu_);
+  auto it = leases_.find(req.lease_id());
+  std::string actor_id = req.actor_id();
+  if (it != leases_.end()) {
+    if (actor_id.empty()) actor_id = it->second.actor_id;
+    ReleaseLocked(req.lease_id());
+  }
+  if (actor_id.empty()) return;
+  auto a = actors_.find(actor_id);
+  if (a == actors_.end() || a->second.lease_id != req.lease_id()) return;  // an older incarnation
+  a->second.lease_id.clear();
+  ActorLost(a->second,
+            absl::StrCat("its worker ", req.worker_id(), " on node ", req.node_id(), " ",
+                         DescribeExit(req.exit())),
+            &req.exit());
+}
+
+void LeaseManager::NodeDead(const std::string& node_id, const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  std::vector<std::string> lost;
+  for (const auto& [id, lease] : leases_) {
+    if (lease.grant.node_id == node_id) lost.push_back(id);
+  }
+  for (const std::string& id : lost) {
+    std::string actor_id = leases_[id].actor_id;
+    ReleaseLocked(id);
+    auto a = actors_.find(actor_id);
+    if (a != actors_.end() && a->second.lease_id == id) {
+      a->second.lease_id.clear();
+      ActorLost(a->second, absl::StrCat("its node ", node_id, " was lost (", reason, ")"), nullptr);
+    }
+  }
+}
+
+void LeaseManager::JobEnded(const std::string& job_id) {
+  std::vector<std::pair<std::string, proto::KillWorkerRequest>> kills;
+  bool had_workers = false;
+  {
+    absl::MutexLock l(&mu_);
+    ended_jobs_.insert(job_id);
+    had_workers = jobs_with_workers_.erase(job_id) > 0;
+    for (auto& [id, a] : actors_) {
+      if (a.info.job_id() != job_id || a.info.state() == proto::ACTOR_DEAD) continue;
+      a.killed = true;
+      a.info.set_state(proto::ACTOR_DEAD);
+      a.info.set_reason(absl::StrCat("its job ", job_id, " ended"));
+      names_.erase(a.info.name());
+      ChangedLocked(a);
+    }
+    std::vector<std::string> ended;
+    for (const auto& [id, lease] : leases_) {
+      if (lease.job_id == job_id) ended.push_back(id);
+    }
+    for (const std::string& id : ended) ReleaseLocked(id);
+  }
+  if (!had_workers) return;
+  // Every node: the job's workers (leased, idle in the warm pool, actors) stop there.
+  for (const std::string& agent : book_->AliveAgents()) {
+    background_.Post([this, agent, job_id] { workers_->StopJob(agent, job_id).IgnoreError(); });
+  }
+}
+
+LeaseManager::Actor* LeaseManager::FindActorLocked(const std::string& id, const std::string& name) {
+  if (!id.empty()) {
+    auto it = actors_.find(id);
+    return it == actors_.end() ? nullptr : &it->second;
+  }
+  auto n = names_.find(name);
+  if (n == names_.end()) return nullptr;
+  auto it = actors_.find(n->second);
+  return it == actors_.end() ? nullptr : &it->second;
+}
+
+void LeaseManager::ChangedLocked(Actor& a) {
+  a.info.set_version(a.info.version() + 1);
+  changed_.SignalAll();
+}
+
+absl::StatusOr<proto::ActorInfo> LeaseManager::CreateActor(const proto::CreateActorRequest& req) {
+  const proto::ActorCreation& c = req.creation();
+  if (c.actor_id().empty() || c.factory().empty()) {
+    return absl::InvalidArgumentError("CreateActor needs an actor id and a factory");
+  }
+  if (req.package().hash().empty()) {
+    return absl::InvalidArgumentError("CreateActor needs the program's package (hash)");
+  }
+  std::string why;
+  if (!ValidShape(req.shape(), &why)) return absl::InvalidArgumentError(why);
+  if (req.max_restarts() < 0) return absl::InvalidArgumentError("max_restarts must not be negative");
+  DROVER_RETURN_IF_ERROR(book_->CheckJobRunning(req.job_id()));
+  {
+    absl::MutexLock l(&mu_);
+    if (auto it = actors_.find(c.actor_id()); it != actors_.end()) return it->second.info;  // a retry
+    if (!c.name().empty()) {
+      if (auto n = names_.find(c.name()); n != names_.end()) {
+        return absl::AlreadyExistsError(absl::StrCat("an actor named '", c.name(),
+                                                     "' exists already (", n->second,
+                                                     "): pick another name or GetActor it"));
+      }
+      names_[c.name()] = c.actor_id();
+    }
+    Actor& a = actors_[c.actor_id()];
+    a.create = req;
+    a.info.set_actor_id(c.actor_id());
+    a.info.set_name(c.name());
+    a.info.set_job_id(req.job_id());
+    a.info.set_class_name(c.class_name());
+    a.info.set_state(proto::ACTOR_PENDING);
+    a.info.set_max_restarts(req.max_restarts());
+    a.info.set_pending_reason("waiting for a worker");
+    jobs_with_workers_.insert(req.job_id());
+    ChangedLocked(a);
+  }
+  absl::MutexLock l(&mu_);
+  StartPlacing(c.actor_id());
+  return actors_[c.actor_id()].info;
+}
+
+void LeaseManager::PlaceActor(const std::string& actor_id) {
+  for (;;) {
+    proto::CreateActorRequest create;
+    {
+      absl::MutexLock l(&mu_);
+      auto it = actors_.find(actor_id);
+      if (stopped_ || it == actors_.end() || it->second.killed ||
+          it->second.info.state() == proto::ACTOR_DEAD) {
+        return;
+      }
+      create = it->second.create;
+    }
+    std::string pending_reason;
+    bool retry = false;
+    absl::StatusOr<Lease> lease = Grant(create.shape(), create.hint(), create.job_id(), create.owner(),
+                                        create.package(), &create.creation(), &pending_reason, &retry);
+    absl::MutexLock l(&mu_);
+    auto it = actors_.find(actor_id);
+    if (it == actors_.end()) return;
+    Actor& a = it->second;
+    if (lease.ok()) {
+      if (a.killed || a.info.state() == proto::ACTOR_DEAD) {
+        const std::string agent = lease->grant.agent_address;
+        proto::KillWorkerRequest kill;
+        kill.set_worker_id(lease->worker_id);
+        kill.set_reason("its actor was killed while it was created");
+        ReleaseLocked(lease->id);
+        background_.Post([this, agent, kill] { workers_->KillWorker(agent, kill).IgnoreError(); });
+        return;
+      }
+      a.lease_id = lease->id;
+      a.info.set_state(proto::ACTOR_ALIVE);
+      a.info.set_node_id(lease->grant.node_id);
+      a.info.set_worker_id(lease->worker_id);
+      a.info.set_unix_path(lease->unix_path);
+      a.info.set_tcp_address(lease->tcp_address);
+      a.info.set_agent_address(lease->grant.agent_address);
+      a.info.clear_pending_reason();
+      ChangedLocked(a);
+      return;
+    }
+    if (!retry) {
+      // The factory failed or the program cannot start: no point in trying elsewhere.
+      a.info.set_state(proto::ACTOR_DEAD);
+      a.info.set_reason(absl::StrCat("it could not be created: ", lease.status().message()));
+      names_.erase(a.info.name());
+      ChangedLocked(a);
+      return;
+    }
+    if (a.info.pending_reason() != pending_reason) {
+      a.info.set_pending_reason(pending_reason);
+      ChangedLocked(a);
+    }
+    clock_->WaitWithDeadline(&freed_, &mu_, clock_->Now() + kActorRetry);
+  }
+}
+
+void LeaseManager::ActorLost(Actor& a, const std::string& why, const proto::ExitInfo* exit) {
+  if (exit != nullptr) *a.info.mutable_last_exit() = *exit;
+  if (a.killed || a.info.state() == proto::ACTOR_DEAD) {
+    a.info.set_state(proto::ACTOR_DEAD);
+    ChangedLocked(a);
+    return;
+  }
+  if (a.info.restarts() < a.info.max_restarts()) {
+    a.info.set_restarts(a.info.restarts() + 1);
+    a.info.set_state(proto::ACTOR_RESTARTING);
+    a.info.set_reason(absl::StrCat(why, "; restarting (restart ", a.info.restarts(), " of ",
+                                   a.info.max_restarts(), ")"));
+    a.info.clear_node_id();
+    a.info.clear_worker_id();
+    a.info.clear_unix_path();
+    a.info.clear_tcp_address();
+    ChangedLocked(a);
+    StartPlacing(a.info.actor_id());
+    return;
+  }
+  a.info.set_state(proto::ACTOR_DEAD);
+  a.info.set_reason(a.info.max_restarts() == 0
+                        ? why
+                        : absl::StrCat(why, "; no restarts left (max_restarts ", a.info.max_restarts(), ")"));
+  names_.erase(a.info.name());
+  ChangedLocked(a);
+}
+
+absl::StatusOr<proto::ActorInfo> LeaseManager::GetActor(const proto::GetActorRequest& req) {
+  if (req.actor_id().empty() && req.name().empty()) {
+    return absl::InvalidArgumentError("GetActor needs an actor id or a name");
+  }
+  const absl::Time deadline =
+      clock_->Now() + absl::Milliseconds(std::clamp<int64_t>(req.wait_ms(), 0, kMaxWaitMs));
+  absl::MutexLock l(&mu_);
+  for (;;) {
+    Actor* a = FindActorLocked(req.actor_id(), req.name());
+    if (a != nullptr && (req.after_version() <= 0 || a->info.version() > req.after_version())) {
+      return a->info;
+    }
+    if (stopped_ || clock_->WaitWithDeadline(&changed_, &mu_, deadline)) {
+      a = FindActorLocked(req.actor_id(), req.name());
+      if (a != nullptr) return a->info;
+      return absl::NotFoundError(req.actor_id().empty()
+                                     ? absl::StrCat("no live actor is named '", req.name(), "'")
+                                     : absl::StrCat("no actor ", req.actor_id()));
+    }
+  }
+}
+
+absl::Status LeaseManager::KillActor(const std::string& actor_id, const std::string& reason) {
+  std::string agent;
+  proto::KillWorkerRequest kill;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = actors_.find(actor_id);
+    if (it == actors_.end()) return absl::NotFoundError(absl::StrCat("no actor ", actor_id));
+    Actor& a = it->second;
+    if (a.info.state() == proto::ACTOR_DEAD) return absl::OkStatus();
+    a.killed = true;
+    a.info.set_state(proto::ACTOR_DEAD);
+    a.info.set_reason(reason.empty() ? "killed" : reason);
+    names_.erase(a.info.name());
+    ChangedLocked(a);
+    if (auto l2 = leases_.find(a.lease_id); l2 != leases_.end()) {
+      agent = l2->second.grant.agent_address;
+      kill.set_worker_id(l2->second.worker_id);
+      kill.set_reason(a.info.reason());
+    }
+  }
+  if (!agent.empty()) return workers_->KillWorker(agent, kill);
+  return absl::OkStatus();
+}
+
+LeaseManager::Counts LeaseManager::counts() {
+  absl::MutexLock l(&mu_);
+  Counts c;
+  c.leases = static_cast<int>(leases_.size());
+  c.pending_requests = waiting_;
+  for (const auto& [id, a] : actors_) {
+    if (a.info.state() == proto::ACTOR_ALIVE) ++c.actors_alive;
+    if (a.info.state() == proto::ACTOR_PENDING || a.info.state() == proto::ACTOR_RESTARTING) {
+      ++c.actors_pending;
+    }
+  }
+  return c;
+}
+
+}  // namespace drover

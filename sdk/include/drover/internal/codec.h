@@ -1,0 +1,162 @@
+// Internal to the SDK's templates: how task arguments and results are encoded. Users
+// need not include this; sdk/include/drover/task.h does.
+//
+// Values are msgpack (msgpack-c++, Debian's libmsgpack-cxx-dev). Any type msgpack can
+// pack works as an argument or result: numbers, strings, std::vector, std::map,
+// std::tuple, std::optional, and your own structs with MSGPACK_DEFINE(field, ...).
+// Tensors (drover::Tensor) and references (drover::ObjectRef) get msgpack extensions
+// of their own (see serialization.h), so a tensor's bytes are never packed element by
+// element: large ones go into the node's object store once and only their id travels.
+#ifndef DROVER_SDK_INCLUDE_DROVER_INTERNAL_CODEC_H_
+#define DROVER_SDK_INCLUDE_DROVER_INTERNAL_CODEC_H_
+
+#ifndef MSGPACK_NO_BOOST
+#define MSGPACK_NO_BOOST
+#endif
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include <msgpack.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace drover::internal {
+
+// A store object a value refers to (a tensor put into the store while encoding).
+struct StoredRef {
+  std::string object_id;
+  std::string node_id;
+  uint64_t size = 0;
+};
+
+// An encoded value: msgpack bytes and the store objects they refer to.
+struct EncodedValue {
+  std::string bytes;
+  std::vector<StoredRef> stored;
+};
+
+// Bytes of an encoded value to decode, kept alive by `keepalive` (an owned string or a
+// pinned store object) for as long as anything decoded from it may point into it.
+struct ValueView {
+  absl::string_view bytes;
+  std::shared_ptr<const void> keepalive;
+};
+
+// Thrown inside decoding (and caught by Decode / the worker's invoker) when a value does
+// not have the type the receiving code declares.
+class DecodeError : public std::exception {
+ public:
+  explicit DecodeError(std::string what) : what_(std::move(what)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string what_;
+};
+
+// The readable name of a C++ type ("std::vector<float>", "Model").
+std::string TypeName(const std::type_info& type);
+// What a msgpack object holds, in words ("a string", "an integer", "an array of 3").
+std::string DescribeMsgpack(const msgpack::object& obj);
+
+// Hooks the runtime installs while it encodes or decodes, so that the adaptors of
+// Tensor and ObjectRef can reach the object store. Null outside a runtime call.
+class CodecContext {
+ public:
+  virtual ~CodecContext() = default;
+  // Encoding: called for each value that must live in the store (a large tensor):
+  // puts it and returns where it is.
+  virtual absl::StatusOr<StoredRef> Store(absl::string_view data, absl::string_view metadata) = 0;
+  // Decoding: the bytes of a store object (zero copy where it is in this node's store).
+  virtual absl::StatusOr<ValueView> Load(const StoredRef& ref) = 0;
+  // The context of this thread (set by ScopedCodecContext).
+  static CodecContext* Current();
+  // Encoding collects the store objects the value refers to here.
+  std::vector<StoredRef>* collected = nullptr;
+};
+
+class ScopedCodecContext {
+ public:
+  explicit ScopedCodecContext(CodecContext* ctx);
+  ~ScopedCodecContext();
+  ScopedCodecContext(const ScopedCodecContext&) = delete;
+  ScopedCodecContext& operator=(const ScopedCodecContext&) = delete;
+
+ private:
+  CodecContext* previous_;
+};
+
+// The runtime's codec context if the runtime is initialized, else null (values are then
+// encoded inline).
+CodecContext* RuntimeCodecContext();
+
+// Encodes `value`. Large tensors inside it are put into the store (when a runtime is
+// initialized) and listed in `stored`.
+template <typename T>
+absl::StatusOr<EncodedValue> Encode(const T& value) {
+  EncodedValue out;
+  CodecContext* ctx = CodecContext::Current();
+  if (ctx == nullptr) ctx = RuntimeCodecContext();
+  ScopedCodecContext scope(ctx);
+  std::vector<StoredRef>* saved = nullptr;
+  if (ctx != nullptr) {
+    saved = ctx->collected;
+    ctx->collected = &out.stored;
+  }
+  struct StringWriter {
+    std::string* s;
+    void write(const char* data, size_t n) { s->append(data, n); }
+  } writer{&out.bytes};
+  absl::Status status;
+  try {
+    msgpack::pack(writer, value);
+  } catch (const DecodeError& e) {
+    status = absl::InvalidArgumentError(e.what());
+  } catch (const std::exception& e) {
+    status = absl::InvalidArgumentError(
+        std::string("cannot encode a value of type ") + TypeName(typeid(T)) + ": " + e.what());
+  }
+  if (ctx != nullptr) ctx->collected = saved;
+  if (!status.ok()) return status;
+  return out;
+}
+
+// Unpacks msgpack bytes into an object handle. Large strings and binaries point into
+// `bytes` instead of being copied (keep `bytes` alive while the object is used).
+absl::Status Unpack(absl::string_view bytes, msgpack::object_handle* out);
+
+// Converts a msgpack object to T, or a DecodeError naming both types.
+template <typename T>
+T ConvertOrThrow(const msgpack::object& obj) {
+  try {
+    return obj.as<T>();
+  } catch (const DecodeError&) {
+    throw;
+  } catch (const std::exception&) {
+    throw DecodeError("expected " + TypeName(typeid(T)) + ", got " + DescribeMsgpack(obj));
+  }
+}
+
+// Decodes a T from `view`. INVALID_ARGUMENT (naming the types) if it holds another type.
+template <typename T>
+absl::StatusOr<T> Decode(const ValueView& view) {
+  msgpack::object_handle handle;
+  if (absl::Status s = Unpack(view.bytes, &handle); !s.ok()) return s;
+  ScopedCodecContext scope(CodecContext::Current() != nullptr ? CodecContext::Current()
+                                                              : RuntimeCodecContext());
+  try {
+    return ConvertOrThrow<T>(handle.get());
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+}
+
+}  // namespace drover::internal
+
+#endif  // DROVER_SDK_INCLUDE_DROVER_INTERNAL_CODEC_H_

@@ -1,0 +1,432 @@
+#include "sdk/runtime/actor_client.h"
+
+#include <algorithm>
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "sdk/runtime/task_submitter.h"
+
+namespace drover::internal {
+namespace {
+
+constexpr absl::Duration kPollWait = absl::Seconds(2);
+
+std::string Describe(const proto::ActorInfo& info) {
+  std::string s = absl::StrCat("actor ", info.actor_id());
+  if (!info.class_name().empty()) absl::StrAppend(&s, " (", info.class_name());
+  if (!info.name().empty()) absl::StrAppend(&s, info.class_name().empty() ? " (" : ", ", "named '", info.name(), "'");
+  if (!info.class_name().empty() || !info.name().empty()) absl::StrAppend(&s, ")");
+  return s;
+}
+
+}  // namespace
+
+absl::Status ActorDeadError(const proto::ActorInfo& info) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(Describe(info), " is dead: ", info.reason().empty() ? "unknown cause" : info.reason()));
+}
+
+ActorClient::ActorClient(RuntimeContext* ctx) : ctx_(ctx) {}
+
+ActorClient::~ActorClient() { Shutdown(); }
+
+void ActorClient::Spawn(std::function<void()> fn) {
+  absl::MutexLock l(&mu_);
+  if (shutdown_) return;
+  ++active_threads_;
+  std::thread([this, fn = std::move(fn)] {
+    fn();
+    absl::MutexLock l(&mu_);
+    --active_threads_;
+    cv_.SignalAll();
+  }).detach();
+}
+
+std::shared_ptr<ActorState> ActorClient::FromId(const std::string& id) {
+  absl::MutexLock l(&mu_);
+  std::weak_ptr<ActorState>& slot = actors_[id];
+  std::shared_ptr<ActorState> a = slot.lock();
+  if (a == nullptr) {
+    a = std::make_shared<ActorState>(this, id);
+    slot = a;
+  }
+  return a;
+}
+
+std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
+                                                const CallOptions& options,
+                                                std::vector<TaskArgument> args) {
+  const std::string id = absl::StrCat("actor-", ctx_->NewObjectId());
+  std::shared_ptr<ActorState> a = FromId(id);
+  const FunctionInfo* fn = FindFunctionByKey(factory_key);
+  if (fn == nullptr || fn->kind != FunctionKind::kFactory) {
+    absl::MutexLock l(&a->mu_);
+    a->dead_ = absl::InvalidArgumentError(absl::StrCat(
+        "cannot create an actor: ", DescribeUnregistered(factory_key),
+        " is not registered as an actor factory; add it to DROVER_REMOTE(...)"));
+    return a;
+  }
+  auto task = std::make_shared<TaskRecord>();
+  task->function = fn->name;
+  task->display = options.name.empty() ? fn->name : options.name;
+  task->options = options;
+  task->args = std::move(args);
+  ResolveArguments(task, [this, a, task, fn](absl::Status s) {
+    if (!s.ok()) {
+      FailAll(a, s);
+      return;
+    }
+    Spawn([this, a, task, fn] {
+      proto::TaskSpec spec;
+      absl::Status built = BuildTaskSpec(*task, 0, &spec);
+      if (!built.ok()) {
+        FailAll(a, built);
+        return;
+      }
+      proto::CreateActorRequest req;
+      req.set_job_id(ctx_->job_id);
+      req.set_owner(ctx_->owner);
+      proto::ActorCreation* c = req.mutable_creation();
+      c->set_actor_id(a->id);
+      c->set_factory(fn->name);
+      *c->mutable_args() = std::move(*spec.mutable_args());
+      *c->mutable_dependencies() = std::move(*spec.mutable_dependencies());
+      c->set_class_name(TypeName(*fn->cls));
+      c->set_name(task->options.name);
+      const CallOptions& o = task->options;
+      req.mutable_shape()->set_cpus(o.resources_set ? o.resources.cpus : 1);
+      req.mutable_shape()->set_gpus(o.resources.gpus);
+      req.mutable_shape()->set_memory_bytes(o.resources.memory);
+      for (const auto& [k, v] : o.resources.custom) (*req.mutable_shape()->mutable_custom())[k] = v;
+      *req.mutable_package() = ctx_->package;
+      req.mutable_hint()->set_node_id(o.node_id);
+      req.mutable_hint()->set_soft(o.soft_affinity);
+      req.set_max_restarts(o.max_restarts);
+      req.set_request_id(a->id);
+      grpc::ClientContext cctx;
+      PrepareContext(&cctx, ctx_->token, std::chrono::milliseconds(30000));
+      proto::CreateActorReply reply;
+      absl::Status st = FromGrpcStatus(ctx_->leases->CreateActor(&cctx, req, &reply));
+      if (!st.ok()) {
+        FailAll(a, absl::Status(st.code(), absl::StrCat("cannot create actor ", a->id, " (",
+                                                        task->display, "): ", st.message())));
+        return;
+      }
+      Update(a, reply.actor());
+      Pump(a);
+    });
+  });
+  return a;
+}
+
+std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a,
+                                            const std::string& method_key,
+                                            const CallOptions& options,
+                                            std::vector<TaskArgument> args) {
+  const std::string id = ctx_->NewObjectId();
+  const FunctionInfo* fn = FindFunctionByKey(method_key);
+  if (fn == nullptr || fn->kind != FunctionKind::kMethod) {
+    return TheObjectTable().NewFailed(
+        id, absl::InvalidArgumentError(absl::StrCat(
+                "cannot call ", DescribeUnregistered(method_key), " on actor ", a->id,
+                ": it is not registered; add &Class::Method to DROVER_REMOTE(...)")));
+  }
+  auto task = std::make_shared<TaskRecord>();
+  task->function = fn->name;
+  task->display = options.name.empty() ? fn->name : options.name;
+  task->options = options;
+  task->args = std::move(args);
+  task->result = TheObjectTable().NewPending(id);
+  task->return_id = id;
+  std::shared_ptr<RefState> result = task->result;
+  {
+    absl::MutexLock l(&a->mu_);
+    if (!a->dead_.ok()) {
+      TheObjectTable().Fail(result, a->dead_);
+      return result;
+    }
+    a->queue_.push_back(ActorState::Call{task, false, absl::OkStatus()});
+  }
+  std::weak_ptr<ActorState> weak = a;
+  ResolveArguments(task, [this, weak, task](absl::Status s) {
+    std::shared_ptr<ActorState> a = weak.lock();
+    if (a == nullptr) return;
+    {
+      absl::MutexLock l(&a->mu_);
+      for (ActorState::Call& c : a->queue_) {
+        if (c.task == task) {
+          c.resolved = true;
+          c.error = s;
+        }
+      }
+    }
+    Pump(a);
+  });
+  return result;
+}
+
+void ActorClient::Pump(const std::shared_ptr<ActorState>& a) {
+  absl::MutexLock send_lock(&a->send_mu_);
+  std::string frames;
+  std::shared_ptr<FramedSocket> sock;
+  std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>> failed;
+  {
+    absl::MutexLock l(&a->mu_);
+    while (!a->queue_.empty() && a->queue_.front().resolved && !a->queue_.front().error.ok()) {
+      failed.emplace_back(a->queue_.front().task, a->queue_.front().error);
+      a->queue_.pop_front();
+    }
+    if (!a->dead_.ok()) {
+      for (auto& c : a->queue_) failed.emplace_back(c.task, a->dead_);
+      a->queue_.clear();
+    } else if (a->sock_ == nullptr) {
+      if (!a->connecting_ && !a->queue_.empty()) {
+        a->connecting_ = true;
+        Spawn([this, a] { Connect(a); });
+      }
+    } else {
+      sock = a->sock_;
+      while (!a->queue_.empty() && a->queue_.front().resolved) {
+        ActorState::Call c = std::move(a->queue_.front());
+        a->queue_.pop_front();
+        if (!c.error.ok()) {
+          failed.emplace_back(c.task, c.error);
+          continue;
+        }
+        const uint64_t seq = a->next_seq_++;
+        proto::TaskFrame frame;
+        absl::Status built = BuildTaskSpec(*c.task, seq, frame.mutable_push());
+        if (!built.ok()) {
+          failed.emplace_back(c.task, built);
+          continue;
+        }
+        a->in_flight_.emplace(seq, c.task);
+        AppendFrame(frame, &frames);
+      }
+    }
+  }
+  for (auto& [t, s] : failed) TheObjectTable().Fail(t->result, s);
+  if (sock != nullptr && !frames.empty()) sock->SendFrames(frames).IgnoreError();  // the reader sees a break
+}
+
+absl::StatusOr<proto::ActorInfo> ActorClient::Fetch(const std::string& id, const std::string& name,
+                                                    int64_t after, absl::Duration wait) {
+  grpc::ClientContext cctx;
+  PrepareContext(&cctx, ctx_->token,
+                 std::chrono::milliseconds(absl::ToInt64Milliseconds(wait) + 5000));
+  proto::GetActorRequest req;
+  req.set_actor_id(id);
+  req.set_name(name);
+  req.set_after_version(after);
+  req.set_wait_ms(absl::ToInt64Milliseconds(wait));
+  proto::GetActorReply reply;
+  DROVER_RETURN_IF_ERROR(FromGrpcStatus(ctx_->leases->GetActor(&cctx, req, &reply)));
+  return reply.actor();
+}
+
+void ActorClient::Update(const std::shared_ptr<ActorState>& a, const proto::ActorInfo& info) {
+  absl::MutexLock l(&a->mu_);
+  if (a->known_ && info.version() < a->info_.version()) return;
+  a->info_ = info;
+  a->known_ = true;
+  if (info.state() == proto::ACTOR_DEAD && a->dead_.ok()) a->dead_ = ActorDeadError(info);
+  if (!info.agent_address().empty()) ctx_->store->NoteAgent(info.node_id(), info.agent_address());
+  a->changed_.SignalAll();
+}
+
+void ActorClient::FailAll(const std::shared_ptr<ActorState>& a, const absl::Status& s) {
+  std::vector<std::shared_ptr<TaskRecord>> failed;
+  {
+    absl::MutexLock l(&a->mu_);
+    if (a->dead_.ok()) a->dead_ = s;
+    for (auto& c : a->queue_) failed.push_back(c.task);
+    a->queue_.clear();
+    for (auto& [seq, t] : a->in_flight_) failed.push_back(t);
+    a->in_flight_.clear();
+    a->connecting_ = false;
+    a->changed_.SignalAll();
+  }
+  for (auto& t : failed) TheObjectTable().Fail(t->result, s);
+}
+
+void ActorClient::Connect(std::shared_ptr<ActorState> a) {
+  for (;;) {
+    int64_t after = 0;
+    {
+      absl::MutexLock l(&mu_);
+      if (shutdown_) break;
+    }
+    {
+      absl::MutexLock l(&a->mu_);
+      if (!a->dead_.ok()) break;
+      // Once the record says ALIVE, connect; else wait for it to change.
+      if (a->known_ && a->info_.state() != proto::ACTOR_ALIVE) after = a->info_.version();
+    }
+    absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", after, kPollWait);
+    if (!info.ok()) {
+      if (info.status().code() == absl::StatusCode::kNotFound) {
+        // Creation not yet recorded (CreateActor in flight) or an unknown id.
+        absl::MutexLock l(&a->mu_);
+        if (!a->known_) {
+          a->changed_.WaitWithTimeout(&a->mu_, absl::Milliseconds(50));
+          continue;
+        }
+      }
+      FailAll(a, absl::Status(info.status().code(),
+                              absl::StrCat("cannot reach actor ", a->id, ": ", info.status().message())));
+      return;
+    }
+    Update(a, *info);
+    if (info->state() == proto::ACTOR_DEAD) break;
+    if (info->state() != proto::ACTOR_ALIVE) continue;
+    absl::StatusOr<std::unique_ptr<FramedSocket>> sock =
+        ConnectToWorker(ctx_, info->node_id(), info->unix_path(), info->tcp_address(), "", a->id);
+    if (!sock.ok()) {
+      // Moved or restarting: wait for its record to change.
+      absl::MutexLock l(&a->mu_);
+      a->info_.set_state(proto::ACTOR_RESTARTING);
+      continue;
+    }
+    std::shared_ptr<FramedSocket> shared(std::move(*sock));
+    {
+      absl::MutexLock l(&a->mu_);
+      a->sock_ = shared;
+      a->connecting_ = false;
+    }
+    {
+      absl::MutexLock l(&mu_);
+      sockets_[a->id] = shared;
+    }
+    Spawn([this, a, shared] { Reader(a, shared); });
+    Pump(a);
+    return;
+  }
+  {
+    absl::MutexLock l(&a->mu_);
+    a->connecting_ = false;
+  }
+  Pump(a);  // fails what is queued if it is dead
+}
+
+void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock) {
+  for (;;) {
+    proto::TaskFrame frame;
+    absl::Status s = sock->Read(&frame);
+    if (!s.ok()) break;
+    if (!frame.has_reply()) continue;
+    std::shared_ptr<TaskRecord> t;
+    {
+      absl::MutexLock l(&a->mu_);
+      auto it = a->in_flight_.find(frame.reply().seq());
+      if (it == a->in_flight_.end()) continue;
+      t = std::move(it->second);
+      a->in_flight_.erase(it);
+    }
+    std::string node;
+    {
+      absl::MutexLock l(&a->mu_);
+      node = a->info_.node_id();
+    }
+    ApplyReply(*t, node, *frame.mutable_reply());
+  }
+  // The connection broke: the actor's worker died (or we are shutting down).
+  std::vector<std::shared_ptr<TaskRecord>> lost;
+  int64_t version = 0;
+  {
+    absl::MutexLock l(&a->mu_);
+    if (a->sock_ == sock) a->sock_ = nullptr;
+    for (auto& [seq, t] : a->in_flight_) lost.push_back(t);
+    a->in_flight_.clear();
+    version = a->info_.version();
+  }
+  {
+    absl::MutexLock l(&mu_);
+    if (sockets_[a->id] == sock) sockets_.erase(a->id);
+    if (shutdown_) {
+      for (auto& t : lost) {
+        TheObjectTable().Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
+      }
+      return;
+    }
+  }
+  // What happened? The scheduler hears of the worker's exit from its agent.
+  absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", version, absl::Seconds(5));
+  std::string cause = "its worker's connection broke";
+  if (info.ok()) {
+    Update(a, *info);
+    if (!info->reason().empty()) cause = info->reason();
+  }
+  for (auto& t : lost) {
+    TheObjectTable().Fail(t->result, absl::UnavailableError(absl::StrCat(
+                                         "actor ", a->id, " died while running ", t->display, ": ",
+                                         cause)));
+  }
+  Pump(a);  // queued calls go to the restarted actor, or fail if it is dead
+}
+
+absl::StatusOr<std::shared_ptr<ActorState>> ActorClient::Lookup(const std::string& name,
+                                                                absl::Duration timeout) {
+  absl::StatusOr<proto::ActorInfo> info = Fetch("", name, 0, timeout);
+  if (!info.ok()) return info.status();
+  std::shared_ptr<ActorState> a = FromId(info->actor_id());
+  Update(a, *info);
+  if (info->state() == proto::ACTOR_DEAD) return ActorDeadError(*info);
+  return a;
+}
+
+absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
+  grpc::ClientContext cctx;
+  PrepareContext(&cctx, ctx_->token);
+  proto::KillActorRequest req;
+  req.set_actor_id(a->id);
+  req.set_reason("killed by drover::Kill");
+  proto::KillActorReply reply;
+  return FromGrpcStatus(ctx_->leases->KillActor(&cctx, req, &reply));
+}
+
+absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    int64_t after = 0;
+    {
+      absl::MutexLock l(&a->mu_);
+      if (!a->dead_.ok()) return a->dead_;
+      if (a->known_ && a->info_.state() == proto::ACTOR_ALIVE) return absl::OkStatus();
+      if (a->known_) after = a->info_.version();
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      absl::MutexLock l(&a->mu_);
+      return absl::DeadlineExceededError(absl::StrCat(
+          "actor ", a->id, " is not ready",
+          a->info_.pending_reason().empty() ? "" : absl::StrCat(": ", a->info_.pending_reason())));
+    }
+    absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", after, std::min(left, kPollWait));
+    if (!info.ok()) {
+      if (info.status().code() != absl::StatusCode::kNotFound) return info.status();
+      absl::MutexLock l(&a->mu_);
+      a->changed_.WaitWithTimeout(&a->mu_, absl::Milliseconds(20));  // creation in flight
+      continue;
+    }
+    Update(a, *info);
+  }
+}
+
+void ActorClient::Shutdown() {
+  std::vector<std::shared_ptr<FramedSocket>> socks;
+  {
+    absl::MutexLock l(&mu_);
+    if (shutdown_) return;
+    shutdown_ = true;
+    for (auto& [id, s] : sockets_) socks.push_back(s);
+  }
+  for (auto& s : socks) s->Shutdown();
+  absl::MutexLock l(&mu_);
+  while (active_threads_ > 0) cv_.Wait(&mu_);
+}
+
+}  // namespace drover::internal

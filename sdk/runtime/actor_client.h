@@ -1,0 +1,105 @@
+// ActorClient: this process's side of actors: creating them (through the scheduler,
+// which keeps every actor's record, places it and restarts it), and calling them
+// directly on their worker.
+//
+// Calls from this process to one actor go, in submission order, over one connection to
+// the actor's worker, which runs them in arrival order: so calls from one caller run in
+// the order they were made. A call whose arguments are not ready holds back the calls
+// after it. When the connection breaks the scheduler is asked what happened: calls in
+// flight fail with the cause (the worker's exit code or signal and stderr tail); queued
+// calls go to the restarted actor, or fail if it is dead for good.
+//
+// Threading: one mutex per actor; a reader thread per connected actor; connecting
+// (waiting for the actor to be ALIVE) runs on its own thread. Thread-safe.
+#ifndef DROVER_SDK_RUNTIME_ACTOR_CLIENT_H_
+#define DROVER_SDK_RUNTIME_ACTOR_CLIENT_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/framed_socket.h"
+#include "sdk/runtime/context.h"
+
+namespace drover::internal {
+
+class ActorClient;
+
+class ActorState {
+ public:
+  ActorState(ActorClient* client, std::string id) : id(std::move(id)), client_(client) {}
+  const std::string id;
+
+ private:
+  friend class ActorClient;
+  struct Call {
+    std::shared_ptr<TaskRecord> task;
+    bool resolved = false;
+    absl::Status error;  // an argument failed
+  };
+  ActorClient* const client_;
+  // Held while taking calls off the queue and sending them, so they leave in order. The
+  // reader never takes it, so a send that blocks cannot stop replies from being read.
+  absl::Mutex send_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  absl::Mutex mu_;
+  absl::CondVar changed_;
+  proto::ActorInfo info_ ABSL_GUARDED_BY(mu_);
+  bool known_ ABSL_GUARDED_BY(mu_) = false;      // info_ came from the scheduler
+  absl::Status dead_ ABSL_GUARDED_BY(mu_);        // set once DEAD (or creation failed)
+  std::shared_ptr<FramedSocket> sock_ ABSL_GUARDED_BY(mu_);
+  bool connecting_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<Call> queue_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<uint64_t, std::shared_ptr<TaskRecord>> in_flight_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+class ActorClient {
+ public:
+  explicit ActorClient(RuntimeContext* ctx);
+  ~ActorClient();
+
+  std::shared_ptr<ActorState> Create(const std::string& factory_key, const CallOptions& options,
+                                     std::vector<TaskArgument> args);
+  std::shared_ptr<RefState> Call(const std::shared_ptr<ActorState>& actor,
+                                 const std::string& method_key, const CallOptions& options,
+                                 std::vector<TaskArgument> args);
+  absl::StatusOr<std::shared_ptr<ActorState>> Lookup(const std::string& name, absl::Duration timeout);
+  std::shared_ptr<ActorState> FromId(const std::string& id);
+  absl::Status Kill(const std::shared_ptr<ActorState>& actor);
+  absl::Status WaitReady(const std::shared_ptr<ActorState>& actor, absl::Duration timeout);
+  // Fails queued calls and closes connections; joins threads.
+  void Shutdown();
+
+ private:
+  // Sends the calls at the head of the queue that are ready, connecting first if needed.
+  void Pump(const std::shared_ptr<ActorState>& a);
+  void Connect(std::shared_ptr<ActorState> a);
+  void Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock);
+  // Asks the scheduler for the actor's record, waiting up to `wait` for a version after
+  // `after` (0: now).
+  absl::StatusOr<proto::ActorInfo> Fetch(const std::string& id, const std::string& name,
+                                         int64_t after, absl::Duration wait);
+  void Update(const std::shared_ptr<ActorState>& a, const proto::ActorInfo& info);
+  void FailAll(const std::shared_ptr<ActorState>& a, const absl::Status& s);
+  void Spawn(std::function<void()> fn);
+
+  RuntimeContext* const ctx_;
+  absl::Mutex mu_;
+  std::unordered_map<std::string, std::weak_ptr<ActorState>> actors_ ABSL_GUARDED_BY(mu_);
+  std::unordered_map<std::string, std::shared_ptr<FramedSocket>> sockets_ ABSL_GUARDED_BY(mu_);
+  int active_threads_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar cv_;
+};
+
+// The message for an actor that is dead, from its record.
+absl::Status ActorDeadError(const proto::ActorInfo& info);
+
+}  // namespace drover::internal
+
+#endif  // DROVER_SDK_RUNTIME_ACTOR_CLIENT_H_

@@ -1,0 +1,81 @@
+// What every part of the task runtime shares: who this process is, how to reach the
+// scheduler and the stores, and the record of a task as its owner keeps it.
+#ifndef DROVER_SDK_RUNTIME_CONTEXT_H_
+#define DROVER_SDK_RUNTIME_CONTEXT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "drover/internal/registry.h"
+#include "drover/internal/runtime_api.h"
+#include "proto/lease.grpc.pb.h"
+#include "proto/task.pb.h"
+#include "sdk/runtime/object_table.h"
+#include "sdk/runtime/store_access.h"
+
+namespace drover::internal {
+
+struct RuntimeContext {
+  std::string token;
+  std::string job_id;
+  // "<job>/<pid>@<node>": the owner as logs and the scheduler show it.
+  std::string owner;
+  // 8 hex characters unique to this process, the prefix of its object and task ids.
+  std::string owner_tag;
+  std::string node_id;
+  // This node's address (workers on this node are reached by Unix socket).
+  std::string node_ip;
+  std::string scheduler_address;
+  std::unique_ptr<proto::Leases::Stub> leases;
+  std::unique_ptr<StoreAccess> store;
+  // The binary workers run (this one).
+  proto::PackageRef package;
+
+  std::atomic<uint64_t> next_id{1};
+  // A fresh object id: "<owner_tag>.<n>" (fits the store's 64-byte ids).
+  std::string NewObjectId();
+};
+
+// A task (or actor call, or actor creation) as its owner keeps it until it is done.
+struct TaskRecord {
+  // The registered function and the name shown in errors.
+  std::string function;
+  std::string display;
+  CallOptions options;
+  std::vector<TaskArgument> args;
+  // The result. Strong until the task is done (so it completes even if the caller
+  // dropped every ref), then dropped: the result keeps the task as its lineage.
+  std::shared_ptr<RefState> result;
+  std::string return_id;
+  int attempt = 0;
+  int retries_left = 0;
+  // Set by Cancel; a cancelled task is never sent again.
+  bool cancelled = false;
+  // Encoded size of the arguments (bounds the bytes in flight per worker).
+  size_t wire_bytes = 0;
+};
+
+// Calls `done` once every reference argument of `task` is done: OK, or the first
+// argument's error (naming the argument). `done` runs on the completing thread.
+void ResolveArguments(const std::shared_ptr<TaskRecord>& task,
+                      std::function<void(absl::Status)> done);
+
+// The wire form of a task whose arguments are resolved.
+absl::Status BuildTaskSpec(const TaskRecord& task, uint64_t seq, proto::TaskSpec* spec,
+                           std::map<std::string, uint64_t>* bytes_per_node = nullptr);
+
+// What a TaskReply makes of the result object: its value, or an error naming the task
+// and the node.
+void ApplyReply(const TaskRecord& task, const std::string& node_id, proto::TaskReply& reply);
+
+// An error naming the task, for failures outside its code (a worker died, a node was
+// lost, it was cancelled).
+absl::Status TaskError(const TaskRecord& task, absl::StatusCode code, const std::string& what);
+
+}  // namespace drover::internal
+
+#endif  // DROVER_SDK_RUNTIME_CONTEXT_H_

@@ -1,0 +1,165 @@
+#include "sdk/runtime/object_table.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace drover::internal {
+
+RefState::~RefState() { table_->Released(this); }
+
+ObjectTable& TheObjectTable() {
+  static ObjectTable* table = new ObjectTable();
+  return *table;
+}
+
+void ObjectTable::set_release(ReleaseFn fn) {
+  absl::MutexLock l(&mu_);
+  release_ = std::move(fn);
+}
+
+std::shared_ptr<RefState> ObjectTable::NewPending(std::string id) {
+  return std::make_shared<RefState>(this, std::move(id));
+}
+
+std::shared_ptr<RefState> ObjectTable::NewReady(std::string id, ObjectValue value) {
+  auto ref = NewPending(std::move(id));
+  Complete(ref, std::move(value));
+  return ref;
+}
+
+std::shared_ptr<RefState> ObjectTable::NewFailed(std::string id, absl::Status error) {
+  auto ref = NewPending(std::move(id));
+  Fail(ref, std::move(error));
+  return ref;
+}
+
+void ObjectTable::Finish(const std::shared_ptr<RefState>& ref) {
+  ref->done_seq = next_done_seq_++;
+  ref->pending_reason.clear();
+  if (waiters_ > 0) done_.SignalAll();
+}
+
+void ObjectTable::Complete(const std::shared_ptr<RefState>& ref, ObjectValue value) {
+  std::vector<std::function<void()>> callbacks;
+  {
+    absl::MutexLock l(&mu_);
+    if (ref->state != RefState::State::kPending) return;
+    ref->state = RefState::State::kReady;
+    ref->inline_bytes = std::move(value.inline_bytes);
+    ref->stored = std::move(value.stored);
+    ref->contained = std::move(value.contained);
+    Finish(ref);
+    callbacks.swap(ref->on_done);
+  }
+  for (auto& cb : callbacks) cb();
+}
+
+void ObjectTable::Fail(const std::shared_ptr<RefState>& ref, absl::Status error) {
+  std::vector<std::function<void()>> callbacks;
+  {
+    absl::MutexLock l(&mu_);
+    if (ref->state != RefState::State::kPending) return;
+    ref->state = RefState::State::kFailed;
+    ref->error = std::move(error);
+    Finish(ref);
+    callbacks.swap(ref->on_done);
+  }
+  for (auto& cb : callbacks) cb();
+}
+
+void ObjectTable::Reset(const std::shared_ptr<RefState>& ref) {
+  absl::MutexLock l(&mu_);
+  ref->state = RefState::State::kPending;
+  ref->error = absl::OkStatus();
+  ref->stored.reset();
+  ref->inline_bytes.reset();
+  ref->contained.clear();
+  ref->cache.reset();
+}
+
+void ObjectTable::SetPendingReason(const std::shared_ptr<RefState>& ref, const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  if (ref->state == RefState::State::kPending) ref->pending_reason = reason;
+}
+
+void ObjectTable::WhenDone(const std::shared_ptr<RefState>& ref, std::function<void()> fn) {
+  {
+    absl::MutexLock l(&mu_);
+    if (ref->state == RefState::State::kPending) {
+      ref->on_done.push_back(std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
+bool ObjectTable::WaitDone(const std::shared_ptr<RefState>& ref, absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  ++waiters_;
+  bool timed_out = false;
+  while (ref->state == RefState::State::kPending && !timed_out) {
+    timed_out = done_.WaitWithDeadline(&mu_, deadline);
+  }
+  --waiters_;
+  return ref->state != RefState::State::kPending;
+}
+
+std::vector<size_t> ObjectTable::WaitAny(const std::vector<std::shared_ptr<RefState>>& refs,
+                                         int num, absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  ++waiters_;
+  std::vector<size_t> done;
+  const size_t want = std::min<size_t>(std::max(num, 0), refs.size());
+  for (;;) {
+    done.clear();
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (refs[i] != nullptr && refs[i]->state != RefState::State::kPending) done.push_back(i);
+    }
+    if (done.size() >= want) break;
+    if (done_.WaitWithDeadline(&mu_, deadline)) break;
+  }
+  --waiters_;
+  std::sort(done.begin(), done.end(),
+            [&](size_t a, size_t b) { return refs[a]->done_seq < refs[b]->done_seq; });
+  if (done.size() > want) done.resize(want);
+  return done;
+}
+
+ObjectTable::Outcome ObjectTable::Read(const std::shared_ptr<RefState>& ref) {
+  absl::MutexLock l(&mu_);
+  Outcome out;
+  out.state = ref->state;
+  out.value.inline_bytes = ref->inline_bytes;
+  out.value.stored = ref->stored;
+  out.value.contained = ref->contained;
+  out.error = ref->error;
+  out.cache = ref->cache;
+  out.pending_reason = ref->pending_reason;
+  return out;
+}
+
+void ObjectTable::SetCache(const std::shared_ptr<RefState>& ref, ValueView view) {
+  absl::MutexLock l(&mu_);
+  ref->cache = std::move(view);
+}
+
+void ObjectTable::MarkEscaped(const std::shared_ptr<RefState>& ref) {
+  absl::MutexLock l(&mu_);
+  ref->escaped = true;
+}
+
+void ObjectTable::Released(RefState* ref) {
+  std::vector<StoredRef> objects;
+  ReleaseFn release;
+  {
+    absl::MutexLock l(&mu_);
+    // Nobody can hold a pointer to `ref` any more: its fields are ours alone.
+    if (ref->escaped || !release_) return;
+    if (ref->stored) objects.push_back(*ref->stored);
+    objects.insert(objects.end(), ref->contained.begin(), ref->contained.end());
+    release = release_;
+  }
+  if (!objects.empty()) release(objects);
+}
+
+}  // namespace drover::internal

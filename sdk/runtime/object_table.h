@@ -1,0 +1,135 @@
+// The owner's side of objects: what this process knows of every object it made (task
+// results, Puts) or was handed, and the waits on them.
+//
+// An object is owned by the process that made it: it learns first when the object is
+// ready or failed, keeps its value (small values inline, large ones as the id of a store
+// object) and the task that made it (lineage, to make it again if its node is lost).
+// RefState is shared by every ObjectRef copy; when the last one goes, the object is
+// released (its store copy deleted).
+//
+// Threading: one mutex (ObjectTable::mu_) guards every RefState's mutable fields. Done
+// callbacks run without it, on the thread that completed the object.
+#ifndef DROVER_SDK_RUNTIME_OBJECT_TABLE_H_
+#define DROVER_SDK_RUNTIME_OBJECT_TABLE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "drover/internal/codec.h"
+
+namespace drover::internal {
+
+struct TaskRecord;
+class ObjectTable;
+
+class RefState {
+ public:
+  enum class State { kPending, kReady, kFailed };
+
+  RefState(ObjectTable* table, std::string id) : id(std::move(id)), table_(table) {}
+  ~RefState();
+  RefState(const RefState&) = delete;
+  RefState& operator=(const RefState&) = delete;
+
+  const std::string id;
+
+  // Guarded by the table's mutex.
+  State state = State::kPending;
+  std::shared_ptr<const std::string> inline_bytes;  // the value, when small
+  std::optional<StoredRef> stored;    // or the store object holding it
+  std::vector<StoredRef> contained;   // store objects the value refers to (tensors)
+  absl::Status error;                 // when failed
+  uint64_t done_seq = 0;              // completion order
+  std::string pending_reason;         // why its task waits (for timeouts' messages)
+  std::vector<std::function<void()>> on_done;
+  // The task that made it: kept for stored results, to make them again if lost.
+  std::shared_ptr<TaskRecord> lineage;
+  // The pinned bytes once read from a store (so later Gets need no round trip).
+  std::optional<ValueView> cache;
+  // Sent to another process inside a value: the store copy must then outlive this ref.
+  bool escaped = false;
+
+ private:
+  ObjectTable* const table_;
+};
+
+// What a completed task or Put gives an object.
+struct ObjectValue {
+  std::shared_ptr<const std::string> inline_bytes;
+  std::optional<StoredRef> stored;
+  std::vector<StoredRef> contained;
+};
+
+class ObjectTable {
+ public:
+  // Called (without the lock) for the store objects of a released object, to delete them.
+  using ReleaseFn = std::function<void(const std::vector<StoredRef>& objects)>;
+
+  ObjectTable() = default;
+  void set_release(ReleaseFn fn);
+
+  // A new object, pending until Complete or Fail.
+  std::shared_ptr<RefState> NewPending(std::string id);
+  // A new object, ready (Put).
+  std::shared_ptr<RefState> NewReady(std::string id, ObjectValue value);
+  std::shared_ptr<RefState> NewFailed(std::string id, absl::Status error);
+
+  // Sets the outcome (the first one wins; later calls are ignored) and runs the done
+  // callbacks.
+  void Complete(const std::shared_ptr<RefState>& ref, ObjectValue value);
+  void Fail(const std::shared_ptr<RefState>& ref, absl::Status error);
+  // Makes a failed or lost object pending again (it is being made again).
+  void Reset(const std::shared_ptr<RefState>& ref);
+  // Sets why the object's task waits (shown when a Get times out).
+  void SetPendingReason(const std::shared_ptr<RefState>& ref, const std::string& reason);
+
+  // Runs `fn` once the object is done (now, on this thread, if it already is).
+  void WhenDone(const std::shared_ptr<RefState>& ref, std::function<void()> fn);
+
+  // Waits until the object is done or `deadline`. Returns false on timeout.
+  bool WaitDone(const std::shared_ptr<RefState>& ref, absl::Time deadline);
+  // Indices of done objects, in completion order, once `num` are done or `deadline`.
+  std::vector<size_t> WaitAny(const std::vector<std::shared_ptr<RefState>>& refs, int num,
+                              absl::Time deadline);
+
+  // A snapshot of the outcome, read under the lock.
+  struct Outcome {
+    RefState::State state;
+    ObjectValue value;
+    absl::Status error;
+    std::optional<ValueView> cache;
+    std::string pending_reason;
+  };
+  Outcome Read(const std::shared_ptr<RefState>& ref);
+  void SetCache(const std::shared_ptr<RefState>& ref, ValueView view);
+  void MarkEscaped(const std::shared_ptr<RefState>& ref);
+
+  // Called by ~RefState.
+  void Released(RefState* ref);
+
+  absl::Mutex* mu() { return &mu_; }
+
+ private:
+  void Finish(const std::shared_ptr<RefState>& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  absl::CondVar done_;
+  int waiters_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_done_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  ReleaseFn release_ ABSL_GUARDED_BY(mu_);
+};
+
+// The process's table (lives until exit, so refs may outlive the runtime).
+ObjectTable& TheObjectTable();
+
+}  // namespace drover::internal
+
+#endif  // DROVER_SDK_RUNTIME_OBJECT_TABLE_H_

@@ -1,0 +1,453 @@
+// The task runtime of one process: drover::Init, and the calls task.h's templates make.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/auth.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/rpc.h"
+#include "common/status.h"
+#include "drover/client.h"
+#include "drover/task.h"
+#include "proto/scheduler.grpc.pb.h"
+#include "sdk/runtime/actor_client.h"
+#include "sdk/runtime/context.h"
+#include "sdk/runtime/object_table.h"
+#include "sdk/runtime/package.h"
+#include "sdk/runtime/task_submitter.h"
+#include "sdk/runtime/worker_server.h"
+
+namespace drover {
+namespace internal {
+namespace {
+
+// Values up to this size stay in the owner's memory; larger ones go into the store.
+constexpr size_t kInlineValueLimit = 100 * 1024;
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+std::string RandomTag() {
+  std::random_device rd;
+  return absl::StrCat(absl::Hex(static_cast<uint32_t>(rd()), absl::kZeroPad8));
+}
+
+class Runtime;
+
+absl::Mutex g_mu;
+Runtime* g_runtime ABSL_GUARDED_BY(g_mu) = nullptr;
+std::atomic<Runtime*> g_current{nullptr};
+
+class Runtime {
+ public:
+  RuntimeContext ctx;
+  std::unique_ptr<TaskSubmitter> submitter;
+  std::unique_ptr<ActorClient> actors;
+  // A plain driver's session with the scheduler (its job ends when this ends).
+  std::unique_ptr<grpc::ClientContext> session_ctx;
+  std::thread session_thread;
+
+  void Shutdown() {
+    if (actors) actors->Shutdown();
+    if (submitter) submitter->Shutdown();
+    if (session_ctx) session_ctx->TryCancel();
+    if (session_thread.joinable()) session_thread.join();
+  }
+};
+
+Runtime* ActiveRuntime() { return g_current.load(std::memory_order_acquire); }
+
+// The codec's bridge to the store: large tensors are put into this node's store.
+class StoreCodecContext : public CodecContext {
+ public:
+  absl::StatusOr<StoredRef> Store(absl::string_view data, absl::string_view metadata) override {
+    Runtime* rt = ActiveRuntime();
+    if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+    return rt->ctx.store->Put(rt->ctx.NewObjectId(), data, metadata);
+  }
+  absl::StatusOr<ValueView> Load(const StoredRef& ref) override {
+    Runtime* rt = ActiveRuntime();
+    if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+    return rt->ctx.store->Load(ref, absl::Now() + absl::Minutes(5));
+  }
+};
+
+// True if `ip` is one of this machine's addresses (or loopback).
+bool IsLocalAddress(const std::string& ip) {
+  if (ip.rfind("127.", 0) == 0 || ip == "::1") return true;
+  struct ifaddrs* addrs = nullptr;
+  if (::getifaddrs(&addrs) != 0) return false;
+  bool found = false;
+  for (struct ifaddrs* a = addrs; a != nullptr && !found; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    char buf[INET6_ADDRSTRLEN] = {0};
+    if (a->ifa_addr->sa_family == AF_INET) {
+      ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof(buf));
+    } else if (a->ifa_addr->sa_family == AF_INET6) {
+      ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, buf, sizeof(buf));
+    }
+    found = ip == buf;
+  }
+  ::freeifaddrs(addrs);
+  return found;
+}
+
+// A driver outside any job: finds a node of the cluster on this machine (for its object
+// store) and the address its workers are reached at.
+absl::Status FindLocalNode(Runtime* rt, const std::string& scheduler_address) {
+  auto stub = proto::Scheduler::NewStub(MakeChannel(scheduler_address));
+  grpc::ClientContext cctx;
+  PrepareContext(&cctx, rt->ctx.token);
+  proto::GetClusterStatusRequest req;
+  proto::GetClusterStatusReply reply;
+  DROVER_RETURN_IF_ERROR(FromGrpcStatus(stub->GetClusterStatus(&cctx, req, &reply)));
+  for (const proto::NodeInfo& n : reply.nodes()) {
+    if (n.state() != proto::ALIVE || !IsLocalAddress(n.node_ip())) continue;
+    grpc::ClientContext dctx;
+    PrepareContext(&dctx, rt->ctx.token);
+    proto::DescribeNodeReply d;
+    auto workers = proto::Workers::NewStub(MakeChannel(n.agent_address()));
+    if (!workers->DescribeNode(&dctx, proto::DescribeNodeRequest(), &d).ok()) continue;
+    std::unique_ptr<object_store::Client> store;
+    if (!d.store_socket().empty()) {
+      absl::StatusOr<std::unique_ptr<object_store::Client>> s =
+          object_store::Client::Connect(d.store_socket());
+      if (s.ok()) store = *std::move(s);
+    }
+    rt->ctx.node_id = n.node_id();
+    rt->ctx.node_ip = n.node_ip();
+    rt->ctx.store = std::make_unique<StoreAccess>(std::move(store), n.node_id(), n.agent_address(),
+                                                  rt->ctx.token);
+    return absl::OkStatus();
+  }
+  rt->ctx.store = std::make_unique<StoreAccess>(nullptr, "", "", rt->ctx.token);
+  return absl::OkStatus();
+}
+
+absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
+  proto::RegisterDriverRequest req;
+  req.set_name(argc > 0 ? argv[0] : "driver");
+  req.set_hostname(Hostname());
+  req.set_pid(static_cast<int32_t>(::getpid()));
+  req.set_request_id(rt->ctx.owner_tag);
+  grpc::ClientContext cctx;
+  PrepareContext(&cctx, rt->ctx.token);
+  proto::RegisterDriverReply reply;
+  DROVER_RETURN_IF_ERROR(FromGrpcStatus(rt->ctx.leases->RegisterDriver(&cctx, req, &reply)));
+  rt->ctx.job_id = reply.job_id();
+  // The session: held open for the driver's life. The scheduler ends the job when it
+  // breaks, so a driver that dies (even by SIGKILL) releases everything it owned.
+  rt->session_ctx = std::make_unique<grpc::ClientContext>();
+  rt->session_ctx->AddMetadata(kTokenMetadataKey, rt->ctx.token);
+  auto attached = std::make_shared<std::atomic<int>>(0);
+  proto::Leases::Stub* leases = rt->ctx.leases.get();
+  grpc::ClientContext* sctx = rt->session_ctx.get();
+  const std::string job = reply.job_id();
+  rt->session_thread = std::thread([leases, sctx, job, attached] {
+    proto::DriverSessionRequest sreq;
+    sreq.set_job_id(job);
+    std::unique_ptr<grpc::ClientReader<proto::DriverNotice>> reader = leases->DriverSession(sctx, sreq);
+    proto::DriverNotice notice;
+    while (reader->Read(&notice)) {
+      if (notice.attached()) attached->store(1);
+    }
+    attached->store(-1);
+    reader->Finish();
+  });
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (attached->load() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));  // the stream's first message, normally < 1 ms
+  }
+  if (attached->load() != 1) {
+    return absl::UnavailableError("the scheduler did not attach this driver's session");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
+                                                     const InitOptions& options, bool worker) {
+  auto rt = std::make_unique<Runtime>();
+  RuntimeContext& ctx = rt->ctx;
+  ctx.owner_tag = RandomTag();
+  std::string scheduler = Env("DROVER_SCHEDULER_ADDRESS");
+  std::string token_file = Env("DROVER_TOKEN_FILE");
+  ctx.job_id = Env("DROVER_JOB_ID");
+  const bool in_job = !ctx.job_id.empty() && !scheduler.empty() && !token_file.empty();
+  if (!in_job) {
+    absl::StatusOr<ClusterAddress> cluster = ResolveCluster(options.address, options.token_file);
+    if (!cluster.ok()) return cluster.status();
+    scheduler = cluster->address;
+    token_file = cluster->token_file;
+    ctx.job_id.clear();
+  }
+  absl::StatusOr<std::string> token = ReadTokenFile(token_file);
+  if (!token.ok()) return token.status();
+  ctx.token = *token;
+  ctx.scheduler_address = scheduler;
+  ctx.leases = proto::Leases::NewStub(MakeChannel(scheduler));
+  if (in_job) {
+    ctx.node_id = Env("DROVER_NODE_ID");
+    ctx.node_ip = Env("DROVER_NODE_IP");
+    std::unique_ptr<object_store::Client> store;
+    const std::string socket = Env("DROVER_OBJECT_STORE_SOCKET");
+    if (!socket.empty()) {
+      absl::StatusOr<std::unique_ptr<object_store::Client>> s = object_store::Client::Connect(socket);
+      if (!s.ok()) return s.status();
+      store = *std::move(s);
+    }
+    ctx.store = std::make_unique<StoreAccess>(std::move(store), ctx.node_id,
+                                              Env("DROVER_AGENT_ADDRESS"), ctx.token);
+  } else {
+    DROVER_RETURN_IF_ERROR(FindLocalNode(rt.get(), scheduler));
+    DROVER_RETURN_IF_ERROR(RegisterDriver(rt.get(), argc, argv));
+  }
+  ctx.owner = absl::StrCat(ctx.job_id, "/", ::getpid(), "@", ctx.node_id.empty() ? Hostname() : ctx.node_id);
+  if (worker) {
+    // A worker runs (and submits nested tasks with) the package it was started from.
+    ctx.package.set_hash(Env("DROVER_PACKAGE_HASH"));
+    ctx.package.set_build_id(Env("DROVER_EXPECTED_BUILD_ID"));
+    for (int i = 0; i < argc; ++i) ctx.package.add_argv(argv[i]);
+  } else {
+    absl::StatusOr<proto::PackageRef> pkg = PreparePackage(ctx.leases.get(), ctx.token, argc, argv);
+    if (!pkg.ok()) return pkg.status();
+    ctx.package = *std::move(pkg);
+  }
+  rt->submitter = std::make_unique<TaskSubmitter>(&rt->ctx);
+  rt->actors = std::make_unique<ActorClient>(&rt->ctx);
+  return rt;
+}
+
+void ShutdownAtExit() { drover::Shutdown(); }
+
+}  // namespace
+
+CodecContext* RuntimeCodecContext() {
+  static StoreCodecContext* ctx = new StoreCodecContext();
+  return ActiveRuntime() == nullptr ? nullptr : ctx;
+}
+
+std::shared_ptr<RefState> FailedRef(absl::Status status) {
+  Runtime* rt = ActiveRuntime();
+  std::string id = rt != nullptr ? rt->ctx.NewObjectId() : "failed";
+  return TheObjectTable().NewFailed(std::move(id), std::move(status));
+}
+
+std::shared_ptr<RefState> SubmitTask(const std::string& key, const CallOptions& options,
+                                     std::vector<TaskArgument> args) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) {
+    return FailedRef(absl::FailedPreconditionError("drover::Init was not called (or Shutdown was)"));
+  }
+  const FunctionInfo* fn = FindFunctionByKey(key);
+  if (fn == nullptr || fn->kind != FunctionKind::kFunction) {
+    return FailedRef(absl::InvalidArgumentError(absl::StrCat(
+        "cannot run ", DescribeUnregistered(key), " as a task: ",
+        fn == nullptr ? "it is not registered; add it to DROVER_REMOTE(...)"
+                      : "it is an actor factory; use drover::Actor")));
+  }
+  auto task = std::make_shared<TaskRecord>();
+  task->function = fn->name;
+  task->display = options.name.empty() ? fn->name : options.name;
+  task->options = options;
+  task->args = std::move(args);
+  task->retries_left = std::max(options.max_retries, 0);
+  task->result = TheObjectTable().NewPending(rt->ctx.NewObjectId());
+  task->return_id = task->result->id;
+  std::shared_ptr<RefState> result = task->result;
+  rt->submitter->Submit(std::move(task));
+  return result;
+}
+
+std::shared_ptr<RefState> PutValue(EncodedValue value) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return FailedRef(absl::FailedPreconditionError("drover::Init was not called"));
+  const std::string id = rt->ctx.NewObjectId();
+  ObjectValue v;
+  v.contained = std::move(value.stored);
+  if (value.bytes.size() <= kInlineValueLimit) {
+    v.inline_bytes = std::make_shared<const std::string>(std::move(value.bytes));
+  } else {
+    absl::StatusOr<StoredRef> s = rt->ctx.store->Put(id, value.bytes);
+    if (!s.ok()) return TheObjectTable().NewFailed(id, s.status());
+    v.stored = *s;
+  }
+  return TheObjectTable().NewReady(id, std::move(v));
+}
+
+absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::Duration timeout) {
+  const absl::Time deadline = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                                 : absl::Now() + timeout;
+  if (!TheObjectTable().WaitDone(ref, deadline)) {
+    ObjectTable::Outcome o = TheObjectTable().Read(ref);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "object ", ref->id, " is not ready after ", absl::FormatDuration(timeout),
+        o.pending_reason.empty() ? "" : absl::StrCat(" (", o.pending_reason, ")")));
+  }
+  ObjectTable::Outcome o = TheObjectTable().Read(ref);
+  if (o.state == RefState::State::kFailed) return o.error;
+  if (o.cache) return *o.cache;
+  if (o.value.inline_bytes) return ValueView{*o.value.inline_bytes, o.value.inline_bytes};
+  if (!o.value.stored) return absl::InternalError(absl::StrCat("object ", ref->id, " has no value"));
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+  absl::StatusOr<ValueView> v = rt->ctx.store->Load(*o.value.stored, deadline);
+  if (!v.ok()) return v.status();
+  TheObjectTable().SetCache(ref, *v);
+  return v;
+}
+
+std::vector<size_t> WaitRefs(const std::vector<std::shared_ptr<RefState>>& refs, int num_ready,
+                             absl::Duration timeout) {
+  const absl::Time deadline = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                                 : absl::Now() + timeout;
+  return TheObjectTable().WaitAny(refs, num_ready, deadline);
+}
+
+absl::Status CancelRef(const std::shared_ptr<RefState>& ref, bool force) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+  absl::Status s = rt->submitter->Cancel(ref.get(), force);
+  if (s.code() != absl::StatusCode::kNotFound) return s;
+  if (TheObjectTable().Read(ref).state != RefState::State::kPending) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("object ", ref->id, " is not made by a task of this process (actor calls "
+                   "cannot be cancelled: kill the actor)"));
+}
+
+const std::string& RefId(const RefState& ref) { return ref.id; }
+
+std::shared_ptr<ActorState> CreateActor(const std::string& factory_key, const CallOptions& options,
+                                        std::vector<TaskArgument> args) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) {
+    auto a = std::make_shared<ActorState>(nullptr, "uninitialized");
+    return a;
+  }
+  return rt->actors->Create(factory_key, options, std::move(args));
+}
+
+std::shared_ptr<RefState> SubmitActorTask(const std::shared_ptr<ActorState>& actor,
+                                          const std::string& method_key,
+                                          const CallOptions& options,
+                                          std::vector<TaskArgument> args) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return FailedRef(absl::FailedPreconditionError("drover::Init was not called"));
+  return rt->actors->Call(actor, method_key, options, std::move(args));
+}
+
+absl::StatusOr<std::shared_ptr<ActorState>> LookupActor(const std::string& name,
+                                                        absl::Duration timeout) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+  return rt->actors->Lookup(name, timeout);
+}
+
+std::shared_ptr<ActorState> ActorFromId(const std::string& actor_id) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return std::make_shared<ActorState>(nullptr, actor_id);
+  return rt->actors->FromId(actor_id);
+}
+
+const std::string& ActorId(const ActorState& actor) { return actor.id; }
+
+absl::Status KillActor(const std::shared_ptr<ActorState>& actor) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+  return rt->actors->Kill(actor);
+}
+
+absl::Status WaitActorReady(const std::shared_ptr<ActorState>& actor, absl::Duration timeout) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+  return rt->actors->WaitReady(actor, timeout);
+}
+
+}  // namespace internal
+
+absl::Status Init(int argc, char** argv, const InitOptions& options) {
+  using internal::Runtime;
+  const bool worker = internal::WorkerEnvironment::Present();
+  {
+    absl::MutexLock l(&internal::g_mu);
+    if (internal::g_runtime != nullptr) {
+      return absl::AlreadyExistsError("drover::Init was called already");
+    }
+  }
+  absl::StatusOr<std::unique_ptr<Runtime>> rt = internal::MakeRuntime(argc, argv, options, worker);
+  if (!rt.ok()) {
+    if (worker) {
+      std::cerr << "drover worker: cannot start: " << rt.status().message() << "\n";
+      std::exit(3);
+    }
+    return rt.status();
+  }
+  Runtime* r = rt->release();
+  {
+    absl::MutexLock l(&internal::g_mu);
+    internal::g_runtime = r;
+  }
+  internal::g_current.store(r, std::memory_order_release);
+  internal::TheObjectTable().set_release([](const std::vector<internal::StoredRef>& objects) {
+    if (Runtime* cur = internal::ActiveRuntime()) cur->ctx.store->Delete(objects);
+  });
+  if (!worker) {
+    static std::once_flag once;
+    std::call_once(once, [] { std::atexit(internal::ShutdownAtExit); });
+    return absl::OkStatus();
+  }
+  absl::StatusOr<internal::WorkerEnvironment> env = internal::WorkerEnvironment::Read();
+  if (!env.ok()) {
+    std::cerr << "drover worker: " << env.status().message() << "\n";
+    std::exit(3);
+  }
+  int code = 0;
+  {
+    internal::WorkerServer server(&r->ctx, *std::move(env));
+    code = server.Run();
+  }
+  Shutdown();
+  std::exit(code);
+}
+
+void Shutdown() {
+  internal::Runtime* r = nullptr;
+  {
+    absl::MutexLock l(&internal::g_mu);
+    r = internal::g_runtime;
+    internal::g_runtime = nullptr;
+  }
+  if (r == nullptr) return;
+  internal::g_current.store(nullptr, std::memory_order_release);
+  r->Shutdown();
+  // Threads of other parts may still read the context briefly: the runtime is leaked
+  // on purpose (one per process).
+}
+
+bool IsInitialized() { return internal::ActiveRuntime() != nullptr; }
+
+std::string JobId() {
+  internal::Runtime* r = internal::ActiveRuntime();
+  return r == nullptr ? "" : r->ctx.job_id;
+}
+
+absl::Status Get(const ObjectRef<void>& ref, absl::Duration timeout) {
+  if (!ref.valid()) return absl::InvalidArgumentError("Get of an empty ObjectRef");
+  absl::StatusOr<internal::ValueView> v = internal::GetValue(ref.state(), timeout);
+  return v.status();
+}
+
+}  // namespace drover

@@ -1,0 +1,548 @@
+#include "sdk/runtime/task_submitter.h"
+
+#include <signal.h>
+#include <string.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/exit_text.h"
+#include "common/log.h"
+#include "common/rpc.h"
+#include "common/status.h"
+
+namespace drover::internal {
+namespace {
+
+// Bytes of task arguments in flight per worker: below a socket buffer, so a send never
+// blocks on a worker that is busy running a task.
+constexpr size_t kMaxInFlightBytes = 64 * 1024;
+// Keep about this much work queued at each worker (by its tasks' average run time).
+constexpr double kTargetQueuedUs = 1000;
+constexpr size_t kMaxDepth = 512;
+// Lease requests outstanding per scheduling key, and workers per key.
+constexpr int kMaxLeaseRequests = 4;
+constexpr size_t kMaxWorkersPerKey = 256;
+// A worker idle this long is handed back.
+constexpr absl::Duration kIdleReturn = absl::Milliseconds(200);
+constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(50);
+// How long one RequestLease call waits at the scheduler.
+constexpr int64_t kLeaseWaitMs = 2000;
+
+std::chrono::milliseconds Ms(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+std::string ShapeText(const proto::Resources& r) {
+  std::string s = absl::StrCat("cpus=", r.cpus());
+  if (r.gpus() > 0) absl::StrAppend(&s, ",gpus=", r.gpus());
+  if (r.memory_bytes() > 0) absl::StrAppend(&s, ",mem=", r.memory_bytes());
+  std::map<std::string, double> custom(r.custom().begin(), r.custom().end());
+  for (const auto& [k, v] : custom) absl::StrAppend(&s, ",", k, "=", v);
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectToWorker(RuntimeContext* ctx,
+                                                             const std::string& node_id,
+                                                             const std::string& unix_path,
+                                                             const std::string& tcp_address,
+                                                             const std::string& lease_id,
+                                                             const std::string& actor_id) {
+  absl::StatusOr<std::unique_ptr<FramedSocket>> sock =
+      absl::UnavailableError("the worker has no address");
+  if (node_id == ctx->node_id && !unix_path.empty()) sock = FramedSocket::ConnectUnix(unix_path);
+  if (!sock.ok() && !tcp_address.empty()) sock = FramedSocket::ConnectTcp(tcp_address);
+  if (!sock.ok()) return sock.status();
+  proto::TaskFrame hello;
+  hello.mutable_hello()->set_token(ctx->token);
+  hello.mutable_hello()->set_lease_id(lease_id);
+  hello.mutable_hello()->set_actor_id(actor_id);
+  hello.mutable_hello()->set_caller(ctx->owner);
+  DROVER_RETURN_IF_ERROR((*sock)->Send(hello));
+  proto::TaskFrame reply;
+  DROVER_RETURN_IF_ERROR((*sock)->Read(&reply));
+  if (!reply.has_hello_reply()) {
+    return absl::UnavailableError("the worker did not answer the hello (not a drover worker?)");
+  }
+  if (reply.hello_reply().code() != static_cast<int>(absl::StatusCode::kOk)) {
+    return absl::Status(static_cast<absl::StatusCode>(reply.hello_reply().code()),
+                        reply.hello_reply().message());
+  }
+  return sock;
+}
+
+std::string DescribeWorkerExit(RuntimeContext* ctx, const std::string& agent_address,
+                               const std::string& worker_id, absl::Duration wait) {
+  if (agent_address.empty() || worker_id.empty()) return "";
+  proto::Workers::Stub* stub = ctx->store->WorkersAt(agent_address);
+  grpc::ClientContext cctx;
+  PrepareContext(&cctx, ctx->token, Ms(wait + absl::Seconds(2)));
+  proto::WaitWorkerExitRequest req;
+  req.set_worker_id(worker_id);
+  req.set_wait_ms(absl::ToInt64Milliseconds(wait));
+  proto::WaitWorkerExitReply reply;
+  grpc::Status s = stub->WaitWorkerExit(&cctx, req, &reply);
+  if (!s.ok()) return absl::StrCat("its agent could not say how (", s.error_message(), ")");
+  if (!reply.exited()) return "";
+  return DescribeExit(reply.exit());
+}
+
+TaskSubmitter::TaskSubmitter(RuntimeContext* ctx) : ctx_(ctx) {
+  housekeeping_ = std::thread([this] { HousekeepingLoop(); });
+}
+
+TaskSubmitter::~TaskSubmitter() { Shutdown(); }
+
+void TaskSubmitter::Spawn(std::function<void()> fn) {
+  ++active_threads_;
+  std::thread([this, fn = std::move(fn)] {
+    fn();
+    absl::MutexLock l(&mu_);
+    --active_threads_;
+    cv_.SignalAll();
+  }).detach();
+}
+
+void TaskSubmitter::Submit(std::shared_ptr<TaskRecord> task) {
+  {
+    absl::MutexLock l(&mu_);
+    by_result_[task->result.get()] = task;
+  }
+  ResolveArguments(task, [this, task](absl::Status s) {
+    if (!s.ok()) {
+      FailTask(task, s);
+    } else {
+      Enqueue(task);
+    }
+  });
+}
+
+std::string TaskSubmitter::KeyName(const TaskRecord& t,
+                                   const std::map<std::string, uint64_t>& bytes) const {
+  const CallOptions& o = t.options;
+  std::string name = absl::StrCat(o.resources.cpus, "/", o.resources.gpus, "/", o.resources.memory);
+  for (const auto& [k, v] : o.resources.custom) absl::StrAppend(&name, "/", k, "=", v);
+  if (!o.node_id.empty()) absl::StrAppend(&name, "@", o.node_id, o.soft_affinity ? "~" : "");
+  if (o.spread) absl::StrAppend(&name, "+spread");
+  // Locality: tasks whose arguments sit mostly on one node prefer a worker there.
+  uint64_t best = 0;
+  std::string best_node;
+  for (const auto& [node, n] : bytes) {
+    if (n > best) {
+      best = n;
+      best_node = node;
+    }
+  }
+  if (o.node_id.empty() && best >= (1u << 20)) absl::StrAppend(&name, "#", best_node);
+  return name;
+}
+
+void TaskSubmitter::Enqueue(std::shared_ptr<TaskRecord> task) {
+  std::map<std::string, uint64_t> bytes;
+  for (const TaskArgument& a : task->args) {
+    task->wire_bytes += a.value.bytes.size();
+    for (const StoredRef& s : a.value.stored) bytes[s.node_id] += s.size;
+    if (a.ref) {
+      ObjectTable::Outcome o = TheObjectTable().Read(a.ref);
+      if (o.value.stored) bytes[o.value.stored->node_id] += o.value.stored->size;
+      if (o.value.inline_bytes) task->wire_bytes += o.value.inline_bytes->size();
+      for (const StoredRef& s : o.value.contained) bytes[s.node_id] += s.size;
+    }
+  }
+  const std::string name = KeyName(*task, bytes);
+  std::vector<Send> sends;
+  absl::Status refused;
+  {
+    absl::MutexLock l(&mu_);
+    if (shutdown_) {
+      refused = absl::FailedPreconditionError("drover::Shutdown was called");
+    } else if (task->cancelled) {
+      refused = TaskError(*task, absl::StatusCode::kCancelled, "cancelled");
+    } else {
+      auto& slot = keys_[name];
+      if (slot == nullptr) {
+        slot = std::make_unique<Key>();
+        Key& k = *slot;
+        k.name = name;
+        const CallOptions& o = task->options;
+        k.shape.set_cpus(o.resources.cpus);
+        k.shape.set_gpus(o.resources.gpus);
+        k.shape.set_memory_bytes(o.resources.memory);
+        for (const auto& [rk, rv] : o.resources.custom) (*k.shape.mutable_custom())[rk] = rv;
+        k.hint.set_node_id(o.node_id);
+        k.hint.set_soft(o.soft_affinity);
+        k.hint.set_spread(o.spread);
+        for (const auto& [node, n] : bytes) (*k.hint.mutable_data_bytes())[node] = n;
+      }
+      slot->queue.push_back(std::move(task));
+      PumpLocked(*slot, &sends);
+    }
+  }
+  if (!refused.ok()) {
+    FailTask(task, refused);
+    return;
+  }
+  Flush(sends);
+}
+
+size_t TaskSubmitter::DepthOf(const Worker& w) const {
+  if (w.avg_run_us < 0) return 1;  // nothing known yet: one at a time
+  double d = kTargetQueuedUs / std::max(w.avg_run_us, 1.0);
+  return static_cast<size_t>(std::clamp(d, 1.0, static_cast<double>(kMaxDepth)));
+}
+
+void TaskSubmitter::PumpLocked(Key& k, std::vector<Send>* sends) {
+  while (!k.queue.empty()) {
+    std::shared_ptr<Worker> best;
+    for (const auto& w : k.workers) {
+      if (w->lost) continue;
+      const bool room = w->in_flight.empty() ||
+                        (w->in_flight.size() < DepthOf(*w) && w->in_flight_bytes < kMaxInFlightBytes);
+      if (room && (best == nullptr || w->in_flight.size() < best->in_flight.size())) best = w;
+    }
+    if (best == nullptr) break;
+    std::shared_ptr<TaskRecord> t = std::move(k.queue.front());
+    k.queue.pop_front();
+    if (t->cancelled) {
+      by_result_.erase(t->result.get());
+      TheObjectTable().Fail(t->result, TaskError(*t, absl::StatusCode::kCancelled, "cancelled"));
+      continue;
+    }
+    const uint64_t seq = best->next_seq++;
+    proto::TaskFrame frame;
+    absl::Status built = BuildTaskSpec(*t, seq, frame.mutable_push());
+    if (!built.ok()) {
+      by_result_.erase(t->result.get());
+      TheObjectTable().Fail(t->result, built);
+      continue;
+    }
+    best->in_flight_bytes += t->wire_bytes;
+    best->in_flight.emplace(seq, std::move(t));
+    Send* s = nullptr;
+    for (Send& existing : *sends) {
+      if (existing.worker == best) s = &existing;
+    }
+    if (s == nullptr) {
+      sends->push_back(Send{best, {}});
+      s = &sends->back();
+    }
+    AppendFrame(frame, &s->frames);
+  }
+  if (k.queue.empty()) return;
+  // Tasks wait and no worker has room: ask for more workers.
+  bool known = false;
+  for (const auto& w : k.workers) known |= w->avg_run_us >= 0;
+  const int max_requests = (k.workers.empty() || known) ? kMaxLeaseRequests : 1;
+  while (k.lease_requests < max_requests &&
+         static_cast<size_t>(k.lease_requests) < k.queue.size() &&
+         k.workers.size() + k.lease_requests < kMaxWorkersPerKey) {
+    ++k.lease_requests;
+    std::string request_id = absl::StrCat(ctx_->owner_tag, "-", k.name, "-", ++k.request_counter);
+    Key* kp = &k;
+    Spawn([this, kp, request_id] { RequestLease(kp, request_id); });
+  }
+  if (!k.pending_reason.empty()) {
+    for (const auto& t : k.queue) TheObjectTable().SetPendingReason(t->result, k.pending_reason);
+  }
+}
+
+void TaskSubmitter::Flush(std::vector<Send>& sends) {
+  for (Send& s : sends) {
+    // A failed send is seen by the worker's reader, which re-queues its tasks.
+    s.worker->sock->SendFrames(s.frames).IgnoreError();
+  }
+}
+
+void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
+  proto::RequestLeaseRequest req;
+  {
+    absl::MutexLock l(&mu_);
+    req.set_job_id(ctx_->job_id);
+    req.set_owner(ctx_->owner);
+    *req.mutable_shape() = k->shape;
+    *req.mutable_package() = ctx_->package;
+    *req.mutable_hint() = k->hint;
+    req.set_wait_ms(kLeaseWaitMs);
+    req.set_request_id(request_id);
+  }
+  absl::Duration backoff = absl::Milliseconds(50);
+  for (;;) {
+    grpc::ClientContext cctx;
+    PrepareContext(&cctx, ctx_->token, std::chrono::milliseconds(kLeaseWaitMs + 10000));
+    {
+      absl::MutexLock l(&mu_);
+      if (shutdown_) {
+        --k->lease_requests;
+        return;
+      }
+      lease_calls_.insert(&cctx);
+    }
+    proto::RequestLeaseReply reply;
+    absl::Status s = FromGrpcStatus(ctx_->leases->RequestLease(&cctx, req, &reply));
+    {
+      absl::MutexLock l(&mu_);
+      lease_calls_.erase(&cctx);
+    }
+    std::unique_ptr<FramedSocket> sock;
+    if (s.ok() && reply.granted()) {
+      ctx_->store->NoteAgent(reply.node_id(), reply.agent_address());
+      absl::StatusOr<std::unique_ptr<FramedSocket>> c =
+          ConnectToWorker(ctx_, reply.node_id(), reply.unix_path(), reply.tcp_address(),
+                          reply.lease_id(), "");
+      if (c.ok()) {
+        sock = *std::move(c);
+      } else {
+        s = absl::Status(c.status().code(), absl::StrCat("cannot reach worker ", reply.worker_id(),
+                                                         " on node ", reply.node_id(), ": ",
+                                                         c.status().message()));
+        // Give the lease back; the next request gets another worker.
+        grpc::ClientContext rctx;
+        PrepareContext(&rctx, ctx_->token);
+        proto::ReturnWorkerLeaseRequest rr;
+        rr.set_lease_id(reply.lease_id());
+        rr.set_reason("the owner could not connect to its worker");
+        proto::ReturnWorkerLeaseReply rrep;
+        ctx_->leases->ReturnLease(&rctx, rr, &rrep);
+        request_id += "r";
+        req.set_request_id(request_id);
+      }
+    }
+    std::vector<Send> sends;
+    {
+      absl::MutexLock l(&mu_);
+      if (sock != nullptr && !shutdown_) {
+        --k->lease_requests;
+        auto w = std::make_shared<Worker>();
+        w->key = k;
+        w->lease_id = reply.lease_id();
+        w->node_id = reply.node_id();
+        w->worker_id = reply.worker_id();
+        w->agent_address = reply.agent_address();
+        w->sock = std::move(sock);
+        w->idle_since = absl::Now();
+        k->workers.push_back(w);
+        k->pending_reason.clear();
+        Spawn([this, w] { ReaderLoop(w); });
+        PumpLocked(*k, &sends);
+      } else if (shutdown_ || k->queue.empty()) {
+        // Nothing left to run (or shutting down): a granted worker goes back unused.
+        --k->lease_requests;
+        if (sock != nullptr) sock->Shutdown();
+        return;
+      } else {
+        if (!s.ok()) {
+          k->pending_reason = absl::StrCat("cannot get a worker: ", s.message());
+        } else if (!reply.granted()) {
+          k->pending_reason = absl::StrCat("pending: ", reply.pending_reason());
+        }
+        for (const auto& t : k->queue) TheObjectTable().SetPendingReason(t->result, k->pending_reason);
+        if (!s.ok()) {
+          // The scheduler is unreachable or refused: back off before asking again.
+          cv_.WaitWithTimeout(&mu_, backoff);
+          backoff = std::min(backoff * 2, absl::Seconds(2));
+          if (shutdown_) {
+            --k->lease_requests;
+            return;
+          }
+        }
+        continue;
+      }
+    }
+    Flush(sends);
+    return;
+  }
+}
+
+void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
+  for (;;) {
+    proto::TaskFrame frame;
+    absl::Status s = w->sock->Read(&frame);
+    if (!s.ok()) {
+      WorkerLost(w, s);
+      return;
+    }
+    if (!frame.has_reply()) continue;
+    proto::TaskReply& reply = *frame.mutable_reply();
+    std::shared_ptr<TaskRecord> t;
+    std::vector<Send> sends;
+    {
+      absl::MutexLock l(&mu_);
+      auto it = w->in_flight.find(reply.seq());
+      if (it == w->in_flight.end()) continue;  // answered already (a cancel raced)
+      t = std::move(it->second);
+      w->in_flight.erase(it);
+      w->in_flight_bytes -= std::min(w->in_flight_bytes, t->wire_bytes);
+      if (reply.code() == static_cast<int>(absl::StatusCode::kOk) || reply.user_error()) {
+        const double run = static_cast<double>(reply.run_us());
+        w->avg_run_us = w->avg_run_us < 0 ? run : 0.8 * w->avg_run_us + 0.2 * run;
+      }
+      if (w->in_flight.empty()) w->idle_since = absl::Now();
+      by_result_.erase(t->result.get());
+      PumpLocked(*w->key, &sends);
+    }
+    Flush(sends);
+    if (reply.code() == static_cast<int>(absl::StatusCode::kCancelled) && !t->cancelled) {
+      // A cancel of an earlier attempt: run it again.
+      Enqueue(t);
+      continue;
+    }
+    ApplyReply(*t, w->node_id, reply);
+  }
+}
+
+void TaskSubmitter::WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why) {
+  std::vector<std::shared_ptr<TaskRecord>> unfinished;
+  {
+    absl::MutexLock l(&mu_);
+    Key& k = *w->key;
+    k.workers.erase(std::remove(k.workers.begin(), k.workers.end(), w), k.workers.end());
+    if (w->lost) return;  // handed back on purpose
+    w->lost = true;
+    for (auto& [seq, t] : w->in_flight) unfinished.push_back(std::move(t));
+    w->in_flight.clear();
+  }
+  if (unfinished.empty()) return;
+  std::string how = DescribeWorkerExit(ctx_, w->agent_address, w->worker_id, absl::Seconds(2));
+  if (how.empty()) how = std::string(why.message());
+  for (auto& t : unfinished) {
+    if (t->cancelled) {
+      FailTask(t, TaskError(*t, absl::StatusCode::kCancelled, "cancelled (its worker was stopped)"));
+    } else if (t->retries_left > 0) {
+      --t->retries_left;
+      ++t->attempt;
+      DROVER_LOG(INFO) << "task " << t->display << ": worker " << w->worker_id << " on node "
+                       << w->node_id << " died (" << how << "); retrying (attempt " << t->attempt
+                       << ")";
+      Enqueue(t);
+    } else {
+      FailTask(t, TaskError(*t, absl::StatusCode::kUnavailable,
+                            absl::StrCat("its worker ", w->worker_id, " on node ", w->node_id,
+                                         " died while running it and no retries are left "
+                                         "(SetMaxRetries): the worker ",
+                                         how)));
+    }
+  }
+}
+
+void TaskSubmitter::FailTask(const std::shared_ptr<TaskRecord>& t, absl::Status s) {
+  {
+    absl::MutexLock l(&mu_);
+    by_result_.erase(t->result.get());
+  }
+  TheObjectTable().Fail(t->result, std::move(s));
+}
+
+absl::Status TaskSubmitter::Cancel(const RefState* ref, bool force) {
+  std::shared_ptr<TaskRecord> t;
+  std::shared_ptr<Worker> on;
+  uint64_t seq = 0;
+  bool queued = false;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = by_result_.find(ref);
+    if (it == by_result_.end()) return absl::NotFoundError("no such task in flight");
+    t = it->second.lock();
+    if (t == nullptr) return absl::NotFoundError("no such task in flight");
+    t->cancelled = true;
+    for (auto& [name, k] : keys_) {
+      auto q = std::find(k->queue.begin(), k->queue.end(), t);
+      if (q != k->queue.end()) {
+        k->queue.erase(q);
+        queued = true;
+        break;
+      }
+      for (const auto& w : k->workers) {
+        for (const auto& [s, task] : w->in_flight) {
+          if (task == t) {
+            on = w;
+            seq = s;
+          }
+        }
+      }
+    }
+  }
+  if (queued) {
+    FailTask(t, TaskError(*t, absl::StatusCode::kCancelled, "cancelled before it started"));
+    return absl::OkStatus();
+  }
+  if (on == nullptr) return absl::OkStatus();  // resolving its arguments: never sent
+  if (force) {
+    proto::Workers::Stub* stub = ctx_->store->WorkersAt(on->agent_address);
+    grpc::ClientContext cctx;
+    PrepareContext(&cctx, ctx_->token);
+    proto::KillWorkerRequest req;
+    req.set_worker_id(on->worker_id);
+    req.set_reason(absl::StrCat("drover::Cancel(force) of ", t->display));
+    proto::KillWorkerReply reply;
+    return FromGrpcStatus(stub->KillWorker(&cctx, req, &reply));
+  }
+  proto::TaskFrame frame;
+  frame.mutable_cancel()->set_seq(seq);
+  return on->sock->Send(frame);
+}
+
+void TaskSubmitter::HousekeepingLoop() {
+  absl::MutexLock l(&mu_);
+  while (!shutdown_) {
+    cv_.WaitWithTimeout(&mu_, kHousekeepingPeriod);
+    const absl::Time now = absl::Now();
+    for (auto& [name, k] : keys_) {
+      if (!k->queue.empty()) continue;
+      for (auto it = k->workers.begin(); it != k->workers.end();) {
+        Worker& w = **it;
+        if (w.in_flight.empty() && now - w.idle_since > kIdleReturn) {
+          // Handing the lease back is closing the connection: the worker tells its
+          // agent, which frees the lease and keeps the process warm.
+          w.lost = true;
+          w.sock->Shutdown();
+          it = k->workers.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+}
+
+int TaskSubmitter::LeasedWorkers() {
+  absl::MutexLock l(&mu_);
+  int n = 0;
+  for (auto& [name, k] : keys_) n += static_cast<int>(k->workers.size());
+  return n;
+}
+
+void TaskSubmitter::Shutdown() {
+  std::vector<std::shared_ptr<TaskRecord>> dropped;
+  {
+    absl::MutexLock l(&mu_);
+    if (shutdown_) return;
+    shutdown_ = true;
+    cv_.SignalAll();
+    for (grpc::ClientContext* c : lease_calls_) c->TryCancel();
+    for (auto& [name, k] : keys_) {
+      for (auto& t : k->queue) dropped.push_back(std::move(t));
+      k->queue.clear();
+      for (auto& w : k->workers) {
+        w->lost = true;
+        for (auto& [seq, t] : w->in_flight) dropped.push_back(std::move(t));
+        w->in_flight.clear();
+        w->sock->Shutdown();
+      }
+    }
+  }
+  for (auto& t : dropped) {
+    TheObjectTable().Fail(t->result, TaskError(*t, absl::StatusCode::kCancelled,
+                                               "drover::Shutdown was called before it finished"));
+  }
+  if (housekeeping_.joinable()) housekeeping_.join();
+  absl::MutexLock l(&mu_);
+  // Lease requests finish within their RPC deadline; readers once their socket is shut.
+  while (active_threads_ > 0) cv_.Wait(&mu_);
+}
+
+}  // namespace drover::internal

@@ -1,0 +1,136 @@
+// TaskSubmitter: runs this process's tasks on leased workers.
+//
+// Tasks are grouped by scheduling key (resource shape and placement). For each key it
+// holds worker leases granted by the scheduler and pushes tasks straight to those
+// workers over one connection each (a Unix socket on this node, TCP to others), many
+// in flight per worker: as many as keep about a millisecond of work queued there, so
+// no-op tasks stream by the hundred while long tasks go one at a time to whichever
+// worker is free. It asks for another lease while tasks wait and no worker has room,
+// and hands a lease back (closes the connection) once its worker has been idle a while.
+//
+// Failures: a worker whose connection breaks is asked about (its agent's
+// WaitWorkerExit: exit code or signal, stderr tail); its unfinished tasks are retried
+// up to their max_retries on another worker, or fail naming the task, the node and how
+// the worker ended.
+//
+// Threading: one mutex guards the keys and workers; each worker connection has a
+// reader thread; lease requests run on their own threads. Sends happen outside the
+// mutex. Thread-safe.
+#ifndef DROVER_SDK_RUNTIME_TASK_SUBMITTER_H_
+#define DROVER_SDK_RUNTIME_TASK_SUBMITTER_H_
+
+#include <deque>
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/framed_socket.h"
+#include "sdk/runtime/context.h"
+
+namespace drover::internal {
+
+// Connects to a worker (Unix socket on this node, else TCP) and says hello. Returns the
+// connection, or why the worker refused.
+absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectToWorker(RuntimeContext* ctx,
+                                                             const std::string& node_id,
+                                                             const std::string& unix_path,
+                                                             const std::string& tcp_address,
+                                                             const std::string& lease_id,
+                                                             const std::string& actor_id);
+
+// How a worker ended, from its agent (waits up to `wait` for the reap); a short text
+// such as "killed by SIGKILL; stderr ends with: ..." or "" if unknown.
+std::string DescribeWorkerExit(RuntimeContext* ctx, const std::string& agent_address,
+                               const std::string& worker_id, absl::Duration wait);
+
+class TaskSubmitter {
+ public:
+  explicit TaskSubmitter(RuntimeContext* ctx);
+  ~TaskSubmitter();
+  TaskSubmitter(const TaskSubmitter&) = delete;
+  TaskSubmitter& operator=(const TaskSubmitter&) = delete;
+
+  // Resolves the task's arguments, then queues it.
+  void Submit(std::shared_ptr<TaskRecord> task);
+  // Cancels the task making `ref`, if it is this submitter's. NOT_FOUND if it is not
+  // (done already, or not a task of this process).
+  absl::Status Cancel(const RefState* ref, bool force);
+  // Fails everything queued, closes every connection and joins the threads.
+  void Shutdown();
+
+  // For tests and benchmarks: workers currently leased.
+  int LeasedWorkers();
+
+ private:
+  struct Worker;
+  struct Key {
+    std::string name;
+    proto::Resources shape;
+    proto::PlacementHint hint;
+    std::deque<std::shared_ptr<TaskRecord>> queue;
+    std::vector<std::shared_ptr<Worker>> workers;
+    int lease_requests = 0;  // outstanding
+    uint64_t request_counter = 0;
+    std::string pending_reason;
+  };
+  struct Worker {
+    Key* key = nullptr;
+    std::string lease_id;
+    std::string node_id;
+    std::string worker_id;
+    std::string agent_address;
+    std::unique_ptr<FramedSocket> sock;
+    std::unordered_map<uint64_t, std::shared_ptr<TaskRecord>> in_flight;
+    size_t in_flight_bytes = 0;
+    uint64_t next_seq = 1;
+    // Exponential average of the run time of its tasks (µs); sets the pipeline depth.
+    double avg_run_us = -1;
+    absl::Time idle_since = absl::InfinitePast();
+    bool lost = false;
+  };
+  // A batch of frames for one worker, sent after the mutex is released.
+  struct Send {
+    std::shared_ptr<Worker> worker;
+    std::string frames;
+  };
+
+  void Enqueue(std::shared_ptr<TaskRecord> task);
+  // Runs `fn` on a new detached thread counted in active_threads_.
+  void Spawn(std::function<void()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands queued tasks of `k` to workers with room, and asks for leases if tasks wait.
+  void PumpLocked(Key& k, std::vector<Send>* sends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Flush(std::vector<Send>& sends);
+  size_t DepthOf(const Worker& w) const;
+  void RequestLease(Key* k, std::string request_id);
+  void ReaderLoop(std::shared_ptr<Worker> w);
+  void WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why);
+  void HousekeepingLoop();
+  void FailTask(const std::shared_ptr<TaskRecord>& t, absl::Status s);
+  std::string KeyName(const TaskRecord& t, const std::map<std::string, uint64_t>& bytes) const;
+
+  RuntimeContext* const ctx_;
+
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Key>> keys_ ABSL_GUARDED_BY(mu_);
+  // Result id -> task, for Cancel, while queued or in flight.
+  std::unordered_map<const RefState*, std::weak_ptr<TaskRecord>> by_result_ ABSL_GUARDED_BY(mu_);
+  // Lease-request and reader threads run detached; Shutdown waits for them.
+  int active_threads_ ABSL_GUARDED_BY(mu_) = 0;
+  // Lease requests in progress, cancelled by Shutdown.
+  std::set<grpc::ClientContext*> lease_calls_ ABSL_GUARDED_BY(mu_);
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar cv_;  // shutdown_, active_threads_
+  std::thread housekeeping_;
+};
+
+}  // namespace drover::internal
+
+#endif  // DROVER_SDK_RUNTIME_TASK_SUBMITTER_H_

@@ -1,0 +1,508 @@
+#include "sdk/runtime/worker_server.h"
+
+#include <errno.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "sdk/runtime/package.h"
+
+namespace drover::internal {
+namespace {
+
+// Results up to this size travel in the reply; larger ones go into the store.
+constexpr size_t kInlineResultLimit = 100 * 1024;
+// Run queued tasks for at most this long before reading new frames and writing replies.
+constexpr absl::Duration kBatchTime = absl::Microseconds(500);
+// How long a task waits for its arguments to arrive on this node.
+constexpr absl::Duration kArgumentWait = absl::Minutes(5);
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? "" : v;
+}
+
+class UnpackedArgs : public ArgList {
+ public:
+  size_t size() const override { return handles_.size(); }
+  const msgpack::object& at(size_t i) const override { return handles_[i].get(); }
+  std::vector<msgpack::object_handle> handles_;
+  std::vector<std::shared_ptr<const void>> pins_;
+};
+
+// Decodes `args` (values inline or in store objects) into `out`.
+absl::Status UnpackArgs(RuntimeContext* ctx, const google::protobuf::RepeatedPtrField<proto::TaskArg>& args,
+                        const google::protobuf::RepeatedPtrField<proto::StoredObject>& deps,
+                        const std::string& what, UnpackedArgs* out) {
+  const absl::Time deadline = absl::Now() + kArgumentWait;
+  // Tensors inside the values: make them present here first (pulled from other nodes).
+  for (const proto::StoredObject& d : deps) {
+    absl::StatusOr<ValueView> v =
+        ctx->store->Load(StoredRef{d.object_id(), d.node_id(), d.size()}, deadline);
+    if (!v.ok()) {
+      return absl::Status(v.status().code(), absl::StrCat("a tensor argument of ", what,
+                                                          " is not available: ", v.status().message()));
+    }
+    out->pins_.push_back(v->keepalive);
+  }
+  out->handles_.resize(args.size());
+  for (int i = 0; i < args.size(); ++i) {
+    absl::string_view bytes;
+    if (args[i].has_stored()) {
+      const proto::StoredObject& s = args[i].stored();
+      absl::StatusOr<ValueView> v =
+          ctx->store->Load(StoredRef{s.object_id(), s.node_id(), s.size()}, deadline);
+      if (!v.ok()) {
+        return absl::Status(v.status().code(), absl::StrCat("argument ", i + 1, " of ", what,
+                                                            " is not available: ", v.status().message()));
+      }
+      bytes = v->bytes;
+      out->pins_.push_back(v->keepalive);
+    } else {
+      bytes = args[i].value();
+    }
+    absl::Status s = Unpack(bytes, &out->handles_[i]);
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("argument ", i + 1, " of ", what, ": ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool WorkerEnvironment::Present() { return !Env("DROVER_WORKER_ID").empty(); }
+
+absl::StatusOr<WorkerEnvironment> WorkerEnvironment::Read() {
+  WorkerEnvironment e;
+  e.worker_id = Env("DROVER_WORKER_ID");
+  e.control_socket = Env("DROVER_WORKER_CONTROL");
+  e.socket_dir = Env("DROVER_WORKER_DIR");
+  e.node_ip = Env("DROVER_NODE_IP");
+  e.expected_build_id = Env("DROVER_EXPECTED_BUILD_ID");
+  if (e.control_socket.empty() || e.socket_dir.empty()) {
+    return absl::FailedPreconditionError(
+        "DROVER_WORKER_ID is set but DROVER_WORKER_CONTROL or DROVER_WORKER_DIR is not: worker "
+        "processes are started by a drover agent, not by hand");
+  }
+  if (e.node_ip.empty()) e.node_ip = "127.0.0.1";
+  return e;
+}
+
+WorkerServer::WorkerServer(RuntimeContext* ctx, WorkerEnvironment env)
+    : ctx_(ctx), env_(std::move(env)) {}
+
+WorkerServer::~WorkerServer() {
+  for (auto& [fd, c] : conns_) ::close(fd);
+  if (unix_fd_ >= 0) ::close(unix_fd_);
+  if (tcp_fd_ >= 0) ::close(tcp_fd_);
+  if (epoll_fd_ >= 0) ::close(epoll_fd_);
+  if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
+  if (actor_ != nullptr && actor_deleter_ != nullptr) actor_deleter_(actor_);
+}
+
+std::string WorkerServer::Where() const {
+  return absl::StrCat("node ", ctx_->node_id, ", worker ", env_.worker_id);
+}
+
+absl::Status WorkerServer::Setup() {
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) return absl::InternalError(absl::StrCat("epoll_create1: ", std::strerror(errno)));
+  unix_path_ = absl::StrCat(env_.socket_dir, "/", env_.worker_id, ".sock");
+  absl::StatusOr<int> u = ListenUnix(unix_path_);
+  if (!u.ok()) return u.status();
+  unix_fd_ = *u;
+  absl::StatusOr<int> t = ListenTcp(env_.node_ip, &tcp_port_);
+  if (!t.ok()) return t.status();
+  tcp_fd_ = *t;
+  for (int fd : {unix_fd_, tcp_fd_}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+  return absl::OkStatus();
+}
+
+int WorkerServer::Run() {
+  build_id_ = BuildId();
+  absl::StatusOr<std::unique_ptr<FramedSocket>> agent = FramedSocket::ConnectUnix(env_.control_socket);
+  if (!agent.ok()) {
+    std::cerr << "drover worker " << env_.worker_id << ": cannot reach the agent's control socket "
+              << env_.control_socket << ": " << agent.status().message() << "\n";
+    return 3;
+  }
+  proto::WorkerControl reg;
+  proto::WorkerRegister* r = reg.mutable_register_();
+  r->set_token(ctx_->token);
+  r->set_worker_id(env_.worker_id);
+  r->set_pid(static_cast<int32_t>(::getpid()));
+  r->set_build_id(build_id_);
+  if (!env_.expected_build_id.empty() && env_.expected_build_id != build_id_) {
+    std::string msg = absl::StrCat(
+        "this binary (build id ", build_id_.empty() ? "none" : build_id_,
+        ") is not the program whose tasks it was started for (build id ", env_.expected_build_id,
+        "): the package on this node is a different build; rebuild and run the driver again so "
+        "that the cluster gets the current binary");
+    std::cerr << "drover worker " << env_.worker_id << ": " << msg << "\n";
+    r->set_error(msg);
+    (void)(*agent)->Send(reg);
+    return 3;
+  }
+  if (absl::Status s = Setup(); !s.ok()) {
+    r->set_error(std::string(s.message()));
+    (void)(*agent)->Send(reg);
+    std::cerr << "drover worker " << env_.worker_id << ": " << s.message() << "\n";
+    return 3;
+  }
+  r->set_unix_path(unix_path_);
+  r->set_tcp_port(tcp_port_);
+  if (absl::Status s = (*agent)->Send(reg); !s.ok()) return 3;
+  // The control connection joins the loop as a plain fd (we own the framing from here).
+  control_ = std::make_shared<Conn>();
+  control_->fd = ::dup((*agent)->fd());
+  control_->control = true;
+  control_->hello = true;
+  agent->reset();
+  SetNonBlocking(control_->fd).IgnoreError();
+  conns_[control_->fd] = control_;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = control_->fd;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, control_->fd, &ev);
+
+  epoll_event events[64];
+  while (!stop_) {
+    const int timeout = pending_.empty() ? -1 : 0;
+    int n = ::epoll_wait(epoll_fd_, events, 64, timeout);
+    if (n < 0 && errno != EINTR) {
+      DROVER_LOG(ERROR) << "epoll_wait: " << std::strerror(errno);
+      return 1;
+    }
+    for (int i = 0; i < n; ++i) {
+      const int fd = events[i].data.fd;
+      if (fd == unix_fd_ || fd == tcp_fd_) {
+        Accept(fd);
+        continue;
+      }
+      auto it = conns_.find(fd);
+      if (it == conns_.end()) continue;
+      std::shared_ptr<Conn> c = it->second;
+      if (events[i].events & EPOLLOUT) Flush(c);
+      if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        if (!ReadFrom(c)) Close(c);
+      }
+    }
+    // Run what arrived, for a bounded time, then read and reply again.
+    const absl::Time until = absl::Now() + kBatchTime;
+    while (!pending_.empty() && !stop_) {
+      Pending p = std::move(pending_.front());
+      pending_.pop_front();
+      RunTask(p);
+      if (absl::Now() >= until) break;
+    }
+    for (auto& [fd, c] : conns_) {
+      if (!c->out.empty()) Flush(c);
+    }
+  }
+  return 0;
+}
+
+void WorkerServer::Accept(int listen_fd) {
+  for (;;) {
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    SetNoDelay(fd);
+    auto c = std::make_shared<Conn>();
+    c->fd = fd;
+    conns_[fd] = c;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+bool WorkerServer::ReadFrom(const std::shared_ptr<Conn>& c) {
+  for (;;) {
+    char* p = c->reader.WritePtr(64 * 1024);
+    ssize_t n = ::recv(c->fd, p, 64 * 1024, 0);
+    if (n == 0) return false;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return false;
+    }
+    c->reader.Commit(static_cast<size_t>(n));
+    if (static_cast<size_t>(n) < 64 * 1024) break;
+  }
+  for (;;) {
+    std::string_view payload;
+    absl::StatusOr<bool> got = c->reader.Next(&payload);
+    if (!got.ok()) return false;
+    if (!*got) break;
+    if (c->control) {
+      OnControl(c, payload);
+    } else {
+      OnFrame(c, payload);
+    }
+    if (c->closed) return false;
+  }
+  return true;
+}
+
+void WorkerServer::OnFrame(const std::shared_ptr<Conn>& c, std::string_view payload) {
+  proto::TaskFrame frame;
+  if (!frame.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    c->closed = true;  // not our protocol
+    return;
+  }
+  if (!c->hello) {
+    proto::TaskFrame reply;
+    proto::TaskHelloReply* hr = reply.mutable_hello_reply();
+    hr->set_worker_id(env_.worker_id);
+    hr->set_node_id(ctx_->node_id);
+    absl::Status ok;
+    const proto::TaskHello& h = frame.hello();
+    if (!frame.has_hello() || !ConstantTimeEquals(h.token(), ctx_->token)) {
+      ok = absl::UnauthenticatedError("wrong or missing cluster token");
+    } else if (!h.lease_id().empty()) {
+      if (h.lease_id() != lease_id_) {
+        ok = absl::FailedPreconditionError(absl::StrCat(
+            "worker ", env_.worker_id, " does not serve lease ", h.lease_id(),
+            lease_id_.empty() ? " (it serves none)" : absl::StrCat(" (it serves ", lease_id_, ")")));
+      } else if (lease_connected_) {
+        ok = absl::AlreadyExistsError(absl::StrCat("lease ", h.lease_id(), " is already connected"));
+      }
+    } else if (h.actor_id().empty() || h.actor_id() != actor_id_) {
+      ok = absl::NotFoundError(absl::StrCat("actor ", h.actor_id(), " is not on worker ",
+                                            env_.worker_id, " (it may have been restarted elsewhere)"));
+    }
+    hr->set_code(static_cast<int>(ok.code()));
+    hr->set_message(std::string(ok.message()));
+    AppendFrame(reply, &c->out);
+    Flush(c);
+    if (!ok.ok()) {
+      c->closed = true;
+      return;
+    }
+    c->hello = true;
+    c->caller = h.caller();
+    if (!h.lease_id().empty()) {
+      c->lease = true;
+      lease_connected_ = true;
+    }
+    return;
+  }
+  if (frame.has_push()) {
+    pending_.push_back(Pending{c, std::move(*frame.mutable_push())});
+  } else if (frame.has_cancel()) {
+    cancelled_.insert({c.get(), frame.cancel().seq()});
+  }
+}
+
+void WorkerServer::OnControl(const std::shared_ptr<Conn>& c, std::string_view payload) {
+  proto::WorkerControl msg;
+  if (!msg.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) return;
+  if (msg.has_assign()) {
+    lease_id_ = msg.assign().lease_id();
+    lease_connected_ = false;
+  } else if (msg.has_create_actor()) {
+    CreateActor(msg.create_actor());
+  }
+}
+
+void WorkerServer::CreateActor(const proto::ActorCreation& creation) {
+  proto::WorkerControl reply;
+  proto::ActorCreated* done = reply.mutable_actor_created();
+  done->set_actor_id(creation.actor_id());
+  absl::Status status;
+  const FunctionInfo* fn = FindFunctionByName(creation.factory());
+  const std::string what = absl::StrCat(creation.factory(), " (actor ", creation.actor_id(), " on ", Where(), ")");
+  if (fn == nullptr || fn->kind != FunctionKind::kFactory) {
+    status = absl::NotFoundError(absl::StrCat(creation.factory(), " is not a registered actor factory "
+                                              "in this binary: add it to DROVER_REMOTE"));
+  } else if (actor_ != nullptr) {
+    status = absl::FailedPreconditionError(absl::StrCat("worker ", env_.worker_id, " hosts actor ",
+                                                        actor_id_, " already"));
+  } else {
+    UnpackedArgs args;
+    status = UnpackArgs(ctx_, creation.args(), creation.dependencies(), what, &args);
+    if (status.ok()) {
+      bool user_error = false;
+      absl::StatusOr<void*> made;
+      try {
+        made = fn->create(args, &user_error);
+      } catch (const std::exception& e) {
+        made = absl::InternalError(absl::StrCat("threw ", TypeName(typeid(e)), ": ", e.what()));
+      } catch (...) {
+        made = absl::InternalError("threw an exception that is not a std::exception");
+      }
+      if (made.ok()) {
+        actor_ = *made;
+        actor_deleter_ = fn->deleter;
+        actor_class_ = fn->cls;
+        actor_id_ = creation.actor_id();
+      } else {
+        status = made.status();
+      }
+    }
+  }
+  if (!status.ok()) {
+    status = absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+  }
+  done->set_code(static_cast<int>(status.code()));
+  done->set_message(std::string(status.message()));
+  AppendFrame(reply, &control_->out);
+  Flush(control_);
+}
+
+void WorkerServer::RunTask(Pending& p) {
+  if (p.conn->closed) return;
+  proto::TaskFrame frame;
+  proto::TaskReply* reply = frame.mutable_reply();
+  if (cancelled_.erase({p.conn.get(), p.spec.seq()}) > 0) {
+    reply->set_seq(p.spec.seq());
+    reply->set_code(static_cast<int>(absl::StatusCode::kCancelled));
+    reply->set_message(absl::StrCat(p.spec.name().empty() ? p.spec.function() : p.spec.name(),
+                                    ": cancelled before it started"));
+  } else {
+    *reply = Execute(p.spec);
+  }
+  AppendFrame(frame, &p.conn->out);
+}
+
+proto::TaskReply WorkerServer::Execute(const proto::TaskSpec& spec) {
+  proto::TaskReply reply;
+  reply.set_seq(spec.seq());
+  const std::string& name = spec.name().empty() ? spec.function() : spec.name();
+  const std::string what = absl::StrCat(name, " (on ", Where(), ")");
+  auto fail = [&](const absl::Status& s, bool user) {
+    reply.set_code(static_cast<int>(s.code()));
+    reply.set_message(absl::StrCat(what, ": ", s.message()));
+    reply.set_user_error(user);
+    return reply;
+  };
+  const FunctionInfo* fn = FindFunctionByName(spec.function());
+  if (fn == nullptr) {
+    return fail(absl::NotFoundError(absl::StrCat(spec.function(), " is not registered in this "
+                                                 "worker's binary: add it to DROVER_REMOTE")),
+                false);
+  }
+  void* self = nullptr;
+  if (fn->kind == FunctionKind::kMethod) {
+    if (actor_ == nullptr) {
+      return fail(absl::FailedPreconditionError("a method call reached a worker with no actor"), false);
+    }
+    if (fn->cls != actor_class_ && *fn->cls != *actor_class_) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+                      spec.function(), " is a method of ", TypeName(*fn->cls), ", but actor ",
+                      actor_id_, " is a ", TypeName(*actor_class_))),
+                  false);
+    }
+    self = actor_;
+  } else if (fn->kind == FunctionKind::kFactory) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(spec.function(), " is an actor factory: use drover::Actor")),
+                false);
+  }
+  UnpackedArgs args;
+  if (absl::Status s = UnpackArgs(ctx_, spec.args(), spec.dependencies(), name, &args); !s.ok()) {
+    return fail(s, false);
+  }
+  const absl::Time start = absl::Now();
+  InvokeResult r;
+  try {
+    r = fn->invoke(self, args);
+  } catch (const std::exception& e) {
+    r.status = absl::UnknownError(absl::StrCat("threw ", TypeName(typeid(e)), ": ", e.what()));
+    r.user_error = true;
+  } catch (...) {
+    r.status = absl::UnknownError("threw an exception that is not a std::exception");
+    r.user_error = true;
+  }
+  reply.set_run_us(absl::ToInt64Microseconds(absl::Now() - start));
+  if (!r.status.ok()) return fail(r.status, r.user_error);
+  for (const StoredRef& s : r.value.stored) {
+    proto::StoredObject* o = reply.add_contained();
+    o->set_object_id(s.object_id);
+    o->set_node_id(s.node_id);
+    o->set_size(s.size);
+  }
+  if (r.value.bytes.size() <= kInlineResultLimit) {
+    reply.set_value(std::move(r.value.bytes));
+    return reply;
+  }
+  absl::StatusOr<StoredRef> stored = ctx_->store->Put(spec.return_id(), r.value.bytes);
+  if (!stored.ok()) {
+    return fail(absl::Status(stored.status().code(),
+                             absl::StrCat("cannot store its result (", r.value.bytes.size(),
+                                          " bytes): ", stored.status().message())),
+                false);
+  }
+  proto::StoredObject* o = reply.mutable_stored();
+  o->set_object_id(stored->object_id);
+  o->set_node_id(stored->node_id);
+  o->set_size(stored->size);
+  return reply;
+}
+
+void WorkerServer::Flush(const std::shared_ptr<Conn>& c) {
+  if (c->fd < 0) return;
+  size_t off = 0;
+  while (off < c->out.size()) {
+    ssize_t n = ::send(c->fd, c->out.data() + off, c->out.size() - off, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      c->out.clear();
+      c->closed = true;
+      return;
+    }
+    off += static_cast<size_t>(n);
+  }
+  c->out.erase(0, off);
+  epoll_event ev{};
+  ev.events = EPOLLIN | (c->out.empty() ? 0 : EPOLLOUT);
+  ev.data.fd = c->fd;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+void WorkerServer::Close(const std::shared_ptr<Conn>& c) {
+  if (c->fd < 0) return;
+  if (c->control) {
+    // The agent is gone: so is this worker.
+    stop_ = true;
+  }
+  c->closed = true;
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+  conns_.erase(c->fd);
+  ::close(c->fd);
+  c->fd = -1;
+  if (c->lease) {
+    int unfinished = 0;
+    for (const Pending& p : pending_) unfinished += p.conn == c ? 1 : 0;
+    proto::WorkerControl msg;
+    msg.mutable_lease_ended()->set_lease_id(lease_id_);
+    msg.mutable_lease_ended()->set_unfinished(unfinished);
+    lease_id_.clear();
+    lease_connected_ = false;
+    if (control_ != nullptr && control_->fd >= 0) {
+      AppendFrame(msg, &control_->out);
+      Flush(control_);
+    }
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    it = it->conn == c ? pending_.erase(it) : it + 1;
+  }
+  for (auto it = cancelled_.begin(); it != cancelled_.end();) {
+    it = it->first == c.get() ? cancelled_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace drover::internal

@@ -1,0 +1,110 @@
+// WorkerServer: a process of the user's binary in worker mode, serving tasks.
+//
+// The node agent starts the binary with DROVER_WORKER_ID and the path of its control
+// socket (DROVER_WORKER_CONTROL) in the environment; drover::Init sees them and runs
+// this instead of returning to main. The worker
+//   1. checks that it is the binary its owner runs (build id), else refuses and exits;
+//   2. listens on a Unix socket (owners on this node) and a TCP port (other nodes);
+//   3. registers with the agent over the control socket and keeps that connection for
+//      life (it exits when the agent goes);
+//   4. serves: the agent assigns it a lease (or an actor to create), the lease holder
+//      (or the actor's callers) connect with the cluster token and push tasks, and it
+//      runs them one at a time in arrival order, replying with small results inline and
+//      putting large ones into the node's store.
+//
+// Threading: one thread runs everything (an epoll loop), so actor methods need no
+// locks and run in the order calls arrived. Tasks the user's code submits from inside
+// a task go through the same process's runtime (its own threads).
+#ifndef DROVER_SDK_RUNTIME_WORKER_SERVER_H_
+#define DROVER_SDK_RUNTIME_WORKER_SERVER_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/framed_socket.h"
+#include "proto/task.pb.h"
+#include "sdk/runtime/context.h"
+
+namespace drover::internal {
+
+struct WorkerEnvironment {
+  std::string worker_id;
+  std::string control_socket;  // the agent's
+  std::string socket_dir;      // where this worker's Unix socket goes
+  std::string node_ip;         // where its TCP port listens
+  std::string expected_build_id;
+  // True if the environment says this process is a worker.
+  static bool Present();
+  static absl::StatusOr<WorkerEnvironment> Read();
+};
+
+class WorkerServer {
+ public:
+  WorkerServer(RuntimeContext* ctx, WorkerEnvironment env);
+  ~WorkerServer();
+  WorkerServer(const WorkerServer&) = delete;
+  WorkerServer& operator=(const WorkerServer&) = delete;
+
+  // Serves until the agent goes away (or refuses this worker). Returns the process's
+  // exit code.
+  int Run();
+
+ private:
+  struct Conn {
+    int fd = -1;
+    FrameReader reader;
+    std::string out;       // replies not yet written
+    bool hello = false;    // authenticated
+    bool control = false;  // the agent's connection
+    bool lease = false;    // the lease holder's connection
+    bool closed = false;
+    std::string caller;
+  };
+  struct Pending {
+    std::shared_ptr<Conn> conn;
+    proto::TaskSpec spec;
+  };
+
+  absl::Status Setup();
+  void Accept(int listen_fd);
+  // Reads what `c` has; false once it is closed.
+  bool ReadFrom(const std::shared_ptr<Conn>& c);
+  void OnFrame(const std::shared_ptr<Conn>& c, std::string_view payload);
+  void OnControl(const std::shared_ptr<Conn>& c, std::string_view payload);
+  void Close(const std::shared_ptr<Conn>& c);
+  void Flush(const std::shared_ptr<Conn>& c);
+  void RunTask(Pending& p);
+  void CreateActor(const proto::ActorCreation& creation);
+  proto::TaskReply Execute(const proto::TaskSpec& spec);
+  std::string Where() const;
+
+  RuntimeContext* const ctx_;
+  const WorkerEnvironment env_;
+  int epoll_fd_ = -1;
+  int unix_fd_ = -1;
+  int tcp_fd_ = -1;
+  int tcp_port_ = 0;
+  std::string unix_path_;
+  std::string build_id_;
+  std::shared_ptr<Conn> control_;
+  std::map<int, std::shared_ptr<Conn>> conns_;
+  std::deque<Pending> pending_;
+  std::set<std::pair<Conn*, uint64_t>> cancelled_;
+  std::string lease_id_;       // assigned by the agent
+  bool lease_connected_ = false;
+  // The actor this worker hosts, if any.
+  std::string actor_id_;
+  void* actor_ = nullptr;
+  void (*actor_deleter_)(void*) = nullptr;
+  const std::type_info* actor_class_ = nullptr;
+  bool stop_ = false;
+};
+
+}  // namespace drover::internal
+
+#endif  // DROVER_SDK_RUNTIME_WORKER_SERVER_H_

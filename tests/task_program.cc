@@ -1,0 +1,282 @@
+// A task program for tests/tasks_test.cc: its own driver and, started by the agents in
+// worker mode, its own workers. `task_program SCENARIO [ARGS]` runs one scenario as a
+// driver and prints "key=value" lines the test checks; exit code 0 if the scenario's
+// own checks passed.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "drover/task.h"
+
+namespace {
+
+int64_t Sum(std::vector<int64_t> xs) { return std::accumulate(xs.begin(), xs.end(), int64_t{0}); }
+int64_t Add(int64_t a, int64_t b) { return a + b; }
+std::string Greet(std::string name) { return "hello " + name; }
+void Nothing() {}
+std::string WhereAmI() {
+  const char* node = std::getenv("DROVER_NODE_ID");
+  return absl::StrCat(node == nullptr ? "?" : node, " pid=", ::getpid(), " gpus=",
+                      std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "");
+}
+std::vector<uint8_t> Blob(int64_t n, int seed) {
+  std::vector<uint8_t> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>((i * 31 + seed) & 0xff);
+  return v;
+}
+int64_t Checksum(std::vector<uint8_t> v) {
+  int64_t s = 0;
+  for (uint8_t b : v) s = s * 131 + b;
+  return s;
+}
+int64_t Throws(int64_t x) {
+  if (x > 0) throw std::runtime_error(absl::StrCat("bad input ", x));
+  return x;
+}
+absl::StatusOr<int64_t> Fails(int64_t x) {
+  return absl::InvalidArgumentError(absl::StrCat("refusing ", x));
+}
+int64_t Crashes(int64_t x) {
+  std::cerr << "about to crash on " << x << std::endl;
+  volatile int* p = nullptr;
+  return *p + x;
+}
+// Dies by SIGKILL on its first attempt (the marker file is absent), then succeeds: a
+// worker killed mid-task.
+int64_t DiesOnce(std::string marker, int64_t x) {
+  if (::access(marker.c_str(), F_OK) != 0) {
+    std::ofstream(marker) << ::getpid();
+    ::kill(::getpid(), SIGKILL);
+  }
+  return x * 2;
+}
+int64_t Sleeps(int64_t ms) {
+  absl::SleepFor(absl::Milliseconds(ms));
+  return ms;
+}
+
+class Counter {
+ public:
+  explicit Counter(int64_t start) : value_(start) {}
+  int64_t Add(int64_t x) {
+    value_ += x;
+    return value_;
+  }
+  std::vector<int64_t> Log(int64_t x) {
+    log_.push_back(x);
+    return log_;
+  }
+  int64_t Value() const { return value_; }
+  int64_t Die(int64_t code) {
+    std::cerr << "counter exiting with " << code << std::endl;
+    std::_Exit(static_cast<int>(code));
+  }
+  std::string Pid() const { return std::to_string(::getpid()); }
+
+ private:
+  int64_t value_;
+  std::vector<int64_t> log_;
+};
+Counter* MakeCounter(int64_t start) { return new Counter(start); }
+Counter* MakeBrokenCounter(int64_t) { throw std::runtime_error("no counter today"); }
+
+}  // namespace
+
+DROVER_REMOTE(Sum, Add, Greet, Nothing, WhereAmI, Blob, Checksum, Throws, Fails, Crashes, DiesOnce,
+              Sleeps, MakeCounter, MakeBrokenCounter, &Counter::Add, &Counter::Log, &Counter::Value,
+              &Counter::Die, &Counter::Pid);
+
+namespace {
+
+int failures = 0;
+
+template <typename T>
+void Expect(bool ok, const std::string& what, const T& got) {
+  if (!ok) {
+    ++failures;
+    std::cout << "FAIL " << what << ": got " << got << std::endl;
+  }
+}
+
+void Print(const std::string& key, const std::string& value) {
+  std::cout << key << "=" << value << std::endl;
+}
+
+std::string Err(const absl::Status& s) { return std::string(s.message()); }
+
+int Basic() {
+  auto a = drover::Task(Add).Remote(int64_t{2}, int64_t{3});
+  auto b = drover::Task(Add).Remote(a, int64_t{10});  // a ref as an argument
+  auto s = drover::Task(Sum).Remote(std::vector<int64_t>{1, 2, 3, 4});
+  auto g = drover::Task(Greet).Remote("drover");
+  auto n = drover::Task(Nothing).Remote();
+  absl::StatusOr<int64_t> bv = drover::Get(b);
+  Expect(bv.ok() && *bv == 15, "Add(Add(2,3),10)", bv.ok() ? std::to_string(*bv) : Err(bv.status()));
+  absl::StatusOr<int64_t> sv = drover::Get(s);
+  Expect(sv.ok() && *sv == 10, "Sum", sv.ok() ? std::to_string(*sv) : Err(sv.status()));
+  absl::StatusOr<std::string> gv = drover::Get(g);
+  Expect(gv.ok() && *gv == "hello drover", "Greet", gv.ok() ? *gv : Err(gv.status()));
+  absl::Status nv = drover::Get(n);
+  Expect(nv.ok(), "Nothing", Err(nv));
+  // Put, and a put value as an argument.
+  auto p = drover::Put(std::vector<int64_t>{5, 6, 7});
+  auto ps = drover::Task(Sum).Remote(p);
+  absl::StatusOr<int64_t> psv = drover::Get(ps);
+  Expect(psv.ok() && *psv == 18, "Sum(Put)", psv.ok() ? std::to_string(*psv) : Err(psv.status()));
+  // Many tasks, Wait in completion order.
+  std::vector<drover::ObjectRef<int64_t>> refs;
+  for (int i = 0; i < 200; ++i) refs.push_back(drover::Task(Add).Remote(int64_t{i}, int64_t{1}));
+  auto all = drover::Get(refs, absl::Seconds(60));
+  int64_t total = 0;
+  if (all.ok()) total = std::accumulate(all->begin(), all->end(), int64_t{0});
+  Expect(all.ok() && total == 200 * 201 / 2, "200 tasks", all.ok() ? std::to_string(total) : Err(all.status()));
+  // Wait: a slow task finishes after fast ones.
+  std::vector<drover::ObjectRef<int64_t>> mixed = {drover::Task(Sleeps).Remote(int64_t{1500}),
+                                                   drover::Task(Sleeps).Remote(int64_t{1})};
+  auto w = drover::Wait(mixed, 1, absl::Seconds(30));
+  Expect(w.ready.size() == 1 && w.ready[0].id() == mixed[1].id(), "Wait returns the fast one first",
+         w.ready.size());
+  Print("basic", failures == 0 ? "ok" : "failed");
+  return failures == 0 ? 0 : 1;
+}
+
+int Errors() {
+  auto t = drover::Get(drover::Task(Throws).Remote(int64_t{7}));
+  Print("throws", t.ok() ? "ok?" : Err(t.status()));
+  auto f = drover::Get(drover::Task(Fails).Remote(int64_t{8}));
+  Print("fails", f.ok() ? "ok?" : Err(f.status()));
+  Print("fails_code", f.ok() ? "OK" : absl::StatusCodeToString(f.status().code()));
+  auto c = drover::Get(drover::Task(Crashes).SetMaxRetries(0).Remote(int64_t{9}));
+  Print("crash", c.ok() ? "ok?" : Err(c.status()));
+  // A function not in DROVER_REMOTE.
+  auto u = drover::Get(drover::Task(+[](int64_t x) { return x; }).Remote(int64_t{1}));
+  Print("unregistered", u.ok() ? "ok?" : Err(u.status()));
+  // Resources no node has: pending, with the reason, until the timeout.
+  auto big = drover::Task(Add).SetResources({.cpus = 1000}).Remote(int64_t{1}, int64_t{1});
+  auto bv = drover::Get(big, absl::Seconds(3));
+  Print("infeasible", bv.ok() ? "ok?" : Err(bv.status()));
+  Print("infeasible_code", bv.ok() ? "OK" : absl::StatusCodeToString(bv.status().code()));
+  // The cluster keeps serving.
+  auto ok = drover::Get(drover::Task(Add).Remote(int64_t{1}, int64_t{1}), absl::Seconds(60));
+  Print("after_errors", ok.ok() ? std::to_string(*ok) : Err(ok.status()));
+  return 0;
+}
+
+int Retry(const std::string& marker) {
+  auto r = drover::Get(drover::Task(DiesOnce).Remote(marker, int64_t{21}), absl::Seconds(60));
+  Print("retried", r.ok() ? std::to_string(*r) : Err(r.status()));
+  auto none = drover::Get(drover::Task(DiesOnce).SetMaxRetries(0).Remote(marker + ".2", int64_t{1}),
+                          absl::Seconds(60));
+  Print("no_retry", none.ok() ? "ok?" : Err(none.status()));
+  return 0;
+}
+
+int Nodes(const std::string& a, const std::string& b) {
+  // Tasks pinned to each node; a large value made on one is read on the other.
+  auto where_a = drover::Get(drover::Task(WhereAmI).SetNodeAffinity(a).Remote());
+  auto where_b = drover::Get(drover::Task(WhereAmI).SetNodeAffinity(b).Remote());
+  Print("where_a", where_a.ok() ? *where_a : Err(where_a.status()));
+  Print("where_b", where_b.ok() ? *where_b : Err(where_b.status()));
+  auto blob = drover::Task(Blob).SetNodeAffinity(a).Remote(int64_t{3} << 20, 7);  // 3 MiB: stored
+  auto sum_b = drover::Task(Checksum).SetNodeAffinity(b).Remote(blob);
+  auto local = drover::Get(blob);
+  int64_t want = local.ok() ? Checksum(*local) : -1;
+  auto got = drover::Get(sum_b);
+  Expect(got.ok() && *got == want, "checksum across nodes", got.ok() ? std::to_string(*got) : Err(got.status()));
+  Print("cross_node", got.ok() && *got == want ? "ok" : "failed");
+  return failures == 0 ? 0 : 1;
+}
+
+int Actors() {
+  auto counter = drover::Actor(MakeCounter).SetName("counter").Remote(int64_t{100});
+  std::vector<drover::ObjectRef<std::vector<int64_t>>> logs;
+  for (int64_t i = 0; i < 50; ++i) logs.push_back(counter.Task(&Counter::Log).Remote(i));
+  auto last = drover::Get(logs.back(), absl::Seconds(60));
+  bool ordered = last.ok() && last->size() == 50;
+  for (size_t i = 0; ordered && i < last->size(); ++i) ordered = (*last)[i] == static_cast<int64_t>(i);
+  Print("actor_order", ordered ? "ok" : (last.ok() ? absl::StrJoin(*last, ",") : Err(last.status())));
+  auto v = drover::Get(counter.Task(&Counter::Add).Remote(int64_t{5}));
+  Print("actor_add", v.ok() ? std::to_string(*v) : Err(v.status()));
+  auto found = drover::GetActor<Counter>("counter");
+  auto fv = found.ok() ? drover::Get(found->Task(&Counter::Value).Remote()) : absl::StatusOr<int64_t>(found.status());
+  Print("named_value", fv.ok() ? std::to_string(*fv) : Err(fv.status()));
+  auto missing = drover::GetActor<Counter>("no-such-actor", absl::Milliseconds(200));
+  Print("missing_actor", missing.ok() ? "ok?" : Err(missing.status()));
+  auto broken = drover::Actor(MakeBrokenCounter).Remote(int64_t{1});
+  auto bv = drover::Get(broken.Task(&Counter::Value).Remote(), absl::Seconds(60));
+  Print("broken_factory", bv.ok() ? "ok?" : Err(bv.status()));
+  // Death: the worker exits during a call; with no restarts, every later call fails too.
+  auto d = drover::Get(counter.Task(&Counter::Die).Remote(int64_t{3}), absl::Seconds(60));
+  Print("actor_death", d.ok() ? "ok?" : Err(d.status()));
+  auto after = drover::Get(counter.Task(&Counter::Value).Remote(), absl::Seconds(60));
+  Print("after_death", after.ok() ? "ok?" : Err(after.status()));
+  return 0;
+}
+
+int Restart() {
+  auto counter = drover::Actor(MakeCounter).SetMaxRestarts(1).Remote(int64_t{7});
+  auto pid1 = drover::Get(counter.Task(&Counter::Pid).Remote(), absl::Seconds(60));
+  auto add = drover::Get(counter.Task(&Counter::Add).Remote(int64_t{1}), absl::Seconds(60));
+  auto died = drover::Get(counter.Task(&Counter::Die).Remote(int64_t{4}), absl::Seconds(60));
+  Print("died", died.ok() ? "ok?" : Err(died.status()));
+  auto pid2 = drover::Get(counter.Task(&Counter::Pid).Remote(), absl::Seconds(60));
+  auto fresh = drover::Get(counter.Task(&Counter::Value).Remote(), absl::Seconds(60));
+  Print("restarted", pid1.ok() && pid2.ok() && *pid1 != *pid2 ? "ok" : "failed");
+  // The factory ran again: state starts over.
+  Print("value_after_restart", fresh.ok() ? std::to_string(*fresh) : Err(fresh.status()));
+  Print("value_before", add.ok() ? std::to_string(*add) : Err(add.status()));
+  auto again = drover::Get(counter.Task(&Counter::Die).Remote(int64_t{5}), absl::Seconds(60));
+  auto dead = drover::Get(counter.Task(&Counter::Value).Remote(), absl::Seconds(60));
+  Print("dead_for_good", dead.ok() ? "ok?" : Err(dead.status()));
+  (void)again;
+  return 0;
+}
+
+// Holds a lease and an actor, then waits to be killed: the test checks that its
+// workers go with it.
+int Hold() {
+  auto counter = drover::Actor(MakeCounter).Remote(int64_t{1});
+  auto v = drover::Get(counter.Task(&Counter::Pid).Remote(), absl::Seconds(60));
+  auto w = drover::Get(drover::Task(WhereAmI).Remote(), absl::Seconds(60));
+  Print("actor_pid", v.ok() ? *v : Err(v.status()));
+  Print("task_worker", w.ok() ? *w : Err(w.status()));
+  Print("holding", drover::JobId());
+  std::cout.flush();
+  absl::SleepFor(absl::Hours(1));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::Status init = drover::Init(argc, argv);
+  if (!init.ok()) {
+    std::cerr << "Init: " << init << "\n";
+    return 2;
+  }
+  const std::string scenario = argc > 1 ? argv[1] : "basic";
+  Print("job", drover::JobId());
+  if (scenario == "basic") return Basic();
+  if (scenario == "errors") return Errors();
+  if (scenario == "retry" && argc > 2) return Retry(argv[2]);
+  if (scenario == "nodes" && argc > 3) return Nodes(argv[2], argv[3]);
+  if (scenario == "actors") return Actors();
+  if (scenario == "restart") return Restart();
+  if (scenario == "hold") return Hold();
+  std::cerr << "unknown scenario " << scenario << "\n";
+  return 2;
+}

@@ -64,6 +64,11 @@ int64_t DiesOnce(std::string marker, int64_t x) {
   }
   return x * 2;
 }
+std::string WorkerExe() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "?";
+}
 int64_t Sleeps(int64_t ms) {
   absl::SleepFor(absl::Milliseconds(ms));
   return ms;
@@ -97,7 +102,7 @@ Counter* MakeBrokenCounter(int64_t) { throw std::runtime_error("no counter today
 }  // namespace
 
 DROVER_REMOTE(Sum, Add, Greet, Nothing, WhereAmI, Blob, Checksum, Throws, Fails, Crashes, DiesOnce,
-              Sleeps, MakeCounter, MakeBrokenCounter, &Counter::Add, &Counter::Log, &Counter::Value,
+              Sleeps, WorkerExe, MakeCounter, MakeBrokenCounter, &Counter::Add, &Counter::Log, &Counter::Value,
               &Counter::Die, &Counter::Pid);
 
 namespace {
@@ -260,6 +265,14 @@ int Hold() {
   return 0;
 }
 
+// The driver's binary is removed right after Init: workers must run the uploaded package.
+int Shipped(const char* self) {
+  Print("removed", ::unlink(self) == 0 ? "yes" : "no");
+  auto exe = drover::Get(drover::Task(WorkerExe).Remote(), absl::Seconds(60));
+  Print("worker_exe", exe.ok() ? *exe : Err(exe.status()));
+  return exe.ok() ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -277,6 +290,7 @@ int main(int argc, char** argv) {
   if (scenario == "actors") return Actors();
   if (scenario == "restart") return Restart();
   if (scenario == "hold") return Hold();
+  if (scenario == "shipped") return Shipped(argv[0]);
   std::cerr << "unknown scenario " << scenario << "\n";
   return 2;
 }

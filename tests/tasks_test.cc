@@ -1,0 +1,226 @@
+// Tasks and actors on a real 2-node cluster: tests/task_program.cc runs as a plain
+// driver (its own job) and, started by the agents, as its own workers.
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/files.h"
+#include "common/spawn.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_cluster.h"
+
+namespace drover::testing {
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out;
+  std::string err;
+  std::map<std::string, std::string> kv;  // key=value lines (the first line of each value)
+  std::string Get(const std::string& k) const {
+    auto it = kv.find(k);
+    return it == kv.end() ? "<missing " + k + ">" : it->second;
+  }
+};
+
+class TasksTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    TestClusterOptions o;
+    o.nodes = 2;
+    o.cpus_per_node = 4;
+    auto c = TestCluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = c->release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  // Starts the program as a driver of this cluster; returns its pid.
+  pid_t Start(const std::vector<std::string>& args, const std::string& base,
+              const std::string& binary = "") {
+    SpawnOptions o;
+    o.argv = {binary.empty() ? Runfile("tests/task_program") : binary};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    for (char** e = environ; *e; ++e) {
+      absl::string_view kv(*e);
+      if (absl::StartsWith(kv, "DROVER_")) continue;
+      o.env.push_back(*e);
+    }
+    o.env.push_back("DROVER_ADDRESS=" + cluster_->address());
+    o.env.push_back("DROVER_TOKEN_FILE=" + cluster_->token_file());
+    o.env.push_back("DROVER_HOME=" + cluster_->dir() + "/home");
+    o.stdout_path = base + ".out";
+    o.stderr_path = base + ".err";
+    auto pid = Spawn(o);
+    EXPECT_TRUE(pid.ok()) << pid.status();
+    return pid.ok() ? *pid : -1;
+  }
+
+  Run Finish(pid_t pid, const std::string& base, absl::Duration timeout) {
+    Run r;
+    int status = 0;
+    const bool done = WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout);
+    if (!done) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+    }
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = ReadFile(base + ".out").value_or("");
+    r.err = ReadFile(base + ".err").value_or("");
+    std::string key;
+    for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
+      size_t eq = line.find('=');
+      if (eq != absl::string_view::npos && eq > 0 && line.find(' ') > eq) {
+        key = std::string(line.substr(0, eq));
+        r.kv[key] = std::string(line.substr(eq + 1));
+      } else if (!key.empty()) {
+        absl::StrAppend(&r.kv[key], "\n", line);  // a multi-line value (stderr tails)
+      }
+    }
+    if (!done) ADD_FAILURE() << "the driver did not finish in time; its output:\n" << r.out << r.err
+                             << cluster_->DaemonLogs();
+    return r;
+  }
+
+  Run RunProgram(const std::vector<std::string>& args, absl::Duration timeout = absl::Seconds(120)) {
+    static int n = 0;
+    const std::string base = absl::StrCat(cluster_->dir(), "/driver-", ++n);
+    return Finish(Start(args, base), base, timeout);
+  }
+
+  static TestCluster* cluster_;
+};
+
+TestCluster* TasksTest::cluster_ = nullptr;
+
+TEST_F(TasksTest, TasksRunAndRefsResolve) {
+  Run r = RunProgram({"basic"});
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.Get("basic"), "ok") << r.out << r.err;
+  EXPECT_TRUE(absl::StartsWith(r.Get("job"), "job-")) << r.out;
+}
+
+TEST_F(TasksTest, ErrorsComeBackWithTheirCause) {
+  Run r = RunProgram({"errors"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.Get("throws"), "Throws")) << r.Get("throws");
+  EXPECT_TRUE(absl::StrContains(r.Get("throws"), "bad input 7")) << r.Get("throws");
+  EXPECT_TRUE(absl::StrContains(r.Get("throws"), "std::runtime_error")) << r.Get("throws");
+  EXPECT_TRUE(absl::StrContains(r.Get("throws"), "node ")) << r.Get("throws");
+  EXPECT_TRUE(absl::StrContains(r.Get("fails"), "refusing 8")) << r.Get("fails");
+  EXPECT_EQ(r.Get("fails_code"), "INVALID_ARGUMENT");
+  // A segfault: the signal and the tail of the worker's stderr.
+  EXPECT_TRUE(absl::StrContains(r.Get("crash"), "SIGSEGV")) << r.Get("crash");
+  EXPECT_TRUE(absl::StrContains(r.Get("crash"), "about to crash on 9")) << r.Get("crash");
+  EXPECT_TRUE(absl::StrContains(r.Get("crash"), "Crashes")) << r.Get("crash");
+  EXPECT_TRUE(absl::StrContains(r.Get("unregistered"), "not registered")) << r.Get("unregistered");
+  EXPECT_TRUE(absl::StrContains(r.Get("infeasible"), "pending")) << r.Get("infeasible");
+  EXPECT_TRUE(absl::StrContains(r.Get("infeasible"), "1000")) << r.Get("infeasible");
+  EXPECT_EQ(r.Get("infeasible_code"), "DEADLINE_EXCEEDED");
+  EXPECT_EQ(r.Get("after_errors"), "2");
+}
+
+TEST_F(TasksTest, AWorkerKilledMidTaskIsRetried) {
+  const std::string marker = absl::StrCat(cluster_->dir(), "/dies-once");
+  Run r = RunProgram({"retry", marker});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.Get("retried"), "42") << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.Get("no_retry"), "SIGKILL")) << r.Get("no_retry");
+}
+
+TEST_F(TasksTest, RefsCrossNodes) {
+  Run r = RunProgram({"nodes", cluster_->agent_node_id(0), cluster_->agent_node_id(1)});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(absl::StartsWith(r.Get("where_a"), cluster_->agent_node_id(0))) << r.out;
+  EXPECT_TRUE(absl::StartsWith(r.Get("where_b"), cluster_->agent_node_id(1))) << r.out;
+  EXPECT_EQ(r.Get("cross_node"), "ok") << r.out << r.err;
+}
+
+TEST_F(TasksTest, ActorsKeepOrderAndReportDeath) {
+  Run r = RunProgram({"actors"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.Get("actor_order"), "ok") << r.out;
+  EXPECT_EQ(r.Get("actor_add"), "105");
+  EXPECT_EQ(r.Get("named_value"), "105");
+  EXPECT_TRUE(absl::StrContains(r.Get("missing_actor"), "no-such-actor")) << r.Get("missing_actor");
+  EXPECT_TRUE(absl::StrContains(r.Get("broken_factory"), "no counter today")) << r.Get("broken_factory");
+  EXPECT_TRUE(absl::StrContains(r.Get("actor_death"), "exited with code 3")) << r.Get("actor_death");
+  EXPECT_TRUE(absl::StrContains(r.Get("actor_death"), "counter exiting with 3")) << r.Get("actor_death");
+  EXPECT_TRUE(absl::StrContains(r.Get("after_death"), "dead")) << r.Get("after_death");
+}
+
+TEST_F(TasksTest, ActorsRestartPerPolicy) {
+  Run r = RunProgram({"restart"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.Get("died"), "exited with code 4")) << r.Get("died");
+  EXPECT_EQ(r.Get("restarted"), "ok") << r.out;
+  EXPECT_EQ(r.Get("value_before"), "8");
+  EXPECT_EQ(r.Get("value_after_restart"), "7");
+  EXPECT_TRUE(absl::StrContains(r.Get("dead_for_good"), "no restarts left")) << r.Get("dead_for_good");
+}
+
+// A driver killed by SIGKILL leaves nothing behind: its job ends, its actor and task
+// workers stop on every node.
+TEST_F(TasksTest, NoWorkerOutlivesItsDriver) {
+  const std::string base = absl::StrCat(cluster_->dir(), "/holder");
+  pid_t pid = Start({"hold"}, base);
+  std::string job;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto out = ReadFile(base + ".out");
+        size_t at = out.ok() ? out->find("holding=") : std::string::npos;
+        if (at == std::string::npos) return false;
+        job = out->substr(at + 8, out->find('\n', at) - at - 8);
+        return true;
+      },
+      absl::Seconds(120)))
+      << ReadFile(base + ".out").value_or("") << ReadFile(base + ".err").value_or("");
+  ASSERT_FALSE(ProcessesOfJob(job).empty()) << "no worker of " << job << " is running";
+  ::kill(pid, SIGKILL);
+  int status;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job).empty(); }, absl::Seconds(30)))
+      << ProcessesOfJob(job).size() << " processes of " << job << " are still alive";
+  auto info = cluster_->client().GetJob(job);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        auto j = cluster_->client().GetJob(job);
+        return j.ok() && j->state() != proto::RUNNING;
+      },
+      absl::Seconds(30)));
+}
+
+// The workers run the program from the package the driver uploaded, not from its path:
+// the driver's own file is gone before any worker starts.
+TEST_F(TasksTest, TheBinaryIsShippedToTheAgents) {
+  const std::string dir = absl::StrCat(cluster_->dir(), "/elsewhere");
+  ASSERT_TRUE(MakeDirs(dir, 0700).ok());
+  const std::string copy = dir + "/my_program";
+  auto bytes = ReadFile(Runfile("tests/task_program"));
+  ASSERT_TRUE(bytes.ok());
+  ASSERT_TRUE(WriteFileAtomic(copy, *bytes, 0700).ok());
+  const std::string base = absl::StrCat(cluster_->dir(), "/shipped");
+  pid_t pid = Start({"shipped"}, base, copy);
+  Run r = Finish(pid, base, absl::Seconds(120));
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.Get("worker_exe"), "/packages/")) << r.out;
+  EXPECT_FALSE(absl::StrContains(r.Get("worker_exe"), "my_program")) << r.out;
+  EXPECT_EQ(r.Get("removed"), "yes");
+}
+
+}  // namespace
+}  // namespace drover::testing

@@ -92,11 +92,18 @@ proto::JobInfo Record(const std::string& id, int64_t version) {
   return j;
 }
 
-TEST(JobPersisterTest, WritesInOrderAndOnlyTheNewestRecordOfAQueuedJob) {
+// A persister on the real clock over a HeldStore that holds every call.
+class HeldPersisterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(p.Start({}).ok());
+    store.Hold(true);
+  }
   HeldStore store;
-  JobPersister p(&store, Clock::Real());
-  ASSERT_TRUE(p.Start({}).ok());
-  store.Hold(true);
+  JobPersister p{&store, Clock::Real()};
+};
+
+TEST_F(HeldPersisterTest, WritesInOrderAndOnlyTheNewestRecordOfAQueuedJob) {
   p.Put(Record("a", 1));
   ASSERT_TRUE(WaitFor([&] { return store.waiting() == 1; }));  // a v1 is being written
   p.Put(Record("b", 1));  // Put never waits for the store
@@ -114,11 +121,7 @@ TEST(JobPersisterTest, WritesInOrderAndOnlyTheNewestRecordOfAQueuedJob) {
   EXPECT_EQ(p.backlog(), 0u);
 }
 
-TEST(JobPersisterTest, AwaitStoredTimesOutWhileTheStoreIsStuckAndSucceedsAfter) {
-  HeldStore store;
-  JobPersister p(&store, Clock::Real());
-  ASSERT_TRUE(p.Start({}).ok());
-  store.Hold(true);
+TEST_F(HeldPersisterTest, AwaitStoredTimesOutWhileTheStoreIsStuckAndSucceedsAfter) {
   p.Put(Record("job-x-1", 1));
   absl::Status s = p.AwaitStored("job-x-1", absl::Milliseconds(50));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;

@@ -60,31 +60,21 @@ void Take(const std::vector<proto::RankPlacement>& ranks, const proto::Resources
 
 }  // namespace
 
-std::vector<NodeCapacity> TotalCapacities(const std::vector<NodeUse>& nodes) {
-  std::vector<NodeCapacity> caps;
-  caps.reserve(nodes.size());
-  for (const NodeUse& n : nodes) {
-    NodeCapacity c;
-    c.node_id = n.node_id;
-    c.node_ip = n.node_ip;
-    c.available = n.total;
-    c.gpu_ids = n.gpu_ids;
-    c.available.set_gpus(static_cast<int>(c.gpu_ids.size()));
-    caps.push_back(std::move(c));
-  }
-  return caps;
-}
+namespace {
 
-std::vector<NodeCapacity> FreeCapacities(const std::vector<NodeUse>& nodes, const Claim* claim) {
+// Each node's capacity for PlaceGang: its total, or (`free`) what is neither used nor
+// claimed.
+std::vector<NodeCapacity> Capacities(const std::vector<NodeUse>& nodes, bool free,
+                                     const Claim* claim) {
   std::vector<NodeCapacity> caps;
   caps.reserve(nodes.size());
   for (const NodeUse& n : nodes) {
     NodeCapacity c;
     c.node_id = n.node_id;
     c.node_ip = n.node_ip;
-    c.available = SubtractResources(n.total, n.used);
+    c.available = free ? SubtractResources(n.total, n.used) : n.total;
     const std::set<int>* claimed_gpus = nullptr;
-    if (claim != nullptr) {
+    if (free && claim != nullptr) {
       if (auto it = claim->resources.find(c.node_id); it != claim->resources.end()) {
         c.available = SubtractResources(c.available, it->second);
         // Nothing below zero: a claim on what running jobs still hold leaves nothing.
@@ -96,13 +86,25 @@ std::vector<NodeCapacity> FreeCapacities(const std::vector<NodeUse>& nodes, cons
       }
     }
     for (int g : n.gpu_ids) {
-      if (n.used_gpus.count(g) || (claimed_gpus != nullptr && claimed_gpus->count(g))) continue;
+      if (free && (n.used_gpus.count(g) || (claimed_gpus != nullptr && claimed_gpus->count(g)))) {
+        continue;
+      }
       c.gpu_ids.push_back(g);
     }
     c.available.set_gpus(static_cast<int>(c.gpu_ids.size()));
     caps.push_back(std::move(c));
   }
   return caps;
+}
+
+}  // namespace
+
+std::vector<NodeCapacity> TotalCapacities(const std::vector<NodeUse>& nodes) {
+  return Capacities(nodes, /*free=*/false, nullptr);
+}
+
+std::vector<NodeCapacity> FreeCapacities(const std::vector<NodeUse>& nodes, const Claim* claim) {
+  return Capacities(nodes, /*free=*/true, claim);
 }
 
 QueuePlan PlanQueue(std::vector<QueuedJob> pending, std::vector<NodeUse> nodes,

@@ -50,6 +50,12 @@ void JobPersister::Stop(absl::Duration grace) {
 }
 
 void JobPersister::Put(const proto::JobInfo& job) {
+  if (store_->InMemory()) {
+    if (absl::Status s = store_->PutJob(job); !s.ok()) {
+      DROVER_LOG(WARNING) << "saving job " << job.job_id() << ": " << s;
+    }
+    return;
+  }
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = queued_.insert_or_assign(job.job_id(), job);
   if (inserted) {

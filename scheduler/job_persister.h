@@ -11,6 +11,8 @@
 //     older than the stored one, so retries and late writes never undo newer ones.
 //   - Replies that promise durability (SubmitJob, CancelJob) wait in AwaitStored for the
 //     job's queued records to be written, without the scheduler's lock.
+//   - A store that works in memory (StateStore::InMemory) is written through at once
+//     by Put: nothing can stall, and the launch path keeps no extra thread hop.
 //   - Ids come from blocks reserved in the store ahead of need (ReserveIds): TakeId,
 //     called under the scheduler's lock, returns one at once, and asks the thread for
 //     the next block when the current one runs low. Only if it ran dry (a store slower
@@ -63,6 +65,7 @@ class JobPersister {
   void Stop(absl::Duration grace);
 
   // Queues `job`'s record for writing; replaces a queued, unwritten record of the job.
+  // (An in-memory store is written at once.)
   void Put(const proto::JobInfo& job);
   // Waits up to `timeout` until no record of `job_id` is queued or being written (every
   // record Put before the call is stored). UNAVAILABLE, naming the store and its last

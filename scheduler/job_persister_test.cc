@@ -177,6 +177,18 @@ TEST(JobPersisterTest, IdsComeFromReservedBlocksWithoutWaitingOnTheStore) {
   EXPECT_EQ(p.TakeId("job"), JobPersister::kIdBlock + 1);
 }
 
+TEST(JobPersisterTest, AnInMemoryStoreIsWrittenThroughAtOnce) {
+  std::unique_ptr<StateStore> store = NewMemoryStateStore();
+  JobPersister p(store.get(), Clock::Real());
+  ASSERT_TRUE(p.Start({"job"}).ok());
+  p.Put(Record("job-a-1", 1));
+  EXPECT_EQ(p.backlog(), 0u);
+  auto loaded = store->LoadJobs();
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->size(), 1u);
+  EXPECT_TRUE(p.AwaitStored("job-a-1", absl::ZeroDuration()).ok());
+}
+
 TEST(JobPersisterTest, StopWritesWhatIsQueuedWithinItsGrace) {
   HeldStore store;
   auto p = std::make_unique<JobPersister>(&store, Clock::Real());

@@ -48,6 +48,7 @@ class MemoryStateStore final : public StateStore {
   }
 
   std::string Describe() const override { return "memory"; }
+  bool InMemory() const override { return true; }
 
  private:
   absl::Mutex mu_;

@@ -38,6 +38,9 @@ class StateStore {
   absl::StatusOr<int64_t> NextId(const std::string& counter) { return ReserveIds(counter, 1); }
   // "memory" or "redis HOST:PORT", for `drover status`.
   virtual std::string Describe() const = 0;
+  // True if every call completes in memory, at once and without I/O (so a caller may
+  // make it under its own lock); false for a store behind a network connection.
+  virtual bool InMemory() const { return false; }
 };
 
 std::unique_ptr<StateStore> NewMemoryStateStore();

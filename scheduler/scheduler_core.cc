@@ -402,7 +402,7 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& sp
 absl::Status SchedulerCore::AwaitDurable(const std::string& job_id, const std::string& what) {
   absl::Status s = persister_.AwaitStored(job_id, options_.durable_wait);
   if (s.ok()) return s;
-  return absl::UnavailableError(absl::StrCat(job_id, " ", what, " (it stands), but ",
+  return absl::UnavailableError(absl::StrCat(job_id, " ", what, " and stands, but ",
                                              s.message()));
 }
 

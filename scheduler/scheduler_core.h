@@ -210,6 +210,7 @@ class SchedulerCore {
   void ReleaseLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(Job& job, proto::JobState state, const std::string& reason, int exit_code)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bumps the job's version, wakes its long polls and queues its record for the store.
   void ChangedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyProcessTableLocked(Node& node, const proto::HeartbeatRequest& report,
                                bool reattach, proto::HeartbeatReply* reply, Actions* out)

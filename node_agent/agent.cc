@@ -66,10 +66,10 @@ std::string NodeAgent::node_id() {
 }
 
 bool NodeAgent::WaitRegistered(absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);
+  const absl::Time deadline = options_.clock->Now() + timeout;
   while (node_id_.empty()) {
-    if (cv_.WaitWithDeadline(&mu_, deadline)) return !node_id_.empty();
+    if (options_.clock->WaitWithDeadline(&cv_, &mu_, deadline)) return !node_id_.empty();
   }
   return true;
 }
@@ -192,11 +192,10 @@ void NodeAgent::Shutdown() {
   DROVER_LOG(INFO) << "node agent stopped";
 }
 
-bool NodeAgent::SleepOrStop(absl::Duration d) {
-  absl::Time deadline = absl::Now() + d;
+bool NodeAgent::SleepUntilOrStop(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   while (!stop_) {
-    if (cv_.WaitWithDeadline(&mu_, deadline)) break;
+    if (options_.clock->WaitWithDeadline(&cv_, &mu_, deadline)) break;
   }
   return stop_;
 }
@@ -406,18 +405,21 @@ void NodeAgent::RegistrationLoop() {
   bool registered = false;
   bool logged_failure = false;
   absl::Duration backoff = kMinBackoff;
-  absl::Time next_prune = absl::Now();
+  Clock* const clock = options_.clock;
+  absl::Time next_prune = clock->Now();
   for (;;) {
-    if (options_.log_retention > absl::ZeroDuration() && absl::Now() >= next_prune) {
+    // Timers run from when an attempt starts, not from when its RPC returns.
+    const absl::Time attempt = clock->Now();
+    if (options_.log_retention > absl::ZeroDuration() && attempt >= next_prune) {
       pm_->PruneLogs(options_.log_retention);
-      next_prune = absl::Now() + std::min(absl::Hours(1), options_.log_retention);
+      next_prune = clock->Now() + std::min(absl::Hours(1), options_.log_retention);
     }
     if (!registered) {
       registered = Register(stub.get(), &logged_failure);
       if (registered) {
         backoff = kMinBackoff;
       } else {
-        if (SleepOrStop(backoff)) return;
+        if (SleepUntilOrStop(attempt + backoff)) return;
         backoff = std::min(backoff * 2, kMaxBackoff);
         continue;
       }
@@ -454,7 +456,7 @@ void NodeAgent::RegistrationLoop() {
       absl::MutexLock lock(&mu_);
       interval_ms = heartbeat_interval_ms_;
     }
-    if (SleepOrStop(absl::Milliseconds(interval_ms))) return;
+    if (SleepUntilOrStop(attempt + absl::Milliseconds(interval_ms))) return;
   }
 }
 

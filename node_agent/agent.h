@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "grpcpp/server.h"
 #include "node_agent/agent_service.h"
 #include "node_agent/local_objects.h"
@@ -86,6 +87,9 @@ struct AgentOptions {
   std::string object_store_binary;
   // Task workers idle this long are stopped.
   absl::Duration worker_idle_timeout = absl::Seconds(60);
+  // Time for the agent's own timers: the heartbeat interval, the registration back-off,
+  // log pruning and WaitRegistered. Not owned; must outlive the agent.
+  Clock* clock = Clock::Real();
 };
 
 class NodeAgent {
@@ -118,8 +122,8 @@ class NodeAgent {
  private:
   void RegistrationLoop();
   void ReporterLoop();
-  // Sleeps up to `d`; returns true if shutting down.
-  bool SleepOrStop(absl::Duration d);
+  // Sleeps until `deadline` on options_.clock; returns true if shutting down.
+  bool SleepUntilOrStop(absl::Time deadline);
   bool Register(proto::Scheduler::Stub* stub, bool* logged_failure);
   void OnExit(const std::string& job_id, const proto::ExitInfo& info);
   // The gang processes (not task workers) for registration and heartbeats.

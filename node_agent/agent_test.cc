@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
+#include "common/clock.h"
 #include "common/files.h"
 #include "common/net.h"
 #include "common/rpc.h"
@@ -42,7 +43,7 @@ class FakeScheduler final : public proto::Scheduler::Service {
     absl::MutexLock lock(&mu);
     registrations.push_back(*req);
     reply->set_node_id(req->node_id().empty() ? "node-7" : req->node_id());
-    reply->set_heartbeat_interval_ms(30);
+    reply->set_heartbeat_interval_ms(heartbeat_interval_ms);
     known = true;
     return grpc::Status::OK;
   }
@@ -64,6 +65,7 @@ class FakeScheduler final : public proto::Scheduler::Service {
   }
 
   absl::Mutex mu;
+  int64_t heartbeat_interval_ms = 30;
   bool known = true;
   std::vector<proto::JobGeneration> forget;
   std::vector<proto::RegisterNodeRequest> registrations;
@@ -187,6 +189,43 @@ TEST(NodeAgentTest, RegistersLateHeartbeatsReportsExitsAndReregisters) {
   }
   ASSERT_TRUE(WaitFor([&] { return agent.process_manager()->Snapshot().empty(); }));
 
+  agent.Shutdown();
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+// The agent's timers follow its clock: with a fake one, heartbeats go out exactly when
+// the interval the scheduler gave (10 s) has passed on it, and no real time is waited.
+TEST(NodeAgentTest, HeartbeatsAndReregistrationFollowTheClock) {
+  FakeScheduler sched;
+  sched.heartbeat_interval_ms = 10000;
+  int sched_port = *PickFreePort();
+  auto server = Serve(&sched, sched_port);
+  FakeClock clock;
+  AgentOptions o = Options(sched_port, "agent-clock");
+  o.clock = &clock;
+  NodeAgent agent(o);
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(agent.WaitRegistered(absl::Hours(1)));  // the first try needs no time
+  auto count = [&](const auto& v) {
+    absl::MutexLock lock(&sched.mu);
+    return (sched.*v).size();
+  };
+  clock.Advance(absl::Seconds(10) - absl::Milliseconds(1));
+  EXPECT_EQ(count(&FakeScheduler::heartbeats), 0u);
+  clock.Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(WaitFor([&] { return count(&FakeScheduler::heartbeats) == 1; }));
+  clock.Advance(absl::Seconds(10));
+  ASSERT_TRUE(WaitFor([&] { return count(&FakeScheduler::heartbeats) == 2; }));
+  // The scheduler forgets the node: the next heartbeat (after the interval) hears it and
+  // the agent registers again at once, with its id.
+  {
+    absl::MutexLock lock(&sched.mu);
+    sched.known = false;
+  }
+  EXPECT_EQ(count(&FakeScheduler::registrations), 1u);
+  clock.Advance(absl::Seconds(10));
+  ASSERT_TRUE(WaitFor([&] { return count(&FakeScheduler::registrations) == 2; }));
+  EXPECT_EQ(count(&FakeScheduler::heartbeats), 3u);
   agent.Shutdown();
   server->Shutdown(std::chrono::system_clock::now());
 }

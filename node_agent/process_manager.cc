@@ -227,6 +227,31 @@ bool ProcessManager::JobActive(const std::string& job_id) {
   return false;
 }
 
+void ProcessManager::SetAsideLeftoverLogs(const std::string& job_id) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = gens_.lower_bound(Key(job_id, INT32_MIN));
+    if (it != gens_.end() && it->first.first == job_id) return;  // the job is ours
+  }
+  const std::string dir = JobLogDir(job_id);
+  struct stat st;
+  if (::lstat(dir.c_str(), &st) != 0) return;
+  // Another job had this id: a scheduler whose state was lost, on a node whose logs
+  // were kept. Its output stays, under another name, out of the new job's way.
+  std::string aside = absl::StrCat(dir, ".replaced-", absl::ToUnixSeconds(absl::Now()));
+  for (int n = 1; ::access(aside.c_str(), F_OK) == 0; ++n) {
+    aside = absl::StrCat(dir, ".replaced-", absl::ToUnixSeconds(absl::Now()), "-", n);
+  }
+  if (::rename(dir.c_str(), aside.c_str()) != 0) {
+    DROVER_LOG(WARNING) << "cannot move the leftover logs " << dir << " aside: "
+                        << std::strerror(errno);
+    return;
+  }
+  DROVER_LOG(WARNING) << "job " << job_id << " starts here for the first time, but logs of "
+                      << "an earlier job with that id were left in " << dir
+                      << "; moved them to " << aside;
+}
+
 int ProcessManager::PruneLogs(absl::Duration older_than) {
   int removed = 0;
   RunOnManager([&] {
@@ -411,6 +436,7 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
         absl::StrCat("drover-launch not found or not executable at '", options_.launcher_path,
                      "': install it next to drover-agent"));
   }
+  if (req.generation() == 0) SetAsideLeftoverLogs(req.job_id());
   if (absl::Status s = MakeDirs(JobLogDir(req.job_id()), 0700); !s.ok()) return s;
   int port = req.master_port();
   if (port == 0 && !req.task_worker()) {

@@ -132,6 +132,12 @@ class ProcessManager {
   static bool ValidJobId(const std::string& job_id);
 
  private:
+  // Before generation 0 of a job this manager holds nothing of: a log directory left
+  // under its id belongs to another job (a scheduler that lost its state reused the
+  // id), so it is renamed <dir>.replaced-<unix time>: a new job never appends to, or
+  // streams, an older job's output. Manager thread only.
+  void SetAsideLeftoverLogs(const std::string& job_id);
+
   struct Proc {
     std::string job_id;
     int generation = 0;

@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -204,6 +206,34 @@ TEST_F(ProcessManagerTest, ExitCodeAndStderrTailOfThisGenerationOnly) {
   EXPECT_FALSE(snap[0].running());
   EXPECT_EQ(snap[0].generation(), 0);
   EXPECT_EQ(snap[1].exit().exit_code(), 4);
+}
+
+// A job id seen before (a scheduler that lost its state reused it): the new job's
+// generation 0 starts with fresh logs; the old output is kept aside, never appended to.
+TEST_F(ProcessManagerTest, NewJobWithAReusedIdNeverSharesTheOldJobsLogs) {
+  const std::string old_dir = pm_->JobLogDir("job-reused");
+  ASSERT_TRUE(MakeDirs(old_dir).ok());
+  ASSERT_TRUE(WriteFileAtomic(pm_->LogPath("job-reused", 0, ProcessManager::kStdout),
+                              "old job\n").ok());
+  int port = 0;
+  ASSERT_TRUE(pm_->Start(Request("job-reused", {"echo", "new job"}), &port).ok());
+  WaitExit("job-reused", 0);
+  EXPECT_EQ(*ReadFile(pm_->LogPath("job-reused", 0, ProcessManager::kStdout)), "new job\n");
+  // The old output is beside it, renamed.
+  std::vector<std::string> aside;
+  for (const auto& e : std::filesystem::directory_iterator(testing::TestTmpDir() + "/logs")) {
+    const std::string name = e.path().filename();
+    if (absl::StartsWith(name, "job-reused.replaced-")) aside.push_back(e.path());
+  }
+  ASSERT_EQ(aside.size(), 1u);
+  EXPECT_EQ(*ReadFile(aside[0] + "/rank0.out"), "old job\n");
+  // A later generation of the same job appends, as before.
+  auto req = Request("job-reused", {"echo", "restarted"});
+  req.set_generation(1);
+  ASSERT_TRUE(pm_->Start(req, &port).ok());
+  WaitExit("job-reused", 0, 1);
+  EXPECT_EQ(*ReadFile(pm_->LogPath("job-reused", 0, ProcessManager::kStdout)),
+            "new job\nrestarted\n");
 }
 
 TEST_F(ProcessManagerTest, StderrTailIsBounded) {

@@ -23,7 +23,10 @@ class MemoryStateStore final : public StateStore {
     }
     std::string record = job.SerializeAsString();
     absl::MutexLock lock(&mu_);
-    jobs_[job.job_id()] = std::move(record);
+    Stored& stored = jobs_[job.job_id()];
+    if (!stored.record.empty() && stored.version > job.version()) return absl::OkStatus();
+    stored.record = std::move(record);
+    stored.version = job.version();
     return absl::OkStatus();
   }
 
@@ -31,24 +34,29 @@ class MemoryStateStore final : public StateStore {
     std::vector<proto::JobInfo> jobs;
     absl::MutexLock lock(&mu_);
     jobs.reserve(jobs_.size());
-    for (const auto& [id, record] : jobs_) {
+    for (const auto& [id, stored] : jobs_) {
       // Only PutJob writes here, from a message that serialized, so this cannot fail.
-      jobs.emplace_back().ParseFromString(record);
+      jobs.emplace_back().ParseFromString(stored.record);
     }
     return jobs;
   }
 
-  absl::StatusOr<int64_t> NextId(const std::string& counter) override {
+  absl::StatusOr<int64_t> ReserveIds(const std::string& counter, int64_t count) override {
+    if (count < 1) return absl::InvalidArgumentError("ReserveIds: count must be >= 1");
     absl::MutexLock lock(&mu_);
-    return ++counters_[counter];
+    return counters_[counter] += count;
   }
 
   std::string Describe() const override { return "memory"; }
+  bool InMemory() const override { return true; }
 
  private:
   absl::Mutex mu_;
-  // job_id -> JobInfo.SerializeAsString().
-  std::map<std::string, std::string> jobs_ ABSL_GUARDED_BY(mu_);
+  struct Stored {
+    std::string record;  // JobInfo.SerializeAsString()
+    int64_t version = 0;
+  };
+  std::map<std::string, Stored> jobs_ ABSL_GUARDED_BY(mu_);
   // Counter name -> last value handed out (absent: 0).
   std::map<std::string, int64_t> counters_ ABSL_GUARDED_BY(mu_);
 };

@@ -93,6 +93,20 @@ void Assign(const NodeCapacity& node, int count, int group_rank, int* next_rank,
 
 }  // namespace
 
+void AddResources(proto::Resources* acc, const proto::Resources& r, int sign) {
+  acc->set_cpus(acc->cpus() + sign * r.cpus());
+  acc->set_memory_bytes(acc->memory_bytes() + sign * r.memory_bytes());
+  acc->set_gpus(acc->gpus() + sign * r.gpus());
+  for (const auto& [k, v] : r.custom()) (*acc->mutable_custom())[k] += sign * v;
+}
+
+proto::Resources SubtractResources(const proto::Resources& total, const proto::Resources& used) {
+  proto::Resources out = total;
+  AddResources(&out, used, -1);
+  if (out.cpus() < 1e-9) out.set_cpus(std::max(0.0, out.cpus()));
+  return out;
+}
+
 std::string DescribeResources(const proto::Resources& r) {
   std::vector<std::string> parts;
   parts.push_back(FormatAmount("CPU", r.cpus()));

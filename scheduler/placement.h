@@ -43,6 +43,11 @@ PlacementResult PlaceGang(const proto::JobSpec& spec, const std::vector<NodeCapa
 // the message.
 std::string ValidateJobSpec(const proto::JobSpec& spec);
 
+// acc += sign * r, kind by kind (custom resources by name).
+void AddResources(proto::Resources* acc, const proto::Resources& r, int sign);
+// total - used; CPUs that round to below zero are clamped to 0.
+proto::Resources SubtractResources(const proto::Resources& total, const proto::Resources& used);
+
 // "2 CPUs, 1 GPU, 4.0 GiB memory" for messages.
 std::string DescribeResources(const proto::Resources& r);
 

@@ -2,14 +2,19 @@
 //
 // Layout (every key starts with the store's prefix):
 //   <prefix>jobs            HASH  job_id -> JobInfo.SerializeAsString()
-//   <prefix>counter:<name>  STRING, advanced with INCR
+//   <prefix>job-versions    HASH  job_id -> JobInfo.version of the stored record
+//   <prefix>counter:<name>  STRING, advanced with INCRBY
+//
+// PutJob is one Lua script (atomic on the server) that writes the record and its
+// version unless a higher version is stored: a command that timed out here may still
+// be executed by a server that was only slow, after a newer write on a new connection.
 //
 // One connection, guarded by mu_: calls are serialized, which is plenty for the
 // scheduler (a sync round trip is ~30 us on loopback). A connection that broke
 // (Redis restarted, network error, timeout) is dropped and replaced by a new one on
 // the next command. Retries are limited to what cannot apply a command twice:
-// HSET and HGETALL are idempotent and are retried once on a fresh connection; INCR is
-// retried only if it never left this process, otherwise the caller gets UNAVAILABLE
+// PutJob and HGETALL are idempotent and are retried once on a fresh connection; INCRBY
+// is retried only if it never left this process, otherwise the caller gets UNAVAILABLE
 // (the counter may or may not have moved, and only the caller can decide to skip an id).
 #include <hiredis/hiredis.h>
 #include <pthread.h>
@@ -38,6 +43,14 @@ namespace drover {
 namespace {
 
 constexpr struct timeval kConnectTimeout = {1, 0};
+
+// KEYS: jobs hash, versions hash. ARGV: job id, record, version.
+constexpr char kPutJobScript[] =
+    "local v = redis.call('HGET', KEYS[2], ARGV[1]) "
+    "if v and tonumber(v) > tonumber(ARGV[3]) then return 0 end "
+    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) "
+    "redis.call('HSET', KEYS[2], ARGV[1], ARGV[3]) "
+    "return 1";
 constexpr struct timeval kCommandTimeout = {2, 0};
 
 struct ReplyDeleter {
@@ -119,6 +132,7 @@ class RedisStateStore final : public StateStore {
         address_(absl::StrCat(absl::StrContains(host_, ':') ? "[" : "", host_,
                               absl::StrContains(host_, ':') ? "]" : "", ":", port_)),
         jobs_key_(absl::StrCat(key_prefix, "jobs")),
+        versions_key_(absl::StrCat(key_prefix, "job-versions")),
         counter_key_prefix_(absl::StrCat(key_prefix, "counter:")) {}
 
   ~RedisStateStore() override {
@@ -138,9 +152,12 @@ class RedisStateStore final : public StateStore {
     }
     const std::string record = job.SerializeAsString();
     const std::string& id = job.job_id();
+    const std::string version = absl::StrCat(job.version());
     absl::StatusOr<ReplyPtr> reply =
-        Run(FormatCommand("HSET %b %b %b", jobs_key_.data(), jobs_key_.size(), id.data(),
-                          id.size(), record.data(), record.size()),
+        Run(FormatCommand("EVAL %s 2 %b %b %b %b %b", kPutJobScript, jobs_key_.data(),
+                          jobs_key_.size(), versions_key_.data(), versions_key_.size(),
+                          id.data(), id.size(), record.data(), record.size(), version.data(),
+                          version.size()),
             Retry::kIdempotent);
     if (!reply.ok()) {
       return Annotate(reply.status(), absl::StrCat("storing job ", id));
@@ -184,10 +201,13 @@ class RedisStateStore final : public StateStore {
     return jobs;
   }
 
-  absl::StatusOr<int64_t> NextId(const std::string& counter) override {
+  absl::StatusOr<int64_t> ReserveIds(const std::string& counter, int64_t count) override {
+    if (count < 1) return absl::InvalidArgumentError("ReserveIds: count must be >= 1");
     const std::string key = absl::StrCat(counter_key_prefix_, counter);
-    absl::StatusOr<ReplyPtr> reply = Run(
-        FormatCommand("INCR %b", key.data(), key.size()), Retry::kOnlyIfUnsent);
+    const std::string by = absl::StrCat(count);
+    absl::StatusOr<ReplyPtr> reply =
+        Run(FormatCommand("INCRBY %b %b", key.data(), key.size(), by.data(), by.size()),
+            Retry::kOnlyIfUnsent);
     if (!reply.ok()) {
       return Annotate(reply.status(), absl::StrCat("incrementing counter ", key));
     }
@@ -195,7 +215,7 @@ class RedisStateStore final : public StateStore {
     if (r->type != REDIS_REPLY_INTEGER) {
       return absl::InternalError(absl::StrCat("redis ", address_,
                                               ": unexpected reply type ", r->type,
-                                              " to INCR ", key));
+                                              " to INCRBY ", key));
     }
     return static_cast<int64_t>(r->integer);
   }
@@ -308,6 +328,7 @@ class RedisStateStore final : public StateStore {
   const int port_;
   const std::string address_;  // "host:port", for messages and Describe().
   const std::string jobs_key_;
+  const std::string versions_key_;
   const std::string counter_key_prefix_;
 
   absl::Mutex mu_;

@@ -2,65 +2,28 @@
 
 #include <algorithm>
 
+#include "absl/random/random.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
-#include "common/spawn.h"
+#include "common/status_macros.h"
+#include "scheduler/generation.h"
 #include "scheduler/placement.h"
 
 namespace drover {
 namespace {
 
-int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
-
-bool IsTerminal(proto::JobState s) {
-  return s == proto::SUCCEEDED || s == proto::FAILED || s == proto::CANCELLED;
-}
-
-bool Failed(const proto::ExitInfo& e) {
-  return !e.error().empty() || e.exit_code() != 0 || e.signal() != 0;
-}
-
-void AddTo(proto::Resources* acc, const proto::Resources& r, int sign) {
-  acc->set_cpus(acc->cpus() + sign * r.cpus());
-  acc->set_memory_bytes(acc->memory_bytes() + sign * r.memory_bytes());
-  acc->set_gpus(acc->gpus() + sign * r.gpus());
-  for (const auto& [k, v] : r.custom()) (*acc->mutable_custom())[k] += sign * v;
-}
-
-proto::Resources Minus(const proto::Resources& total, const proto::Resources& used) {
-  proto::Resources out = total;
-  AddTo(&out, used, -1);
-  if (out.cpus() < 1e-9) out.set_cpus(std::max(0.0, out.cpus()));
-  return out;
-}
-
-// "rank 1 on node node-2 (10.0.0.2) exited with code 3" + stderr tail.
-std::string DescribeFailure(const proto::ExitInfo& e, const std::string& node_ip,
-                            bool with_stderr = true) {
-  std::string where = absl::StrCat("rank ", e.rank(), " on node ", e.node_id(),
-                                   node_ip.empty() ? "" : absl::StrCat(" (", node_ip, ")"));
-  std::string what;
-  if (!e.error().empty()) {
-    what = e.error();
-  } else if (e.signal() != 0) {
-    what = absl::StrCat("was killed by ", SignalName(e.signal()));
-  } else {
-    what = absl::StrCat("exited with code ", e.exit_code());
+// A short random tag for the job ids of one scheduler lifetime: 4 characters of an
+// alphabet without look-alikes (no 0/o, 1/l/i), ~920,000 values.
+std::string NewJobTag() {
+  static constexpr char kAlphabet[] = "23456789abcdefghjkmnpqrstuvwxyz";
+  absl::BitGen gen;
+  std::string tag;
+  for (int i = 0; i < 4; ++i) {
+    tag.push_back(kAlphabet[absl::Uniform<size_t>(gen, 0, sizeof(kAlphabet) - 1)]);
   }
-  std::string out = absl::StrCat(where, " ", what);
-  if (with_stderr && !e.stderr_tail().empty()) {
-    absl::StrAppend(&out, "; last lines of its stderr:\n", e.stderr_tail());
-    if (out.back() != '\n') out.push_back('\n');
-  }
-  return out;
-}
-
-int ExitCodeOf(const proto::ExitInfo& e) {
-  if (e.signal() != 0) return 128 + e.signal();
-  if (e.exit_code() > 0) return e.exit_code();
-  return 1;
+  return tag;
 }
 
 int64_t JobNumber(const std::string& id) {
@@ -75,21 +38,24 @@ int64_t JobNumber(const std::string& id) {
 SchedulerCore::SchedulerCore(SchedulerOptions options, std::unique_ptr<StateStore> store,
                              std::unique_ptr<AgentClient> agents)
     : options_(std::move(options)),
+      clock_(options_.clock),
       store_(std::move(store)),
       agents_(std::move(agents)),
+      persister_(store_.get(), clock_),
+      job_tag_(NewJobTag()),
       outbound_(std::make_unique<ThreadPool>(4)) {}
 
 SchedulerCore::~SchedulerCore() { Stop(); }
 
 absl::Status SchedulerCore::Start() {
-  auto loaded = store_->LoadJobs();
-  if (!loaded.ok()) return loaded.status();
+  DROVER_ASSIGN_OR_RETURN(std::vector<proto::JobInfo> loaded, store_->LoadJobs());
+  DROVER_RETURN_IF_ERROR(persister_.Start({"job", "node"}));
   absl::MutexLock lock(&mu_);
-  std::sort(loaded->begin(), loaded->end(), [](const auto& a, const auto& b) {
+  std::sort(loaded.begin(), loaded.end(), [](const auto& a, const auto& b) {
     return JobNumber(a.job_id()) < JobNumber(b.job_id());
   });
-  absl::Time now = absl::Now();
-  for (auto& info : *loaded) {
+  absl::Time now = clock_->Now();
+  for (auto& info : loaded) {
     Job& job = jobs_[info.job_id()];
     job.info = std::move(info);
     job.seq = next_seq_++;
@@ -113,7 +79,7 @@ absl::Status SchedulerCore::Start() {
       a.node_id = p.node_id();
       a.res = job.info.spec().per_process();
       a.gpus.assign(p.gpu_ids().begin(), p.gpu_ids().end());
-      AddTo(&node.used, a.res, +1);
+      AddResources(&node.used, a.res, +1);
       node.used_gpus.insert(a.gpus.begin(), a.gpus.end());
       job.allocs.push_back(std::move(a));
       if (!exited.count(p.rank())) job.live.insert(p.rank());
@@ -123,8 +89,9 @@ absl::Status SchedulerCore::Start() {
       time_limited_.insert(job.info.job_id());
     }
   }
-  DROVER_LOG(INFO) << "loaded " << jobs_.size() << " jobs from " << store_->Describe();
-  monitor_ = std::thread([this] { MonitorLoop(); });
+  DROVER_LOG(INFO) << "loaded " << jobs_.size() << " jobs from " << store_->Describe()
+                   << "; new job ids are job-" << job_tag_ << "-N";
+  monitor_ = std::thread([this, now] { MonitorLoop(now); });
   return absl::OkStatus();
 }
 
@@ -134,9 +101,11 @@ void SchedulerCore::Stop() {
     if (stopping_) return;
     stopping_ = true;
     for (auto& [id, job] : jobs_) job.changed->SignalAll();
+    monitor_wake_.SignalAll();
   }
   if (monitor_.joinable()) monitor_.join();
   outbound_.reset();
+  persister_.Stop(/*grace=*/absl::Seconds(2));
 }
 
 void SchedulerCore::SetAddress(const std::string& address) {
@@ -159,16 +128,19 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
   }
   Actions actions;
   proto::RegisterNodeReply reply;
-  {
+  for (bool waited_for_ids = false;; waited_for_ids = true) {
+    if (waited_for_ids) {
+      // No id was reserved (a slow store): wait for some without the lock.
+      DROVER_RETURN_IF_ERROR(persister_.WaitForIds("node", options_.durable_wait));
+    }
     absl::MutexLock lock(&mu_);
     std::string id = req.node_id();
-    if (id.empty()) {
-      do {
-        auto n = store_->NextId("node");
-        if (!n.ok()) return n.status();
-        id = absl::StrCat("node-", *n);
-      } while (nodes_.count(id));
+    while (id.empty() || (req.node_id().empty() && nodes_.count(id))) {
+      std::optional<int64_t> n = persister_.TakeId("node");
+      if (!n) break;
+      id = absl::StrCat("node-", *n);
     }
+    if (id.empty() || (req.node_id().empty() && nodes_.count(id))) continue;
     bool known = nodes_.count(id) > 0;
     Node& node = nodes_[id];
     bool reattach = known && node.info.state() == proto::RECONNECTING;
@@ -183,7 +155,7 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     node.info.mutable_gpu_names()->CopyFrom(req.gpu_names());
     node.info.mutable_warnings()->CopyFrom(req.warnings());
     node.gpu_ids.assign(req.gpu_ids().begin(), req.gpu_ids().end());
-    node.last_heartbeat = absl::Now();
+    node.last_heartbeat = clock_->Now();
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "
                      << req.agent_address() << " ip " << req.node_ip() << " with "
                      << DescribeResources(req.total());
@@ -197,6 +169,7 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     ScheduleLocked(&actions);
     reply.set_node_id(id);
     reply.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
+    break;
   }
   Dispatch(std::move(actions));
   return reply;
@@ -213,7 +186,7 @@ proto::HeartbeatReply SchedulerCore::Heartbeat(const proto::HeartbeatRequest& re
       return reply;
     }
     reply.set_known(true);
-    node->last_heartbeat = absl::Now();
+    node->last_heartbeat = clock_->Now();
     ApplyProcessTableLocked(*node, req, /*reattach=*/false, &reply, &actions);
     ScheduleLocked(&actions);
   }
@@ -307,15 +280,21 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
   }
 }
 
-void SchedulerCore::MonitorLoop() {
+void SchedulerCore::MonitorLoop(absl::Time started) {
   const absl::Duration tick =
       std::min(absl::Milliseconds(200), options_.node_timeout / 4);
+  // From the time Start() ran, not the time this thread got going: a test that moves a
+  // fake clock right after Start() must not find the first pass scheduled after it.
+  absl::Time wake = started + tick;
   for (;;) {
     Actions actions;
     {
       absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), tick)) return;
-      absl::Time now = absl::Now();
+      while (!stopping_ && !clock_->WaitWithDeadline(&monitor_wake_, &mu_, wake)) {
+      }
+      if (stopping_) return;
+      const absl::Time now = clock_->Now();
+      wake = now + tick;
       for (auto it = deferred_stops_.begin(); it != deferred_stops_.end();) {
         if (it->second > now) {
           ++it;
@@ -354,11 +333,6 @@ void SchedulerCore::MonitorLoop() {
         TimeOutLocked(*job, &actions);
         it = time_limited_.erase(it);
       }
-      std::set<std::string> retry;
-      retry.swap(dirty_);
-      for (const auto& id : retry) {
-        if (Job* job = FindJobLocked(id)) PersistLocked(*job);
-      }
       ScheduleLocked(&actions);
     }
     Dispatch(std::move(actions));
@@ -373,157 +347,121 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& sp
   if (!invalid.empty()) return absl::InvalidArgumentError(invalid);
   Actions actions;
   proto::JobInfo result;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!spec.idempotency_key().empty()) {
-      auto it = idempotency_.find(spec.idempotency_key());
-      if (it != idempotency_.end()) return jobs_[it->second].info;
-    }
-    // Reject at once what could never fit on the nodes that exist.
-    auto totals = CapacitiesLocked(/*free=*/false);
-    if (!totals.empty()) {
-      PlacementResult never = PlaceGang(spec, totals);
-      if (!never.ok) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "this job can never run on this cluster: ", never.reason,
-            " (counting every alive node's total, not just what is free); ask for less, "
-            "or add nodes that have it"));
+  for (bool waited_for_ids = false;; waited_for_ids = true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!spec.idempotency_key().empty()) {
+        auto it = idempotency_.find(spec.idempotency_key());
+        if (it != idempotency_.end()) {
+          result = jobs_[it->second].info;  // a retry: answer as the first call would
+          break;
+        }
+      }
+      // Reject at once what could never fit on the nodes that exist.
+      auto totals = TotalCapacities(NodeUsesLocked());
+      if (!totals.empty()) {
+        PlacementResult never = PlaceGang(spec, totals);
+        if (!never.ok) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "this job can never run on this cluster: ", never.reason,
+              " (counting every alive node's total, not just what is free); ask for less, "
+              "or add nodes that have it"));
+        }
+      }
+      // A store that is down: refuse now rather than run what cannot be saved.
+      DROVER_RETURN_IF_ERROR(persister_.Health());
+      if (std::optional<int64_t> n = persister_.TakeId("job")) {
+        std::string id = absl::StrCat("job-", job_tag_, "-", *n);
+        Job& job = jobs_[id];
+        job.seq = next_seq_++;
+        job.info.set_job_id(id);
+        *job.info.mutable_spec() = spec;
+        if (job.info.spec().name().empty()) job.info.mutable_spec()->set_name(spec.command(0));
+        job.info.set_state(proto::PENDING);
+        job.info.set_reason("waiting to be placed");
+        job.info.set_submit_time_ms(absl::ToUnixMillis(clock_->Now()));
+        if (!spec.idempotency_key().empty()) idempotency_[spec.idempotency_key()] = id;
+        DROVER_LOG(INFO) << "submitted " << id << ": " << spec.nproc() << " x "
+                         << absl::StrJoin(spec.command(), " ");
+        ChangedLocked(job);
+        ScheduleLocked(&actions);
+        result = job.info;
+        break;
       }
     }
-    auto n = store_->NextId("job");
-    if (!n.ok()) return n.status();
-    std::string id = absl::StrCat("job-", *n);
-    Job& job = jobs_[id];
-    job.seq = next_seq_++;
-    job.info.set_job_id(id);
-    *job.info.mutable_spec() = spec;
-    if (job.info.spec().name().empty()) job.info.mutable_spec()->set_name(spec.command(0));
-    job.info.set_state(proto::PENDING);
-    job.info.set_reason("waiting to be placed");
-    job.info.set_submit_time_ms(NowMs());
-    if (!spec.idempotency_key().empty()) idempotency_[spec.idempotency_key()] = id;
-    DROVER_LOG(INFO) << "submitted " << id << ": " << spec.nproc() << " x "
-                     << absl::StrJoin(spec.command(), " ");
-    ChangedLocked(job);
-    ScheduleLocked(&actions);
-    result = job.info;
+    // Every reserved id is taken (the store is slower than the submissions): wait for
+    // more without the lock, then start over (a retry may have created the job meanwhile).
+    if (waited_for_ids) return absl::UnavailableError("no job id could be reserved; retry");
+    DROVER_RETURN_IF_ERROR(persister_.WaitForIds("job", options_.durable_wait));
   }
   Dispatch(std::move(actions));
+  DROVER_RETURN_IF_ERROR(AwaitDurable(result.job_id(), "was accepted"));
   return result;
 }
 
-void SchedulerCore::ScheduleLocked(Actions* out) {
-  std::vector<Job*> pending;
-  for (auto& [id, job] : jobs_) {
-    if (job.info.state() == proto::PENDING) pending.push_back(&job);
-  }
-  std::sort(pending.begin(), pending.end(), [](const Job* a, const Job* b) {
-    // Restarting gangs first: they held resources a moment ago.
-    if ((a->info.restart_count() > 0) != (b->info.restart_count() > 0)) {
-      return a->info.restart_count() > 0;
-    }
-    return a->seq < b->seq;
-  });
-  const absl::Time now = absl::Now();
-  Reservation held;
-  for (Job* job : pending) {
-    const bool claimed = !held.job_id.empty();
-    // Backfill: a job sure to end (its time limit is enforced) before the claiming job
-    // could start anyway may use the claimed resources meanwhile.
-    const int64_t limit_ms = job->info.spec().time_limit_ms();
-    const bool borrows = claimed && limit_ms > 0 &&
-                         now + absl::Milliseconds(limit_ms) <= held.earliest_start;
-    if (TryPlaceLocked(*job, out, claimed && !borrows ? &held : nullptr)) continue;
-    if (claimed) continue;
-    PlacementResult plan = PlaceGang(job->info.spec(), CapacitiesLocked(/*free=*/false));
-    if (!plan.ok) continue;  // cannot run on today's nodes even when empty: no claim
-    held.job_id = job->info.job_id();
-    const proto::Resources& per = job->info.spec().per_process();
-    for (const auto& p : plan.ranks) {
-      AddTo(&held.resources[p.node_id()], per, +1);
-      held.gpus[p.node_id()].insert(p.gpu_ids().begin(), p.gpu_ids().end());
-    }
-    held.earliest_start = EarliestStartLocked(held, now);
-  }
+absl::Status SchedulerCore::AwaitDurable(const std::string& job_id, const std::string& what) {
+  absl::Status s = persister_.AwaitStored(job_id, options_.durable_wait);
+  if (s.ok()) return s;
+  return absl::UnavailableError(absl::StrCat(job_id, " ", what, " and stands, but ",
+                                             s.message()));
 }
 
-absl::Time SchedulerCore::EarliestStartLocked(const Reservation& held, absl::Time now) {
-  absl::Time latest = now;
-  for (const auto& [id, j] : jobs_) {
-    if (j.allocs.empty() || IsTerminal(j.info.state())) continue;  // ending: being stopped
-    const bool there = std::any_of(j.allocs.begin(), j.allocs.end(), [&](const Allocation& a) {
-      return held.resources.count(a.node_id) > 0;
-    });
-    if (!there) continue;
-    const int64_t limit_ms = j.info.spec().time_limit_ms();
-    if (limit_ms <= 0 || j.info.state() != proto::RUNNING || j.info.restarting()) {
-      return absl::InfiniteFuture();
-    }
-    latest = std::max(latest, absl::FromUnixMillis(j.info.generation_start_ms()) +
-                                  absl::Milliseconds(limit_ms));
-  }
-  return latest;
-}
-
-std::vector<NodeCapacity> SchedulerCore::CapacitiesLocked(bool free, const Reservation* held) {
+std::vector<NodeUse> SchedulerCore::NodeUsesLocked() {
   std::vector<const Node*> alive;
   for (const auto& [id, n] : nodes_) {
     if (n.info.state() == proto::ALIVE) alive.push_back(&n);
   }
   std::sort(alive.begin(), alive.end(),
             [](const Node* a, const Node* b) { return a->order < b->order; });
-  std::vector<NodeCapacity> caps;
+  std::vector<NodeUse> uses;
+  uses.reserve(alive.size());
   for (const Node* n : alive) {
-    NodeCapacity c;
-    c.node_id = n->info.node_id();
-    c.node_ip = n->info.node_ip();
-    c.available = free ? Minus(n->info.total(), n->used) : n->info.total();
-    const std::set<int>* held_gpus = nullptr;
-    if (free && held != nullptr) {
-      if (auto it = held->resources.find(c.node_id); it != held->resources.end()) {
-        c.available = Minus(c.available, it->second);
-        // Nothing below zero: a claim on what running jobs still hold leaves nothing.
-        c.available.set_memory_bytes(std::max<int64_t>(0, c.available.memory_bytes()));
-        for (auto& [k, v] : *c.available.mutable_custom()) v = std::max(0.0, v);
-      }
-      if (auto it = held->gpus.find(c.node_id); it != held->gpus.end()) held_gpus = &it->second;
-    }
-    for (int g : n->gpu_ids) {
-      if (free && (n->used_gpus.count(g) || (held_gpus && held_gpus->count(g)))) continue;
-      c.gpu_ids.push_back(g);
-    }
-    c.available.set_gpus(static_cast<int>(c.gpu_ids.size()));
-    caps.push_back(std::move(c));
+    NodeUse u;
+    u.node_id = n->info.node_id();
+    u.node_ip = n->info.node_ip();
+    u.total = n->info.total();
+    u.used = n->used;
+    u.gpu_ids = n->gpu_ids;
+    u.used_gpus = n->used_gpus;
+    uses.push_back(std::move(u));
   }
-  return caps;
+  return uses;
 }
 
-bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out, const Reservation* held) {
-  PlacementResult r = PlaceGang(job.info.spec(), CapacitiesLocked(/*free=*/true, held));
-  if (!r.ok) {
-    std::string why = r.reason;
-    if (held != nullptr && PlaceGang(job.info.spec(), CapacitiesLocked(/*free=*/true)).ok) {
-      why = absl::StrCat("waiting behind ", held->job_id,
-                         " (submitted earlier): the free resources it will need are kept for it");
-      // An absolute time, so the reason (and the job's version) does not change every tick.
-      if (held->earliest_start != absl::InfiniteFuture() &&
-          held->earliest_start - absl::Now() >= absl::Seconds(1)) {
-        absl::StrAppend(&why, "; a --time-limit ending before ",
-                        absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", held->earliest_start,
-                                         absl::UTCTimeZone()),
-                        " would let it start now");
-      }
+void SchedulerCore::ScheduleLocked(Actions* out) {
+  std::vector<QueuedJob> pending;
+  for (auto& [id, job] : jobs_) {
+    if (job.info.state() != proto::PENDING) continue;
+    pending.push_back({id, &job.info.spec(), job.info.restart_count(), job.seq});
+  }
+  if (pending.empty()) return;
+  std::vector<HoldingJob> holding;
+  for (const auto& [id, j] : jobs_) {
+    if (j.allocs.empty() || IsTerminal(j.info.state())) continue;  // ending: being stopped
+    HoldingJob h;
+    for (const Allocation& a : j.allocs) h.node_ids.push_back(a.node_id);
+    const int64_t limit_ms = j.info.spec().time_limit_ms();
+    if (limit_ms > 0 && j.info.state() == proto::RUNNING && !j.info.restarting()) {
+      h.ends_by = absl::FromUnixMillis(j.info.generation_start_ms()) +
+                  absl::Milliseconds(limit_ms);
     }
-    std::string reason = job.info.restart_count() > 0
-                             ? absl::StrCat("restart ", job.info.restart_count(), " of ",
-                                            job.info.spec().max_restarts(), " waiting: ", why)
-                             : why;
-    if (job.info.reason() != reason) {
-      job.info.set_reason(reason);
+    holding.push_back(std::move(h));
+  }
+  QueuePlan plan =
+      PlanQueue(std::move(pending), NodeUsesLocked(), std::move(holding), clock_->Now());
+  for (QueueDecision& d : plan.decisions) {
+    Job& job = jobs_[d.job_id];
+    if (d.start) {
+      StartJobLocked(job, std::move(d.ranks), out);
+    } else if (job.info.reason() != d.reason) {
+      job.info.set_reason(d.reason);
       ChangedLocked(job);
     }
-    return false;
   }
+}
+
+void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> ranks,
+                                   Actions* out) {
   const auto& per = job.info.spec().per_process();
   job.info.clear_placement();
   job.info.clear_exited_ranks();
@@ -532,10 +470,10 @@ bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out, const Reservation* he
   job.allocs.clear();
   std::map<std::string, proto::StartProcessesRequest> by_node;
   std::vector<std::string> node_order;
-  for (auto& p : r.ranks) {
+  for (auto& p : ranks) {
     Node& node = nodes_[p.node_id()];
     Allocation a{p.node_id(), per, std::vector<int>(p.gpu_ids().begin(), p.gpu_ids().end())};
-    AddTo(&node.used, a.res, +1);
+    AddResources(&node.used, a.res, +1);
     node.used_gpus.insert(a.gpus.begin(), a.gpus.end());
     job.allocs.push_back(std::move(a));
     job.live.insert(p.rank());
@@ -554,8 +492,9 @@ bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out, const Reservation* he
   job.info.set_master_port(0);
   job.info.set_live_processes(static_cast<int>(job.live.size()));
   job.info.clear_root_cause();
-  if (job.info.start_time_ms() == 0) job.info.set_start_time_ms(NowMs());
-  job.info.set_generation_start_ms(NowMs());
+  const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
+  if (job.info.start_time_ms() == 0) job.info.set_start_time_ms(now_ms);
+  job.info.set_generation_start_ms(now_ms);
   if (spec.time_limit_ms() > 0) time_limited_.insert(job.info.job_id());
   job.info.set_reason(absl::StrCat("running ", spec.nproc(), " processes on ", node_order.size(),
                                    node_order.size() == 1 ? " node" : " nodes",
@@ -590,7 +529,6 @@ bool SchedulerCore::TryPlaceLocked(Job& job, Actions* out, const Reservation* he
                    << absl::StrJoin(node_order, ",");
   ChangedLocked(job);
   out->push_back(std::move(a));
-  return true;
 }
 
 void SchedulerCore::RunLaunch(const Action& a) {
@@ -663,14 +601,14 @@ void SchedulerCore::StopAfterFailureLocked(Job& job, Actions* out) {
     StopJobLocked(job, out);
     return;
   }
-  deferred_stops_.emplace(job.info.job_id(), absl::Now() + options_.abort_notice);
+  deferred_stops_.emplace(job.info.job_id(), clock_->Now() + options_.abort_notice);
 }
 
 void SchedulerCore::ReleaseLocked(Job& job) {
   for (const auto& a : job.allocs) {
     auto it = nodes_.find(a.node_id);
     if (it == nodes_.end()) continue;
-    AddTo(&it->second.used, a.res, -1);
+    AddResources(&it->second.used, a.res, -1);
     for (int g : a.gpus) it->second.used_gpus.erase(g);
   }
   job.allocs.clear();
@@ -682,7 +620,7 @@ void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::str
   job.info.set_state(state);
   job.info.set_reason(reason);
   job.info.set_exit_code(exit_code);
-  job.info.set_end_time_ms(NowMs());
+  job.info.set_end_time_ms(absl::ToUnixMillis(clock_->Now()));
   DROVER_LOG(INFO) << job.info.job_id() << " " << proto::JobState_Name(state) << ": " << reason;
 }
 
@@ -711,10 +649,8 @@ void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Acti
 
   if (job.info.state() == proto::RUNNING && !job.info.restarting()) {
     if (failed) {
-      std::string node_ip;
-      if (Node* n = FindNodeLocked(exit.node_id())) node_ip = n->info.node_ip();
       *job.info.mutable_root_cause() = exit;
-      std::string cause = DescribeFailure(exit, node_ip);
+      std::string cause = DescribeFailure(exit, NodeIpLocked(exit.node_id()));
       const auto& spec = job.info.spec();
       if (job.info.restart_count() < spec.max_restarts()) {
         job.info.set_restarting(true);
@@ -741,7 +677,7 @@ void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Acti
       kv_.DropOlderThan(job.info.job_id(), job.info.restart_count());
       job.info.set_state(proto::PENDING);
       job.info.clear_placement();
-      TryPlaceLocked(job, out);
+      // Placed by the ScheduleLocked that every caller runs next (restarts go first).
     }
   }
   ChangedLocked(job);
@@ -757,7 +693,7 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::GetJob(const std::string& job_id,
         absl::StrCat("no job '", job_id, "' on this cluster; `drover jobs` lists them"));
   }
   if (after_version > 0 && job->info.version() <= after_version) {
-    AwaitJobLocked(*job, absl::Now() + std::min(wait, absl::Seconds(30)),
+    AwaitJobLocked(*job, clock_->Now() + std::min(wait, absl::Seconds(30)),
                    [job, after_version, this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
                      return job->info.version() > after_version || stopping_;
                    });
@@ -818,6 +754,7 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CancelJob(const std::string& job_i
     result = job->info;
   }
   Dispatch(std::move(actions));
+  DROVER_RETURN_IF_ERROR(AwaitDurable(job_id, "is cancelled"));
   return result;
 }
 
@@ -842,7 +779,7 @@ proto::GetClusterStatusReply SchedulerCore::ClusterStatus() {
 
 proto::NodeInfo SchedulerCore::NodeViewLocked(const Node& n) {
   proto::NodeInfo info = n.info;
-  *info.mutable_free() = Minus(n.info.total(), n.used);
+  *info.mutable_free() = SubtractResources(n.info.total(), n.used);
   info.clear_free_gpu_ids();
   for (int g : n.gpu_ids) {
     if (!n.used_gpus.count(g)) info.add_free_gpu_ids(g);
@@ -864,19 +801,16 @@ SchedulerCore::Job* SchedulerCore::FindJobLocked(const std::string& id) {
 void SchedulerCore::ChangedLocked(Job& job) {
   job.info.set_version(job.info.version() + 1);
   job.changed->SignalAll();
-  PersistLocked(job);
+  persister_.Put(job.info);
 }
 
 void SchedulerCore::SignalJobLocked(const std::string& job_id) {
   if (Job* job = FindJobLocked(job_id)) job->changed->SignalAll();
 }
 
-void SchedulerCore::PersistLocked(const Job& job) {
-  absl::Status s = store_->PutJob(job.info);
-  if (!s.ok()) {
-    DROVER_LOG(WARNING) << "could not persist " << job.info.job_id() << " (will retry): " << s;
-    dirty_.insert(job.info.job_id());
-  }
+std::string SchedulerCore::NodeIpLocked(const std::string& node_id) {
+  const Node* n = FindNodeLocked(node_id);
+  return n == nullptr ? "" : n->info.node_ip();
 }
 
 // ---------------------------------------------------------------------------
@@ -912,168 +846,6 @@ proto::GetObjectLocationsReply SchedulerCore::GetObjectLocations(const std::stri
     loc->set_size(h.size);
   }
   return reply;
-}
-
-// ---------------------------------------------------------------------------
-// Rendezvous KV
-
-absl::Status SchedulerCore::CheckKvScopeLocked(const proto::KvScope& scope) {
-  Job* job = FindJobLocked(scope.job_id());
-  if (job == nullptr) {
-    return absl::NotFoundError(absl::StrCat("KV: no job '", scope.job_id(), "'"));
-  }
-  if (IsTerminal(job->info.state()) || job->info.restart_count() != scope.generation()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "KV: job ", scope.job_id(), " is not running generation ", scope.generation(),
-        " (state ", proto::JobState_Name(job->info.state()), ", generation ",
-        job->info.restart_count(), "); a restarted process must use its own "
-        "TORCHELASTIC_RESTART_COUNT"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SchedulerCore::KvSet(const proto::KvSetRequest& req) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
-  absl::Status s =
-      kv_.Set({req.scope().job_id(), req.scope().generation()}, req.key(), req.value());
-  if (s.ok()) SignalJobLocked(req.scope().job_id());
-  return s;
-}
-
-absl::StatusOr<proto::KvGetReply> SchedulerCore::KvGet(const proto::KvGetRequest& req,
-                                                       absl::Duration wait) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
-  const JobKv::Scope scope{req.scope().job_id(), req.scope().generation()};
-  proto::KvGetReply reply;
-  std::optional<std::string> value = kv_.Get(scope, req.key());
-  if (!value && wait > absl::ZeroDuration()) {
-    bool scope_ended = false;
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (stopping_ || !CheckKvScopeLocked(req.scope()).ok()) {
-        scope_ended = true;
-        return true;
-      }
-      value = kv_.Get(scope, req.key());
-      return value.has_value();
-    };
-    // The scope was checked above: its job exists.
-    AwaitJobLocked(*FindJobLocked(scope.first),
-                   absl::Now() + std::min(wait, absl::Minutes(5)), ready);
-    if (scope_ended) {
-      return absl::AbortedError(absl::StrCat("KV: job ", scope.first, " generation ",
-                                             scope.second, " ended while waiting for '",
-                                             req.key(), "'"));
-    }
-    if (!value) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "KV: key '", req.key(), "' of job ", scope.first, " did not appear within ",
-          absl::FormatDuration(wait), "; did every rank reach the rendezvous?"));
-    }
-  }
-  reply.set_found(value.has_value());
-  if (value) reply.set_value(*value);
-  return reply;
-}
-
-absl::StatusOr<proto::KvCompareAndSetReply> SchedulerCore::KvCompareAndSet(
-    const proto::KvCompareAndSetRequest& req) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
-  std::optional<std::string> expected;
-  if (!req.expect_absent()) expected = req.expected();
-  std::optional<std::string> current;
-  auto swapped = kv_.CompareAndSet({req.scope().job_id(), req.scope().generation()}, req.key(),
-                                   expected, req.desired(), &current);
-  if (!swapped.ok()) return swapped.status();
-  if (*swapped) SignalJobLocked(req.scope().job_id());
-  proto::KvCompareAndSetReply reply;
-  reply.set_swapped(*swapped);
-  reply.set_found(current.has_value());
-  if (current) reply.set_current(*current);
-  return reply;
-}
-
-absl::StatusOr<proto::KvAddReply> SchedulerCore::KvAdd(const proto::KvAddRequest& req) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
-  auto sum = kv_.Add({req.scope().job_id(), req.scope().generation()}, req.key(), req.delta(),
-                     req.request_id());
-  if (!sum.ok()) return sum.status();
-  SignalJobLocked(req.scope().job_id());
-  proto::KvAddReply reply;
-  reply.set_value(*sum);
-  return reply;
-}
-
-// ---------------------------------------------------------------------------
-// Generation watch
-
-std::optional<proto::WatchGenerationReply> SchedulerCore::GenerationEndLocked(const Job& job,
-                                                                              int generation) {
-  proto::WatchGenerationReply reply;
-  const auto& cause = job.info.root_cause();
-  if (job.info.has_root_cause() && cause.generation() == generation &&
-      (job.info.restarting() || job.info.state() == proto::FAILED ||
-       job.info.restart_count() > generation)) {
-    reply.set_ended(true);
-    *reply.mutable_failure() = cause;
-    std::string node_ip;
-    if (auto it = nodes_.find(cause.node_id()); it != nodes_.end()) {
-      node_ip = it->second.info.node_ip();
-    }
-    reply.set_description(DescribeFailure(cause, node_ip, /*with_stderr=*/false));
-    return reply;
-  }
-  if (IsTerminal(job.info.state())) {
-    reply.set_ended(true);
-    reply.set_description(absl::StrCat("job ", job.info.job_id(), " ended (",
-                                       proto::JobState_Name(job.info.state()), ": ",
-                                       job.info.reason(), ")"));
-    return reply;
-  }
-  if (job.info.restart_count() != generation) {
-    reply.set_ended(true);
-    reply.set_description(absl::StrCat("job ", job.info.job_id(), " moved on to generation ",
-                                       job.info.restart_count()));
-    return reply;
-  }
-  return std::nullopt;
-}
-
-absl::StatusOr<proto::WatchGenerationReply> SchedulerCore::WatchGeneration(
-    const proto::WatchGenerationRequest& req, absl::Duration wait) {
-  absl::MutexLock lock(&mu_);
-  const std::string& job_id = req.scope().job_id();
-  const int generation = req.scope().generation();
-  Job* job = FindJobLocked(job_id);
-  if (job == nullptr) {
-    return absl::NotFoundError(absl::StrCat("WatchGeneration: no job '", job_id, "'"));
-  }
-  if (generation > job->info.restart_count()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "WatchGeneration: job ", job_id, " has not reached generation ", generation,
-        " (it runs generation ", job->info.restart_count(), ")"));
-  }
-  if (generation == job->info.restart_count() && job->live.count(req.rank())) {
-    job->watchers.insert(req.rank());
-  }
-  std::optional<proto::WatchGenerationReply> reply;
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (stopping_) return true;
-    Job* j = FindJobLocked(job_id);
-    if (j == nullptr) return true;
-    reply = GenerationEndLocked(*j, generation);
-    return reply.has_value();
-  };
-  if (wait > absl::ZeroDuration()) {
-    AwaitJobLocked(*job, absl::Now() + std::min(wait, absl::Seconds(60)), done);
-  } else {
-    done();
-  }
-  if (!reply) return proto::WatchGenerationReply();  // still running
-  return *reply;
 }
 
 }  // namespace drover

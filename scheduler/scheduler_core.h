@@ -1,20 +1,36 @@
-// The scheduler's state machine: nodes and their health, resources, jobs and their
-// gang placement, failure handling and restarts. No gRPC server code lives here: the
-// service (scheduler_service.h) is a thin layer over these methods.
+// The scheduler's coordinator: nodes and their health, jobs and their gang placement,
+// failure handling and restarts. No gRPC server code lives here: the service
+// (scheduler_service.h) is a thin layer over these methods. The parts with one job
+// each live in their own units, and SchedulerCore wires them together:
+//   - queue_policy.h: which pending jobs start where, and why others wait (pure);
+//   - placement.h: gang placement on node capacities (pure);
+//   - generation.h: how a generation's end is described and told (pure);
+//   - job_kv.h + scheduler_rendezvous.cc: the rendezvous KV and generation watches;
+//   - object_directory.h: which node holds which object;
+//   - job_persister.h: job records and ids written to the StateStore off the lock.
+// New kinds of state (leases, tasks, actors) belong in units of their own in the same
+// way: a table or pure policy with its own header and test, guarded by mu_, reached
+// through thin SchedulerCore methods in a file of their own (as scheduler_rendezvous.cc
+// does for the KV), never as more fields and branches in this class.
 //
 // Threading: every public method is thread-safe; one mutex guards all state. Calls to
-// agents are never made under it: methods collect them and hand them to a small
-// outbound thread pool. One monitor thread declares silent nodes dead and retries
-// failed persistence.
+// agents and to the state store are never made under it: methods collect agent calls
+// and hand them to a small outbound thread pool, and job records go to the
+// JobPersister's thread. One monitor thread declares silent nodes dead, ends
+// generations past their time limit and stops failed gangs after the abort notice.
 //
-// Durability: every job change is written through the StateStore. Start() reloads
-// jobs; running ones are reattached when their agents re-register.
+// Time: every deadline and timestamp comes from SchedulerOptions::clock (the wall
+// clock by default; a FakeClock in tests).
+//
+// Durability: every job change is queued for the StateStore; SubmitJob and CancelJob
+// answer once their change is stored. Start() reloads jobs; running ones are reattached
+// when their agents re-register.
 #ifndef DROVER_SCHEDULER_SCHEDULER_CORE_H_
 #define DROVER_SCHEDULER_SCHEDULER_CORE_H_
 
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -23,11 +39,14 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/thread_pool.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/agent_client.h"
 #include "scheduler/job_kv.h"
+#include "scheduler/job_persister.h"
 #include "scheduler/object_directory.h"
+#include "scheduler/queue_policy.h"
 #include "scheduler/state_store.h"
 
 namespace drover {
@@ -43,6 +62,12 @@ struct SchedulerOptions {
   // (WatchGeneration: collective groups do) get this long to learn of it, abort and exit
   // on their own, reporting the cause, before the rest is stopped. Zero: stop at once.
   absl::Duration abort_notice = absl::Seconds(3);
+  // How long SubmitJob and CancelJob wait for their change to be stored before they
+  // answer UNAVAILABLE (the change stands and is saved later; a retry waits again).
+  // Below the clients' RPC deadline (5 s).
+  absl::Duration durable_wait = absl::Seconds(4);
+  // Where time comes from. Not owned; must outlive the core.
+  Clock* clock = Clock::Real();
 };
 
 class SchedulerCore {
@@ -63,11 +88,16 @@ class SchedulerCore {
   proto::HeartbeatReply Heartbeat(const proto::HeartbeatRequest& req);
   void ReportExit(const proto::ReportExitRequest& req);
 
+  // Answers once the new job's record is stored. UNAVAILABLE if the store is down
+  // (nothing created), or if the record is not stored within options.durable_wait (the
+  // job exists and runs; a retry with the same idempotency key returns it).
   absl::StatusOr<proto::JobInfo> SubmitJob(const proto::JobSpec& spec);
   // Waits up to `wait` for the job's version to exceed `after_version` (if > 0).
   absl::StatusOr<proto::JobInfo> GetJob(const std::string& job_id, int64_t after_version,
                                         absl::Duration wait);
   std::vector<proto::JobInfo> ListJobs(const proto::ListJobsRequest& req);
+  // Answers once the cancellation is stored (UNAVAILABLE after options.durable_wait; it
+  // stands and is saved later).
   absl::StatusOr<proto::JobInfo> CancelJob(const std::string& job_id);
   proto::GetClusterStatusReply ClusterStatus();
 
@@ -78,8 +108,9 @@ class SchedulerCore {
   void RemoveObjectLocations(const proto::RemoveObjectLocationsRequest& req);
   proto::GetObjectLocationsReply GetObjectLocations(const std::string& object_id);
 
-  // Rendezvous key-value store of running job generations (job_kv.h). Every call
-  // fails with FAILED_PRECONDITION unless the scope's job runs that generation.
+  // Rendezvous key-value store of running job generations (job_kv.h; these methods
+  // live in scheduler_rendezvous.cc). Every call fails with FAILED_PRECONDITION unless
+  // the scope's job runs that generation.
   absl::Status KvSet(const proto::KvSetRequest& req);
   // Waits up to `wait` for the key (DEADLINE_EXCEEDED naming it); ABORTED if the
   // generation ends while waiting.
@@ -134,7 +165,8 @@ class SchedulerCore {
 
   void Dispatch(Actions actions);
   void RunLaunch(const Action& a);
-  void MonitorLoop();
+  // Passes every min(200 ms, node_timeout / 4) from `started`, until Stop().
+  void MonitorLoop(absl::Time started);
 
   // Waits until `done()` (evaluated with mu_ held) or `deadline`, woken by `job`'s
   // changes. Returns done()'s last value.
@@ -143,39 +175,21 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::shared_ptr<absl::CondVar> changed = job.changed;
     while (!done()) {
-      if (changed->WaitWithDeadline(&mu_, deadline)) return done();  // timed out
+      if (clock_->WaitWithDeadline(changed.get(), &mu_, deadline)) return done();  // timed out
     }
     return true;
   }
   // Wakes the long polls of the job `job_id`, if it exists (its KV changed).
   void SignalJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // What the oldest pending job that does not fit yet would take once running jobs
-  // end (ScheduleLocked): later jobs may not use it, so a stream of small jobs cannot
-  // starve a big one. Per node: resources and GPU indices.
-  struct Reservation {
-    std::string job_id;
-    std::map<std::string, proto::Resources> resources;
-    std::map<std::string, std::set<int>> gpus;
-    // The latest time a job running on those nodes may end, by its time limit;
-    // InfiniteFuture if one has none (then nobody may borrow the claim).
-    absl::Time earliest_start = absl::InfiniteFuture();
-  };
-
-  // Places pending jobs in order (restarting gangs first, then by submission). The first
-  // job that does not fit gets a Reservation on the nodes it would use if every running
-  // job ended; later jobs are placed only in what is left besides it, or anywhere if
-  // their time limit ends before the claim's earliest start (backfill that never
-  // delays the oldest waiting job).
+  // Runs the queue policy (queue_policy.h) over the pending jobs and applies its
+  // decisions: places the jobs it starts, records why the others wait.
   void ScheduleLocked(Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // When the resources `held` claims are free at the latest, by the time limits of the
-  // jobs running on its nodes (InfiniteFuture if one of them has none).
-  absl::Time EarliestStartLocked(const Reservation& held, absl::Time now)
+  // Allocates `ranks` to `job`, marks it RUNNING and queues its launch.
+  void StartJobLocked(Job& job, std::vector<proto::RankPlacement> ranks, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Places `job` now if it fits in the free capacity outside `held` (if any); else
-  // records why it waits.
-  bool TryPlaceLocked(Job& job, Actions* out, const Reservation* held = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ALIVE nodes in placement preference order (registration order).
+  std::vector<NodeUse> NodeUsesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleExitLocked(Job& job, const proto::ExitInfo& exit, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records that `ranks` of the job's current generation on `node_id` ended without an
@@ -193,37 +207,38 @@ class SchedulerCore {
   // generation, once options_.abort_notice has passed (MonitorLoop), so the watchers can
   // exit by themselves first.
   void StopAfterFailureLocked(Job& job, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The generation watch's answer, or nullopt while the generation runs on.
-  std::optional<proto::WatchGenerationReply> GenerationEndLocked(const Job& job, int generation)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FinishLocked(Job& job, proto::JobState state, const std::string& reason, int exit_code)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bumps the job's version, wakes its long polls and queues its record for the store.
   void ChangedLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ApplyProcessTableLocked(Node& node, const proto::HeartbeatRequest& report,
                                bool reattach, proto::HeartbeatReply* reply, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeclareDeadLocked(Node& node, const std::string& reason, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Capacity of the ALIVE nodes: free (minus `held`, if given) or total.
-  std::vector<struct NodeCapacity> CapacitiesLocked(bool free, const Reservation* held = nullptr)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::NodeInfo NodeViewLocked(const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Node* FindNodeLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* FindJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void PersistLocked(const Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK if `scope`'s job is running that generation (not ended, not restarted since).
   absl::Status CheckKvScopeLocked(const proto::KvScope& scope) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The node's IP for messages, "" if unknown.
+  std::string NodeIpLocked(const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits (without mu_) until `job_id`'s changes are stored; `what` names the change.
+  absl::Status AwaitDurable(const std::string& job_id, const std::string& what);
 
   const SchedulerOptions options_;
+  Clock* const clock_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<AgentClient> agents_;
+  JobPersister persister_;
+  // Per scheduler lifetime, in every job id: "job-<tag>-<n>" (see NewJobTag).
+  const std::string job_tag_;
 
   absl::Mutex mu_;
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> dirty_ ABSL_GUARDED_BY(mu_);  // failed to persist; retried
   ObjectDirectory objects_ ABSL_GUARDED_BY(mu_);
   JobKv kv_ ABSL_GUARDED_BY(mu_);
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
@@ -234,6 +249,7 @@ class SchedulerCore {
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar monitor_wake_;  // Stop() wakes the monitor
 
   std::thread monitor_;
   std::unique_ptr<ThreadPool> outbound_;

@@ -3,10 +3,12 @@
 // reports in odd orders, and exact resource accounting.
 #include "scheduler/scheduler_core.h"
 
+#include <atomic>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
@@ -58,7 +60,9 @@ class SharedStore : public StateStore {
   explicit SharedStore(StateStore* s) : s_(s) {}
   absl::Status PutJob(const proto::JobInfo& j) override { return s_->PutJob(j); }
   absl::StatusOr<std::vector<proto::JobInfo>> LoadJobs() override { return s_->LoadJobs(); }
-  absl::StatusOr<int64_t> NextId(const std::string& c) override { return s_->NextId(c); }
+  absl::StatusOr<int64_t> ReserveIds(const std::string& c, int64_t n) override {
+    return s_->ReserveIds(c, n);
+  }
   std::string Describe() const override { return "shared"; }
 
  private:
@@ -67,16 +71,37 @@ class SharedStore : public StateStore {
 
 using testing::WaitFor;
 
+// Runs `call` (a long poll) on a thread, then `trigger`; returns what `call` answered.
+// The clock is fake and never advanced, so an answer means `trigger` woke the call, not
+// its timeout. A call still waiting after 10 s fails the test (and is released by
+// advancing the clock past any wait).
+template <typename Call, typename Trigger>
+auto AnswerWithoutTimePassing(FakeClock* clock, Call call, Trigger trigger) {
+  decltype(call()) answer;
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    answer = call();
+    done = true;
+  });
+  trigger();
+  EXPECT_TRUE(WaitFor([&] { return done.load(); })) << "the call waited for its timeout";
+  if (!done) clock->Advance(absl::Hours(1));
+  t.join();
+  return answer;
+}
+
 class SchedulerCoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Make(absl::Seconds(30)); }
 
-  void Make(absl::Duration node_timeout) {
+  // A new core over the same store. With `fake` time moves only by clock_.Advance.
+  void Make(absl::Duration node_timeout, bool fake = false) {
     core_.reset();
     auto agents = std::make_unique<FakeAgents>();
     agents_ = agents.get();
     SchedulerOptions o;
     o.node_timeout = node_timeout;
+    if (fake) o.clock = &clock_;
     core_ = std::make_unique<SchedulerCore>(o, std::make_unique<SharedStore>(store_.get()),
                                             std::move(agents));
     ASSERT_TRUE(core_->Start().ok());
@@ -122,6 +147,7 @@ class SchedulerCoreTest : public ::testing::Test {
     core_->ReportExit(req);
   }
 
+  FakeClock clock_;
   std::unique_ptr<StateStore> store_ = NewMemoryStateStore();
   FakeAgents* agents_ = nullptr;
   std::unique_ptr<SchedulerCore> core_;
@@ -229,6 +255,7 @@ TEST_F(SchedulerCoreTest, NodesUsedListsEveryNodeOfEveryGeneration) {
 // A generation that runs past the job's time limit is stopped and the job fails
 // (exit code 124), with no restart even when restarts are left.
 TEST_F(SchedulerCoreTest, JobPastItsTimeLimitIsStoppedAndFailsWithoutRestart) {
+  Make(absl::Seconds(30), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);
   proto::JobSpec spec;
   spec.add_command("train");
@@ -238,11 +265,12 @@ TEST_F(SchedulerCoreTest, JobPastItsTimeLimitIsStoppedAndFailsWithoutRestart) {
   spec.set_time_limit_ms(300);
   auto job = core_->SubmitJob(spec);
   ASSERT_TRUE(job.ok()) << job.status();
-  const absl::Time placed = absl::Now();
   ASSERT_EQ(Job(job->job_id()).state(), proto::RUNNING);
-  EXPECT_GT(Job(job->job_id()).generation_start_ms(), 0);
+  EXPECT_EQ(Job(job->job_id()).generation_start_ms(), absl::ToUnixMillis(clock_.Now()));
+  clock_.Advance(absl::Milliseconds(300));  // the limit, not past it
+  EXPECT_EQ(Job(job->job_id()).state(), proto::RUNNING);
+  clock_.Advance(absl::Milliseconds(1));
   ASSERT_TRUE(WaitFor([&] { return Job(job->job_id()).state() == proto::FAILED; }));
-  EXPECT_GE(absl::Now() - placed, absl::Milliseconds(300));
   auto j = Job(job->job_id());
   EXPECT_EQ(j.exit_code(), 124);
   EXPECT_EQ(j.restart_count(), 0);
@@ -261,6 +289,7 @@ TEST_F(SchedulerCoreTest, JobPastItsTimeLimitIsStoppedAndFailsWithoutRestart) {
 // With time limits known, a job sure to end before the claiming job could start may
 // use the claimed resources meanwhile; a longer one, or one without a limit, waits.
 TEST_F(SchedulerCoreTest, ShortJobsBackfillAClaimTheyEndBefore) {
+  Make(absl::Seconds(30), /*fake=*/true);
   Register("10.0.0.1", 0);  // 8 CPUs
   auto limited = [&](int nproc, absl::Duration limit) {
     proto::JobSpec spec;
@@ -281,9 +310,24 @@ TEST_F(SchedulerCoreTest, ShortJobsBackfillAClaimTheyEndBefore) {
   const std::string short_one = limited(2, absl::Minutes(5));
   EXPECT_EQ(Job(too_long).state(), proto::PENDING);
   EXPECT_EQ(Job(unlimited).state(), proto::PENDING);
-  EXPECT_TRUE(absl::StrContains(Job(unlimited).reason(), "a --time-limit ending before"))
+  // The claim can start when the running job's limit ends: 10 minutes from now.
+  const std::string until = absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
+                                             clock_.Now() + absl::Minutes(10),
+                                             absl::UTCTimeZone());
+  EXPECT_TRUE(absl::StrContains(Job(unlimited).reason(),
+                                "a --time-limit ending before " + until + " would let it start"))
       << Job(unlimited).reason();
   EXPECT_EQ(Job(short_one).state(), proto::RUNNING) << Job(short_one).reason();
+  // Time passes: a job ending exactly when the claim may start still borrows it, one
+  // ending a millisecond later does not.
+  ASSERT_TRUE(core_->CancelJob(short_one).ok());
+  Exit(Job(short_one).placement(0).node_id(), short_one, 0, 143);
+  Exit(Job(short_one).placement(0).node_id(), short_one, 1, 143);
+  clock_.Advance(absl::Minutes(4));
+  const std::string late = limited(2, absl::Minutes(6) + absl::Milliseconds(1));
+  EXPECT_EQ(Job(late).state(), proto::PENDING);
+  const std::string exact = limited(2, absl::Minutes(6));
+  EXPECT_EQ(Job(exact).state(), proto::RUNNING) << Job(exact).reason();
 }
 
 TEST_F(SchedulerCoreTest, MasterNodeIsStartedFirstAndOthersGetItsPort) {
@@ -348,14 +392,23 @@ TEST_F(SchedulerCoreTest, UnreachableAgentFailsTheJobWithTheReason) {
 }
 
 TEST_F(SchedulerCoreTest, SilentNodeIsDeclaredDead) {
-  Make(absl::Milliseconds(300));
+  Make(absl::Milliseconds(300), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);
   auto job = Submit(1, 0, 0);
-  ASSERT_TRUE(WaitFor([&] { return Job(job.job_id()).state() == proto::FAILED; }));
-  EXPECT_TRUE(absl::StrContains(Job(job.job_id()).reason(), "declared dead"));
-  EXPECT_EQ(core_->ClusterStatus().nodes(0).state(), proto::DEAD);
   proto::HeartbeatRequest hb;
   hb.set_node_id(n1);
+  clock_.Advance(absl::Milliseconds(250));
+  ASSERT_TRUE(core_->Heartbeat(hb).known());  // silent for 250 ms: alive
+  clock_.Advance(absl::Milliseconds(300));    // 300 ms since the heartbeat: the timeout
+  EXPECT_EQ(Job(job.job_id()).state(), proto::RUNNING);
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).state(), proto::ALIVE);
+  clock_.Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(WaitFor([&] { return Job(job.job_id()).state() == proto::FAILED; }));
+  EXPECT_TRUE(absl::StrContains(Job(job.job_id()).reason(),
+                                "declared dead (no heartbeat from " + n1 +
+                                    " (10.0.0.1) for 300ms; the node timeout is 300ms)"))
+      << Job(job.job_id()).reason();
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).state(), proto::DEAD);
   EXPECT_FALSE(core_->Heartbeat(hb).known());
 }
 
@@ -403,7 +456,7 @@ TEST_F(SchedulerCoreTest, TimeLimitOutlivesASchedulerRestart) {
 }
 
 TEST_F(SchedulerCoreTest, ObjectLocationsListLiveHoldersAndDropDeadNodes) {
-  Make(absl::Milliseconds(300));
+  Make(absl::Milliseconds(300), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);
   std::string n2 = Register("10.0.0.2", 0);
   proto::AddObjectLocationsRequest add;
@@ -431,6 +484,7 @@ TEST_F(SchedulerCoreTest, ObjectLocationsListLiveHoldersAndDropDeadNodes) {
 
   // Both nodes go silent and are declared dead: no copy is listed any more, and a dead
   // node may not report new ones until it registers again.
+  clock_.Advance(absl::Milliseconds(301));
   ASSERT_TRUE(WaitFor([&] { return core_->GetObjectLocations("obj-a").locations_size() == 0; }));
   add.set_node_id(n1);
   EXPECT_EQ(core_->AddObjectLocations(add).code(), absl::StatusCode::kFailedPrecondition);
@@ -508,6 +562,7 @@ TEST_F(SchedulerCoreTest, KvCompareAndSetIsAtomicUnderConcurrency) {
 }
 
 TEST_F(SchedulerCoreTest, KvScopeEndsWithItsGeneration) {
+  Make(absl::Seconds(30), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);
   auto job = Submit(1, 0, 0, /*max_restarts=*/1);
   ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
@@ -520,17 +575,14 @@ TEST_F(SchedulerCoreTest, KvScopeEndsWithItsGeneration) {
   proto::KvGetRequest get;
   *get.mutable_scope() = Scope(job);
   get.set_key("absent");
-  absl::Status waited;
-  absl::Time start = absl::Now();
-  std::thread reader([&] { waited = core_->KvGet(get, absl::Seconds(20)).status(); });
-  Exit(n1, job.job_id(), 0, 1);  // fails -> restart to generation 1
-  reader.join();
   // ABORTED if it was already waiting, FAILED_PRECONDITION if it came after: either
-  // way at once, not after its 20 s.
+  // way at once, not after its 20 s (which never pass: the clock stands still).
+  absl::Status waited = AnswerWithoutTimePassing(
+      &clock_, [&] { return core_->KvGet(get, absl::Seconds(20)).status(); },
+      [&] { Exit(n1, job.job_id(), 0, 1); });  // fails -> restart to generation 1
   EXPECT_TRUE(waited.code() == absl::StatusCode::kAborted ||
               waited.code() == absl::StatusCode::kFailedPrecondition)
       << waited;
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   EXPECT_EQ(core_->KvSet(set).code(), absl::StatusCode::kFailedPrecondition);
   *set.mutable_scope() = Scope(job, 1);
   ASSERT_TRUE(WaitFor([&] { return core_->KvSet(set).ok(); }));
@@ -556,6 +608,7 @@ proto::WatchGenerationRequest WatchRequest(const std::string& job, int gen, int 
 }
 
 TEST_F(SchedulerCoreTest, WatchGenerationHearsTheFailureAndWatchersGetANoticePeriod) {
+  Make(absl::Seconds(30), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);
   auto job = Submit(3, 0, 0, /*max_restarts=*/1);
   ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
@@ -563,26 +616,22 @@ TEST_F(SchedulerCoreTest, WatchGenerationHearsTheFailureAndWatchersGetANoticePer
   auto now = core_->WatchGeneration(WatchRequest(job.job_id(), 0, 0), absl::ZeroDuration());
   ASSERT_TRUE(now.ok()) << now.status();
   EXPECT_FALSE(now->ended());
-  // Rank 2 waits in a watch while rank 1 dies.
-  absl::StatusOr<proto::WatchGenerationReply> heard;
-  std::thread watcher([&] {
-    heard = core_->WatchGeneration(WatchRequest(job.job_id(), 0, 2), absl::Seconds(20));
-  });
+  // Rank 2 waits in a watch while rank 1 dies: it hears at once (no time passes).
   proto::ReportExitRequest req;
   req.set_node_id(n1);
   req.set_job_id(job.job_id());
   req.mutable_exit()->set_rank(1);
   req.mutable_exit()->set_exit_code(-1);
   req.mutable_exit()->set_signal(9);
-  const absl::Time died = absl::Now();
-  core_->ReportExit(req);
-  watcher.join();
+  absl::StatusOr<proto::WatchGenerationReply> heard = AnswerWithoutTimePassing(
+      &clock_, [&] { return core_->WatchGeneration(WatchRequest(job.job_id(), 0, 2), absl::Seconds(20)); },
+      [&] { core_->ReportExit(req); });
   ASSERT_TRUE(heard.ok()) << heard.status();
-  EXPECT_LT(absl::Now() - died, absl::Seconds(5));
   EXPECT_TRUE(heard->ended());
   EXPECT_EQ(heard->failure().rank(), 1);
   EXPECT_EQ(heard->description(), "rank 1 on node " + n1 + " (10.0.0.1) was killed by SIGKILL");
   // The watchers get the notice period before the stop (3 s by default)...
+  clock_.Advance(absl::Seconds(3) - absl::Milliseconds(1));
   EXPECT_EQ(agents_->stops(), 0u);
   // ...and if they exit by themselves, nothing is stopped at all and the gang restarts.
   Exit(n1, job.job_id(), 0, 3);
@@ -600,15 +649,33 @@ TEST_F(SchedulerCoreTest, WatchGenerationHearsTheFailureAndWatchersGetANoticePer
 }
 
 TEST_F(SchedulerCoreTest, WatchersThatDoNotExitAreStoppedAfterTheNoticePeriod) {
+  Make(absl::Seconds(30), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);
   auto job = Submit(2, 0, 0);
   ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
   ASSERT_TRUE(core_->WatchGeneration(WatchRequest(job.job_id(), 0, 0), absl::ZeroDuration()).ok());
-  const absl::Time failed = absl::Now();
   Exit(n1, job.job_id(), 1, 7);
   EXPECT_EQ(Job(job.job_id()).state(), proto::FAILED);
-  ASSERT_TRUE(WaitFor([&] { return agents_->stops() >= 1; }, absl::Seconds(10)));
-  EXPECT_GE(absl::Now() - failed, absl::Seconds(3) - absl::Milliseconds(50));
+  clock_.Advance(absl::Seconds(3));  // the notice period (3 s), not past it
+  EXPECT_EQ(agents_->stops(), 0u);
+  clock_.Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(WaitFor([&] { return agents_->stops() >= 1; }));
+}
+
+// The notice period on the real clock: the mechanism is a timer.
+TEST_F(SchedulerCoreTest, NoticePeriodEndsOnTheRealClock) {
+  SchedulerOptions o;
+  o.abort_notice = absl::Milliseconds(100);
+  core_.reset();
+  auto agents = std::make_unique<FakeAgents>();
+  agents_ = agents.get();
+  core_ = std::make_unique<SchedulerCore>(o, NewMemoryStateStore(), std::move(agents));
+  ASSERT_TRUE(core_->Start().ok());
+  std::string n1 = Register("10.0.0.1", 0);
+  auto job = Submit(2, 0, 0);
+  ASSERT_TRUE(core_->WatchGeneration(WatchRequest(job.job_id(), 0, 0), absl::ZeroDuration()).ok());
+  Exit(n1, job.job_id(), 1, 7);
+  ASSERT_TRUE(WaitFor([&] { return agents_->stops() >= 1; }));
 }
 
 TEST_F(SchedulerCoreTest, CancelEndsTheWatchAndUnknownJobsAreNotFound) {

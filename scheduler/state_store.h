@@ -25,14 +25,22 @@ class StateStore {
  public:
   virtual ~StateStore() = default;
 
-  // Inserts or replaces the record keyed by job.job_id().
+  // Inserts or replaces the record keyed by job.job_id(), unless the stored record has
+  // a higher `version` (then it does nothing and returns OK): a write that arrives late
+  // (sent on a connection that timed out, then executed) never undoes a newer one.
   virtual absl::Status PutJob(const proto::JobInfo& job) = 0;
   // Every stored job, in no particular order.
   virtual absl::StatusOr<std::vector<proto::JobInfo>> LoadJobs() = 0;
-  // Atomically increments the named counter and returns the new value (first call: 1).
-  virtual absl::StatusOr<int64_t> NextId(const std::string& counter) = 0;
+  // Atomically advances the named counter by `count` (>= 1) and returns its new value:
+  // the ids new_value - count + 1 .. new_value are the caller's (first call: 1..count).
+  virtual absl::StatusOr<int64_t> ReserveIds(const std::string& counter, int64_t count) = 0;
+  // One id: ReserveIds(counter, 1).
+  absl::StatusOr<int64_t> NextId(const std::string& counter) { return ReserveIds(counter, 1); }
   // "memory" or "redis HOST:PORT", for `drover status`.
   virtual std::string Describe() const = 0;
+  // True if every call completes in memory, at once and without I/O (so a caller may
+  // make it under its own lock); false for a store behind a network connection.
+  virtual bool InMemory() const { return false; }
 };
 
 std::unique_ptr<StateStore> NewMemoryStateStore();

@@ -113,6 +113,33 @@ TEST_P(StateStoreTest, PutJobLoadJobsRoundTripAndReplacement) {
   ExpectSameJob(by_id["job-2"], b);
 }
 
+// A record older than the stored one (a write that arrived late) changes nothing.
+TEST_P(StateStoreTest, PutJobKeepsTheNewestVersion) {
+  proto::JobInfo newer = MakeJob("job-1", "newer", proto::RUNNING);
+  newer.set_version(9);
+  ASSERT_TRUE(store_->PutJob(newer).ok());
+  proto::JobInfo older = MakeJob("job-1", "older");
+  older.set_version(8);
+  ASSERT_TRUE(store_->PutJob(older).ok());
+  auto loaded = store_->LoadJobs();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->size(), 1u);
+  ExpectSameJob((*loaded)[0], newer);
+  newer.set_version(10);
+  newer.set_state(proto::SUCCEEDED);
+  ASSERT_TRUE(store_->PutJob(newer).ok());
+  ExpectSameJob((*store_->LoadJobs())[0], newer);
+}
+
+TEST_P(StateStoreTest, ReserveIdsHandsOutBlocks) {
+  auto last = store_->ReserveIds("job", 32);
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(*last, 32);
+  EXPECT_EQ(*store_->NextId("job"), 33);
+  EXPECT_EQ(*store_->ReserveIds("job", 10), 43);
+  EXPECT_EQ(store_->ReserveIds("job", 0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(StateStoreTest, PutJobRejectsEmptyId) {
   EXPECT_EQ(store_->PutJob(proto::JobInfo()).code(), absl::StatusCode::kInvalidArgument);
 }

@@ -100,5 +100,40 @@ TEST_F(CliUpTest, UpWithRedisKeepsStateInRedis) {
   }
 }
 
+// The id `drover run` reports on stderr ("drover: submitted ID"), or "".
+std::string SubmittedId(const std::string& err) {
+  const std::string tag = "drover: submitted ";
+  auto at = err.find(tag);
+  if (at == std::string::npos) return "";
+  at += tag.size();
+  return err.substr(at, err.find('\n', at) - at);
+}
+
+// Issue 13: job ids restarted at job-1 when a cluster with in-memory state came up
+// again in the same DROVER_HOME, and the new job-1 showed the old job-1's output,
+// which the agent's log directory still held.
+TEST_F(CliUpTest, JobIdsAreNewAfterDownAndUpAndNoJobShowsAnothersOutput) {
+  std::string out, err;
+  ASSERT_EQ(Drover({"up", "--nodes", "1"}, &out, &err), 0) << out << err;
+  ASSERT_EQ(Drover({"run", "--", "echo", "first"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "first")) << out;
+  const std::string first = SubmittedId(err);
+  ASSERT_FALSE(first.empty()) << err;
+  ASSERT_EQ(Drover({"down"}, &out, &err), 0) << err;
+
+  ASSERT_EQ(Drover({"up", "--nodes", "1"}, &out, &err), 0) << out << err;
+  ASSERT_EQ(Drover({"run", "--", "echo", "second"}, &out, &err), 0) << err;
+  const std::string second = SubmittedId(err);
+  EXPECT_NE(second, first);
+  EXPECT_TRUE(absl::StrContains(out, "second")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "first")) << out;
+  ASSERT_EQ(Drover({"logs", second}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "second")) << out;
+  EXPECT_FALSE(absl::StrContains(out, "first")) << out;
+  // The new cluster does not know the old job: no output of anyone else's under its id.
+  EXPECT_NE(Drover({"logs", first}, &out, &err), 0) << out;
+  EXPECT_FALSE(absl::StrContains(out, "first")) << out;
+}
+
 }  // namespace
 }  // namespace drover::testing

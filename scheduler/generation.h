@@ -1,0 +1,46 @@
+// How a job generation ends, and how that is told: the failure descriptions in a job's
+// reason and in WatchGeneration's answer, the exit code `drover run` returns, and which
+// generation a rendezvous call may use.
+//
+// Pure functions over a JobInfo snapshot: SchedulerCore calls them under its lock, and
+// generation_test.cc tests them without a scheduler.
+#ifndef DROVER_SCHEDULER_GENERATION_H_
+#define DROVER_SCHEDULER_GENERATION_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "proto/common.pb.h"
+#include "proto/scheduler.pb.h"
+
+namespace drover {
+
+// SUCCEEDED, FAILED or CANCELLED. (sdk/client.cc has its own copy, to be unified in
+// common/job_state.h.)
+bool IsTerminal(proto::JobState s);
+
+// True if the process failed: an error, a non-zero exit code or a signal.
+bool Failed(const proto::ExitInfo& e);
+
+// "rank 1 on node node-2 (10.0.0.2) exited with code 3", then the stderr tail if
+// `with_stderr` and there is one. `node_ip` may be empty.
+std::string DescribeFailure(const proto::ExitInfo& e, const std::string& node_ip,
+                            bool with_stderr = true);
+
+// The job's exit code for a failed process: 128 + signal, its exit code, or 1.
+int ExitCodeOf(const proto::ExitInfo& e);
+
+// OK if `job` (null: unknown) runs generation `scope.generation()` now: the KV scope
+// is usable. NOT_FOUND for an unknown job, FAILED_PRECONDITION otherwise.
+absl::Status CheckKvScope(const proto::JobInfo* job, const proto::KvScope& scope);
+
+// WatchGeneration's answer for `generation` of `job`, or nullopt while it runs on.
+// `cause_node_ip` is the IP of the root cause's node ("" if unknown).
+std::optional<proto::WatchGenerationReply> GenerationEnd(const proto::JobInfo& job,
+                                                         int generation,
+                                                         const std::string& cause_node_ip);
+
+}  // namespace drover
+
+#endif  // DROVER_SCHEDULER_GENERATION_H_

@@ -1,0 +1,129 @@
+// JobPersister: the scheduler's writes to its StateStore, kept off the scheduler's lock.
+//
+// A Redis call can take seconds (a stalled or restarting server; hiredis times out
+// after 2 s). Made under SchedulerCore's mutex, it would stall heartbeats and get
+// healthy nodes declared dead. So:
+//   - Put queues a job's record (under the scheduler's lock; it never waits on the
+//     store). The persister's own thread writes the queued records in the order their
+//     jobs were first queued; a job queued again before it was written is written once,
+//     with its newest record (coalesced). A failed write is retried with back-off
+//     (100 ms doubling to 2 s) until it succeeds; the store's PutJob ignores a record
+//     older than the stored one, so retries and late writes never undo newer ones.
+//   - Replies that promise durability (SubmitJob, CancelJob) wait in AwaitStored for the
+//     job's queued records to be written, without the scheduler's lock.
+//   - A store that works in memory (StateStore::InMemory) is written through at once
+//     by Put: nothing can stall, and the launch path keeps no extra thread hop.
+//   - Ids come from blocks reserved in the store ahead of need (ReserveIds): TakeId,
+//     called under the scheduler's lock, returns one at once, and asks the thread for
+//     the next block when the current one runs low. Only if it ran dry (a store slower
+//     than the submissions) does it return nullopt; the caller then waits in WaitForIds
+//     without its lock. A scheduler restarted over a durable store skips the unused
+//     rest of its blocks: ids stay unique, with gaps.
+//
+// Ownership: the store is not owned and must outlive the persister. Thread safety:
+// every method is thread-safe. Timing (back-off, waits) follows the given Clock.
+#ifndef DROVER_SCHEDULER_JOB_PERSISTER_H_
+#define DROVER_SCHEDULER_JOB_PERSISTER_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/common.pb.h"
+#include "scheduler/state_store.h"
+
+namespace drover {
+
+class JobPersister {
+ public:
+  // Ids reserved per store call, and how few left trigger the next reservation.
+  static constexpr int64_t kIdBlock = 32;
+  static constexpr int64_t kIdLowWater = 8;
+  // A store that has failed every call for this long is down, not slow (Health).
+  static constexpr absl::Duration kDownAfter = absl::Seconds(10);
+
+  JobPersister(StateStore* store, Clock* clock);
+  // Stop(0).
+  ~JobPersister();
+  JobPersister(const JobPersister&) = delete;
+  JobPersister& operator=(const JobPersister&) = delete;
+
+  // Reserves a first block of each counter (synchronously: call it before serving) and
+  // starts the writer thread. REQUIRES: called once.
+  absl::Status Start(const std::vector<std::string>& counters);
+  // Writes what is queued for at most `grace`, then stops the thread. Idempotent.
+  void Stop(absl::Duration grace);
+
+  // Queues `job`'s record for writing; replaces a queued, unwritten record of the job.
+  // (An in-memory store is written at once.)
+  void Put(const proto::JobInfo& job);
+  // Waits up to `timeout` until no record of `job_id` is queued or being written (every
+  // record Put before the call is stored). UNAVAILABLE, naming the store and its last
+  // error, if that does not happen in time.
+  absl::Status AwaitStored(const std::string& job_id, absl::Duration timeout);
+  // UNAVAILABLE if the store has failed every call for longer than kDownAfter (it is
+  // down: refuse new work at once rather than accept what cannot be saved); else OK.
+  absl::Status Health();
+
+  // The next id of `counter` (one of Start's counters) if one is reserved; nullopt if
+  // the reserved ids ran out (then WaitForIds). Never waits on the store.
+  std::optional<int64_t> TakeId(const std::string& counter);
+  // Waits up to `timeout` until an id of `counter` is available (UNAVAILABLE if not).
+  absl::Status WaitForIds(const std::string& counter, absl::Duration timeout);
+
+  // Records queued and not yet written (for tests and status).
+  size_t backlog();
+
+ private:
+  struct IdBlocks {
+    std::deque<std::pair<int64_t, int64_t>> ranges;  // [first, last], oldest first
+    int64_t left = 0;                                // ids in `ranges`
+  };
+
+  void Loop();
+  // A counter whose reserved ids are low; "" if none.
+  std::string CounterToRefillLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefillLocked(const std::string& counter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Bookkeeping after a store call: back-off and the outage's start on failure.
+  void NoteResultLocked(const absl::Status& s, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status UnavailableLocked(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddBlockLocked(const std::string& counter, int64_t last)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  StateStore* const store_;
+  Clock* const clock_;
+
+  absl::Mutex mu_;
+  // Signalled when work is queued, a store call ends, or Stop is called.
+  absl::CondVar cv_;
+  std::map<std::string, proto::JobInfo> queued_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids of queued_, write order
+  std::string in_flight_ ABSL_GUARDED_BY(mu_);          // job being written, or ""
+  std::map<std::string, IdBlocks> ids_ ABSL_GUARDED_BY(mu_);
+  // After a failed store call: no call before retry_at_; failing since when
+  // (InfiniteFuture while the store answers) and with what error.
+  absl::Time retry_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Duration backoff_ ABSL_GUARDED_BY(mu_);
+  absl::Time failing_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  absl::Status last_error_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // the thread has exited
+  absl::Time stop_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
+  std::thread thread_;
+};
+
+}  // namespace drover
+
+#endif  // DROVER_SCHEDULER_JOB_PERSISTER_H_

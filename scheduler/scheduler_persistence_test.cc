@@ -1,0 +1,119 @@
+// SchedulerCore over a real redis-server that goes away and comes back: changes made
+// meanwhile stand and are stored once Redis answers again; a Redis gone for long makes
+// new submissions fail at once, naming it. Time is a FakeClock: the store's back-off,
+// the durability wait and the outage's length pass only when the test says so.
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "scheduler/scheduler_core.h"
+#include "tests/util/redis_server.h"
+#include "tests/util/test_util.h"
+
+namespace drover {
+namespace {
+
+using testing::RedisServer;
+using testing::WaitFor;
+
+class NoAgents : public AgentClient {
+ public:
+  absl::StatusOr<int> StartProcesses(const std::string&,
+                                     const proto::StartProcessesRequest&) override {
+    return 29500;
+  }
+  absl::Status StopJob(const std::string&, const proto::StopJobRequest&) override {
+    return absl::OkStatus();
+  }
+};
+
+proto::JobSpec OneProcess() {
+  proto::JobSpec spec;
+  spec.add_command("train");
+  spec.set_nproc(1);
+  spec.mutable_per_process()->set_cpus(1);
+  return spec;
+}
+
+// job id -> version, as stored in Redis.
+std::map<std::string, int64_t> StoredVersions(StateStore& store) {
+  std::map<std::string, int64_t> out;
+  auto jobs = store.LoadJobs();
+  if (!jobs.ok()) return out;
+  for (const auto& j : *jobs) out[j.job_id()] = j.version();
+  return out;
+}
+
+TEST(SchedulerPersistenceTest, ChangesWhileRedisIsDownStandAndAreStoredWhenItReturns) {
+  auto server = RedisServer::Start(testing::TestTmpDir() + "/redis-down", /*appendonly=*/true);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto store = NewRedisStateStore((*server)->host(), (*server)->port(), "t:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  FakeClock clock;
+  SchedulerOptions o;
+  o.clock = &clock;
+  o.node_timeout = absl::Hours(1);
+  o.durable_wait = absl::Seconds(1);
+  SchedulerCore core(o, std::move(*store), std::make_unique<NoAgents>());
+  ASSERT_TRUE(core.Start().ok());
+  proto::RegisterNodeRequest reg;
+  reg.set_agent_address("10.0.0.1:7000");
+  reg.set_node_ip("10.0.0.1");
+  reg.mutable_total()->set_cpus(8);
+  ASSERT_TRUE(core.RegisterNode(reg).ok());
+  auto first = core.SubmitJob(OneProcess());
+  ASSERT_TRUE(first.ok()) << first.status();
+
+  (*server)->Stop();
+  // A submission while Redis is down: the job is created and placed (ids are reserved
+  // ahead), but the reply cannot promise it is stored; it says so when the durability
+  // wait ends.
+  absl::StatusOr<proto::JobInfo> second;
+  std::atomic<bool> answered{false};
+  std::thread submitter([&] {
+    second = core.SubmitJob(OneProcess());
+    answered = true;
+  });
+  EXPECT_TRUE(WaitFor([&] { return core.ListJobs({}).size() == 2; }));
+  // Time passes until the wait ends (its deadline is set when the thread gets there).
+  EXPECT_TRUE(WaitFor([&] {
+    clock.Advance(absl::Milliseconds(100));
+    return answered.load();
+  }));
+  submitter.join();
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_TRUE(absl::StrContains(second.status().message(),
+                                absl::StrCat("redis 127.0.0.1:", (*server)->port())))
+      << second.status();
+  // Down for longer than JobPersister::kDownAfter: new submissions fail at once.
+  clock.Advance(JobPersister::kDownAfter + absl::Seconds(1));
+  ASSERT_TRUE(WaitFor([&] {
+    auto refused = core.SubmitJob(OneProcess());
+    return !refused.ok() && absl::StrContains(refused.status().message(), "failed every call");
+  }));
+  EXPECT_EQ(core.ListJobs({}).size(), 2u);
+
+  // Redis returns (with its AOF): every change is stored, newest version of each job.
+  ASSERT_TRUE((*server)->Restart().ok());
+  auto reader = NewRedisStateStore((*server)->host(), (*server)->port(), "t:");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  std::map<std::string, int64_t> want;
+  ASSERT_TRUE(WaitFor([&] {
+    clock.Advance(absl::Seconds(2));  // past the store's longest back-off
+    want.clear();
+    for (const auto& j : core.ListJobs({})) want[j.job_id()] = j.version();
+    return StoredVersions(**reader) == want;
+  }));
+  EXPECT_EQ(want.size(), 2u);
+  EXPECT_TRUE(core.SubmitJob(OneProcess()).ok());
+  core.Stop();
+}
+
+}  // namespace
+}  // namespace drover

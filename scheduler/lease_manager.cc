@@ -272,7 +272,7 @@ void LeaseManager::WorkerExited(const proto::ReportWorkerExitRequest& req) {
   a->second.lease_id.clear();
   ActorLost(a->second,
             absl::StrCat("its worker ", req.worker_id(), " on node ", req.node_id(), " ",
-                         DescribeExit(req.exit())),
+                         DescribeExit(req.exit(), /*with_stderr=*/false)),
             &req.exit());
 }
 
@@ -422,6 +422,7 @@ void LeaseManager::PlaceActor(const std::string& actor_id) {
       // The factory failed or the program cannot start: no point in trying elsewhere.
       a.info.set_state(proto::ACTOR_DEAD);
       a.info.set_reason(absl::StrCat("it could not be created: ", lease.status().message()));
+      a.info.set_pending_reason("");
       names_.erase(a.info.name());
       ChangedLocked(a);
       return;
@@ -436,6 +437,11 @@ void LeaseManager::PlaceActor(const std::string& actor_id) {
 
 void LeaseManager::ActorLost(Actor& a, const std::string& why, const proto::ExitInfo* exit) {
   if (exit != nullptr) *a.info.mutable_last_exit() = *exit;
+  // The stderr tail goes last, after what happens next.
+  std::string tail;
+  if (exit != nullptr && !exit->stderr_tail().empty()) {
+    tail = absl::StrCat("; last lines of its stderr:\n", exit->stderr_tail());
+  }
   if (a.killed || a.info.state() == proto::ACTOR_DEAD) {
     a.info.set_state(proto::ACTOR_DEAD);
     ChangedLocked(a);
@@ -445,7 +451,7 @@ void LeaseManager::ActorLost(Actor& a, const std::string& why, const proto::Exit
     a.info.set_restarts(a.info.restarts() + 1);
     a.info.set_state(proto::ACTOR_RESTARTING);
     a.info.set_reason(absl::StrCat(why, "; restarting (restart ", a.info.restarts(), " of ",
-                                   a.info.max_restarts(), ")"));
+                                   a.info.max_restarts(), ")", tail));
     a.info.clear_node_id();
     a.info.clear_worker_id();
     a.info.clear_unix_path();
@@ -456,8 +462,9 @@ void LeaseManager::ActorLost(Actor& a, const std::string& why, const proto::Exit
   }
   a.info.set_state(proto::ACTOR_DEAD);
   a.info.set_reason(a.info.max_restarts() == 0
-                        ? why
-                        : absl::StrCat(why, "; no restarts left (max_restarts ", a.info.max_restarts(), ")"));
+                        ? absl::StrCat(why, tail)
+                        : absl::StrCat(why, "; no restarts left (max_restarts ", a.info.max_restarts(),
+                                       ")", tail));
   names_.erase(a.info.name());
   ChangedLocked(a);
 }

@@ -16,6 +16,9 @@
 #include "common/net.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "scheduler/lease_manager.h"
+#include "scheduler/leases_service.h"
+#include "scheduler/package_store.h"
 #include "scheduler/scheduler_core.h"
 #include "scheduler/scheduler_service.h"
 
@@ -27,7 +30,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"drover-scheduler: the head of a drover cluster"};
   std::string bind = "127.0.0.1", advertise, token_file, redis, redis_prefix = "drover:",
-              ready_file;
+              ready_file, package_dir;
   int port = 0;
   int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000,
           abort_notice_ms = 3000;
@@ -49,6 +52,9 @@ int main(int argc, char** argv) {
                  "(collective groups) get to abort and exit on their own before SIGTERM")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
   app.add_option("--ready-file", ready_file, "write {\"address\":...} here once serving");
+  app.add_option("--package-dir", package_dir,
+                 "where task programs uploaded by drivers are kept (default: beside the token "
+                 "file, in packages/)");
   CLI11_PARSE(app, argc, argv);
 
   if (token_file.empty()) token_file = drover::DroverHome() + "/token";
@@ -88,11 +94,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   drover::SchedulerService service(core.get(), *token);
+  if (package_dir.empty()) {
+    package_dir = token_file.substr(0, token_file.find_last_of('/') + 1) + "packages";
+  }
+  drover::PackageStore packages(package_dir);
+  drover::LeaseManager leases(core->resource_book(), drover::NewGrpcWorkerClient(*token));
+  core->SetLeaseManager(&leases);
+  drover::LeasesService leases_service(core.get(), &leases, &packages, *token);
   grpc::ServerBuilder builder;
   int selected_port = 0;
   builder.AddListeningPort(absl::StrCat(bind, ":", port), grpc::InsecureServerCredentials(),
                            &selected_port);
   builder.RegisterService(&service);
+  builder.RegisterService(&leases_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || selected_port == 0) {
     std::cerr << "drover-scheduler: cannot listen on " << bind << ":" << port
@@ -123,7 +137,10 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   DROVER_LOG(INFO) << "received " << strsignal(sig) << "; shutting down";
+  leases_service.BeginShutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  leases.Stop();
+  core->SetLeaseManager(nullptr);
   core->Stop();
   return 0;
 }

@@ -43,6 +43,7 @@ SchedulerCore::SchedulerCore(SchedulerOptions options, std::unique_ptr<StateStor
       agents_(std::move(agents)),
       persister_(store_.get(), clock_),
       job_tag_(NewJobTag()),
+      book_(MakeBook(this)),
       outbound_(std::make_unique<ThreadPool>(4)) {}
 
 SchedulerCore::~SchedulerCore() { Stop(); }
@@ -61,6 +62,13 @@ absl::Status SchedulerCore::Start() {
     job.seq = next_seq_++;
     if (!job.info.spec().idempotency_key().empty()) {
       idempotency_[job.info.spec().idempotency_key()] = job.info.job_id();
+    }
+    if (job.info.driver() && !IsTerminal(job.info.state())) {
+      // A driver's session does not survive the scheduler: its workers lost their
+      // owner, and the driver its leases.
+      FinishLocked(job, proto::FAILED, "the scheduler restarted while its driver ran", 1);
+      ChangedLocked(job);
+      continue;
     }
     if (job.info.live_processes() == 0 && job.info.state() != proto::RUNNING) continue;
     // Reattach: the processes of the current generation may still run on their nodes.
@@ -268,6 +276,7 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
   DROVER_LOG(WARNING) << "node " << node.info.node_id() << " declared dead: " << reason;
   node.info.set_state(proto::DEAD);
   node.info.set_reason(reason);
+  dead_nodes_.emplace_back(node.info.node_id(), reason);
   // Its object store is unreachable: nobody should try to pull from it.
   objects_.RemoveNode(node.info.node_id());
   for (auto& [id, job] : jobs_) {
@@ -345,29 +354,49 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
 absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& spec) {
   std::string invalid = ValidateJobSpec(spec);
   if (!invalid.empty()) return absl::InvalidArgumentError(invalid);
+  auto check = [&]() -> absl::Status {
+    // Reject at once what could never fit on the nodes that exist.
+    auto totals = TotalCapacities(NodeUsesLocked());
+    if (!totals.empty()) {
+      PlacementResult never = PlaceGang(spec, totals);
+      if (!never.ok) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "this job can never run on this cluster: ", never.reason,
+            " (counting every alive node's total, not just what is free); ask for less, "
+            "or add nodes that have it"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  auto fill = [&](Job& job, Actions* actions) {
+    *job.info.mutable_spec() = spec;
+    if (job.info.spec().name().empty()) job.info.mutable_spec()->set_name(spec.command(0));
+    job.info.set_state(proto::PENDING);
+    job.info.set_reason("waiting to be placed");
+    DROVER_LOG(INFO) << "submitted " << job.info.job_id() << ": " << spec.nproc() << " x "
+                     << absl::StrJoin(spec.command(), " ");
+    ChangedLocked(job);
+    ScheduleLocked(actions);
+  };
+  return CreateJob(spec.idempotency_key(), check, fill);
+}
+
+absl::StatusOr<proto::JobInfo> SchedulerCore::CreateJob(
+    const std::string& idempotency_key, const std::function<absl::Status()>& check,
+    const std::function<void(Job&, Actions*)>& fill) {
   Actions actions;
   proto::JobInfo result;
   for (bool waited_for_ids = false;; waited_for_ids = true) {
     {
       absl::MutexLock lock(&mu_);
-      if (!spec.idempotency_key().empty()) {
-        auto it = idempotency_.find(spec.idempotency_key());
+      if (!idempotency_key.empty()) {
+        auto it = idempotency_.find(idempotency_key);
         if (it != idempotency_.end()) {
           result = jobs_[it->second].info;  // a retry: answer as the first call would
           break;
         }
       }
-      // Reject at once what could never fit on the nodes that exist.
-      auto totals = TotalCapacities(NodeUsesLocked());
-      if (!totals.empty()) {
-        PlacementResult never = PlaceGang(spec, totals);
-        if (!never.ok) {
-          return absl::FailedPreconditionError(absl::StrCat(
-              "this job can never run on this cluster: ", never.reason,
-              " (counting every alive node's total, not just what is free); ask for less, "
-              "or add nodes that have it"));
-        }
-      }
+      DROVER_RETURN_IF_ERROR(check());
       // A store that is down: refuse now rather than run what cannot be saved.
       DROVER_RETURN_IF_ERROR(persister_.Health());
       if (std::optional<int64_t> n = persister_.TakeId("job")) {
@@ -375,16 +404,9 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& sp
         Job& job = jobs_[id];
         job.seq = next_seq_++;
         job.info.set_job_id(id);
-        *job.info.mutable_spec() = spec;
-        if (job.info.spec().name().empty()) job.info.mutable_spec()->set_name(spec.command(0));
-        job.info.set_state(proto::PENDING);
-        job.info.set_reason("waiting to be placed");
         job.info.set_submit_time_ms(absl::ToUnixMillis(clock_->Now()));
-        if (!spec.idempotency_key().empty()) idempotency_[spec.idempotency_key()] = id;
-        DROVER_LOG(INFO) << "submitted " << id << ": " << spec.nproc() << " x "
-                         << absl::StrJoin(spec.command(), " ");
-        ChangedLocked(job);
-        ScheduleLocked(&actions);
+        if (!idempotency_key.empty()) idempotency_[idempotency_key] = id;
+        fill(job, &actions);
         result = job.info;
         break;
       }
@@ -561,6 +583,7 @@ void SchedulerCore::RunLaunch(const Action& a) {
 }
 
 void SchedulerCore::Dispatch(Actions actions) {
+  NotifyLeases();
   for (auto& a : actions) {
     outbound_->Post([this, a = std::move(a)] {
       if (a.kind == Action::kLaunch) {
@@ -605,6 +628,7 @@ void SchedulerCore::StopAfterFailureLocked(Job& job, Actions* out) {
 }
 
 void SchedulerCore::ReleaseLocked(Job& job) {
+  if (!job.allocs.empty()) freed_ = true;
   for (const auto& a : job.allocs) {
     auto it = nodes_.find(a.node_id);
     if (it == nodes_.end()) continue;
@@ -617,6 +641,7 @@ void SchedulerCore::ReleaseLocked(Job& job) {
 void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::string& reason,
                                  int exit_code) {
   kv_.DropJob(job.info.job_id());
+  ended_jobs_.push_back(job.info.job_id());
   job.info.set_state(state);
   job.info.set_reason(reason);
   job.info.set_exit_code(exit_code);

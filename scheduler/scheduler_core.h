@@ -28,6 +28,8 @@
 #ifndef DROVER_SCHEDULER_SCHEDULER_CORE_H_
 #define DROVER_SCHEDULER_SCHEDULER_CORE_H_
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -45,6 +47,7 @@
 #include "scheduler/agent_client.h"
 #include "scheduler/job_kv.h"
 #include "scheduler/job_persister.h"
+#include "scheduler/lease_manager.h"
 #include "scheduler/object_directory.h"
 #include "scheduler/queue_policy.h"
 #include "scheduler/state_store.h"
@@ -124,6 +127,21 @@ class SchedulerCore {
   absl::StatusOr<proto::WatchGenerationReply> WatchGeneration(
       const proto::WatchGenerationRequest& req, absl::Duration wait);
 
+  // The task layer: worker leases, actors and driver jobs (these methods live in
+  // scheduler_tasks.cc; lease_manager.h keeps the books on leases and actors).
+  // The node table as leases are placed against it: the same resources jobs use.
+  ResourceBook* resource_book() { return book_.get(); }
+  // Tells `leases` of dead nodes, ended jobs and freed resources from now on. Call once
+  // before serving; not owned.
+  void SetLeaseManager(LeaseManager* leases);
+  // A program that submits tasks outside any job (drover::Init in a plain program): a
+  // job of its own, marked `driver`, RUNNING until EndDriver. Idempotent per request id.
+  absl::StatusOr<std::string> RegisterDriver(const proto::RegisterDriverRequest& req);
+  // OK while `job_id` is a driver job that has not ended.
+  absl::Status CheckDriver(const std::string& job_id);
+  // Ends a driver job (SUCCEEDED with `reason`); its leases, actors and workers go.
+  void EndDriver(const std::string& job_id, const std::string& reason);
+
  private:
   struct Node {
     proto::NodeInfo info;  // total, state, addresses; `free` filled on read
@@ -162,6 +180,19 @@ class SchedulerCore {
     std::string stop_address;
   };
   using Actions = std::vector<Action>;
+  class Book;
+  static std::unique_ptr<ResourceBook> MakeBook(SchedulerCore* core);
+
+  // Creates a job under a fresh id (waiting for ids from the persister if none is
+  // left), or returns the job `idempotency_key` made before. Under the lock, `check`
+  // may refuse, then `fill` sets the new record and may queue actions. Answers once the
+  // record is stored (see SubmitJob).
+  absl::StatusOr<proto::JobInfo> CreateJob(const std::string& idempotency_key,
+                                           const std::function<absl::Status()>& check,
+                                           const std::function<void(Job&, Actions*)>& fill);
+  // Tells the lease manager what changed since the last call (ended jobs, dead nodes,
+  // freed resources). Called by Dispatch, without mu_.
+  void NotifyLeases();
 
   void Dispatch(Actions actions);
   void RunLaunch(const Action& a);
@@ -250,6 +281,13 @@ class SchedulerCore {
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar monitor_wake_;  // Stop() wakes the monitor
+
+  // For the lease manager (NotifyLeases): what happened since it was last told.
+  std::vector<std::string> ended_jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<std::string, std::string>> dead_nodes_ ABSL_GUARDED_BY(mu_);
+  bool freed_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<LeaseManager*> leases_{nullptr};
+  std::unique_ptr<ResourceBook> book_;
 
   std::thread monitor_;
   std::unique_ptr<ThreadPool> outbound_;

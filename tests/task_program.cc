@@ -124,6 +124,10 @@ void Print(const std::string& key, const std::string& value) {
 std::string Err(const absl::Status& s) { return std::string(s.message()); }
 
 int Basic() {
+  const absl::Time t0 = absl::Now();
+  auto phase = [&](const char* name) {
+    std::cerr << name << " at " << absl::ToInt64Milliseconds(absl::Now() - t0) << " ms" << std::endl;
+  };
   auto a = drover::Task(Add).Remote(int64_t{2}, int64_t{3});
   auto b = drover::Task(Add).Remote(a, int64_t{10});  // a ref as an argument
   auto s = drover::Task(Sum).Remote(std::vector<int64_t>{1, 2, 3, 4});
@@ -137,6 +141,7 @@ int Basic() {
   Expect(gv.ok() && *gv == "hello drover", "Greet", gv.ok() ? *gv : Err(gv.status()));
   absl::Status nv = drover::Get(n);
   Expect(nv.ok(), "Nothing", Err(nv));
+  phase("first tasks");
   // Put, and a put value as an argument.
   auto p = drover::Put(std::vector<int64_t>{5, 6, 7});
   auto ps = drover::Task(Sum).Remote(p);
@@ -149,12 +154,14 @@ int Basic() {
   int64_t total = 0;
   if (all.ok()) total = std::accumulate(all->begin(), all->end(), int64_t{0});
   Expect(all.ok() && total == 200 * 201 / 2, "200 tasks", all.ok() ? std::to_string(total) : Err(all.status()));
+  phase("200 tasks");
   // Wait: a slow task finishes after fast ones.
   std::vector<drover::ObjectRef<int64_t>> mixed = {drover::Task(Sleeps).Remote(int64_t{1500}),
                                                    drover::Task(Sleeps).Remote(int64_t{1})};
   auto w = drover::Wait(mixed, 1, absl::Seconds(30));
   Expect(w.ready.size() == 1 && w.ready[0].id() == mixed[1].id(), "Wait returns the fast one first",
          w.ready.size());
+  phase("wait");
   Print("basic", failures == 0 ? "ok" : "failed");
   return failures == 0 ? 0 : 1;
 }

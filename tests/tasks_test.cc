@@ -22,7 +22,7 @@
 namespace drover::testing {
 namespace {
 
-struct Run {
+struct DriverRun {
   int code = -1;
   std::string out;
   std::string err;
@@ -69,8 +69,8 @@ class TasksTest : public ::testing::Test {
     return pid.ok() ? *pid : -1;
   }
 
-  Run Finish(pid_t pid, const std::string& base, absl::Duration timeout) {
-    Run r;
+  DriverRun Finish(pid_t pid, const std::string& base, absl::Duration timeout) {
+    DriverRun r;
     int status = 0;
     const bool done = WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout);
     if (!done) {
@@ -86,7 +86,7 @@ class TasksTest : public ::testing::Test {
       if (eq != absl::string_view::npos && eq > 0 && line.find(' ') > eq) {
         key = std::string(line.substr(0, eq));
         r.kv[key] = std::string(line.substr(eq + 1));
-      } else if (!key.empty()) {
+      } else if (!key.empty() && !line.empty()) {
         absl::StrAppend(&r.kv[key], "\n", line);  // a multi-line value (stderr tails)
       }
     }
@@ -95,7 +95,7 @@ class TasksTest : public ::testing::Test {
     return r;
   }
 
-  Run RunProgram(const std::vector<std::string>& args, absl::Duration timeout = absl::Seconds(120)) {
+  DriverRun RunProgram(const std::vector<std::string>& args, absl::Duration timeout = absl::Seconds(120)) {
     static int n = 0;
     const std::string base = absl::StrCat(cluster_->dir(), "/driver-", ++n);
     return Finish(Start(args, base), base, timeout);
@@ -107,14 +107,14 @@ class TasksTest : public ::testing::Test {
 TestCluster* TasksTest::cluster_ = nullptr;
 
 TEST_F(TasksTest, TasksRunAndRefsResolve) {
-  Run r = RunProgram({"basic"});
+  DriverRun r = RunProgram({"basic"});
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(r.Get("basic"), "ok") << r.out << r.err;
   EXPECT_TRUE(absl::StartsWith(r.Get("job"), "job-")) << r.out;
 }
 
 TEST_F(TasksTest, ErrorsComeBackWithTheirCause) {
-  Run r = RunProgram({"errors"});
+  DriverRun r = RunProgram({"errors"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(absl::StrContains(r.Get("throws"), "Throws")) << r.Get("throws");
   EXPECT_TRUE(absl::StrContains(r.Get("throws"), "bad input 7")) << r.Get("throws");
@@ -135,14 +135,14 @@ TEST_F(TasksTest, ErrorsComeBackWithTheirCause) {
 
 TEST_F(TasksTest, AWorkerKilledMidTaskIsRetried) {
   const std::string marker = absl::StrCat(cluster_->dir(), "/dies-once");
-  Run r = RunProgram({"retry", marker});
+  DriverRun r = RunProgram({"retry", marker});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(r.Get("retried"), "42") << r.out << r.err;
   EXPECT_TRUE(absl::StrContains(r.Get("no_retry"), "SIGKILL")) << r.Get("no_retry");
 }
 
 TEST_F(TasksTest, RefsCrossNodes) {
-  Run r = RunProgram({"nodes", cluster_->agent_node_id(0), cluster_->agent_node_id(1)});
+  DriverRun r = RunProgram({"nodes", cluster_->agent_node_id(0), cluster_->agent_node_id(1)});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(absl::StartsWith(r.Get("where_a"), cluster_->agent_node_id(0))) << r.out;
   EXPECT_TRUE(absl::StartsWith(r.Get("where_b"), cluster_->agent_node_id(1))) << r.out;
@@ -150,7 +150,7 @@ TEST_F(TasksTest, RefsCrossNodes) {
 }
 
 TEST_F(TasksTest, ActorsKeepOrderAndReportDeath) {
-  Run r = RunProgram({"actors"});
+  DriverRun r = RunProgram({"actors"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(r.Get("actor_order"), "ok") << r.out;
   EXPECT_EQ(r.Get("actor_add"), "105");
@@ -163,7 +163,7 @@ TEST_F(TasksTest, ActorsKeepOrderAndReportDeath) {
 }
 
 TEST_F(TasksTest, ActorsRestartPerPolicy) {
-  Run r = RunProgram({"restart"});
+  DriverRun r = RunProgram({"restart"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(absl::StrContains(r.Get("died"), "exited with code 4")) << r.Get("died");
   EXPECT_EQ(r.Get("restarted"), "ok") << r.out;
@@ -215,7 +215,7 @@ TEST_F(TasksTest, TheBinaryIsShippedToTheAgents) {
   ASSERT_TRUE(WriteFileAtomic(copy, *bytes, 0700).ok());
   const std::string base = absl::StrCat(cluster_->dir(), "/shipped");
   pid_t pid = Start({"shipped"}, base, copy);
-  Run r = Finish(pid, base, absl::Seconds(120));
+  DriverRun r = Finish(pid, base, absl::Seconds(120));
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(absl::StrContains(r.Get("worker_exe"), "/packages/")) << r.out;
   EXPECT_FALSE(absl::StrContains(r.Get("worker_exe"), "my_program")) << r.out;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "sdk/runtime/package.h"
 
 namespace drover::internal {
@@ -122,6 +123,7 @@ absl::Status WorkerServer::Setup() {
   if (!t.ok()) return t.status();
   tcp_fd_ = *t;
   for (int fd : {unix_fd_, tcp_fd_}) {
+    DROVER_RETURN_IF_ERROR(SetNonBlocking(fd));  // Accept takes every waiting connection
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -324,7 +326,7 @@ void WorkerServer::CreateActor(const proto::ActorCreation& creation) {
   done->set_actor_id(creation.actor_id());
   absl::Status status;
   const FunctionInfo* fn = FindFunctionByName(creation.factory());
-  const std::string what = absl::StrCat(creation.factory(), " (actor ", creation.actor_id(), " on ", Where(), ")");
+  const std::string what = absl::StrCat(creation.factory(), " (on ", Where(), ")");
   if (fn == nullptr || fn->kind != FunctionKind::kFactory) {
     status = absl::NotFoundError(absl::StrCat(creation.factory(), " is not a registered actor factory "
                                               "in this binary: add it to DROVER_REMOTE"));

@@ -1,0 +1,157 @@
+// SchedulerCore's side of the task layer: the node table as a ResourceBook for worker
+// leases, driver jobs, and what the lease manager is told (lease_manager.h keeps the
+// leases and actors themselves).
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "scheduler/generation.h"
+#include "scheduler/lease_placement.h"
+#include "scheduler/queue_policy.h"
+#include "scheduler/scheduler_core.h"
+
+namespace drover {
+
+class SchedulerCore::Book : public ResourceBook {
+ public:
+  explicit Book(SchedulerCore* core) : core_(core) {}
+
+  absl::StatusOr<std::optional<Grant>> Reserve(const proto::Resources& shape,
+                                              const proto::PlacementHint& hint,
+                                              std::string* reason) override {
+    absl::MutexLock lock(&core_->mu_);
+    std::vector<NodeUse> nodes = core_->NodeUsesLocked();
+    LeasePlacement p = PlaceLease(shape, hint, FreeCapacities(nodes), TotalCapacities(nodes));
+    if (!p.ok) {
+      if (p.never) return absl::FailedPreconditionError(p.reason);
+      *reason = p.reason;
+      return std::optional<Grant>();
+    }
+    Node* node = core_->FindNodeLocked(p.node_id);
+    AddResources(&node->used, shape, +1);
+    node->used_gpus.insert(p.gpu_ids.begin(), p.gpu_ids.end());
+    Grant g;
+    g.node_id = p.node_id;
+    g.agent_address = node->info.agent_address();
+    g.shape = shape;
+    g.gpu_ids = std::move(p.gpu_ids);
+    return std::optional<Grant>(std::move(g));
+  }
+
+  void Release(const Grant& g) override {
+    Actions actions;
+    {
+      absl::MutexLock lock(&core_->mu_);
+      auto it = core_->nodes_.find(g.node_id);
+      if (it != core_->nodes_.end()) {
+        AddResources(&it->second.used, g.shape, -1);
+        for (int gpu : g.gpu_ids) it->second.used_gpus.erase(gpu);
+      }
+      // Pending jobs may fit now.
+      core_->ScheduleLocked(&actions);
+    }
+    // The caller holds the lease manager's lock: the launches (and the notes for the
+    // lease manager) go out from the outbound pool, not from here.
+    SchedulerCore* core = core_;
+    core_->outbound_->Post([core, actions = std::move(actions)]() mutable {
+      core->Dispatch(std::move(actions));
+    });
+  }
+
+  absl::Status CheckJobRunning(const std::string& job_id) override {
+    absl::MutexLock lock(&core_->mu_);
+    Job* job = core_->FindJobLocked(job_id);
+    if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    if (IsTerminal(job->info.state())) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", job_id, " has ended (", proto::JobState_Name(job->info.state()), ": ",
+          job->info.reason(), "); its processes cannot start tasks or actors"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<std::string> AliveAgents() override {
+    absl::MutexLock lock(&core_->mu_);
+    std::vector<std::string> out;
+    for (const auto& [id, n] : core_->nodes_) {
+      if (n.info.state() == proto::ALIVE) out.push_back(n.info.agent_address());
+    }
+    return out;
+  }
+
+  std::string SchedulerAddress() override {
+    absl::MutexLock lock(&core_->mu_);
+    return core_->address_;
+  }
+
+ private:
+  SchedulerCore* const core_;
+};
+
+std::unique_ptr<ResourceBook> SchedulerCore::MakeBook(SchedulerCore* core) {
+  return std::make_unique<Book>(core);
+}
+
+void SchedulerCore::SetLeaseManager(LeaseManager* leases) { leases_.store(leases); }
+
+void SchedulerCore::NotifyLeases() {
+  std::vector<std::string> ended;
+  std::vector<std::pair<std::string, std::string>> dead;
+  bool freed;
+  {
+    absl::MutexLock lock(&mu_);
+    ended.swap(ended_jobs_);
+    dead.swap(dead_nodes_);
+    freed = freed_;
+    freed_ = false;
+  }
+  LeaseManager* leases = leases_.load();
+  if (leases == nullptr) return;
+  for (const auto& [node, reason] : dead) leases->NodeDead(node, reason);
+  for (const std::string& job : ended) leases->JobEnded(job);
+  if (freed) leases->ResourcesFreed();
+}
+
+absl::StatusOr<std::string> SchedulerCore::RegisterDriver(const proto::RegisterDriverRequest& req) {
+  if (req.request_id().empty()) return absl::InvalidArgumentError("RegisterDriver needs a request id");
+  auto fill = [&](Job& job, Actions*) {
+    proto::JobSpec* spec = job.info.mutable_spec();
+    spec->set_name(req.name().empty() ? "driver" : req.name());
+    spec->add_command(req.name());
+    job.info.set_driver(true);
+    job.info.set_state(proto::RUNNING);
+    job.info.set_start_time_ms(job.info.submit_time_ms());
+    job.info.set_reason(absl::StrCat("driver pid ", req.pid(), " on ",
+                                     req.hostname().empty() ? "?" : req.hostname(),
+                                     ": its tasks and actors run on leased workers"));
+    DROVER_LOG(INFO) << "driver " << job.info.job_id() << " registered: " << job.info.reason();
+    ChangedLocked(job);
+  };
+  absl::StatusOr<proto::JobInfo> info =
+      CreateJob(absl::StrCat("driver:", req.request_id()), [] { return absl::OkStatus(); }, fill);
+  if (!info.ok()) return info.status();
+  return info->job_id();
+}
+
+absl::Status SchedulerCore::CheckDriver(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Job* job = FindJobLocked(job_id);
+  if (job == nullptr || !job->info.driver()) {
+    return absl::NotFoundError(absl::StrCat("no driver job ", job_id));
+  }
+  if (IsTerminal(job->info.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("driver job ", job_id, " has ended"));
+  }
+  return absl::OkStatus();
+}
+
+void SchedulerCore::EndDriver(const std::string& job_id, const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    Job* job = FindJobLocked(job_id);
+    if (job == nullptr || !job->info.driver() || IsTerminal(job->info.state())) return;
+    FinishLocked(*job, proto::SUCCEEDED, reason, 0);
+    ChangedLocked(*job);
+  }
+  Dispatch({});
+}
+
+}  // namespace drover

@@ -26,6 +26,7 @@
 #include "common/net.h"
 #include "common/paths.h"
 #include "common/spawn.h"
+#include "common/status_macros.h"
 #include "drover/client.h"
 #include "nlohmann/json.hpp"
 
@@ -83,9 +84,8 @@ std::string LogTail(const std::string& path) {
 }
 
 absl::StatusOr<nlohmann::json> ReadClusterFile() {
-  auto text = ReadFile(ClusterFile());
-  if (!text.ok()) return text.status();
-  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  DROVER_ASSIGN_OR_RETURN(std::string text, ReadFile(ClusterFile()));
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return absl::DataLossError(absl::StrCat(ClusterFile(), " is not valid JSON; remove it"));
   }

@@ -358,8 +358,7 @@ absl::StatusOr<Tensor> BroadcastTensor(Group& group, Objects& objects, const Ten
   Record mine = MakeRecord(fn, 0xff, root, local);
   if (input_ok) SetMeta(&mine, *in);
   std::vector<Record> all;
-  absl::Status agreed = Agree(group, fn, mine, local, /*same_meta=*/false, &all);
-  if (!agreed.ok()) return agreed;
+  DROVER_RETURN_IF_ERROR(Agree(group, fn, mine, local, /*same_meta=*/false, &all));
   // Round 2: the other ranks create their outputs from the root's header.
   os::TensorMeta meta;
   absl::Status created = [&]() -> absl::Status {
@@ -372,9 +371,8 @@ absl::StatusOr<Tensor> BroadcastTensor(Group& group, Objects& objects, const Ten
     meta = *m;
     return is_root ? absl::OkStatus() : out.Create(fn, out_id, meta);
   }();
-  agreed = Agree(group, fn, MakeRecord(fn, 0xff, root, created), created, /*same_meta=*/false,
-                 &all);
-  if (!agreed.ok()) return agreed;
+  DROVER_RETURN_IF_ERROR(Agree(group, fn, MakeRecord(fn, 0xff, root, created), created,
+                               /*same_meta=*/false, &all));
   const uint64_t bytes = meta.data_size;
   if (bytes > 0) {
     if (is_root) std::memcpy(out.data(), x.data, bytes);

@@ -161,6 +161,8 @@ class Tensor {
   static absl::StatusOr<Tensor> FromVector(const std::vector<T>& values,
                                            std::vector<int64_t> shape) {
     static_assert(std::is_trivially_copyable<T>::value, "elements are plain bytes");
+    static_assert(!std::is_same<T, bool>::value,
+                  "std::vector<bool> packs bits: fill Empty(DType::kBool, ...) instead");
     return FromBytes(DTypeOf<T>::value, std::move(shape), values.data(),
                      values.size() * sizeof(T));
   }

@@ -11,7 +11,7 @@
 //   auto values = sum->span<float>();   // the result object, in place
 //
 // In place in shared memory: the result object is created directly in this node's
-// arena (Client::Create with its tensor header as metadata) and the group writes into
+// arena (created with its tensor header as metadata) and the group writes into
 // it: AllReduce and Broadcast copy the input once into the result's region and run the
 // group operation in place there; AllGather, ReduceScatter and Recv write the result
 // region straight from the input. Nothing goes through a private buffer.

@@ -23,8 +23,6 @@
 namespace drover::object_store {
 namespace {
 
-constexpr uint64_t kMaxIdSize = 64;
-
 std::string Bytes(uint64_t n) {
   if (n >= (1ull << 30)) return absl::StrFormat("%.1f GiB", n / 1073741824.0);
   if (n >= (1ull << 20)) return absl::StrFormat("%.1f MiB", n / 1048576.0);
@@ -503,8 +501,8 @@ absl::StatusOr<ObjectLocation> ObjectTable::Create(ClientId client, const Object
                                                    uint64_t data_size,
                                                    const std::string& metadata, bool primary) {
   Impl& t = *impl_;
-  if (id.empty() || id.size() > kMaxIdSize) {
-    return absl::InvalidArgumentError(absl::StrCat("object id must be 1..", kMaxIdSize,
+  if (id.empty() || id.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("object id must be 1..", kMaxIdBytes,
                                                    " bytes, got ", id.size()));
   }
   const uint64_t capacity = t.alloc.capacity();
@@ -788,8 +786,8 @@ absl::StatusOr<ObjectLocation> ObjectTable::SealLeased(ClientId client, const Ob
                                                        uint64_t offset, uint64_t data_size,
                                                        uint64_t metadata_size) {
   Impl& t = *impl_;
-  if (id.empty() || id.size() > kMaxIdSize) {
-    return absl::InvalidArgumentError(absl::StrCat("object id must be 1..", kMaxIdSize,
+  if (id.empty() || id.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("object id must be 1..", kMaxIdBytes,
                                                    " bytes, got ", id.size()));
   }
   const uint64_t capacity = t.alloc.capacity();

@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "object_store/wire_status.h"
 #include "proto/object_store.pb.h"
 
 namespace drover::object_store {
@@ -35,9 +37,7 @@ StoreEvent FromProto(const proto::StoreEvent& e) {
 absl::StatusOr<std::unique_ptr<Subscriber>> Subscriber::Connect(
     const std::string& socket_path, std::vector<StoreEvent>* snapshot, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
-  absl::StatusOr<int> connected = ConnectToStore(socket_path);
-  if (!connected.ok()) return connected.status();
-  int fd = *connected;
+  DROVER_ASSIGN_OR_RETURN(const int fd, ConnectToStore(socket_path));
   // The hello carries the arena descriptor, which a subscriber does not need.
   int64_t ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout));
   timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
@@ -68,15 +68,14 @@ absl::StatusOr<std::unique_ptr<Subscriber>> Subscriber::Connect(
   // Snapshot events, then the reply.
   proto::StoreReply reply;
   while (true) {
-    if (absl::Status s = sub->ReadReply(deadline, &reply); !s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(sub->ReadReply(deadline, &reply));
     if (reply.has_event()) {
       if (snapshot != nullptr) snapshot->push_back(FromProto(reply.event()));
       continue;
     }
-    if (reply.code() != 0) {
-      return absl::Status(static_cast<absl::StatusCode>(reply.code()),
-                          absl::StrCat("object store at ", socket_path,
-                                       " refused Subscribe: ", reply.message()));
+    if (ReplyCode(reply) != absl::StatusCode::kOk) {
+      return absl::Status(ReplyCode(reply), absl::StrCat("object store at ", socket_path,
+                                                         " refused Subscribe: ", reply.message()));
     }
     return sub;
   }
@@ -139,7 +138,7 @@ absl::StatusOr<StoreEvent> Subscriber::Next(absl::Duration timeout) {
       timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
   proto::StoreReply reply;
   while (true) {
-    if (absl::Status s = ReadReply(deadline, &reply); !s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(ReadReply(deadline, &reply));
     if (reply.has_event() && reply.request_id() == request_id_) return FromProto(reply.event());
     // Anything else (there should be nothing) is skipped.
   }

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "object_store/allocator.h"
 
 namespace drover::object_store {
@@ -808,7 +809,7 @@ absl::StatusOr<ObjectLocation> ObjectTable::SealLeased(ClientId client, const Ob
                                                    data_size, " data bytes and ", metadata_size,
                                                    " metadata bytes do not fit the arena"));
   }
-  if (absl::Status s = t.Carve(client, offset, block, "leased put"); !s.ok()) return s;
+  DROVER_RETURN_IF_ERROR(t.Carve(client, offset, block, "leased put"));
   // From here the range is the put's own block: freed again if the put fails.
   if (const Impl::Object* existing = t.Find(id)) {
     t.alloc.Free(offset);
@@ -832,7 +833,7 @@ absl::StatusOr<ObjectLocation> ObjectTable::SealLeased(ClientId client, const Ob
 
 absl::Status ObjectTable::ReturnLease(ClientId client, uint64_t offset, uint64_t size) {
   Impl& t = *impl_;
-  if (absl::Status s = t.Carve(client, offset, size, "return of a lease"); !s.ok()) return s;
+  DROVER_RETURN_IF_ERROR(t.Carve(client, offset, size, "return of a lease"));
   t.alloc.Free(offset);
   return absl::OkStatus();
 }

@@ -26,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "object_store/arena.h"
 #include "object_store/client.h"
+#include "object_store/object_id.h"
 #include "object_store/protocol.h"
 #include "object_store/testing/raw_client.h"
 #include "object_store/store_server.h"
@@ -328,7 +329,8 @@ TEST(StoreIntegrationTest, PutOfEverySizeComesBackExactly) {
   ASSERT_TRUE(c.ok());
   // Around the inline-put limit (64 KiB: bytes in the request) and beyond it
   // (create + copy into the arena + seal).
-  for (uint64_t size : std::vector<uint64_t>{0, 1, 63, 65536, 65537, 3 * kMiB + 7}) {
+  for (uint64_t size :
+       std::vector<uint64_t>{0, 1, 63, kMaxInlinePut, kMaxInlinePut + 1, 3 * kMiB + 7}) {
     std::vector<uint8_t> data = Pattern(size, size);
     std::string id = absl::StrCat("size-", size);
     ASSERT_TRUE((*c)->Put(id, absl::MakeConstSpan(data), "meta").ok()) << size;
@@ -1389,14 +1391,14 @@ class StoreWithoutLeases {
       reply.set_request_id(req.request_id());
       if (req.has_create()) {
         const proto::CreateRequest& c = req.create();
-        const uint64_t data_offset = c.metadata().empty() ? 0 : RoundUp64(c.metadata().size());
+        const uint64_t data_offset = c.metadata().empty() ? 0 : AlignUp(c.metadata().size());
         memcpy(arena_->base() + next, c.metadata().data(), c.metadata().size());
         proto::ObjectLocation* loc = reply.mutable_create()->mutable_location();
         loc->set_offset(next);
         loc->set_data_offset(data_offset);
         loc->set_data_size(c.data_size());
         loc->set_metadata_size(c.metadata().size());
-        next += RoundUp64(data_offset + c.data_size());
+        next += AlignUp(data_offset + c.data_size());
       } else if (!req.has_seal() && !req.has_release()) {
         reply.set_code(static_cast<int>(refusal_));
         reply.set_message("no operation this store knows");
@@ -1405,7 +1407,6 @@ class StoreWithoutLeases {
     }
     close(fd);
   }
-  static uint64_t RoundUp64(uint64_t n) { return (n + 63) / 64 * 64; }
 
   const absl::StatusCode refusal_;
   std::string dir_, socket_;

@@ -101,9 +101,8 @@ absl::Status Subscriber::ReadReply(absl::Time deadline, proto::StoreReply* reply
   while (true) {
     if (interrupted_) return absl::CancelledError("object store subscriber interrupted");
     absl::string_view body;
-    absl::StatusOr<bool> got = in_.Next(&body);
-    if (!got.ok()) return got.status();
-    if (*got) {
+    DROVER_ASSIGN_OR_RETURN(const bool got, in_.Next(&body));
+    if (got) {
       if (!reply->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
         return absl::InvalidArgumentError(absl::StrCat(
             "object store sent a frame of ", body.size(), " bytes that is not a StoreReply"));

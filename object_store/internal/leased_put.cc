@@ -1,3 +1,4 @@
+#include "common/status_macros.h"
 #include "object_store/internal/leased_put.h"
 
 #include <sched.h>
@@ -50,15 +51,14 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
     absl::MutexLock lock(&c.mu());
     recent_blocks_[recent_next_++ % kLeaseHistory] = block;
     next = *std::max_element(recent_blocks_, recent_blocks_ + kLeaseHistory);
-    if (absl::Status s = TakeRefillLocked(); !s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(TakeRefillLocked());
     if (lease_end_ - lease_cursor_ < block) {
       if (!LeaseWantedLocked()) return std::nullopt;
       c.BeginBatchLocked();
       if (!AppendRefillLocked(next).ok()) return std::nullopt;
-      absl::Status s = c.FinishBatchLocked(
+      DROVER_RETURN_IF_ERROR(c.FinishBatchLocked(
           absl::ZeroDuration(),
-          [&](int i, const proto::StoreReply& r) { OnRefillReplyLocked(i, r); });
-      if (!s.ok()) return s;
+          [&](int i, const proto::StoreReply& r) { OnRefillReplyLocked(i, r); }));
       if (lease_end_ - lease_cursor_ < block) return std::nullopt;
     }
     offset = lease_cursor_;
@@ -88,7 +88,7 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
   const bool refill = !refill_in_flight_ && lease_end_ - lease_cursor_ < next &&
                       LeaseWantedLocked() && AppendRefillLocked(next).ok();
   const absl::Time deadline = absl::Now() + kReplyGrace;
-  if (absl::Status s = c.SendBatchLocked(deadline); !s.ok()) return s;
+  DROVER_RETURN_IF_ERROR(c.SendBatchLocked(deadline));
   if (refill) {
     c.SetAsideLocked(seal_rid + 1, c.batch_size() - 1);
     refill_in_flight_ = true;
@@ -106,9 +106,8 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
   }
   uint64_t want = seal_rid;
   while (true) {
-    absl::StatusOr<const proto::StoreReply*> reply = c.AwaitReplyLocked(want, deadline);
-    if (!reply.ok()) return reply.status();
-    const absl::StatusCode code = ReplyCode(**reply);
+    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, c.AwaitReplyLocked(want, deadline));
+    const absl::StatusCode code = ReplyCode(*reply);
     if (want == seal_rid && tail > 0 && code == absl::StatusCode::kUnavailable) {
       // The store gave up waiting for the ready word (this thread was descheduled
       // for over a millisecond): the object is complete now; seal it plainly.
@@ -117,7 +116,7 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
         return s;
       }
       want = c.batch_first();
-      if (absl::Status s = c.SendBatchLocked(deadline); !s.ok()) return s;
+      DROVER_RETURN_IF_ERROR(c.SendBatchLocked(deadline));
       continue;
     }
     if (want == seal_rid && tail > 0 && code == absl::StatusCode::kOk &&
@@ -125,7 +124,7 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
       // Sealed, yet nothing in the ack word: a store from before acknowledgements.
       seal_acks_ = false;
     }
-    return ReplyStatus(**reply);
+    return ReplyStatus(*reply);
   }
 }
 
@@ -148,11 +147,11 @@ absl::Status LeasedPuts::AppendSealLocked(const ObjectId& id, uint64_t offset,
 
 absl::Status LeasedPuts::TakeRefillLocked() {
   if (!refill_in_flight_) return absl::OkStatus();
-  absl::StatusOr<absl::Span<const proto::StoreReply>> replies = conn_->TakeSetAsideLocked();
-  if (!replies.ok()) return replies.status();
+  DROVER_ASSIGN_OR_RETURN(const absl::Span<const proto::StoreReply> replies,
+                          conn_->TakeSetAsideLocked());
   refill_in_flight_ = false;
-  for (size_t i = 0; i < replies->size(); ++i) {
-    OnRefillReplyLocked(static_cast<int>(i), (*replies)[i]);
+  for (size_t i = 0; i < replies.size(); ++i) {
+    OnRefillReplyLocked(static_cast<int>(i), replies[i]);
   }
   return absl::OkStatus();
 }
@@ -214,7 +213,7 @@ absl::Status LeasedPuts::AppendRefillLocked(uint64_t bytes) {
     proto::ReturnLeaseRequest* r = c.NewRequestLocked().mutable_return_lease();
     r->set_offset(lease_cursor_);
     r->set_size(lease_end_ - lease_cursor_);
-    if (absl::Status s = c.AppendLocked(); !s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(c.AppendLocked());
   }
   lease_cursor_ = lease_end_ = 0;
   c.NewRequestLocked().mutable_lease()->set_bytes(bytes);

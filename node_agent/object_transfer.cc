@@ -7,14 +7,11 @@
 namespace drover {
 
 ObjectTransfer::ObjectTransfer(ObjectTransferOptions options, LocalObjects* local)
-    : server_(options, local), puller_(options, local) {}
+    : server_(options, local, &node_), puller_(options, local, &node_) {}
 
 ObjectTransfer::~ObjectTransfer() { Shutdown(); }
 
-void ObjectTransfer::SetNodeId(const std::string& node_id) {
-  server_.SetNodeId(node_id);
-  puller_.SetNodeId(node_id);
-}
+void ObjectTransfer::SetNodeId(const std::string& node_id) { node_.Set(node_id); }
 
 void ObjectTransfer::Shutdown() {
   server_.Shutdown();

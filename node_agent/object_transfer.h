@@ -111,6 +111,7 @@ class ObjectTransfer {
   static void ConfigureServer(grpc::ServerBuilder* builder);
 
  private:
+  NodeIdentity node_;
   ObjectServer server_;
   ObjectPuller puller_;
 };

@@ -1,13 +1,15 @@
-// What object transfer (object_transfer.h) is configured with and counts, shared by its
-// serving (object_transfer_serve.h) and pulling (object_transfer_pull.h) halves.
-// Plain structs; header-only.
+// What object transfer (object_transfer.h) is configured with, what it counts and
+// whose node it is, shared by its serving (object_transfer_serve.h) and pulling
+// (object_transfer_pull.h) halves. Header-only.
 #ifndef DROVER_NODE_AGENT_OBJECT_TRANSFER_OPTIONS_H_
 #define DROVER_NODE_AGENT_OBJECT_TRANSFER_OPTIONS_H_
 
 #include <cstdint>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/escaping.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace drover {
@@ -45,6 +47,30 @@ struct ObjectTransferStats {
   int64_t fetches_joined = 0;   // Fetches that waited on another caller's pull
   int64_t raw_reads = 0;        // ReadObject streams whose data went over raw TCP
   int64_t raw_pulls = 0;        // pulls whose data came over raw TCP (incl. failed)
+};
+
+// This node's id in the scheduler, set once the agent has registered; shared by the
+// serving and the pulling half. Thread-safe.
+class NodeIdentity {
+ public:
+  void Set(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    id_ = id;
+  }
+  // Empty until Set.
+  std::string Get() const {
+    absl::MutexLock lock(&mu_);
+    return id_;
+  }
+  // For messages: "(unregistered)" until Set.
+  std::string ForMessages() const {
+    std::string id = Get();
+    return id.empty() ? "(unregistered)" : id;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::string id_ ABSL_GUARDED_BY(mu_);
 };
 
 // An object id for messages: printable ids as they are, others C-escaped.

@@ -36,20 +36,12 @@ const grpc::internal::RpcMethod kReadObjectMethod(
 
 }  // namespace
 
-ObjectPuller::ObjectPuller(const ObjectTransferOptions& options, LocalObjects* local)
+ObjectPuller::ObjectPuller(const ObjectTransferOptions& options, LocalObjects* local,
+                           const NodeIdentity* node)
     : options_(options),
       local_(local),
+      node_(node),
       scheduler_(proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address))) {}
-
-void ObjectPuller::SetNodeId(const std::string& node_id) {
-  absl::MutexLock lock(&mu_);
-  node_id_ = node_id;
-}
-
-std::string ObjectPuller::NodeId() {
-  absl::MutexLock lock(&mu_);
-  return node_id_.empty() ? "(unregistered)" : node_id_;
-}
 
 void ObjectPuller::Shutdown() {
   stop_ = true;
@@ -111,7 +103,7 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::Fetch(const std::string&
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) {
-      return absl::UnavailableError(absl::StrCat("node ", node_id_,
+      return absl::UnavailableError(absl::StrCat("node ", node_->Get(),
                                                  " is shutting down; fetch elsewhere"));
     }
     auto it = pulls_.find(id);
@@ -128,7 +120,7 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::Fetch(const std::string&
     if (!pull->done.WaitForNotificationWithDeadline(deadline)) {
       return absl::DeadlineExceededError(absl::StrCat(
           "timed out waiting for the pull of ", PrintableObjectId(id),
-          " (started by an earlier request) to node ", NodeId()));
+          " (started by an earlier request) to node ", node_->ForMessages()));
     }
     return pull->result;
   }
@@ -147,7 +139,7 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::RunPull(const std::strin
   // Already here (checked by the leader only, so a copy sealed by a pull that just
   // finished is seen).
   if (local_->Contains(id)) {
-    if (auto size = LocalSize(id); size.ok()) return FetchResult{*size, NodeId()};
+    if (auto size = LocalSize(id); size.ok()) return FetchResult{*size, node_->ForMessages()};
   }
   DROVER_ASSIGN_OR_RETURN(const std::vector<Holder> holders, FindHolders(id, deadline));
   if (holders.empty()) {
@@ -183,10 +175,10 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::RunPull(const std::strin
       // Someone else on this node made it meanwhile (a local put, or a Fetch racing
       // through another agent entry point).
       if (local_->Contains(id)) {
-        if (auto size = LocalSize(id); size.ok()) return FetchResult{*size, NodeId()};
+        if (auto size = LocalSize(id); size.ok()) return FetchResult{*size, node_->ForMessages()};
       }
       return absl::AbortedError(absl::StrCat("object ", PrintableObjectId(id),
-                                             " is being created on node ", NodeId(),
+                                             " is being created on node ", node_->ForMessages(),
                                              " by another writer; retry the fetch"));
     }
     if (attempt.fatal) return s;
@@ -223,11 +215,7 @@ absl::StatusOr<std::vector<ObjectPuller::Holder>> ObjectPuller::FindHolders(
                                            options_.scheduler_address, " where object ",
                                            PrintableObjectId(id), " is: ", s.error_message()));
   }
-  std::string self;
-  {
-    absl::MutexLock lock(&mu_);
-    self = node_id_;
-  }
+  const std::string self = node_->Get();
   std::vector<Holder> out;
   for (const auto& loc : reply.locations()) {
     // A stale entry for this node (it is not here: Contains said so).
@@ -263,7 +251,7 @@ absl::Status ObjectPuller::PullOnce(const Holder& h, const std::string& id,
   ctx.set_deadline(absl::ToChronoTime(deadline));
   if (!Track(&ctx)) {
     attempt->fatal = true;
-    return absl::UnavailableError(absl::StrCat("node ", NodeId(), " is shutting down"));
+    return absl::UnavailableError(absl::StrCat("node ", node_->ForMessages(), " is shutting down"));
   }
   absl::Cleanup untrack = [&] { Untrack(&ctx); };
 
@@ -357,7 +345,7 @@ absl::Status ObjectPuller::PullOnce(const Holder& h, const std::string& id,
     attempt->fatal = local_error.code() != absl::StatusCode::kAlreadyExists;
     return absl::Status(local_error.code(),
                         absl::StrCat("cannot store the pulled copy of ", PrintableObjectId(id),
-                                     " (", total, " bytes) on node ", NodeId(), ": ",
+                                     " (", total, " bytes) on node ", node_->ForMessages(), ": ",
                                      local_error.message()));
   }
   // Every byte arrived and was checked: the copy is complete even if the stream then
@@ -369,7 +357,7 @@ absl::Status ObjectPuller::PullOnce(const Holder& h, const std::string& id,
       attempt->fatal = true;
       return absl::Status(sealed.code(), absl::StrCat("cannot seal the pulled copy of ",
                                                       PrintableObjectId(id), " on node ",
-                                                      NodeId(), ": ", sealed.message()));
+                                                      node_->ForMessages(), ": ", sealed.message()));
     }
     attempt->size = total;
     return absl::OkStatus();
@@ -392,7 +380,7 @@ absl::Status ObjectPuller::PullOnce(const Holder& h, const std::string& id,
     absl::MutexLock lock(&mu_);
     if (shutting_down_) {
       attempt->fatal = true;
-      return absl::UnavailableError(absl::StrCat(msg, " (node ", node_id_, " is shutting down)"));
+      return absl::UnavailableError(absl::StrCat(msg, " (node ", node_->Get(), " is shutting down)"));
     }
   }
   if (problem.empty() && !created && s.error_code() == grpc::StatusCode::NOT_FOUND) {
@@ -402,11 +390,7 @@ absl::Status ObjectPuller::PullOnce(const Holder& h, const std::string& id,
 }
 
 void ObjectPuller::ReportCopy(const std::string& id, int64_t size) {
-  std::string node_id;
-  {
-    absl::MutexLock lock(&mu_);
-    node_id = node_id_;
-  }
+  const std::string node_id = node_->Get();
   if (node_id.empty()) {
     DROVER_LOG(WARNING) << "pulled " << PrintableObjectId(id)
                         << " before this node registered; the directory will not list this copy";

@@ -40,13 +40,12 @@ class ObjectPuller {
     std::string source_node;
   };
 
-  ObjectPuller(const ObjectTransferOptions& options, LocalObjects* local);
+  // `node`: this node's id in the scheduler, under which copies are reported (not
+  // until it is set) and whose entry in the directory is skipped. It must outlive this.
+  ObjectPuller(const ObjectTransferOptions& options, LocalObjects* local,
+               const NodeIdentity* node);
   ObjectPuller(const ObjectPuller&) = delete;
   ObjectPuller& operator=(const ObjectPuller&) = delete;
-
-  // This node's id in the scheduler: copies are reported under it, and the directory's
-  // entry for it is skipped. Until set, pulled copies are not reported.
-  void SetNodeId(const std::string& node_id);
 
   // See ObjectTransfer::Fetch.
   absl::StatusOr<FetchResult> Fetch(const std::string& id, absl::Time deadline);
@@ -95,15 +94,14 @@ class ObjectPuller {
   // Registers a client context so that Shutdown can cancel it; false if shutting down.
   bool Track(grpc::ClientContext* ctx);
   void Untrack(grpc::ClientContext* ctx);
-  std::string NodeId();
 
   const ObjectTransferOptions options_;
   LocalObjects* const local_;
+  const NodeIdentity* const node_;
   std::unique_ptr<proto::Scheduler::Stub> scheduler_;
 
   std::atomic<bool> stop_{false};  // Shutdown was called (read without mu_)
   absl::Mutex mu_;
-  std::string node_id_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, std::shared_ptr<Pull>> pulls_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<grpc::Channel>> peers_ ABSL_GUARDED_BY(mu_);

@@ -32,16 +32,6 @@ struct SharedPin {
 
 }  // namespace
 
-void ObjectServer::SetNodeId(const std::string& node_id) {
-  absl::MutexLock lock(&mu_);
-  node_id_ = node_id;
-}
-
-std::string ObjectServer::NodeId() {
-  absl::MutexLock lock(&mu_);
-  return node_id_.empty() ? "(unregistered)" : node_id_;
-}
-
 ObjectTransferStats ObjectServer::stats() {
   absl::MutexLock lock(&mu_);
   return stats_;
@@ -56,7 +46,8 @@ absl::Status ObjectServer::ServeRead(const proto::ReadObjectRequest& req,
   if (!view.ok()) {
     if (view.status().code() == absl::StatusCode::kNotFound) {
       return absl::NotFoundError(absl::StrCat("object ", PrintableObjectId(id),
-                                              " is not in the object store of node ", NodeId()));
+                                              " is not in the object store of node ",
+                                              node_->ForMessages()));
     }
     return view.status();
   }

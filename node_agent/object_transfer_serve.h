@@ -33,13 +33,12 @@ class ObjectServer {
   // queued in gRPC's transport).
   using WriteChunk = std::function<bool(grpc::ByteBuffer*, bool write_through)>;
 
-  ObjectServer(const ObjectTransferOptions& options, LocalObjects* local)
-      : options_(options), local_(local) {}
+  // `node` (this node's id, for messages) must outlive it.
+  ObjectServer(const ObjectTransferOptions& options, LocalObjects* local,
+               const NodeIdentity* node)
+      : options_(options), local_(local), node_(node) {}
   ObjectServer(const ObjectServer&) = delete;
   ObjectServer& operator=(const ObjectServer&) = delete;
-
-  // This node's id, for messages.
-  void SetNodeId(const std::string& node_id);
 
   // Streams `req.object_id` from `req.offset` through `write` (see
   // ObjectTransfer::ServeRead). NOT_FOUND if this node has no sealed copy,
@@ -59,13 +58,11 @@ class ObjectServer {
   absl::Status ServeRaw(const std::string& id, const ReadView& view, int64_t offset, int lfd,
                         int port, const WriteChunk& write,
                         const std::function<bool()>& cancelled);
-  std::string NodeId();
-
   const ObjectTransferOptions options_;
   LocalObjects* const local_;
+  const NodeIdentity* const node_;
   std::atomic<bool> stop_{false};
   absl::Mutex mu_;
-  std::string node_id_ ABSL_GUARDED_BY(mu_);
   ObjectTransferStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -68,12 +68,13 @@ class ObjectServerTest : public ::testing::Test {
 
   ObjectTransferOptions options_;
   testing::FakeLocalObjects local_;
+  NodeIdentity node_;
 };
 
 TEST_F(ObjectServerTest, StreamsChunksWithTheMetadataFirstAndReleasesThePin) {
   const std::string data = Pattern(10 * kMiB + 5);
   ASSERT_TRUE(local_.Put("obj", data, "hdr").ok());
-  ObjectServer server(options_, &local_);
+  ObjectServer server(options_, &local_, &node_);
   Received got;
   ASSERT_TRUE(server.ServeRead(Request("obj"), Reader(&got)).ok());
   EXPECT_EQ(got.offsets, (std::vector<int64_t>{0, 4 * kMiB, 8 * kMiB}));
@@ -92,7 +93,7 @@ TEST_F(ObjectServerTest, ResumesFromAnOffsetAndServesAnEmptyObjectAsOneChunk) {
   const std::string data = Pattern(5 * kMiB);
   ASSERT_TRUE(local_.Put("obj", data).ok());
   ASSERT_TRUE(local_.Put("empty", "", "m").ok());
-  ObjectServer server(options_, &local_);
+  ObjectServer server(options_, &local_, &node_);
   Received got;
   ASSERT_TRUE(server.ServeRead(Request("obj", 3 * kMiB), Reader(&got)).ok());
   EXPECT_EQ(got.offsets, (std::vector<int64_t>{3 * kMiB}));
@@ -106,8 +107,8 @@ TEST_F(ObjectServerTest, ResumesFromAnOffsetAndServesAnEmptyObjectAsOneChunk) {
 
 TEST_F(ObjectServerTest, BadRequestsAreClearErrorsAndLeaveNoPin) {
   ASSERT_TRUE(local_.Put("obj", Pattern(100)).ok());
-  ObjectServer server(options_, &local_);
-  server.SetNodeId("node-7");
+  node_.Set("node-7");
+  ObjectServer server(options_, &local_, &node_);
   Received got;
   absl::Status s = server.ServeRead(Request("missing"), Reader(&got));
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
@@ -123,7 +124,7 @@ TEST_F(ObjectServerTest, BadRequestsAreClearErrorsAndLeaveNoPin) {
 
 TEST_F(ObjectServerTest, AReaderGoingAwayIsCancelledAndReleasesThePin) {
   ASSERT_TRUE(local_.Put("obj", Pattern(9 * kMiB)).ok());
-  ObjectServer server(options_, &local_);
+  ObjectServer server(options_, &local_, &node_);
   Received got;
   absl::Status s = server.ServeRead(Request("obj"), Reader(&got, /*fail_at=*/1));
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
@@ -135,7 +136,7 @@ TEST_F(ObjectServerTest, AReaderGoingAwayIsCancelledAndReleasesThePin) {
 TEST_F(ObjectServerTest, OffersRawTcpAndSendsTheBytesToTheTokenHolder) {
   const std::string data = Pattern(20 * kMiB + 3);
   ASSERT_TRUE(local_.Put("obj", data, "hdr").ok());
-  ObjectServer server(options_, &local_);
+  ObjectServer server(options_, &local_, &node_);
   // The offer arrives through the writer; the bytes through the raw connection.
   ChunkView offer;
   std::vector<grpc::Slice> offer_slices;
@@ -179,7 +180,7 @@ TEST_F(ObjectServerTest, OffersRawTcpAndSendsTheBytesToTheTokenHolder) {
 TEST_F(ObjectServerTest, ARawOfferNobodyTakesEndsAndReleasesThePin) {
   ASSERT_TRUE(local_.Put("obj", Pattern(kMiB)).ok());
   options_.raw_connect_timeout = absl::Milliseconds(300);
-  ObjectServer server(options_, &local_);
+  ObjectServer server(options_, &local_, &node_);
   absl::Status s = server.ServeRead(Request("obj", 0, "127.0.0.1"),
                                     [](grpc::ByteBuffer*, bool) { return true; });
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
@@ -187,7 +188,7 @@ TEST_F(ObjectServerTest, ARawOfferNobodyTakesEndsAndReleasesThePin) {
 
   // Shut down while waiting: cancelled at the next check, long before the timeout.
   options_.raw_connect_timeout = absl::Seconds(60);
-  ObjectServer stopping(options_, &local_);
+  ObjectServer stopping(options_, &local_, &node_);
   const absl::Time start = absl::Now();
   s = stopping.ServeRead(Request("obj", 0, "127.0.0.1"), [&](grpc::ByteBuffer*, bool) {
     stopping.Shutdown();

@@ -225,6 +225,23 @@ absl::StatusOr<int> RecvFrameWithFd(int sock, google::protobuf::MessageLite* msg
   return fd;
 }
 
+absl::StatusOr<StoreGreeting> ConnectAndReceiveHello(const std::string& socket_path,
+                                                     absl::Duration timeout,
+                                                     google::protobuf::MessageLite* hello) {
+  StoreGreeting g;
+  DROVER_ASSIGN_OR_RETURN(g.fd, ConnectToStore(socket_path));
+  timeval tv = absl::ToTimeval(std::max(timeout, absl::Milliseconds(1)));
+  setsockopt(g.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  absl::StatusOr<int> arena_fd = RecvFrameWithFd(g.fd, hello);
+  if (!arena_fd.ok()) {
+    close(g.fd);
+    return absl::UnavailableError(absl::StrCat("object store at ", socket_path,
+                                               " sent no hello: ", arena_fd.status().message()));
+  }
+  g.arena_fd = *arena_fd;
+  return g;
+}
+
 char* FrameDecoder::PrepareWrite(size_t n) {
   Compact();
   if (buf_.size() < end_ + n) buf_.resize(end_ + n);

@@ -40,6 +40,24 @@ std::string Printable(const std::string& id) {
   return out;
 }
 
+// The id of a request about one object (checked before it is handled), else nullptr.
+const std::string* SingleId(const proto::StoreRequest& r) {
+  switch (r.op_case()) {
+    case proto::StoreRequest::kSeal:
+      return &r.seal().id();
+    case proto::StoreRequest::kRelease:
+      return &r.release().id();
+    case proto::StoreRequest::kDelete:
+      return &r.delete_().id();
+    case proto::StoreRequest::kContains:
+      return &r.contains().id();
+    case proto::StoreRequest::kAbort:
+      return &r.abort().id();
+    default:
+      return nullptr;
+  }
+}
+
 void ToProto(const ObjectLocation& loc, proto::ObjectLocation* out) {
   out->set_offset(loc.offset);
   out->set_data_offset(loc.data_offset);
@@ -95,34 +113,38 @@ void RequestSwitch::HandleFrame(StoreConn& c, absl::string_view body) {
   reply_.set_request_id(request_.request_id());
   reactor_->StayAwake();
   absl::Status s;
+  if (const std::string* id = SingleId(request_)) {
+    s = CheckId(*id);
+    if (!s.ok()) {
+      SetReplyStatus(s, &reply_);
+      reactor_->Send(c, reply_);
+      return;
+    }
+  }
   switch (request_.op_case()) {
     case proto::StoreRequest::kCreate:
       s = HandleCreate(c, request_.create());
       break;
     case proto::StoreRequest::kSeal:
-      s = CheckId(request_.seal().id());
-      if (s.ok()) s = table_.Seal(c.id, request_.seal().id());
+      s = table_.Seal(c.id, request_.seal().id());
       break;
     case proto::StoreRequest::kGet:
       HandleGet(c);
       return;
     case proto::StoreRequest::kRelease:
-      s = CheckId(request_.release().id());
-      if (s.ok()) s = table_.Release(c.id, request_.release().id());
+      s = table_.Release(c.id, request_.release().id());
       break;
     case proto::StoreRequest::kDelete:
       s = HandleDelete(request_.delete_().id());
       break;
     case proto::StoreRequest::kContains:
-      s = CheckId(request_.contains().id());
-      if (s.ok()) reply_.mutable_contains()->set_contains(table_.Contains(request_.contains().id()));
+      reply_.mutable_contains()->set_contains(table_.Contains(request_.contains().id()));
       break;
     case proto::StoreRequest::kStats:
       FillStats(reply_.mutable_stats());
       break;
     case proto::StoreRequest::kAbort:
-      s = CheckId(request_.abort().id());
-      if (s.ok()) s = table_.Abort(c.id, request_.abort().id());
+      s = table_.Abort(c.id, request_.abort().id());
       break;
     case proto::StoreRequest::kSubscribe:
       HandleSubscribe(c);
@@ -180,7 +202,6 @@ absl::Status RequestSwitch::HandleCreate(StoreConn& c, const proto::CreateReques
 }
 
 absl::Status RequestSwitch::HandleDelete(const ObjectId& id) {
-  DROVER_RETURN_IF_ERROR(CheckId(id));
   absl::StatusOr<ObjectInfo> info = table_.Info(id);
   DROVER_RETURN_IF_ERROR(table_.Delete(id));
   if (info.ok() && !subscribers_.empty()) Publish(proto::StoreEvent::REMOVED, *info);

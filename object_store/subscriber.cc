@@ -37,19 +37,12 @@ StoreEvent FromProto(const proto::StoreEvent& e) {
 absl::StatusOr<std::unique_ptr<Subscriber>> Subscriber::Connect(
     const std::string& socket_path, std::vector<StoreEvent>* snapshot, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
-  DROVER_ASSIGN_OR_RETURN(const int fd, ConnectToStore(socket_path));
   // The hello carries the arena descriptor, which a subscriber does not need.
-  int64_t ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout));
-  timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   proto::StoreHello hello;
-  absl::StatusOr<int> arena_fd = RecvFrameWithFd(fd, &hello);
-  if (!arena_fd.ok()) {
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("object store at ", socket_path,
-                                               " sent no hello: ", arena_fd.status().message()));
-  }
-  close(*arena_fd);
+  DROVER_ASSIGN_OR_RETURN(const StoreGreeting greeting,
+                          ConnectAndReceiveHello(socket_path, timeout, &hello));
+  const int fd = greeting.fd;
+  close(greeting.arena_fd);
   proto::StoreRequest req;
   req.set_request_id(kSubscribeRequestId);
   req.mutable_subscribe()->set_snapshot(snapshot != nullptr);

@@ -30,19 +30,13 @@ constexpr size_t kReadChunk = 64u << 10;
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Connection>> Connection::Open(const std::string& socket_path) {
-  DROVER_ASSIGN_OR_RETURN(const int fd, ConnectToStore(socket_path));
-  // The hello: blocking, bounded by a receive timeout.
-  timeval tv{30, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   proto::StoreHello hello;
-  absl::StatusOr<int> arena_fd = RecvFrameWithFd(fd, &hello);
-  if (!arena_fd.ok()) {
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("object store at ", socket_path,
-                                               " sent no arena: ", arena_fd.status().message()));
-  }
-  absl::StatusOr<std::unique_ptr<Arena>> arena = Arena::Map(*arena_fd, hello.arena_capacity());
-  close(*arena_fd);  // the Arena keeps its own dup
+  DROVER_ASSIGN_OR_RETURN(const StoreGreeting greeting,
+                          ConnectAndReceiveHello(socket_path, absl::Seconds(30), &hello));
+  const int fd = greeting.fd;
+  absl::StatusOr<std::unique_ptr<Arena>> arena =
+      Arena::Map(greeting.arena_fd, hello.arena_capacity());
+  close(greeting.arena_fd);  // the Arena keeps its own dup
   if (!arena.ok()) {
     close(fd);
     return arena.status();

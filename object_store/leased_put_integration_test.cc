@@ -244,7 +244,7 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
   const StoreStats baseline = Baseline(**good);
   auto expect_invalid = [](const proto::StoreReply& r, const std::string& what,
                            const std::string& words) {
-    EXPECT_EQ(static_cast<absl::StatusCode>(r.code()), absl::StatusCode::kInvalidArgument)
+    EXPECT_EQ(Code(r), absl::StatusCode::kInvalidArgument)
         << what << ": " << r.message();
     EXPECT_NE(r.message().find(words), std::string::npos) << what << ": " << r.message();
   };
@@ -270,14 +270,14 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
     // Over the per-client limit (1/16 of the arena): refused, nothing reserved.
     req.mutable_lease()->set_bytes(8 * kMiB);
     proto::StoreReply r = raw.Call(req);
-    EXPECT_EQ(static_cast<absl::StatusCode>(r.code()), absl::StatusCode::kResourceExhausted)
+    EXPECT_EQ(Code(r), absl::StatusCode::kResourceExhausted)
         << r.message();
     // Real leases for both raw clients.
     req.mutable_lease()->set_bytes(64 * 1024);
     proto::StoreReply mine = raw.Call(req);
     proto::StoreReply theirs = other.Call(req);
-    ASSERT_EQ(mine.code(), 0) << mine.message();
-    ASSERT_EQ(theirs.code(), 0) << theirs.message();
+    ASSERT_EQ(Code(mine), absl::StatusCode::kOk) << mine.message();
+    ASSERT_EQ(Code(theirs), absl::StatusCode::kOk) << theirs.message();
     EXPECT_EQ(mine.lease().size(), 64u * 1024);
     const uint64_t m = mine.lease().offset();
     struct Case {
@@ -326,7 +326,7 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
     req.Clear();
     req.mutable_lease()->set_bytes(64);
     proto::StoreReply slot = raw.Call(req);
-    ASSERT_EQ(slot.code(), 0) << slot.message();
+    ASSERT_EQ(Code(slot), absl::StatusCode::kOk) << slot.message();
     const uint64_t w = slot.lease().offset();
     const std::vector<std::pair<uint64_t, std::string>> words = {
         {theirs.lease().offset(), "not in a 64-aligned 64-byte range this client leased"},
@@ -359,7 +359,7 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
     req.mutable_seal_leased()->clear_ready_offset();
     req.mutable_seal_leased()->clear_ready_value();
     r = raw.Call(req);
-    EXPECT_EQ(r.code(), 0) << r.message();
+    EXPECT_EQ(Code(r), absl::StatusCode::kOk) << r.message();
     EXPECT_TRUE(*(*good)->Contains("overlapped"));
     // An id that exists: refused, and the range is used up (not sealed again).
     req.Clear();
@@ -367,12 +367,12 @@ TEST(StoreIntegrationTest, ForgedLeaseRequestsGetClearErrorsAndLeakNothing) {
     req.mutable_seal_leased()->set_offset(m);
     req.mutable_seal_leased()->set_data_size(64);
     r = raw.Call(req);
-    EXPECT_EQ(static_cast<absl::StatusCode>(r.code()), absl::StatusCode::kAlreadyExists);
+    EXPECT_EQ(Code(r), absl::StatusCode::kAlreadyExists);
     // A proper one still works, and is visible to others.
     req.mutable_seal_leased()->set_id("raw-put");
     req.mutable_seal_leased()->set_offset(m + 64);
     r = raw.Call(req);
-    EXPECT_EQ(r.code(), 0) << r.message();
+    EXPECT_EQ(Code(r), absl::StatusCode::kOk) << r.message();
     EXPECT_TRUE(*(*good)->Contains("raw-put"));
     // The operation after the lease ones (field 14) is an unknown operation, and so is
     // a Lease in field 100, where object_store/lease.proto used to put it before the
@@ -453,7 +453,7 @@ TEST(StoreIntegrationTest, OverlappedSealIsAcknowledgedInTheWordAfterTheReadyWor
     proto::StoreRequest req;
     req.mutable_lease()->set_bytes(bytes);
     proto::StoreReply r = c.Call(req);
-    EXPECT_EQ(r.code(), 0) << r.message();
+    EXPECT_EQ(Code(r), absl::StatusCode::kOk) << r.message();
     return r.lease().offset();
   };
   const uint64_t m = lease(raw, 64 * 1024);
@@ -473,7 +473,7 @@ TEST(StoreIntegrationTest, OverlappedSealIsAcknowledgedInTheWordAfterTheReadyWor
   // Sealed: the ack word holds the ready value by the time the reply comes.
   raw.Word(w).store(7);
   proto::StoreReply r = seal("a", m, w, 7);
-  EXPECT_EQ(r.code(), 0) << r.message();
+  EXPECT_EQ(Code(r), absl::StatusCode::kOk) << r.message();
   EXPECT_EQ(raw.Word(w + 8).load(), 7u);
   // Not sealed (the id exists, the ready word never written, the id empty): the ready
   // value with the failure bit, and the reply says why.
@@ -515,7 +515,7 @@ TEST(StoreIntegrationTest, RandomLeaseOperationsNeverHurtTheStore) {
         case 0: {
           req.mutable_lease()->set_bytes(rng() % 3 == 0 ? rng() : rng() % (256 * 1024));
           proto::StoreReply r = raw.Call(req);
-          if (r.code() == 0) leases.emplace_back(r.lease().offset(), r.lease().size());
+          if (Code(r) == absl::StatusCode::kOk) leases.emplace_back(r.lease().offset(), r.lease().size());
           break;
         }
         case 1: {
@@ -525,7 +525,7 @@ TEST(StoreIntegrationTest, RandomLeaseOperationsNeverHurtTheStore) {
           sl->set_offset(off);
           sl->set_data_size(rng() % 3 == 0 ? rng() : rng() % 8192);
           sl->set_metadata_size(rng() % 2 ? 0 : rng() % 300);
-          if (raw.Call(req).code() == 0) ids.push_back(id);
+          if (Code(raw.Call(req)) == absl::StatusCode::kOk) ids.push_back(id);
           break;
         }
         default:

@@ -338,7 +338,7 @@ TEST(StoreIntegrationTest, ForgedRequestsGetClearErrorsAndLeakNothing) {
     r = raw.Call(req);
     ASSERT_EQ(r.get().results_size(), 1);
     EXPECT_FALSE(r.get().results(0).found());
-    EXPECT_EQ(r.get().results(0).code(), static_cast<int>(absl::StatusCode::kNotFound));
+    EXPECT_EQ(ReplyCode(r.get().results(0)), absl::StatusCode::kNotFound);
 
     // Bad ids.
     req.mutable_create()->set_id("");

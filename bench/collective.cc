@@ -76,13 +76,13 @@ std::vector<Result> RunJob(TestCluster& c, const std::string& out, const std::st
   }
   auto done = c.RunJob(TestCluster::JobOf(command, nproc, ppn), absl::Minutes(10));
   if (!done.ok()) Die(done.status().ToString());
-  if (done->state() != proto::SUCCEEDED) {
-    Die(absl::StrCat(done->job_id(), " ", proto::JobState_Name(done->state()), ": ",
-                     done->reason(), "\n", c.DaemonLogs()));
+  if (done->state != JobState::kSucceeded) {
+    Die(absl::StrCat(done->job_id, " ", JobStateName(done->state), ": ",
+                     done->reason, "\n", c.DaemonLogs()));
   }
   std::set<std::string> nodes;
-  for (const auto& p : done->placement()) nodes.insert(p.node_id());
-  std::cout << "  job " << done->job_id() << ": " << nproc << " ranks on " << nodes.size()
+  for (const auto& p : done->placement) nodes.insert(p.node_id);
+  std::cout << "  job " << done->job_id << ": " << nproc << " ranks on " << nodes.size()
             << " node(s)\n";
   std::ifstream in(out + "/results.txt");
   std::vector<Result> results;

@@ -121,13 +121,13 @@ double CliRun(TestCluster& c, int n) {
   return ms;
 }
 
-proto::JobSpec TrueSpec(int n) {
-  proto::JobSpec spec;
-  spec.add_command("true");
-  spec.set_nproc(n);
-  spec.mutable_per_process()->set_cpus(1);
-  spec.set_strategy(proto::PACK);
-  spec.set_cwd("/");
+JobSpec TrueSpec(int n) {
+  JobSpec spec;
+  spec.command.push_back("true");
+  spec.nproc = n;
+  spec.per_process.cpus = 1;
+  spec.strategy = PlacementStrategy::kPack;
+  spec.cwd = "/";
   return spec;
 }
 
@@ -135,12 +135,11 @@ double SubmitWait(Client& client, int n) {
   absl::Time t0 = absl::Now();
   auto job = client.Submit(TrueSpec(n));
   if (!job.ok()) Die(absl::StrCat("Submit: ", job.status().ToString()));
-  auto done = client.WaitJob(job->job_id(), absl::Seconds(60));
+  auto done = client.WaitJob(job->job_id, absl::Seconds(60));
   double ms = Ms(absl::Now() - t0);
   if (!done.ok()) Die(absl::StrCat("WaitJob: ", done.status().ToString()));
-  if (done->state() != proto::SUCCEEDED) {
-    Die(absl::StrCat(job->job_id(), " ", proto::JobState_Name(done->state()), ": ",
-                     done->reason()));
+  if (done->state != JobState::kSucceeded) {
+    Die(absl::StrCat(job->job_id, " ", JobStateName(done->state), ": ", done->reason));
   }
   return ms;
 }
@@ -237,12 +236,12 @@ void RunPhases(TestCluster& c, const Flags& flags) {
     absl::Time t_sub = absl::Now();
     if (!job.ok()) Die(job.status().ToString());
     absl::Time t_started = absl::InfinitePast();
-    proto::JobInfo j = *job;
-    while (!(IsTerminal(j.state()) && j.live_processes() == 0)) {
-      auto next = client.GetJob(j.job_id(), j.version(), absl::Seconds(10));
+    JobInfo j = *job;
+    while (!(IsTerminal(j.state) && j.live_processes == 0)) {
+      auto next = client.GetJob(j.job_id, j.version, absl::Seconds(10));
       if (!next.ok()) Die(next.status().ToString());
       j = *next;
-      if (t_started == absl::InfinitePast() && (j.master_port() != 0 || IsTerminal(j.state()))) {
+      if (t_started == absl::InfinitePast() && (j.master_port != 0 || IsTerminal(j.state))) {
         t_started = absl::Now();
       }
     }
@@ -250,8 +249,8 @@ void RunPhases(TestCluster& c, const Flags& flags) {
     submit.push_back(Ms(t_sub - t0));
     started.push_back(Ms(t_started - t_sub));
     exited.push_back(Ms(t_end - t_started));
-    sched_run.push_back(static_cast<double>(j.end_time_ms() - j.start_time_ms()));
-    last_job = j.job_id();
+    sched_run.push_back(Ms(*j.end_time - *j.start_time));
+    last_job = j.job_id;
   }
   Phase("sdk_submit_rpc", submit, "Submit RPC (validate, place, persist; launch is async)");
   Phase("sdk_submit_to_started", started,
@@ -262,13 +261,13 @@ void RunPhases(TestCluster& c, const Flags& flags) {
 
   v.clear();
   std::string agent;
-  if (auto s = client.Status(); s.ok() && s->nodes_size() > 0) agent = s->nodes(0).agent_address();
+  if (auto s = client.Status(); s.ok() && !s->nodes.empty()) agent = s->nodes[0].agent_address;
   for (int i = 0; i < runs && !agent.empty(); ++i) {
     auto fresh = Client::Connect({c.address(), c.token_file()});
     if (!fresh.ok()) Die(fresh.status().ToString());
     absl::Time t0 = absl::Now();
     absl::Status s = (*fresh)->StreamLogs(agent, last_job, /*follow=*/false, {},
-                                          [](const proto::LogChunk&) {}, nullptr,
+                                          [](const LogChunk&) {}, nullptr,
                                           absl::Seconds(10));
     v.push_back(Ms(absl::Now() - t0));
     if (!s.ok()) Die(s.ToString());

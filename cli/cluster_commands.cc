@@ -19,12 +19,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
+#include "cli/job_spec.h"
 #include "cli/table.h"
 #include "common/auth.h"
 #include "common/files.h"
 #include "common/net.h"
 #include "common/paths.h"
 #include "common/spawn.h"
+#include "common/status_macros.h"
 #include "drover/client.h"
 #include "nlohmann/json.hpp"
 
@@ -82,19 +84,30 @@ std::string LogTail(const std::string& path) {
 }
 
 absl::StatusOr<nlohmann::json> ReadClusterFile() {
-  auto text = ReadFile(ClusterFile());
-  if (!text.ok()) return text.status();
-  auto j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  DROVER_ASSIGN_OR_RETURN(std::string text, ReadFile(ClusterFile()));
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return absl::DataLossError(absl::StrCat(ClusterFile(), " is not valid JSON; remove it"));
   }
   return j;
 }
 
+// A node's memory flag in bytes: 0 when not given (the node offers all it has).
+absl::StatusOr<int64_t> ParseMemoryFlag(const char* flag, const std::string& value) {
+  absl::StatusOr<int64_t> bytes = ParseBytes(value);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, ": ", bytes.status().message()));
+  }
+  if (!value.empty() && *bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", value, ": a node needs some memory"));
+  }
+  return bytes;
+}
+
 struct UpFlags {
   int nodes = 1;
-  int gpus_per_node = -1;
-  double cpus_per_node = 0;
+  int gpus_per_node = -1;     // -1: the GPUs found
+  double cpus_per_node = 0;   // 0: all
   std::string memory_per_node;
   bool redis = false;
   int port = 0;
@@ -104,7 +117,8 @@ struct UpFlags {
 };
 
 int CmdUp(const UpFlags& f, bool json) {
-  if (f.nodes < 1 || f.nodes > 64) return Fail("--nodes must be between 1 and 64", 2);
+  auto memory = ParseMemoryFlag("--memory-per-node", f.memory_per_node);
+  if (!memory.ok()) return Fail(memory.status(), kUsageError);
   const std::string home = DroverHome();
   const std::string dir = home + "/cluster";
   if (auto existing = ReadClusterFile(); existing.ok()) {
@@ -221,9 +235,9 @@ int CmdUp(const UpFlags& f, bool json) {
       ao.argv.push_back("--num-cpus");
       ao.argv.push_back(absl::StrCat(f.cpus_per_node));
     }
-    if (!f.memory_per_node.empty()) {
+    if (*memory > 0) {
       ao.argv.push_back("--memory-bytes");
-      ao.argv.push_back(f.memory_per_node);
+      ao.argv.push_back(absl::StrCat(*memory));
     }
     ao.stdout_path = ao.stderr_path = absl::StrCat(dir, "/agent-", i, ".log");
     ao.new_session = true;
@@ -235,19 +249,19 @@ int CmdUp(const UpFlags& f, bool json) {
 
   auto client = Client::Connect({address, token_file});
   if (!client.ok()) return abort_up(std::string(client.status().message()));
-  proto::GetClusterStatusReply status;
+  ClusterStatus status;
   ok = WaitFor(
       [&] {
         auto s = (*client)->Status();
         if (!s.ok()) return false;
         int alive = 0;
-        for (const auto& n : s->nodes()) alive += n.state() == proto::ALIVE;
+        for (const auto& n : s->nodes) alive += n.state == NodeState::kAlive;
         status = *s;
         return alive >= f.nodes;
       },
       absl::Seconds(f.timeout_s));
   if (!ok) {
-    return abort_up(absl::StrCat("only ", status.nodes_size(), " of ", f.nodes,
+    return abort_up(absl::StrCat("only ", status.nodes.size(), " of ", f.nodes,
                                  " node agents registered in time; the first agent's log ends "
                                  "with:\n", LogTail(dir + "/agent-0.log")));
   }
@@ -257,9 +271,9 @@ int CmdUp(const UpFlags& f, bool json) {
   }
   std::cerr << "drover: " << f.nodes << (f.nodes == 1 ? " node" : " nodes") << " ready\n";
   Table t({"NODE", "ADDRESS", "CPUS", "GPUS", "MEMORY"});
-  for (const auto& n : status.nodes()) {
-    t.AddRow({n.node_id(), n.agent_address(), absl::StrCat(n.total().cpus()),
-              absl::StrCat(n.total().gpus()), HumanBytes(n.total().memory_bytes())});
+  for (const auto& n : status.nodes) {
+    t.AddRow({n.node_id, n.agent_address, absl::StrCat(n.total.cpus), absl::StrCat(n.total.gpus),
+              HumanBytes(n.total.memory_bytes)});
   }
   t.Print(std::cout);
   std::cout << "\ncluster at " << address << " (logs in " << dir << ")\n"
@@ -304,8 +318,8 @@ struct StartFlags {
   int port = 0;
   std::string redis;
   std::string advertise;
-  int num_gpus = -1;
-  double num_cpus = 0;
+  int num_gpus = -1;    // -1: the GPUs found
+  double num_cpus = 0;  // 0: all
   std::string node_ip;
   std::string memory;
   std::vector<std::string> resources;
@@ -325,8 +339,10 @@ int CmdStart(const StartFlags& f, const GlobalOptions& g) {
   std::string token_file = g.token_file.empty() ? home + "/token" : g.token_file;
   if (f.head == !f.address.empty()) {
     return Fail("say what to start: `drover start --head --port P` on the head machine, or "
-                "`drover start --address HEAD:PORT` on each worker machine", 2);
+                "`drover start --address HEAD:PORT` on each worker machine", kUsageError);
   }
+  auto memory = ParseMemoryFlag("--memory", f.memory);
+  if (!memory.ok()) return Fail(memory.status(), kUsageError);
   if (f.head) {
     const std::string bin = FindDroverBinary("drover-scheduler");
     if (bin.empty()) return Fail("cannot find drover-scheduler; set DROVER_BIN_DIR");
@@ -351,7 +367,7 @@ int CmdStart(const StartFlags& f, const GlobalOptions& g) {
     return ExecOrFail(argv);
   }
   auto hp = ParseHostPort(f.address);
-  if (!hp.ok()) return Fail(std::string(hp.status().message()), 2);
+  if (!hp.ok()) return Fail(hp.status(), kUsageError);
   const std::string bin = FindDroverBinary("drover-agent");
   if (bin.empty()) return Fail("cannot find drover-agent; set DROVER_BIN_DIR");
   std::vector<std::string> argv = {bin, "--scheduler", f.address, "--token-file", token_file,
@@ -360,7 +376,7 @@ int CmdStart(const StartFlags& f, const GlobalOptions& g) {
   if (f.num_cpus > 0) argv.insert(argv.end(), {"--num-cpus", absl::StrCat(f.num_cpus)});
   if (!f.node_ip.empty()) argv.insert(argv.end(), {"--node-ip", f.node_ip});
   if (!f.bind.empty()) argv.insert(argv.end(), {"--bind-ip", f.bind});
-  if (!f.memory.empty()) argv.insert(argv.end(), {"--memory-bytes", f.memory});
+  if (*memory > 0) argv.insert(argv.end(), {"--memory-bytes", absl::StrCat(*memory)});
   for (const auto& r : f.resources) argv.insert(argv.end(), {"--resource", r});
   return ExecOrFail(argv);
 }
@@ -371,16 +387,27 @@ void AddClusterCommands(CLI::App& app, GlobalOptions& g, int* rc) {
   static UpFlags up_flags;
   auto* up = app.add_subcommand(
       "up", "start a local cluster (scheduler + node agents); returns when it is ready");
-  up->add_option("--nodes", up_flags.nodes, "node agents to start")->capture_default_str();
+  // Ranges are checked by CLI11 (an error exits with kUsageError, see main.cc); defaults
+  // outside them (-1, 0) mean "not given".
+  up->add_option("--nodes", up_flags.nodes, "node agents to start")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   up->add_option("--gpus-per-node", up_flags.gpus_per_node,
-                 "GPUs each node declares (default: the GPUs found)");
-  up->add_option("--cpus-per-node", up_flags.cpus_per_node, "CPUs each node offers (default: all)");
-  up->add_option("--memory-per-node", up_flags.memory_per_node, "bytes each node offers");
+                 "GPUs each node declares (default: the GPUs found)")
+      ->check(CLI::NonNegativeNumber);
+  up->add_option("--cpus-per-node", up_flags.cpus_per_node, "CPUs each node offers (default: all)")
+      ->check(CLI::PositiveNumber);
+  up->add_option("--memory-per-node", up_flags.memory_per_node,
+                 "memory each node offers (512M, 4G; default: all)");
   up->add_flag("--redis", up_flags.redis, "keep state in a local redis-server (survives restarts)");
-  up->add_option("--port", up_flags.port, "scheduler port (default: any free one)");
-  up->add_option("--node-timeout-ms", up_flags.node_timeout_ms, "declare silent nodes dead after");
-  up->add_option("--kill-grace-ms", up_flags.kill_grace_ms, "SIGTERM-to-SIGKILL grace");
-  up->add_option("--timeout", up_flags.timeout_s, "seconds to wait for the cluster to be ready");
+  up->add_option("--port", up_flags.port, "scheduler port (default: any free one)")
+      ->check(CLI::Range(0, 65535));
+  up->add_option("--node-timeout-ms", up_flags.node_timeout_ms, "declare silent nodes dead after")
+      ->check(CLI::PositiveNumber);
+  up->add_option("--kill-grace-ms", up_flags.kill_grace_ms, "SIGTERM-to-SIGKILL grace")
+      ->check(CLI::NonNegativeNumber);
+  up->add_option("--timeout", up_flags.timeout_s, "seconds to wait for the cluster to be ready")
+      ->check(CLI::PositiveNumber);
   up->add_flag("--json", g.json, "print the cluster record as JSON");
   up->callback([&g, rc] { *rc = CmdUp(up_flags, g.json); });
 
@@ -392,15 +419,18 @@ void AddClusterCommands(CLI::App& app, GlobalOptions& g, int* rc) {
   auto* start = app.add_subcommand(
       "start", "run one daemon in the foreground: the head (--head) or a node agent (--address)");
   start->add_flag("--head", sf.head, "start the scheduler on this machine");
-  start->add_option("--port", sf.port, "port to listen on (head: clients and agents connect here)");
+  start->add_option("--port", sf.port, "port to listen on (head: clients and agents connect here)")
+      ->check(CLI::Range(0, 65535));
   start->add_option("--bind", sf.bind, "IP to listen on (head default 0.0.0.0)");
   start->add_option("--redis", sf.redis, "head: HOST:PORT of Redis for durable state");
   start->add_option("--advertise", sf.advertise,
                     "head: HOST:PORT agents and workers use to reach it (default: first "
                     "non-loopback address)");
-  start->add_option("--num-gpus", sf.num_gpus, "agent: declare this many GPUs");
-  start->add_option("--num-cpus", sf.num_cpus, "agent: offer this many CPUs");
-  start->add_option("--memory", sf.memory, "agent: offer this many bytes of memory");
+  start->add_option("--num-gpus", sf.num_gpus, "agent: declare this many GPUs")
+      ->check(CLI::NonNegativeNumber);
+  start->add_option("--num-cpus", sf.num_cpus, "agent: offer this many CPUs")
+      ->check(CLI::PositiveNumber);
+  start->add_option("--memory", sf.memory, "agent: offer this much memory (512M, 4G)");
   start->add_option("--resource", sf.resources, "agent: custom resource NAME=AMOUNT");
   start->add_option("--node-ip", sf.node_ip, "agent: address other nodes reach this one at");
   // The parent's --address is the head address for an agent.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 
 namespace drover::cli {
 
@@ -22,8 +23,14 @@ struct GlobalOptions {
 void AddJobCommands(CLI::App& app, GlobalOptions& global, int* exit_code);
 void AddClusterCommands(CLI::App& app, GlobalOptions& global, int* exit_code);
 
+// The exit code of every usage error: a flag out of its range or malformed, a missing
+// command, a spec the cluster refuses (CLI11's own parse errors too; see main.cc).
+// Other failures exit with 1; `drover run` exits with the job's code.
+inline constexpr int kUsageError = 2;
+
 // Prints "drover: <message>" to stderr and returns the exit code for it.
 int Fail(const std::string& message, int code = 1);
+int Fail(const absl::Status& status, int code = 1);
 
 }  // namespace drover::cli
 

@@ -16,8 +16,9 @@
 #include "cli/job_spec.h"
 #include "cli/log_follower.h"
 #include "cli/table.h"
+#include "common/status_macros.h"
 #include "drover/client.h"
-#include "google/protobuf/util/json_util.h"
+#include "drover/json.h"
 
 namespace drover::cli {
 
@@ -25,6 +26,8 @@ int Fail(const std::string& message, int code) {
   std::cerr << "drover: " << message << "\n";
   return code;
 }
+
+int Fail(const absl::Status& status, int code) { return Fail(std::string(status.message()), code); }
 
 namespace {
 
@@ -49,56 +52,47 @@ void AddJobFlags(CLI::App* cmd, JobFlags& f) {
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& g) {
-  auto cluster = ResolveCluster(g.address, g.token_file);
-  if (!cluster.ok()) return cluster.status();
-  return Client::Connect(*cluster);
+  DROVER_ASSIGN_OR_RETURN(ClusterAddress cluster, ResolveCluster(g.address, g.token_file));
+  return Client::Connect(cluster);
 }
 
-std::string ToJson(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.add_whitespace = true;
-  opts.always_print_primitive_fields = true;
-  opts.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, opts);
-  return out;
-}
-
-std::string NodesOf(const proto::JobInfo& j) {
+std::string NodesOf(const JobInfo& j) {
   std::vector<std::string> nodes;
-  for (const auto& p : j.placement()) {
-    if (nodes.empty() || nodes.back() != p.node_id()) nodes.push_back(p.node_id());
+  for (const auto& p : j.placement) {
+    if (nodes.empty() || nodes.back() != p.node_id) nodes.push_back(p.node_id);
   }
   return nodes.empty() ? "-" : absl::StrJoin(nodes, ",");
 }
 
-std::string AgeOf(const proto::JobInfo& j) {
-  int64_t now = absl::ToUnixMillis(absl::Now());
-  if (j.start_time_ms() == 0) return absl::StrCat("waiting ", HumanDuration(now - j.submit_time_ms()));
-  int64_t end = j.end_time_ms() ? j.end_time_ms() : now;
-  return HumanDuration(end - j.start_time_ms());
+// Milliseconds from `from` to `to` (for HumanDuration).
+int64_t MsBetween(absl::Time from, absl::Time to) { return absl::ToInt64Milliseconds(to - from); }
+
+std::string AgeOf(const JobInfo& j) {
+  const absl::Time now = absl::Now();
+  if (!j.start_time) return absl::StrCat("waiting ", HumanDuration(MsBetween(j.submit_time, now)));
+  return HumanDuration(MsBetween(*j.start_time, j.end_time.value_or(now)));
 }
 
-void PrintJobSummary(const proto::JobInfo& j) {
-  std::cerr << "drover: " << j.job_id() << " " << proto::JobState_Name(j.state());
-  if (j.state() == proto::SUCCEEDED) {
-    std::cerr << " in " << HumanDuration(j.end_time_ms() - j.start_time_ms());
-    if (j.restart_count() > 0) std::cerr << " after " << j.restart_count() << " restart(s)";
+void PrintJobSummary(const JobInfo& j) {
+  std::cerr << "drover: " << j.job_id << " " << JobStateName(j.state);
+  if (j.state == JobState::kSucceeded) {
+    std::cerr << " in " << AgeOf(j);
+    if (j.restart_count > 0) std::cerr << " after " << j.restart_count << " restart(s)";
     std::cerr << "\n";
     return;
   }
-  std::cerr << ": " << j.reason();
-  if (j.reason().empty() || j.reason().back() != '\n') std::cerr << "\n";
-  if (j.state() == proto::FAILED) {
-    std::cerr << "drover: full output: drover logs " << j.job_id() << "\n";
+  std::cerr << ": " << j.reason;
+  if (j.reason.empty() || j.reason.back() != '\n') std::cerr << "\n";
+  if (j.state == JobState::kFailed) {
+    std::cerr << "drover: full output: drover logs " << j.job_id << "\n";
   }
 }
 
 int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool quiet) {
   auto spec = BuildSpec(f, g.command);
-  if (!spec.ok()) return Fail(std::string(spec.status().message()), 2);
+  if (!spec.ok()) return Fail(spec.status(), kUsageError);
   auto client = Connect(g);
-  if (!client.ok()) return Fail(std::string(client.status().message()));
+  if (!client.ok()) return Fail(client.status());
   // Ctrl-C in `drover run` cancels the job, like srun.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -106,21 +100,21 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
   sigaddset(&sigs, SIGTERM);
   if (run) pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   auto job = (*client)->Submit(*spec);
-  if (!job.ok()) return Fail(std::string(job.status().message()), 2);
+  if (!job.ok()) return Fail(job.status(), kUsageError);
   if (!run) {
     if (g.json) {
       std::cout << ToJson(*job) << "\n";
     } else {
-      std::cout << job->job_id() << "\n";
-      if (job->state() == proto::PENDING && !quiet && isatty(STDERR_FILENO)) {
-        std::cerr << "drover: " << job->job_id() << " is " << proto::JobState_Name(job->state())
-                  << " (" << job->reason() << "); follow it with `drover logs -f "
-                  << job->job_id() << "`\n";
+      std::cout << job->job_id << "\n";
+      if (job->state == JobState::kPending && !quiet && isatty(STDERR_FILENO)) {
+        std::cerr << "drover: " << job->job_id << " is " << JobStateName(job->state) << " ("
+                  << job->reason << "); follow it with `drover logs -f " << job->job_id
+                  << "`\n";
       }
     }
     return 0;
   }
-  const std::string id = job->job_id();
+  const std::string id = job->job_id;
   if (!quiet) std::cerr << "drover: submitted " << id << "\n";
   // Ctrl-C (or SIGTERM) cancels the job; SIGUSR2 from this thread ends the watcher
   // at once when the job is over (no polling delay on the way out).
@@ -135,29 +129,27 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
     }
   });
   auto final_job = PrintJobLogs(**client, id, /*follow=*/true, /*prefix=*/true, nullptr);
-  if (final_job.ok() && !(IsTerminal(final_job->state()) && final_job->live_processes() == 0)) {
+  if (final_job.ok() && !(IsTerminal(final_job->state) && final_job->live_processes == 0)) {
     final_job = (*client)->WaitJob(id, absl::Hours(24 * 365));
   }
   pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
-  if (!final_job.ok()) return Fail(std::string(final_job.status().message()));
+  if (!final_job.ok()) return Fail(final_job.status());
   if (g.json) {
     std::cout << ToJson(*final_job) << "\n";
-  } else if (!quiet || final_job->state() != proto::SUCCEEDED) {
+  } else if (!quiet || final_job->state != JobState::kSucceeded) {
     PrintJobSummary(*final_job);
   }
-  return final_job->exit_code();
+  return final_job->exit_code;
 }
 
 int CmdJobs(const GlobalOptions& g, bool all) {
   auto client = Connect(g);
-  if (!client.ok()) return Fail(std::string(client.status().message()));
+  if (!client.ok()) return Fail(client.status());
   auto jobs = (*client)->ListJobs({}, all ? 0 : 50);
-  if (!jobs.ok()) return Fail(std::string(jobs.status().message()));
+  if (!jobs.ok()) return Fail(jobs.status());
   if (g.json) {
-    proto::ListJobsReply reply;
-    for (auto& j : *jobs) *reply.add_jobs() = j;
-    std::cout << ToJson(reply) << "\n";
+    std::cout << JobsToJson(*jobs) << "\n";
     return 0;
   }
   if (jobs->empty()) {
@@ -166,9 +158,8 @@ int CmdJobs(const GlobalOptions& g, bool all) {
   }
   Table t({"JOB", "NAME", "STATE", "PROCS", "NODES", "TIME", "RESTARTS", "REASON"});
   for (const auto& j : *jobs) {
-    t.AddRow({j.job_id(), j.spec().name(), proto::JobState_Name(j.state()),
-              absl::StrCat(j.spec().nproc()), NodesOf(j), AgeOf(j),
-              absl::StrCat(j.restart_count()), j.reason()});
+    t.AddRow({j.job_id, j.spec.name, JobStateName(j.state), absl::StrCat(j.spec.nproc),
+              NodesOf(j), AgeOf(j), absl::StrCat(j.restart_count), j.reason});
   }
   t.Print(std::cout);
   return 0;
@@ -176,30 +167,30 @@ int CmdJobs(const GlobalOptions& g, bool all) {
 
 int CmdJob(const GlobalOptions& g, const std::string& id) {
   auto client = Connect(g);
-  if (!client.ok()) return Fail(std::string(client.status().message()));
+  if (!client.ok()) return Fail(client.status());
   auto j = (*client)->GetJob(id);
-  if (!j.ok()) return Fail(std::string(j.status().message()));
+  if (!j.ok()) return Fail(j.status());
   if (g.json) {
     std::cout << ToJson(*j) << "\n";
     return 0;
   }
-  std::cout << "job:       " << j->job_id() << " (" << j->spec().name() << ")\n"
-            << "state:     " << proto::JobState_Name(j->state()) << "\n"
-            << "command:   " << absl::StrJoin(j->spec().command(), " ") << "\n"
-            << "processes: " << j->spec().nproc() << " (" << j->live_processes() << " alive)\n"
-            << "restarts:  " << j->restart_count() << " of " << j->spec().max_restarts() << "\n"
+  std::cout << "job:       " << j->job_id << " (" << j->spec.name << ")\n"
+            << "state:     " << JobStateName(j->state) << "\n"
+            << "command:   " << absl::StrJoin(j->spec.command, " ") << "\n"
+            << "processes: " << j->spec.nproc << " (" << j->live_processes << " alive)\n"
+            << "restarts:  " << j->restart_count << " of " << j->spec.max_restarts << "\n"
             << "time limit: "
-            << (j->spec().time_limit_ms() > 0
-                    ? absl::FormatDuration(absl::Milliseconds(j->spec().time_limit_ms()))
+            << (j->spec.time_limit > absl::ZeroDuration()
+                    ? absl::FormatDuration(j->spec.time_limit)
                     : std::string("none"))
             << "\n"
-            << "master:    " << j->master_addr() << ":" << j->master_port() << "\n"
-            << "reason:    " << j->reason() << "\n";
-  if (j->placement_size() > 0) {
+            << "master:    " << j->master_addr << ":" << j->master_port << "\n"
+            << "reason:    " << j->reason << "\n";
+  if (!j->placement.empty()) {
     Table t({"RANK", "NODE", "IP", "LOCAL_RANK", "GPUS"});
-    for (const auto& p : j->placement()) {
-      t.AddRow({absl::StrCat(p.rank()), p.node_id(), p.node_ip(), absl::StrCat(p.local_rank()),
-                p.gpu_ids_size() ? absl::StrJoin(p.gpu_ids(), ",") : "-"});
+    for (const auto& p : j->placement) {
+      t.AddRow({absl::StrCat(p.rank), p.node_id, p.node_ip, absl::StrCat(p.local_rank),
+                p.gpu_ids.empty() ? "-" : absl::StrJoin(p.gpu_ids, ",")});
     }
     std::cout << "\n";
     t.Print(std::cout);
@@ -209,20 +200,20 @@ int CmdJob(const GlobalOptions& g, const std::string& id) {
 
 int CmdLogs(const GlobalOptions& g, const std::string& id, bool follow, bool no_prefix) {
   auto client = Connect(g);
-  if (!client.ok()) return Fail(std::string(client.status().message()));
+  if (!client.ok()) return Fail(client.status());
   auto j = PrintJobLogs(**client, id, follow, !no_prefix, nullptr);
-  if (!j.ok()) return Fail(std::string(j.status().message()));
+  if (!j.ok()) return Fail(j.status());
   return 0;
 }
 
 int CmdCancel(const GlobalOptions& g, const std::vector<std::string>& ids) {
   auto client = Connect(g);
-  if (!client.ok()) return Fail(std::string(client.status().message()));
+  if (!client.ok()) return Fail(client.status());
   int rc = 0;
   for (const auto& id : ids) {
     auto j = (*client)->Cancel(id);
     if (!j.ok()) {
-      rc = Fail(std::string(j.status().message()));
+      rc = Fail(j.status());
       continue;
     }
     // Return only once no process of the job is left on any node.
@@ -234,8 +225,8 @@ int CmdCancel(const GlobalOptions& g, const std::vector<std::string>& ids) {
     if (g.json) {
       std::cout << ToJson(*done) << "\n";
     } else {
-      std::cout << id << " " << proto::JobState_Name(done->state())
-                << (done->state() == proto::CANCELLED ? "" : " (it had already ended)") << "\n";
+      std::cout << id << " " << JobStateName(done->state)
+                << (done->state == JobState::kCancelled ? "" : " (it had already ended)") << "\n";
     }
   }
   return rc;
@@ -243,41 +234,42 @@ int CmdCancel(const GlobalOptions& g, const std::vector<std::string>& ids) {
 
 int CmdStatus(const GlobalOptions& g) {
   auto client = Connect(g);
-  if (!client.ok()) return Fail(std::string(client.status().message()));
+  if (!client.ok()) return Fail(client.status());
   auto s = (*client)->Status();
-  if (!s.ok()) return Fail(std::string(s.status().message()));
+  if (!s.ok()) return Fail(s.status());
   if (g.json) {
     std::cout << ToJson(*s) << "\n";
     return 0;
   }
-  std::cout << "scheduler " << s->address() << " (state: " << s->state_backend() << ")\n\n";
+  std::cout << "scheduler " << s->address << " (state: " << s->state_backend << ")\n\n";
   Table t({"NODE", "STATE", "ADDRESS", "CPUS FREE/TOTAL", "GPUS FREE/TOTAL",
            "MEMORY FREE/TOTAL", "NOTES"});
-  int64_t now = absl::ToUnixMillis(absl::Now());
-  for (const auto& n : s->nodes()) {
-    std::string notes = absl::StrJoin(n.warnings(), "; ");
-    if (!n.reason().empty()) notes = n.reason();
-    if (n.state() == proto::ALIVE && now - n.last_heartbeat_ms() > 2000) {
-      notes = absl::StrCat("last heartbeat ", HumanDuration(now - n.last_heartbeat_ms()), " ago");
+  const absl::Time now = absl::Now();
+  for (const auto& n : s->nodes) {
+    std::string notes = absl::StrJoin(n.warnings, "; ");
+    if (!n.reason.empty()) notes = n.reason;
+    const int64_t silent_ms = MsBetween(n.last_heartbeat, now);
+    if (n.state == NodeState::kAlive && silent_ms > 2000) {
+      notes = absl::StrCat("last heartbeat ", HumanDuration(silent_ms), " ago");
     }
-    t.AddRow({n.node_id(), proto::NodeState_Name(n.state()), n.agent_address(),
-              absl::StrCat(n.free().cpus(), "/", n.total().cpus()),
-              absl::StrCat(n.free().gpus(), "/", n.total().gpus()),
-              absl::StrCat(HumanBytes(n.free().memory_bytes()), "/",
-                           HumanBytes(n.total().memory_bytes())),
+    t.AddRow({n.node_id, NodeStateName(n.state), n.agent_address,
+              absl::StrCat(n.free.cpus, "/", n.total.cpus),
+              absl::StrCat(n.free.gpus, "/", n.total.gpus),
+              absl::StrCat(HumanBytes(n.free.memory_bytes), "/", HumanBytes(n.total.memory_bytes)),
               notes.empty() ? "-" : notes});
   }
-  if (s->nodes_size() == 0) {
-    std::cout << "no nodes yet; start an agent with `drover start --address " << s->address()
+  if (s->nodes.empty()) {
+    std::cout << "no nodes yet; start an agent with `drover start --address " << s->address
               << "`\n";
   } else {
     t.Print(std::cout, 100);
   }
   std::cout << "\njobs:";
-  for (const char* st : {"PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"}) {
-    auto it = s->job_counts().find(st);
-    std::cout << " " << (it == s->job_counts().end() ? 0 : it->second) << " "
-              << absl::AsciiStrToLower(st);
+  for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kSucceeded,
+                      JobState::kFailed, JobState::kCancelled}) {
+    auto it = s->job_counts.find(st);
+    std::cout << " " << (it == s->job_counts.end() ? 0 : it->second) << " "
+              << absl::AsciiStrToLower(JobStateName(st));
   }
   std::cout << "\n";
   return 0;

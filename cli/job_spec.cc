@@ -4,13 +4,65 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "common/status_macros.h"
 
 namespace drover::cli {
+namespace {
+
+absl::Status Invalid(const std::string& flag, const std::string& value, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(flag, " ", value, ": ", why));
+}
+
+// OK if the flag was not given or is at least `min`.
+absl::Status AtLeast(const char* flag, const std::optional<int>& v, int min,
+                     const std::string& why) {
+  if (!v.has_value() || *v >= min) return absl::OkStatus();
+  return Invalid(flag, absl::StrCat(*v), why);
+}
+
+absl::Status NotNegative(const char* flag, double v) {
+  if (std::isfinite(v) && v >= 0) return absl::OkStatus();
+  return Invalid(flag, absl::StrCat(v), "must be a number >= 0");
+}
+
+// Total processes and processes per node (0: any) from --nproc, --nodes and
+// --nproc-per-node, each already checked to be >= 1 if given.
+absl::Status ResolveCounts(const JobFlags& f, int* nproc, int* ppn) {
+  *ppn = f.nproc_per_node.value_or(0);
+  if (f.nodes && f.nproc_per_node) {
+    const int64_t product = int64_t{*f.nodes} * *f.nproc_per_node;
+    if (product > std::numeric_limits<int>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--nodes ", *f.nodes, " x --nproc-per-node ", *f.nproc_per_node,
+          " is too many processes"));
+    }
+    if (f.nproc && *f.nproc != product) {
+      return absl::InvalidArgumentError(absl::StrCat("--nproc ", *f.nproc,
+                                                     " disagrees with --nodes ", *f.nodes,
+                                                     " x --nproc-per-node ", *f.nproc_per_node));
+    }
+    *nproc = static_cast<int>(product);
+  } else if (f.nodes) {
+    *nproc = f.nproc.value_or(*f.nodes);
+    if (*nproc % *f.nodes != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nproc ", *nproc, " does not divide evenly over --nodes ", *f.nodes));
+    }
+    *ppn = *nproc / *f.nodes;
+  } else {
+    *nproc = f.nproc.value_or(f.nproc_per_node.value_or(1));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<int64_t> ParseBytes(const std::string& s) {
   if (s.empty()) return 0;
@@ -30,55 +82,32 @@ absl::StatusOr<int64_t> ParseBytes(const std::string& s) {
     num.pop_back();
   }
   double v = 0;
-  if (!absl::SimpleAtod(num, &v) || v < 0) {
+  // 2^63 is the first double that no int64 holds.
+  if (!absl::SimpleAtod(num, &v) || !std::isfinite(v) || v < 0 || v * mult >= 0x1p63) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read '", s, "' as a size; write e.g. 512M or 4G"));
   }
   return static_cast<int64_t>(v * mult);
 }
 
-absl::StatusOr<proto::JobSpec> BuildSpec(const JobFlags& f, const std::vector<std::string>& cmd) {
-  proto::JobSpec spec;
+absl::StatusOr<JobSpec> BuildSpec(const JobFlags& f, const std::vector<std::string>& cmd) {
+  JobSpec spec;
   if (cmd.empty()) {
     return absl::InvalidArgumentError(
         "no command given; put it after `--`, e.g. `drover run --nproc 2 -- python3 train.py`");
   }
-  for (const auto& a : cmd) spec.add_command(a);
-  spec.set_name(f.name);
-  if (f.nproc == 0 || f.nproc < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--nproc ", f.nproc, ": a job needs at least 1 process"));
-  }
-  int nproc = f.nproc == -1 ? 0 : f.nproc;
-  int ppn = f.nproc_per_node;
-  if (f.nodes < 0 || ppn < 0) {
-    return absl::InvalidArgumentError("--nodes and --nproc-per-node must be positive");
-  }
-  if (f.nodes > 0 && ppn > 0) {
-    if (nproc != 0 && nproc != f.nodes * ppn) {
-      return absl::InvalidArgumentError(absl::StrCat("--nproc ", nproc, " disagrees with --nodes ",
-                                                     f.nodes, " x --nproc-per-node ", ppn));
-    }
-    nproc = f.nodes * ppn;
-  } else if (f.nodes > 0) {
-    if (nproc == 0) nproc = f.nodes;
-    if (nproc % f.nodes != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--nproc ", nproc, " does not divide evenly over --nodes ", f.nodes));
-    }
-    ppn = nproc / f.nodes;
-  } else if (ppn > 0 && nproc == 0) {
-    nproc = ppn;
-  }
-  if (nproc == 0) nproc = 1;
-  spec.set_nproc(nproc);
-  spec.set_nproc_per_node(ppn);
-  auto* per = spec.mutable_per_process();
-  per->set_cpus(f.cpus_per_proc);
-  per->set_gpus(f.gpus_per_proc);
-  auto mem = ParseBytes(f.memory_per_proc);
-  if (!mem.ok()) return mem.status();
-  per->set_memory_bytes(*mem);
+  spec.command = cmd;
+  spec.name = f.name;
+  DROVER_RETURN_IF_ERROR(AtLeast("--nproc", f.nproc, 1, "a job needs at least 1 process"));
+  DROVER_RETURN_IF_ERROR(AtLeast("--nodes", f.nodes, 1, "a job runs on at least 1 node"));
+  DROVER_RETURN_IF_ERROR(AtLeast("--nproc-per-node", f.nproc_per_node, 1,
+                                 "a node runs at least 1 process of the job"));
+  DROVER_RETURN_IF_ERROR(ResolveCounts(f, &spec.nproc, &spec.nproc_per_node));
+  DROVER_RETURN_IF_ERROR(NotNegative("--cpus-per-proc", f.cpus_per_proc));
+  spec.per_process.cpus = f.cpus_per_proc;
+  DROVER_RETURN_IF_ERROR(AtLeast("--gpus-per-proc", f.gpus_per_proc, 0, "must be 0 or more"));
+  spec.per_process.gpus = f.gpus_per_proc;
+  DROVER_ASSIGN_OR_RETURN(spec.per_process.memory_bytes, ParseBytes(f.memory_per_proc));
   for (const auto& r : f.resources) {
     std::pair<std::string, std::string> kv = absl::StrSplit(r, absl::MaxSplits('=', 1));
     double v = 0;
@@ -86,31 +115,37 @@ absl::StatusOr<proto::JobSpec> BuildSpec(const JobFlags& f, const std::vector<st
       return absl::InvalidArgumentError(
           absl::StrCat("--resource '", r, "' is not NAME=AMOUNT (e.g. --resource ssd=1)"));
     }
-    (*per->mutable_custom())[kv.first] = v;
+    DROVER_RETURN_IF_ERROR(NotNegative("--resource", v));
+    spec.per_process.custom[kv.first] = v;
   }
-  spec.set_strategy(f.strategy == "spread" ? proto::SPREAD : proto::PACK);
-  spec.set_max_restarts(f.max_restarts);
+  if (f.strategy != "pack" && f.strategy != "spread") {
+    return Invalid("--strategy", f.strategy, "must be pack or spread");
+  }
+  spec.strategy = f.strategy == "spread" ? PlacementStrategy::kSpread : PlacementStrategy::kPack;
+  DROVER_RETURN_IF_ERROR(AtLeast("--max-restarts", f.max_restarts, 0, "must be 0 or more"));
+  spec.max_restarts = f.max_restarts;
   if (!f.time_limit.empty()) {
     absl::Duration limit;
-    if (!absl::ParseDuration(f.time_limit, &limit) || limit <= absl::ZeroDuration()) {
+    if (!absl::ParseDuration(f.time_limit, &limit) || limit <= absl::ZeroDuration() ||
+        limit == absl::InfiniteDuration()) {
       return absl::InvalidArgumentError(absl::StrCat("--time-limit '", f.time_limit,
                                                      "' is not a positive duration (e.g. 90s, "
                                                      "30m, 2h, 1h30m)"));
     }
-    spec.set_time_limit_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(limit)));
+    spec.time_limit = std::max(limit, absl::Milliseconds(1));
   }
   for (const auto& e : f.env) {
     auto eq = e.find('=');
     if (eq == std::string::npos || eq == 0) {
       return absl::InvalidArgumentError(absl::StrCat("--env '", e, "' is not KEY=VALUE"));
     }
-    (*spec.mutable_env())[e.substr(0, eq)] = e.substr(eq + 1);
+    spec.env[e.substr(0, eq)] = e.substr(eq + 1);
   }
   if (!f.cwd.empty()) {
-    spec.set_cwd(f.cwd);
+    spec.cwd = f.cwd;
   } else {
     char buf[4096];
-    if (::getcwd(buf, sizeof(buf)) != nullptr) spec.set_cwd(buf);
+    if (::getcwd(buf, sizeof(buf)) != nullptr) spec.cwd = buf;
   }
   return spec;
 }

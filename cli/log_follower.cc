@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace drover::cli {
 namespace {
@@ -22,17 +23,17 @@ class LinePrinter {
   explicit LinePrinter(bool prefix) : prefix_(prefix) {}
   ~LinePrinter() { Flush(); }
 
-  void Write(const proto::LogChunk& c) {
+  void Write(const LogChunk& c) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string& buf = partial_[{c.rank(), c.stream()}];
-    buf += c.data();
+    std::string& buf = partial_[{c.rank, c.stream}];
+    buf += c.data;
     size_t start = 0;
     std::string out;
     for (size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1) {
-      AppendLine(&out, c.rank(), buf.substr(start, nl + 1 - start));
+      AppendLine(&out, c.rank, buf.substr(start, nl + 1 - start));
     }
     buf.erase(0, start);
-    Emit(c.stream(), out);
+    Emit(c.stream, out);
   }
 
   void Flush() {
@@ -51,8 +52,8 @@ class LinePrinter {
     if (prefix_) absl::StrAppend(out, "[rank", rank, "]: ");
     out->append(line);
   }
-  static void Emit(int stream, const std::string& s) {
-    int fd = stream == 2 ? STDERR_FILENO : STDOUT_FILENO;
+  static void Emit(LogStream stream, const std::string& s) {
+    int fd = stream == LogStream::kStderr ? STDERR_FILENO : STDOUT_FILENO;
     size_t done = 0;
     while (done < s.size()) {
       ssize_t n = ::write(fd, s.data() + done, s.size() - done);
@@ -63,17 +64,15 @@ class LinePrinter {
 
   const bool prefix_;
   std::mutex mu_;
-  std::map<std::pair<int, int>, std::string> partial_;
+  std::map<std::pair<int, LogStream>, std::string> partial_;
 };
 
 }  // namespace
 
-absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& job_id,
-                                            bool follow, bool prefix,
-                                            const std::atomic<bool>* stop) {
+absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, bool follow,
+                                     bool prefix, const std::atomic<bool>* stop) {
   LinePrinter printer(prefix);
-  auto job = client.GetJob(job_id);
-  if (!job.ok()) return job.status();
+  DROVER_ASSIGN_OR_RETURN(JobInfo job, client.GetJob(job_id));
 
   // One thread per node the job has been placed on. Each streams that node's output,
   // resuming from its own offsets, until the job has ended everywhere (`finished`);
@@ -83,28 +82,22 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
   std::condition_variable finished_cv;  // signalled when `finished` becomes true
   std::map<std::string, std::thread> threads;  // node id -> streamer
   std::map<std::string, std::string> agent_address;
-  std::map<std::string, proto::NodeState> node_state;
+  std::map<std::string, NodeState> node_state;
   std::set<std::string> skipped;  // dead nodes, said once
   absl::Status first_error;
 
   auto streamer = [&](const std::string& node, const std::string& address) {
-    std::map<std::pair<int, int>, int64_t> offsets;  // (rank, stream) -> printed bytes
+    std::map<std::pair<int, LogStream>, int64_t> offsets;  // (rank, stream) -> printed bytes
     for (bool last_pass = false;;) {
       last_pass = last_pass || finished.load() || (stop != nullptr && stop->load());
-      std::vector<proto::LogOffset> from;
-      for (const auto& [key, off] : offsets) {
-        proto::LogOffset o;
-        o.set_rank(key.first);
-        o.set_stream(key.second);
-        o.set_offset(off);
-        from.push_back(o);
-      }
+      std::vector<LogOffset> from;
+      for (const auto& [key, off] : offsets) from.push_back({key.first, key.second, off});
       absl::Status s = client.StreamLogs(
           address, job_id, /*follow=*/!last_pass, from,
-          [&](const proto::LogChunk& c) {
-            int64_t& off = offsets[{c.rank(), c.stream()}];
-            if (c.offset() + static_cast<int64_t>(c.data().size()) <= off) return;
-            off = c.offset() + c.data().size();
+          [&](const LogChunk& c) {
+            int64_t& off = offsets[{c.rank, c.stream}];
+            if (c.offset + static_cast<int64_t>(c.data.size()) <= off) return;
+            off = c.offset + c.data.size();
             printer.Write(c);
           },
           stop, last_pass ? absl::Seconds(30) : absl::Hours(24 * 365));
@@ -123,11 +116,11 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
     }
   };
 
-  auto start_streamers = [&](const proto::JobInfo& j) -> absl::Status {
+  auto start_streamers = [&](const JobInfo& j) -> absl::Status {
     // Every node that ever ran a process of the job (earlier generations may have run
     // elsewhere), and the current placement (for records from before nodes_used).
-    std::set<std::string> nodes(j.nodes_used().begin(), j.nodes_used().end());
-    for (const auto& p : j.placement()) nodes.insert(p.node_id());
+    std::set<std::string> nodes(j.nodes_used.begin(), j.nodes_used.end());
+    for (const auto& p : j.placement) nodes.insert(p.node_id);
     for (auto it = nodes.begin(); it != nodes.end();) {
       it = threads.count(*it) ? nodes.erase(it) : std::next(it);
     }
@@ -135,17 +128,16 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
     bool missing = false;
     for (const auto& n : nodes) missing |= !agent_address.count(n);
     if (missing) {
-      auto status = client.Status();
-      if (!status.ok()) return status.status();
-      for (const auto& n : status->nodes()) {
-        agent_address[n.node_id()] = n.agent_address();
-        node_state[n.node_id()] = n.state();
+      DROVER_ASSIGN_OR_RETURN(ClusterStatus status, client.Status());
+      for (const auto& n : status.nodes) {
+        agent_address[n.node_id] = n.agent_address;
+        node_state[n.node_id] = n.state;
       }
     }
     for (const auto& n : nodes) {
       auto it = agent_address.find(n);
       if (it == agent_address.end() || it->second.empty()) continue;
-      if (node_state[n] == proto::DEAD) {
+      if (node_state[n] == NodeState::kDead) {
         // An earlier generation ran there; what it wrote stays on that machine.
         if (skipped.insert(n).second) {
           std::cerr << "drover: " << n << " is dead: the output its processes wrote there ("
@@ -158,17 +150,17 @@ absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& j
     return absl::OkStatus();
   };
 
-  absl::Status status = start_streamers(*job);
+  absl::Status status = start_streamers(job);
   while (status.ok() && follow && !finished.load()) {
-    if (IsTerminal(job->state()) && job->live_processes() == 0) break;
+    if (IsTerminal(job.state) && job.live_processes == 0) break;
     if (stop != nullptr && stop->load()) break;
-    auto next = client.GetJob(job_id, job->version(), absl::Seconds(2));
+    auto next = client.GetJob(job_id, job.version, absl::Seconds(2));
     if (!next.ok()) {
       status = next.status();
       break;
     }
-    job = std::move(next);
-    status = start_streamers(*job);
+    job = std::move(*next);
+    status = start_streamers(job);
   }
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -14,9 +14,8 @@ namespace drover::cli {
 // Prints everything the job has written so far (follow = false), or keeps printing
 // until the job has ended and all its output is out (follow = true), across restarts.
 // Returns the job's last record. `stop` (may be null) ends following early.
-absl::StatusOr<proto::JobInfo> PrintJobLogs(Client& client, const std::string& job_id,
-                                            bool follow, bool prefix,
-                                            const std::atomic<bool>* stop);
+absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, bool follow,
+                                     bool prefix, const std::atomic<bool>* stop);
 
 }  // namespace drover::cli
 

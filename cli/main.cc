@@ -38,7 +38,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(cut, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the problem (or the help); its own codes (100+) become the one code
+    // of every usage error.
+    return app.exit(e) == 0 ? 0 : drover::cli::kUsageError;
   }
   // Skip tearing down gRPC and static state (several ms): everything is written.
   std::cout.flush();

@@ -61,12 +61,12 @@ void CheckKill(const std::string& algorithm, int nodes, int nproc, int ppn, int 
                          nproc, ppn),
       absl::Seconds(90));
   ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_EQ(done->state(), proto::FAILED) << done->reason();
-  EXPECT_EQ(done->root_cause().rank(), victim) << done->reason();
-  EXPECT_EQ(done->root_cause().signal(), 9) << done->reason();
+  EXPECT_EQ(done->state, JobState::kFailed) << done->reason;
+  EXPECT_EQ(done->root_cause->rank, victim) << done->reason;
+  EXPECT_EQ(done->root_cause->signal, 9) << done->reason;
   std::string victim_node;
-  for (const auto& p : done->placement()) {
-    if (p.rank() == victim) victim_node = p.node_id();
+  for (const auto& p : done->placement) {
+    if (p.rank == victim) victim_node = p.node_id;
   }
   ASSERT_FALSE(victim_node.empty());
 
@@ -76,7 +76,7 @@ void CheckKill(const std::string& algorithm, int nodes, int nproc, int ppn, int 
 
   // Every process of the job is gone within 5 s of the kill (the survivors exit by
   // themselves after the notice; nothing waits for SIGTERM).
-  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(done->job_id()).empty(); },
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(done->job_id).empty(); },
                       absl::Milliseconds(killed_at + 5000) -
                           absl::Milliseconds(absl::ToUnixMillis(absl::Now()))))
       << "processes of the job still alive 5 s after the kill";

@@ -32,16 +32,16 @@ class GlooGroupTest : public ::testing::Test {
     cluster_ = std::move(*c);
   }
 
-  proto::JobInfo RunWorker(const std::vector<std::string>& args, int nproc, int ppn,
-                           proto::PlacementStrategy strategy = proto::PACK,
-                           absl::Duration timeout = absl::Seconds(120)) {
+  JobInfo RunWorker(const std::vector<std::string>& args, int nproc, int ppn,
+                    PlacementStrategy strategy = PlacementStrategy::kPack,
+                    absl::Duration timeout = absl::Seconds(120)) {
     std::vector<std::string> command = {Runfile("collective/collective_worker")};
     command.insert(command.end(), args.begin(), args.end());
-    proto::JobSpec spec = TestCluster::JobOf(command, nproc, ppn);
-    spec.set_strategy(strategy);
+    JobSpec spec = TestCluster::JobOf(command, nproc, ppn);
+    spec.strategy = strategy;
     auto done = cluster_->RunJob(spec, timeout);
     EXPECT_TRUE(done.ok()) << done.status();
-    return done.ok() ? *done : proto::JobInfo();
+    return done.ok() ? *done : JobInfo();
   }
 
   std::unique_ptr<TestCluster> cluster_;
@@ -50,37 +50,37 @@ class GlooGroupTest : public ::testing::Test {
 TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoRanksOneNodeShm) {
   StartCluster(1);
   auto job = RunWorker({"--mode=check", "--algorithm=shm"}, 2, 0);
-  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason << "\n" << cluster_->DaemonLogs();
 }
 
 TEST_F(GlooGroupTest, EveryOperationAndDtypeThreeRanksOneNodeAuto) {
   StartCluster(1);
   auto job = RunWorker({"--mode=check"}, 3, 0);
-  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason << "\n" << cluster_->DaemonLogs();
 }
 
 TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoRanksOneNodePlainGloo) {
   StartCluster(1);
   auto job = RunWorker({"--mode=check", "--algorithm=gloo"}, 2, 0);
-  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason << "\n" << cluster_->DaemonLogs();
 }
 
 TEST_F(GlooGroupTest, EveryOperationAndDtypeThreeRanksTwoNodesHierarchical) {
   StartCluster(2);
-  auto job = RunWorker({"--mode=check"}, 3, 0, proto::SPREAD);
-  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
-  ASSERT_EQ(job.placement_size(), 3);
+  auto job = RunWorker({"--mode=check"}, 3, 0, PlacementStrategy::kSpread);
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason << "\n" << cluster_->DaemonLogs();
+  ASSERT_EQ(job.placement.size(), 3);
   std::set<std::string> nodes;
-  for (const auto& p : job.placement()) nodes.insert(p.node_id());
+  for (const auto& p : job.placement) nodes.insert(p.node_id);
   EXPECT_EQ(nodes.size(), 2u) << "the ranks should span both nodes";
 }
 
 TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoNodesTimesTwoRanksHierarchical) {
   StartCluster(2);
   auto job = RunWorker({"--mode=check", "--algorithm=hierarchical"}, 4, 2);
-  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
-  ASSERT_EQ(job.placement_size(), 4);
-  EXPECT_NE(job.placement(0).node_id(), job.placement(2).node_id());
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason << "\n" << cluster_->DaemonLogs();
+  ASSERT_EQ(job.placement.size(), 4);
+  EXPECT_NE(job.placement[0].node_id, job.placement[2].node_id);
 }
 
 // Three rails (local ranks 0, 1, 2 of two nodes): counts smaller than and not divisible
@@ -88,15 +88,15 @@ TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoNodesTimesTwoRanksHierarchical) {
 TEST_F(GlooGroupTest, EveryAllReduceTwoNodesTimesThreeRanksRails) {
   StartCluster(2);
   auto job = RunWorker({"--mode=check_allreduce", "--algorithm=hierarchical"}, 6, 3);
-  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
-  ASSERT_EQ(job.placement_size(), 6);
-  EXPECT_NE(job.placement(0).node_id(), job.placement(3).node_id());
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason << "\n" << cluster_->DaemonLogs();
+  ASSERT_EQ(job.placement.size(), 6);
+  EXPECT_NE(job.placement[0].node_id, job.placement[3].node_id);
 }
 
 TEST_F(GlooGroupTest, EveryOperationAndDtypeTwoNodesTimesTwoRanksPlainGloo) {
   StartCluster(2);
   auto job = RunWorker({"--mode=check", "--algorithm=gloo"}, 4, 2);
-  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason << "\n" << cluster_->DaemonLogs();
 }
 
 // The last rank never joins an allreduce: the others fail within the timeout with
@@ -111,7 +111,7 @@ class TimeoutTest : public GlooGroupTest {
     auto job = RunWorker({"--mode=timeout", "--timeout_ms=2000", "--out=" + out,
                           "--algorithm=" + algorithm},
                          nproc, ppn);
-    EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason() << "\n" << cluster_->DaemonLogs();
+    EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason << "\n" << cluster_->DaemonLogs();
     EXPECT_LT(absl::Now() - start, absl::Seconds(30));
     for (int r = 0; r < nproc - 1; ++r) {
       std::string report = ReadAll(absl::StrCat(out, "/rank", r, ".txt"));
@@ -135,7 +135,7 @@ TEST_F(GlooGroupTest, DISABLED_Bench64MiBAllReduceTwoRanks) {
   std::string out = absl::StrCat(cluster_->dir(), "/bench");
   ASSERT_TRUE(MakeDirs(out).ok());
   auto job = RunWorker({"--mode=bench", "--mib=64", "--iters=10", "--out=" + out}, 2, 0);
-  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason();
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason;
   std::printf("%s", ReadAll(out + "/bench.txt").c_str());
 }
 

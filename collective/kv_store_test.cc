@@ -32,19 +32,19 @@ class KvStoreTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = c->release();
     release_ = absl::StrCat(cluster_->dir(), "/release");
-    proto::JobSpec spec;
-    spec.add_command("/bin/sh");
-    spec.add_command("-c");
-    spec.add_command(absl::StrCat("while [ ! -e ", release_, " ]; do sleep 0.02; done"));
-    spec.set_nproc(1);
-    spec.mutable_per_process()->set_cpus(1);
+    JobSpec spec;
+    spec.command.push_back("/bin/sh");
+    spec.command.push_back("-c");
+    spec.command.push_back(absl::StrCat("while [ ! -e ", release_, " ]; do sleep 0.02; done"));
+    spec.nproc = 1;
+    spec.per_process.cpus = 1;
     auto job = cluster_->client().Submit(spec);
     ASSERT_TRUE(job.ok()) << job.status();
-    job_id_ = new std::string(job->job_id());
+    job_id_ = new std::string(job->job_id);
     ASSERT_TRUE(WaitFor(
         [] {
           auto j = cluster_->client().GetJob(*job_id_);
-          return j.ok() && j->state() == proto::RUNNING;
+          return j.ok() && j->state == JobState::kRunning;
         },
         absl::Seconds(20)))
         << cluster_->DaemonLogs();

@@ -20,21 +20,21 @@ TEST(NcclGroupGpuTest, OneRankGroupRunsEveryOperationOnDeviceBuffers) {
   auto cluster = TestCluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   std::string release = (*cluster)->dir() + "/release";
-  proto::JobSpec spec;
-  spec.add_command("/bin/sh");
-  spec.add_command("-c");
-  spec.add_command(absl::StrCat("while [ ! -e ", release, " ]; do sleep 0.02; done"));
-  spec.set_nproc(1);
+  JobSpec spec;
+  spec.command.push_back("/bin/sh");
+  spec.command.push_back("-c");
+  spec.command.push_back(absl::StrCat("while [ ! -e ", release, " ]; do sleep 0.02; done"));
+  spec.nproc = 1;
   auto job = (*cluster)->client().Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status();
   ASSERT_TRUE(WaitFor([&] {
-    auto j = (*cluster)->client().GetJob(job->job_id());
-    return j.ok() && j->state() == proto::RUNNING;
+    auto j = (*cluster)->client().GetJob(job->job_id);
+    return j.ok() && j->state == JobState::kRunning;
   }, absl::Seconds(20)));
 
   GroupOptions g;
   g.name = "gpu";
-  g.job_id = job->job_id();
+  g.job_id = job->job_id;
   g.scheduler_address = (*cluster)->address();
   g.token_file = (*cluster)->token_file();
   g.backend = Backend::kNccl;

@@ -36,7 +36,7 @@
 // `final_weights=<w0,w1,...>` (every weight, %.9g: exact for float32).
 //
 // With WORLD_SIZE unset or 1 no group is created. Otherwise the group comes from the job
-// environment (collective::GroupOptionsFromEnvironment); a failed collective (a peer
+// environment (drover::CollectiveGroup::FromEnvironment); a failed collective (a peer
 // died) is reported and the process exits 1, leaving the restart to drover.
 #include <fcntl.h>
 #include <signal.h>
@@ -57,13 +57,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "collective/group.h"
+#include "drover/collective.h"
 
 namespace {
 
-using drover::collective::DataType;
-using drover::collective::Group;
-using drover::collective::ReduceOp;
+using drover::CollectiveGroup;
+using drover::DType;
+using drover::ReduceOp;
 
 constexpr int kIn = 16;
 constexpr int kHidden = 32;
@@ -298,12 +298,10 @@ int main(int argc, char** argv) {
     Die(absl::StrCat("RANK ", rank, " is not in [0, WORLD_SIZE=", world, ")"));
   }
 
-  std::unique_ptr<Group> group;
+  std::unique_ptr<CollectiveGroup> group;
   if (world > 1) {
-    auto options = drover::collective::GroupOptionsFromEnvironment("ddp");
-    Check(options.status(), "GroupOptionsFromEnvironment");
-    auto g = drover::collective::NewGroup(*options);
-    Check(g.status(), "NewGroup");
+    auto g = CollectiveGroup::FromEnvironment("ddp");
+    Check(g.status(), "CollectiveGroup::FromEnvironment");
     group = std::move(*g);
   }
 
@@ -320,9 +318,9 @@ int main(int argc, char** argv) {
     start = LoadCheckpoint(flags.checkpoint_dir, w, &loss);
   }
   if (group) {
-    Check(group->Broadcast(&start, 1, DataType::kInt64, 0), "Broadcast(step)");
-    Check(group->Broadcast(&loss, 1, DataType::kFloat64, 0), "Broadcast(loss)");
-    Check(group->Broadcast(w.data(), w.size(), DataType::kFloat32, 0), "Broadcast(weights)");
+    Check(group->Broadcast(&start, 1, DType::kInt64, 0), "Broadcast(step)");
+    Check(group->Broadcast(&loss, 1, DType::kFloat64, 0), "Broadcast(loss)");
+    Check(group->Broadcast(w.data(), w.size(), DType::kFloat32, 0), "Broadcast(weights)");
   }
   if (rank == 0) {
     std::printf("ddp_train: %d rank(s), generation %lld, %s step %lld of %lld\n", world,
@@ -361,7 +359,7 @@ int main(int argc, char** argv) {
     }
     buf[kParams] = local_loss * scale;
     if (group) {
-      Check(group->AllReduce(buf.data(), buf.size(), DataType::kFloat64, ReduceOp::kSum),
+      Check(group->AllReduce(buf.data(), buf.size(), DType::kFloat64, ReduceOp::kSum),
             absl::StrCat("AllReduce at step ", step));
     }
     for (int i = 0; i < kParams; ++i) w[i] -= static_cast<float>(flags.lr * buf[i]);

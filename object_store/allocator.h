@@ -19,11 +19,13 @@
 #include <unordered_map>
 #include <utility>
 
+#include "object_store/object_id.h"
+
 namespace drover::object_store {
 
 class Allocator {
  public:
-  static constexpr uint64_t kAlign = 64;
+  static constexpr uint64_t kAlign = kAlignment;
 
   // `capacity` is rounded down to a multiple of 64.
   explicit Allocator(uint64_t capacity);

@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -149,10 +150,9 @@ absl::StatusOr<uint64_t> DefaultArenaCapacityFrom(uint64_t mem_total, uint64_t s
 }
 
 absl::StatusOr<uint64_t> DefaultArenaCapacity() {
-  auto meminfo = ReadFile("/proc/meminfo");
-  if (!meminfo.ok()) return meminfo.status();
+  DROVER_ASSIGN_OR_RETURN(const std::string meminfo, ReadFile("/proc/meminfo"));
   uint64_t mem_total = 0;
-  for (absl::string_view line : absl::StrSplit(*meminfo, '\n')) {
+  for (absl::string_view line : absl::StrSplit(meminfo, '\n')) {
     if (!absl::ConsumePrefix(&line, "MemTotal:")) continue;
     line = absl::StripAsciiWhitespace(line);
     absl::ConsumeSuffix(&line, "kB");

@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "object_store/object_table.h"
+#include "object_store/arena_io.h"
 
 namespace drover::object_store {
 

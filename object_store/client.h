@@ -29,6 +29,10 @@
 // FAILED_PRECONDITION seal of a sealed object or of another client's object,
 // RESOURCE_EXHAUSTED no room even after spilling, DEADLINE_EXCEEDED a Get/Wait timeout,
 // UNAVAILABLE the store went away (reconnect), INVALID_ARGUMENT a malformed request.
+//
+// Inside: a Client is a thin layer of requests over internal::Connection (the socket,
+// the mapped arena, pipelining) and internal::LeasedPuts (the lease and the overlapped
+// seal of medium puts); both under object_store/internal/, not for use elsewhere.
 #ifndef DROVER_OBJECT_STORE_CLIENT_H_
 #define DROVER_OBJECT_STORE_CLIENT_H_
 
@@ -42,13 +46,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "object_store/object_table.h"
+#include "object_store/object_id.h"
 
 namespace drover::object_store {
 
 namespace internal {
 class Connection;
-}
+class LeasedPuts;
+}  // namespace internal
 
 // An object being written. REQUIRES: the creator writes `data` and then calls
 // Client::Seal(id) (or Client::Abort(id)); if the client disconnects first, the store
@@ -134,11 +139,11 @@ class Client {
   // Frees an unsealed object this client created.
   absl::Status Abort(const ObjectId& id);
   // Writes the object and seals it: visible to every client once Put returns, with no
-  // reference kept. Up to 64 KiB of data the bytes travel in the request (one round
-  // trip); up to min(4 MiB, arena/64) with metadata, they are written into arena space
-  // the store leased to this client and sealed with one request (one round trip; see
-  // docs/object_store.md, "Leased puts"); larger objects go Create + copy + Seal (two;
-  // on failure after Create the object is aborted). Same errors in every case
+  // reference kept. Up to kMaxInlinePut (64 KiB) of data the bytes travel in the
+  // request (one round trip); up to min(4 MiB, arena/64) with metadata, they are
+  // written into arena space the store leased to this client and sealed with one
+  // request (one round trip; see docs/object_store.md, "Leased puts"); larger objects
+  // go Create + copy + Seal (two; on failure after Create the object is aborted). Same errors in every case
   // (ALREADY_EXISTS, RESOURCE_EXHAUSTED naming the space, ...).
   absl::Status Put(const ObjectId& id, absl::Span<const uint8_t> data,
                    absl::string_view metadata = {});
@@ -150,7 +155,7 @@ class Client {
 
   // Puts many objects, pipelined: the requests of up to kMaxBatch objects go out in
   // one write, then their replies are read (~1 round trip per batch instead of one per
-  // object). Objects up to 64 KiB travel inline in the request (the store copies them
+  // object). Objects up to kMaxInlinePut (64 KiB) travel inline in the request (the store copies them
   // in and seals them); larger ones are put one by one as by Put. Each put stands on
   // its own: on error the others stay put, and the status names the first failure and
   // how many failed. REQUIRES: ids.size() == data.size().
@@ -166,7 +171,7 @@ class Client {
   // absl::ZeroDuration() does not wait; absl::InfiniteDuration() waits until it comes
   // (or the store goes away). DEADLINE_EXCEEDED / NOT_FOUND if it did not come.
   absl::StatusOr<ObjectRef> Get(const ObjectId& id, absl::Duration timeout);
-  // All of `ids` (at most 4096), in order, waiting up to `timeout` for all of them.
+  // All of `ids` (at most kMaxIdsPerGet, 4096), in order, waiting up to `timeout` for all of them.
   // Pass a std::vector<ObjectId>: a bare `{"a", "b"}` is ambiguous (std::string has an
   // iterator-pair constructor).
   // All or nothing: if any is missing, the error names the missing ids and the
@@ -192,8 +197,11 @@ class Client {
   uint64_t client_id() const;
 
  private:
-  explicit Client(std::shared_ptr<internal::Connection> conn) : conn_(std::move(conn)) {}
+  explicit Client(std::shared_ptr<internal::Connection> conn);
+  // The transport (internal/connection.h), shared with the ObjectRefs handed out.
   std::shared_ptr<internal::Connection> conn_;
+  // Medium puts from a lease (internal/leased_put.h), over conn_.
+  std::unique_ptr<internal::LeasedPuts> leased_;
 };
 
 }  // namespace drover::object_store

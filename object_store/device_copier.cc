@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace drover::object_store {
 namespace {
@@ -12,7 +13,7 @@ class HostCopier : public DeviceCopier {
   absl::Status ToHost(const DeviceBuffer& src, void* host_dst, size_t bytes) override {
     if (absl::Status s = CheckCopyArgs("ToHost", src.device, src.ptr, host_dst, bytes); !s.ok())
       return s;
-    if (absl::Status s = HostOnly("ToHost", src.device); !s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(HostOnly("ToHost", src.device));
     if (bytes > 0) std::memmove(host_dst, src.ptr, bytes);
     return absl::OkStatus();
   }
@@ -22,7 +23,7 @@ class HostCopier : public DeviceCopier {
     if (absl::Status s = CheckCopyArgs("FromHost", dst->device, dst->ptr, host_src, bytes);
         !s.ok())
       return s;
-    if (absl::Status s = HostOnly("FromHost", dst->device); !s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(HostOnly("FromHost", dst->device));
     if (bytes > 0) std::memmove(dst->ptr, host_src, bytes);
     return absl::OkStatus();
   }

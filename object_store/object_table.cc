@@ -18,12 +18,11 @@
 #include "absl/strings/str_format.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "object_store/allocator.h"
 
 namespace drover::object_store {
 namespace {
-
-constexpr uint64_t kMaxIdSize = 64;
 
 std::string Bytes(uint64_t n) {
   if (n >= (1ull << 30)) return absl::StrFormat("%.1f GiB", n / 1073741824.0);
@@ -503,8 +502,8 @@ absl::StatusOr<ObjectLocation> ObjectTable::Create(ClientId client, const Object
                                                    uint64_t data_size,
                                                    const std::string& metadata, bool primary) {
   Impl& t = *impl_;
-  if (id.empty() || id.size() > kMaxIdSize) {
-    return absl::InvalidArgumentError(absl::StrCat("object id must be 1..", kMaxIdSize,
+  if (id.empty() || id.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("object id must be 1..", kMaxIdBytes,
                                                    " bytes, got ", id.size()));
   }
   const uint64_t capacity = t.alloc.capacity();
@@ -788,8 +787,8 @@ absl::StatusOr<ObjectLocation> ObjectTable::SealLeased(ClientId client, const Ob
                                                        uint64_t offset, uint64_t data_size,
                                                        uint64_t metadata_size) {
   Impl& t = *impl_;
-  if (id.empty() || id.size() > kMaxIdSize) {
-    return absl::InvalidArgumentError(absl::StrCat("object id must be 1..", kMaxIdSize,
+  if (id.empty() || id.size() > kMaxIdBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("object id must be 1..", kMaxIdBytes,
                                                    " bytes, got ", id.size()));
   }
   const uint64_t capacity = t.alloc.capacity();
@@ -810,7 +809,7 @@ absl::StatusOr<ObjectLocation> ObjectTable::SealLeased(ClientId client, const Ob
                                                    data_size, " data bytes and ", metadata_size,
                                                    " metadata bytes do not fit the arena"));
   }
-  if (absl::Status s = t.Carve(client, offset, block, "leased put"); !s.ok()) return s;
+  DROVER_RETURN_IF_ERROR(t.Carve(client, offset, block, "leased put"));
   // From here the range is the put's own block: freed again if the put fails.
   if (const Impl::Object* existing = t.Find(id)) {
     t.alloc.Free(offset);
@@ -834,7 +833,7 @@ absl::StatusOr<ObjectLocation> ObjectTable::SealLeased(ClientId client, const Ob
 
 absl::Status ObjectTable::ReturnLease(ClientId client, uint64_t offset, uint64_t size) {
   Impl& t = *impl_;
-  if (absl::Status s = t.Carve(client, offset, size, "return of a lease"); !s.ok()) return s;
+  DROVER_RETURN_IF_ERROR(t.Carve(client, offset, size, "return of a lease"));
   t.alloc.Free(offset);
   return absl::OkStatus();
 }

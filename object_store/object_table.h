@@ -32,15 +32,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "object_store/arena_io.h"
+#include "object_store/object_id.h"
 
 namespace drover::object_store {
-
-// 20 random bytes as 40 hex chars, or any client-chosen string of 1..64 bytes.
-using ObjectId = std::string;
-// A connected client, assigned by the server.
-using ClientId = uint64_t;
-
-inline constexpr uint64_t kAlignment = 64;
 
 // Where an object's bytes are: [offset, offset + metadata_size) holds metadata, then
 // data from offset + data_offset for data_size bytes (data_offset is 64-aligned).
@@ -94,14 +89,6 @@ struct ObjectInfo {
   uint64_t metadata_size = 0;
   // Created on this node (spilled under pressure) rather than pulled (evicted).
   bool primary = true;
-};
-
-// Read/write access to the arena's bytes for spill and restore. The server owns the
-// mapping; the table only needs these two operations.
-class ArenaIo {
- public:
-  virtual ~ArenaIo() = default;
-  virtual char* At(uint64_t offset) = 0;
 };
 
 class ObjectTable {

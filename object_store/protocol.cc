@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace drover::object_store {
 namespace {
@@ -94,19 +95,19 @@ absl::Status ReadExact(int fd, char* buf, size_t n) {
 
 absl::Status WriteFrame(int fd, const google::protobuf::MessageLite& msg, std::string* scratch) {
   scratch->clear();
-  if (absl::Status s = AppendFrame(msg, scratch); !s.ok()) return s;
+  DROVER_RETURN_IF_ERROR(AppendFrame(msg, scratch));
   return WriteAll(fd, *scratch);
 }
 
 absl::Status ReadFrame(int fd, google::protobuf::MessageLite* msg, std::string* scratch,
                        uint32_t max_frame_size) {
   char header[kFrameHeaderSize];
-  if (absl::Status s = ReadExact(fd, header, sizeof(header)); !s.ok()) return s;
+  DROVER_RETURN_IF_ERROR(ReadExact(fd, header, sizeof(header)));
   uint32_t len = GetLe32(header);
   if (len > max_frame_size) return OversizeError(len, max_frame_size);
   scratch->resize(len);
   if (len > 0) {
-    if (absl::Status s = ReadExact(fd, scratch->data(), len); !s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(ReadExact(fd, scratch->data(), len));
   }
   if (!msg->ParseFromArray(scratch->data(), static_cast<int>(len))) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -202,8 +203,7 @@ absl::StatusOr<int> RecvFd(int sock, char* buf, size_t n) {
 absl::StatusOr<int> RecvFrameWithFd(int sock, google::protobuf::MessageLite* msg,
                                     uint32_t max_frame_size) {
   char header[kFrameHeaderSize];
-  absl::StatusOr<int> fd = RecvFd(sock, header, sizeof(header));
-  if (!fd.ok()) return fd.status();
+  DROVER_ASSIGN_OR_RETURN(const int fd, RecvFd(sock, header, sizeof(header)));
   uint32_t len = GetLe32(header);
   absl::Status s;
   std::string body;
@@ -219,10 +219,27 @@ absl::StatusOr<int> RecvFrameWithFd(int sock, google::protobuf::MessageLite* msg
     }
   }
   if (!s.ok()) {
-    close(*fd);
+    close(fd);
     return s;
   }
-  return *fd;
+  return fd;
+}
+
+absl::StatusOr<StoreGreeting> ConnectAndReceiveHello(const std::string& socket_path,
+                                                     absl::Duration timeout,
+                                                     google::protobuf::MessageLite* hello) {
+  StoreGreeting g;
+  DROVER_ASSIGN_OR_RETURN(g.fd, ConnectToStore(socket_path));
+  timeval tv = absl::ToTimeval(std::max(timeout, absl::Milliseconds(1)));
+  setsockopt(g.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  absl::StatusOr<int> arena_fd = RecvFrameWithFd(g.fd, hello);
+  if (!arena_fd.ok()) {
+    close(g.fd);
+    return absl::UnavailableError(absl::StrCat("object store at ", socket_path,
+                                               " sent no hello: ", arena_fd.status().message()));
+  }
+  g.arena_fd = *arena_fd;
+  return g;
 }
 
 char* FrameDecoder::PrepareWrite(size_t n) {

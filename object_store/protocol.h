@@ -81,6 +81,20 @@ absl::StatusOr<int> RecvFd(int sock, char* buf, size_t n);
 absl::StatusOr<int> RecvFrameWithFd(int sock, google::protobuf::MessageLite* msg,
                                     uint32_t max_frame_size = kMaxFrameSize);
 
+// A connection to the store and the arena descriptor its hello carried; both the
+// caller's to close.
+struct StoreGreeting {
+  int fd = -1;
+  int arena_fd = -1;
+};
+// Connects to the store at `socket_path` (ConnectToStore) and reads its hello (a frame
+// whose first byte carries the arena descriptor, parsed into `*hello`) within
+// `timeout`, which stays set as the socket's receive timeout. UNAVAILABLE naming the
+// path if nothing listens there or no hello came.
+absl::StatusOr<StoreGreeting> ConnectAndReceiveHello(const std::string& socket_path,
+                                                     absl::Duration timeout,
+                                                     google::protobuf::MessageLite* hello);
+
 // Incremental frame parser for non-blocking sockets:
 //   decoder.Append(bytes, n);
 //   absl::string_view body;

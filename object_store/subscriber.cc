@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "object_store/wire_status.h"
 #include "proto/object_store.pb.h"
 
 namespace drover::object_store {
@@ -35,21 +37,12 @@ StoreEvent FromProto(const proto::StoreEvent& e) {
 absl::StatusOr<std::unique_ptr<Subscriber>> Subscriber::Connect(
     const std::string& socket_path, std::vector<StoreEvent>* snapshot, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
-  absl::StatusOr<int> connected = ConnectToStore(socket_path);
-  if (!connected.ok()) return connected.status();
-  int fd = *connected;
   // The hello carries the arena descriptor, which a subscriber does not need.
-  int64_t ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout));
-  timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   proto::StoreHello hello;
-  absl::StatusOr<int> arena_fd = RecvFrameWithFd(fd, &hello);
-  if (!arena_fd.ok()) {
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("object store at ", socket_path,
-                                               " sent no hello: ", arena_fd.status().message()));
-  }
-  close(*arena_fd);
+  DROVER_ASSIGN_OR_RETURN(const StoreGreeting greeting,
+                          ConnectAndReceiveHello(socket_path, timeout, &hello));
+  const int fd = greeting.fd;
+  close(greeting.arena_fd);
   proto::StoreRequest req;
   req.set_request_id(kSubscribeRequestId);
   req.mutable_subscribe()->set_snapshot(snapshot != nullptr);
@@ -68,15 +61,14 @@ absl::StatusOr<std::unique_ptr<Subscriber>> Subscriber::Connect(
   // Snapshot events, then the reply.
   proto::StoreReply reply;
   while (true) {
-    if (absl::Status s = sub->ReadReply(deadline, &reply); !s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(sub->ReadReply(deadline, &reply));
     if (reply.has_event()) {
       if (snapshot != nullptr) snapshot->push_back(FromProto(reply.event()));
       continue;
     }
-    if (reply.code() != 0) {
-      return absl::Status(static_cast<absl::StatusCode>(reply.code()),
-                          absl::StrCat("object store at ", socket_path,
-                                       " refused Subscribe: ", reply.message()));
+    if (ReplyCode(reply) != absl::StatusCode::kOk) {
+      return absl::Status(ReplyCode(reply), absl::StrCat("object store at ", socket_path,
+                                                         " refused Subscribe: ", reply.message()));
     }
     return sub;
   }
@@ -102,9 +94,8 @@ absl::Status Subscriber::ReadReply(absl::Time deadline, proto::StoreReply* reply
   while (true) {
     if (interrupted_) return absl::CancelledError("object store subscriber interrupted");
     absl::string_view body;
-    absl::StatusOr<bool> got = in_.Next(&body);
-    if (!got.ok()) return got.status();
-    if (*got) {
+    DROVER_ASSIGN_OR_RETURN(const bool got, in_.Next(&body));
+    if (got) {
       if (!reply->ParseFromArray(body.data(), static_cast<int>(body.size()))) {
         return absl::InvalidArgumentError(absl::StrCat(
             "object store sent a frame of ", body.size(), " bytes that is not a StoreReply"));
@@ -139,7 +130,7 @@ absl::StatusOr<StoreEvent> Subscriber::Next(absl::Duration timeout) {
       timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
   proto::StoreReply reply;
   while (true) {
-    if (absl::Status s = ReadReply(deadline, &reply); !s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(ReadReply(deadline, &reply));
     if (reply.has_event() && reply.request_id() == request_id_) return FromProto(reply.event());
     // Anything else (there should be nothing) is skipped.
   }

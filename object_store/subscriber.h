@@ -29,7 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "object_store/object_table.h"
+#include "object_store/object_id.h"
 #include "object_store/protocol.h"
 
 namespace drover::proto {

@@ -19,6 +19,7 @@
 #include "object_store/client.h"
 #include "object_store/protocol.h"
 #include "object_store/testing/raw_client.h"
+#include "object_store/wire_status.h"
 #include "proto/object_store.pb.h"
 #include "tests/util/test_util.h"
 
@@ -143,13 +144,13 @@ TEST(SubscriberTest, SecondaryCopiesAreEvictedAndAnnounced) {
   create.mutable_create()->set_id("pulled");
   create.mutable_create()->set_data_size(3 * kMiB);
   create.mutable_create()->set_secondary(true);
-  ASSERT_EQ(raw.Call(create).code(), 0);
+  ASSERT_EQ(ReplyCode(raw.Call(create)), absl::StatusCode::kOk);
   proto::StoreRequest seal;
   seal.mutable_seal()->set_id("pulled");
-  ASSERT_EQ(raw.Call(seal).code(), 0);
+  ASSERT_EQ(ReplyCode(raw.Call(seal)), absl::StatusCode::kOk);
   proto::StoreRequest release;  // the creator's reference (Client::Seal drops it too)
   release.mutable_release()->set_id("pulled");
-  ASSERT_EQ(raw.Call(release).code(), 0);
+  ASSERT_EQ(ReplyCode(raw.Call(release)), absl::StatusCode::kOk);
   ExpectEvent(**sub, StoreEvent::Kind::kSealed, "pulled", 3 * kMiB, false);
 
   // A primary that does not fit beside it evicts the unreferenced secondary copy.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace drover::object_store {
 namespace {
@@ -224,7 +225,7 @@ absl::Status ValidateTensorMeta(const TensorMeta& meta, uint64_t data_section_si
 }
 
 absl::StatusOr<std::string> EncodeTensorHeader(const TensorMeta& meta) {
-  if (absl::Status s = ValidateTensorMeta(meta, meta.data_size); !s.ok()) return s;
+  DROVER_RETURN_IF_ERROR(ValidateTensorMeta(meta, meta.data_size));
   const int ndim = meta.ndim();
   std::string out(TensorHeaderSize(ndim), '\0');
   std::memcpy(&out[kOffMagic], kTensorMagic, 4);
@@ -285,7 +286,7 @@ absl::StatusOr<TensorMeta> DecodeTensorHeader(absl::string_view bytes) {
     meta.strides[i] =
         static_cast<int64_t>(GetLE(bytes, kTensorHeaderFixedSize + 8 * (ndim + i), 8));
   }
-  if (absl::Status s = ValidateTensorMeta(meta, meta.data_size); !s.ok()) return s;
+  DROVER_RETURN_IF_ERROR(ValidateTensorMeta(meta, meta.data_size));
   return meta;
 }
 
@@ -305,7 +306,7 @@ namespace internal {
 
 absl::Status CheckView(const TensorMeta& meta, DType want, size_t align, const void* data,
                        size_t data_size) {
-  if (absl::Status s = ValidateTensorMeta(meta, data_size); !s.ok()) return s;
+  DROVER_RETURN_IF_ERROR(ValidateTensorMeta(meta, data_size));
   if (meta.dtype != want) {
     return absl::InvalidArgumentError(absl::StrCat("tensor has dtype ", DTypeName(meta.dtype),
                                                    ", but was viewed as ", DTypeName(want)));

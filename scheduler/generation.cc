@@ -5,10 +5,6 @@
 
 namespace drover {
 
-bool IsTerminal(proto::JobState s) {
-  return s == proto::SUCCEEDED || s == proto::FAILED || s == proto::CANCELLED;
-}
-
 bool Failed(const proto::ExitInfo& e) {
   return !e.error().empty() || e.exit_code() != 0 || e.signal() != 0;
 }

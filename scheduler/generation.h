@@ -11,14 +11,12 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/job_state.h"  // IWYU pragma: export (IsTerminal)
 #include "proto/common.pb.h"
 #include "proto/scheduler.pb.h"
 
 namespace drover {
 
-// SUCCEEDED, FAILED or CANCELLED. (sdk/client.cc has its own copy, to be unified in
-// common/job_state.h.)
-bool IsTerminal(proto::JobState s);
 
 // True if the process failed: an error, a non-zero exit code or a signal.
 bool Failed(const proto::ExitInfo& e);

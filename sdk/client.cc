@@ -15,6 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "sdk/internal/convert.h"
 
 namespace drover {
 
@@ -28,10 +29,6 @@ std::string JsonField(const std::string& json, const std::string& key) {
 }
 
 }  // namespace
-
-bool IsTerminal(proto::JobState s) {
-  return s == proto::SUCCEEDED || s == proto::FAILED || s == proto::CANCELLED;
-}
 
 absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address,
                                               const std::string& token_file) {
@@ -73,9 +70,8 @@ struct Client::Stubs {
 };
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClusterAddress& cluster) {
-  auto token = ReadTokenFile(cluster.token_file);
-  if (!token.ok()) return token.status();
-  return std::unique_ptr<Client>(new Client(cluster.address, *token));
+  DROVER_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(cluster.token_file));
+  return std::unique_ptr<Client>(new Client(cluster.address, std::move(token)));
 }
 
 Client::Client(std::string address, std::string token)
@@ -121,9 +117,9 @@ absl::Status Annotate(const std::string& address, const grpc::Status& s) {
 
 }  // namespace
 
-absl::StatusOr<proto::JobInfo> Client::Submit(const proto::JobSpec& spec) {
+absl::StatusOr<JobInfo> Client::Submit(const JobSpec& spec) {
   proto::SubmitJobRequest req;
-  *req.mutable_spec() = spec;
+  *req.mutable_spec() = internal::ToProto(spec);
   // Retry-safe: the same key returns the same job if a retry reaches the scheduler twice.
   if (req.spec().idempotency_key().empty()) {
     req.mutable_spec()->set_idempotency_key(GenerateToken().substr(0, 24));
@@ -135,11 +131,11 @@ absl::StatusOr<proto::JobInfo> Client::Submit(const proto::JobSpec& spec) {
     return stubs_->scheduler->SubmitJob(&ctx, req, &reply);
   });
   if (!s.ok()) return Annotate(address_, s);
-  return reply.job();
+  return internal::FromProto(reply.job());
 }
 
-absl::StatusOr<proto::JobInfo> Client::GetJob(const std::string& job_id, int64_t after_version,
-                                              absl::Duration wait) {
+absl::StatusOr<JobInfo> Client::GetJob(const std::string& job_id, int64_t after_version,
+                                       absl::Duration wait) {
   proto::GetJobRequest req;
   req.set_job_id(job_id);
   req.set_after_version(after_version);
@@ -151,11 +147,10 @@ absl::StatusOr<proto::JobInfo> Client::GetJob(const std::string& job_id, int64_t
     return stubs_->scheduler->GetJob(&ctx, req, &reply);
   });
   if (!s.ok()) return Annotate(address_, s);
-  return reply.job();
+  return internal::FromProto(reply.job());
 }
 
-absl::StatusOr<proto::JobInfo> Client::WaitJob(const std::string& job_id,
-                                               absl::Duration timeout) {
+absl::StatusOr<JobInfo> Client::WaitJob(const std::string& job_id, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   int64_t version = 0;
   int unavailable = 0;
@@ -175,15 +170,15 @@ absl::StatusOr<proto::JobInfo> Client::WaitJob(const std::string& job_id,
       return job.status();
     }
     unavailable = 0;
-    if (IsTerminal(job->state()) && job->live_processes() == 0) return job;
-    version = job->version();
+    if (IsTerminal(job->state) && job->live_processes == 0) return job;
+    version = job->version;
   }
 }
 
-absl::StatusOr<std::vector<proto::JobInfo>> Client::ListJobs(
-    const std::vector<proto::JobState>& states, int limit) {
+absl::StatusOr<std::vector<JobInfo>> Client::ListJobs(const std::vector<JobState>& states,
+                                                      int limit) {
   proto::ListJobsRequest req;
-  for (auto s : states) req.add_states(s);
+  for (JobState s : states) req.add_states(internal::ToProto(s));
   req.set_limit(limit);
   proto::ListJobsReply reply;
   grpc::Status s = WithRetry([&] {
@@ -192,10 +187,13 @@ absl::StatusOr<std::vector<proto::JobInfo>> Client::ListJobs(
     return stubs_->scheduler->ListJobs(&ctx, req, &reply);
   });
   if (!s.ok()) return Annotate(address_, s);
-  return std::vector<proto::JobInfo>(reply.jobs().begin(), reply.jobs().end());
+  std::vector<JobInfo> jobs;
+  jobs.reserve(reply.jobs_size());
+  for (const auto& j : reply.jobs()) jobs.push_back(internal::FromProto(j));
+  return jobs;
 }
 
-absl::StatusOr<proto::JobInfo> Client::Cancel(const std::string& job_id) {
+absl::StatusOr<JobInfo> Client::Cancel(const std::string& job_id) {
   proto::CancelJobRequest req;
   req.set_job_id(job_id);
   proto::CancelJobReply reply;
@@ -205,10 +203,10 @@ absl::StatusOr<proto::JobInfo> Client::Cancel(const std::string& job_id) {
     return stubs_->scheduler->CancelJob(&ctx, req, &reply);
   });
   if (!s.ok()) return Annotate(address_, s);
-  return reply.job();
+  return internal::FromProto(reply.job());
 }
 
-absl::StatusOr<proto::GetClusterStatusReply> Client::Status() {
+absl::StatusOr<ClusterStatus> Client::Status() {
   proto::GetClusterStatusReply reply;
   grpc::Status s = WithRetry([&] {
     grpc::ClientContext ctx;
@@ -216,17 +214,17 @@ absl::StatusOr<proto::GetClusterStatusReply> Client::Status() {
     return stubs_->scheduler->GetClusterStatus(&ctx, {}, &reply);
   });
   if (!s.ok()) return Annotate(address_, s);
-  return reply;
+  return internal::FromProto(reply);
 }
 
 absl::Status Client::StreamLogs(const std::string& agent_address, const std::string& job_id,
-                                bool follow, const std::vector<proto::LogOffset>& offsets,
-                                const std::function<void(const proto::LogChunk&)>& on_chunk,
+                                bool follow, const std::vector<LogOffset>& offsets,
+                                const std::function<void(const LogChunk&)>& on_chunk,
                                 const std::atomic<bool>* cancel, absl::Duration timeout) {
   proto::StreamLogsRequest req;
   req.set_job_id(job_id);
   req.set_follow(follow);
-  for (const auto& o : offsets) *req.add_offsets() = o;
+  for (const auto& o : offsets) *req.add_offsets() = internal::ToProto(o);
   grpc::ClientContext ctx;
   PrepareClientContext(&ctx, token_, absl::ToChronoMilliseconds(timeout));
   std::atomic<bool> done{false};
@@ -244,17 +242,17 @@ absl::Status Client::StreamLogs(const std::string& agent_address, const std::str
   }
   auto reader = stubs_->Agent(agent_address)->StreamLogs(&ctx, req);
   proto::LogChunk chunk;
-  while (reader->Read(&chunk)) on_chunk(chunk);
+  while (reader->Read(&chunk)) on_chunk(internal::FromProto(chunk));
   grpc::Status s = reader->Finish();
   done = true;
   if (watcher.joinable()) watcher.join();
   if (s.error_code() == grpc::StatusCode::CANCELLED && cancel != nullptr && cancel->load()) {
     return absl::OkStatus();
   }
-  if (!s.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                        absl::StrCat("logs from node agent ", agent_address, ": ",
-                                     s.error_message()));
+  absl::Status status = FromGrpcStatus(s);
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("logs from node agent ", agent_address, ": ",
+                                                    status.message()));
   }
   return absl::OkStatus();
 }

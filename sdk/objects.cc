@@ -9,7 +9,10 @@
 #include "absl/time/clock.h"
 #include "common/auth.h"
 #include "common/rpc.h"
+#include "common/status.h"
 #include "proto/node_agent.grpc.pb.h"
+#include "sdk/internal/objects_internal.h"
+#include "sdk/internal/tensor_internal.h"
 
 namespace drover {
 namespace {
@@ -19,20 +22,26 @@ std::string Env(const char* name) {
   return v == nullptr ? "" : v;
 }
 
-absl::Status FromGrpc(const grpc::Status& s) {
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
-
-}  // namespace
-
-struct Objects::Agent {
+// This node's agent, for pulls from other nodes.
+struct Agent {
   std::string address;
   std::string token;
   std::unique_ptr<proto::ObjectTransfer::Stub> stub;
 };
 
-Objects::Objects(std::unique_ptr<object_store::Client> store, std::unique_ptr<Agent> agent)
-    : store_(std::move(store)), agent_(std::move(agent)) {}
+}  // namespace
+
+struct Objects::Impl {
+  // Asks this node's agent to pull `id` here, waiting until `deadline`.
+  absl::Status Fetch(const std::string& id, absl::Time deadline);
+  // Objects::Get with the store's reference.
+  absl::StatusOr<object_store::ObjectRef> Get(const std::string& id, absl::Duration timeout);
+
+  std::unique_ptr<object_store::Client> store;
+  std::unique_ptr<Agent> agent;  // null: this node only
+};
+
+Objects::Objects(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Objects::~Objects() = default;
 
@@ -51,9 +60,7 @@ absl::StatusOr<std::unique_ptr<Objects>> Objects::FromEnvironment() {
       return absl::FailedPreconditionError(
           "DROVER_AGENT_ADDRESS is set but DROVER_TOKEN_FILE is not: cannot talk to the agent");
     }
-    absl::StatusOr<std::string> t = ReadTokenFile(token_file);
-    if (!t.ok()) return t.status();
-    token = *t;
+    DROVER_ASSIGN_OR_RETURN(token, ReadTokenFile(token_file));
   }
   return Connect(socket, agent, token);
 }
@@ -61,51 +68,49 @@ absl::StatusOr<std::unique_ptr<Objects>> Objects::FromEnvironment() {
 absl::StatusOr<std::unique_ptr<Objects>> Objects::Connect(const std::string& store_socket,
                                                           const std::string& agent_address,
                                                           const std::string& token) {
-  absl::StatusOr<std::unique_ptr<object_store::Client>> store =
-      object_store::Client::Connect(store_socket);
-  if (!store.ok()) return store.status();
-  std::unique_ptr<Agent> agent;
+  auto impl = std::make_unique<Impl>();
+  DROVER_ASSIGN_OR_RETURN(impl->store, object_store::Client::Connect(store_socket));
   if (!agent_address.empty()) {
-    agent = std::make_unique<Agent>();
-    agent->address = agent_address;
-    agent->token = token;
-    agent->stub = proto::ObjectTransfer::NewStub(MakeChannel(agent_address));
+    impl->agent = std::make_unique<Agent>();
+    impl->agent->address = agent_address;
+    impl->agent->token = token;
+    impl->agent->stub = proto::ObjectTransfer::NewStub(MakeChannel(agent_address));
   }
-  return std::unique_ptr<Objects>(new Objects(std::move(*store), std::move(agent)));
+  return std::unique_ptr<Objects>(new Objects(std::move(impl)));
 }
 
 absl::Status Objects::Put(const std::string& id, absl::Span<const uint8_t> bytes,
                           absl::string_view metadata) {
-  return store_->Put(id, bytes, metadata);
+  return impl_->store->Put(id, bytes, metadata);
 }
 
 absl::Status Objects::Put(const std::string& id, absl::string_view bytes,
                           absl::string_view metadata) {
-  return store_->Put(id, bytes, metadata);
+  return impl_->store->Put(id, bytes, metadata);
 }
 
-absl::Status Objects::Delete(const std::string& id) { return store_->Delete(id); }
+absl::Status Objects::Delete(const std::string& id) { return impl_->store->Delete(id); }
 
-absl::Status Objects::Fetch(const std::string& id, absl::Time deadline) {
+absl::Status Objects::Impl::Fetch(const std::string& id, absl::Time deadline) {
   absl::Duration left = deadline - absl::Now();
   if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("no time left");
   proto::FetchObjectRequest req;
   req.set_object_id(id);
   req.set_timeout_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(left)));
   grpc::ClientContext ctx;
-  PrepareContext(&ctx, agent_->token,
+  PrepareContext(&ctx, agent->token,
                  std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(left))));
   proto::FetchObjectReply reply;
-  return FromGrpc(agent_->stub->FetchObject(&ctx, req, &reply));
+  return FromGrpcStatus(agent->stub->FetchObject(&ctx, req, &reply));
 }
 
-absl::StatusOr<object_store::ObjectRef> Objects::Get(const std::string& id,
-                                                     absl::Duration timeout) {
+absl::StatusOr<object_store::ObjectRef> Objects::Impl::Get(const std::string& id,
+                                                           absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   absl::Duration pause = absl::Milliseconds(10);
   absl::Status last;
   while (true) {
-    absl::StatusOr<object_store::ObjectRef> ref = store_->Get(id, absl::ZeroDuration());
+    absl::StatusOr<object_store::ObjectRef> ref = store->Get(id, absl::ZeroDuration());
     if (ref.ok()) return ref;
     // NOT_FOUND: not here. UNAVAILABLE: being written here (a pull or a local put)
     // or the store is gone; the waiting Get below tells which.
@@ -113,7 +118,7 @@ absl::StatusOr<object_store::ObjectRef> Objects::Get(const std::string& id,
         ref.status().code() != absl::StatusCode::kUnavailable) {
       return ref.status();
     }
-    if (agent_ != nullptr && ref.status().code() == absl::StatusCode::kNotFound) {
+    if (agent != nullptr && ref.status().code() == absl::StatusCode::kNotFound) {
       absl::Status f = Fetch(id, deadline);
       if (f.ok()) continue;  // here now (read it; it may have been evicted again)
       last = f;
@@ -126,51 +131,49 @@ absl::StatusOr<object_store::ObjectRef> Objects::Get(const std::string& id,
         default:
           return absl::Status(f.code(), absl::StrCat("fetching object ", id,
                                                       " through the agent at ",
-                                                      agent_->address, ": ", f.message()));
+                                                      agent->address, ": ", f.message()));
       }
     }
     absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat(
           "object ", id, " did not appear in this node's store",
-          agent_ != nullptr ? " or on any other node" : "", " within ",
+          agent != nullptr ? " or on any other node" : "", " within ",
           absl::FormatDuration(timeout),
           last.ok() ? "" : absl::StrCat(" (last fetch: ", last.message(), ")")));
     }
     // Wait here for a while: a local put or a pull by someone else ends it early.
-    ref = store_->Get(id, std::min(pause, left));
+    ref = store->Get(id, std::min(pause, left));
     if (ref.ok()) return ref;
     if (ref.status().code() == absl::StatusCode::kUnavailable) return ref.status();
     pause = std::min(pause * 2, absl::Milliseconds(500));
   }
 }
 
-absl::Status Objects::PutTensor(const std::string& id, const object_store::TensorMeta& meta,
-                                absl::Span<const uint8_t> data) {
-  if (data.size() != meta.data_size) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor ", id, ": ", data.size(),
-                                                   " bytes of data for a header that says ",
-                                                   meta.data_size));
-  }
-  absl::StatusOr<std::string> header = object_store::EncodeTensorHeader(meta);
-  if (!header.ok()) return header.status();
-  return store_->Put(id, data, *header);
+absl::StatusOr<Buffer> Objects::Get(const std::string& id, absl::Duration timeout) {
+  DROVER_ASSIGN_OR_RETURN(object_store::ObjectRef ref, impl_->Get(id, timeout));
+  return internal::TensorAccess::FromObject(std::move(ref));
 }
 
-absl::StatusOr<TensorRef> Objects::GetTensor(const std::string& id, absl::Duration timeout) {
-  absl::StatusOr<object_store::ObjectRef> ref = Get(id, timeout);
-  if (!ref.ok()) return ref.status();
-  absl::StatusOr<object_store::TensorMeta> meta =
-      object_store::DecodeTensorHeader(ref->metadata_view(), ref->data().size());
-  if (!meta.ok()) {
-    return absl::Status(meta.status().code(), absl::StrCat("object ", id,
-                                                           " is not a valid tensor: ",
-                                                           meta.status().message()));
-  }
-  TensorRef out;
-  out.ref = std::move(*ref);
-  out.meta = std::move(*meta);
-  return out;
+absl::Status Objects::PutTensor(const std::string& id, const Tensor& tensor) {
+  const object_store::TensorMeta meta = internal::TensorAccess::MetaOf(tensor);
+  DROVER_ASSIGN_OR_RETURN(std::string header, object_store::EncodeTensorHeader(meta));
+  return impl_->store->Put(id, internal::TensorAccess::StorageOf(tensor).span(), header);
 }
 
+absl::StatusOr<Tensor> Objects::GetTensor(const std::string& id, absl::Duration timeout) {
+  DROVER_ASSIGN_OR_RETURN(object_store::ObjectRef ref, impl_->Get(id, timeout));
+  return internal::TensorAccess::TensorFromObject(std::move(ref));
+}
+
+namespace internal {
+
+object_store::Client& ObjectsAccess::Store(Objects& objects) { return *objects.impl_->store; }
+
+absl::StatusOr<object_store::ObjectRef> ObjectsAccess::Get(Objects& objects, const std::string& id,
+                                                           absl::Duration timeout) {
+  return objects.impl_->Get(id, timeout);
+}
+
+}  // namespace internal
 }  // namespace drover

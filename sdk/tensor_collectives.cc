@@ -8,14 +8,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/status_code.h"
+#include "common/status_macros.h"
+#include "object_store/client.h"
+#include "object_store/tensor.h"
+#include "sdk/internal/objects_internal.h"
+#include "sdk/internal/tensor_internal.h"
 
 namespace drover {
 namespace {
 
 namespace os = object_store;
-using collective::DataType;
-using collective::Group;
-using collective::ReduceOp;
+using internal::TensorAccess;
+using Group = CollectiveGroup;
 
 // Which function a rank is in (so ranks calling different functions notice).
 enum class Fn : uint8_t { kAllReduce = 1, kBroadcast, kAllGather, kReduceScatter, kSend, kRecv };
@@ -35,7 +40,7 @@ const char* FnName(Fn fn) {
 // What each rank tells the others before any data moves (see "Agreement" in the
 // header). Plain bytes: every rank runs this same code.
 struct Record {
-  int32_t code = 0;  // absl::StatusCode of this rank's own failure; 0: fine
+  int32_t code = 0;  // StatusCodeToWire of this rank's own failure; kOk: fine
   int32_t root = -1;
   uint8_t fn = 0;
   uint8_t reduce = 0xff;  // ReduceOp, 0xff: none
@@ -67,36 +72,32 @@ struct Input {
   int64_t numel = 0;
 };
 
-absl::Status CheckInput(Fn fn, const TensorRef& in, Input* out) {
-  if (!in.ref.valid()) return Invalid(fn, "the input TensorRef holds no object");
-  const std::string what = absl::StrCat("input tensor '", in.ref.id(), "'");
-  absl::Status v = os::ValidateTensorMeta(in.meta, in.ref.data().size());
-  if (!v.ok()) return Invalid(fn, absl::StrCat(what, ": ", v.message()));
-  if (!os::IsContiguous(in.meta)) {
-    return Invalid(fn, absl::StrCat(what, " (", Describe(in.meta), ", strides [",
-                                    absl::StrJoin(in.meta.strides, ", "),
-                                    "]) is not contiguous; collectives need a row-major "
-                                    "tensor (put a contiguous copy)"));
+absl::Status CheckInput(Fn fn, const Tensor& in, Input* out) {
+  if (!in.is_contiguous()) {
+    return Invalid(fn, absl::StrCat(
+                           in.in_store() ? absl::StrCat("input tensor '", in.object_id(), "'")
+                                         : std::string("the input tensor"),
+                           " (", in.Describe(), ", strides [", absl::StrJoin(in.strides(), ", "),
+                           "]) is not contiguous; collectives need a row-major tensor "
+                           "(Tensor::Clone makes one)"));
   }
-  const size_t elem = os::DTypeSize(in.meta.dtype);
-  if (elem > 1 && in.meta.byte_order != os::HostByteOrder()) {
-    return Invalid(fn, absl::StrCat(what, " is in ",
-                                    in.meta.byte_order == os::ByteOrder::kBig ? "big" : "little",
-                                    "-endian byte order, not this host's; collectives need "
-                                    "host byte order"));
-  }
-  out->numel = os::NumElements(in.meta);
-  out->bytes = static_cast<uint64_t>(out->numel) * elem;
-  out->data = in.ref.data().data() + static_cast<uint64_t>(in.meta.storage_offset) * elem;
+  out->numel = in.numel();
+  out->bytes = in.nbytes();
+  out->data = static_cast<const uint8_t*>(in.raw_data());
   return absl::OkStatus();
 }
 
-absl::Status NeedDim0(Fn fn, const os::TensorMeta& meta) {
-  if (meta.ndim() == 0) {
-    return Invalid(fn, absl::StrCat("the input is a scalar (", Describe(meta),
+absl::Status NeedDim0(Fn fn, const Tensor& in) {
+  if (in.ndim() == 0) {
+    return Invalid(fn, absl::StrCat("the input is a scalar (", in.Describe(),
                                     "); it needs a dimension 0"));
   }
   return absl::OkStatus();
+}
+
+// The result's header: contiguous, offset 0, host order.
+os::TensorMeta ResultMeta(DType dtype, std::vector<int64_t> shape) {
+  return os::ContiguousMeta(internal::ToStoreDType(dtype), std::move(shape));
 }
 
 // The result object while it is written: aborted unless sealed.
@@ -133,7 +134,7 @@ class Output {
 
   uint8_t* data() const { return data_; }
 
-  absl::StatusOr<TensorRef> Seal(Fn fn) {
+  absl::StatusOr<Tensor> Seal(Fn fn) {
     absl::Status s = store_.Seal(id_);
     if (!s.ok()) return Annotate(fn, s);  // stays open: the destructor aborts it
     open_ = false;
@@ -143,10 +144,7 @@ class Output {
                           absl::StrCat(FnName(fn), ": reading back the sealed output '", id_,
                                        "': ", ref.status().message()));
     }
-    TensorRef out;
-    out.ref = std::move(*ref);
-    out.meta = meta_;
-    return out;
+    return TensorAccess::Make(meta_, TensorAccess::FromObject(std::move(*ref)));
   }
 
  private:
@@ -162,7 +160,7 @@ Record MakeRecord(Fn fn, int reduce, int root, const absl::Status& local) {
   r.fn = static_cast<uint8_t>(fn);
   r.reduce = static_cast<uint8_t>(reduce);
   r.root = root;
-  r.code = static_cast<int32_t>(local.code());
+  r.code = StatusCodeToWire(local.code());
   if (!local.ok()) {
     const size_t n = std::min(local.message().size(), sizeof(r.message) - 1);
     std::memcpy(r.message, local.message().data(), n);
@@ -170,10 +168,10 @@ Record MakeRecord(Fn fn, int reduce, int root, const absl::Status& local) {
   return r;
 }
 
-// Stores the canonical header of `meta` (contiguous, offset 0) in the record.
-void SetMeta(Record* r, const os::TensorMeta& meta) {
-  absl::StatusOr<std::string> h = os::EncodeTensorHeader(os::ContiguousMeta(meta.dtype, meta.shape));
-  if (!h.ok() || h->size() > sizeof(r->meta)) return;  // cannot happen for a valid meta
+// Stores the canonical header of `in` (contiguous, offset 0) in the record.
+void SetMeta(Record* r, const Tensor& in) {
+  absl::StatusOr<std::string> h = os::EncodeTensorHeader(ResultMeta(in.dtype(), in.shape()));
+  if (!h.ok() || h->size() > sizeof(r->meta)) return;  // cannot happen for a valid tensor
   std::memcpy(r->meta, h->data(), h->size());
   r->meta_size = static_cast<uint16_t>(h->size());
 }
@@ -184,16 +182,19 @@ std::string MetaText(const Record& r) {
   return m.ok() ? Describe(*m) : "(no tensor)";
 }
 
+// The failure a peer reported in `rec` (OK if none), as "<fn>: <who> failed: <message>".
+absl::Status PeerFailure(Fn fn, const Record& rec, const std::string& who) {
+  const absl::StatusCode code = StatusCodeFromWire(rec.code);
+  if (code == absl::StatusCode::kOk) return absl::OkStatus();
+  return absl::Status(code, absl::StrCat(FnName(fn), ": ", who, " failed: ",
+                                         std::string(rec.message,
+                                                     strnlen(rec.message, sizeof(rec.message)))));
+}
+
 // The first failure among `all` (in rank order) as this rank's error, or OK.
 absl::Status FirstFailure(Fn fn, const std::vector<Record>& all) {
   for (size_t r = 0; r < all.size(); ++r) {
-    if (all[r].code != 0) {
-      return absl::Status(static_cast<absl::StatusCode>(all[r].code),
-                          absl::StrCat(FnName(fn), ": rank ", r, " failed: ",
-                                       std::string(all[r].message,
-                                                   strnlen(all[r].message,
-                                                           sizeof(all[r].message)))));
-    }
+    DROVER_RETURN_IF_ERROR(PeerFailure(fn, all[r], absl::StrCat("rank ", r)));
   }
   return absl::OkStatus();
 }
@@ -204,7 +205,7 @@ absl::Status FirstFailure(Fn fn, const std::vector<Record>& all) {
 absl::Status Agree(Group& group, Fn fn, const Record& mine, const absl::Status& local,
                    bool same_meta, std::vector<Record>* all) {
   all->assign(group.size(), Record());
-  absl::Status s = group.AllGather(&mine, all->data(), sizeof(Record), DataType::kUint8);
+  absl::Status s = group.AllGather(&mine, all->data(), sizeof(Record), DType::kUInt8);
   if (!s.ok()) {
     return absl::Status(s.code(), absl::StrCat(FnName(fn), ": exchanging arguments with the "
                                                "other ranks: ", s.message()));
@@ -222,9 +223,9 @@ absl::Status Agree(Group& group, Fn fn, const Record& mine, const absl::Status& 
     if (other.reduce != first.reduce) {
       return Invalid(fn, absl::StrCat(
                              "rank 0 passes op ",
-                             collective::ReduceOpName(static_cast<ReduceOp>(first.reduce)),
+                             ReduceOpName(static_cast<ReduceOp>(first.reduce)),
                              " and rank ", r, " op ",
-                             collective::ReduceOpName(static_cast<ReduceOp>(other.reduce)),
+                             ReduceOpName(static_cast<ReduceOp>(other.reduce)),
                              "; every rank must pass the same op"));
     }
     if (other.root != first.root) {
@@ -249,33 +250,28 @@ absl::Status GroupFailed(Fn fn, const absl::Status& s) { return Annotate(fn, s);
 // The common shape of AllReduce, AllGather and ReduceScatter: check the input, create
 // the output of `out_meta(in)`, agree, then `run` moves the data.
 template <typename MakeMeta, typename Run>
-absl::StatusOr<TensorRef> Collective(Group& group, Objects& objects, Fn fn, int reduce,
-                                     bool reduction, const TensorRef& in,
-                                     const std::string& out_id, MakeMeta make_meta, Run run) {
-  Output out(objects.store());
+absl::StatusOr<Tensor> Collective(Group& group, Objects& objects, Fn fn, int reduce,
+                                  bool reduction, const Tensor& in, const std::string& out_id,
+                                  MakeMeta make_meta, Run run) {
+  Output out(internal::ObjectsAccess::Store(objects));
   Input x;
-  DataType dt = DataType::kUint8;
   bool input_ok = false;
   absl::Status local = [&]() -> absl::Status {
-    absl::Status s = CheckInput(fn, in, &x);
-    if (!s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(CheckInput(fn, in, &x));
     if (reduction) {
-      absl::StatusOr<DataType> d = CollectiveDataType(in.meta.dtype);
-      if (!d.ok()) return Annotate(fn, d.status());
-      dt = *d;
+      absl::Status d = CheckReduceDType(in.dtype());
+      if (!d.ok()) return Annotate(fn, d);
     }
     input_ok = true;
-    absl::StatusOr<os::TensorMeta> meta = make_meta(in.meta, x);
-    if (!meta.ok()) return meta.status();
-    return out.Create(fn, out_id, *meta);
+    DROVER_ASSIGN_OR_RETURN(os::TensorMeta meta, make_meta(in, x));
+    return out.Create(fn, out_id, meta);
   }();
   Record mine = MakeRecord(fn, reduce, -1, local);
-  if (input_ok) SetMeta(&mine, in.meta);
+  if (input_ok) SetMeta(&mine, in);
   std::vector<Record> all;
-  absl::Status agreed = Agree(group, fn, mine, local, /*same_meta=*/true, &all);
-  if (!agreed.ok()) return agreed;
+  DROVER_RETURN_IF_ERROR(Agree(group, fn, mine, local, /*same_meta=*/true, &all));
   if (x.numel > 0) {
-    absl::Status s = run(x, dt, out.data());
+    absl::Status s = run(x, out.data());
     if (!s.ok()) return GroupFailed(fn, s);
   }
   return out.Seal(fn);
@@ -283,84 +279,66 @@ absl::StatusOr<TensorRef> Collective(Group& group, Objects& objects, Fn fn, int 
 
 }  // namespace
 
-absl::StatusOr<DataType> CollectiveDataType(os::DType dtype) {
-  switch (dtype) {
-    case os::DType::kFloat16: return DataType::kFloat16;
-    case os::DType::kFloat32: return DataType::kFloat32;
-    case os::DType::kFloat64: return DataType::kFloat64;
-    case os::DType::kInt32: return DataType::kInt32;
-    case os::DType::kInt64: return DataType::kInt64;
-    case os::DType::kUInt8: return DataType::kUint8;
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dtype ", os::DTypeName(dtype),
-          " is not supported by reductions (supported: float16, float32, float64, int32, "
-          "int64, uint8)"));
-  }
-}
-
-absl::StatusOr<TensorRef> AllReduceTensor(Group& group, Objects& objects, const TensorRef& in,
-                                          const std::string& out_id, ReduceOp op) {
+absl::StatusOr<Tensor> AllReduceTensor(Group& group, Objects& objects, const Tensor& in,
+                                       const std::string& out_id, ReduceOp op) {
   return Collective(
       group, objects, Fn::kAllReduce, static_cast<int>(op), /*reduction=*/true, in, out_id,
-      [](const os::TensorMeta& m, const Input&) -> absl::StatusOr<os::TensorMeta> {
-        return os::ContiguousMeta(m.dtype, m.shape);
+      [](const Tensor& t, const Input&) -> absl::StatusOr<os::TensorMeta> {
+        return ResultMeta(t.dtype(), t.shape());
       },
-      [&](const Input& x, DataType dt, uint8_t* out) {
-        // The one copy: input object -> result object; then reduce in place there.
+      [&](const Input& x, uint8_t* out) {
+        // The one copy: input -> result object; then reduce in place there.
         std::memcpy(out, x.data, x.bytes);
-        return group.AllReduce(out, static_cast<size_t>(x.numel), dt, op);
+        return group.AllReduce(out, static_cast<size_t>(x.numel), in.dtype(), op);
       });
 }
 
-absl::StatusOr<TensorRef> AllGatherTensor(Group& group, Objects& objects, const TensorRef& in,
-                                          const std::string& out_id) {
+absl::StatusOr<Tensor> AllGatherTensor(Group& group, Objects& objects, const Tensor& in,
+                                       const std::string& out_id) {
   const int n = group.size();
   return Collective(
       group, objects, Fn::kAllGather, 0xff, /*reduction=*/false, in, out_id,
-      [&](const os::TensorMeta& m, const Input& x) -> absl::StatusOr<os::TensorMeta> {
-        absl::Status s = NeedDim0(Fn::kAllGather, m);
-        if (!s.ok()) return s;
+      [&](const Tensor& t, const Input& x) -> absl::StatusOr<os::TensorMeta> {
+        DROVER_RETURN_IF_ERROR(NeedDim0(Fn::kAllGather, t));
         if (x.bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) / n) {
-          return Invalid(Fn::kAllGather, absl::StrCat(Describe(m), " times ", n,
+          return Invalid(Fn::kAllGather, absl::StrCat(t.Describe(), " times ", n,
                                                       " ranks is too large"));
         }
-        std::vector<int64_t> shape = m.shape;
+        std::vector<int64_t> shape = t.shape();
         shape[0] *= n;
-        return os::ContiguousMeta(m.dtype, std::move(shape));
+        return ResultMeta(t.dtype(), std::move(shape));
       },
-      [&](const Input& x, DataType, uint8_t* out) {
-        return group.AllGather(x.data, out, x.bytes, DataType::kUint8);
+      [&](const Input& x, uint8_t* out) {
+        return group.AllGather(x.data, out, x.bytes, DType::kUInt8);
       });
 }
 
-absl::StatusOr<TensorRef> ReduceScatterTensor(Group& group, Objects& objects,
-                                              const TensorRef& in, const std::string& out_id,
-                                              ReduceOp op) {
+absl::StatusOr<Tensor> ReduceScatterTensor(Group& group, Objects& objects, const Tensor& in,
+                                           const std::string& out_id, ReduceOp op) {
   const int n = group.size();
   return Collective(
       group, objects, Fn::kReduceScatter, static_cast<int>(op), /*reduction=*/true, in, out_id,
-      [&](const os::TensorMeta& m, const Input&) -> absl::StatusOr<os::TensorMeta> {
-        absl::Status s = NeedDim0(Fn::kReduceScatter, m);
-        if (!s.ok()) return s;
-        if (m.shape[0] % n != 0) {
+      [&](const Tensor& t, const Input&) -> absl::StatusOr<os::TensorMeta> {
+        DROVER_RETURN_IF_ERROR(NeedDim0(Fn::kReduceScatter, t));
+        if (t.shape()[0] % n != 0) {
           return Invalid(Fn::kReduceScatter,
-                         absl::StrCat("dimension 0 of the input (", Describe(m),
+                         absl::StrCat("dimension 0 of the input (", t.Describe(),
                                       ") is not divisible by the group size ", n));
         }
-        std::vector<int64_t> shape = m.shape;
+        std::vector<int64_t> shape = t.shape();
         shape[0] /= n;
-        return os::ContiguousMeta(m.dtype, std::move(shape));
+        return ResultMeta(t.dtype(), std::move(shape));
       },
-      [&](const Input& x, DataType dt, uint8_t* out) {
-        return group.ReduceScatter(x.data, out, static_cast<size_t>(x.numel / n), dt, op);
+      [&](const Input& x, uint8_t* out) {
+        return group.ReduceScatter(x.data, out, static_cast<size_t>(x.numel / n), in.dtype(),
+                                   op);
       });
 }
 
-absl::StatusOr<TensorRef> BroadcastTensor(Group& group, Objects& objects, const TensorRef* in,
-                                          const std::string& out_id, int root) {
+absl::StatusOr<Tensor> BroadcastTensor(Group& group, Objects& objects, const Tensor* in,
+                                       const std::string& out_id, int root) {
   const Fn fn = Fn::kBroadcast;
-  Output out(objects.store());
+  Output out(internal::ObjectsAccess::Store(objects));
   Input x;
   const bool is_root = root == group.rank();
   bool input_ok = false;
@@ -373,16 +351,14 @@ absl::StatusOr<TensorRef> BroadcastTensor(Group& group, Objects& objects, const 
     }
     if (!is_root) return absl::OkStatus();
     if (in == nullptr) return Invalid(fn, "the root must pass its tensor (in is null)");
-    absl::Status s = CheckInput(fn, *in, &x);
-    if (!s.ok()) return s;
+    DROVER_RETURN_IF_ERROR(CheckInput(fn, *in, &x));
     input_ok = true;
-    return out.Create(fn, out_id, os::ContiguousMeta(in->meta.dtype, in->meta.shape));
+    return out.Create(fn, out_id, ResultMeta(in->dtype(), in->shape()));
   }();
   Record mine = MakeRecord(fn, 0xff, root, local);
-  if (input_ok) SetMeta(&mine, in->meta);
+  if (input_ok) SetMeta(&mine, *in);
   std::vector<Record> all;
-  absl::Status agreed = Agree(group, fn, mine, local, /*same_meta=*/false, &all);
-  if (!agreed.ok()) return agreed;
+  DROVER_RETURN_IF_ERROR(Agree(group, fn, mine, local, /*same_meta=*/false, &all));
   // Round 2: the other ranks create their outputs from the root's header.
   os::TensorMeta meta;
   absl::Status created = [&]() -> absl::Status {
@@ -395,36 +371,30 @@ absl::StatusOr<TensorRef> BroadcastTensor(Group& group, Objects& objects, const 
     meta = *m;
     return is_root ? absl::OkStatus() : out.Create(fn, out_id, meta);
   }();
-  agreed = Agree(group, fn, MakeRecord(fn, 0xff, root, created), created, /*same_meta=*/false,
-                 &all);
-  if (!agreed.ok()) return agreed;
+  DROVER_RETURN_IF_ERROR(Agree(group, fn, MakeRecord(fn, 0xff, root, created), created,
+                               /*same_meta=*/false, &all));
   const uint64_t bytes = meta.data_size;
   if (bytes > 0) {
     if (is_root) std::memcpy(out.data(), x.data, bytes);
-    absl::Status s = group.Broadcast(out.data(), bytes, DataType::kUint8, root);
+    absl::Status s = group.Broadcast(out.data(), bytes, DType::kUInt8, root);
     if (!s.ok()) return GroupFailed(fn, s);
   }
   return out.Seal(fn);
 }
 
-absl::Status SendTensor(Group& group, const TensorRef& in, int peer, uint32_t tag) {
+absl::Status SendTensor(Group& group, const Tensor& in, int peer, uint32_t tag) {
   const Fn fn = Fn::kSend;
   Input x;
   absl::Status local = CheckInput(fn, in, &x);
   Record mine = MakeRecord(fn, 0xff, -1, local);
-  if (local.ok()) SetMeta(&mine, in.meta);
+  if (local.ok()) SetMeta(&mine, in);
   absl::Status s = group.Send(&mine, sizeof(mine), peer, tag);
   if (!s.ok()) return Annotate(fn, s);
   if (!local.ok()) return local;  // the receiver learned it from the record
   Record ack;
   s = group.Recv(&ack, sizeof(ack), peer, tag);
   if (!s.ok()) return Annotate(fn, s);
-  if (ack.code != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(ack.code),
-                        absl::StrCat(FnName(fn), ": the receiver, rank ", peer, ", failed: ",
-                                     std::string(ack.message,
-                                                 strnlen(ack.message, sizeof(ack.message)))));
-  }
+  DROVER_RETURN_IF_ERROR(PeerFailure(fn, ack, absl::StrCat("the receiver, rank ", peer, ",")));
   if (x.bytes > 0) {
     s = group.Send(x.data, x.bytes, peer, tag);
     if (!s.ok()) return Annotate(fn, s);
@@ -432,19 +402,14 @@ absl::Status SendTensor(Group& group, const TensorRef& in, int peer, uint32_t ta
   return absl::OkStatus();
 }
 
-absl::StatusOr<TensorRef> RecvTensor(Group& group, Objects& objects, const std::string& out_id,
-                                     int peer, uint32_t tag) {
+absl::StatusOr<Tensor> RecvTensor(Group& group, Objects& objects, const std::string& out_id,
+                                  int peer, uint32_t tag) {
   const Fn fn = Fn::kRecv;
   Record rec;
   absl::Status s = group.Recv(&rec, sizeof(rec), peer, tag);
   if (!s.ok()) return Annotate(fn, s);
-  if (rec.code != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(rec.code),
-                        absl::StrCat(FnName(fn), ": the sender, rank ", peer, ", failed: ",
-                                     std::string(rec.message,
-                                                 strnlen(rec.message, sizeof(rec.message)))));
-  }
-  Output out(objects.store());
+  DROVER_RETURN_IF_ERROR(PeerFailure(fn, rec, absl::StrCat("the sender, rank ", peer, ",")));
+  Output out(internal::ObjectsAccess::Store(objects));
   os::TensorMeta meta;
   absl::Status local = [&]() -> absl::Status {
     if (rec.fn != static_cast<uint8_t>(Fn::kSend)) {

@@ -26,7 +26,7 @@ class TensorCollectivesTest : public ::testing::Test {
  protected:
   // Runs `nproc` workers, `ppn` per node, on a cluster of `nodes`; returns the job and
   // checks that every rank reported success.
-  proto::JobInfo Run(int nodes, int nproc, int ppn) {
+  JobInfo Run(int nodes, int nproc, int ppn) {
     TestClusterOptions o;
     o.nodes = nodes;
     auto c = TestCluster::Start(o);
@@ -49,8 +49,8 @@ class TensorCollectivesTest : public ::testing::Test {
     }
     std::printf("%s", reports.c_str());
     if (!done.ok()) return {};
-    EXPECT_EQ(done->state(), proto::SUCCEEDED) << done->reason() << "\n" << reports << "\n"
-                                               << cluster_->DaemonLogs();
+    EXPECT_EQ(done->state, JobState::kSucceeded) << done->reason << "\n" << reports << "\n"
+                                                 << cluster_->DaemonLogs();
     return *done;
   }
 
@@ -59,18 +59,18 @@ class TensorCollectivesTest : public ::testing::Test {
 
 TEST_F(TensorCollectivesTest, OneNodeTwoRanks) {
   auto job = Run(1, 2, 0);
-  ASSERT_EQ(job.placement_size(), 2);
-  EXPECT_EQ(job.placement(0).node_id(), job.placement(1).node_id());
+  ASSERT_EQ(job.placement.size(), 2u);
+  EXPECT_EQ(job.placement[0].node_id, job.placement[1].node_id);
 }
 
 TEST_F(TensorCollectivesTest, TwoNodesTimesTwoRanks) {
   auto job = Run(2, 4, 2);
-  ASSERT_EQ(job.placement_size(), 4);
+  ASSERT_EQ(job.placement.size(), 4u);
   std::set<std::string> nodes;
-  for (const auto& p : job.placement()) nodes.insert(p.node_id());
+  for (const auto& p : job.placement) nodes.insert(p.node_id);
   EXPECT_EQ(nodes.size(), 2u);
-  EXPECT_EQ(job.placement(0).node_id(), job.placement(1).node_id());
-  EXPECT_NE(job.placement(0).node_id(), job.placement(2).node_id());
+  EXPECT_EQ(job.placement[0].node_id, job.placement[1].node_id);
+  EXPECT_NE(job.placement[0].node_id, job.placement[2].node_id);
 }
 
 }  // namespace

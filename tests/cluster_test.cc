@@ -11,9 +11,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
 #include "common/rpc.h"
+#include "drover/json.h"
+#include "sdk/internal/convert.h"
 #include "gtest/gtest.h"
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -22,22 +25,20 @@
 namespace drover::testing {
 namespace {
 
-using proto::JobState;
-
 std::string Tmp(const std::string& name) {
   std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
   (void)MakeDirs(dir);
   return dir;
 }
 
-proto::JobSpec ShellJob(const std::string& script, int nproc, int ppn = 0) {
-  proto::JobSpec spec;
-  spec.add_command("/bin/sh");
-  spec.add_command("-c");
-  spec.add_command(script);
-  spec.set_nproc(nproc);
-  spec.set_nproc_per_node(ppn);
-  spec.mutable_per_process()->set_cpus(1);
+JobSpec ShellJob(const std::string& script, int nproc, int ppn = 0) {
+  JobSpec spec;
+  spec.command.push_back("/bin/sh");
+  spec.command.push_back("-c");
+  spec.command.push_back(script);
+  spec.nproc = nproc;
+  spec.nproc_per_node = ppn;
+  spec.per_process.cpus = 1;
   return spec;
 }
 
@@ -48,21 +49,20 @@ class ClusterTest : public ::testing::Test {
     ASSERT_TRUE(c.ok()) << c.status();
     cluster_ = std::move(*c);
   }
-  proto::JobInfo Submit(const proto::JobSpec& spec) {
+  JobInfo Submit(const JobSpec& spec) {
     auto job = cluster_->client().Submit(spec);
     EXPECT_TRUE(job.ok()) << job.status();
-    return job.ok() ? *job : proto::JobInfo();
+    return job.ok() ? *job : JobInfo();
   }
-  proto::JobInfo Wait(const std::string& id, absl::Duration timeout = absl::Seconds(30)) {
+  JobInfo Wait(const std::string& id, absl::Duration timeout = absl::Seconds(30)) {
     auto job = cluster_->client().WaitJob(id, timeout);
     EXPECT_TRUE(job.ok()) << job.status() << "\n" << cluster_->DaemonLogs();
-    return job.ok() ? *job : proto::JobInfo();
+    return job.ok() ? *job : JobInfo();
   }
   // Waits until the job satisfies `pred`.
-  proto::JobInfo WaitUntil(const std::string& id,
-                           const std::function<bool(const proto::JobInfo&)>& pred,
-                           absl::Duration timeout = absl::Seconds(20)) {
-    proto::JobInfo last;
+  JobInfo WaitUntil(const std::string& id, const std::function<bool(const JobInfo&)>& pred,
+                    absl::Duration timeout = absl::Seconds(20)) {
+    JobInfo last;
     bool ok = WaitFor(
         [&] {
           auto j = cluster_->client().GetJob(id);
@@ -71,7 +71,7 @@ class ClusterTest : public ::testing::Test {
         },
         timeout);
     EXPECT_TRUE(ok) << "job " << id << " never reached the expected state; last: "
-                    << last.ShortDebugString() << "\n" << cluster_->DaemonLogs();
+                    << ToJson(last) << "\n" << cluster_->DaemonLogs();
     return last;
   }
 
@@ -85,10 +85,10 @@ TEST_F(ClusterTest, EachRankSeesTorchrunEnvironmentAndItsOwnGpus) {
   StartCluster(o);
   std::string out = Tmp("env");
   auto spec = ShellJob(absl::StrCat("env > ", out, "/rank$RANK.env"), 4, 2);
-  spec.mutable_per_process()->set_gpus(1);
-  spec.set_max_restarts(3);
-  auto job = Wait(Submit(spec).job_id());
-  ASSERT_EQ(job.state(), proto::SUCCEEDED) << job.reason();
+  spec.per_process.gpus = 1;
+  spec.max_restarts = 3;
+  auto job = Wait(Submit(spec).job_id);
+  ASSERT_EQ(job.state, JobState::kSucceeded) << job.reason;
   std::set<std::string> node_gpu;
   std::set<std::string> master;
   for (int r = 0; r < 4; ++r) {
@@ -101,12 +101,12 @@ TEST_F(ClusterTest, EachRankSeesTorchrunEnvironmentAndItsOwnGpus) {
     EXPECT_EQ(env["GROUP_RANK"], absl::StrCat(r / 2));
     EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
     EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "3");
-    EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], job.job_id());
-    EXPECT_EQ(env["DROVER_JOB_ID"], job.job_id());
-    EXPECT_EQ(env["DROVER_NODE_ID"], job.placement(r).node_id());
+    EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], job.job_id);
+    EXPECT_EQ(env["DROVER_JOB_ID"], job.job_id);
+    EXPECT_EQ(env["DROVER_NODE_ID"], job.placement[r].node_id);
     EXPECT_FALSE(env["DROVER_SCHEDULER_ADDRESS"].empty());
     EXPECT_FALSE(env["DROVER_TOKEN_FILE"].empty());
-    EXPECT_EQ(env["MASTER_ADDR"], job.placement(0).node_ip());
+    EXPECT_EQ(env["MASTER_ADDR"], job.placement[0].node_ip);
     EXPECT_NE(env["MASTER_PORT"], "0");
     master.insert(env["MASTER_ADDR"] + ":" + env["MASTER_PORT"]);
     ASSERT_EQ(env["CUDA_VISIBLE_DEVICES"].size(), 1u) << env["CUDA_VISIBLE_DEVICES"];
@@ -115,8 +115,8 @@ TEST_F(ClusterTest, EachRankSeesTorchrunEnvironmentAndItsOwnGpus) {
   EXPECT_EQ(master.size(), 1u) << "every rank must meet at the same MASTER_ADDR:PORT";
   EXPECT_EQ(node_gpu.size(), 4u) << "two ranks share a GPU";
   // The job had two nodes, two ranks each, in rank order.
-  EXPECT_EQ(job.placement(0).node_id(), job.placement(1).node_id());
-  EXPECT_NE(job.placement(1).node_id(), job.placement(2).node_id());
+  EXPECT_EQ(job.placement[0].node_id, job.placement[1].node_id);
+  EXPECT_NE(job.placement[1].node_id, job.placement[2].node_id);
 }
 
 TEST_F(ClusterTest, GangIsAllOrNothingAndWaitingJobStartsWhenSpaceFrees) {
@@ -127,24 +127,25 @@ TEST_F(ClusterTest, GangIsAllOrNothingAndWaitingJobStartsWhenSpaceFrees) {
   std::string dir = Tmp("gang");
   // A holds every GPU until the release file appears.
   auto a = ShellJob(absl::StrCat("while [ ! -e ", dir, "/release ]; do sleep 0.02; done"), 4, 2);
-  a.mutable_per_process()->set_gpus(1);
+  a.per_process.gpus = 1;
   auto job_a = Submit(a);
-  WaitUntil(job_a.job_id(), [](const auto& j) { return j.state() == proto::RUNNING; });
+  WaitUntil(job_a.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
   // B needs 2 GPUs on one node: nothing of it may start while A runs.
   auto b = ShellJob(absl::StrCat("touch ", dir, "/b-ran-$RANK"), 2, 2);
-  b.mutable_per_process()->set_gpus(1);
+  b.per_process.gpus = 1;
   auto job_b = Submit(b);
-  auto pending = WaitUntil(job_b.job_id(), [](const auto& j) {
-    return j.state() == proto::PENDING && absl::StrContains(j.reason(), "needs 2 GPUs on one node");
+  auto pending = WaitUntil(job_b.job_id, [](const auto& j) {
+    return j.state == JobState::kPending &&
+           absl::StrContains(j.reason, "needs 2 GPUs on one node");
   });
-  EXPECT_EQ(pending.reason(), "needs 2 GPUs on one node; the most free on any node is 0 GPUs");
-  EXPECT_EQ(pending.placement_size(), 0);
+  EXPECT_EQ(pending.reason, "needs 2 GPUs on one node; the most free on any node is 0 GPUs");
+  EXPECT_TRUE(pending.placement.empty());
   EXPECT_FALSE(access((dir + "/b-ran-0").c_str(), F_OK) == 0);
   std::ofstream(dir + "/release").put('x');
-  auto done_a = Wait(job_a.job_id());
-  EXPECT_EQ(done_a.state(), proto::SUCCEEDED) << done_a.reason();
-  auto done_b = Wait(job_b.job_id());
-  EXPECT_EQ(done_b.state(), proto::SUCCEEDED) << done_b.reason();
+  auto done_a = Wait(job_a.job_id);
+  EXPECT_EQ(done_a.state, JobState::kSucceeded) << done_a.reason;
+  auto done_b = Wait(job_b.job_id);
+  EXPECT_EQ(done_b.state, JobState::kSucceeded) << done_b.reason;
   EXPECT_TRUE(access((dir + "/b-ran-0").c_str(), F_OK) == 0);
   EXPECT_TRUE(access((dir + "/b-ran-1").c_str(), F_OK) == 0);
 }
@@ -158,29 +159,30 @@ TEST_F(ClusterTest, OneRankFailingStopsTheRestAndReportsRootCause) {
       "exit 3; fi; trap '' TERM; sleep 300 & sleep 300",
       4, 2);
   absl::Time start = absl::Now();
-  auto job = Wait(Submit(spec).job_id());
+  auto job = Wait(Submit(spec).job_id);
   absl::Duration took = absl::Now() - start;
-  EXPECT_EQ(job.state(), proto::FAILED);
-  EXPECT_EQ(job.root_cause().rank(), 3);
-  EXPECT_EQ(job.root_cause().exit_code(), 3);
-  EXPECT_EQ(job.exit_code(), 3);
-  EXPECT_TRUE(absl::StrContains(job.reason(), "rank 3 on node " + job.placement(3).node_id()))
-      << job.reason();
-  EXPECT_TRUE(absl::StrContains(job.reason(), "exited with code 3")) << job.reason();
-  EXPECT_TRUE(absl::StrContains(job.reason(), "boom: CUDA out of memory")) << job.reason();
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_EQ(job.root_cause->rank, 3);
+  EXPECT_EQ(job.root_cause->exit_code, 3);
+  EXPECT_EQ(job.exit_code, 3);
+  EXPECT_TRUE(absl::StrContains(job.reason, "rank 3 on node " + job.placement[3].node_id))
+      << job.reason;
+  EXPECT_TRUE(absl::StrContains(job.reason, "exited with code 3")) << job.reason;
+  EXPECT_TRUE(absl::StrContains(job.reason, "boom: CUDA out of memory")) << job.reason;
   EXPECT_LT(took, absl::Seconds(10)) << "failure took " << took << " to surface";
   // The job's launchers are reaped; the children SIGKILLed with their process group
   // may take a moment more to be torn down and reaped by init.
-  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id()).empty(); }, absl::Seconds(2)));
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id).empty(); }, absl::Seconds(2)));
 }
 
 TEST_F(ClusterTest, SignalDeathIsReportedBySignalName) {
   StartCluster();
-  auto job = Wait(Submit(ShellJob("if [ $RANK = 1 ]; then kill -SEGV $$; fi; sleep 300", 2)).job_id());
-  EXPECT_EQ(job.state(), proto::FAILED);
-  EXPECT_EQ(job.root_cause().signal(), SIGSEGV);
-  EXPECT_EQ(job.exit_code(), 128 + SIGSEGV);
-  EXPECT_TRUE(absl::StrContains(job.reason(), "killed by SIGSEGV")) << job.reason();
+  auto job =
+      Wait(Submit(ShellJob("if [ $RANK = 1 ]; then kill -SEGV $$; fi; sleep 300", 2)).job_id);
+  EXPECT_EQ(job.state, JobState::kFailed);
+  EXPECT_EQ(job.root_cause->signal, SIGSEGV);
+  EXPECT_EQ(job.exit_code, 128 + SIGSEGV);
+  EXPECT_TRUE(absl::StrContains(job.reason, "killed by SIGSEGV")) << job.reason;
 }
 
 TEST_F(ClusterTest, CancelLeavesNoSurvivorOnAnyNode) {
@@ -198,20 +200,20 @@ TEST_F(ClusterTest, CancelLeavesNoSurvivorOnAnyNode) {
         return true;
       },
       absl::Seconds(20)));
-  EXPECT_GE(ProcessesOfJob(job.job_id()).size(), 12u);
+  EXPECT_GE(ProcessesOfJob(job.job_id).size(), 12u);
   std::string out, err;
-  int rc = cluster_->RunCli({"cancel", job.job_id()}, &out, &err);
+  int rc = cluster_->RunCli({"cancel", job.job_id}, &out, &err);
   EXPECT_EQ(rc, 0) << err;
-  EXPECT_TRUE(absl::StrContains(out, job.job_id() + " CANCELLED")) << out << err;
+  EXPECT_TRUE(absl::StrContains(out, job.job_id + " CANCELLED")) << out << err;
   // `drover cancel` returns once every launcher is reaped; members of the killed
   // process groups are gone within moments (reaped by init).
-  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id()).empty(); }, absl::Seconds(2)));
-  auto info = cluster_->client().GetJob(job.job_id());
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id).empty(); }, absl::Seconds(2)));
+  auto info = cluster_->client().GetJob(job.job_id);
   ASSERT_TRUE(info.ok());
-  EXPECT_EQ(info->state(), proto::CANCELLED);
-  EXPECT_EQ(info->live_processes(), 0);
+  EXPECT_EQ(info->state, JobState::kCancelled);
+  EXPECT_EQ(info->live_processes, 0);
   // Cancelling again is harmless.
-  EXPECT_EQ(cluster_->RunCli({"cancel", job.job_id()}, &out, &err), 0) << err;
+  EXPECT_EQ(cluster_->RunCli({"cancel", job.job_id}, &out, &err), 0) << err;
 }
 
 TEST_F(ClusterTest, AgentKilledIsDeclaredDeadAndItsJobFails) {
@@ -229,27 +231,28 @@ TEST_F(ClusterTest, AgentKilledIsDeclaredDeadAndItsJobFails) {
         return true;
       },
       absl::Seconds(20)));
-  auto running = WaitUntil(job.job_id(), [](const auto& j) {
-    return j.state() == proto::RUNNING && j.master_port() != 0;
+  auto running = WaitUntil(job.job_id, [](const auto& j) {
+    return j.state == JobState::kRunning && j.master_port != 0;
   });
   // Which agent hosts rank 2? Kill that one.
-  int victim = cluster_->agent_node_id(0) == running.placement(2).node_id() ? 0 : 1;
-  ASSERT_EQ(cluster_->agent_node_id(victim), running.placement(2).node_id());
+  int victim = cluster_->agent_node_id(0) == running.placement[2].node_id ? 0 : 1;
+  ASSERT_EQ(cluster_->agent_node_id(victim), running.placement[2].node_id);
   absl::Time killed = absl::Now();
   cluster_->SignalAgent(victim, SIGKILL);
-  auto failed = Wait(job.job_id());
+  auto failed = Wait(job.job_id);
   EXPECT_LT(absl::Now() - killed, absl::Seconds(8));
-  EXPECT_EQ(failed.state(), proto::FAILED);
-  EXPECT_TRUE(absl::StrContains(failed.reason(), "declared dead")) << failed.reason();
-  EXPECT_TRUE(absl::StrContains(failed.reason(), running.placement(2).node_id())) << failed.reason();
+  EXPECT_EQ(failed.state, JobState::kFailed);
+  EXPECT_TRUE(absl::StrContains(failed.reason, "declared dead")) << failed.reason;
+  EXPECT_TRUE(absl::StrContains(failed.reason, running.placement[2].node_id)) << failed.reason;
   // The dead agent's workers die with it (no orphans), the others were stopped.
-  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id()).empty(); },
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job.job_id).empty(); },
                                    absl::Seconds(10)));
   auto after = cluster_->client().Status();
   ASSERT_TRUE(after.ok());
-  for (const auto& n : after->nodes()) {
-    EXPECT_EQ(n.state(), n.node_id() == running.placement(2).node_id() ? proto::DEAD : proto::ALIVE)
-        << n.node_id();
+  for (const auto& n : after->nodes) {
+    EXPECT_EQ(n.state, n.node_id == running.placement[2].node_id ? NodeState::kDead
+                                                                 : NodeState::kAlive)
+        << n.node_id;
   }
 }
 
@@ -259,19 +262,19 @@ TEST_F(ClusterTest, GangRestartsWithRestartCountUntilItSucceeds) {
       "if [ $RANK = 1 ] && [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then exit 5; fi; "
       "echo gen=$TORCHELASTIC_RESTART_COUNT",
       2, 1);
-  spec.set_max_restarts(3);
-  auto job = Wait(Submit(spec).job_id());
-  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason();
-  EXPECT_EQ(job.restart_count(), 2);
+  spec.max_restarts = 3;
+  auto job = Wait(Submit(spec).job_id);
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason;
+  EXPECT_EQ(job.restart_count, 2);
   std::string out, err;
-  EXPECT_EQ(cluster_->RunCli({"logs", job.job_id()}, &out, &err), 0) << err;
+  EXPECT_EQ(cluster_->RunCli({"logs", job.job_id}, &out, &err), 0) << err;
   EXPECT_TRUE(absl::StrContains(out, "[rank0]: gen=2")) << out;
 
-  spec.set_max_restarts(1);
-  auto exhausted = Wait(Submit(spec).job_id());
-  EXPECT_EQ(exhausted.state(), proto::FAILED);
-  EXPECT_EQ(exhausted.restart_count(), 1);
-  EXPECT_EQ(exhausted.exit_code(), 5);
+  spec.max_restarts = 1;
+  auto exhausted = Wait(Submit(spec).job_id);
+  EXPECT_EQ(exhausted.state, JobState::kFailed);
+  EXPECT_EQ(exhausted.restart_count, 1);
+  EXPECT_EQ(exhausted.exit_code, 5);
 }
 
 // Output stays where it was written: `drover logs` of a job whose restarted gang ran on
@@ -283,29 +286,29 @@ TEST_F(ClusterTest, LogsShowEveryGenerationOnWhicheverNodeItRan) {
   // second (more free); once both are empty, generation 1 goes to the first.
   auto other = Submit(
       ShellJob(absl::StrCat("while [ ! -e ", dir, "/release ]; do sleep 0.02; done"), 4));
-  WaitUntil(other.job_id(), [](const auto& j) { return j.state() == proto::RUNNING; });
+  WaitUntil(other.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
   auto spec = ShellJob(
       absl::StrCat("echo gen=$TORCHELASTIC_RESTART_COUNT on $DROVER_NODE_ID; ",
                    "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then ",
                    "while [ ! -e ", dir, "/fail ]; do sleep 0.02; done; exit 4; fi"),
       1);
-  spec.set_max_restarts(1);
+  spec.max_restarts = 1;
   auto job = Submit(spec);
-  auto first = WaitUntil(job.job_id(), [](const auto& j) { return j.state() == proto::RUNNING; });
-  const std::string node0 = first.placement(0).node_id();
-  auto other_now = cluster_->client().GetJob(other.job_id());
+  auto first = WaitUntil(job.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
+  const std::string node0 = first.placement[0].node_id;
+  auto other_now = cluster_->client().GetJob(other.job_id);
   ASSERT_TRUE(other_now.ok()) << other_now.status();
-  ASSERT_NE(node0, other_now->placement(0).node_id());
+  ASSERT_NE(node0, other_now->placement[0].node_id);
   std::ofstream(dir + "/release").put('x');
-  EXPECT_EQ(Wait(other.job_id()).state(), proto::SUCCEEDED);
+  EXPECT_EQ(Wait(other.job_id).state, JobState::kSucceeded);
   std::ofstream(dir + "/fail").put('x');
-  auto done = Wait(job.job_id());
-  ASSERT_EQ(done.state(), proto::SUCCEEDED) << done.reason();
-  ASSERT_EQ(done.restart_count(), 1);
-  const std::string node1 = done.placement(0).node_id();
+  auto done = Wait(job.job_id);
+  ASSERT_EQ(done.state, JobState::kSucceeded) << done.reason;
+  ASSERT_EQ(done.restart_count, 1);
+  const std::string node1 = done.placement[0].node_id;
   ASSERT_NE(node0, node1) << "the restarted gang did not move; the test shows nothing";
   std::string out, err;
-  EXPECT_EQ(cluster_->RunCli({"logs", job.job_id()}, &out, &err), 0) << err;
+  EXPECT_EQ(cluster_->RunCli({"logs", job.job_id}, &out, &err), 0) << err;
   EXPECT_TRUE(absl::StrContains(out, "[rank0]: gen=0 on " + node0)) << out;
   EXPECT_TRUE(absl::StrContains(out, "[rank0]: gen=1 on " + node1)) << out;
 }
@@ -323,7 +326,7 @@ TEST_F(ClusterTest, RunPastItsTimeLimitIsStoppedAndExitsWith124) {
   auto jobs = cluster_->client().ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_FALSE(jobs->empty());
-  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(jobs->front().job_id()).empty(); }));
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(jobs->front().job_id).empty(); }));
 }
 
 TEST_F(ClusterTest, RunStreamsRankPrefixedOutputAndExitsWithJobCode) {
@@ -348,7 +351,7 @@ TEST_F(ClusterTest, StatusJobsAndJsonOutput) {
   TestClusterOptions o;
   o.gpus_per_node = 2;
   StartCluster(o);
-  auto job = Wait(Submit(ShellJob("true", 1)).job_id());
+  auto job = Wait(Submit(ShellJob("true", 1)).job_id);
   std::string out, err;
   ASSERT_EQ(cluster_->RunCli({"status"}, &out, &err), 0) << err;
   EXPECT_TRUE(absl::StrContains(out, "node-1")) << out;
@@ -357,7 +360,7 @@ TEST_F(ClusterTest, StatusJobsAndJsonOutput) {
   ASSERT_EQ(cluster_->RunCli({"status", "--json"}, &out, &err), 0) << err;
   EXPECT_TRUE(absl::StrContains(out, "\"nodes\"")) << out;
   ASSERT_EQ(cluster_->RunCli({"jobs"}, &out, &err), 0) << err;
-  EXPECT_TRUE(absl::StrContains(out, job.job_id())) << out;
+  EXPECT_TRUE(absl::StrContains(out, job.job_id)) << out;
   EXPECT_TRUE(absl::StrContains(out, "SUCCEEDED")) << out;
   ASSERT_EQ(cluster_->RunCli({"jobs", "--json"}, &out, &err), 0) << err;
   EXPECT_TRUE(absl::StrContains(out, "\"state\": \"SUCCEEDED\"")) << out;
@@ -379,14 +382,14 @@ TEST_F(ClusterTest, RequestsWithoutTheTokenAreRefused) {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, "not-the-token");
     proto::SubmitJobRequest req;
-    *req.mutable_spec() = ShellJob("true", 1);
+    *req.mutable_spec() = internal::ToProto(ShellJob("true", 1));
     proto::SubmitJobReply reply;
     auto s = scheduler->SubmitJob(&ctx, req, &reply);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
   }
   auto status = cluster_->client().Status();
   ASSERT_TRUE(status.ok());
-  auto agent = proto::NodeAgent::NewStub(MakeChannel(status->nodes(0).agent_address()));
+  auto agent = proto::NodeAgent::NewStub(MakeChannel(status->nodes[0].agent_address));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   proto::StartProcessesRequest req;
@@ -428,14 +431,14 @@ TEST_F(ClusterTest, BadInputGetsClearErrorsAndNothingCrashes) {
     EXPECT_TRUE(absl::StrContains(err, "no job 'job-999'")) << cmd << ": " << err;
   }
   // A command that does not exist: the job fails and says so.
-  auto missing = Wait(Submit(ShellJob("true", 1)).job_id());
-  proto::JobSpec nosuch = ShellJob("", 1);
-  nosuch.clear_command();
-  nosuch.add_command("drover-no-such-command");
-  auto j = Wait(Submit(nosuch).job_id());
-  EXPECT_EQ(j.state(), proto::FAILED);
-  EXPECT_EQ(j.exit_code(), 127);
-  EXPECT_TRUE(absl::StrContains(j.reason(), "drover-no-such-command")) << j.reason();
+  auto missing = Wait(Submit(ShellJob("true", 1)).job_id);
+  JobSpec nosuch = ShellJob("", 1);
+  nosuch.command.clear();
+  nosuch.command.push_back("drover-no-such-command");
+  auto j = Wait(Submit(nosuch).job_id);
+  EXPECT_EQ(j.state, JobState::kFailed);
+  EXPECT_EQ(j.exit_code, 127);
+  EXPECT_TRUE(absl::StrContains(j.reason, "drover-no-such-command")) << j.reason;
   // Malformed requests from a client that skips the CLI.
   auto scheduler = proto::Scheduler::NewStub(MakeChannel(cluster_->address()));
   std::string token = std::string(absl::StripAsciiWhitespace(*ReadFile(cluster_->token_file())));
@@ -454,7 +457,7 @@ TEST_F(ClusterTest, BadInputGetsClearErrorsAndNothingCrashes) {
     proto::HeartbeatRequest req;
     req.set_node_id("node-404");
     auto* p = req.add_processes();
-    p->set_job_id(missing.job_id());
+    p->set_job_id(missing.job_id);
     p->set_rank(77);
     proto::HeartbeatReply reply;
     EXPECT_TRUE(scheduler->Heartbeat(&ctx, req, &reply).ok());
@@ -465,7 +468,7 @@ TEST_F(ClusterTest, BadInputGetsClearErrorsAndNothingCrashes) {
     PrepareContext(&ctx, token);
     proto::ReportExitRequest req;
     req.set_node_id("node-1");
-    req.set_job_id(missing.job_id());
+    req.set_job_id(missing.job_id);
     req.mutable_exit()->set_rank(12345);
     req.mutable_exit()->set_exit_code(9);
     proto::ReportExitReply reply;
@@ -475,7 +478,7 @@ TEST_F(ClusterTest, BadInputGetsClearErrorsAndNothingCrashes) {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, token);
     proto::SubmitJobRequest req;
-    *req.mutable_spec() = ShellJob("true", 4, 3);  // not a multiple
+    *req.mutable_spec() = internal::ToProto(ShellJob("true", 4, 3));  // not a multiple
     proto::SubmitJobReply reply;
     auto s = scheduler->SubmitJob(&ctx, req, &reply);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -483,7 +486,7 @@ TEST_F(ClusterTest, BadInputGetsClearErrorsAndNothingCrashes) {
   }
   auto status = cluster_->client().Status();
   ASSERT_TRUE(status.ok());
-  auto agent = proto::NodeAgent::NewStub(MakeChannel(status->nodes(0).agent_address()));
+  auto agent = proto::NodeAgent::NewStub(MakeChannel(status->nodes[0].agent_address));
   {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, token);
@@ -497,11 +500,71 @@ TEST_F(ClusterTest, BadInputGetsClearErrorsAndNothingCrashes) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   }
   // The earlier job record is intact and both daemons still serve.
-  auto again = cluster_->client().GetJob(missing.job_id());
+  auto again = cluster_->client().GetJob(missing.job_id);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->state(), proto::SUCCEEDED);
-  auto ok_job = Wait(Submit(ShellJob("true", 2)).job_id());
-  EXPECT_EQ(ok_job.state(), proto::SUCCEEDED) << ok_job.reason();
+  EXPECT_EQ(again->state, JobState::kSucceeded);
+  auto ok_job = Wait(Submit(ShellJob("true", 2)).job_id);
+  EXPECT_EQ(ok_job.state, JobState::kSucceeded) << ok_job.reason;
+}
+
+// Issue 13: `drover run --nproc -1 -- /bin/true` and `drover run --nodes 0 -- /bin/true`
+// were accepted and succeeded (-1 and 0 stood for "not given"), and CLI11's own errors
+// exited with 105 and the like while the CLI's other usage errors exited with 2. Every
+// number out of its range is refused with a message naming the flag, submits nothing,
+// and every usage error exits with 2.
+TEST_F(ClusterTest, OutOfRangeNumbersAreUsageErrorsThatSubmitNothing) {
+  StartCluster();
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"run", "--nproc", "-1", "--", "/bin/true"}, "--nproc -1: a job needs at least 1"},
+      {{"run", "--nodes", "0", "--", "/bin/true"}, "--nodes 0: a job runs on at least 1 node"},
+      {{"submit", "--nproc-per-node", "0", "--", "/bin/true"}, "--nproc-per-node 0"},
+      {{"run", "--gpus-per-proc", "-1", "--", "/bin/true"}, "--gpus-per-proc -1"},
+      {{"run", "--cpus-per-proc", "-0.5", "--", "/bin/true"}, "--cpus-per-proc -0.5"},
+      {{"run", "--max-restarts", "-2", "--", "/bin/true"}, "--max-restarts -2"},
+      {{"run", "--time-limit", "0s", "--", "/bin/true"}, "--time-limit '0s'"},
+      {{"submit", "--memory-per-proc", "-1G", "--", "/bin/true"}, "'-1G'"},
+      {{"submit", "--resource", "ssd=-1", "--", "/bin/true"}, "--resource -1"},
+      // CLI11's own errors: a value that is no number, a value outside a set, an
+      // unknown flag, no subcommand.
+      {{"run", "--nproc", "two", "--", "/bin/true"}, "--nproc"},
+      {{"run", "--strategy", "random", "--", "/bin/true"}, "--strategy"},
+      {{"run", "--no-such-flag", "--", "/bin/true"}, "--no-such-flag"},
+      {{}, "subcommand"},
+      // The other commands' numbers.
+      {{"up", "--nodes", "0"}, "--nodes"},
+      {{"up", "--gpus-per-node", "-2"}, "--gpus-per-node"},
+      {{"up", "--cpus-per-node", "-1"}, "--cpus-per-node"},
+      {{"up", "--port", "70000"}, "--port"},
+      {{"up", "--node-timeout-ms", "0"}, "--node-timeout-ms"},
+      {{"up", "--kill-grace-ms", "-5"}, "--kill-grace-ms"},
+      {{"up", "--timeout", "0"}, "--timeout"},
+      {{"up", "--memory-per-node", "lots"}, "--memory-per-node: cannot read 'lots'"},
+      {{"start", "--num-gpus", "-3", "--head"}, "--num-gpus"},
+      {{"start", "--num-cpus", "0", "--head"}, "--num-cpus"},
+      {{"start", "--port", "-1", "--head"}, "--port"},
+  };
+  for (const Case& c : cases) {
+    std::string out, err;
+    EXPECT_EQ(cluster_->RunCli(c.args, &out, &err), 2) << absl::StrJoin(c.args, " ") << "\n"
+                                                       << out << err;
+    EXPECT_TRUE(absl::StrContains(err, c.message))
+        << absl::StrJoin(c.args, " ") << ": " << err;
+  }
+  auto jobs = cluster_->client().ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_TRUE(jobs->empty()) << jobs->size() << " jobs were submitted, the first "
+                             << ToJson(jobs->front());
+  // The smallest values in range still run.
+  std::string out, err;
+  EXPECT_EQ(cluster_->RunCli({"run", "--nproc", "1", "--nodes", "1", "--max-restarts", "0",
+                              "--gpus-per-proc", "0", "--", "/bin/true"},
+                             &out, &err),
+            0)
+      << err;
 }
 
 TEST_F(ClusterTest, SchedulerRestartedOnRedisKeepsEveryJobAndReattaches) {
@@ -510,21 +573,21 @@ TEST_F(ClusterTest, SchedulerRestartedOnRedisKeepsEveryJobAndReattaches) {
   o.gpus_per_node = 1;
   StartCluster(o);
   std::string dir = Tmp("redis-restart");
-  auto done = Wait(Submit(ShellJob("true", 1)).job_id());
-  ASSERT_EQ(done.state(), proto::SUCCEEDED);
-  auto failed = Wait(Submit(ShellJob("exit 4", 1)).job_id());
-  ASSERT_EQ(failed.state(), proto::FAILED);
+  auto done = Wait(Submit(ShellJob("true", 1)).job_id);
+  ASSERT_EQ(done.state, JobState::kSucceeded);
+  auto failed = Wait(Submit(ShellJob("exit 4", 1)).job_id);
+  ASSERT_EQ(failed.state, JobState::kFailed);
   auto hold = ShellJob(absl::StrCat("echo $$ > ", dir, "/pid-$RANK; while [ ! -e ", dir,
                                     "/release ]; do sleep 0.02; done"),
                        2, 1);
-  hold.mutable_per_process()->set_gpus(1);
+  hold.per_process.gpus = 1;
   auto running = Submit(hold);
-  WaitUntil(running.job_id(), [](const auto& j) { return j.state() == proto::RUNNING; });
+  WaitUntil(running.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
   auto waiting_spec = ShellJob("echo waited", 1);
-  waiting_spec.mutable_per_process()->set_gpus(1);
+  waiting_spec.per_process.gpus = 1;
   auto waiting = Submit(waiting_spec);
-  WaitUntil(waiting.job_id(), [](const auto& j) {
-    return j.state() == proto::PENDING && absl::StrContains(j.reason(), "GPU");
+  WaitUntil(waiting.job_id, [](const auto& j) {
+    return j.state == JobState::kPending && absl::StrContains(j.reason, "GPU");
   });
   // The two shells of the running job, by the pids they wrote.
   std::vector<pid_t> shells;
@@ -543,32 +606,32 @@ TEST_F(ClusterTest, SchedulerRestartedOnRedisKeepsEveryJobAndReattaches) {
   auto jobs = cluster_->client().ListJobs();
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   std::map<std::string, JobState> states;
-  for (const auto& j : *jobs) states[j.job_id()] = j.state();
+  for (const auto& j : *jobs) states[j.job_id] = j.state;
   EXPECT_EQ(states.size(), 4u);
-  EXPECT_EQ(states[done.job_id()], proto::SUCCEEDED);
-  EXPECT_EQ(states[failed.job_id()], proto::FAILED);
-  EXPECT_EQ(states[running.job_id()], proto::RUNNING);
-  EXPECT_EQ(states[waiting.job_id()], proto::PENDING);
+  EXPECT_EQ(states[done.job_id], JobState::kSucceeded);
+  EXPECT_EQ(states[failed.job_id], JobState::kFailed);
+  EXPECT_EQ(states[running.job_id], JobState::kRunning);
+  EXPECT_EQ(states[waiting.job_id], JobState::kPending);
   // Agents re-register; the running job's processes are the same ones, still running.
   ASSERT_TRUE(WaitFor(
       [&] {
         auto s = cluster_->client().Status();
         if (!s.ok()) return false;
         int alive = 0;
-        for (const auto& n : s->nodes()) alive += n.state() == proto::ALIVE;
+        for (const auto& n : s->nodes) alive += n.state == NodeState::kAlive;
         return alive == 2;
       },
       absl::Seconds(15)));
-  auto now_running = ProcessesOfJob(running.job_id());
+  auto now_running = ProcessesOfJob(running.job_id);
   for (pid_t p : shells) {
     EXPECT_NE(std::find(now_running.begin(), now_running.end(), p), now_running.end())
         << "process " << p << " of the running job did not survive the scheduler restart";
   }
   std::ofstream(dir + "/release").put('x');
-  auto finished = Wait(running.job_id());
-  EXPECT_EQ(finished.state(), proto::SUCCEEDED) << finished.reason();
-  auto then = Wait(waiting.job_id());
-  EXPECT_EQ(then.state(), proto::SUCCEEDED) << then.reason();
+  auto finished = Wait(running.job_id);
+  EXPECT_EQ(finished.state, JobState::kSucceeded) << finished.reason;
+  auto then = Wait(waiting.job_id);
+  EXPECT_EQ(then.state, JobState::kSucceeded) << then.reason;
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "common/files.h"
 #include "common/spawn.h"
+#include "drover/json.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_cluster.h"
 
@@ -78,6 +79,11 @@ std::string CompareWeights(const std::vector<double>& got, const std::vector<dou
   return bad ? absl::StrCat(bad, " weights differ; first: ", first) : "";
 }
 
+std::string Show(const ExitInfo& e) {
+  return absl::StrCat("rank ", e.rank, " on ", e.node_id, " exit ", e.exit_code, " signal ",
+                      e.signal, " generation ", e.generation, ": ", e.error, e.stderr_tail);
+}
+
 class DdpCppTest : public ::testing::Test {
  protected:
   void StartCluster() {
@@ -113,22 +119,22 @@ class DdpCppTest : public ::testing::Test {
     return r;
   }
 
-  proto::JobSpec Spec(const std::vector<std::string>& args, int nproc, int ppn,
-                      const std::string& dir) {
-    proto::JobSpec spec;
-    spec.add_command(binary_);
-    for (const auto& a : args) spec.add_command(a);
-    spec.add_command("--result-file=" + dir + "/result{rank}.txt");
-    spec.set_nproc(nproc);
-    spec.set_nproc_per_node(ppn);
-    spec.mutable_per_process()->set_cpus(1);
+  JobSpec Spec(const std::vector<std::string>& args, int nproc, int ppn,
+               const std::string& dir) {
+    JobSpec spec;
+    spec.command.push_back(binary_);
+    for (const auto& a : args) spec.command.push_back(a);
+    spec.command.push_back("--result-file=" + dir + "/result{rank}.txt");
+    spec.nproc = nproc;
+    spec.nproc_per_node = ppn;
+    spec.per_process.cpus = 1;
     return spec;
   }
 
-  proto::JobInfo Wait(const std::string& job_id) {
+  JobInfo Wait(const std::string& job_id) {
     auto done = cluster_->client().WaitJob(job_id, absl::Seconds(120));
     EXPECT_TRUE(done.ok()) << done.status() << "\n" << cluster_->DaemonLogs();
-    return done.ok() ? *done : proto::JobInfo();
+    return done.ok() ? *done : JobInfo();
   }
 
   // Every rank's result; they must agree bitwise (each applies the same reduced
@@ -159,10 +165,10 @@ TEST_F(DdpCppTest, TwoRanksOnTwoNodesMatchOneProcess) {
   std::string dir = Tmp("n2");
   auto job = cluster_->client().Submit(Spec(args, 2, 1, dir));
   ASSERT_TRUE(job.ok()) << job.status();
-  auto done = Wait(job->job_id());
-  ASSERT_EQ(done.state(), proto::SUCCEEDED) << done.reason() << "\n" << cluster_->DaemonLogs();
-  ASSERT_EQ(done.placement_size(), 2);
-  EXPECT_NE(done.placement(0).node_id(), done.placement(1).node_id());
+  auto done = Wait(job->job_id);
+  ASSERT_EQ(done.state, JobState::kSucceeded) << done.reason << "\n" << cluster_->DaemonLogs();
+  ASSERT_EQ(done.placement.size(), 2);
+  EXPECT_NE(done.placement[0].node_id, done.placement[1].node_id);
   Result got = RankResults(dir, 2);
   ASSERT_TRUE(got.ok());
   EXPECT_EQ(CompareWeights(got.weights, want.weights), "");
@@ -208,8 +214,8 @@ TEST_F(DdpCppTest, KilledRankStopsTheGangInSecondsAndTheRestartResumesFromTheChe
   clean_args.push_back("--checkpoint-dir=" + clean_dir + "/ckpt");
   auto clean = cluster_->client().Submit(Spec(clean_args, 2, 1, clean_dir));
   ASSERT_TRUE(clean.ok()) << clean.status();
-  auto clean_done = Wait(clean->job_id());
-  ASSERT_EQ(clean_done.state(), proto::SUCCEEDED) << clean_done.reason();
+  auto clean_done = Wait(clean->job_id);
+  ASSERT_EQ(clean_done.state, JobState::kSucceeded) << clean_done.reason;
   Result want = RankResults(clean_dir, 2);
   ASSERT_TRUE(want.ok());
 
@@ -224,31 +230,29 @@ TEST_F(DdpCppTest, KilledRankStopsTheGangInSecondsAndTheRestartResumesFromTheChe
     args.push_back(a);
   }
   auto spec = Spec(args, 2, 1, dir);
-  spec.set_max_restarts(1);
+  spec.max_restarts = 1;
   auto job = cluster_->client().Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status();
 
   // Follow the job record (GetJob long-polls on its version) until the restart shows:
   // restart_count moves to 1 only once every process of generation 0 has exited.
-  proto::JobInfo last = *job;
-  proto::ExitInfo cause;  // the root cause while the gang is stopped (cleared on re-placement)
+  JobInfo last = *job;
+  ExitInfo cause;  // the root cause while the gang is stopped (cleared on re-placement)
   absl::Time restarted_at;
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (absl::Now() < deadline) {
-    auto j = cluster_->client().GetJob(job->job_id(), last.version(), absl::Seconds(1));
+    auto j = cluster_->client().GetJob(job->job_id, last.version, absl::Seconds(1));
     ASSERT_TRUE(j.ok()) << j.status();
     last = *j;
-    if (last.has_root_cause()) cause = last.root_cause();
-    if (last.restart_count() >= 1) {
+    if (last.root_cause.has_value()) cause = *last.root_cause;
+    if (last.restart_count >= 1) {
       restarted_at = absl::Now();
       break;
     }
-    ASSERT_FALSE(last.state() == proto::SUCCEEDED || last.state() == proto::FAILED ||
-                 last.state() == proto::CANCELLED)
-        << "the job ended without a restart: " << last.ShortDebugString();
+    ASSERT_FALSE(IsTerminal(last.state)) << "the job ended without a restart: " << ToJson(last);
   }
-  ASSERT_GE(last.restart_count(), 1) << "no restart within 60 s: " << last.ShortDebugString()
-                                     << "\n" << cluster_->DaemonLogs();
+  ASSERT_GE(last.restart_count, 1) << "no restart within 60 s: " << ToJson(last) << "\n"
+                                   << cluster_->DaemonLogs();
   auto died = ReadFile(stamp);
   ASSERT_TRUE(died.ok()) << "rank 1 never reached --die-at-step: " << died.status();
   int64_t died_ms;
@@ -258,17 +262,17 @@ TEST_F(DdpCppTest, KilledRankStopsTheGangInSecondsAndTheRestartResumesFromTheChe
       << "from the kill to the gang stopped and restarted: " << stop_time;
   std::printf("kill -> gang restarted: %s\n", absl::FormatDuration(stop_time).c_str());
 
-  auto done = Wait(job->job_id());
-  ASSERT_EQ(done.state(), proto::SUCCEEDED) << done.reason() << "\n" << cluster_->DaemonLogs();
-  EXPECT_EQ(done.restart_count(), 1);
+  auto done = Wait(job->job_id);
+  ASSERT_EQ(done.state, JobState::kSucceeded) << done.reason << "\n" << cluster_->DaemonLogs();
+  EXPECT_EQ(done.restart_count, 1);
   // The first exit the scheduler hears of: rank 1's SIGKILL, or rank 0 failing that
   // step's allreduce (the agents report independently, so either may come first).
-  if (cause.generation() == 0 && !cause.node_id().empty()) {
-    if (cause.rank() == 1) {
-      EXPECT_EQ(cause.signal(), SIGKILL) << cause.ShortDebugString();
+  if (cause.generation == 0 && !cause.node_id.empty()) {
+    if (cause.rank == 1) {
+      EXPECT_EQ(cause.signal, SIGKILL) << Show(cause);
     } else {
-      EXPECT_TRUE(absl::StrContains(cause.stderr_tail(), "AllReduce at step 45"))
-          << cause.ShortDebugString();
+      EXPECT_TRUE(absl::StrContains(cause.stderr_tail, "AllReduce at step 45"))
+          << Show(cause);
     }
   }
   Result got = RankResults(dir, 2);

@@ -30,6 +30,7 @@
 #include "absl/strings/strip.h"
 #include "common/files.h"
 #include "common/spawn.h"
+#include "drover/json.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_cluster.h"
 
@@ -235,21 +236,26 @@ class NetnsTest : public ::testing::Test {
   std::unique_ptr<TestCluster> cluster_;
 };
 
+std::string Show(const NodeInfo& n) {
+  return absl::StrCat(n.node_id, " ", NodeStateName(n.state), " ip ", n.node_ip, " agent ",
+                      n.agent_address);
+}
+
 TEST_F(NetnsTest, NodesRegisterWithTheirOwnAddresses) {
   StartCluster();
   auto expected = ExpectedNodeIps();
   auto status = cluster_->client().Status();
   ASSERT_TRUE(status.ok()) << status.status();
-  ASSERT_EQ(status->nodes_size(), kNodes) << status->ShortDebugString();
+  ASSERT_EQ(status->nodes.size(), kNodes) << ToJson(*status);
   std::set<std::string> seen;
-  for (const auto& n : status->nodes()) {
-    ASSERT_TRUE(expected.count(n.node_id())) << "unknown node " << n.ShortDebugString();
-    const std::string& want = expected[n.node_id()];
-    EXPECT_EQ(n.state(), proto::ALIVE) << n.ShortDebugString();
-    EXPECT_EQ(n.node_ip(), want) << n.ShortDebugString();
-    EXPECT_NE(n.node_ip(), "127.0.0.1");
-    EXPECT_TRUE(absl::StartsWith(n.agent_address(), want + ":")) << n.ShortDebugString();
-    seen.insert(n.node_ip());
+  for (const auto& n : status->nodes) {
+    ASSERT_TRUE(expected.count(n.node_id)) << "unknown node " << Show(n);
+    const std::string& want = expected[n.node_id];
+    EXPECT_EQ(n.state, NodeState::kAlive) << Show(n);
+    EXPECT_EQ(n.node_ip, want) << Show(n);
+    EXPECT_NE(n.node_ip, "127.0.0.1");
+    EXPECT_TRUE(absl::StartsWith(n.agent_address, want + ":")) << Show(n);
+    seen.insert(n.node_ip);
   }
   EXPECT_EQ(seen.size(), 2u) << "both nodes reported the same address";
 
@@ -268,33 +274,33 @@ TEST_F(NetnsTest, RanksMeetAtTheAddressOfRankZerosNode) {
   std::string dir = TestTmp() + "/ranks";
   ASSERT_TRUE(MakeDirs(dir).ok());
   // Each rank records its environment and the addresses its own namespace has.
-  proto::JobSpec spec;
-  spec.add_command("/bin/sh");
-  spec.add_command("-c");
-  spec.add_command(absl::StrCat("env > ", dir, "/rank$RANK.env && ", ip_, " -4 -o addr show > ",
-                                dir, "/rank$RANK.addr"));
-  spec.set_nproc(2);
-  spec.set_nproc_per_node(1);
-  spec.mutable_per_process()->set_cpus(1);
+  JobSpec spec;
+  spec.command.push_back("/bin/sh");
+  spec.command.push_back("-c");
+  spec.command.push_back(absl::StrCat("env > ", dir, "/rank$RANK.env && ", ip_,
+                                      " -4 -o addr show > ", dir, "/rank$RANK.addr"));
+  spec.nproc = 2;
+  spec.nproc_per_node = 1;
+  spec.per_process.cpus = 1;
   auto submitted = cluster_->client().Submit(spec);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
-  auto job = cluster_->client().WaitJob(submitted->job_id(), absl::Seconds(60));
+  auto job = cluster_->client().WaitJob(submitted->job_id, absl::Seconds(60));
   ASSERT_TRUE(job.ok()) << job.status() << "\n" << cluster_->DaemonLogs();
-  ASSERT_EQ(job->state(), proto::SUCCEEDED) << job->reason() << "\n" << cluster_->DaemonLogs();
-  ASSERT_EQ(job->placement_size(), 2);
-  EXPECT_NE(job->placement(0).node_id(), job->placement(1).node_id());
+  ASSERT_EQ(job->state, JobState::kSucceeded) << job->reason << "\n" << cluster_->DaemonLogs();
+  ASSERT_EQ(job->placement.size(), 2);
+  EXPECT_NE(job->placement[0].node_id, job->placement[1].node_id);
 
-  const std::string master = job->placement(0).node_ip();
-  EXPECT_EQ(master, expected[job->placement(0).node_id()]);
+  const std::string master = job->placement[0].node_ip;
+  EXPECT_EQ(master, expected[job->placement[0].node_id]);
   std::set<std::string> rendezvous;
   for (int r = 0; r < 2; ++r) {
-    const auto& p = job->placement(r);
-    SCOPED_TRACE(absl::StrCat("rank ", r, " on ", p.node_id(), " at ", p.node_ip()));
-    EXPECT_EQ(p.node_ip(), expected[p.node_id()]);
+    const auto& p = job->placement[r];
+    SCOPED_TRACE(absl::StrCat("rank ", r, " on ", p.node_id, " at ", p.node_ip));
+    EXPECT_EQ(p.node_ip, expected[p.node_id]);
     auto env = ReadEnvFile(absl::StrCat(dir, "/rank", r, ".env"));
     ASSERT_FALSE(env.empty()) << "rank " << r << " wrote nothing";
     EXPECT_EQ(env["RANK"], absl::StrCat(r));
-    EXPECT_EQ(env["DROVER_NODE_ID"], p.node_id());
+    EXPECT_EQ(env["DROVER_NODE_ID"], p.node_id);
     EXPECT_EQ(env["MASTER_ADDR"], master);
     EXPECT_NE(env["MASTER_ADDR"], "127.0.0.1");
     EXPECT_TRUE(env["MASTER_ADDR"] == node_ip_[0] || env["MASTER_ADDR"] == node_ip_[1])
@@ -307,9 +313,9 @@ TEST_F(NetnsTest, RanksMeetAtTheAddressOfRankZerosNode) {
         << env["DROVER_SCHEDULER_ADDRESS"];
     // The rank really ran inside its node's namespace: it sees that address, not the other.
     std::string addrs = ReadFile(absl::StrCat(dir, "/rank", r, ".addr")).value_or("");
-    EXPECT_TRUE(absl::StrContains(addrs, p.node_ip() + "/24")) << addrs;
+    EXPECT_TRUE(absl::StrContains(addrs, p.node_ip + "/24")) << addrs;
     for (const auto& other : node_ip_) {
-      if (other != p.node_ip()) {
+      if (other != p.node_ip) {
         EXPECT_FALSE(absl::StrContains(addrs, other + "/")) << addrs;
       }
     }
@@ -346,7 +352,7 @@ TEST_F(NetnsTest, DdpTrainingRanksMeetAcrossNamespaces) {
     ADD_FAILURE() << "drover run did not finish in 180 s; cancelling\n" << cluster_->DaemonLogs();
     auto jobs = cluster_->client().ListJobs();
     if (jobs.ok()) {
-      for (const auto& j : *jobs) (void)cluster_->client().Cancel(j.job_id());
+      for (const auto& j : *jobs) (void)cluster_->client().Cancel(j.job_id);
     }
   }
   int rc = run.get();
@@ -359,10 +365,10 @@ TEST_F(NetnsTest, DdpTrainingRanksMeetAcrossNamespaces) {
   ASSERT_TRUE(jobs.ok()) << jobs.status();
   ASSERT_EQ(jobs->size(), 1u);
   const auto& job = jobs->front();
-  EXPECT_EQ(job.state(), proto::SUCCEEDED) << job.reason();
-  ASSERT_EQ(job.placement_size(), 2);
-  EXPECT_NE(job.placement(0).node_ip(), job.placement(1).node_ip());
-  EXPECT_TRUE(absl::StrContains(out, "met the group at " + job.placement(0).node_ip() + ":"))
+  EXPECT_EQ(job.state, JobState::kSucceeded) << job.reason;
+  ASSERT_EQ(job.placement.size(), 2);
+  EXPECT_NE(job.placement[0].node_ip, job.placement[1].node_ip);
+  EXPECT_TRUE(absl::StrContains(out, "met the group at " + job.placement[0].node_ip + ":"))
       << out;
 }
 

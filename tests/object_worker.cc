@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "drover/objects.h"
+#include "drover/tensor.h"
+#include "sdk/internal/objects_internal.h"
 
 namespace {
-
-namespace os = drover::object_store;
 
 int Fail(const std::string& msg) {
   std::cerr << "object_worker: " << msg << std::endl;
@@ -65,23 +65,25 @@ int main(int argc, char** argv) {
   const int64_t rows = mib * (1 << 20) / (4 * cols);
   const std::string sum_id = id + ".sum";
   if (rank == 0) {
-    std::vector<float> data(rows * cols);
+    auto tensor = drover::Tensor::Empty(drover::DType::kFloat32, {rows, cols});
+    if (!tensor.ok()) return Fail(tensor.status().ToString());
+    absl::Span<float> data = *tensor->mutable_span<float>();
     for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i % 65521) * 0.5f;
-    os::TensorMeta meta = os::ContiguousMeta(os::DType::kFloat32, {rows, cols});
-    auto bytes = absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(data.data()),
-                                     data.size() * sizeof(float));
-    uint64_t sum = Checksum(bytes.data(), bytes.size());
-    if (auto s = (*objects)->PutTensor(id, meta, bytes); !s.ok()) {
+    const size_t bytes = tensor->nbytes();
+    uint64_t sum = Checksum(reinterpret_cast<const uint8_t*>(data.data()), bytes);
+    if (auto s = (*objects)->PutTensor(id, *tensor); !s.ok()) {
       return Fail(absl::StrCat("PutTensor: ", s.ToString()));
     }
     if (auto s = (*objects)->Put(sum_id, absl::StrCat(sum)); !s.ok()) {
       return Fail(absl::StrCat("Put checksum: ", s.ToString()));
     }
-    std::cout << "put " << id << " " << bytes.size() << " bytes checksum " << sum << std::endl;
+    std::cout << "put " << id << " " << bytes << " bytes checksum " << sum << std::endl;
     return 0;
   }
   if (rank != 1) return Fail(absl::StrCat("unexpected RANK ", rank));
-  if (*(*objects)->store().Contains(id)) return Fail("the tensor is already on this node");
+  if (*drover::internal::ObjectsAccess::Store(**objects).Contains(id)) {
+    return Fail("the tensor is already on this node");
+  }
   absl::Time t0 = absl::Now();
   auto tensor = (*objects)->GetTensor(id, absl::Seconds(timeout_s));
   if (!tensor.ok()) return Fail(absl::StrCat("GetTensor: ", tensor.status().ToString()));
@@ -89,24 +91,22 @@ int main(int argc, char** argv) {
   auto sum_ref = (*objects)->Get(sum_id, absl::Seconds(timeout_s));
   if (!sum_ref.ok()) return Fail(absl::StrCat("Get checksum: ", sum_ref.status().ToString()));
   uint64_t want = 0;
-  std::string sum_text(reinterpret_cast<const char*>(sum_ref->data().data()),
-                       sum_ref->data().size());
+  const std::string sum_text(sum_ref->view());
   if (!absl::SimpleAtoi(sum_text, &want)) return Fail("bad checksum object: " + sum_text);
-  const os::TensorMeta& meta = tensor->meta;
-  if (meta.dtype != os::DType::kFloat32 || meta.shape != std::vector<int64_t>{rows, cols}) {
-    return Fail(absl::StrCat("wrong tensor: dtype ", os::DTypeName(meta.dtype), " ndim ",
-                             meta.ndim()));
+  if (tensor->dtype() != drover::DType::kFloat32 ||
+      tensor->shape() != std::vector<int64_t>{rows, cols}) {
+    return Fail(absl::StrCat("wrong tensor: ", tensor->Describe()));
   }
-  auto data = tensor->ref.data();
-  if (reinterpret_cast<uintptr_t>(data.data()) % 64 != 0) return Fail("data not 64-aligned");
-  uint64_t got = Checksum(data.data(), data.size());
+  if (!tensor->in_store()) return Fail("the tensor is not read in place from the store");
+  auto data = tensor->span<float>();
+  if (!data.ok()) return Fail(data.status().ToString());
+  if (reinterpret_cast<uintptr_t>(data->data()) % 64 != 0) return Fail("data not 64-aligned");
+  uint64_t got = Checksum(reinterpret_cast<const uint8_t*>(data->data()), tensor->nbytes());
   if (got != want) return Fail(absl::StrCat("checksum ", got, " != ", want));
-  auto view = os::ViewAs<float>(meta, data.data(), data.size());
-  if (!view.ok() || (*view)(rows - 1, cols - 1) !=
-                        static_cast<float>((rows * cols - 1) % 65521) * 0.5f) {
+  if (data->back() != static_cast<float>((rows * cols - 1) % 65521) * 0.5f) {
     return Fail("last element is wrong");
   }
-  std::cout << "got " << id << " " << data.size() << " bytes checksum " << got << " in "
+  std::cout << "got " << id << " " << tensor->nbytes() << " bytes checksum " << got << " in "
             << absl::FormatDuration(took) << std::endl;
   return 0;
 }

@@ -47,10 +47,15 @@ pid_t RedisPid(const std::string& host, int port) {
   return pid;
 }
 
-// job id -> (state, version) as the scheduler reports them.
+// job id -> (state, version): as Redis stores them, and as the scheduler reports them.
 std::map<std::string, std::pair<int, int64_t>> Summary(const std::vector<proto::JobInfo>& jobs) {
   std::map<std::string, std::pair<int, int64_t>> out;
   for (const auto& j : jobs) out[j.job_id()] = {j.state(), j.version()};
+  return out;
+}
+std::map<std::string, std::pair<int, int64_t>> Summary(const std::vector<JobInfo>& jobs) {
+  std::map<std::string, std::pair<int, int64_t>> out;
+  for (const auto& j : jobs) out[j.job_id] = {static_cast<int>(j.state), j.version};
   return out;
 }
 
@@ -68,7 +73,7 @@ TEST(RedisStallTest, NoNodeDiesAndNoChangeIsLostWhileRedisIsStopped) {
 
   auto status = client.Status();
   ASSERT_TRUE(status.ok()) << status.status();
-  const std::string backend = status->state_backend();  // "redis 127.0.0.1:PORT"
+  const std::string backend = status->state_backend;  // "redis 127.0.0.1:PORT"
   ASSERT_TRUE(absl::StartsWith(backend, "redis ")) << backend;
   auto redis = ParseHostPort(backend.substr(6));
   ASSERT_TRUE(redis.ok()) << redis.status();
@@ -82,8 +87,8 @@ TEST(RedisStallTest, NoNodeDiesAndNoChangeIsLostWhileRedisIsStopped) {
       {"sh", "-c", absl::StrCat("while [ ! -e ", flag, " ]; do sleep 0.02; done")}, 2));
   ASSERT_TRUE(waits.ok()) << waits.status();
   ASSERT_TRUE(WaitFor([&] {
-    auto j = client.GetJob(waits->job_id());
-    return j.ok() && j->state() == proto::RUNNING && j->master_port() != 0;
+    auto j = client.GetJob(waits->job_id);
+    return j.ok() && j->state == JobState::kRunning && j->master_port != 0;
   }));
 
   // Redis stops answering for 4.5 s, well past the 2 s node timeout (and the 2 s a
@@ -93,11 +98,11 @@ TEST(RedisStallTest, NoNodeDiesAndNoChangeIsLostWhileRedisIsStopped) {
   // A job ends (its change is queued for Redis), another is cancelled and a third is
   // submitted: those two replies wait for Redis, each on a client of its own.
   ASSERT_TRUE(WriteFileAtomic(flag, "go").ok());
-  absl::StatusOr<proto::JobInfo> cancelled, submitted;
+  absl::StatusOr<JobInfo> cancelled, submitted;
   std::atomic<bool> cancel_done{false}, submit_done{false};
   std::thread canceller([&] {
     auto c = Client::Connect({cluster.address(), cluster.token_file()});
-    cancelled = c.ok() ? (*c)->Cancel(forever->job_id()) : c.status();
+    cancelled = c.ok() ? (*c)->Cancel(forever->job_id) : c.status();
     cancel_done = true;
   });
   std::thread submitter([&] {
@@ -118,12 +123,12 @@ TEST(RedisStallTest, NoNodeDiesAndNoChangeIsLostWhileRedisIsStopped) {
       failure = absl::StrCat("status: ", s.status().ToString());
       break;
     }
-    for (const auto& n : s->nodes()) {
-      if (n.state() != proto::ALIVE) failure = absl::StrCat(n.node_id(), ": ", n.reason());
+    for (const auto& n : s->nodes) {
+      if (n.state != NodeState::kAlive) failure = absl::StrCat(n.node_id, ": ", n.reason);
     }
-    auto j = client.GetJob(waits->job_id());
+    auto j = client.GetJob(waits->job_id);
     if (!j.ok()) failure = absl::StrCat("GetJob: ", j.status().ToString());
-    ended_during_stall = ended_during_stall || (j.ok() && j->state() == proto::SUCCEEDED);
+    ended_during_stall = ended_during_stall || (j.ok() && j->state == JobState::kSucceeded);
     absl::SleepFor(absl::Milliseconds(100));  // pacing of the probe, not a wait on a condition
   }
   const bool answered_early = cancel_done.load() || submit_done.load();
@@ -136,10 +141,10 @@ TEST(RedisStallTest, NoNodeDiesAndNoChangeIsLostWhileRedisIsStopped) {
   EXPECT_FALSE(answered_early) << "a cancel or submit answered before Redis stored it";
 
   ASSERT_TRUE(cancelled.ok()) << cancelled.status();
-  EXPECT_EQ(cancelled->state(), proto::CANCELLED);
+  EXPECT_EQ(cancelled->state, JobState::kCancelled);
   ASSERT_TRUE(submitted.ok()) << submitted.status();
   // Both end for good (no process left), so their records change no more.
-  for (const auto& id : {forever->job_id(), submitted->job_id()}) {
+  for (const auto& id : {forever->job_id, submitted->job_id}) {
     auto done = client.WaitJob(id, absl::Seconds(30));
     ASSERT_TRUE(done.ok()) << id << ": " << done.status();
   }
@@ -157,16 +162,16 @@ TEST(RedisStallTest, NoNodeDiesAndNoChangeIsLostWhileRedisIsStopped) {
     return live == stored;
   })) << "Redis lags the scheduler";
   EXPECT_EQ(live.size(), 3u);
-  EXPECT_EQ(live[forever->job_id()].first, proto::CANCELLED);
-  EXPECT_EQ(live[waits->job_id()].first, proto::SUCCEEDED);
+  EXPECT_EQ(live[forever->job_id].first, static_cast<int>(JobState::kCancelled));
+  EXPECT_EQ(live[waits->job_id].first, static_cast<int>(JobState::kSucceeded));
 
   // A scheduler restarted from Redis sees every change; no node was declared dead.
   ASSERT_TRUE(cluster.RestartScheduler().ok());
   auto reloaded = client.ListJobs();
   ASSERT_TRUE(reloaded.ok()) << reloaded.status();
   for (const auto& j : *reloaded) {
-    EXPECT_EQ(j.state(), stored[j.job_id()].first) << j.job_id();
-    EXPECT_FALSE(absl::StrContains(j.reason(), "declared dead")) << j.job_id() << ": " << j.reason();
+    EXPECT_EQ(static_cast<int>(j.state), stored[j.job_id].first) << j.job_id;
+    EXPECT_FALSE(absl::StrContains(j.reason, "declared dead")) << j.job_id << ": " << j.reason;
   }
   EXPECT_EQ(reloaded->size(), stored.size());
 }

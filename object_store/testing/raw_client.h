@@ -27,23 +27,18 @@ class RawClient {
   // `map_arena` (to write and read words in it, e.g. an overlapped seal's ready and
   // ack words); otherwise its descriptor is closed.
   explicit RawClient(const std::string& path, bool map_arena = false) {
-    fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
-    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    timeval tv{10, 0};
-    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     proto::StoreHello hello;
-    absl::StatusOr<int> arena = RecvFrameWithFd(fd_, &hello);
-    EXPECT_TRUE(arena.ok()) << arena.status();
+    absl::StatusOr<StoreGreeting> g = ConnectAndReceiveHello(path, absl::Seconds(10), &hello);
+    EXPECT_TRUE(g.ok()) << g.status();
+    if (!g.ok()) return;
+    fd_ = g->fd;
     capacity_ = hello.arena_capacity();
-    if (arena.ok() && map_arena) {
-      void* p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, MAP_SHARED, *arena, 0);
+    if (map_arena) {
+      void* p = mmap(nullptr, capacity_, PROT_READ | PROT_WRITE, MAP_SHARED, g->arena_fd, 0);
       EXPECT_NE(p, MAP_FAILED) << strerror(errno);
       if (p != MAP_FAILED) arena_ = static_cast<uint8_t*>(p);
     }
-    if (arena.ok()) close(*arena);
+    close(g->arena_fd);
   }
   ~RawClient() {
     if (arena_ != nullptr) munmap(arena_, capacity_);

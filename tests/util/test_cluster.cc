@@ -71,7 +71,7 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptio
         auto s = c->client_->Status();
         if (!s.ok()) return false;
         int alive = 0;
-        for (const auto& n : s->nodes()) alive += n.state() == proto::ALIVE;
+        for (const auto& n : s->nodes) alive += n.state == NodeState::kAlive;
         if (alive != options.nodes) return false;
         for (int i = 0; i < options.nodes; ++i) {
           if (c->agent_node_id(i).empty()) return false;
@@ -231,28 +231,27 @@ int TestCluster::RunCli(const std::vector<std::string>& args, std::string* out, 
   return RunDrover(args, env, dir_, out, err);
 }
 
-proto::JobSpec TestCluster::JobOf(const std::vector<std::string>& command, int nproc,
-                                  int nproc_per_node) {
-  proto::JobSpec spec;
-  for (const std::string& a : command) spec.add_command(a);
-  spec.set_nproc(nproc);
-  spec.set_nproc_per_node(nproc_per_node);
-  spec.set_strategy(proto::PACK);
-  spec.mutable_per_process()->set_cpus(1);
+JobSpec TestCluster::JobOf(const std::vector<std::string>& command, int nproc,
+                           int nproc_per_node) {
+  JobSpec spec;
+  spec.command = command;
+  spec.nproc = nproc;
+  spec.nproc_per_node = nproc_per_node;
+  spec.strategy = PlacementStrategy::kPack;
+  spec.per_process.cpus = 1;
   return spec;
 }
 
-absl::StatusOr<proto::JobInfo> TestCluster::RunJob(const proto::JobSpec& spec,
-                                                   absl::Duration timeout) {
+absl::StatusOr<JobInfo> TestCluster::RunJob(const JobSpec& spec, absl::Duration timeout) {
   auto job = client_->Submit(spec);
   if (!job.ok()) {
     return absl::Status(job.status().code(),
                         absl::StrCat("Submit: ", job.status().message(), "\n", DaemonLogs()));
   }
-  auto done = client_->WaitJob(job->job_id(), timeout);
+  auto done = client_->WaitJob(job->job_id, timeout);
   if (!done.ok()) {
     return absl::Status(done.status().code(),
-                        absl::StrCat("waiting for ", job->job_id(), ": ",
+                        absl::StrCat("waiting for ", job->job_id, ": ",
                                      done.status().message(), "\n", DaemonLogs()));
   }
   return *done;

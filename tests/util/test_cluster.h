@@ -76,12 +76,12 @@ class TestCluster {
 
   // A gang of `nproc` processes running `command`, `nproc_per_node` per node (0: any),
   // one CPU each, packed.
-  static proto::JobSpec JobOf(const std::vector<std::string>& command, int nproc,
-                              int nproc_per_node = 0);
+  static JobSpec JobOf(const std::vector<std::string>& command, int nproc,
+                       int nproc_per_node = 0);
   // Submits `spec` and waits until the job ends. The job's record whatever its state; an
   // error (with the daemons' logs) if it could not be submitted or did not end within
   // `timeout`.
-  absl::StatusOr<proto::JobInfo> RunJob(const proto::JobSpec& spec, absl::Duration timeout);
+  absl::StatusOr<JobInfo> RunJob(const JobSpec& spec, absl::Duration timeout);
 
  private:
   TestCluster() = default;

@@ -1,33 +1,34 @@
-// Collectives on object-store tensors: a collective::Group operation whose input is a
-// sealed tensor object (drover::TensorRef) and whose result is a NEW sealed tensor
-// object in this node's store, readable by id by every process of the cluster.
+// Collectives on tensors whose results live in the object store: a CollectiveGroup
+// operation whose input is a drover::Tensor (in this process's memory or read from the
+// store) and whose result is a NEW sealed tensor object in this node's store, readable
+// by id by every process of the cluster.
 //
 //   auto objects = drover::Objects::FromEnvironment();
-//   auto group = collective::NewGroup(*collective::GroupOptionsFromEnvironment());
+//   auto group = drover::CollectiveGroup::FromEnvironment();
 //   auto grads = (*objects)->GetTensor("grads.rank3", absl::Seconds(30));
 //   auto sum = drover::AllReduceTensor(**group, **objects, *grads, "grads-sum.rank3",
-//                                      collective::ReduceOp::kSum);
-//   auto view = object_store::ViewAs<float>(sum->meta, sum->ref.data().data(),
-//                                           sum->ref.data().size());
+//                                      drover::ReduceOp::kSum);
+//   auto values = sum->span<float>();   // the result object, in place
 //
 // In place in shared memory: the result object is created directly in this node's
-// arena (Client::Create with its tensor header as metadata) and the group writes into
+// arena (created with its tensor header as metadata) and the group writes into
 // it: AllReduce and Broadcast copy the input once into the result's region and run the
 // group operation in place there; AllGather, ReduceScatter and Recv write the result
 // region straight from the input. Nothing goes through a private buffer.
 //
-// Results: contiguous (row-major), storage offset 0, host byte order, the input's dtype.
+// Results: read-only Tensors viewing the result object in place (Tensor::in_store(),
+// object_id() == out_id): contiguous (row-major), storage offset 0, the input's dtype.
 //   AllReduceTensor      the input's shape
 //   BroadcastTensor      the root's shape
 //   AllGatherTensor      [size() * d0, d1, ...]: rank r's input at rows [r*d0, (r+1)*d0)
 //   ReduceScatterTensor  [d0 / size(), d1, ...]: rows [rank*d0/size, (rank+1)*d0/size) of
 //                        the reduction
 //   RecvTensor           the sender's shape
-// Input tensors must be contiguous (object_store::IsContiguous; any storage offset) and
-// in host byte order. Reductions (AllReduce, ReduceScatter) support the dtypes the
-// groups do: float16, float32, float64, int32, int64, uint8 (kAvg on integers truncates,
-// as collective::Group). Operations that only move bytes (Broadcast, AllGather, Send,
-// Recv) take every dtype.
+// Input tensors must be contiguous (Tensor::is_contiguous; any storage offset; Clone()
+// makes a contiguous copy). Reductions (AllReduce, ReduceScatter) support the dtypes
+// the groups do: float16, float32, float64, int32, int64, uint8 (kAvg on integers
+// truncates, as CollectiveGroup). Operations that only move bytes (Broadcast,
+// AllGather, Send, Recv) take every dtype.
 //
 // Output ids: `out_id` names the result object in this node's store. Ranks on one node
 // share that store, so each rank must pass its own id (put the rank in it, e.g.
@@ -43,27 +44,27 @@
 // with a message naming that rank. The round costs a few µs on one node (shared
 // memory) and a Gloo round trip across nodes: small next to tensors of megabytes.
 //
-// Ownership: the caller keeps the Group, the Objects and the input TensorRef; they are
-// borrowed for the call only. The returned TensorRef pins the result object in this
-// node's store until it is destroyed; the object itself stays in the store (sealed,
-// immutable) until someone deletes it (Objects::Delete), like any object put there.
+// Ownership: the caller keeps the group, the Objects and the input Tensor; they are
+// borrowed for the call only. The returned Tensor pins the result object in this
+// node's store until its last copy is destroyed; the object itself stays in the store
+// (sealed, immutable) until someone deletes it (Objects::Delete), like any object put
+// there.
 //
-// Threading: as collective::Group: one thread at a time per group, and every rank makes
+// Threading: as CollectiveGroup: one thread at a time per group, and every rank makes
 // the same calls (same op, dtype, shape, root, in the same order). The Objects may be
 // shared with other threads.
 //
 // Errors (absl canonical codes):
 //   INVALID_ARGUMENT   a dtype a reduction does not support (the message names it and
-//                      lists the supported ones), a non-contiguous or non-host-byte-order
-//                      input, a header that does not fit its object, ranks passing
+//                      lists the supported ones), a non-contiguous input, ranks passing
 //                      different dtypes/shapes (the message names both ranks and their
 //                      shapes), ops or roots, a scalar where dim 0 is needed,
 //                      ReduceScatter's dim 0 not divisible by size(), a bad root or peer.
 //   ALREADY_EXISTS     out_id is already in this node's store (see "Output ids").
 //   RESOURCE_EXHAUSTED no room for the result in this node's store.
-//   and the collective::Group errors (ABORTED, DEADLINE_EXCEEDED, UNAVAILABLE,
+//   and the CollectiveGroup errors (ABORTED, DEADLINE_EXCEEDED, UNAVAILABLE,
 //   FAILED_PRECONDITION) when the group fails during the call; then the group is broken
-//   (see collective/group.h) and the result object was aborted.
+//   (see drover/collective.h) and the result object was aborted.
 // On every error the result object is aborted (nothing stays in the store), except
 // if reading back the just-sealed result fails (the store went away): then the
 // result may stay, sealed and complete.
@@ -75,50 +76,45 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "collective/group.h"
+#include "drover/collective.h"
 #include "drover/objects.h"
-#include "object_store/tensor.h"
+#include "drover/tensor.h"
 
 namespace drover {
 
-// The group dtype of a tensor dtype for reductions: INVALID_ARGUMENT naming `dtype` and
-// listing the supported ones if it has none.
-absl::StatusOr<collective::DataType> CollectiveDataType(object_store::DType dtype);
-
 // Every rank ends with a tensor object `out_id` holding the reduction of all ranks'
 // `in` (same dtype and shape on every rank).
-absl::StatusOr<TensorRef> AllReduceTensor(collective::Group& group, Objects& objects,
-                                          const TensorRef& in, const std::string& out_id,
-                                          collective::ReduceOp op);
+absl::StatusOr<Tensor> AllReduceTensor(CollectiveGroup& group, Objects& objects,
+                                       const Tensor& in, const std::string& out_id,
+                                       ReduceOp op);
 
 // Every rank ends with a copy of the root's tensor as `out_id`. `in` is read on the root
-// only (it must be non-null there); other ranks may pass nullptr and learn the header
-// from the root.
-absl::StatusOr<TensorRef> BroadcastTensor(collective::Group& group, Objects& objects,
-                                          const TensorRef* in, const std::string& out_id,
-                                          int root);
+// only (it must be non-null there); other ranks may pass nullptr and learn the dtype
+// and shape from the root.
+absl::StatusOr<Tensor> BroadcastTensor(CollectiveGroup& group, Objects& objects,
+                                       const Tensor* in, const std::string& out_id, int root);
 
 // Every rank ends with all ranks' inputs concatenated along dim 0, in rank order. Every
 // rank's input must have the same dtype and shape (ndim >= 1).
-absl::StatusOr<TensorRef> AllGatherTensor(collective::Group& group, Objects& objects,
-                                          const TensorRef& in, const std::string& out_id);
+absl::StatusOr<Tensor> AllGatherTensor(CollectiveGroup& group, Objects& objects,
+                                       const Tensor& in, const std::string& out_id);
 
 // Each rank ends with its 1/size() slice (along dim 0) of the reduction of all ranks'
 // inputs. Same dtype and shape everywhere; dim 0 divisible by size().
-absl::StatusOr<TensorRef> ReduceScatterTensor(collective::Group& group, Objects& objects,
-                                              const TensorRef& in, const std::string& out_id,
-                                              collective::ReduceOp op);
+absl::StatusOr<Tensor> ReduceScatterTensor(CollectiveGroup& group, Objects& objects,
+                                           const Tensor& in, const std::string& out_id,
+                                           ReduceOp op);
 
 // Point to point: SendTensor on one rank matches RecvTensor on `peer` with the same tag.
 // The sender sends a header record, the receiver creates the result object and answers
-// whether it could, then the data goes straight from the sender's object into the
-// receiver's. Either side's failure is reported to the other (both return an error, no
-// object is left). Both calls block until the exchange is done; order exchanges as for
-// Group::Send/Recv (two ranks that both SendTensor to each other first deadlock).
-absl::Status SendTensor(collective::Group& group, const TensorRef& in, int peer,
-                        uint32_t tag = 0);
-absl::StatusOr<TensorRef> RecvTensor(collective::Group& group, Objects& objects,
-                                     const std::string& out_id, int peer, uint32_t tag = 0);
+// whether it could, then the data goes straight from the sender's tensor into the
+// receiver's object. Either side's failure is reported to the other (both return an
+// error, no object is left). Both calls block until the exchange is done; order
+// exchanges as for CollectiveGroup::Send/Recv (two ranks that both SendTensor to each
+// other first deadlock).
+absl::Status SendTensor(CollectiveGroup& group, const Tensor& in, int peer, uint32_t tag = 0);
+absl::StatusOr<Tensor> RecvTensor(CollectiveGroup& group, Objects& objects,
+                                  const std::string& out_id, int peer, uint32_t tag = 0);
 
 }  // namespace drover
 

@@ -1,0 +1,211 @@
+// Connection: the client's transport to the node's object store. One Unix socket, the
+// arena mapped from the descriptor the store sent, and the request/reply machinery
+// over them: one request at a time (CallLocked), requests whose replies are read later
+// (SendAsyncLocked), pipelined batches, and replies set aside for their owner.
+//
+// Not part of the public API: object_store::Client (client.h) and the leased put
+// (leased_put.h) build on it.
+//
+// Ownership: shared by the Client and every ObjectRef it handed out
+// (std::shared_ptr), so that a ref may outlive its Client. The destructor reads the
+// answers to outstanding asynchronous requests (up to a second) and closes the
+// socket; the arena mapping goes with it.
+//
+// Thread safety: every *Locked method REQUIRES mu() held; the arena accessors need no
+// lock. One thread at a time drives the socket; a request and its reply, or a whole
+// batch, happen under one hold of mu().
+//
+// Invariants: request ids grow by one per request sent; every reply read is either
+// the one a caller waits for, an answer to an asynchronous request (counted in
+// unacked, logged if it failed), or set aside (SetAsideLocked). Once a socket error or
+// a garbled reply breaks the connection it stays broken: every later call returns the
+// same UNAVAILABLE, naming the cause.
+#ifndef DROVER_OBJECT_STORE_INTERNAL_CONNECTION_H_
+#define DROVER_OBJECT_STORE_INTERNAL_CONNECTION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "object_store/arena.h"
+#include "object_store/object_id.h"
+#include "object_store/protocol.h"
+#include "proto/object_store.pb.h"
+
+namespace drover::object_store::internal {
+
+// How long a request may take the store to answer (on top of a Get's own timeout)
+// before the connection is given up as hung. Generous: a Get may restore a spilled
+// object of gigabytes from disk.
+inline constexpr absl::Duration kReplyGrace = absl::Seconds(120);
+// How long a waiting client spins (yielding the CPU) before it sleeps: the store
+// answers most requests within microseconds, and a sleeping reader costs a wake-up on
+// each side (~10 µs here).
+inline constexpr absl::Duration kSpin = absl::Microseconds(50);
+
+class Connection {
+ public:
+  // Connects to the store at `socket_path`, receives its hello with the arena
+  // descriptor and maps the arena. UNAVAILABLE if no store listens there or it sent no
+  // arena.
+  static absl::StatusOr<std::shared_ptr<Connection>> Open(const std::string& socket_path);
+
+  Connection(int fd, std::unique_ptr<Arena> arena, uint64_t client_id);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // The shared arena as mapped in this process; fixed for the connection's life.
+  const uint8_t* base() const { return reinterpret_cast<const uint8_t*>(arena_->base()); }
+  uint8_t* mutable_base() const { return reinterpret_cast<uint8_t*>(arena_->base()); }
+  uint64_t capacity() const { return arena_->capacity(); }
+  // The id the store assigned to this connection.
+  uint64_t client_id() const { return client_id_; }
+
+  absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }
+
+  // The request to fill for the next send, cleared. Reused for every request (no
+  // allocation per operation beyond the message's own).
+  proto::StoreRequest& NewRequestLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    req_.Clear();
+    return req_;
+  }
+
+  // Sends the request and waits for its reply. Returns the reply, valid until the next
+  // read on this connection, or the transport's error (UNAVAILABLE: broken for good).
+  // `wait` bounds the store's own wait (a Get's timeout); kReplyGrace is added. The
+  // reply's own code is the caller's to look at.
+  absl::StatusOr<const proto::StoreReply*> CallLocked(absl::Duration wait)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Sends the request without waiting for its reply (read before a later call's; a
+  // failure is logged).
+  void SendAsyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases one reference to `id`, without waiting (ObjectRef).
+  void ReleaseAsync(const ObjectId& id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // --- Pipelining: BeginBatchLocked, then per request NewRequestLocked + AppendLocked;
+  // then FinishBatchLocked (send all in one write, read every reply),
+  // SendBatchAsyncLocked (replies read later) or SendBatchLocked (the caller awaits the
+  // replies it wants with AwaitReplyLocked).
+  void BeginBatchLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the request (NewRequestLocked) to the batch. INVALID_ARGUMENT if it is
+  // larger than a frame.
+  absl::Status AppendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The request id of the batch's first request, and how many it has.
+  uint64_t batch_first() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return batch_first_; }
+  int batch_size() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return batch_size_; }
+
+  // Sends the batch and reads its replies, calling on_reply(index in the batch, reply)
+  // for each (in the store's order). Transport errors only; replies' codes are the
+  // callback's.
+  template <typename OnReply>
+  absl::Status FinishBatchLocked(absl::Duration wait, OnReply&& on_reply)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the batch without reading anything.
+  absl::Status SendBatchLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the batch; its replies are read later, as for SendAsyncLocked.
+  void SendBatchAsyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads replies until the one to request `request_id` (those before it answer
+  // asynchronous requests) and returns it, valid until the next read.
+  absl::StatusOr<const proto::StoreReply*> AwaitReplyLocked(uint64_t request_id,
+                                                            absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A request sent whose reply nobody waits for after all (its outcome came another
+  // way): the reply is read later, as for SendAsyncLocked.
+  void ExpectAsyncReplyLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // --- Replies set aside: the replies to requests [first, first + count) (sent, e.g.
+  // with a batch's tail) are kept for their owner by whichever read meets them, so that
+  // nobody waits for them on purpose. At most one such range at a time.
+  static constexpr int kMaxSetAside = 2;
+  // REQUIRES: 0 < count <= kMaxSetAside, !set_aside_pending().
+  void SetAsideLocked(uint64_t first, int count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True from SetAsideLocked until TakeSetAsideLocked.
+  bool set_aside_pending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return set_aside_count_ > 0;
+  }
+  // Reads until every reply set aside has come and hands them over, in request order
+  // (valid until the next SetAsideLocked); ends the range. Transport errors only.
+  absl::StatusOr<absl::Span<const proto::StoreReply>> TakeSetAsideLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+ private:
+  // Marks the connection broken by `s` (shutting the socket down) and returns the
+  // UNAVAILABLE every later call gets.
+  absl::Status Break(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An answer to an asynchronous request.
+  void NoteAsyncReply(const proto::StoreReply& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `n` more asynchronous requests; reads their answers once too many are
+  // outstanding.
+  void AddUnackedLocked(int n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DrainLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static absl::Time DeadlineFor(absl::Duration wait) {
+    return wait == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                            : absl::Now() + wait + kReplyGrace;
+  }
+  absl::Status WaitFd(short events, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads the next reply that is not set aside into `*reply`.
+  absl::Status ReadReplyLocked(proto::StoreReply* reply, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads one reply; if it is one to set aside, it is (`*set_aside` true) and `*reply`
+  // holds nothing of use.
+  absl::Status ReadOneLocked(proto::StoreReply* reply, absl::Time deadline, bool* set_aside)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads one frame; `*body` is valid until the next read.
+  absl::Status ReadFrameLocked(absl::string_view* body, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const int fd_;
+  const std::unique_ptr<Arena> arena_;
+  const uint64_t client_id_;
+
+  absl::Mutex mu_;
+  proto::StoreRequest req_ ABSL_GUARDED_BY(mu_);
+  proto::StoreReply reply_ ABSL_GUARDED_BY(mu_);
+  proto::StoreReply drain_reply_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t batch_first_ ABSL_GUARDED_BY(mu_) = 0;
+  int batch_size_ ABSL_GUARDED_BY(mu_) = 0;
+  // Asynchronous requests whose answers are not read yet.
+  int unacked_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  std::string wbuf_ ABSL_GUARDED_BY(mu_);
+  FrameDecoder in_ ABSL_GUARDED_BY(mu_);
+  // Replies set aside: request ids [set_aside_first_, + set_aside_count_), of which
+  // set_aside_arrived_ have come (into set_aside_[rid - first]).
+  uint64_t set_aside_first_ ABSL_GUARDED_BY(mu_) = 0;
+  int set_aside_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int set_aside_arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  proto::StoreReply set_aside_[kMaxSetAside] ABSL_GUARDED_BY(mu_);
+};
+
+template <typename OnReply>
+absl::Status Connection::FinishBatchLocked(absl::Duration wait, OnReply&& on_reply) {
+  if (!broken_.ok()) return broken_;
+  const absl::Time deadline = DeadlineFor(wait);
+  if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
+  for (int left = batch_size_; left > 0;) {
+    if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s);
+    const uint64_t rid = reply_.request_id();
+    if (rid >= batch_first_ && rid < batch_first_ + static_cast<uint64_t>(batch_size_)) {
+      on_reply(static_cast<int>(rid - batch_first_), static_cast<const proto::StoreReply&>(reply_));
+      --left;
+    } else {
+      NoteAsyncReply(reply_);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace drover::object_store::internal
+
+#endif  // DROVER_OBJECT_STORE_INTERNAL_CONNECTION_H_

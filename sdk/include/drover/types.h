@@ -1,0 +1,181 @@
+// Plain value types of the drover SDK: what a job asks for (JobSpec), the cluster's
+// record of a job (JobInfo), of a node (NodeInfo) and of the whole cluster
+// (ClusterStatus), and pieces of a job's output (LogChunk). The SDK converts them to and
+// from the wire messages (proto/) inside its own .cc files; nothing here depends on
+// them, so programs build against this header with the standard library and Abseil.
+//
+// Ownership and thread safety: ordinary values (copyable, movable, no shared state);
+// the free functions are pure and thread-safe.
+#ifndef DROVER_SDK_INCLUDE_DROVER_TYPES_H_
+#define DROVER_SDK_INCLUDE_DROVER_TYPES_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace drover {
+
+// An amount of every resource kind a node offers or a process needs.
+struct Resources {
+  double cpus = 0;           // logical CPUs, may be fractional (0.5)
+  int64_t memory_bytes = 0;
+  int gpus = 0;              // whole GPUs
+  std::map<std::string, double> custom;  // operator-defined ("ssd": 1, "license": 4)
+};
+
+// How a gang's processes are spread over nodes when nproc_per_node is 0.
+enum class PlacementStrategy {
+  kPack = 0,    // as few nodes as possible (the default)
+  kSpread = 1,  // as many nodes as possible, round-robin
+};
+
+// "PACK", "SPREAD".
+const char* PlacementStrategyName(PlacementStrategy strategy);
+
+// What to run: a gang of `nproc` processes of `command`. Submit checks it and refuses
+// (INVALID_ARGUMENT) a spec that could never run.
+struct JobSpec {
+  std::string name;                          // for display; need not be unique
+  std::vector<std::string> command;          // argv; argv[0] is looked up in PATH
+  std::map<std::string, std::string> env;    // extra environment of every process
+  std::string cwd;                           // on the nodes; empty: the agent's
+  int nproc = 1;                             // processes in the gang, >= 1
+  int nproc_per_node = 0;                    // > 0: exactly this many on each node
+  Resources per_process = {1, 0, 0, {}};     // each process's needs (default 1 CPU)
+  PlacementStrategy strategy = PlacementStrategy::kPack;
+  int max_restarts = 0;                      // whole-gang restarts after a failure
+  // Each generation running longer than this is stopped and the job FAILS (exit code
+  // 124, no restart). Zero: no limit. Kept in whole milliseconds (a positive value
+  // below 1 ms counts as 1 ms).
+  absl::Duration time_limit = absl::ZeroDuration();
+  // Makes Submit safe to retry: a second submit with the same key returns the first
+  // job. Empty: Submit makes a fresh key for each call.
+  std::string idempotency_key;
+};
+
+enum class JobState {
+  kPending = 0,    // waiting to be placed (JobInfo::reason says why)
+  kRunning = 1,    // placed; processes of the current generation start or run
+  kSucceeded = 2,  // every process exited with code 0
+  kFailed = 3,     // a process failed (or its node died) and no restarts were left
+  kCancelled = 4,  // cancelled by a user
+};
+
+// "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED" (as the CLI prints them).
+const char* JobStateName(JobState state);
+// True for SUCCEEDED, FAILED and CANCELLED: the job will not run again. Its processes
+// may still be stopping (JobInfo::live_processes).
+bool IsTerminal(JobState state);
+
+// Where one rank of the current generation runs.
+struct RankPlacement {
+  int rank = 0;              // RANK
+  std::string node_id;
+  std::string node_ip;       // the node's address for other nodes (MASTER_ADDR for rank 0)
+  int local_rank = 0;        // LOCAL_RANK
+  int group_rank = 0;        // the node's index within the job (GROUP_RANK)
+  std::vector<int> gpu_ids;  // CUDA_VISIBLE_DEVICES, in order
+};
+
+// How one process ended.
+struct ExitInfo {
+  int rank = 0;
+  std::string node_id;
+  int exit_code = 0;        // -1 if killed by a signal or never started
+  int signal = 0;           // the signal that killed it, else 0
+  std::string stderr_tail;  // the last lines it wrote to stderr (a few KiB at most)
+  std::string error;        // set when it could not start or its node was lost
+  int generation = 0;       // the restart generation it belonged to
+};
+
+// The cluster's record of a job.
+struct JobInfo {
+  std::string job_id;  // "job-N"
+  JobSpec spec;        // as submitted
+  JobState state = JobState::kPending;
+  std::string reason;  // why it is in this state, in words a user can act on
+  absl::Time submit_time = absl::UnixEpoch();
+  std::optional<absl::Time> start_time;        // first placement
+  std::optional<absl::Time> end_time;          // reaching a terminal state
+  std::optional<absl::Time> generation_start;  // placement of the current generation
+  int restart_count = 0;                       // gang restarts so far
+  std::vector<RankPlacement> placement;        // current generation; empty while PENDING
+  std::string master_addr;                     // MASTER_ADDR of the current generation
+  int master_port = 0;                         // MASTER_PORT; 0 until known
+  // The first failure of the current generation (the cause of FAILED); cleared when
+  // the gang is placed again.
+  std::optional<ExitInfo> root_cause;
+  std::vector<int> succeeded_ranks;  // ranks of the generation that exited with 0
+  std::vector<int> exited_ranks;     // ranks of the generation whose exit is recorded
+  int live_processes = 0;            // processes of the generation still alive
+  bool restarting = false;           // the gang is being stopped before a restart
+  int64_t version = 0;               // moves on every change (Client::GetJob can wait)
+  // What `drover run` returns: 0 on success, the root cause's code (128 + signal for
+  // signals) on failure, 130 when cancelled.
+  int exit_code = 0;
+  // Every node that ran a process of any generation, in first-use order: output stays
+  // on the node that wrote it, so logs are read from all of them.
+  std::vector<std::string> nodes_used;
+};
+
+enum class NodeState {
+  kAlive = 0,         // registered and heartbeating
+  kDead = 1,          // silent past the timeout; its work was failed or restarted
+  kReconnecting = 2,  // known from a persisted job, not yet back after a scheduler restart
+};
+
+// "ALIVE", "DEAD", "RECONNECTING".
+const char* NodeStateName(NodeState state);
+
+// The scheduler's view of a node.
+struct NodeInfo {
+  std::string node_id;        // "node-N", kept by the agent across re-registrations
+  std::string agent_address;  // host:port of its agent (Client::StreamLogs)
+  std::string node_ip;        // how other nodes reach its processes
+  std::string hostname;
+  NodeState state = NodeState::kAlive;
+  Resources total;            // everything it offers
+  Resources free;             // total minus what running jobs hold
+  std::vector<int> free_gpu_ids;
+  absl::Time last_heartbeat = absl::UnixEpoch();
+  std::vector<std::string> warnings;   // problems found at start (small /dev/shm, ...)
+  std::vector<std::string> gpu_names;  // model names, or "declared" (--num-gpus)
+  std::string reason;                  // why it is DEAD, if it is
+};
+
+// The whole cluster at one moment.
+struct ClusterStatus {
+  std::vector<NodeInfo> nodes;          // every node known, in registration order
+  std::map<JobState, int> job_counts;   // jobs by state (states with none may be absent)
+  std::string state_backend;            // "memory" or "redis HOST:PORT"
+  std::string address;                  // the scheduler's address
+};
+
+// Which output stream of a process.
+enum class LogStream {
+  kStdout = 1,
+  kStderr = 2,
+};
+
+// Where to resume one stream of one rank: bytes of it already received.
+struct LogOffset {
+  int rank = 0;
+  LogStream stream = LogStream::kStdout;
+  int64_t offset = 0;
+};
+
+// A piece of one process's output, as written (not split into lines).
+struct LogChunk {
+  int rank = 0;
+  LogStream stream = LogStream::kStdout;
+  int64_t offset = 0;  // of data[0] within the stream
+  std::string data;    // up to 1 MiB
+};
+
+}  // namespace drover
+
+#endif  // DROVER_SDK_INCLUDE_DROVER_TYPES_H_

@@ -69,6 +69,18 @@ std::string WorkerExe() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "?";
 }
+// Multiplies a float32 tensor by k (a new tensor; the input stays as it was).
+absl::StatusOr<drover::Tensor> Scale(drover::Tensor t, float k) {
+  auto in = t.span<float>();
+  if (!in.ok()) return in.status();
+  auto out = drover::Tensor::Empty(drover::DType::kFloat32, t.shape());
+  if (!out.ok()) return out.status();
+  auto o = out->mutable_span<float>();
+  for (size_t i = 0; i < in->size(); ++i) (*o)[i] = (*in)[i] * k;
+  return *out;
+}
+// Where a tensor argument was read from: the store (zero copy) or the task's message.
+std::string TensorSource(drover::Tensor t) { return t.in_store() ? "store" : "inline"; }
 int64_t Sleeps(int64_t ms) {
   absl::SleepFor(absl::Milliseconds(ms));
   return ms;
@@ -102,7 +114,7 @@ Counter* MakeBrokenCounter(int64_t) { throw std::runtime_error("no counter today
 }  // namespace
 
 DROVER_REMOTE(Sum, Add, Greet, Nothing, WhereAmI, Blob, Checksum, Throws, Fails, Crashes, DiesOnce,
-              Sleeps, WorkerExe, MakeCounter, MakeBrokenCounter, &Counter::Add, &Counter::Log, &Counter::Value,
+              Sleeps, WorkerExe, Scale, TensorSource, MakeCounter, MakeBrokenCounter, &Counter::Add, &Counter::Log, &Counter::Value,
               &Counter::Die, &Counter::Pid);
 
 namespace {
@@ -272,6 +284,28 @@ int Hold() {
   return 0;
 }
 
+int Tensors() {
+  for (int64_t n : {int64_t{16}, int64_t{1} << 18}) {  // 64 B inline, 1 MiB through the store
+    std::vector<float> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i % 1000);
+    auto t = drover::Tensor::FromVector(v);
+    auto ref = drover::Put(*t);
+    auto scaled = drover::Task(Scale).Remote(ref, 0.5f);
+    auto back = drover::Get(scaled, absl::Seconds(60));
+    bool ok = back.ok() && back->numel() == n;
+    if (ok) {
+      auto s = back->span<float>();
+      for (int64_t i = 0; ok && i < n; ++i) ok = (*s)[static_cast<size_t>(i)] == static_cast<float>(i % 1000) * 0.5f;
+    }
+    const std::string key = n == 16 ? "small" : "large";
+    Print("tensor_" + key, ok ? "ok" : (back.ok() ? back->Describe() : Err(back.status())));
+    Print("tensor_" + key + "_result_in_store", back.ok() && back->in_store() ? "yes" : "no");
+    auto src = drover::Get(drover::Task(TensorSource).Remote(ref), absl::Seconds(60));
+    Print("tensor_" + key + "_arg", src.ok() ? *src : Err(src.status()));
+  }
+  return 0;
+}
+
 // The driver's binary is removed right after Init: workers must run the uploaded package.
 int Shipped(const char* self) {
   Print("removed", ::unlink(self) == 0 ? "yes" : "no");
@@ -298,6 +332,7 @@ int main(int argc, char** argv) {
   if (scenario == "restart") return Restart();
   if (scenario == "hold") return Hold();
   if (scenario == "shipped") return Shipped(argv[0]);
+  if (scenario == "tensors") return Tensors();
   std::cerr << "unknown scenario " << scenario << "\n";
   return 2;
 }

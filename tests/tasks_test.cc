@@ -113,6 +113,19 @@ TEST_F(TasksTest, TasksRunAndRefsResolve) {
   EXPECT_TRUE(absl::StartsWith(r.Get("job"), "job-")) << r.out;
 }
 
+// Tensors travel as store objects when large (read in place by the task, and the
+// result read in place by the caller), inline when small.
+TEST_F(TasksTest, TensorsGoThroughTheStore) {
+  DriverRun r = RunProgram({"tensors"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.Get("tensor_small"), "ok") << r.out;
+  EXPECT_EQ(r.Get("tensor_large"), "ok") << r.out;
+  EXPECT_EQ(r.Get("tensor_small_arg"), "inline");
+  EXPECT_EQ(r.Get("tensor_large_arg"), "store");
+  EXPECT_EQ(r.Get("tensor_small_result_in_store"), "no");
+  EXPECT_EQ(r.Get("tensor_large_result_in_store"), "yes");
+}
+
 TEST_F(TasksTest, ErrorsComeBackWithTheirCause) {
   DriverRun r = RunProgram({"errors"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -199,7 +212,7 @@ TEST_F(TasksTest, NoWorkerOutlivesItsDriver) {
   EXPECT_TRUE(WaitFor(
       [&] {
         auto j = cluster_->client().GetJob(job);
-        return j.ok() && j->state() != proto::RUNNING;
+        return j.ok() && j->state == JobState::kSucceeded;
       },
       absl::Seconds(30)));
 }

@@ -98,9 +98,9 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       c->set_class_name(TypeName(*fn->cls));
       c->set_name(task->options.name);
       const CallOptions& o = task->options;
-      req.mutable_shape()->set_cpus(o.resources_set ? o.resources.cpus : 1);
+      req.mutable_shape()->set_cpus(o.resources.cpus);
       req.mutable_shape()->set_gpus(o.resources.gpus);
-      req.mutable_shape()->set_memory_bytes(o.resources.memory);
+      req.mutable_shape()->set_memory_bytes(o.resources.memory_bytes);
       for (const auto& [k, v] : o.resources.custom) (*req.mutable_shape()->mutable_custom())[k] = v;
       *req.mutable_package() = ctx_->package;
       req.mutable_hint()->set_node_id(o.node_id);

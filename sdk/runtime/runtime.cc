@@ -23,6 +23,7 @@
 #include "drover/task.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "sdk/runtime/actor_client.h"
+#include "sdk/internal/tensor_internal.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/object_table.h"
 #include "sdk/runtime/package.h"
@@ -82,8 +83,23 @@ class StoreCodecContext : public CodecContext {
   absl::StatusOr<ValueView> Load(const StoredRef& ref) override {
     Runtime* rt = ActiveRuntime();
     if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-    return rt->ctx.store->Load(ref, absl::Now() + absl::Minutes(5));
+    return rt->ctx.store->Load(ref, absl::Now() + kLoadWait);
   }
+  absl::StatusOr<Buffer> LoadBuffer(const StoredRef& ref) override {
+    Runtime* rt = ActiveRuntime();
+    if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+    DROVER_ASSIGN_OR_RETURN(object_store::ObjectRef r,
+                            rt->ctx.store->GetRef(ref.object_id, absl::Now() + kLoadWait));
+    return TensorAccess::FromObject(std::move(r));
+  }
+  std::string node_id() override {
+    Runtime* rt = ActiveRuntime();
+    return rt == nullptr ? "" : rt->ctx.node_id;
+  }
+
+ private:
+  // How long decoding waits for a stored value to reach this node.
+  static constexpr absl::Duration kLoadWait = absl::Minutes(5);
 };
 
 // True if `ip` is one of this machine's addresses (or loopback).

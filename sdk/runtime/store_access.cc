@@ -43,42 +43,37 @@ absl::StatusOr<StoredRef> StoreAccess::Put(const std::string& id, absl::string_v
   return StoredRef{id, node_id_, data.size()};
 }
 
-absl::StatusOr<StoreAccess::Pinned> StoreAccess::LoadWithMetadata(const std::string& object_id,
-                                                                  absl::Time deadline) {
+absl::StatusOr<object_store::ObjectRef> StoreAccess::GetRef(const std::string& object_id,
+                                                            absl::Time deadline) {
   if (store_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot read object ", object_id, ": this node has no object store"));
   }
   absl::StatusOr<object_store::ObjectRef> ref = store_->Get(object_id, absl::ZeroDuration());
-  if (!ref.ok() && (ref.status().code() == absl::StatusCode::kNotFound ||
-                    ref.status().code() == absl::StatusCode::kDeadlineExceeded)) {
-    if (transfer_ == nullptr) return ref.status();
-    // Not here: this node's agent pulls it from a node that has it.
-    grpc::ClientContext ctx;
-    PrepareContext(&ctx, token_, Until(deadline));
-    proto::FetchObjectRequest req;
-    req.set_object_id(object_id);
-    proto::FetchObjectReply reply;
-    absl::Status s = FromGrpcStatus(transfer_->FetchObject(&ctx, req, &reply));
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("object ", object_id, ": ", s.message()));
-    }
-    ref = store_->Get(object_id, absl::Seconds(5));
+  if (ref.ok() || (ref.status().code() != absl::StatusCode::kNotFound &&
+                   ref.status().code() != absl::StatusCode::kDeadlineExceeded)) {
+    return ref;
   }
-  if (!ref.ok()) return ref.status();
-  auto holder = std::make_shared<object_store::ObjectRef>(*std::move(ref));
-  Pinned out;
-  out.data = absl::string_view(reinterpret_cast<const char*>(holder->data().data()),
-                               holder->data().size());
-  out.metadata = holder->metadata_view();
-  out.keepalive = holder;
-  return out;
+  if (transfer_ == nullptr) return ref.status();
+  // Not here: this node's agent pulls it from a node that has it, waiting for the
+  // directory to list one if it was just made (its holder reports it in a moment).
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, token_, Until(deadline));
+  proto::FetchObjectRequest req;
+  req.set_object_id(object_id);
+  req.set_timeout_ms(Until(deadline).count());
+  req.set_wait_for_holder(true);
+  proto::FetchObjectReply reply;
+  absl::Status s = FromGrpcStatus(transfer_->FetchObject(&ctx, req, &reply));
+  if (!s.ok()) return s;
+  return store_->Get(object_id, absl::Seconds(5));
 }
 
 absl::StatusOr<ValueView> StoreAccess::Load(const StoredRef& ref, absl::Time deadline) {
-  absl::StatusOr<Pinned> p = LoadWithMetadata(ref.object_id, deadline);
-  if (!p.ok()) return p.status();
-  return ValueView{p->data, p->keepalive};
+  DROVER_ASSIGN_OR_RETURN(object_store::ObjectRef r, GetRef(ref.object_id, deadline));
+  auto holder = std::make_shared<object_store::ObjectRef>(std::move(r));
+  absl::string_view data(reinterpret_cast<const char*>(holder->data().data()), holder->data().size());
+  return ValueView{data, holder};
 }
 
 void StoreAccess::Delete(const std::vector<StoredRef>& objects) {

@@ -38,13 +38,8 @@ class StoreAccess {
   // The object's data, pinned (zero copy), pulling it to this node first if it is
   // elsewhere. NOT_FOUND naming the object and its node if no live node has it.
   absl::StatusOr<ValueView> Load(const StoredRef& ref, absl::Time deadline);
-  // The same, with the metadata (e.g. a tensor header) beside the data.
-  struct Pinned {
-    absl::string_view data;
-    absl::string_view metadata;
-    std::shared_ptr<const void> keepalive;
-  };
-  absl::StatusOr<Pinned> LoadWithMetadata(const std::string& object_id, absl::Time deadline);
+  // The object pinned in this node's store, pulling it here first if it is elsewhere.
+  absl::StatusOr<object_store::ObjectRef> GetRef(const std::string& object_id, absl::Time deadline);
 
   // Deletes the objects from the stores holding them (asynchronously for other nodes).
   void Delete(const std::vector<StoredRef>& objects);

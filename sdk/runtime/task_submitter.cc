@@ -36,14 +36,6 @@ std::chrono::milliseconds Ms(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
 
-std::string ShapeText(const proto::Resources& r) {
-  std::string s = absl::StrCat("cpus=", r.cpus());
-  if (r.gpus() > 0) absl::StrAppend(&s, ",gpus=", r.gpus());
-  if (r.memory_bytes() > 0) absl::StrAppend(&s, ",mem=", r.memory_bytes());
-  std::map<std::string, double> custom(r.custom().begin(), r.custom().end());
-  for (const auto& [k, v] : custom) absl::StrAppend(&s, ",", k, "=", v);
-  return s;
-}
 
 }  // namespace
 
@@ -125,7 +117,10 @@ void TaskSubmitter::Submit(std::shared_ptr<TaskRecord> task) {
 std::string TaskSubmitter::KeyName(const TaskRecord& t,
                                    const std::map<std::string, uint64_t>& bytes) const {
   const CallOptions& o = t.options;
-  std::string name = absl::StrCat(o.resources.cpus, "/", o.resources.gpus, "/", o.resources.memory);
+  // Per function, as Ray's scheduling keys: the pipeline depth follows each function's
+  // own run time, so a slow function's tasks never queue a fast one's behind them.
+  std::string name = absl::StrCat(t.function, "|", o.resources.cpus, "/", o.resources.gpus, "/",
+                                  o.resources.memory_bytes);
   for (const auto& [k, v] : o.resources.custom) absl::StrAppend(&name, "/", k, "=", v);
   if (!o.node_id.empty()) absl::StrAppend(&name, "@", o.node_id, o.soft_affinity ? "~" : "");
   if (o.spread) absl::StrAppend(&name, "+spread");
@@ -172,7 +167,7 @@ void TaskSubmitter::Enqueue(std::shared_ptr<TaskRecord> task) {
         const CallOptions& o = task->options;
         k.shape.set_cpus(o.resources.cpus);
         k.shape.set_gpus(o.resources.gpus);
-        k.shape.set_memory_bytes(o.resources.memory);
+        k.shape.set_memory_bytes(o.resources.memory_bytes);
         for (const auto& [rk, rv] : o.resources.custom) (*k.shape.mutable_custom())[rk] = rv;
         k.hint.set_node_id(o.node_id);
         k.hint.set_soft(o.soft_affinity);

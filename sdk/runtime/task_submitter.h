@@ -1,6 +1,6 @@
 // TaskSubmitter: runs this process's tasks on leased workers.
 //
-// Tasks are grouped by scheduling key (resource shape and placement). For each key it
+// Tasks are grouped by scheduling key (function, resource shape and placement). For each key it
 // holds worker leases granted by the scheduler and pushes tasks straight to those
 // workers over one connection each (a Unix socket on this node, TCP to others), many
 // in flight per worker: as many as keep about a millisecond of work queued there, so

@@ -339,6 +339,7 @@ void WorkerServer::CreateActor(const proto::ActorCreation& creation) {
     if (status.ok()) {
       bool user_error = false;
       absl::StatusOr<void*> made;
+      ScopedCodecContext codec(RuntimeCodecContext());
       try {
         made = fn->create(args, &user_error);
       } catch (const std::exception& e) {
@@ -419,6 +420,8 @@ proto::TaskReply WorkerServer::Execute(const proto::TaskSpec& spec) {
   }
   const absl::Time start = absl::Now();
   InvokeResult r;
+  // Tensors in the arguments are read from (and results put into) this node's store.
+  ScopedCodecContext codec(RuntimeCodecContext());
   try {
     r = fn->invoke(self, args);
   } catch (const std::exception& e) {

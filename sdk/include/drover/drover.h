@@ -1,5 +1,6 @@
-// The drover SDK in one include: jobs and the cluster (Client), the object store
-// (Objects), Buffers and Tensors, collective groups and collectives on tensors.
+// The drover SDK in one include: tasks and actors (drover/task.h), jobs and the cluster
+// (Client), the object store (Objects), Buffers and Tensors, collective groups and
+// collectives on tensors.
 // Link //sdk:drover. Each header says what it is for, who owns what and its thread
 // safety; every call that can fail returns absl::Status or absl::StatusOr.
 #ifndef DROVER_SDK_INCLUDE_DROVER_DROVER_H_
@@ -9,6 +10,7 @@
 #include "drover/collective.h"          // IWYU pragma: export
 #include "drover/json.h"                // IWYU pragma: export
 #include "drover/objects.h"             // IWYU pragma: export
+#include "drover/task.h"                // IWYU pragma: export
 #include "drover/tensor.h"              // IWYU pragma: export
 #include "drover/tensor_collectives.h"  // IWYU pragma: export
 #include "drover/types.h"               // IWYU pragma: export

@@ -45,6 +45,7 @@
 #include "drover/internal/codec.h"
 #include "drover/internal/registry.h"
 #include "drover/internal/runtime_api.h"
+#include "drover/tensor.h"
 
 namespace drover {
 
@@ -386,10 +387,33 @@ absl::Status Kill(const ActorHandle<T>& actor) {
 
 }  // namespace drover
 
-// ActorHandles travel as their actor id.
+// Tensors travel as a header and their bytes (small) or the store object holding them;
+// ActorHandles as their actor id.
 namespace msgpack {
 MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
 namespace adaptor {
+
+template <>
+struct pack<drover::Tensor> {
+  template <typename Stream>
+  packer<Stream>& operator()(packer<Stream>& o, const drover::Tensor& t) const {
+    const std::string ext = drover::internal::EncodeTensorExt(t);
+    o.pack_ext(ext.size(), drover::internal::kTensorExtType);
+    o.pack_ext_body(ext.data(), static_cast<uint32_t>(ext.size()));
+    return o;
+  }
+};
+
+template <>
+struct convert<drover::Tensor> {
+  const msgpack::object& operator()(const msgpack::object& o, drover::Tensor& t) const {
+    if (o.type != msgpack::type::EXT || o.via.ext.type() != drover::internal::kTensorExtType) {
+      throw drover::internal::DecodeError("expected a tensor, got " + drover::internal::DescribeMsgpack(o));
+    }
+    t = drover::internal::DecodeTensorExt(o.via.ext.data(), o.via.ext.size);
+    return o;
+  }
+};
 
 template <typename T>
 struct pack<drover::ActorHandle<T>> {

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "drover/tensor.h"
 
 namespace drover::internal {
 
@@ -36,10 +37,13 @@ struct StoredRef {
   uint64_t size = 0;
 };
 
-// An encoded value: msgpack bytes and the store objects they refer to.
+// An encoded value: msgpack bytes, the store objects it put there (owned by the value:
+// deleted when it is released), and what must stay pinned while the value is in use
+// (tensors of this node's store that it refers to without a copy).
 struct EncodedValue {
   std::string bytes;
   std::vector<StoredRef> stored;
+  std::vector<std::shared_ptr<const void>> keepalive;
 };
 
 // Bytes of an encoded value to decode, kept alive by `keepalive` (an owned string or a
@@ -75,10 +79,15 @@ class CodecContext {
   virtual absl::StatusOr<StoredRef> Store(absl::string_view data, absl::string_view metadata) = 0;
   // Decoding: the bytes of a store object (zero copy where it is in this node's store).
   virtual absl::StatusOr<ValueView> Load(const StoredRef& ref) = 0;
+  // Decoding: the data of a store object as a Buffer pinning it (zero copy).
+  virtual absl::StatusOr<Buffer> LoadBuffer(const StoredRef& ref) = 0;
+  // This node's id (tensors already in this node's store are referred to by id).
+  virtual std::string node_id() = 0;
   // The context of this thread (set by ScopedCodecContext).
   static CodecContext* Current();
-  // Encoding collects the store objects the value refers to here.
+  // Encoding collects here the store objects it put, and what it must keep pinned.
   std::vector<StoredRef>* collected = nullptr;
+  std::vector<std::shared_ptr<const void>>* keepalive = nullptr;
 };
 
 class ScopedCodecContext {
@@ -105,9 +114,12 @@ absl::StatusOr<EncodedValue> Encode(const T& value) {
   if (ctx == nullptr) ctx = RuntimeCodecContext();
   ScopedCodecContext scope(ctx);
   std::vector<StoredRef>* saved = nullptr;
+  std::vector<std::shared_ptr<const void>>* saved_keep = nullptr;
   if (ctx != nullptr) {
     saved = ctx->collected;
+    saved_keep = ctx->keepalive;
     ctx->collected = &out.stored;
+    ctx->keepalive = &out.keepalive;
   }
   struct StringWriter {
     std::string* s;
@@ -122,10 +134,19 @@ absl::StatusOr<EncodedValue> Encode(const T& value) {
     status = absl::InvalidArgumentError(
         std::string("cannot encode a value of type ") + TypeName(typeid(T)) + ": " + e.what());
   }
-  if (ctx != nullptr) ctx->collected = saved;
+  if (ctx != nullptr) {
+    ctx->collected = saved;
+    ctx->keepalive = saved_keep;
+  }
   if (!status.ok()) return status;
   return out;
 }
+
+// A tensor as a msgpack extension (type 'T'): its header, and its bytes inline (small
+// tensors, or without a runtime) or the store object holding them. Throw DecodeError.
+std::string EncodeTensorExt(const Tensor& t);
+Tensor DecodeTensorExt(const char* data, size_t size);
+inline constexpr int8_t kTensorExtType = 'T';
 
 // Unpacks msgpack bytes into an object handle. Large strings and binaries point into
 // `bytes` instead of being copied (keep `bytes` alive while the object is used).

@@ -14,21 +14,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "drover/internal/codec.h"
+#include "drover/types.h"
 
 namespace drover {
-
-// What a task or actor needs of a node. Its GPUs are pinned with CUDA_VISIBLE_DEVICES
-// for the worker's whole life.
-struct Resources {
-  // Logical CPUs (may be fractional).
-  double cpus = 1;
-  // Whole GPUs.
-  int gpus = 0;
-  // Bytes of memory.
-  int64_t memory = 0;
-  // Operator-defined named resources ({"ssd", 1}).
-  std::map<std::string, double> custom;
-};
 
 namespace internal {
 
@@ -40,7 +28,9 @@ class ActorState;
 
 // Options of one task, actor creation or actor call, as the builders collect them.
 struct CallOptions {
-  Resources resources;
+  // Without SetResources: 1 CPU. With it: exactly what was given (a task that sets
+  // only GPUs takes no CPU from the books).
+  Resources resources{.cpus = 1};
   bool resources_set = false;
   // Retries of a task whose worker died (not of errors the task raised itself).
   int max_retries = 3;

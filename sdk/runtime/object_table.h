@@ -12,6 +12,7 @@
 #ifndef DROVER_SDK_RUNTIME_OBJECT_TABLE_H_
 #define DROVER_SDK_RUNTIME_OBJECT_TABLE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -56,6 +57,9 @@ class RefState {
   std::optional<ValueView> cache;
   // Sent to another process inside a value: the store copy must then outlive this ref.
   bool escaped = false;
+  // Set (release) once state is no longer kPending, for waiters that spin before they
+  // sleep; read without the lock.
+  std::atomic<bool> done{false};
 
  private:
   ObjectTable* const table_;

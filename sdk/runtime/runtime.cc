@@ -23,6 +23,7 @@
 #include "drover/task.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "sdk/runtime/actor_client.h"
+#include "sdk/internal/runtime_internal.h"
 #include "sdk/internal/tensor_internal.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/object_table.h"
@@ -89,7 +90,7 @@ class StoreCodecContext : public CodecContext {
     Runtime* rt = ActiveRuntime();
     if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
     DROVER_ASSIGN_OR_RETURN(object_store::ObjectRef r,
-                            rt->ctx.store->GetRef(ref.object_id, absl::Now() + kLoadWait));
+                            rt->ctx.store->GetRef(ref.object_id, ref.node_id, absl::Now() + kLoadWait));
     return TensorAccess::FromObject(std::move(r));
   }
   std::string node_id() override {
@@ -346,6 +347,11 @@ absl::Status CancelRef(const std::shared_ptr<RefState>& ref, bool force) {
 
 const std::string& RefId(const RefState& ref) { return ref.id; }
 
+object_store::Client* LocalStore() {
+  Runtime* rt = ActiveRuntime();
+  return rt == nullptr ? nullptr : rt->ctx.store->store();
+}
+
 std::shared_ptr<ActorState> CreateActor(const std::string& factory_key, const CallOptions& options,
                                         std::vector<TaskArgument> args) {
   Runtime* rt = ActiveRuntime();
@@ -455,9 +461,16 @@ void Shutdown() {
 
 bool IsInitialized() { return internal::ActiveRuntime() != nullptr; }
 
+bool RunningAsWorker() { return internal::WorkerEnvironment::Present(); }
+
 std::string JobId() {
   internal::Runtime* r = internal::ActiveRuntime();
   return r == nullptr ? "" : r->ctx.job_id;
+}
+
+std::string NodeId() {
+  internal::Runtime* r = internal::ActiveRuntime();
+  return r == nullptr ? "" : r->ctx.node_id;
 }
 
 absl::Status Get(const ObjectRef<void>& ref, absl::Duration timeout) {

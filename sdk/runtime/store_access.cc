@@ -11,6 +11,9 @@
 namespace drover::internal {
 namespace {
 
+// How long a read of an object made on this node waits for it to be sealed.
+constexpr absl::Duration kLocalSealWait = absl::Seconds(2);
+
 std::chrono::milliseconds Until(absl::Time deadline) {
   absl::Duration d = deadline - absl::Now();
   if (d < absl::Milliseconds(1)) d = absl::Milliseconds(1);
@@ -44,12 +47,18 @@ absl::StatusOr<StoredRef> StoreAccess::Put(const std::string& id, absl::string_v
 }
 
 absl::StatusOr<object_store::ObjectRef> StoreAccess::GetRef(const std::string& object_id,
+                                                            const std::string& node_id,
                                                             absl::Time deadline) {
   if (store_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("cannot read object ", object_id, ": this node has no object store"));
   }
-  absl::StatusOr<object_store::ObjectRef> ref = store_->Get(object_id, absl::ZeroDuration());
+  // Made here: its seal may still be on its way (a put returns before the store has
+  // processed the overlapped seal), so wait for it in the store, briefly.
+  const absl::Duration local_wait =
+      node_id == node_id_ ? std::min(kLocalSealWait, deadline - absl::Now()) : absl::ZeroDuration();
+  absl::StatusOr<object_store::ObjectRef> ref =
+      store_->Get(object_id, std::max(local_wait, absl::ZeroDuration()));
   if (ref.ok() || (ref.status().code() != absl::StatusCode::kNotFound &&
                    ref.status().code() != absl::StatusCode::kDeadlineExceeded)) {
     return ref;
@@ -70,7 +79,7 @@ absl::StatusOr<object_store::ObjectRef> StoreAccess::GetRef(const std::string& o
 }
 
 absl::StatusOr<ValueView> StoreAccess::Load(const StoredRef& ref, absl::Time deadline) {
-  DROVER_ASSIGN_OR_RETURN(object_store::ObjectRef r, GetRef(ref.object_id, deadline));
+  DROVER_ASSIGN_OR_RETURN(object_store::ObjectRef r, GetRef(ref.object_id, ref.node_id, deadline));
   auto holder = std::make_shared<object_store::ObjectRef>(std::move(r));
   absl::string_view data(reinterpret_cast<const char*>(holder->data().data()), holder->data().size());
   return ValueView{data, holder};

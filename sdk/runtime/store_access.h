@@ -39,7 +39,10 @@ class StoreAccess {
   // elsewhere. NOT_FOUND naming the object and its node if no live node has it.
   absl::StatusOr<ValueView> Load(const StoredRef& ref, absl::Time deadline);
   // The object pinned in this node's store, pulling it here first if it is elsewhere.
-  absl::StatusOr<object_store::ObjectRef> GetRef(const std::string& object_id, absl::Time deadline);
+  // `node_id` is where it was made ("" if unknown): one made on this node may still be
+  // sealing, and is waited for here.
+  absl::StatusOr<object_store::ObjectRef> GetRef(const std::string& object_id,
+                                                 const std::string& node_id, absl::Time deadline);
 
   // Deletes the objects from the stores holding them (asynchronously for other nodes).
   void Delete(const std::vector<StoredRef>& objects);

@@ -70,8 +70,14 @@ absl::Status Init(int argc, char** argv, const InitOptions& options = {});
 // exit if not before. After it, calls fail with FAILED_PRECONDITION.
 void Shutdown();
 bool IsInitialized();
+// True in a process an agent started to serve tasks (Init will serve, never return).
+// For programs that must do something before Init in a driver only.
+bool RunningAsWorker();
 // The job this process belongs to ("" before Init).
 std::string JobId();
+// The node this process runs on ("" before Init, or for a driver on a machine with no
+// drover agent).
+std::string NodeId();
 
 // ---- objects ----
 

@@ -1,0 +1,15 @@
+// The task runtime's parts for code inside drover (benchmarks, tests): not for users.
+#ifndef DROVER_SDK_INTERNAL_RUNTIME_INTERNAL_H_
+#define DROVER_SDK_INTERNAL_RUNTIME_INTERNAL_H_
+
+#include "object_store/client.h"
+
+namespace drover::internal {
+
+// This process's connection to its node's object store, or null (no runtime, or no
+// store on this node). Valid until drover::Shutdown.
+object_store::Client* LocalStore();
+
+}  // namespace drover::internal
+
+#endif  // DROVER_SDK_INTERNAL_RUNTIME_INTERNAL_H_

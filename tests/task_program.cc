@@ -86,6 +86,13 @@ int64_t Sleeps(int64_t ms) {
   return ms;
 }
 
+// An actor whose results live where it runs.
+class Holder {
+ public:
+  std::vector<uint8_t> Big(int64_t n) { return Blob(n, 3); }
+};
+Holder* MakeHolder() { return new Holder(); }
+
 class Counter {
  public:
   explicit Counter(int64_t start) : value_(start) {}
@@ -114,7 +121,7 @@ Counter* MakeBrokenCounter(int64_t) { throw std::runtime_error("no counter today
 }  // namespace
 
 DROVER_REMOTE(Sum, Add, Greet, Nothing, WhereAmI, Blob, Checksum, Throws, Fails, Crashes, DiesOnce,
-              Sleeps, WorkerExe, Scale, TensorSource, MakeCounter, MakeBrokenCounter, &Counter::Add, &Counter::Log, &Counter::Value,
+              Sleeps, WorkerExe, Scale, TensorSource, MakeHolder, &Holder::Big, MakeCounter, MakeBrokenCounter, &Counter::Add, &Counter::Log, &Counter::Value,
               &Counter::Die, &Counter::Pid);
 
 namespace {
@@ -306,6 +313,60 @@ int Tensors() {
   return 0;
 }
 
+// A result kept on node `b` is lost with it (the test kills b's agent once "made" is
+// printed and then creates `go`): Get runs its task again elsewhere. An actor's result
+// on b cannot be made again: Get says so.
+int Lineage(const std::string& n0, const std::string& n1, const std::string& go) {
+  // Not this driver's own node (its store must survive).
+  const std::string b = drover::NodeId() == n0 ? n1 : n0;
+  Print("victim", b);
+  auto blob = drover::Task(Blob).SetNodeAffinity(b, /*soft=*/true).Remote(int64_t{3} << 20, 5);
+  auto holder = drover::Actor(MakeHolder).SetNodeAffinity(b).Remote();
+  auto big = holder.Task(&Holder::Big).Remote(int64_t{2} << 20);
+  // Wait without reading (a read would pull a copy here).
+  auto ready = drover::Wait(std::vector<drover::ObjectRef<std::vector<uint8_t>>>{blob, big}, 2,
+                            absl::Seconds(60));
+  Print("made", std::to_string(ready.ready.size()));
+  while (::access(go.c_str(), F_OK) != 0) absl::SleepFor(absl::Milliseconds(20));
+  auto v = drover::Get(blob, absl::Seconds(60));
+  Print("rebuilt", v.ok() && Checksum(*v) == Checksum(Blob(int64_t{3} << 20, 5)) ? "ok" : Err(v.status()));
+  auto lost = drover::Get(big, absl::Seconds(60));
+  Print("actor_result", lost.ok() ? "ok?" : Err(lost.status()));
+  return 0;
+}
+
+int Cancels() {
+  // A running task, stopped with force; queued ones that never start.
+  auto slow = drover::Task(Sleeps).Remote(int64_t{60000});
+  absl::SleepFor(absl::Milliseconds(300));  // let it start (the test checks what comes back)
+  Print("cancel_running", drover::Cancel(slow, /*force=*/true).ToString());
+  auto r = drover::Get(slow, absl::Seconds(30));
+  Print("running_code", r.ok() ? "OK" : absl::StatusCodeToString(r.status().code()));
+  std::vector<drover::ObjectRef<int64_t>> queued;
+  // More tasks than the cluster has room for at once: the last ones wait in this process.
+  for (int i = 0; i < 12; ++i) queued.push_back(drover::Task(Sleeps).SetResources({.cpus = 2}).Remote(int64_t{300}));
+  Print("cancel_queued", drover::Cancel(queued.back()).ToString());
+  auto q = drover::Get(queued.back(), absl::Seconds(30));
+  Print("queued_code", q.ok() ? "OK" : absl::StatusCodeToString(q.status().code()));
+  auto first = drover::Get(queued.front(), absl::Seconds(60));
+  Print("others_run", first.ok() ? std::to_string(*first) : Err(first.status()));
+  return 0;
+}
+
+int WrongTypes() {
+  // A reference typed as int64 that holds a string: the worker names the argument.
+  auto text = drover::Put(std::string("not a number"));
+  drover::ObjectRef<int64_t> lie(text.state());
+  auto r = drover::Get(drover::Task(Add).Remote(lie, int64_t{1}), absl::Seconds(60));
+  Print("wrong_type", r.ok() ? "ok?" : Err(r.status()));
+  Print("wrong_type_code", r.ok() ? "OK" : absl::StatusCodeToString(r.status().code()));
+  // After Shutdown nothing runs, and nothing hangs.
+  drover::Shutdown();
+  auto after = drover::Get(drover::Task(Add).Remote(int64_t{1}, int64_t{2}), absl::Seconds(5));
+  Print("after_shutdown", after.ok() ? "ok?" : Err(after.status()));
+  return 0;
+}
+
 // The driver's binary is removed right after Init: workers must run the uploaded package.
 int Shipped(const char* self) {
   Print("removed", ::unlink(self) == 0 ? "yes" : "no");
@@ -333,6 +394,9 @@ int main(int argc, char** argv) {
   if (scenario == "hold") return Hold();
   if (scenario == "shipped") return Shipped(argv[0]);
   if (scenario == "tensors") return Tensors();
+  if (scenario == "lineage" && argc > 4) return Lineage(argv[2], argv[3], argv[4]);
+  if (scenario == "cancel") return Cancels();
+  if (scenario == "types") return WrongTypes();
   std::cerr << "unknown scenario " << scenario << "\n";
   return 2;
 }

@@ -185,6 +185,25 @@ TEST_F(TasksTest, ActorsRestartPerPolicy) {
   EXPECT_TRUE(absl::StrContains(r.Get("dead_for_good"), "no restarts left")) << r.Get("dead_for_good");
 }
 
+TEST_F(TasksTest, CancelStopsRunningAndQueuedTasks) {
+  DriverRun r = RunProgram({"cancel"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.Get("cancel_running"), "OK");
+  EXPECT_EQ(r.Get("running_code"), "CANCELLED");
+  EXPECT_EQ(r.Get("cancel_queued"), "OK");
+  EXPECT_EQ(r.Get("queued_code"), "CANCELLED");
+  EXPECT_EQ(r.Get("others_run"), "300");
+}
+
+TEST_F(TasksTest, BadInputIsAClearError) {
+  DriverRun r = RunProgram({"types"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.Get("wrong_type"), "argument 1 of Add")) << r.Get("wrong_type");
+  EXPECT_TRUE(absl::StrContains(r.Get("wrong_type"), "got a string")) << r.Get("wrong_type");
+  EXPECT_EQ(r.Get("wrong_type_code"), "INVALID_ARGUMENT");
+  EXPECT_TRUE(absl::StrContains(r.Get("after_shutdown"), "Shutdown")) << r.Get("after_shutdown");
+}
+
 // A driver killed by SIGKILL leaves nothing behind: its job ends, its actor and task
 // workers stop on every node.
 TEST_F(TasksTest, NoWorkerOutlivesItsDriver) {
@@ -233,6 +252,46 @@ TEST_F(TasksTest, TheBinaryIsShippedToTheAgents) {
   EXPECT_TRUE(absl::StrContains(r.Get("worker_exe"), "/packages/")) << r.out;
   EXPECT_FALSE(absl::StrContains(r.Get("worker_exe"), "my_program")) << r.out;
   EXPECT_EQ(r.Get("removed"), "yes");
+}
+
+// An object kept on a node that dies is made again by running its task elsewhere; an
+// actor's result cannot be, and Get says so. (A cluster of its own: a node dies.)
+TEST(TasksLineageTest, ALostObjectIsRebuiltByItsTask) {
+  TestClusterOptions o;
+  o.nodes = 2;
+  o.cpus_per_node = 4;
+  auto c = TestCluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  TestCluster& cluster = **c;
+  const std::string base = absl::StrCat(cluster.dir(), "/lineage");
+  const std::string go = base + ".go";
+  SpawnOptions so;
+  so.argv = {Runfile("tests/task_program"), "lineage", cluster.agent_node_id(0),
+             cluster.agent_node_id(1), go};
+  for (char** e = environ; *e; ++e) {
+    if (!absl::StartsWith(*e, "DROVER_")) so.env.push_back(*e);
+  }
+  so.env.push_back("DROVER_ADDRESS=" + cluster.address());
+  so.env.push_back("DROVER_TOKEN_FILE=" + cluster.token_file());
+  so.stdout_path = base + ".out";
+  so.stderr_path = base + ".err";
+  auto pid = Spawn(so);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  // The driver keeps its objects on the node it found on this machine; the other one
+  // (the "victim") holds the blob and the actor.
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(ReadFile(base + ".out").value_or(""), "made=2"); },
+                      absl::Seconds(60)))
+      << ReadFile(base + ".out").value_or("") << ReadFile(base + ".err").value_or("");
+  const std::string printed = ReadFile(base + ".out").value_or("");
+  const bool victim_is_1 = absl::StrContains(printed, "victim=" + cluster.agent_node_id(1));
+  cluster.SignalAgent(victim_is_1 ? 1 : 0, SIGKILL);
+  ASSERT_TRUE(WriteFileAtomic(go, "go").ok());
+  int status = 0;
+  ASSERT_TRUE(WaitFor([&] { return ::waitpid(*pid, &status, WNOHANG) == *pid; }, absl::Seconds(120)));
+  const std::string out = ReadFile(base + ".out").value_or("");
+  EXPECT_TRUE(absl::StrContains(out, "rebuilt=ok")) << out << ReadFile(base + ".err").value_or("");
+  EXPECT_TRUE(absl::StrContains(out, "actor_result=object")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "cannot be made again")) << out;
 }
 
 }  // namespace

@@ -326,12 +326,8 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
       t = std::move(it->second);
       a->in_flight_.erase(it);
     }
-    std::string node;
-    {
-      absl::MutexLock l(&a->mu_);
-      node = a->info_.node_id();
-    }
-    ApplyReply(*t, node, *frame.mutable_reply());
+    // An actor call is not run again (the actor's state moved on): no lineage.
+    ApplyReply(t, *frame.mutable_reply(), /*lineage=*/false);
   }
   // The connection broke: the actor's worker died (or we are shutting down).
   std::vector<std::shared_ptr<TaskRecord>> lost;

@@ -106,10 +106,11 @@ absl::Status BuildTaskSpec(const TaskRecord& task, uint64_t seq, proto::TaskSpec
   return absl::OkStatus();
 }
 
-void ApplyReply(const TaskRecord& task, const std::string& node_id, proto::TaskReply& reply) {
+void ApplyReply(const std::shared_ptr<TaskRecord>& task, proto::TaskReply& reply, bool lineage) {
+  std::shared_ptr<RefState> result = task->result;
   if (reply.code() != static_cast<int>(absl::StatusCode::kOk)) {
     // The worker's message already names the task and the node.
-    TheObjectTable().Fail(task.result,
+    TheObjectTable().Fail(result,
                           absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message()));
     return;
   }
@@ -122,8 +123,13 @@ void ApplyReply(const TaskRecord& task, const std::string& node_id, proto::TaskR
   for (const proto::StoredObject& s : reply.contained()) {
     v.contained.push_back(StoredRef{s.object_id(), s.node_id(), s.size()});
   }
-  (void)node_id;
-  TheObjectTable().Complete(task.result, std::move(v));
+  if (lineage && (v.stored || !v.contained.empty())) {
+    // The result keeps its task (and so the task's arguments) to make it again; the
+    // task lets go of the result, so the two do not keep each other alive.
+    TheObjectTable().SetLineage(result, task);
+    task->result.reset();
+  }
+  TheObjectTable().Complete(result, std::move(v));
 }
 
 absl::Status TaskError(const TaskRecord& task, absl::StatusCode code, const std::string& what) {

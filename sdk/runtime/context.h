@@ -69,8 +69,9 @@ absl::Status BuildTaskSpec(const TaskRecord& task, uint64_t seq, proto::TaskSpec
                            std::map<std::string, uint64_t>* bytes_per_node = nullptr);
 
 // What a TaskReply makes of the result object: its value, or an error naming the task
-// and the node.
-void ApplyReply(const TaskRecord& task, const std::string& node_id, proto::TaskReply& reply);
+// and the node. With `lineage`, a result kept in a store remembers the task that made
+// it, to make it again if the store's node is lost (see ObjectTable::SetLineage).
+void ApplyReply(const std::shared_ptr<TaskRecord>& task, proto::TaskReply& reply, bool lineage);
 
 // An error naming the task, for failures outside its code (a worker died, a node was
 // lost, it was cancelled).

@@ -76,17 +76,6 @@ void ObjectTable::Fail(const std::shared_ptr<RefState>& ref, absl::Status error)
   for (auto& cb : callbacks) cb();
 }
 
-void ObjectTable::Reset(const std::shared_ptr<RefState>& ref) {
-  absl::MutexLock l(&mu_);
-  ref->state = RefState::State::kPending;
-  ref->done.store(false, std::memory_order_release);
-  ref->error = absl::OkStatus();
-  ref->stored.reset();
-  ref->inline_bytes.reset();
-  ref->contained.clear();
-  ref->cache.reset();
-}
-
 void ObjectTable::SetPendingReason(const std::shared_ptr<RefState>& ref, const std::string& reason) {
   absl::MutexLock l(&mu_);
   if (ref->state == RefState::State::kPending) ref->pending_reason = reason;
@@ -161,6 +150,26 @@ ObjectTable::Outcome ObjectTable::Read(const std::shared_ptr<RefState>& ref) {
 void ObjectTable::SetCache(const std::shared_ptr<RefState>& ref, ValueView view) {
   absl::MutexLock l(&mu_);
   ref->cache = std::move(view);
+}
+
+void ObjectTable::SetLineage(const std::shared_ptr<RefState>& ref, std::shared_ptr<TaskRecord> task) {
+  absl::MutexLock l(&mu_);
+  ref->lineage = std::move(task);
+}
+
+std::shared_ptr<TaskRecord> ObjectTable::TakeLineage(const std::shared_ptr<RefState>& ref) {
+  absl::MutexLock l(&mu_);
+  if (ref->lineage == nullptr || ref->state == RefState::State::kPending) return nullptr;
+  std::shared_ptr<TaskRecord> task = std::move(ref->lineage);
+  ref->lineage = nullptr;
+  ref->state = RefState::State::kPending;
+  ref->done.store(false, std::memory_order_release);
+  ref->error = absl::OkStatus();
+  ref->stored.reset();
+  ref->inline_bytes.reset();
+  ref->contained.clear();
+  ref->cache.reset();
+  return task;
 }
 
 void ObjectTable::MarkEscaped(const std::shared_ptr<RefState>& ref) {

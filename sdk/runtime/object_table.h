@@ -90,8 +90,6 @@ class ObjectTable {
   // callbacks.
   void Complete(const std::shared_ptr<RefState>& ref, ObjectValue value);
   void Fail(const std::shared_ptr<RefState>& ref, absl::Status error);
-  // Makes a failed or lost object pending again (it is being made again).
-  void Reset(const std::shared_ptr<RefState>& ref);
   // Sets why the object's task waits (shown when a Get times out).
   void SetPendingReason(const std::shared_ptr<RefState>& ref, const std::string& reason);
 
@@ -114,6 +112,10 @@ class ObjectTable {
   };
   Outcome Read(const std::shared_ptr<RefState>& ref);
   void SetCache(const std::shared_ptr<RefState>& ref, ValueView view);
+  // Lineage: the task that made a stored value. TakeLineage makes the object pending
+  // again and returns the task to run again (null if it has none: a Put, an actor call).
+  void SetLineage(const std::shared_ptr<RefState>& ref, std::shared_ptr<TaskRecord> task);
+  std::shared_ptr<TaskRecord> TakeLineage(const std::shared_ptr<RefState>& ref);
   void MarkEscaped(const std::shared_ptr<RefState>& ref);
 
   // Called by ~RefState.

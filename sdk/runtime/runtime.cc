@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -37,6 +38,8 @@ namespace {
 
 // Values up to this size stay in the owner's memory; larger ones go into the store.
 constexpr size_t kInlineValueLimit = 100 * 1024;
+// How often Get looks again at an object it cannot read whose node may be dying.
+constexpr absl::Duration kLostRecheck = absl::Milliseconds(200);
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -57,6 +60,35 @@ std::atomic<Runtime*> g_current{nullptr};
 class Runtime {
  public:
   RuntimeContext ctx;
+  // For node liveness (lost objects): the scheduler's view, cached briefly.
+  std::unique_ptr<proto::Scheduler::Stub> scheduler;
+  absl::Mutex nodes_mu;
+  absl::Time nodes_read ABSL_GUARDED_BY(nodes_mu) = absl::InfinitePast();
+  std::map<std::string, std::pair<bool, std::string>> nodes ABSL_GUARDED_BY(nodes_mu);  // alive, why not
+
+  // True (with why) if `node_id` is dead or unknown to the scheduler.
+  bool NodeGone(const std::string& node_id, std::string* why) {
+    absl::MutexLock l(&nodes_mu);
+    if (absl::Now() - nodes_read > absl::Milliseconds(100)) {
+      grpc::ClientContext cctx;
+      PrepareContext(&cctx, ctx.token);
+      proto::GetClusterStatusReply reply;
+      if (scheduler->GetClusterStatus(&cctx, proto::GetClusterStatusRequest(), &reply).ok()) {
+        nodes.clear();
+        for (const proto::NodeInfo& n : reply.nodes()) {
+          nodes[n.node_id()] = {n.state() == proto::ALIVE, n.reason()};
+        }
+        nodes_read = absl::Now();
+      }
+    }
+    auto it = nodes.find(node_id);
+    if (it == nodes.end()) {
+      *why = "the scheduler does not know it";
+      return nodes_read != absl::InfinitePast();
+    }
+    *why = it->second.second.empty() ? "it is not alive" : it->second.second;
+    return !it->second.first;
+  }
   std::unique_ptr<TaskSubmitter> submitter;
   std::unique_ptr<ActorClient> actors;
   // A plain driver's session with the scheduler (its job ends when this ends).
@@ -125,13 +157,12 @@ bool IsLocalAddress(const std::string& ip) {
 
 // A driver outside any job: finds a node of the cluster on this machine (for its object
 // store) and the address its workers are reached at.
-absl::Status FindLocalNode(Runtime* rt, const std::string& scheduler_address) {
-  auto stub = proto::Scheduler::NewStub(MakeChannel(scheduler_address));
+absl::Status FindLocalNode(Runtime* rt) {
   grpc::ClientContext cctx;
   PrepareContext(&cctx, rt->ctx.token);
   proto::GetClusterStatusRequest req;
   proto::GetClusterStatusReply reply;
-  DROVER_RETURN_IF_ERROR(FromGrpcStatus(stub->GetClusterStatus(&cctx, req, &reply)));
+  DROVER_RETURN_IF_ERROR(FromGrpcStatus(rt->scheduler->GetClusterStatus(&cctx, req, &reply)));
   for (const proto::NodeInfo& n : reply.nodes()) {
     if (n.state() != proto::ALIVE || !IsLocalAddress(n.node_ip())) continue;
     grpc::ClientContext dctx;
@@ -216,6 +247,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
   ctx.token = *token;
   ctx.scheduler_address = scheduler;
   ctx.leases = proto::Leases::NewStub(MakeChannel(scheduler));
+  rt->scheduler = proto::Scheduler::NewStub(MakeChannel(scheduler));
   if (in_job) {
     ctx.node_id = Env("DROVER_NODE_ID");
     ctx.node_ip = Env("DROVER_NODE_IP");
@@ -229,7 +261,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
     ctx.store = std::make_unique<StoreAccess>(std::move(store), ctx.node_id,
                                               Env("DROVER_AGENT_ADDRESS"), ctx.token);
   } else {
-    DROVER_RETURN_IF_ERROR(FindLocalNode(rt.get(), scheduler));
+    DROVER_RETURN_IF_ERROR(FindLocalNode(rt.get()));
     DROVER_RETURN_IF_ERROR(RegisterDriver(rt.get(), argc, argv));
   }
   ctx.owner = absl::StrCat(ctx.job_id, "/", ::getpid(), "@", ctx.node_id.empty() ? Hostname() : ctx.node_id);
@@ -305,26 +337,78 @@ std::shared_ptr<RefState> PutValue(EncodedValue value) {
   return TheObjectTable().NewReady(id, std::move(v));
 }
 
+namespace {
+
+// How many times a lost object is made again before Get gives up.
+constexpr int kMaxRebuilds = 3;
+
+// The node among `value`'s store objects that is gone, if any ("" if none).
+std::string LostNode(Runtime* rt, const ObjectValue& value, std::string* why) {
+  std::vector<const StoredRef*> refs;
+  if (value.stored) refs.push_back(&*value.stored);
+  for (const StoredRef& c : value.contained) refs.push_back(&c);
+  for (const StoredRef* r : refs) {
+    if (r->node_id != rt->ctx.node_id && rt->NodeGone(r->node_id, why)) return r->node_id;
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::Duration timeout) {
   const absl::Time deadline = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
                                                                  : absl::Now() + timeout;
-  if (!TheObjectTable().WaitDone(ref, deadline)) {
+  for (int rebuilds = 0;;) {
+    if (!TheObjectTable().WaitDone(ref, deadline)) {
+      ObjectTable::Outcome o = TheObjectTable().Read(ref);
+      return absl::DeadlineExceededError(absl::StrCat(
+          "object ", ref->id, " is not ready after ", absl::FormatDuration(timeout),
+          o.pending_reason.empty() ? "" : absl::StrCat(" (", o.pending_reason, ")")));
+    }
     ObjectTable::Outcome o = TheObjectTable().Read(ref);
-    return absl::DeadlineExceededError(absl::StrCat(
-        "object ", ref->id, " is not ready after ", absl::FormatDuration(timeout),
-        o.pending_reason.empty() ? "" : absl::StrCat(" (", o.pending_reason, ")")));
+    if (o.state == RefState::State::kFailed) return o.error;
+    if (o.cache) return *o.cache;
+    Runtime* rt = ActiveRuntime();
+    absl::Status failed;
+    if (rt != nullptr && (o.value.stored || !o.value.contained.empty())) {
+      // A value kept in a store on a node that is gone is lost: make it again from its
+      // lineage (the task that made it), or say why it cannot be.
+      std::string why;
+      const std::string lost = LostNode(rt, o.value, &why);
+      if (!lost.empty()) {
+        std::shared_ptr<TaskRecord> task = TheObjectTable().TakeLineage(ref);
+        if (task != nullptr && rebuilds < kMaxRebuilds) {
+          ++rebuilds;
+          DROVER_LOG(INFO) << "object " << ref->id << " was lost with node " << lost << " (" << why
+                           << "): running " << task->display << " again to make it";
+          task->result = ref;
+          ++task->attempt;
+          task->retries_left = std::max(task->retries_left, 1);
+          rt->submitter->Submit(std::move(task));
+          continue;
+        }
+        return absl::NotFoundError(absl::StrCat(
+            "object ", ref->id, " is lost: it was kept on node ", lost, ", which is gone (", why, "); ",
+            task == nullptr ? "it was made by Put or an actor call, which cannot be made again"
+                            : absl::StrCat("it was made again ", rebuilds, " times and lost again")));
+      }
+    }
+    if (o.value.inline_bytes) return ValueView{*o.value.inline_bytes, o.value.inline_bytes};
+    if (!o.value.stored) return absl::InternalError(absl::StrCat("object ", ref->id, " has no value"));
+    if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+    absl::StatusOr<ValueView> v = rt->ctx.store->Load(*o.value.stored, deadline);
+    if (v.ok()) {
+      TheObjectTable().SetCache(ref, *v);
+      return v;
+    }
+    // Its holder may be dying, not yet declared dead: look again until the deadline.
+    if ((v.status().code() != absl::StatusCode::kUnavailable &&
+         v.status().code() != absl::StatusCode::kNotFound) ||
+        absl::Now() + kLostRecheck >= deadline) {
+      return v.status();
+    }
+    absl::SleepFor(kLostRecheck);
   }
-  ObjectTable::Outcome o = TheObjectTable().Read(ref);
-  if (o.state == RefState::State::kFailed) return o.error;
-  if (o.cache) return *o.cache;
-  if (o.value.inline_bytes) return ValueView{*o.value.inline_bytes, o.value.inline_bytes};
-  if (!o.value.stored) return absl::InternalError(absl::StrCat("object ", ref->id, " has no value"));
-  Runtime* rt = ActiveRuntime();
-  if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  absl::StatusOr<ValueView> v = rt->ctx.store->Load(*o.value.stored, deadline);
-  if (!v.ok()) return v.status();
-  TheObjectTable().SetCache(ref, *v);
-  return v;
 }
 
 std::vector<size_t> WaitRefs(const std::vector<std::shared_ptr<RefState>>& refs, int num_ready,

@@ -386,7 +386,7 @@ void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
       Enqueue(t);
       continue;
     }
-    ApplyReply(*t, w->node_id, reply);
+    ApplyReply(t, reply, /*lineage=*/true);
   }
 }
 

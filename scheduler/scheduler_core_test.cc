@@ -4,6 +4,7 @@
 #include "scheduler/scheduler_core.h"
 
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -90,6 +91,31 @@ auto AnswerWithoutTimePassing(FakeClock* clock, Call call, Trigger trigger) {
   return answer;
 }
 
+// A FakeClock that counts the waits on each deadline, so that a test can act once the
+// call it means to wake is waiting (acting earlier would let a call that never waits
+// pass by luck).
+class WaitCountingClock : public FakeClock {
+ public:
+  bool WaitWithDeadline(absl::CondVar* cv, absl::Mutex* mu, absl::Time deadline) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    {
+      absl::MutexLock lock(&counts_mu_);
+      ++waits_until_[deadline];
+    }
+    return FakeClock::WaitWithDeadline(cv, mu, deadline);
+  }
+  // How many waits with exactly this deadline have begun.
+  int64_t WaitsUntil(absl::Time deadline) {
+    absl::MutexLock lock(&counts_mu_);
+    auto it = waits_until_.find(deadline);
+    return it == waits_until_.end() ? 0 : it->second;
+  }
+
+ private:
+  absl::Mutex counts_mu_;
+  std::map<absl::Time, int64_t> waits_until_ ABSL_GUARDED_BY(counts_mu_);
+};
+
 class SchedulerCoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Make(absl::Seconds(30)); }
@@ -147,7 +173,7 @@ class SchedulerCoreTest : public ::testing::Test {
     core_->ReportExit(req);
   }
 
-  FakeClock clock_;
+  WaitCountingClock clock_;
   std::unique_ptr<StateStore> store_ = NewMemoryStateStore();
   FakeAgents* agents_ = nullptr;
   std::unique_ptr<SchedulerCore> core_;
@@ -493,6 +519,57 @@ TEST_F(SchedulerCoreTest, ObjectLocationsListLiveHoldersAndDropDeadNodes) {
   // Re-registration does not bring the dropped entries back.
   Register("10.0.0.1", 0, n1);
   EXPECT_EQ(core_->GetObjectLocations("obj-a").locations_size(), 0);
+}
+
+TEST_F(SchedulerCoreTest, ObjectLocationsWaitAnswersWhenACopyIsAdded) {
+  Make(absl::Seconds(30), /*fake=*/true);
+  std::string n1 = Register("10.0.0.1", 0);
+  proto::AddObjectLocationsRequest add;
+  add.set_node_id(n1);
+  auto* o = add.add_objects();
+  o->set_object_id("obj-late");
+  o->set_size(7);
+  // Time stands still (the call's deadline is this exact instant): the waiting call can
+  // only end because the copy was added, and the copy is added only once it waits.
+  const absl::Time until = clock_.Now() + absl::Minutes(5);
+  auto waiting = [&] { return clock_.WaitsUntil(until) > 0; };
+  proto::GetObjectLocationsReply locs = AnswerWithoutTimePassing(
+      &clock_, [&] { return core_->GetObjectLocations("obj-late", absl::Minutes(5)); },
+      [&] {
+        ASSERT_TRUE(WaitFor(waiting)) << "GetObjectLocations did not wait for a holder";
+        ASSERT_TRUE(core_->AddObjectLocations(add).ok());
+      });
+  ASSERT_EQ(locs.locations_size(), 1);
+  EXPECT_EQ(locs.locations(0).node_id(), n1);
+  EXPECT_EQ(locs.locations(0).size(), 7);
+  // A copy that is already listed answers a waiting call at once, too.
+  EXPECT_EQ(core_->GetObjectLocations("obj-late", absl::Minutes(5)).locations_size(), 1);
+
+  // Nobody adds "obj-never": the wait ends empty once its deadline passes on the clock.
+  std::atomic<bool> done{false};
+  proto::GetObjectLocationsReply never;
+  std::thread waiter([&] {
+    never = core_->GetObjectLocations("obj-never", absl::Seconds(5));
+    done = true;
+  });
+  EXPECT_TRUE(WaitFor([&] {
+    clock_.Advance(absl::Seconds(1));
+    return done.load();
+  }));
+  if (!done) clock_.Advance(absl::Hours(1));
+  waiter.join();
+  EXPECT_EQ(never.locations_size(), 0);
+
+  // Stop releases a waiting call with what it has: nothing. (Time has moved: a new
+  // deadline.)
+  const absl::Time stop_until = clock_.Now() + absl::Minutes(5);
+  locs = AnswerWithoutTimePassing(
+      &clock_, [&] { return core_->GetObjectLocations("obj-never", absl::Minutes(5)); },
+      [&] {
+        ASSERT_TRUE(WaitFor([&] { return clock_.WaitsUntil(stop_until) > 0; }));
+        core_->Stop();
+      });
+  EXPECT_EQ(locs.locations_size(), 0);
 }
 
 proto::KvScope Scope(const proto::JobInfo& job, int gen = 0) {

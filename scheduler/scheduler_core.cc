@@ -836,12 +836,11 @@ void SchedulerCore::RemoveObjectLocations(const proto::RemoveObjectLocationsRequ
   for (const auto& id : req.object_ids()) objects_.Remove(req.node_id(), id);
 }
 
-proto::GetObjectLocationsReply SchedulerCore::GetObjectLocations(const std::string& object_id,
-                                                                 absl::Duration wait) {
+proto::GetObjectLocationsReply SchedulerCore::GetObjectLocations(
+    const std::string& object_id, absl::Duration wait, const std::function<bool()>& cancelled) {
   proto::GetObjectLocationsReply reply;
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = clock_->Now() + std::min(wait, absl::Minutes(10));
-  bool timed_out = wait <= absl::ZeroDuration();
   while (true) {
     for (const auto& h : objects_.Holders(object_id)) {
       Node* node = FindNodeLocked(h.node_id);
@@ -851,8 +850,13 @@ proto::GetObjectLocationsReply SchedulerCore::GetObjectLocations(const std::stri
       loc->set_agent_address(node->info.agent_address());
       loc->set_size(h.size);
     }
-    if (reply.locations_size() > 0 || timed_out || stopping_) return reply;
-    timed_out = clock_->WaitWithDeadline(&objects_added_, &mu_, deadline);
+    if (reply.locations_size() > 0 || stopping_ || clock_->Now() >= deadline ||
+        (cancelled != nullptr && cancelled())) {
+      return reply;
+    }
+    // At least once a second, to see whether the caller went away.
+    clock_->WaitWithDeadline(&objects_added_, &mu_,
+                             std::min(deadline, clock_->Now() + absl::Seconds(1)));
   }
 }
 

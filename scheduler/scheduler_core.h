@@ -28,6 +28,7 @@
 #ifndef DROVER_SCHEDULER_SCHEDULER_CORE_H_
 #define DROVER_SCHEDULER_SCHEDULER_CORE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -107,10 +108,12 @@ class SchedulerCore {
   absl::Status AddObjectLocations(const proto::AddObjectLocationsRequest& req);
   void RemoveObjectLocations(const proto::RemoveObjectLocationsRequest& req);
   // With `wait` > 0, waits up to `wait` (at most 10 minutes) until an ALIVE node holds
-  // the object, woken by AddObjectLocations; an empty reply then means none did in time
-  // (or the scheduler is stopping).
-  proto::GetObjectLocationsReply GetObjectLocations(const std::string& object_id,
-                                                    absl::Duration wait = absl::ZeroDuration());
+  // the object, woken by AddObjectLocations; an empty reply then means none did in time,
+  // the scheduler is stopping, or `cancelled` (if given; asked at least once a second
+  // while waiting) said the caller went away.
+  proto::GetObjectLocationsReply GetObjectLocations(
+      const std::string& object_id, absl::Duration wait = absl::ZeroDuration(),
+      const std::function<bool()>& cancelled = nullptr);
 
   // Rendezvous key-value store of running job generations (job_kv.h; these methods
   // live in scheduler_rendezvous.cc). Every call fails with FAILED_PRECONDITION unless

@@ -4,7 +4,6 @@
 #include "scheduler/scheduler_core.h"
 
 #include <atomic>
-#include <map>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -91,29 +90,21 @@ auto AnswerWithoutTimePassing(FakeClock* clock, Call call, Trigger trigger) {
   return answer;
 }
 
-// A FakeClock that counts the waits on each deadline, so that a test can act once the
-// call it means to wake is waiting (acting earlier would let a call that never waits
-// pass by luck).
+// A FakeClock that counts the waits reaching further ahead than the monitor's tick
+// (200 ms), so that a test can act once the long poll it means to wake is waiting
+// (acting earlier would let a call that never waits pass by luck).
 class WaitCountingClock : public FakeClock {
  public:
   bool WaitWithDeadline(absl::CondVar* cv, absl::Mutex* mu, absl::Time deadline) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    {
-      absl::MutexLock lock(&counts_mu_);
-      ++waits_until_[deadline];
-    }
+    if (deadline - Now() > absl::Milliseconds(500)) ++long_waits_;
     return FakeClock::WaitWithDeadline(cv, mu, deadline);
   }
-  // How many waits with exactly this deadline have begun.
-  int64_t WaitsUntil(absl::Time deadline) {
-    absl::MutexLock lock(&counts_mu_);
-    auto it = waits_until_.find(deadline);
-    return it == waits_until_.end() ? 0 : it->second;
-  }
+  // How many waits of more than 500 ms have begun.
+  int64_t long_waits() const { return long_waits_.load(); }
 
  private:
-  absl::Mutex counts_mu_;
-  std::map<absl::Time, int64_t> waits_until_ ABSL_GUARDED_BY(counts_mu_);
+  std::atomic<int64_t> long_waits_{0};
 };
 
 class SchedulerCoreTest : public ::testing::Test {
@@ -529,14 +520,14 @@ TEST_F(SchedulerCoreTest, ObjectLocationsWaitAnswersWhenACopyIsAdded) {
   auto* o = add.add_objects();
   o->set_object_id("obj-late");
   o->set_size(7);
-  // Time stands still (the call's deadline is this exact instant): the waiting call can
-  // only end because the copy was added, and the copy is added only once it waits.
-  const absl::Time until = clock_.Now() + absl::Minutes(5);
-  auto waiting = [&] { return clock_.WaitsUntil(until) > 0; };
+  // Time stands still: the waiting call can only end because the copy was added, and
+  // the copy is added only once it waits.
+  int64_t waits = clock_.long_waits();
   proto::GetObjectLocationsReply locs = AnswerWithoutTimePassing(
       &clock_, [&] { return core_->GetObjectLocations("obj-late", absl::Minutes(5)); },
       [&] {
-        ASSERT_TRUE(WaitFor(waiting)) << "GetObjectLocations did not wait for a holder";
+        ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }))
+            << "GetObjectLocations did not wait for a holder";
         ASSERT_TRUE(core_->AddObjectLocations(add).ok());
       });
   ASSERT_EQ(locs.locations_size(), 1);
@@ -560,13 +551,27 @@ TEST_F(SchedulerCoreTest, ObjectLocationsWaitAnswersWhenACopyIsAdded) {
   waiter.join();
   EXPECT_EQ(never.locations_size(), 0);
 
-  // Stop releases a waiting call with what it has: nothing. (Time has moved: a new
-  // deadline.)
-  const absl::Time stop_until = clock_.Now() + absl::Minutes(5);
+  // A caller that goes away stops the wait (the service asks its call's IsCancelled).
+  std::atomic<bool> gone{false};
+  waits = clock_.long_waits();
+  locs = AnswerWithoutTimePassing(
+      &clock_,
+      [&] {
+        return core_->GetObjectLocations("obj-never", absl::Minutes(5),
+                                         [&] { return gone.load(); });
+      },
+      [&] {
+        ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }));
+        gone = true;
+      });
+  EXPECT_EQ(locs.locations_size(), 0);
+
+  // Stop releases a waiting call with what it has: nothing.
+  waits = clock_.long_waits();
   locs = AnswerWithoutTimePassing(
       &clock_, [&] { return core_->GetObjectLocations("obj-never", absl::Minutes(5)); },
       [&] {
-        ASSERT_TRUE(WaitFor([&] { return clock_.WaitsUntil(stop_until) > 0; }));
+        ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }));
         core_->Stop();
       });
   EXPECT_EQ(locs.locations_size(), 0);

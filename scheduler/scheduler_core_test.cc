@@ -152,6 +152,17 @@ class SchedulerCoreTest : public ::testing::Test {
     return j.ok() ? *j : proto::JobInfo();
   }
 
+  // An AddObjectLocations of one copy.
+  static proto::AddObjectLocationsRequest OneCopy(const std::string& node_id,
+                                                  const std::string& object_id, int64_t size) {
+    proto::AddObjectLocationsRequest add;
+    add.set_node_id(node_id);
+    auto* o = add.add_objects();
+    o->set_object_id(object_id);
+    o->set_size(size);
+    return add;
+  }
+
   proto::JobInfo Job(const std::string& id) { return *core_->GetJob(id, 0, absl::ZeroDuration()); }
 
   void Exit(const std::string& node, const std::string& job, int rank, int code, int gen = 0) {
@@ -476,11 +487,7 @@ TEST_F(SchedulerCoreTest, ObjectLocationsListLiveHoldersAndDropDeadNodes) {
   Make(absl::Milliseconds(300), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);
   std::string n2 = Register("10.0.0.2", 0);
-  proto::AddObjectLocationsRequest add;
-  add.set_node_id(n1);
-  auto* o = add.add_objects();
-  o->set_object_id("obj-a");
-  o->set_size(42);
+  proto::AddObjectLocationsRequest add = OneCopy(n1, "obj-a", 42);
   ASSERT_TRUE(core_->AddObjectLocations(add).ok());
   ASSERT_TRUE(core_->AddObjectLocations(add).ok());  // retried: still one entry
   add.set_node_id(n2);
@@ -515,11 +522,7 @@ TEST_F(SchedulerCoreTest, ObjectLocationsListLiveHoldersAndDropDeadNodes) {
 TEST_F(SchedulerCoreTest, ObjectLocationsWaitAnswersWhenACopyIsAdded) {
   Make(absl::Seconds(30), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);
-  proto::AddObjectLocationsRequest add;
-  add.set_node_id(n1);
-  auto* o = add.add_objects();
-  o->set_object_id("obj-late");
-  o->set_size(7);
+  const proto::AddObjectLocationsRequest add = OneCopy(n1, "obj-late", 7);
   // Time stands still: the waiting call can only end because the copy was added, and
   // the copy is added only once it waits.
   int64_t waits = clock_.long_waits();

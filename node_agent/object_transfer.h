@@ -10,6 +10,10 @@
 //    copy of the whole object), seals it and reports the new copy to the directory
 //    (AddObjectLocations). Holders are tried in the directory's order; a holder that
 //    fails mid-stream costs the partial copy (aborted) and the next holder is tried.
+//    Asked to wait for a holder (FetchObjectRequest.wait_for_holder), a Fetch of an
+//    object no live node holds yet first waits in the directory (GetObjectLocations
+//    with a wait, woken when any node reports a copy, this one included) instead of
+//    answering NOT_FOUND.
 //
 // Data path. Over gRPC, each chunk is an ObjectChunk encoded by hand around a slice that
 // points into the pinned object (no user-space copy on the serving side); the puller
@@ -94,9 +98,12 @@ class ObjectTransfer {
   // NOT_FOUND (no live node holds it), RESOURCE_EXHAUSTED (no room here), UNAVAILABLE
   // (the directory is unreachable, or every holder failed: the message names each
   // holder, its address and how many bytes had arrived), DEADLINE_EXCEEDED, ABORTED
-  // (another local writer is creating the same id; retry).
-  absl::StatusOr<FetchResult> Fetch(const std::string& id, absl::Time deadline) {
-    return puller_.Fetch(id, deadline);
+  // (another local writer is creating the same id; retry). With `wait_for_holder`, an
+  // object that no live node holds yet is waited for (in the directory, until
+  // `deadline`) instead of answered with NOT_FOUND.
+  absl::StatusOr<FetchResult> Fetch(const std::string& id, absl::Time deadline,
+                                    bool wait_for_holder = false) {
+    return puller_.Fetch(id, deadline, wait_for_holder);
   }
 
   // Cancels running pulls (their Fetches return UNAVAILABLE) and refuses new ones.

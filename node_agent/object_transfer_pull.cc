@@ -96,8 +96,10 @@ std::shared_ptr<grpc::Channel> ObjectPuller::PeerChannel(const std::string& addr
 }
 
 absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::Fetch(const std::string& id,
-                                                                  absl::Time deadline) {
+                                                              absl::Time deadline,
+                                                              bool wait_for_holder) {
   if (id.empty()) return absl::InvalidArgumentError("FetchObject needs an object id");
+  if (wait_for_holder) DROVER_RETURN_IF_ERROR(WaitForHolder(id, deadline));
   std::shared_ptr<Pull> pull;
   bool leader = false;
   {
@@ -195,15 +197,21 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::RunPull(const std::strin
   return absl::UnavailableError(msg);
 }
 
-absl::StatusOr<std::vector<ObjectPuller::Holder>> ObjectPuller::FindHolders(
-    const std::string& id, absl::Time deadline) {
+absl::StatusOr<proto::GetObjectLocationsReply> ObjectPuller::AskDirectory(const std::string& id,
+                                                                          absl::Time deadline,
+                                                                          absl::Duration wait) {
   grpc::ClientContext ctx;
   ctx.AddMetadata(kTokenMetadataKey, options_.token);
-  ctx.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + options_.directory_timeout)));
+  // A waiting call may take until the fetch's deadline (the scheduler answers shortly
+  // before it); a plain one gets the usual directory timeout.
+  ctx.set_deadline(absl::ToChronoTime(
+      wait > absl::ZeroDuration() ? deadline
+                                  : std::min(deadline, absl::Now() + options_.directory_timeout)));
   if (!Track(&ctx)) return absl::UnavailableError("shutting down");
   absl::Cleanup untrack = [&] { Untrack(&ctx); };
   proto::GetObjectLocationsRequest req;
   req.set_object_id(id);
+  req.set_wait_ms(std::max<int64_t>(0, absl::ToInt64Milliseconds(wait)));
   proto::GetObjectLocationsReply reply;
   grpc::Status s = scheduler_->GetObjectLocations(&ctx, req, &reply);
   if (!s.ok()) {
@@ -215,6 +223,24 @@ absl::StatusOr<std::vector<ObjectPuller::Holder>> ObjectPuller::FindHolders(
                                            options_.scheduler_address, " where object ",
                                            PrintableObjectId(id), " is: ", s.error_message()));
   }
+  return reply;
+}
+
+absl::Status ObjectPuller::WaitForHolder(const std::string& id, absl::Time deadline) {
+  if (local_->Contains(id)) return absl::OkStatus();
+  DROVER_ASSIGN_OR_RETURN(const proto::GetObjectLocationsReply reply,
+                          AskDirectory(id, deadline, deadline - absl::Now()));
+  if (reply.locations_size() > 0) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("no live node came to hold object ", PrintableObjectId(id),
+                   " before the fetch's deadline (waited for it in the scheduler's directory at ",
+                   options_.scheduler_address, ")"));
+}
+
+absl::StatusOr<std::vector<ObjectPuller::Holder>> ObjectPuller::FindHolders(const std::string& id,
+                                                                            absl::Time deadline) {
+  DROVER_ASSIGN_OR_RETURN(const proto::GetObjectLocationsReply reply,
+                          AskDirectory(id, deadline, absl::ZeroDuration()));
   const std::string self = node_->Get();
   std::vector<Holder> out;
   for (const auto& loc : reply.locations()) {

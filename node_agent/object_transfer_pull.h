@@ -4,7 +4,9 @@
 // over raw TCP when the holder offers it, object_transfer_raw.h, else in ObjectChunks
 // decoded by object_transfer_codec.h) straight into a secondary copy in the store,
 // seals it and reports the copy to the directory. Concurrent Fetches of one id share
-// one pull.
+// one pull. A Fetch asked to wait for a holder first waits in the directory
+// (GetObjectLocations with a wait, woken when a copy is reported) until some live node,
+// this one included, holds the object; that wait is each caller's own, not shared.
 //
 // Ownership: borrows `local`, which must outlive it. Thread safety: thread-safe.
 #ifndef DROVER_NODE_AGENT_OBJECT_TRANSFER_PULL_H_
@@ -48,7 +50,8 @@ class ObjectPuller {
   ObjectPuller& operator=(const ObjectPuller&) = delete;
 
   // See ObjectTransfer::Fetch.
-  absl::StatusOr<FetchResult> Fetch(const std::string& id, absl::Time deadline);
+  absl::StatusOr<FetchResult> Fetch(const std::string& id, absl::Time deadline,
+                                    bool wait_for_holder = false);
 
   // Cancels running pulls (their Fetches return UNAVAILABLE) and refuses new ones.
   // Idempotent.
@@ -85,7 +88,15 @@ class ObjectPuller {
   // One stream; `raw_ip` non-empty asks for a raw-TCP offer.
   absl::Status PullOnce(const Holder& holder, const std::string& id, absl::Time deadline,
                         const std::string& raw_ip, Attempt* attempt);
+  // The live holders of `id` other than this node, as the directory lists them now.
   absl::StatusOr<std::vector<Holder>> FindHolders(const std::string& id, absl::Time deadline);
+  // OK once `id` is here or the directory lists a live holder (this node included);
+  // DEADLINE_EXCEEDED if none comes before `deadline`.
+  absl::Status WaitForHolder(const std::string& id, absl::Time deadline);
+  // GetObjectLocations, waiting up to `wait` (zero: answers at once) for a holder.
+  absl::StatusOr<proto::GetObjectLocationsReply> AskDirectory(const std::string& id,
+                                                              absl::Time deadline,
+                                                              absl::Duration wait);
   void ReportCopy(const std::string& id, int64_t size);
   // The size of a sealed local copy of `id`.
   absl::StatusOr<int64_t> LocalSize(const std::string& id);

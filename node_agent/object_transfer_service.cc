@@ -66,7 +66,7 @@ grpc::Status ObjectTransferService::FetchObject(grpc::ServerContext* ctx,
   if (req->timeout_ms() > 0) {
     deadline = std::min(deadline, now + absl::Milliseconds(req->timeout_ms()));
   }
-  auto r = transfer_->Fetch(req->object_id(), deadline);
+  auto r = transfer_->Fetch(req->object_id(), deadline, req->wait_for_holder());
   if (!r.ok()) return ToGrpcStatus(r.status());
   reply->set_size(r->size);
   reply->set_source_node(r->source_node);

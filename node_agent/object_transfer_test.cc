@@ -219,11 +219,12 @@ class ObjectTransferTest : public ::testing::Test {
 
   grpc::Status Fetch(Node* n, const std::string& id, proto::FetchObjectReply* reply,
                      std::chrono::milliseconds timeout = std::chrono::milliseconds(30000),
-                     const std::string& token = kToken) {
+                     const std::string& token = kToken, bool wait_for_holder = false) {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, token, timeout);
     proto::FetchObjectRequest req;
     req.set_object_id(id);
+    req.set_wait_for_holder(wait_for_holder);
     return n->stub->FetchObject(&ctx, req, reply);
   }
 
@@ -412,6 +413,42 @@ TEST_F(ObjectTransferTest, UnknownObjectIsNotFoundNamingTheId) {
   s = reader->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_TRUE(absl::StrContains(s.error_message(), "no-such-object")) << s.error_message();
+}
+
+TEST_F(ObjectTransferTest, FetchWaitingForAHolderGetsTheObjectOnceACopyIsReported) {
+  Node* a = AddNode();
+  Node* b = AddNode();
+  constexpr bool kWait = true;
+  // Nobody ever holds it: the waiting fetch ends at its timeout, not at once.
+  proto::FetchObjectReply reply;
+  const absl::Time start = absl::Now();
+  grpc::Status s = Fetch(b, "obj-never", &reply, std::chrono::milliseconds(400), kToken, kWait);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "obj-never")) << s.error_message();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300)) << "it did not wait";
+
+  // Put on another node while the fetch waits: pulled here.
+  const std::string data = Pattern(kMiB, 11);
+  grpc::Status late;
+  auto fetch_waiting = [&](const std::string& id) {
+    return std::thread(
+        [&, id] { late = Fetch(b, id, &reply, std::chrono::seconds(30), kToken, kWait); });
+  };
+  std::thread fetcher = fetch_waiting("obj-later");
+  Put(a, "obj-later", data);
+  fetcher.join();
+  ASSERT_TRUE(late.ok()) << late.error_message();
+  EXPECT_EQ(reply.source_node(), a->node_id);
+  EXPECT_TRUE(b->store->Data("obj-later") == data);
+
+  // Put on the fetching node itself: the fetch answers with this node, pulling nothing.
+  const int64_t reads = a->transfer->stats().reads_started;
+  fetcher = fetch_waiting("obj-here");
+  Put(b, "obj-here", data);
+  fetcher.join();
+  ASSERT_TRUE(late.ok()) << late.error_message();
+  EXPECT_EQ(reply.source_node(), b->node_id);
+  EXPECT_EQ(a->transfer->stats().reads_started, reads);
 }
 
 TEST_F(ObjectTransferTest, MissingOrWrongTokenIsUnauthenticated) {

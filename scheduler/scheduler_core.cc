@@ -109,6 +109,7 @@ void SchedulerCore::Stop() {
     if (stopping_) return;
     stopping_ = true;
     for (auto& [id, job] : jobs_) job.changed->SignalAll();
+    objects_added_.SignalAll();
     monitor_wake_.SignalAll();
   }
   if (monitor_.joinable()) monitor_.join();
@@ -851,6 +852,7 @@ absl::Status SchedulerCore::AddObjectLocations(const proto::AddObjectLocationsRe
         "; the agent must register again before reporting objects"));
   }
   for (const auto& o : req.objects()) objects_.Add(req.node_id(), o.object_id(), o.size());
+  if (req.objects_size() > 0) objects_added_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -859,18 +861,28 @@ void SchedulerCore::RemoveObjectLocations(const proto::RemoveObjectLocationsRequ
   for (const auto& id : req.object_ids()) objects_.Remove(req.node_id(), id);
 }
 
-proto::GetObjectLocationsReply SchedulerCore::GetObjectLocations(const std::string& object_id) {
+proto::GetObjectLocationsReply SchedulerCore::GetObjectLocations(
+    const std::string& object_id, absl::Duration wait, const std::function<bool()>& cancelled) {
   proto::GetObjectLocationsReply reply;
   absl::MutexLock lock(&mu_);
-  for (const auto& h : objects_.Holders(object_id)) {
-    Node* node = FindNodeLocked(h.node_id);
-    if (node == nullptr || node->info.state() != proto::ALIVE) continue;
-    auto* loc = reply.add_locations();
-    loc->set_node_id(h.node_id);
-    loc->set_agent_address(node->info.agent_address());
-    loc->set_size(h.size);
+  const absl::Time deadline = clock_->Now() + std::min(wait, absl::Minutes(10));
+  while (true) {
+    for (const auto& h : objects_.Holders(object_id)) {
+      Node* node = FindNodeLocked(h.node_id);
+      if (node == nullptr || node->info.state() != proto::ALIVE) continue;
+      auto* loc = reply.add_locations();
+      loc->set_node_id(h.node_id);
+      loc->set_agent_address(node->info.agent_address());
+      loc->set_size(h.size);
+    }
+    if (reply.locations_size() > 0 || stopping_ || clock_->Now() >= deadline ||
+        (cancelled != nullptr && cancelled())) {
+      return reply;
+    }
+    // At least once a second, to see whether the caller went away.
+    clock_->WaitWithDeadline(&objects_added_, &mu_,
+                             std::min(deadline, clock_->Now() + absl::Seconds(1)));
   }
-  return reply;
 }
 
 }  // namespace drover

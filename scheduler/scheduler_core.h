@@ -109,7 +109,13 @@ class SchedulerCore {
   // only. FAILED_PRECONDITION if the node is unknown or not ALIVE.
   absl::Status AddObjectLocations(const proto::AddObjectLocationsRequest& req);
   void RemoveObjectLocations(const proto::RemoveObjectLocationsRequest& req);
-  proto::GetObjectLocationsReply GetObjectLocations(const std::string& object_id);
+  // With `wait` > 0, waits up to `wait` (at most 10 minutes) until an ALIVE node holds
+  // the object, woken by AddObjectLocations; an empty reply then means none did in time,
+  // the scheduler is stopping, or `cancelled` (if given; asked at least once a second
+  // while waiting) said the caller went away.
+  proto::GetObjectLocationsReply GetObjectLocations(
+      const std::string& object_id, absl::Duration wait = absl::ZeroDuration(),
+      const std::function<bool()>& cancelled = nullptr);
 
   // Rendezvous key-value store of running job generations (job_kv.h; these methods
   // live in scheduler_rendezvous.cc). Every call fails with FAILED_PRECONDITION unless
@@ -271,6 +277,9 @@ class SchedulerCore {
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mu_);
   ObjectDirectory objects_ ABSL_GUARDED_BY(mu_);
+  // Signalled (SignalAll) when copies are added to objects_, and by Stop(): wakes the
+  // GetObjectLocations calls that wait for a holder (each re-checks its own object).
+  absl::CondVar objects_added_;
   JobKv kv_ ABSL_GUARDED_BY(mu_);
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
   // stop them anyway (MonitorLoop).

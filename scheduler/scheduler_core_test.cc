@@ -90,6 +90,23 @@ auto AnswerWithoutTimePassing(FakeClock* clock, Call call, Trigger trigger) {
   return answer;
 }
 
+// A FakeClock that counts the waits reaching further ahead than the monitor's tick
+// (200 ms), so that a test can act once the long poll it means to wake is waiting
+// (acting earlier would let a call that never waits pass by luck).
+class WaitCountingClock : public FakeClock {
+ public:
+  bool WaitWithDeadline(absl::CondVar* cv, absl::Mutex* mu, absl::Time deadline) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (deadline - Now() > absl::Milliseconds(500)) ++long_waits_;
+    return FakeClock::WaitWithDeadline(cv, mu, deadline);
+  }
+  // How many waits of more than 500 ms have begun.
+  int64_t long_waits() const { return long_waits_.load(); }
+
+ private:
+  std::atomic<int64_t> long_waits_{0};
+};
+
 class SchedulerCoreTest : public ::testing::Test {
  protected:
   void SetUp() override { Make(absl::Seconds(30)); }
@@ -135,6 +152,17 @@ class SchedulerCoreTest : public ::testing::Test {
     return j.ok() ? *j : proto::JobInfo();
   }
 
+  // An AddObjectLocations of one copy.
+  static proto::AddObjectLocationsRequest OneCopy(const std::string& node_id,
+                                                  const std::string& object_id, int64_t size) {
+    proto::AddObjectLocationsRequest add;
+    add.set_node_id(node_id);
+    auto* o = add.add_objects();
+    o->set_object_id(object_id);
+    o->set_size(size);
+    return add;
+  }
+
   proto::JobInfo Job(const std::string& id) { return *core_->GetJob(id, 0, absl::ZeroDuration()); }
 
   void Exit(const std::string& node, const std::string& job, int rank, int code, int gen = 0) {
@@ -147,7 +175,7 @@ class SchedulerCoreTest : public ::testing::Test {
     core_->ReportExit(req);
   }
 
-  FakeClock clock_;
+  WaitCountingClock clock_;
   std::unique_ptr<StateStore> store_ = NewMemoryStateStore();
   FakeAgents* agents_ = nullptr;
   std::unique_ptr<SchedulerCore> core_;
@@ -459,11 +487,7 @@ TEST_F(SchedulerCoreTest, ObjectLocationsListLiveHoldersAndDropDeadNodes) {
   Make(absl::Milliseconds(300), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);
   std::string n2 = Register("10.0.0.2", 0);
-  proto::AddObjectLocationsRequest add;
-  add.set_node_id(n1);
-  auto* o = add.add_objects();
-  o->set_object_id("obj-a");
-  o->set_size(42);
+  proto::AddObjectLocationsRequest add = OneCopy(n1, "obj-a", 42);
   ASSERT_TRUE(core_->AddObjectLocations(add).ok());
   ASSERT_TRUE(core_->AddObjectLocations(add).ok());  // retried: still one entry
   add.set_node_id(n2);
@@ -493,6 +517,67 @@ TEST_F(SchedulerCoreTest, ObjectLocationsListLiveHoldersAndDropDeadNodes) {
   // Re-registration does not bring the dropped entries back.
   Register("10.0.0.1", 0, n1);
   EXPECT_EQ(core_->GetObjectLocations("obj-a").locations_size(), 0);
+}
+
+TEST_F(SchedulerCoreTest, ObjectLocationsWaitAnswersWhenACopyIsAdded) {
+  Make(absl::Seconds(30), /*fake=*/true);
+  std::string n1 = Register("10.0.0.1", 0);
+  const proto::AddObjectLocationsRequest add = OneCopy(n1, "obj-late", 7);
+  // Time stands still: the waiting call can only end because the copy was added, and
+  // the copy is added only once it waits.
+  int64_t waits = clock_.long_waits();
+  proto::GetObjectLocationsReply locs = AnswerWithoutTimePassing(
+      &clock_, [&] { return core_->GetObjectLocations("obj-late", absl::Minutes(5)); },
+      [&] {
+        ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }))
+            << "GetObjectLocations did not wait for a holder";
+        ASSERT_TRUE(core_->AddObjectLocations(add).ok());
+      });
+  ASSERT_EQ(locs.locations_size(), 1);
+  EXPECT_EQ(locs.locations(0).node_id(), n1);
+  EXPECT_EQ(locs.locations(0).size(), 7);
+  // A copy that is already listed answers a waiting call at once, too.
+  EXPECT_EQ(core_->GetObjectLocations("obj-late", absl::Minutes(5)).locations_size(), 1);
+
+  // Nobody adds "obj-never": the wait ends empty once its deadline passes on the clock.
+  std::atomic<bool> done{false};
+  proto::GetObjectLocationsReply never;
+  std::thread waiter([&] {
+    never = core_->GetObjectLocations("obj-never", absl::Seconds(5));
+    done = true;
+  });
+  EXPECT_TRUE(WaitFor([&] {
+    clock_.Advance(absl::Seconds(1));
+    return done.load();
+  }));
+  if (!done) clock_.Advance(absl::Hours(1));
+  waiter.join();
+  EXPECT_EQ(never.locations_size(), 0);
+
+  // A caller that goes away stops the wait (the service asks its call's IsCancelled).
+  std::atomic<bool> gone{false};
+  waits = clock_.long_waits();
+  locs = AnswerWithoutTimePassing(
+      &clock_,
+      [&] {
+        return core_->GetObjectLocations("obj-never", absl::Minutes(5),
+                                         [&] { return gone.load(); });
+      },
+      [&] {
+        ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }));
+        gone = true;
+      });
+  EXPECT_EQ(locs.locations_size(), 0);
+
+  // Stop releases a waiting call with what it has: nothing.
+  waits = clock_.long_waits();
+  locs = AnswerWithoutTimePassing(
+      &clock_, [&] { return core_->GetObjectLocations("obj-never", absl::Minutes(5)); },
+      [&] {
+        ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }));
+        core_->Stop();
+      });
+  EXPECT_EQ(locs.locations_size(), 0);
 }
 
 proto::KvScope Scope(const proto::JobInfo& job, int gen = 0) {

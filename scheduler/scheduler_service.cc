@@ -132,7 +132,10 @@ grpc::Status SchedulerService::GetObjectLocations(grpc::ServerContext* ctx,
                                                   proto::GetObjectLocationsReply* reply) {
   DROVER_CHECK_TOKEN(ctx);
   if (req->object_id().empty()) return Invalid("GetObjectLocations needs an object id");
-  *reply = core_->GetObjectLocations(req->object_id());
+  // Answered before the client's deadline: an empty list rather than an error. A
+  // cancelled call (the client went away, or the server shuts down) stops waiting.
+  *reply = core_->GetObjectLocations(req->object_id(), WaitWithin(ctx, req->wait_ms()),
+                                     [ctx] { return ctx->IsCancelled(); });
   return grpc::Status::OK;
 }
 

@@ -6,10 +6,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "grpcpp/client_context.h"
 #include "proto/node_agent.grpc.pb.h"
 #include "sdk/internal/objects_internal.h"
 #include "sdk/internal/tensor_internal.h"
@@ -22,6 +24,11 @@ std::string Env(const char* name) {
   return v == nullptr ? "" : v;
 }
 
+// How long one wait on this node's store may hold its connection (other calls on the
+// same Objects wait meanwhile), and how late a failed fetch may be noticed. A seal
+// answers the wait at once, whatever the turn.
+constexpr absl::Duration kStoreWaitTurn = absl::Milliseconds(100);
+
 // This node's agent, for pulls from other nodes.
 struct Agent {
   std::string address;
@@ -29,11 +36,33 @@ struct Agent {
   std::unique_ptr<proto::ObjectTransfer::Stub> stub;
 };
 
+// One FetchObject call in flight (gRPC's callback API), so that Get can wait on this
+// node's store meanwhile.
+struct PendingFetch {
+  grpc::ClientContext ctx;
+  proto::FetchObjectRequest req;
+  proto::FetchObjectReply reply;
+  grpc::Status status;  // written before `done` is notified
+  absl::Notification done;
+
+  // Cancels the call if it still runs, and waits until gRPC lets go of it.
+  ~PendingFetch() {
+    ctx.TryCancel();
+    done.WaitForNotification();
+  }
+};
+
 }  // namespace
 
 struct Objects::Impl {
-  // Asks this node's agent to pull `id` here, waiting until `deadline`.
-  absl::Status Fetch(const std::string& id, absl::Time deadline);
+  // Asks this node's agent (without waiting for the answer) to make `id` present here:
+  // the agent waits until `deadline` for some node to hold it (this one included: a put
+  // here is reported to the directory too) and pulls it here if it is elsewhere.
+  std::unique_ptr<PendingFetch> StartFetch(const std::string& id, absl::Time deadline);
+  // DEADLINE_EXCEEDED: `id` did not come within `timeout`; `last_fetch` the agent's last
+  // error, if any.
+  absl::Status NotInTime(const std::string& id, absl::Duration timeout,
+                         const absl::Status& last_fetch) const;
   // Objects::Get with the store's reference.
   absl::StatusOr<object_store::ObjectRef> Get(const std::string& id, absl::Duration timeout);
 
@@ -91,42 +120,62 @@ absl::Status Objects::Put(const std::string& id, absl::string_view bytes,
 
 absl::Status Objects::Delete(const std::string& id) { return impl_->store->Delete(id); }
 
-absl::Status Objects::Impl::Fetch(const std::string& id, absl::Time deadline) {
-  absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("no time left");
-  proto::FetchObjectRequest req;
-  req.set_object_id(id);
-  req.set_timeout_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(left)));
-  grpc::ClientContext ctx;
-  PrepareContext(&ctx, agent->token,
-                 std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(left))));
-  proto::FetchObjectReply reply;
-  return FromGrpcStatus(agent->stub->FetchObject(&ctx, req, &reply));
+std::unique_ptr<PendingFetch> Objects::Impl::StartFetch(const std::string& id,
+                                                        absl::Time deadline) {
+  const int64_t left_ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now()));
+  auto fetch = std::make_unique<PendingFetch>();
+  fetch->req.set_object_id(id);
+  fetch->req.set_timeout_ms(left_ms);
+  fetch->req.set_wait_for_holder(true);
+  PrepareContext(&fetch->ctx, agent->token, std::chrono::milliseconds(left_ms));
+  PendingFetch* f = fetch.get();  // lives until `done` (its destructor waits)
+  agent->stub->async()->FetchObject(&f->ctx, &f->req, &f->reply, [f](grpc::Status status) {
+    f->status = std::move(status);
+    f->done.Notify();
+  });
+  return fetch;
+}
+
+absl::Status Objects::Impl::NotInTime(const std::string& id, absl::Duration timeout,
+                                      const absl::Status& last_fetch) const {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "object ", id, " did not appear in this node's store",
+      agent != nullptr ? " or on any other node" : "", " within ", absl::FormatDuration(timeout),
+      last_fetch.ok() ? "" : absl::StrCat(" (last fetch: ", last_fetch.message(), ")")));
 }
 
 absl::StatusOr<object_store::ObjectRef> Objects::Impl::Get(const std::string& id,
                                                            absl::Duration timeout) {
-  absl::Time deadline = absl::Now() + timeout;
-  absl::Duration pause = absl::Milliseconds(10);
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<object_store::ObjectRef> ref = store->Get(id, absl::ZeroDuration());
+  // The agent's fetch (none without an agent), and when to start the next one.
+  std::unique_ptr<PendingFetch> fetch;
+  absl::Time next_fetch = absl::InfinitePast();
+  absl::Duration pause = absl::Milliseconds(10);  // before a failed fetch is retried
   absl::Status last;
   while (true) {
-    absl::StatusOr<object_store::ObjectRef> ref = store->Get(id, absl::ZeroDuration());
-    if (ref.ok()) return ref;
-    // NOT_FOUND: not here. UNAVAILABLE: being written here (a pull or a local put)
-    // or the store is gone; the waiting Get below tells which.
-    if (ref.status().code() != absl::StatusCode::kNotFound &&
-        ref.status().code() != absl::StatusCode::kUnavailable) {
+    if (ref.ok()) return ref;  // ~PendingFetch cancels a fetch still running
+    // NOT_FOUND / DEADLINE_EXCEEDED: not here (yet). UNAVAILABLE: being written here (a
+    // pull or a local put) from a Get that does not wait, the store gone from one that
+    // does.
+    const absl::StatusCode code = ref.status().code();
+    if (code != absl::StatusCode::kNotFound && code != absl::StatusCode::kDeadlineExceeded &&
+        code != absl::StatusCode::kUnavailable) {
       return ref.status();
     }
-    if (agent != nullptr && ref.status().code() == absl::StatusCode::kNotFound) {
-      absl::Status f = Fetch(id, deadline);
-      if (f.ok()) continue;  // here now (read it; it may have been evicted again)
-      last = f;
+    if (fetch != nullptr && fetch->done.HasBeenNotified()) {
+      absl::Status f = FromGrpcStatus(fetch->status);
+      fetch.reset();
       switch (f.code()) {
-        case absl::StatusCode::kNotFound:     // nobody has it yet
+        case absl::StatusCode::kOk:  // here now: the next wait finds it at once
+          break;
+        case absl::StatusCode::kNotFound:     // listed, but no holder had it (stale)
         case absl::StatusCode::kUnavailable:  // holders or the directory failed
         case absl::StatusCode::kAborted:      // a local writer of the same id
         case absl::StatusCode::kDeadlineExceeded:
+          last = f;
+          next_fetch = absl::Now() + pause;
+          pause = std::min(pause * 2, absl::Milliseconds(500));
           break;
         default:
           return absl::Status(f.code(), absl::StrCat("fetching object ", id,
@@ -134,19 +183,17 @@ absl::StatusOr<object_store::ObjectRef> Objects::Impl::Get(const std::string& id
                                                       agent->address, ": ", f.message()));
       }
     }
-    absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "object ", id, " did not appear in this node's store",
-          agent != nullptr ? " or on any other node" : "", " within ",
-          absl::FormatDuration(timeout),
-          last.ok() ? "" : absl::StrCat(" (last fetch: ", last.message(), ")")));
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return NotInTime(id, timeout, last);
+    if (agent != nullptr && fetch == nullptr && now >= next_fetch) {
+      fetch = StartFetch(id, deadline);
     }
-    // Wait here for a while: a local put or a pull by someone else ends it early.
-    ref = store->Get(id, std::min(pause, left));
-    if (ref.ok()) return ref;
-    if (ref.status().code() == absl::StatusCode::kUnavailable) return ref.status();
-    pause = std::min(pause * 2, absl::Milliseconds(500));
+    // Wait for the object's seal here: a put on this node, or the agent's pull, ends
+    // the wait at once. In turns, so that a failed fetch is retried.
+    absl::Time until = std::min(deadline, now + kStoreWaitTurn);
+    if (agent != nullptr && fetch == nullptr) until = std::min(until, next_fetch);
+    ref = store->Get(id, until - now);
+    if (!ref.ok() && ref.status().code() == absl::StatusCode::kUnavailable) return ref.status();
   }
 }
 

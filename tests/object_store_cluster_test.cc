@@ -1,7 +1,9 @@
 // The object store across a real cluster: a scheduler and two agents as processes,
 // each agent hosting its own drover-object-store. A job's rank 0 puts a tensor on one
 // node; rank 1 on the other node gets it (pulled agent to agent); the directory then
-// lists both nodes. An agent's store never outlives the agent.
+// lists both nodes. A Get of an object put later, on the other node or the same one,
+// returns soon after the put (event-driven, not polled). An agent's store never
+// outlives the agent.
 #include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/files.h"
@@ -91,6 +94,40 @@ class ObjectStoreClusterTest : public ::testing::Test {
     return nodes;
   }
 
+  // The number after `key ` in `out` (-1 if absent).
+  static int64_t Field(const std::string& out, const std::string& key) {
+    const size_t at = out.find(key + " ");
+    int64_t v = -1;
+    if (at == std::string::npos) return v;
+    const size_t begin = at + key.size() + 1;
+    const size_t end = out.find_first_not_of("0123456789", begin);
+    if (!absl::SimpleAtoi(out.substr(begin, end - begin), &v)) return -1;
+    return v;
+  }
+
+  // Rank 1 Gets an object that rank 0 puts 300 ms after rank 1 began waiting, the two
+  // ranks spread over `nodes` nodes: the Get must return within 150 ms of the put (a
+  // Get that polled with a back-off of up to 500 ms could take a good part of that).
+  void ExpectGetReturnsSoonAfterALatePut(int nodes, const std::string& id) {
+    std::string out, err;
+    int rc = cluster_->RunCli({"run", "--nproc", "2", "--nodes", absl::StrCat(nodes), "--",
+                               Runfile("tests/object_worker"), "--id", id, "--late-put-ms", "300"},
+                              &out, &err);
+    ASSERT_EQ(rc, 0) << out << err << cluster_->DaemonLogs();
+    std::cout << out;
+    const int64_t put_us = Field(out, "put_us");
+    const int64_t started_us = Field(out, "started_us");
+    const int64_t returned_us = Field(out, "returned_us");
+    ASSERT_GT(put_us, 0) << out;
+    ASSERT_GT(started_us, 0) << out;
+    ASSERT_GT(returned_us, 0) << out;
+    EXPECT_GE(put_us - started_us, 300'000) << "the Get was not waiting long before the put";
+    EXPECT_LT(returned_us - put_us, 150'000)
+        << "the Get returned " << (returned_us - put_us) / 1000 << " ms after the put";
+    std::cout << "late put on " << nodes << " node(s): Get returned "
+              << (returned_us - put_us) / 1000.0 << " ms after the put\n";
+  }
+
   std::unique_ptr<TestCluster> cluster_;
   std::string token_;
   std::unique_ptr<proto::Scheduler::Stub> scheduler_;
@@ -114,6 +151,14 @@ TEST_F(ObjectStoreClusterTest, TensorPutOnOneNodeIsReadOnTheOther) {
       << "holders: " << holders.size() << "\n" << cluster_->DaemonLogs();
   EXPECT_EQ(Holders(id + ".sum"), both);
   EXPECT_TRUE(Holders("never-put").empty());
+}
+
+TEST_F(ObjectStoreClusterTest, GetReturnsSoonAfterAPutOnAnotherNode) {
+  ExpectGetReturnsSoonAfterALatePut(2, "late-remote");
+}
+
+TEST_F(ObjectStoreClusterTest, GetReturnsSoonAfterAPutOnTheSameNode) {
+  ExpectGetReturnsSoonAfterALatePut(1, "late-local");
 }
 
 TEST_F(ObjectStoreClusterTest, KilledAgentLeavesNoStoreBehind) {

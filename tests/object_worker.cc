@@ -3,7 +3,13 @@
 // checksum; rank 1, on the other node, gets both (the tensor is pulled across nodes
 // by its agent) and checks the shape, dtype and every byte. Exit 0 on success.
 //
-//   object_worker --id ID [--mib 32] [--timeout-s 60]
+// With --late-put-ms N (on one node or two): rank 1 announces that it is about to
+// wait (object ID.waiting) and Gets ID; rank 0 waits for the announcement, then N ms
+// more, and only then puts ID. Both print when (Unix microseconds, one host's clock):
+// "late-put ID put_us T" once the put returned, "late-get ID started_us T0
+// returned_us T1" for the Get.
+//
+//   object_worker --id ID [--mib 32] [--timeout-s 60] [--late-put-ms N]
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -38,18 +44,54 @@ uint64_t Checksum(const uint8_t* p, size_t n) {
   return h;
 }
 
+int64_t NowUs() { return absl::ToUnixMicros(absl::Now()); }
+
+// --late-put-ms: see the file comment.
+int LatePut(drover::Objects& objects, int rank, const std::string& id, int64_t late_put_ms,
+            absl::Duration timeout) {
+  const std::string waiting_id = id + ".waiting";
+  const std::string contents = "late object " + id;
+  if (rank == 0) {
+    if (auto w = objects.Get(waiting_id, timeout); !w.ok()) {
+      return Fail(absl::StrCat("Get ", waiting_id, ": ", w.status().ToString()));
+    }
+    // The point of the test, not a synchronization: the getter has been waiting this
+    // long when the object is put.
+    absl::SleepFor(absl::Milliseconds(late_put_ms));
+    if (auto s = objects.Put(id, contents); !s.ok())
+      return Fail(absl::StrCat("Put: ", s.ToString()));
+    std::cout << "late-put " << id << " put_us " << NowUs() << std::endl;
+    return 0;
+  }
+  if (rank != 1) return Fail(absl::StrCat("unexpected RANK ", rank));
+  if (auto s = objects.Put(waiting_id, "1"); !s.ok()) {
+    return Fail(absl::StrCat("Put ", waiting_id, ": ", s.ToString()));
+  }
+  const int64_t started_us = NowUs();
+  auto got = objects.Get(id, timeout);
+  const int64_t returned_us = NowUs();
+  if (!got.ok()) return Fail(absl::StrCat("Get ", id, ": ", got.status().ToString()));
+  if (got->view() != contents) return Fail(absl::StrCat("wrong contents: ", got->view()));
+  std::cout << "late-get " << id << " started_us " << started_us << " returned_us " << returned_us
+            << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string id;
   int64_t mib = 32;
   int64_t timeout_s = 60;
+  int64_t late_put_ms = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string flag = argv[i];
     if (flag == "--id") {
       id = argv[i + 1];
     } else if (flag == "--mib" && absl::SimpleAtoi(argv[i + 1], &mib) && mib > 0) {
     } else if (flag == "--timeout-s" && absl::SimpleAtoi(argv[i + 1], &timeout_s)) {
+    } else if (flag == "--late-put-ms" && absl::SimpleAtoi(argv[i + 1], &late_put_ms) &&
+               late_put_ms > 0) {
     } else {
       return Fail(absl::StrCat("bad argument ", flag));
     }
@@ -60,6 +102,7 @@ int main(int argc, char** argv) {
 
   auto objects = drover::Objects::FromEnvironment();
   if (!objects.ok()) return Fail(std::string(objects.status().message()));
+  if (late_put_ms > 0) return LatePut(**objects, rank, id, late_put_ms, absl::Seconds(timeout_s));
 
   const int64_t cols = 1024;
   const int64_t rows = mib * (1 << 20) / (4 * cols);

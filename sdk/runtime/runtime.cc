@@ -40,6 +40,8 @@ namespace {
 constexpr size_t kInlineValueLimit = 100 * 1024;
 // How often Get looks again at an object it cannot read whose node may be dying.
 constexpr absl::Duration kLostRecheck = absl::Milliseconds(200);
+// How long one read of a value on another node waits for a node to hold it.
+constexpr absl::Duration kHolderWait = absl::Seconds(1);
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -396,18 +398,22 @@ absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::D
     if (o.value.inline_bytes) return ValueView{*o.value.inline_bytes, o.value.inline_bytes};
     if (!o.value.stored) return absl::InternalError(absl::StrCat("object ", ref->id, " has no value"));
     if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-    absl::StatusOr<ValueView> v = rt->ctx.store->Load(*o.value.stored, deadline);
+    // A stored value is listed by its node within milliseconds of being made; waiting
+    // longer for a holder means its node may be dying: look at the node again, a while
+    // at a time, until the deadline.
+    const absl::Time attempt = std::min(deadline, absl::Now() + kHolderWait);
+    absl::StatusOr<ValueView> v = rt->ctx.store->Load(*o.value.stored, attempt);
     if (v.ok()) {
       TheObjectTable().SetCache(ref, *v);
       return v;
     }
-    // Its holder may be dying, not yet declared dead: look again until the deadline.
-    if ((v.status().code() != absl::StatusCode::kUnavailable &&
-         v.status().code() != absl::StatusCode::kNotFound) ||
+    const absl::StatusCode code = v.status().code();
+    if ((code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kNotFound &&
+         code != absl::StatusCode::kDeadlineExceeded) ||
         absl::Now() + kLostRecheck >= deadline) {
       return v.status();
     }
-    absl::SleepFor(kLostRecheck);
+    if (code != absl::StatusCode::kDeadlineExceeded) absl::SleepFor(kLostRecheck);
   }
 }
 

@@ -195,6 +195,7 @@ proto::JobInfo ToProto(const JobInfo& j) {
   out.set_version(j.version);
   out.set_exit_code(j.exit_code);
   SetRepeated(out.mutable_nodes_used(), j.nodes_used);
+  out.set_driver(j.driver);
   return out;
 }
 
@@ -220,6 +221,7 @@ JobInfo FromProto(const proto::JobInfo& j) {
   out.version = j.version();
   out.exit_code = j.exit_code();
   out.nodes_used = ToVector<std::string>(j.nodes_used());
+  out.driver = j.driver();
   return out;
 }
 

@@ -193,11 +193,17 @@ absl::Status TestCluster::RestartScheduler() {
 
 int RunDrover(const std::vector<std::string>& args, const std::vector<std::string>& env,
               const std::string& scratch_dir, std::string* out, std::string* err) {
+  std::vector<std::string> argv = {Runfile("cli/drover")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunProgram(argv, env, scratch_dir, out, err);
+}
+
+int RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+               const std::string& scratch_dir, std::string* out, std::string* err) {
   static int n = 0;
-  std::string base = absl::StrCat(scratch_dir, "/cli-", getpid(), "-", n++);
+  std::string base = absl::StrCat(scratch_dir, "/run-", getpid(), "-", n++);
   SpawnOptions o;
-  o.argv = {Runfile("cli/drover")};
-  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.argv = argv;
   // The caller's environment without the variables `env` sets.
   for (char** e = environ; *e; ++e) {
     absl::string_view kv(*e);

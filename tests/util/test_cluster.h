@@ -98,9 +98,12 @@ class TestCluster {
   std::unique_ptr<Client> client_;
 };
 
-// Runs the `drover` CLI with the caller's environment plus `env` (KEY=VALUE entries,
-// which replace inherited ones); output goes through files in `scratch_dir`. Returns
-// the exit code (128 + signal if killed).
+// Runs `argv` with the caller's environment plus `env`
+// (KEY=VALUE entries, which replace inherited ones); output goes through files in
+// `scratch_dir`. Returns the exit code (128 + signal if killed).
+int RunProgram(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+               const std::string& scratch_dir, std::string* out, std::string* err);
+// The same with the `drover` CLI (argv[0]) prepended.
 int RunDrover(const std::vector<std::string>& args, const std::vector<std::string>& env,
               const std::string& scratch_dir, std::string* out, std::string* err);
 

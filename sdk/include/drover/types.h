@@ -120,6 +120,9 @@ struct JobInfo {
   // Every node that ran a process of any generation, in first-use order: output stays
   // on the node that wrote it, so logs are read from all of them.
   std::vector<std::string> nodes_used;
+  // A driver: a program that submits tasks and actors outside any job (drover::Init in a
+  // plain program). It has no processes of its own and runs while the program does.
+  bool driver = false;
 };
 
 enum class NodeState {

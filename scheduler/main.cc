@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   DROVER_LOG(INFO) << "received " << strsignal(sig) << "; shutting down";
+  // First the agents' sessions, so that their end is not taken for the agents' death.
+  service.BeginShutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   core->Stop();
   return 0;

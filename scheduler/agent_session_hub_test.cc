@@ -73,11 +73,7 @@ class AgentSessionHubTest : public ::testing::Test {
     proto::RegisterNodeReply reply;
     ASSERT_TRUE(stub_->RegisterNode(&ctx, reg, &reply).ok());
     node_ = reply.node_id();
-    proto::JobSpec spec;
-    spec.add_command("train");
-    spec.set_nproc(1);
-    spec.mutable_per_process()->set_cpus(1);
-    auto job = core_->SubmitJob(spec);
+    auto job = core_->SubmitJob(testing::OneCpuJob());
     ASSERT_TRUE(job.ok()) << job.status();
     job_ = job->job_id();
     ASSERT_TRUE(WaitFor([&] { return JobState() == proto::RUNNING; }));

@@ -64,11 +64,7 @@ class SchedulerSessionsTest : public ::testing::Test {
   }
 
   std::string SubmitRunning() {
-    proto::JobSpec spec;
-    spec.add_command("train");
-    spec.set_nproc(1);
-    spec.mutable_per_process()->set_cpus(1);
-    auto j = core_->SubmitJob(spec);
+    auto j = core_->SubmitJob(testing::OneCpuJob());
     EXPECT_TRUE(j.ok()) << j.status();
     if (!j.ok()) return "";
     EXPECT_TRUE(WaitFor([&] { return Job(j->job_id()).state() == proto::RUNNING; }));

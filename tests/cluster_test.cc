@@ -257,49 +257,66 @@ TEST_F(ClusterTest, AgentKilledIsDeclaredDeadAndItsJobFails) {
   }
 }
 
-// Waits until ranks 0..n-1 of an UpJob have started (so a kill hits running work, not
-// a launch in flight).
-bool RanksUp(const std::string& dir, int n) {
-  return WaitFor(
-      [&] {
-        for (int r = 0; r < n; ++r) {
-          if (access(absl::StrCat(dir, "/up-", r).c_str(), F_OK) != 0) return false;
-        }
-        return true;
-      },
-      absl::Seconds(20));
-}
+// Failure detection (docs/architecture.md, "Failure detection"), on the scheduler's
+// default timing unless a test says otherwise.
+class FailureDetectionTest : public ClusterTest {
+ protected:
+  static TestClusterOptions Defaults() {
+    TestClusterOptions o;
+    o.node_timeout_ms = 10000;
+    o.heartbeat_ms = 500;
+    return o;
+  }
 
-// A directory of its own for each call (tests may run repeatedly: --gtest_repeat).
-std::string FreshDir(const std::string& name) {
-  static int n = 0;
-  return Tmp(absl::StrCat(name, "-", n++));
-}
+  // Starts a cluster and a job of `nproc` processes (`ppn` per node) that write their
+  // pid to <dir_>/up-<rank> and sleep; returns it once every rank runs (so a kill hits
+  // running work, not a launch in flight).
+  JobInfo StartRunning(const TestClusterOptions& o, int nproc, int ppn) {
+    StartCluster(o);
+    static int n = 0;  // a directory per call: tests may run repeatedly (--gtest_repeat)
+    dir_ = Tmp(absl::StrCat("failure-detection-", n++));
+    auto job = Submit(ShellJob(absl::StrCat("echo $$ > ", dir_, "/up-$RANK.tmp; mv ", dir_,
+                                            "/up-$RANK.tmp ", dir_, "/up-$RANK; exec sleep 300"),
+                               nproc, ppn));
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          for (int r = 0; r < nproc; ++r) {
+            if (access(absl::StrCat(dir_, "/up-", r).c_str(), F_OK) != 0) return false;
+          }
+          return true;
+        },
+        absl::Seconds(20)));
+    return WaitUntil(job.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
+  }
+  // The pid of a rank of the StartRunning job.
+  pid_t PidOf(int rank) {
+    return std::atoi(ReadFile(absl::StrCat(dir_, "/up-", rank)).value_or("0").c_str());
+  }
+  // Which agent runs `node_id`.
+  int AgentOf(const std::string& node_id) {
+    return cluster_->agent_node_id(0) == node_id ? 0 : 1;
+  }
+  bool AllAlive() {
+    auto s = cluster_->client().Status();
+    if (!s.ok()) return false;
+    for (const auto& n : s->nodes) {
+      if (n.state != NodeState::kAlive) return false;
+    }
+    return true;
+  }
 
-// Processes that say they are up (in `dir`), then sleep.
-JobSpec UpJob(const std::string& dir, int nproc, int ppn) {
-  return ShellJob(absl::StrCat("touch ", dir, "/up-$RANK; exec sleep 300"), nproc, ppn);
-}
+  std::string dir_;
+};
 
-// Fast failure detection (docs/architecture.md "Failure detection"): the kernel closes a
-// SIGKILLed agent's connection, its session with the scheduler ends, and its node is
-// declared dead once the session grace (1 s) has passed, not after the node timeout
-// (10 s, the default, here).
-TEST_F(ClusterTest, KilledAgentIsNoticedThroughItsClosedConnection) {
-  TestClusterOptions o;
-  o.node_timeout_ms = 10000;
-  o.heartbeat_ms = 500;
-  StartCluster(o);
-  std::string dir = FreshDir("killed-agent");
-  auto job = Submit(UpJob(dir, 4, 2));
-  ASSERT_TRUE(RanksUp(dir, 4));
-  auto running = WaitUntil(job.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
+// The kernel closes a SIGKILLed agent's connection, its session with the scheduler
+// ends, and its node is declared dead once the session grace (1 s) has passed, not
+// after the node timeout (10 s, the default, here).
+TEST_F(FailureDetectionTest, KilledAgentIsNoticedThroughItsClosedConnection) {
+  auto running = StartRunning(Defaults(), 4, 2);
   const std::string victim_node = running.placement[2].node_id;
-  const int victim = cluster_->agent_node_id(0) == victim_node ? 0 : 1;
-  ASSERT_EQ(cluster_->agent_node_id(victim), victim_node);
   const absl::Time killed = absl::Now();
-  cluster_->SignalAgent(victim, SIGKILL);
-  auto failed = Wait(job.job_id);
+  cluster_->SignalAgent(AgentOf(victim_node), SIGKILL);
+  auto failed = Wait(running.job_id);
   const absl::Duration took = absl::Now() - killed;
   std::cout << "FIGURE agent_sigkill_to_job_failed_ms " << absl::ToInt64Milliseconds(took)
             << std::endl;
@@ -318,25 +335,13 @@ TEST_F(ClusterTest, KilledAgentIsNoticedThroughItsClosedConnection) {
 
 // A worker's death travels drover-launch -> agent -> ReportExit at once: no heartbeat
 // (500 ms here) is waited for.
-TEST_F(ClusterTest, KilledWorkerFailsItsJobAtOnce) {
-  TestClusterOptions o;
-  o.node_timeout_ms = 10000;
-  o.heartbeat_ms = 500;
-  StartCluster(o);
-  std::string dir = FreshDir("killed-worker");
-  auto job = Submit(ShellJob(absl::StrCat("echo $$ > ", dir, "/pid-$RANK; exec sleep 300"), 2, 1));
-  pid_t worker = 0;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        auto t = ReadFile(absl::StrCat(dir, "/pid-1"));
-        if (t.ok() && !t->empty() && t->back() == '\n') worker = std::atoi(t->c_str());
-        return worker > 0;
-      },
-      absl::Seconds(20)));
-  WaitUntil(job.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
+TEST_F(FailureDetectionTest, KilledWorkerFailsItsJobAtOnce) {
+  auto running = StartRunning(Defaults(), 2, 1);
+  const pid_t worker = PidOf(1);
+  ASSERT_GT(worker, 0);
   const absl::Time killed = absl::Now();
   ASSERT_EQ(::kill(worker, SIGKILL), 0);
-  auto failed = Wait(job.job_id);
+  auto failed = Wait(running.job_id);
   const absl::Duration took = absl::Now() - killed;
   std::cout << "FIGURE worker_sigkill_to_job_failed_ms " << absl::ToInt64Milliseconds(took)
             << std::endl;
@@ -349,73 +354,43 @@ TEST_F(ClusterTest, KilledWorkerFailsItsJobAtOnce) {
 // A machine that vanishes without closing anything (here: an agent stopped with
 // SIGSTOP, whose connection stays open) is still found by its missed heartbeats, and
 // its agent, back, registers again.
-TEST_F(ClusterTest, StoppedAgentIsFoundByMissedHeartbeats) {
+TEST_F(FailureDetectionTest, StoppedAgentIsFoundByMissedHeartbeats) {
   TestClusterOptions o;
   o.node_timeout_ms = 1500;
-  StartCluster(o);
-  std::string dir = FreshDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
-  auto job = Submit(UpJob(dir, 2, 1));
-  ASSERT_TRUE(RanksUp(dir, 2));
-  auto running = WaitUntil(job.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
+  auto running = StartRunning(o, 2, 1);
   const std::string victim_node = running.placement[1].node_id;
-  const int victim = cluster_->agent_node_id(0) == victim_node ? 0 : 1;
+  const int victim = AgentOf(victim_node);
   const absl::Time stopped = absl::Now();
   cluster_->SignalAgent(victim, SIGSTOP);
-  auto failed = Wait(job.job_id);
+  auto failed = Wait(running.job_id);
   EXPECT_GE(absl::Now() - stopped, absl::Milliseconds(1500));
   EXPECT_EQ(failed.state, JobState::kFailed);
   EXPECT_TRUE(absl::StrContains(failed.reason, "no heartbeat from " + victim_node))
       << failed.reason;
   cluster_->SignalAgent(victim, SIGCONT);
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        auto s = cluster_->client().Status();
-        if (!s.ok()) return false;
-        for (const auto& n : s->nodes) {
-          if (n.state != NodeState::kAlive) return false;
-        }
-        return true;
-      },
-      absl::Seconds(15)))
-      << cluster_->DaemonLogs();
+  EXPECT_TRUE(WaitFor([&] { return AllAlive(); }, absl::Seconds(15))) << cluster_->DaemonLogs();
 }
 
 // A scheduler stopped cleanly and started again (state in Redis) ends the agents'
 // sessions without taking that for their death; the agents open new ones, so a kill
 // after the restart is noticed as fast as before it.
-TEST_F(ClusterTest, RestartedSchedulerKeepsItsNodesAndNoticesAKillAfter) {
-  TestClusterOptions o;
+TEST_F(FailureDetectionTest, RestartedSchedulerKeepsItsNodesAndNoticesAKillAfter) {
+  TestClusterOptions o = Defaults();
   o.redis = true;
-  o.node_timeout_ms = 10000;
-  o.heartbeat_ms = 500;
-  StartCluster(o);
-  std::string dir = FreshDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
-  auto job = Submit(UpJob(dir, 2, 1));
-  ASSERT_TRUE(RanksUp(dir, 2));
-  auto running = WaitUntil(job.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
+  auto running = StartRunning(o, 2, 1);
   ASSERT_TRUE(cluster_->RestartScheduler(SIGTERM).ok()) << cluster_->DaemonLogs();
-  auto all_alive = [&] {
-    auto s = cluster_->client().Status();
-    if (!s.ok() || s->nodes.size() != 2) return false;
-    for (const auto& n : s->nodes) {
-      if (n.state != NodeState::kAlive) return false;
-    }
-    return true;
-  };
-  ASSERT_TRUE(WaitFor(all_alive, absl::Seconds(15))) << cluster_->DaemonLogs();
+  ASSERT_TRUE(WaitFor([&] { return AllAlive(); }, absl::Seconds(15))) << cluster_->DaemonLogs();
   // Well past the session grace: nothing was declared dead.
   EXPECT_FALSE(WaitFor(
       [&] {
-        auto j = cluster_->client().GetJob(job.job_id);
-        return !all_alive() || !j.ok() || j->state != JobState::kRunning;
+        auto j = cluster_->client().GetJob(running.job_id);
+        return !AllAlive() || !j.ok() || j->state != JobState::kRunning;
       },
       absl::Seconds(3)))
       << cluster_->DaemonLogs();
-  const std::string victim_node = running.placement[1].node_id;
-  const int victim = cluster_->agent_node_id(0) == victim_node ? 0 : 1;
   const absl::Time killed = absl::Now();
-  cluster_->SignalAgent(victim, SIGKILL);
-  auto failed = Wait(job.job_id);
+  cluster_->SignalAgent(AgentOf(running.placement[1].node_id), SIGKILL);
+  auto failed = Wait(running.job_id);
   EXPECT_LT(absl::Now() - killed, absl::Milliseconds(2500)) << failed.reason;
   EXPECT_TRUE(absl::StrContains(failed.reason, "the agent process exited or was killed"))
       << failed.reason;

@@ -1,6 +1,6 @@
 // Test doubles for driving SchedulerCore without agents: a recording AgentClient and
 // a StateStore wrapper that outlives a core (to restart the scheduler over the same
-// state). Thread-safe as the interfaces they implement require.
+// state), and the simplest job. Thread-safe as the interfaces they implement require.
 #ifndef DROVER_SCHEDULER_TESTING_CORE_FAKES_H_
 #define DROVER_SCHEDULER_TESTING_CORE_FAKES_H_
 
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "proto/common.pb.h"
 #include "scheduler/agent_client.h"
 #include "scheduler/state_store.h"
 
@@ -68,6 +69,15 @@ class SharedStore : public StateStore {
  private:
   StateStore* s_;
 };
+
+// A job of `nproc` processes of one CPU each running "train".
+inline proto::JobSpec OneCpuJob(int nproc = 1) {
+  proto::JobSpec spec;
+  spec.add_command("train");
+  spec.set_nproc(nproc);
+  spec.mutable_per_process()->set_cpus(1);
+  return spec;
+}
 
 }  // namespace drover::testing
 

@@ -58,7 +58,7 @@ absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path) {
   return token;
 }
 
-grpc::Status CheckToken(const grpc::ServerContext& ctx, const std::string& token) {
+grpc::Status CheckToken(const grpc::ServerContextBase& ctx, const std::string& token) {
   const auto& md = ctx.client_metadata();
   auto it = md.find(kTokenMetadataKey);
   if (it == md.end()) {

@@ -27,7 +27,7 @@ absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path);
 
 // OK if the call carries `token`; UNAUTHENTICATED (naming what to do) otherwise.
 // Constant-time comparison.
-grpc::Status CheckToken(const grpc::ServerContext& ctx, const std::string& token);
+grpc::Status CheckToken(const grpc::ServerContextBase& ctx, const std::string& token);
 
 }  // namespace drover
 

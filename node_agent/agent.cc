@@ -156,6 +156,12 @@ absl::Status NodeAgent::Start() {
                    << selected_port << "), node ip " << options_.node_ip << ", logs in "
                    << log_dir;
   started_ = true;
+  SchedulerSessionOptions sso;
+  sso.scheduler_address = options_.scheduler_address;
+  sso.token = options_.token;
+  sso.clock = options_.clock;
+  session_ = std::make_unique<SchedulerSession>(sso, [this] { WriteReadyFile(); });
+  session_->Start();
   if (object_reporter_) object_reporter_->Start();
   reporter_thread_ = std::thread([this] { ReporterLoop(); });
   registration_thread_ = std::thread([this] { RegistrationLoop(); });
@@ -182,6 +188,7 @@ void NodeAgent::Shutdown() {
   }
   registration_thread_.join();
   reporter_thread_.join();
+  session_->Stop();  // after the last exit reports: the scheduler now sees the agent go
   if (transfer_) transfer_->Shutdown();  // running pulls end; their handlers return
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
@@ -346,7 +353,7 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
                    << " (heartbeat every " << reply.heartbeat_interval_ms() << " ms, "
                    << req.processes_size() << " process(es) held)";
   *logged_failure = false;
-  if (first) WriteReadyFile();
+  session_->Registered(reply.node_id());  // writes the ready file once open
   return true;
 }
 

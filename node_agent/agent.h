@@ -10,7 +10,10 @@
 //   - with the object store enabled: the store supervisor (store_supervisor.h) and the
 //     object reporter (object_reporter.h), each one thread;
 //   - the reporter: sends ReportExit for every reaped process as soon as it happens
-//     (if that fails, the next heartbeat carries the same facts).
+//     (if that fails, the next heartbeat carries the same facts);
+//   - the session (scheduler_session.h): holds Scheduler.AgentSession open, opened
+//     anew after each registration, so the scheduler notices this agent's death at
+//     once. The ready file is written once the first session is open.
 // Public methods are thread-safe.
 #ifndef DROVER_NODE_AGENT_AGENT_H_
 #define DROVER_NODE_AGENT_AGENT_H_
@@ -38,6 +41,7 @@
 #include "common/thread_pool.h"
 #include "node_agent/process_manager.h"
 #include "node_agent/resources.h"
+#include "node_agent/scheduler_session.h"
 #include "node_agent/store_local_objects.h"
 #include "node_agent/store_supervisor.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -66,7 +70,8 @@ struct AgentOptions {
   // Logs of jobs with nothing running here, untouched for this long, are deleted
   // (checked at start and hourly). Zero: keep them forever.
   absl::Duration log_retention = absl::Hours(24 * 7);
-  // Written atomically after the first successful registration:
+  // Written atomically after the first successful registration, once the first
+  // session with the scheduler is open (or the scheduler offers none):
   // {"node_id":"...","address":"ip:port","pid":N}
   std::string ready_file;
   // drover-launch; empty = found next to this binary (FindDroverBinary).
@@ -153,6 +158,7 @@ class NodeAgent {
   // Tells the scheduler of returned leases and exited workers, in order.
   std::unique_ptr<ThreadPool> task_reports_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<SchedulerSession> session_;
   std::thread registration_thread_;
   std::thread reporter_thread_;
   bool started_ = false;

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
               ready_file, package_dir;
   int port = 0;
   int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000,
-          abort_notice_ms = 3000;
+          abort_notice_ms = 3000, session_grace_ms = 1000;
   app.add_option("--bind", bind, "IP address to listen on (0.0.0.0 for all)");
   app.add_option("--port", port, "TCP port (0 picks a free one)")->check(CLI::Range(0, 65535));
   app.add_option("--advertise", advertise, "address agents and workers use (default: bind:port)");
@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
   app.add_option("--redis-prefix", redis_prefix, "key prefix in Redis");
   app.add_option("--node-timeout-ms", node_timeout_ms, "declare a silent node dead after this")
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
+  app.add_option("--session-grace-ms", session_grace_ms,
+                 "declare a node dead this long after its agent's connection closed (the "
+                 "agent process died), unless the agent opens a new session first")
+      ->check(CLI::Range(int64_t{0}, int64_t{600000}));
   app.add_option("--heartbeat-ms", heartbeat_ms, "agents' heartbeat interval")
       ->check(CLI::Range(int64_t{10}, int64_t{60000}));
   app.add_option("--kill-grace-ms", kill_grace_ms, "SIGTERM to SIGKILL grace for workers")
@@ -83,6 +87,7 @@ int main(int argc, char** argv) {
 
   drover::SchedulerOptions options;
   options.node_timeout = absl::Milliseconds(node_timeout_ms);
+  options.session_grace = absl::Milliseconds(session_grace_ms);
   options.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   options.kill_grace = absl::Milliseconds(kill_grace_ms);
   options.abort_notice = absl::Milliseconds(abort_notice_ms);
@@ -137,6 +142,8 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   DROVER_LOG(INFO) << "received " << strsignal(sig) << "; shutting down";
+  // First the agents' sessions, so that their end is not taken for the agents' death.
+  service.BeginShutdown();
   leases_service.BeginShutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   leases.Stop();

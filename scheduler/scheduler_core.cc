@@ -43,6 +43,7 @@ SchedulerCore::SchedulerCore(SchedulerOptions options, std::unique_ptr<StateStor
       agents_(std::move(agents)),
       persister_(store_.get(), clock_),
       job_tag_(NewJobTag()),
+      sessions_(options_.session_grace),
       book_(MakeBook(this)),
       outbound_(std::make_unique<ThreadPool>(4)) {}
 
@@ -278,6 +279,7 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
   node.info.set_state(proto::DEAD);
   node.info.set_reason(reason);
   dead_nodes_.emplace_back(node.info.node_id(), reason);
+  sessions_.Forget(node.info.node_id());  // a later close of its session means nothing
   // Its object store is unreachable: nobody should try to pull from it.
   objects_.RemoveNode(node.info.node_id());
   for (auto& [id, job] : jobs_) {
@@ -300,11 +302,15 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
     Actions actions;
     {
       absl::MutexLock lock(&mu_);
-      while (!stopping_ && !clock_->WaitWithDeadline(&monitor_wake_, &mu_, wake)) {
+      // A closed session signals monitor_wake_: its loss may fall due before `wake`
+      // (the pass then runs early, which is harmless).
+      while (!stopping_ && !clock_->WaitWithDeadline(&monitor_wake_, &mu_,
+                                                     std::min(wake, sessions_.NextDue()))) {
       }
       if (stopping_) return;
       const absl::Time now = clock_->Now();
       wake = now + tick;
+      ExpireAgentSessionsLocked(now, &actions);
       for (auto it = deferred_stops_.begin(); it != deferred_stops_.end();) {
         if (it->second > now) {
           ++it;

@@ -7,6 +7,8 @@
 //   - generation.h: how a generation's end is described and told (pure);
 //   - job_kv.h + scheduler_rendezvous.cc: the rendezvous KV and generation watches;
 //   - object_directory.h: which node holds which object;
+//   - agent_sessions.h + scheduler_sessions.cc: agents' sessions, the fast path of
+//     failure detection (a dead agent's closed connection);
 //   - job_persister.h: job records and ids written to the StateStore off the lock.
 // New kinds of state (leases, tasks, actors) belong in units of their own in the same
 // way: a table or pure policy with its own header and test, guarded by mu_, reached
@@ -17,7 +19,9 @@
 // agents and to the state store are never made under it: methods collect agent calls
 // and hand them to a small outbound thread pool, and job records go to the
 // JobPersister's thread. One monitor thread declares silent nodes dead, ends
-// generations past their time limit and stops failed gangs after the abort notice.
+// generations past their time limit and stops failed gangs after the abort notice; it
+// also declares dead the nodes whose agent's session closed and stayed closed for the
+// session grace.
 //
 // Time: every deadline and timestamp comes from SchedulerOptions::clock (the wall
 // clock by default; a FakeClock in tests).
@@ -45,6 +49,7 @@
 #include "common/thread_pool.h"
 #include "proto/scheduler.pb.h"
 #include "scheduler/agent_client.h"
+#include "scheduler/agent_sessions.h"
 #include "scheduler/job_kv.h"
 #include "scheduler/job_persister.h"
 #include "scheduler/lease_manager.h"
@@ -57,6 +62,9 @@ namespace drover {
 struct SchedulerOptions {
   // A node that sends no heartbeat for this long is declared dead.
   absl::Duration node_timeout = absl::Seconds(10);
+  // A node whose agent's session (AgentSession) closed is declared dead this long
+  // after, unless a new session of the node opens first (agent_sessions.h).
+  absl::Duration session_grace = absl::Seconds(1);
   // Told to agents at registration.
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   // SIGTERM-to-SIGKILL grace when stopping a job's processes.
@@ -147,6 +155,17 @@ class SchedulerCore {
   absl::Status CheckDriver(const std::string& job_id);
   // Ends a driver job (SUCCEEDED with `reason`); its leases, actors and workers go.
   void EndDriver(const std::string& job_id, const std::string& reason);
+
+  // Agents' sessions (agent_sessions.h; these methods live in scheduler_sessions.cc).
+  // Opens a session of an ALIVE node, replacing its earlier one and cancelling a loss
+  // pending since that one closed; returns the session's first notice (its id, the
+  // grace). FAILED_PRECONDITION if the node is not registered or not ALIVE;
+  // UNAVAILABLE once Stop() has begun.
+  absl::StatusOr<proto::AgentSessionNotice> OpenAgentSession(const std::string& node_id);
+  // The session's stream ended from the agent's side (its connection closed): unless
+  // a new session of the node opens within options.session_grace, the node is
+  // declared dead. Ignored for a replaced session, and once Stop() has begun.
+  void AgentSessionClosed(const std::string& node_id, int64_t session_id);
 
  private:
   struct Node {
@@ -254,6 +273,10 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeclareDeadLocked(Node& node, const std::string& reason, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Declares dead the ALIVE nodes whose session closed options_.session_grace or more
+  // before `now` (MonitorLoop; scheduler_sessions.cc).
+  void ExpireAgentSessionsLocked(absl::Time now, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::NodeInfo NodeViewLocked(const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Node* FindNodeLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* FindJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -281,6 +304,7 @@ class SchedulerCore {
   // GetObjectLocations calls that wait for a holder (each re-checks its own object).
   absl::CondVar objects_added_;
   JobKv kv_ ABSL_GUARDED_BY(mu_);
+  AgentSessions sessions_ ABSL_GUARDED_BY(mu_);
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
   // stop them anyway (MonitorLoop).
   std::map<std::string, absl::Time> deferred_stops_ ABSL_GUARDED_BY(mu_);
@@ -289,7 +313,7 @@ class SchedulerCore {
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::CondVar monitor_wake_;  // Stop() wakes the monitor
+  absl::CondVar monitor_wake_;  // Stop() and a closed session wake the monitor
 
   // For the lease manager (NotifyLeases): what happened since it was last told.
   std::vector<std::string> ended_jobs_ ABSL_GUARDED_BY(mu_);

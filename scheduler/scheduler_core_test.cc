@@ -11,64 +11,14 @@
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "scheduler/testing/core_fakes.h"
 #include "tests/util/test_util.h"
 
 namespace drover {
 namespace {
 
-class FakeAgents : public AgentClient {
- public:
-  absl::StatusOr<int> StartProcesses(const std::string& address,
-                                     const proto::StartProcessesRequest& req) override {
-    absl::MutexLock lock(&mu_);
-    starts_.push_back({address, req});
-    if (fail_address_ == address) return absl::UnavailableError("connection refused");
-    return req.master_port() == 0 ? 29500 : req.master_port();
-  }
-  absl::Status StopJob(const std::string& address, const proto::StopJobRequest& req) override {
-    absl::MutexLock lock(&mu_);
-    stops_.push_back({address, req});
-    return absl::OkStatus();
-  }
-  size_t starts() {
-    absl::MutexLock lock(&mu_);
-    return starts_.size();
-  }
-  size_t stops() {
-    absl::MutexLock lock(&mu_);
-    return stops_.size();
-  }
-  std::vector<std::pair<std::string, proto::StartProcessesRequest>> start_calls() {
-    absl::MutexLock lock(&mu_);
-    return starts_;
-  }
-  void FailAddress(const std::string& a) {
-    absl::MutexLock lock(&mu_);
-    fail_address_ = a;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<std::pair<std::string, proto::StartProcessesRequest>> starts_;
-  std::vector<std::pair<std::string, proto::StopJobRequest>> stops_;
-  std::string fail_address_;
-};
-
-// A store that outlives the core, to simulate a scheduler restart.
-class SharedStore : public StateStore {
- public:
-  explicit SharedStore(StateStore* s) : s_(s) {}
-  absl::Status PutJob(const proto::JobInfo& j) override { return s_->PutJob(j); }
-  absl::StatusOr<std::vector<proto::JobInfo>> LoadJobs() override { return s_->LoadJobs(); }
-  absl::StatusOr<int64_t> ReserveIds(const std::string& c, int64_t n) override {
-    return s_->ReserveIds(c, n);
-  }
-  std::string Describe() const override { return "shared"; }
-
- private:
-  StateStore* s_;
-};
-
+using testing::FakeAgents;
+using testing::SharedStore;
 using testing::WaitFor;
 
 // Runs `call` (a long poll) on a thread, then `trigger`; returns what `call` answered.

@@ -57,6 +57,13 @@ grpc::Status SchedulerService::ReportExit(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::ServerWriteReactor<proto::AgentSessionNotice>* SchedulerService::AgentSession(
+    grpc::CallbackServerContext* ctx, const proto::AgentSessionRequest* req) {
+  if (grpc::Status auth = CheckToken(*ctx, token_); !auth.ok()) return sessions_.Refuse(auth);
+  if (req->node_id().empty()) return sessions_.Refuse(Invalid("AgentSession needs node_id"));
+  return sessions_.Open(*req);
+}
+
 grpc::Status SchedulerService::SubmitJob(grpc::ServerContext* ctx,
                                          const proto::SubmitJobRequest* req,
                                          proto::SubmitJobReply* reply) {

@@ -1,20 +1,29 @@
 // The Scheduler gRPC service: checks the cluster token, validates the request's
-// shape, and hands it to SchedulerCore. No scheduling logic lives here.
+// shape, and hands it to SchedulerCore. No scheduling logic lives here. Every method is
+// synchronous except AgentSession, a callback-API stream held by each agent (its
+// sessions live in an AgentSessionHub, agent_session_hub.h).
 #ifndef DROVER_SCHEDULER_SCHEDULER_SERVICE_H_
 #define DROVER_SCHEDULER_SCHEDULER_SERVICE_H_
 
 #include <string>
 
 #include "proto/scheduler.grpc.pb.h"
+#include "scheduler/agent_session_hub.h"
 #include "scheduler/scheduler_core.h"
 
 namespace drover {
 
-class SchedulerService final : public proto::Scheduler::Service {
+class SchedulerService final
+    : public proto::Scheduler::WithCallbackMethod_AgentSession<proto::Scheduler::Service> {
  public:
-  // `core` must outlive the service.
+  // `core` must outlive the service; the service must outlive the gRPC server.
   SchedulerService(SchedulerCore* core, std::string token)
-      : core_(core), token_(std::move(token)) {}
+      : core_(core), token_(std::move(token)), sessions_(core) {}
+
+  // Ends every agent session without counting it as the agent's death. Call before
+  // the gRPC server's Shutdown (and before the core's Stop).
+  void BeginShutdown() { sessions_.BeginShutdown(); }
+  AgentSessionHub& sessions() { return sessions_; }
 
   grpc::Status RegisterNode(grpc::ServerContext* ctx, const proto::RegisterNodeRequest* req,
                             proto::RegisterNodeReply* reply) override;
@@ -22,6 +31,8 @@ class SchedulerService final : public proto::Scheduler::Service {
                          proto::HeartbeatReply* reply) override;
   grpc::Status ReportExit(grpc::ServerContext* ctx, const proto::ReportExitRequest* req,
                           proto::ReportExitReply* reply) override;
+  grpc::ServerWriteReactor<proto::AgentSessionNotice>* AgentSession(
+      grpc::CallbackServerContext* ctx, const proto::AgentSessionRequest* req) override;
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const proto::SubmitJobRequest* req,
                          proto::SubmitJobReply* reply) override;
   grpc::Status GetJob(grpc::ServerContext* ctx, const proto::GetJobRequest* req,
@@ -56,6 +67,7 @@ class SchedulerService final : public proto::Scheduler::Service {
  private:
   SchedulerCore* const core_;
   const std::string token_;
+  AgentSessionHub sessions_;
 };
 
 }  // namespace drover

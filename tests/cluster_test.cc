@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <set>
 
@@ -254,6 +255,145 @@ TEST_F(ClusterTest, AgentKilledIsDeclaredDeadAndItsJobFails) {
                                                                  : NodeState::kAlive)
         << n.node_id;
   }
+}
+
+// Failure detection (docs/architecture.md, "Failure detection"), on the scheduler's
+// default timing unless a test says otherwise.
+class FailureDetectionTest : public ClusterTest {
+ protected:
+  static TestClusterOptions Defaults() {
+    TestClusterOptions o;
+    o.node_timeout_ms = 10000;
+    o.heartbeat_ms = 500;
+    return o;
+  }
+
+  // Starts a cluster and a job of `nproc` processes (`ppn` per node) that write their
+  // pid to <dir_>/up-<rank> and sleep; returns it once every rank runs (so a kill hits
+  // running work, not a launch in flight).
+  JobInfo StartRunning(const TestClusterOptions& o, int nproc, int ppn) {
+    StartCluster(o);
+    static int n = 0;  // a directory per call: tests may run repeatedly (--gtest_repeat)
+    dir_ = Tmp(absl::StrCat("failure-detection-", n++));
+    auto job = Submit(ShellJob(absl::StrCat("echo $$ > ", dir_, "/up-$RANK.tmp; mv ", dir_,
+                                            "/up-$RANK.tmp ", dir_, "/up-$RANK; exec sleep 300"),
+                               nproc, ppn));
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          for (int r = 0; r < nproc; ++r) {
+            if (access(absl::StrCat(dir_, "/up-", r).c_str(), F_OK) != 0) return false;
+          }
+          return true;
+        },
+        absl::Seconds(20)));
+    return WaitUntil(job.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
+  }
+  // The pid of a rank of the StartRunning job.
+  pid_t PidOf(int rank) {
+    return std::atoi(ReadFile(absl::StrCat(dir_, "/up-", rank)).value_or("0").c_str());
+  }
+  // Which agent runs `node_id`.
+  int AgentOf(const std::string& node_id) {
+    return cluster_->agent_node_id(0) == node_id ? 0 : 1;
+  }
+  bool AllAlive() {
+    auto s = cluster_->client().Status();
+    if (!s.ok()) return false;
+    for (const auto& n : s->nodes) {
+      if (n.state != NodeState::kAlive) return false;
+    }
+    return true;
+  }
+
+  std::string dir_;
+};
+
+// The kernel closes a SIGKILLed agent's connection, its session with the scheduler
+// ends, and its node is declared dead once the session grace (1 s) has passed, not
+// after the node timeout (10 s, the default, here).
+TEST_F(FailureDetectionTest, KilledAgentIsNoticedThroughItsClosedConnection) {
+  auto running = StartRunning(Defaults(), 4, 2);
+  const std::string victim_node = running.placement[2].node_id;
+  const absl::Time killed = absl::Now();
+  cluster_->SignalAgent(AgentOf(victim_node), SIGKILL);
+  auto failed = Wait(running.job_id);
+  const absl::Duration took = absl::Now() - killed;
+  std::cout << "FIGURE agent_sigkill_to_job_failed_ms " << absl::ToInt64Milliseconds(took)
+            << std::endl;
+  EXPECT_EQ(failed.state, JobState::kFailed);
+  EXPECT_LT(took, absl::Milliseconds(2500)) << failed.reason << "\n" << cluster_->DaemonLogs();
+  EXPECT_TRUE(absl::StrContains(failed.reason, "on node " + victim_node)) << failed.reason;
+  EXPECT_TRUE(absl::StrContains(failed.reason, "the agent process exited or was killed"))
+      << failed.reason;
+  auto after = cluster_->client().Status();
+  ASSERT_TRUE(after.ok());
+  for (const auto& n : after->nodes) {
+    EXPECT_EQ(n.state, n.node_id == victim_node ? NodeState::kDead : NodeState::kAlive)
+        << n.node_id;
+  }
+}
+
+// A worker's death travels drover-launch -> agent -> ReportExit at once: no heartbeat
+// (500 ms here) is waited for.
+TEST_F(FailureDetectionTest, KilledWorkerFailsItsJobAtOnce) {
+  auto running = StartRunning(Defaults(), 2, 1);
+  const pid_t worker = PidOf(1);
+  ASSERT_GT(worker, 0);
+  const absl::Time killed = absl::Now();
+  ASSERT_EQ(::kill(worker, SIGKILL), 0);
+  auto failed = Wait(running.job_id);
+  const absl::Duration took = absl::Now() - killed;
+  std::cout << "FIGURE worker_sigkill_to_job_failed_ms " << absl::ToInt64Milliseconds(took)
+            << std::endl;
+  EXPECT_EQ(failed.state, JobState::kFailed);
+  EXPECT_TRUE(absl::StrContains(failed.reason, "rank 1 on node")) << failed.reason;
+  EXPECT_TRUE(absl::StrContains(failed.reason, "killed by SIGKILL")) << failed.reason;
+  EXPECT_LT(took, absl::Milliseconds(500)) << failed.reason;
+}
+
+// A machine that vanishes without closing anything (here: an agent stopped with
+// SIGSTOP, whose connection stays open) is still found by its missed heartbeats, and
+// its agent, back, registers again.
+TEST_F(FailureDetectionTest, StoppedAgentIsFoundByMissedHeartbeats) {
+  TestClusterOptions o;
+  o.node_timeout_ms = 1500;
+  auto running = StartRunning(o, 2, 1);
+  const std::string victim_node = running.placement[1].node_id;
+  const int victim = AgentOf(victim_node);
+  const absl::Time stopped = absl::Now();
+  cluster_->SignalAgent(victim, SIGSTOP);
+  auto failed = Wait(running.job_id);
+  EXPECT_GE(absl::Now() - stopped, absl::Milliseconds(1500));
+  EXPECT_EQ(failed.state, JobState::kFailed);
+  EXPECT_TRUE(absl::StrContains(failed.reason, "no heartbeat from " + victim_node))
+      << failed.reason;
+  cluster_->SignalAgent(victim, SIGCONT);
+  EXPECT_TRUE(WaitFor([&] { return AllAlive(); }, absl::Seconds(15))) << cluster_->DaemonLogs();
+}
+
+// A scheduler stopped cleanly and started again (state in Redis) ends the agents'
+// sessions without taking that for their death; the agents open new ones, so a kill
+// after the restart is noticed as fast as before it.
+TEST_F(FailureDetectionTest, RestartedSchedulerKeepsItsNodesAndNoticesAKillAfter) {
+  TestClusterOptions o = Defaults();
+  o.redis = true;
+  auto running = StartRunning(o, 2, 1);
+  ASSERT_TRUE(cluster_->RestartScheduler(SIGTERM).ok()) << cluster_->DaemonLogs();
+  ASSERT_TRUE(WaitFor([&] { return AllAlive(); }, absl::Seconds(15))) << cluster_->DaemonLogs();
+  // Well past the session grace: nothing was declared dead.
+  EXPECT_FALSE(WaitFor(
+      [&] {
+        auto j = cluster_->client().GetJob(running.job_id);
+        return !AllAlive() || !j.ok() || j->state != JobState::kRunning;
+      },
+      absl::Seconds(3)))
+      << cluster_->DaemonLogs();
+  const absl::Time killed = absl::Now();
+  cluster_->SignalAgent(AgentOf(running.placement[1].node_id), SIGKILL);
+  auto failed = Wait(running.job_id);
+  EXPECT_LT(absl::Now() - killed, absl::Milliseconds(2500)) << failed.reason;
+  EXPECT_TRUE(absl::StrContains(failed.reason, "the agent process exited or was killed"))
+      << failed.reason;
 }
 
 TEST_F(ClusterTest, GangRestartsWithRestartCountUntilItSucceeds) {

@@ -182,11 +182,11 @@ std::string TestCluster::agent_node_id(int i) const {
   return text.ok() ? JsonString(*text, "node_id") : "";
 }
 
-absl::Status TestCluster::RestartScheduler() {
+absl::Status TestCluster::RestartScheduler(int sig) {
   auto hp = absl::StrSplit(address_, ':');
   std::vector<std::string> parts(hp.begin(), hp.end());
   int port = std::atoi(parts.back().c_str());
-  StopProcess(scheduler_, SIGKILL);
+  StopProcess(scheduler_, sig);
   scheduler_ = -1;
   return StartScheduler(port);
 }

@@ -10,6 +10,7 @@
 #ifndef DROVER_TESTS_UTIL_TEST_CLUSTER_H_
 #define DROVER_TESTS_UTIL_TEST_CLUSTER_H_
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <functional>
@@ -63,8 +64,9 @@ class TestCluster {
 
   // Sends `sig` to agent i and reaps it if it exits.
   void SignalAgent(int i, int sig);
-  // SIGKILLs the scheduler and starts a new one on the same port and state.
-  absl::Status RestartScheduler();
+  // Stops the scheduler with `sig` (SIGKILL: it runs no code; SIGTERM: it shuts down
+  // cleanly) and starts a new one on the same port and state.
+  absl::Status RestartScheduler(int sig = SIGKILL);
 
   // Runs the `drover` CLI against this cluster; returns its exit code and fills what
   // it printed.

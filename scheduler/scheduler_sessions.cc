@@ -1,0 +1,57 @@
+// SchedulerCore's part of failure detection through agents' sessions: the table of
+// sessions (agent_sessions.h) and what the core does with it. Same class and lock as
+// scheduler_core.cc; the gRPC side is agent_session_hub.h.
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "scheduler/scheduler_core.h"
+
+namespace drover {
+
+absl::StatusOr<proto::AgentSessionNotice> SchedulerCore::OpenAgentSession(
+    const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) {
+    return absl::UnavailableError(
+        "the scheduler is shutting down; open the session again once it is back");
+  }
+  const Node* node = FindNodeLocked(node_id);
+  if (node == nullptr || node->info.state() != proto::ALIVE) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "AgentSession: node ", node_id,
+        node == nullptr ? " is not registered"
+                        : absl::StrCat(" is ", proto::NodeState_Name(node->info.state())),
+        "; register it (RegisterNode) before opening its session"));
+  }
+  proto::AgentSessionNotice notice;
+  notice.set_session_id(sessions_.Open(node_id));
+  notice.set_grace_ms(absl::ToInt64Milliseconds(sessions_.grace()));
+  return notice;
+}
+
+void SchedulerCore::AgentSessionClosed(const std::string& node_id, int64_t session_id) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_ || !sessions_.Closed(node_id, session_id, clock_->Now())) return;
+  DROVER_LOG(INFO) << "the agent of node " << node_id << " closed its session " << session_id
+                   << "; the node is declared dead in "
+                   << absl::FormatDuration(sessions_.grace())
+                   << " unless the agent opens a new one";
+  monitor_wake_.Signal();  // the monitor's next pass may now come sooner
+}
+
+void SchedulerCore::ExpireAgentSessionsLocked(absl::Time now, Actions* out) {
+  for (const AgentSessions::Lost& lost : sessions_.TakeDue(now)) {
+    Node* node = FindNodeLocked(lost.node_id);
+    if (node == nullptr || node->info.state() != proto::ALIVE) continue;
+    DeclareDeadLocked(
+        *node,
+        absl::StrCat("the agent of ", lost.node_id, " (", node->info.node_ip(),
+                     ") closed its connection ",
+                     absl::FormatDuration(absl::Trunc(now - lost.closed, absl::Milliseconds(100))),
+                     " ago and opened no new session: the agent process exited or was killed"),
+        out);
+  }
+}
+
+}  // namespace drover

@@ -8,6 +8,7 @@ PACKAGES=(
   bazel-bootstrap g++ pkg-config
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libabsl-dev
   libhiredis-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libgloo-dev
+  libmsgpack-cxx-dev libssl-dev
   # run and test
   redis-server iproute2 procps python3 python3-torch
 )

@@ -39,6 +39,14 @@ class GrpcWorkerClient : public WorkerClient {
     proto::KillWorkerReply reply;
     return FromGrpcStatus(Stub(agent)->KillWorker(&ctx, req, &reply));
   }
+  absl::Status DeleteObjects(const std::string& agent, const std::vector<std::string>& ids) override {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token_);
+    proto::DeleteObjectsRequest req;
+    for (const std::string& id : ids) req.add_object_ids(id);
+    proto::DeleteObjectsReply reply;
+    return FromGrpcStatus(Stub(agent)->DeleteObjects(&ctx, req, &reply));
+  }
   absl::Status StopJob(const std::string& agent, const std::string& job_id) override {
     auto stub = proto::NodeAgent::NewStub(MakeChannel(agent));
     grpc::ClientContext ctx;
@@ -314,10 +322,17 @@ void LeaseManager::JobEnded(const std::string& job_id) {
     }
     for (const std::string& id : ended) ReleaseLocked(id);
   }
-  if (!had_workers) return;
-  // Every node: the job's workers (leased, idle in the warm pool, actors) stop there.
-  for (const std::string& agent : book_->AliveAgents()) {
-    background_.Post([this, agent, job_id] { workers_->StopJob(agent, job_id).IgnoreError(); });
+  // Every node: the job's workers (leased, idle in the warm pool, actors) stop there,
+  // and the objects its processes made go from the stores.
+  if (had_workers) {
+    for (const std::string& agent : book_->AliveAgents()) {
+      background_.Post([this, agent, job_id] { workers_->StopJob(agent, job_id).IgnoreError(); });
+    }
+  }
+  for (auto& [agent, ids] : book_->ObjectsWithPrefix(job_id + ".")) {
+    background_.Post([this, agent = agent, ids = std::move(ids)] {
+      workers_->DeleteObjects(agent, ids).IgnoreError();
+    });
   }
 }
 

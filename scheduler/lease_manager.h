@@ -58,6 +58,8 @@ class ResourceBook {
   virtual absl::Status CheckJobRunning(const std::string& job_id) = 0;
   // Agent addresses of every ALIVE node.
   virtual std::vector<std::string> AliveAgents() = 0;
+  // The objects in the directory whose id starts with `prefix`, by agent address.
+  virtual std::map<std::string, std::vector<std::string>> ObjectsWithPrefix(const std::string& prefix) = 0;
   // The scheduler's address, for workers.
   virtual std::string SchedulerAddress() = 0;
 };
@@ -71,6 +73,8 @@ class WorkerClient {
   virtual absl::Status KillWorker(const std::string& agent, const proto::KillWorkerRequest& req) = 0;
   // Stops every process of the job on that node (its warm workers included).
   virtual absl::Status StopJob(const std::string& agent, const std::string& job_id) = 0;
+  // Deletes objects from that node's store.
+  virtual absl::Status DeleteObjects(const std::string& agent, const std::vector<std::string>& ids) = 0;
 };
 
 std::unique_ptr<WorkerClient> NewGrpcWorkerClient(const std::string& token);
@@ -97,6 +101,8 @@ class LeaseManager {
   // Hooks from the scheduler's core, called without its lock.
   void ResourcesFreed();
   void NodeDead(const std::string& node_id, const std::string& reason);
+  // The job ended: its actors die, its leases end, its workers stop on every node, and
+  // its objects (ids "<job>.", as the SDK makes them) are deleted from every store.
   void JobEnded(const std::string& job_id);
 
   // Counts for status and tests.

@@ -49,4 +49,14 @@ std::vector<ObjectDirectory::Holder> ObjectDirectory::Holders(
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> ObjectDirectory::WithPrefix(
+    const std::string& prefix) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (auto it = by_object_.lower_bound(prefix);
+       it != by_object_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+    for (const auto& [node, size] : it->second) out.emplace_back(node, it->first);
+  }
+  return out;
+}
+
 }  // namespace drover

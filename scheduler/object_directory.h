@@ -36,6 +36,8 @@ class ObjectDirectory {
   int RemoveNode(const std::string& node_id);
   // Every node holding `object_id`, in node id order; empty if none.
   std::vector<Holder> Holders(const std::string& object_id) const;
+  // Every (node, object) whose object id starts with `prefix`.
+  std::vector<std::pair<std::string, std::string>> WithPrefix(const std::string& prefix) const;
 
   // Number of (object, node) entries.
   int64_t size() const { return entries_; }

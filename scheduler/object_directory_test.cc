@@ -24,6 +24,19 @@ TEST(ObjectDirectoryTest, AddIsIdempotentAndListsHoldersInNodeOrder) {
   EXPECT_EQ(d.size(), 2);
 }
 
+TEST(ObjectDirectoryTest, WithPrefixListsEveryCopyOfTheMatchingObjectsOnly) {
+  ObjectDirectory d;
+  d.Add("node-1", "job-a.1", 10);
+  d.Add("node-2", "job-a.1", 10);
+  d.Add("node-1", "job-a.2", 10);
+  d.Add("node-1", "job-ab.1", 10);  // shares the text, not the prefix with its dot
+  d.Add("node-2", "job-b.1", 10);
+  using P = std::pair<std::string, std::string>;
+  EXPECT_EQ(d.WithPrefix("job-a."),
+            (std::vector<P>{{"node-1", "job-a.1"}, {"node-2", "job-a.1"}, {"node-1", "job-a.2"}}));
+  EXPECT_TRUE(d.WithPrefix("job-c.").empty());
+}
+
 TEST(ObjectDirectoryTest, UnknownObjectHasNoHolders) {
   ObjectDirectory d;
   EXPECT_TRUE(d.Holders("nope").empty());

@@ -77,6 +77,16 @@ class SchedulerCore::Book : public ResourceBook {
     return out;
   }
 
+  std::map<std::string, std::vector<std::string>> ObjectsWithPrefix(const std::string& prefix) override {
+    absl::MutexLock lock(&core_->mu_);
+    std::map<std::string, std::vector<std::string>> out;
+    for (auto& [node, id] : core_->objects_.WithPrefix(prefix)) {
+      Node* n = core_->FindNodeLocked(node);
+      if (n != nullptr && n->info.state() == proto::ALIVE) out[n->info.agent_address()].push_back(id);
+    }
+    return out;
+  }
+
   std::string SchedulerAddress() override {
     absl::MutexLock lock(&core_->mu_);
     return core_->address_;

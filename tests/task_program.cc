@@ -285,6 +285,12 @@ int Hold() {
   auto w = drover::Get(drover::Task(WhereAmI).Remote(), absl::Seconds(60));
   Print("actor_pid", v.ok() ? *v : Err(v.status()));
   Print("task_worker", w.ok() ? *w : Err(w.status()));
+  // Objects in the stores: a task's large result and a large Put.
+  auto blob = drover::Task(Blob).Remote(int64_t{2} << 20, 1);
+  auto put = drover::Put(Blob(int64_t{2} << 20, 2));
+  drover::Wait(std::vector<drover::ObjectRef<std::vector<uint8_t>>>{blob, put}, 2, absl::Seconds(60));
+  Print("stored", blob.id());
+  Print("put", put.id());
   Print("holding", drover::JobId());
   std::cout.flush();
   absl::SleepFor(absl::Hours(1));

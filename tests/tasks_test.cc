@@ -14,7 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/auth.h"
 #include "common/files.h"
+#include "common/rpc.h"
+#include "proto/scheduler.grpc.pb.h"
 #include "common/spawn.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_cluster.h"
@@ -99,6 +102,20 @@ class TasksTest : public ::testing::Test {
     static int n = 0;
     const std::string base = absl::StrCat(cluster_->dir(), "/driver-", ++n);
     return Finish(Start(args, base), base, timeout);
+  }
+
+  // The nodes the scheduler's directory lists for an object.
+  std::vector<std::string> Holders(const std::string& id) {
+    auto stub = proto::Scheduler::NewStub(MakeChannel(cluster_->address()));
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, ReadTokenFile(cluster_->token_file()).value_or(""));
+    proto::GetObjectLocationsRequest req;
+    req.set_object_id(id);
+    proto::GetObjectLocationsReply reply;
+    std::vector<std::string> out;
+    if (!stub->GetObjectLocations(&ctx, req, &reply).ok()) return {"<error>"};
+    for (const auto& l : reply.locations()) out.push_back(l.node_id());
+    return out;
   }
 
   static TestCluster* cluster_;
@@ -221,11 +238,25 @@ TEST_F(TasksTest, NoWorkerOutlivesItsDriver) {
       absl::Seconds(120)))
       << ReadFile(base + ".out").value_or("") << ReadFile(base + ".err").value_or("");
   ASSERT_FALSE(ProcessesOfJob(job).empty()) << "no worker of " << job << " is running";
+  const std::string out = ReadFile(base + ".out").value_or("");
+  auto value_of = [&](const std::string& key) {
+    size_t at = out.find(key + "=");
+    return at == std::string::npos ? "" : out.substr(at + key.size() + 1, out.find('\n', at) - at - key.size() - 1);
+  };
+  const std::vector<std::string> objects = {value_of("stored"), value_of("put")};
+  for (const std::string& id : objects) {
+    ASSERT_TRUE(absl::StartsWith(id, job + ".")) << id;
+    EXPECT_TRUE(WaitFor([&] { return !Holders(id).empty(); }, absl::Seconds(10))) << id;
+  }
   ::kill(pid, SIGKILL);
   int status;
   ::waitpid(pid, &status, 0);
   EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job).empty(); }, absl::Seconds(30)))
       << ProcessesOfJob(job).size() << " processes of " << job << " are still alive";
+  // Its objects are gone from every store.
+  for (const std::string& id : objects) {
+    EXPECT_TRUE(WaitFor([&] { return Holders(id).empty(); }, absl::Seconds(30))) << id << " is still held";
+  }
   auto info = cluster_->client().GetJob(job);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_TRUE(WaitFor(

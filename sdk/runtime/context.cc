@@ -7,7 +7,8 @@
 namespace drover::internal {
 
 std::string RuntimeContext::NewObjectId() {
-  return absl::StrCat(owner_tag, ".", absl::Hex(next_id.fetch_add(1, std::memory_order_relaxed)));
+  return absl::StrCat(job_id, ".", owner_tag, ".",
+                      absl::Hex(next_id.fetch_add(1, std::memory_order_relaxed)));
 }
 
 void ResolveArguments(const std::shared_ptr<TaskRecord>& task,

@@ -36,7 +36,8 @@ struct RuntimeContext {
   proto::PackageRef package;
 
   std::atomic<uint64_t> next_id{1};
-  // A fresh object id: "<owner_tag>.<n>" (fits the store's 64-byte ids).
+  // A fresh object id: "<job>.<owner_tag>.<n>" (fits the store's 64-byte ids). The job
+  // prefix lets the scheduler delete every object of a job when it ends.
   std::string NewObjectId();
 };
 

@@ -26,6 +26,8 @@ constexpr size_t kMaxDepth = 512;
 // Lease requests outstanding per scheduling key, and workers per key.
 constexpr int kMaxLeaseRequests = 4;
 constexpr size_t kMaxWorkersPerKey = 256;
+// Callers spin for the results of tasks that run shorter than this (µs).
+constexpr double kSpinRunUs = 20;
 // A worker idle this long is handed back.
 constexpr absl::Duration kIdleReturn = absl::Milliseconds(200);
 constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(50);
@@ -217,6 +219,9 @@ void TaskSubmitter::PumpLocked(Key& k, std::vector<Send>* sends) {
       continue;
     }
     best->in_flight_bytes += t->wire_bytes;
+    // A caller waiting for it spins only if such tasks come back within microseconds.
+    t->result->spin_us.store(best->avg_run_us >= 0 && best->avg_run_us > kSpinRunUs ? 0 : 50,
+                             std::memory_order_relaxed);
     best->in_flight.emplace(seq, std::move(t));
     Send* s = nullptr;
     for (Send& existing : *sends) {

@@ -82,21 +82,6 @@ class Sink {
  public:
   void Call() {}
   int64_t Echo(int64_t x) { return x; }
-int64_t Stamp() { return absl::GetCurrentTimeNanos(); }
-// Diagnostics: a 1 MiB put into this worker's node store, timed here (µs, median of 20).
-double WorkerPutUs() {
-  std::string mib(1 << 20, 'x');
-  std::vector<double> t;
-  for (int i = 0; i < 20; ++i) {
-    const std::string id = absl::StrCat("worker-put-", ::getpid(), "-", i);
-    absl::Time s = absl::Now();
-    (void)drover::internal::LocalStore()->Put(id, mib);
-    t.push_back(absl::ToDoubleMicroseconds(absl::Now() - s));
-    (void)drover::internal::LocalStore()->Delete(id);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 };
 Sink* MakeSink() { return new Sink(); }
 

@@ -194,7 +194,11 @@ void NodeAgent::Shutdown() {
   server_->Wait();
   // The directory forgets this node's objects, then the store goes.
   if (object_reporter_) object_reporter_->Stop();
-  if (store_) store_->Stop();
+  if (store_) {
+    store_->Stop();
+    const std::string socket = store_->socket_path();
+    RemoveSocketDir(socket.substr(0, socket.rfind('/')), options_.dir);
+  }
   pm_.reset();
   DROVER_LOG(INFO) << "node agent stopped";
 }
@@ -364,12 +368,7 @@ std::string NodeAgent::object_store_socket() const {
 absl::Status NodeAgent::StartObjectStore() {
   StoreSupervisorOptions so;
   so.binary = options_.object_store_binary;
-  so.socket_path = StoreSocketPath(options_.dir);
-  if (so.socket_path.rfind(options_.dir, 0) != 0) {
-    // The fallback under /tmp: its directory must be ours alone.
-    std::string dir = so.socket_path.substr(0, so.socket_path.rfind('/'));
-    DROVER_RETURN_IF_ERROR(MakeDirs(dir, 0700));
-  }
+  DROVER_ASSIGN_OR_RETURN(so.socket_path, StoreSocketPath(options_.dir));
   so.capacity = options_.object_store_memory;
   so.spill_dir = absl::StrCat(options_.dir, "/spill");
   so.spill_capacity = DefaultSpillCapacity(options_.dir);

@@ -1,5 +1,7 @@
 #include "node_agent/store_supervisor.h"
 
+#include "common/paths.h"
+
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -62,10 +64,10 @@ Wake WaitExit(pid_t pid, int pidfd, int stop_fd, absl::Duration d, int* status) 
 
 }  // namespace
 
-std::string StoreSocketPath(const std::string& agent_dir) {
-  std::string path = absl::StrCat(agent_dir, "/store.sock");
-  if (path.size() < 100) return path;
-  return absl::StrCat("/tmp/drover-", getuid(), "/store-", getpid(), ".sock");
+absl::StatusOr<std::string> StoreSocketPath(const std::string& agent_dir) {
+  absl::StatusOr<std::string> dir = SocketDir(agent_dir, "store", "store.sock");
+  if (!dir.ok()) return dir.status();
+  return absl::StrCat(*dir, "/store.sock");
 }
 
 StoreSupervisor::StoreSupervisor(StoreSupervisorOptions options) : options_(std::move(options)) {}

@@ -98,13 +98,21 @@ TEST(StoreSupervisorTest, MissingBinaryIsFailedPrecondition) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 }
 
-TEST(StoreSocketPathTest, ShortDirectoryHoldsTheSocketElseTmp) {
-  EXPECT_EQ(StoreSocketPath("/home/u/.drover/agent-1"), "/home/u/.drover/agent-1/store.sock");
-  std::string longdir(120, 'd');
-  std::string p = StoreSocketPath("/" + longdir);
-  EXPECT_EQ(p, "/tmp/drover-" + std::to_string(getuid()) + "/store-" +
-                   std::to_string(getpid()) + ".sock");
-  EXPECT_LT(p.size(), 100u);
+TEST(StoreSocketPathTest, ShortDirectoryHoldsTheSocketElseAFreshTmpDirectory) {
+  ShortDir dir;
+  auto short_path = StoreSocketPath(dir.path() + "/agent-1");
+  ASSERT_TRUE(short_path.ok()) << short_path.status();
+  EXPECT_EQ(*short_path, dir.path() + "/agent-1/store.sock");
+  const std::string longdir = dir.path() + "/" + std::string(120, 'd');
+  auto a = StoreSocketPath(longdir);
+  auto b = StoreSocketPath(longdir);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string tmp = "/tmp/drover-" + std::to_string(getuid()) + "/store-";
+  EXPECT_EQ(a->rfind(tmp, 0), 0u) << *a;
+  EXPECT_LT(a->size(), 100u);
+  // Two agents never share one (pids repeat across pid namespaces; these do not).
+  EXPECT_NE(*a, *b);
+  for (const auto& p : {*a, *b}) ::rmdir(p.substr(0, p.rfind('/')).c_str());
 }
 
 }  // namespace

@@ -19,6 +19,9 @@ constexpr int64_t kMaxWaitMs = 30000;
 constexpr absl::Duration kRequestMemory = absl::Seconds(60);
 // How long an actor placement waits between tries when nothing fits.
 constexpr absl::Duration kActorRetry = absl::Seconds(1);
+// Back-off after a node failed to start a worker (doubling up to the max).
+constexpr absl::Duration kStartRetry = absl::Milliseconds(100);
+constexpr absl::Duration kStartRetryMax = absl::Seconds(2);
 
 class GrpcWorkerClient : public WorkerClient {
  public:
@@ -96,21 +99,19 @@ LeaseManager::LeaseManager(ResourceBook* book, std::unique_ptr<WorkerClient> wor
 LeaseManager::~LeaseManager() { Stop(); }
 
 void LeaseManager::Stop() {
-  absl::MutexLock l(&mu_);
-  stopped_ = true;
-  freed_.SignalAll();
-  changed_.SignalAll();
-  while (placing_ > 0) changed_.Wait(&mu_);
+  {
+    absl::MutexLock l(&mu_);
+    stopped_ = true;
+    freed_.SignalAll();
+    changed_.SignalAll();
+  }
+  stop_cv_.SignalAll();
+  placing_.Close();
+  placing_.Wait();
 }
 
 void LeaseManager::StartPlacing(const std::string& actor_id) {
-  ++placing_;
-  std::thread([this, actor_id] {
-    PlaceActor(actor_id);
-    absl::MutexLock l(&mu_);
-    --placing_;
-    changed_.SignalAll();
-  }).detach();
+  placing_.Spawn([this, actor_id] { PlaceActor(actor_id); });
 }
 
 absl::StatusOr<LeaseManager::Lease> LeaseManager::Grant(
@@ -211,10 +212,13 @@ absl::StatusOr<proto::RequestLeaseReply> LeaseManager::RequestLease(const proto:
     r.starting = true;
   }
   std::string pending_reason;
+  absl::Duration backoff = kStartRetry;
   for (;;) {
     bool retry = false;
+    pending_reason.clear();
     absl::StatusOr<Lease> lease = Grant(req.shape(), req.hint(), req.job_id(), req.owner(),
                                         req.package(), nullptr, &pending_reason, &retry);
+    const bool start_failed = !lease.ok() && retry && pending_reason.empty();
     absl::MutexLock l(&mu_);
     Request& r = requests_[req.request_id()];
     if (lease.ok()) {
@@ -238,6 +242,13 @@ absl::StatusOr<proto::RequestLeaseReply> LeaseManager::RequestLease(const proto:
       proto::RequestLeaseReply pending;
       pending.set_pending_reason(pending_reason);
       return pending;
+    }
+    if (start_failed) {
+      // A node did not answer StartWorker: another may (or this one, later); not at once.
+      pending_reason = std::string(lease.status().message());
+      clock_->WaitWithDeadline(&stop_cv_, &mu_, std::min(deadline, clock_->Now() + backoff));
+      backoff = std::min(backoff * 2, kStartRetryMax);
+      continue;
     }
     ++waiting_;
     clock_->WaitWithDeadline(&freed_, &mu_, deadline);

@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/thread_group.h"
 #include "common/thread_pool.h"
 #include "proto/lease.grpc.pb.h"
 
@@ -156,10 +157,12 @@ class LeaseManager {
   std::unique_ptr<WorkerClient> workers_;
   Clock* const clock_;
   ThreadPool background_{4};
+  ThreadGroup placing_;  // PlaceActor threads (each may wait long for resources)
 
   absl::Mutex mu_;
   absl::CondVar freed_;    // resources freed, leases returned
   absl::CondVar changed_;  // an actor's record changed
+  absl::CondVar stop_cv_;  // Stop (back-offs wait on it)
   std::map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Request> requests_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Actor> actors_ ABSL_GUARDED_BY(mu_);
@@ -169,7 +172,7 @@ class LeaseManager {
   int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  int placing_ ABSL_GUARDED_BY(mu_) = 0;  // PlaceActor threads running
+
 };
 
 }  // namespace drover

@@ -92,16 +92,6 @@ TaskSubmitter::TaskSubmitter(RuntimeContext* ctx) : ctx_(ctx) {
 
 TaskSubmitter::~TaskSubmitter() { Shutdown(); }
 
-void TaskSubmitter::Spawn(std::function<void()> fn) {
-  ++active_threads_;
-  std::thread([this, fn = std::move(fn)] {
-    fn();
-    absl::MutexLock l(&mu_);
-    --active_threads_;
-    cv_.SignalAll();
-  }).detach();
-}
-
 void TaskSubmitter::Submit(std::shared_ptr<TaskRecord> task) {
   {
     absl::MutexLock l(&mu_);
@@ -244,7 +234,7 @@ void TaskSubmitter::PumpLocked(Key& k, std::vector<Send>* sends) {
     ++k.lease_requests;
     std::string request_id = absl::StrCat(ctx_->owner_tag, "-", k.name, "-", ++k.request_counter);
     Key* kp = &k;
-    Spawn([this, kp, request_id] { RequestLease(kp, request_id); });
+    if (!threads_.Spawn([this, kp, request_id] { RequestLease(kp, request_id); })) --k.lease_requests;
   }
   if (!k.pending_reason.empty()) {
     for (const auto& t : k.queue) TheObjectTable().SetPendingReason(t->result, k.pending_reason);
@@ -327,7 +317,7 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         w->idle_since = absl::Now();
         k->workers.push_back(w);
         k->pending_reason.clear();
-        Spawn([this, w] { ReaderLoop(w); });
+        threads_.Spawn([this, w] { ReaderLoop(w); });
         PumpLocked(*k, &sends);
       } else if (shutdown_ || k->queue.empty()) {
         // Nothing left to run (or shutting down): a granted worker goes back unused.
@@ -540,9 +530,9 @@ void TaskSubmitter::Shutdown() {
                                                "drover::Shutdown was called before it finished"));
   }
   if (housekeeping_.joinable()) housekeeping_.join();
-  absl::MutexLock l(&mu_);
-  // Lease requests finish within their RPC deadline; readers once their socket is shut.
-  while (active_threads_ > 0) cv_.Wait(&mu_);
+  // Lease requests end when cancelled; readers once their socket is shut.
+  threads_.Close();
+  threads_.Wait();
 }
 
 }  // namespace drover::internal

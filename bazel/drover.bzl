@@ -66,13 +66,13 @@ cd "$runfiles/{workspace}"
 
 def _drover_job_impl(ctx):
     program = ctx.executable.binary
-    args = [_shell_quote(ctx.expand_location(a, [ctx.attr.binary])) for a in ctx.attr.program_args]
+    targets = [ctx.attr.binary] + ctx.attr.data
+    args = [_shell_quote(ctx.expand_location(a, targets)) for a in ctx.attr.program_args]
     if ctx.attr.mode == "driver":
         command = ['"$program"'] + args
     else:
-        flags = ["--name", str(ctx.label)] if not ctx.attr.job_name else ["--name", ctx.attr.job_name]
-        command = (['"$drover"', ctx.attr.mode] + [_shell_quote(f) for f in flags + ctx.attr.drover_flags] +
-                   ["--", '"$program"'] + args)
+        flags = ["--name", ctx.attr.job_name or str(ctx.label)] + ctx.attr.drover_flags
+        command = ['"$drover"', ctx.attr.mode] + [_shell_quote(f) for f in flags] + ["--", '"$program"'] + args
     env = "".join(["export %s=%s\n" % (k, _shell_quote(v)) for k, v in ctx.attr.program_env.items()])
     launcher = ctx.actions.declare_file(ctx.label.name)
     ctx.actions.write(
@@ -88,7 +88,9 @@ def _drover_job_impl(ctx):
         ),
     )
     runfiles = ctx.runfiles(files = [launcher, program])
-    runfiles = runfiles.merge(ctx.attr.binary[DefaultInfo].default_runfiles)
+    for target in targets:
+        runfiles = runfiles.merge(ctx.runfiles(transitive_files = target[DefaultInfo].files))
+        runfiles = runfiles.merge(target[DefaultInfo].default_runfiles)
     if ctx.attr.mode != "driver":
         runfiles = runfiles.merge(ctx.attr._drover[DefaultInfo].default_runfiles)
     return [DefaultInfo(executable = launcher, runfiles = runfiles)]
@@ -98,6 +100,7 @@ _drover_job = rule(
     executable = True,
     attrs = {
         "binary": attr.label(mandatory = True, executable = True, cfg = "target"),
+        "data": attr.label_list(allow_files = True),
         "program_args": attr.string_list(),
         "program_env": attr.string_dict(),
         "mode": attr.string(default = "run", values = _MODES),
@@ -128,6 +131,7 @@ def drover_job(
         name,
         binary,
         args = [],
+        data = [],
         env = {},
         mode = "run",
         job_name = "",
@@ -148,7 +152,9 @@ def drover_job(
     Args:
       name: the target.
       binary: the program (any executable target, usually a cc_binary).
-      args: the program's arguments ($(location) of `binary` is expanded).
+      args: the program's arguments. `$(rootpath L)` of `binary` or of a `data`
+        label is expanded to its path relative to where the job starts.
+      data: files the job needs beside the program's own runfiles.
       env: environment of every process of the job (`--env K=V`; exported in
         "driver" mode).
       mode: "run" (default), "submit" or "driver".
@@ -197,6 +203,7 @@ def drover_job(
     _drover_job(
         name = name,
         binary = binary,
+        data = data,
         program_args = args,
         program_env = env if mode == "driver" else {},
         mode = mode,

@@ -68,7 +68,7 @@ def _system_libs_impl(ctx):
         if modules:
             res = ctx.execute(["pkg-config", "--static", "--libs"] + modules)
             if res.return_code != 0:
-                fail("pkg-config failed for %s: %s\nRun scripts/setup.sh to install the system packages." % (name, res.stderr))
+                fail("pkg-config failed for %s: %s\nRun drover's scripts/setup.sh to install the system packages." % (name, res.stderr))
             flags = _static_flags(_dedup(res.stdout.strip().split(" ")))
         flags = flags + extra
         lines.append("cc_library(")

@@ -28,6 +28,7 @@ Registry& TheRegistry() {
 }
 
 thread_local CodecContext* current_context = nullptr;
+thread_local bool sealing_drafts = false;
 
 }  // namespace
 
@@ -146,6 +147,10 @@ absl::Status Unpack(absl::string_view bytes, msgpack::object_handle* out) {
 }
 
 CodecContext* CodecContext::Current() { return current_context; }
+
+SealDraftsScope::SealDraftsScope() : previous_(sealing_drafts) { sealing_drafts = true; }
+SealDraftsScope::~SealDraftsScope() { sealing_drafts = previous_; }
+bool SealDraftsScope::Active() { return sealing_drafts; }
 
 ScopedCodecContext::ScopedCodecContext(CodecContext* ctx) : previous_(current_context) {
   current_context = ctx;

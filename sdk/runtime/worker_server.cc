@@ -15,7 +15,9 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "sdk/internal/runtime_internal.h"
 #include "sdk/runtime/package.h"
+#include "sdk/runtime/store_draft.h"
 
 namespace drover::internal {
 namespace {
@@ -168,6 +170,12 @@ int WorkerServer::Run() {
   }
   r->set_unix_path(unix_path_);
   r->set_tcp_port(tcp_port_);
+  if (ctx_->store->has_store()) {
+    // Large tensors the tasks make live in the store from the start: returning one
+    // seals it in place.
+    StoreDraft::Configure(ctx_->store->store(), ctx_->node_id, &NewObjectId);
+    SetLargeTensorAllocator(&StoreDraft::Allocate, StoreDraft::kMinBytes);
+  }
   if (absl::Status s = (*agent)->Send(reg); !s.ok()) return 3;
   // The control connection joins the loop as a plain fd (we own the framing from here).
   control_ = std::make_shared<Conn>();

@@ -158,8 +158,10 @@ int CmdJobs(const GlobalOptions& g, bool all) {
   }
   Table t({"JOB", "NAME", "STATE", "PROCS", "NODES", "TIME", "RESTARTS", "REASON"});
   for (const auto& j : *jobs) {
-    t.AddRow({j.job_id, j.spec.name, JobStateName(j.state), absl::StrCat(j.spec.nproc),
-              NodesOf(j), AgeOf(j), absl::StrCat(j.restart_count), j.reason});
+    // A driver (a program submitting tasks) has no processes of its own.
+    t.AddRow({j.job_id, j.spec.name, JobStateName(j.state),
+              j.driver ? "driver" : absl::StrCat(j.spec.nproc), NodesOf(j), AgeOf(j),
+              absl::StrCat(j.restart_count), j.reason});
   }
   t.Print(std::cout);
   return 0;
@@ -177,7 +179,11 @@ int CmdJob(const GlobalOptions& g, const std::string& id) {
   std::cout << "job:       " << j->job_id << " (" << j->spec.name << ")\n"
             << "state:     " << JobStateName(j->state) << "\n"
             << "command:   " << absl::StrJoin(j->spec.command, " ") << "\n"
-            << "processes: " << j->spec.nproc << " (" << j->live_processes << " alive)\n"
+            << "processes: "
+            << (j->driver ? std::string("none of its own (a driver: its tasks and actors run on "
+                                        "leased workers)")
+                          : absl::StrCat(j->spec.nproc, " (", j->live_processes, " alive)"))
+            << "\n"
             << "restarts:  " << j->restart_count << " of " << j->spec.max_restarts << "\n"
             << "time limit: "
             << (j->spec.time_limit > absl::ZeroDuration()

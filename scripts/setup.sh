@@ -9,8 +9,12 @@ PACKAGES=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libabsl-dev
   libhiredis-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libgloo-dev
   libmsgpack-cxx-dev libssl-dev
+  # metrics (/metrics) and the dashboard's HTTP server
+  prometheus-cpp-dev libcpp-httplib-dev
   # run and test
   redis-server iproute2 procps python3 python3-torch
+  # the dashboard's browser test (tests/dashboard)
+  chromium
 )
 
 missing=()

@@ -20,7 +20,12 @@ class HttpServerTest : public ::testing::Test {
                     .Help("Things.")
                     .Register(*registry_)
                     .Add({{"kind", "a"}});
-    ServeMetrics(&server_, registry_);
+    ServeMetrics(&server_, {registry_, CollectAtScrape(
+                                           [this](ScrapeFamilies* f) {
+                                             f->Gauge("drover_test_scrapes", "Scrapes.")
+                                                 .Add(++scrapes_, {{"k", "v"}});
+                                           },
+                                           MetricLabels{{"node", "n1"}})});
     server_.AddPublicPath("/login");
     server_.routes().Get("/login", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("come in", "text/plain");
@@ -36,6 +41,7 @@ class HttpServerTest : public ::testing::Test {
   HttpServer server_{kToken, 2};
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Counter* counter_ = nullptr;
+  int scrapes_ = 0;
   std::unique_ptr<httplib::Client> client_;
 };
 
@@ -67,6 +73,12 @@ TEST_F(HttpServerTest, EitherTokenHeaderOrTheOwnersCheckLetsIn) {
     EXPECT_NE(res->body.find("# TYPE drover_test_things_total counter"), std::string::npos)
         << res->body;
     EXPECT_NE(res->body.find("drover_test_things_total{kind=\"a\"} 3"), std::string::npos)
+        << res->body;
+    // Read at the scrape: a new value each time, with the common labels first.
+    EXPECT_NE(res->body.find("# TYPE drover_test_scrapes gauge"), std::string::npos);
+    EXPECT_NE(res->body.find("drover_test_scrapes{node=\"n1\",k=\"v\"} " +
+                             std::to_string(scrapes_)),
+              std::string::npos)
         << res->body;
   }
 }

@@ -170,6 +170,7 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     *node.info.mutable_total() = req.total();
     node.info.mutable_gpu_names()->CopyFrom(req.gpu_names());
     node.info.mutable_warnings()->CopyFrom(req.warnings());
+    node.info.set_metrics_address(req.metrics_address());
     node.gpu_ids.assign(req.gpu_ids().begin(), req.gpu_ids().end());
     node.last_heartbeat = clock_->Now();
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "
@@ -203,6 +204,7 @@ proto::HeartbeatReply SchedulerCore::Heartbeat(const proto::HeartbeatRequest& re
     }
     reply.set_known(true);
     node->last_heartbeat = clock_->Now();
+    *node->info.mutable_object_store() = req.object_store();
     ApplyProcessTableLocked(*node, req, /*reattach=*/false, &reply, &actions);
     ScheduleLocked(&actions);
   }

@@ -295,7 +295,8 @@ void ServeDashboard(HttpServer* server, DashboardSources s) {
     absl::StatusOr<proto::JobInfo> job = s.core->GetJob(id, 0, absl::ZeroDuration());
     if (!job.ok()) return SendError(res, 404, std::string(job.status().message()));
     std::string agent;
-    for (const auto& n : s.core->ClusterStatus().nodes()) {
+    const proto::GetClusterStatusReply status = s.core->ClusterStatus();
+    for (const auto& n : status.nodes()) {
       if (n.node_id() == node) agent = n.agent_address();
     }
     const auto& used = job->nodes_used();

@@ -1,6 +1,7 @@
 #include "cli/chrome_trace.h"
 
 #include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -98,6 +99,10 @@ std::string ChromeTraceJson(const std::string& job_id, const JobTimeline& timeli
     std::string name;
   };
   std::map<std::string, Open> open;  // "rank3", "lease-7", "actor-x", "pending"
+  // A rank that exits at once may be reported before its agent's start reply comes
+  // back: its span then runs from its placement, and the late start is ignored.
+  std::map<int, absl::Time> placed_at;             // rank -> its last placement
+  std::set<std::pair<int, int>> exited;            // (rank, generation)
   for (const TimelineEvent& e : timeline.events) {
     json args = {{"generation", e.generation}};
     if (!e.detail.empty()) args["detail"] = e.detail;
@@ -110,6 +115,7 @@ std::string ChromeTraceJson(const std::string& job_id, const JobTimeline& timeli
         break;
       case TimelineEventKind::kPlaced: {
         args["ranks"] = e.ranks;
+        for (int r : e.ranks) placed_at[r] = e.time;
         instant(kSchedulerPid, 0, absl::StrCat("placed on ", e.node_id), e.time, args);
         tracks.Pid(e.node_id);
         auto p = open.find("pending");
@@ -126,6 +132,7 @@ std::string ChromeTraceJson(const std::string& job_id, const JobTimeline& timeli
         break;
       case TimelineEventKind::kRanksStarted:
         for (int r : e.ranks) {
+          if (exited.count({r, e.generation})) continue;
           open[absl::StrCat("rank", r)] = {e.time, tracks.Pid(e.node_id),
                                            tracks.Tid(e.node_id, absl::StrCat("rank ", r), r),
                                            absl::StrCat("rank ", r, " gen ", e.generation)};
@@ -134,8 +141,10 @@ std::string ChromeTraceJson(const std::string& job_id, const JobTimeline& timeli
       case TimelineEventKind::kRankExited: {
         const int r = e.ranks.empty() ? 0 : e.ranks[0];
         const std::string key = absl::StrCat("rank", r);
+        exited.insert({r, e.generation});
+        const absl::Time placed = placed_at.count(r) ? placed_at[r] : e.time;
         Open o = open.count(key) ? open[key]
-                                 : Open{e.time, tracks.Pid(e.node_id),
+                                 : Open{placed, tracks.Pid(e.node_id),
                                         tracks.Tid(e.node_id, absl::StrCat("rank ", r), r),
                                         absl::StrCat("rank ", r, " gen ", e.generation)};
         if (e.exit) {

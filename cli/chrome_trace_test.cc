@@ -79,6 +79,23 @@ TEST(ChromeTraceTest, OneProcessPerNodeAndOneTrackPerRank) {
   EXPECT_EQ(Phase(trace, "i").size(), 3u);  // submitted, placed x2
 }
 
+TEST(ChromeTraceTest, AnExitReportedBeforeTheStartSpansFromThePlacement) {
+  JobTimeline t;
+  t.events = {Event(TimelineEventKind::kSubmitted, 0),
+              Event(TimelineEventKind::kPlaced, 5, "node-1", {0}), Exit(8, "node-1", 0, 0),
+              Event(TimelineEventKind::kRanksStarted, 9, "node-1", {0})};
+  const json trace = json::parse(ChromeTraceJson("job-q", t, kT0 + absl::Seconds(1)));
+  const std::vector<json> spans = Phase(trace, "X");
+  int rank_spans = 0;
+  for (const auto& x : spans) {
+    if (x["name"] != "rank 0 gen 0") continue;
+    ++rank_spans;
+    EXPECT_EQ(x["ts"], absl::ToUnixMicros(kT0) + 5'000);
+    EXPECT_EQ(x["dur"], 3'000);
+  }
+  EXPECT_EQ(rank_spans, 1);
+}
+
 TEST(ChromeTraceTest, SpansStillOpenEndNowAndLeasesAndActorsGetTracks) {
   JobTimeline t;
   TimelineEvent lease = Event(TimelineEventKind::kLeaseGranted, 10, "node-1");

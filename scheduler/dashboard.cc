@@ -153,9 +153,7 @@ json ClusterJson(const DashboardSources& s) {
   for (const auto& [state, count] : status.job_counts()) jobs[state] = count;
   const SchedulerCore::QueueCounts queue = s.core->CountQueue();
   json out = {{"scheduler",
-               {{"address", status.address()},
-                {"metricsAddress", status.metrics_address()},
-                {"stateBackend", status.state_backend()}}},
+               {{"address", status.address()}, {"stateBackend", status.state_backend()}}},
               {"nodes", nodes},
               {"jobs", jobs},
               {"pending", queue.pending_by_reason},

@@ -100,7 +100,7 @@ function renderCluster(c) {
         '</td><td class="muted">' + esc(n.metricsAddress || '-') + '</td></tr>';
   }
   h += '</table><p class="muted">Scheduler ' + esc(c.scheduler.address) + ' (state: ' +
-      esc(c.scheduler.stateBackend) + '); Prometheus: ' + esc(c.scheduler.metricsAddress) + '/metrics</p>';
+      esc(c.scheduler.stateBackend) + '); Prometheus scrapes http://' + esc(location.host) + '/metrics</p>';
   main.innerHTML = h;
 }
 
@@ -160,6 +160,9 @@ function renderTimeline(events, endUs) {
   const rows = new Map();  // label -> {spans: [], marks: []}
   const row = label => { if (!rows.has(label)) rows.set(label, {spans: [], marks: []}); return rows.get(label); };
   const open = new Map();  // key -> {start, row, cls, title}
+  // A rank that exits at once may be reported before its start: its bar then runs from
+  // its placement, and the late start is ignored.
+  const placedAt = new Map(), exited = new Set();
   row('job');
   for (const e of events) {
     const t = num(e.timeUs), kind = e.kind.replace('TIMELINE_', '');
@@ -170,17 +173,20 @@ function renderTimeline(events, endUs) {
                                title: kind.toLowerCase() + (e.detail ? ': ' + e.detail : '') + (e.state ? ' (' + e.state + ')' : '')});
       }
     }
+    if (kind === 'PLACED') for (const r of ranks) placedAt.set(r, t);
     if (kind === 'RANKS_STARTED') {
       for (const r of ranks) {
+        if (exited.has(r + '/' + e.generation)) continue;
         const label = e.nodeId + ' rank ' + r;
         row(label);
         open.set('rank' + r, {start: t, label, title: 'rank ' + r + ' generation ' + e.generation + ' on ' + e.nodeId});
       }
     } else if (kind === 'RANK_EXITED') {
       const r = ranks[0], o = open.get('rank' + r);
+      exited.add(r + '/' + e.generation);
       const failed = e.exit && (e.exit.error || num(e.exit.signal) || num(e.exit.exitCode));
       const label = o ? o.label : e.nodeId + ' rank ' + r;
-      row(label).spans.push({a: o ? o.start : t, b: t, cls: failed ? 'failed' : 'succeeded',
+      row(label).spans.push({a: o ? o.start : (placedAt.has(r) ? placedAt.get(r) : t), b: t, cls: failed ? 'failed' : 'succeeded',
                              title: (o ? o.title : 'rank ' + r) + ': ' + e.detail});
       open.delete('rank' + r);
     } else if (kind === 'LEASE_GRANTED') {
@@ -260,7 +266,7 @@ async function pollLogs(job, st) {
       const text = (l.partial[key] || '') + c.data;
       const lines = text.split('\n');
       l.partial[key] = lines.pop();
-      for (const line of lines) l.text += '[rank' + c.rank + ']' + (c.stream === 2 ? '!' : '') + ': ' + line + '\n';
+      for (const line of lines) l.text += '[rank' + c.rank + ']: ' + line + '\n';
     }
     if (l.text.length > 65536) l.text = l.text.slice(l.text.length - 65536);
   }

@@ -324,6 +324,42 @@ TEST_F(ObserveTest, DashboardLoginIsOneTimeAndTheApiNeedsTheCookie) {
   EXPECT_TRUE(absl::StrContains(bad->body, "job-nope-1")) << bad->body;
 }
 
+TEST_F(ObserveTest, EveryExposedMetricIsDocumentedAndTheGrafanaDashboardUsesOnlyThose) {
+  auto doc = ReadFile(Runfile("docs/metrics.md"));
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  std::set<std::string> families;
+  for (const std::string& address : {scheduler_metrics_, agents_.begin()->second}) {
+    for (const auto& [family, type] : MustScrape(address).types) families.insert(family);
+  }
+  EXPECT_GT(families.size(), 40u);
+  for (const std::string& f : families) {
+    EXPECT_TRUE(absl::StrContains(*doc, "| `" + f + "` |")) << f << " is not in docs/metrics.md";
+  }
+  auto grafana = ReadFile(Runfile("deploy/grafana/drover.json"));
+  ASSERT_TRUE(grafana.ok()) << grafana.status();
+  const json dashboard = json::parse(*grafana);
+  int exprs = 0;
+  for (const auto& panel : dashboard["panels"]) {
+    for (const auto& target : panel["targets"]) {
+      const std::string expr = target["expr"];
+      ++exprs;
+      for (size_t at = expr.find("drover_"); at != std::string::npos; at = expr.find("drover_", at + 1)) {
+        size_t end = at;
+        while (end < expr.size() && (std::isalnum(static_cast<unsigned char>(expr[end])) || expr[end] == '_')) ++end;
+        std::string name = expr.substr(at, end - at);
+        for (const char* suffix : {"_bucket", "_sum", "_count"}) {
+          if (absl::EndsWith(name, suffix) && !families.count(name)) {
+            name = name.substr(0, name.size() - std::string(suffix).size());
+          }
+        }
+        EXPECT_TRUE(families.count(name)) << name << " in " << panel["title"];
+        at = end;
+      }
+    }
+  }
+  EXPECT_GE(exprs, 16);
+}
+
 TEST_F(ObserveTest, StatusNamesWhereToScrapeEveryDaemon) {
   std::string out, err;
   ASSERT_EQ(cluster_->RunCli({"status"}, &out, &err), 0) << err;

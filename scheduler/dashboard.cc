@@ -115,7 +115,7 @@ class AgentLogReader {
     }
     grpc::ClientContext ctx;
     PrepareContext(&ctx, token_, kLogReadTimeout);
-    auto stream = Stub(agent)->StreamLogs(&ctx, req);
+    auto stream = stubs_.Get(agent)->StreamLogs(&ctx, req);
     json chunks = json::array();
     proto::LogChunk chunk;
     while (stream->Read(&chunk)) {
@@ -132,16 +132,8 @@ class AgentLogReader {
   }
 
  private:
-  proto::NodeAgent::Stub* Stub(const std::string& agent) {
-    absl::MutexLock lock(&mu_);
-    auto& stub = stubs_[agent];
-    if (stub == nullptr) stub = proto::NodeAgent::NewStub(MakeChannel(agent));
-    return stub.get();
-  }
-
   const std::string token_;
-  absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<proto::NodeAgent::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  StubCache<proto::NodeAgent> stubs_;
 };
 
 json ClusterJson(const DashboardSources& s) {

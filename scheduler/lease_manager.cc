@@ -30,14 +30,14 @@ class GrpcWorkerClient : public WorkerClient {
     // A new worker may fetch the program and run an actor's factory (a model load).
     PrepareContext(&ctx, token_, std::chrono::milliseconds(req.has_actor() ? 3600000 : 120000));
     proto::StartWorkerReply reply;
-    DROVER_RETURN_IF_ERROR(FromGrpcStatus(Stub(agent)->StartWorker(&ctx, req, &reply)));
+    DROVER_RETURN_IF_ERROR(FromGrpcStatus(stubs_.Get(agent)->StartWorker(&ctx, req, &reply)));
     return reply;
   }
   absl::Status KillWorker(const std::string& agent, const proto::KillWorkerRequest& req) override {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, token_);
     proto::KillWorkerReply reply;
-    return FromGrpcStatus(Stub(agent)->KillWorker(&ctx, req, &reply));
+    return FromGrpcStatus(stubs_.Get(agent)->KillWorker(&ctx, req, &reply));
   }
   absl::Status StopJob(const std::string& agent, const std::string& job_id) override {
     auto stub = proto::NodeAgent::NewStub(MakeChannel(agent));
@@ -51,15 +51,8 @@ class GrpcWorkerClient : public WorkerClient {
   }
 
  private:
-  proto::Workers::Stub* Stub(const std::string& agent) {
-    absl::MutexLock l(&mu_);
-    auto& s = stubs_[agent];
-    if (s == nullptr) s = proto::Workers::NewStub(MakeChannel(agent));
-    return s.get();
-  }
   const std::string token_;
-  absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<proto::Workers::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  StubCache<proto::Workers> stubs_;
 };
 
 bool ValidShape(const proto::Resources& r, std::string* why) {

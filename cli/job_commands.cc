@@ -22,6 +22,11 @@
 
 namespace drover::cli {
 
+absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& g) {
+  DROVER_ASSIGN_OR_RETURN(ClusterAddress cluster, ResolveCluster(g.address, g.token_file));
+  return Client::Connect(cluster);
+}
+
 int Fail(const std::string& message, int code) {
   std::cerr << "drover: " << message << "\n";
   return code;
@@ -49,11 +54,6 @@ void AddJobFlags(CLI::App* cmd, JobFlags& f) {
                   "stop the job and fail it (exit 124) if a generation runs longer (90s, 2h)");
   cmd->add_option("--env,-e", f.env, "KEY=VALUE for every process (repeatable)");
   cmd->add_option("--cwd", f.cwd, "working directory on the nodes (default: the current one)");
-}
-
-absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& g) {
-  DROVER_ASSIGN_OR_RETURN(ClusterAddress cluster, ResolveCluster(g.address, g.token_file));
-  return Client::Connect(cluster);
 }
 
 std::string NodesOf(const JobInfo& j) {
@@ -269,6 +269,20 @@ int CmdStatus(const GlobalOptions& g) {
               << "`\n";
   } else {
     t.Print(std::cout, 100);
+  }
+  std::cout << "\nmetrics (Prometheus; send the cluster token as \"Authorization: Bearer\"):\n";
+  std::cout << "  scheduler  "
+            << (s->metrics_address.empty() ? std::string("none")
+                                           : absl::StrCat("http://", s->metrics_address, "/metrics"))
+            << "\n";
+  for (const auto& n : s->nodes) {
+    std::cout << "  " << n.node_id << std::string(n.node_id.size() < 10 ? 11 - n.node_id.size() : 1, ' ')
+              << (n.metrics_address.empty() ? std::string("none")
+                                            : absl::StrCat("http://", n.metrics_address, "/metrics"))
+              << "\n";
+  }
+  if (!s->metrics_address.empty()) {
+    std::cout << "dashboard: `drover dashboard` prints a login link\n";
   }
   std::cout << "\njobs:";
   for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kSucceeded,

@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
   app.add_option("--ready-file", o.ready_file,
                  "After the first registration, write {\"node_id\",\"address\",\"pid\"} "
                  "JSON here");
+  app.add_option("--metrics-port", o.metrics_port,
+                 "Port of the HTTP server for Prometheus' /metrics (needs the cluster token); "
+                 "0 picks a free one, -1 serves none")
+      ->check(CLI::Range(-1, 65535));
   app.add_option("--launcher", o.launcher_path,
                  "Path of drover-launch (default: next to this binary)");
   bool no_object_store = false;

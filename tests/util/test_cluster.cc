@@ -109,6 +109,7 @@ absl::Status TestCluster::StartScheduler(int port) {
             "--heartbeat-ms", absl::StrCat(options_.heartbeat_ms),
             "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms)};
   o.argv.insert(o.argv.end(), advertise.begin(), advertise.end());
+  if (!options_.metrics) o.argv.insert(o.argv.end(), {"--metrics-port", "-1"});
   if (redis_) {
     o.argv.push_back("--redis");
     o.argv.push_back(redis_->address());
@@ -150,6 +151,9 @@ absl::Status TestCluster::StartAgent(int i) {
     args.insert(args.end(), {"--object-store-memory", absl::StrCat(options_.object_store_memory)});
   } else {
     args.push_back("--no-object-store");
+  }
+  if (!options_.metrics) {
+    args.insert(args.end(), {"--metrics-port", "-1"});
   }
   ::unlink(absl::StrCat(dir_, "/agent-", i, ".ready").c_str());
   o.argv.insert(o.argv.end(), args.begin(), args.end());

@@ -46,6 +46,9 @@ struct TestClusterOptions {
   // data dep //object_store:drover-object-store (it sits next to the agent).
   bool object_store = true;
   uint64_t object_store_memory = 256ull << 20;
+  // The daemons serve /metrics (and the scheduler its dashboard) on a free port; false
+  // runs them with --metrics-port -1 (to measure what serving them costs).
+  bool metrics = true;
 };
 
 class TestCluster {

@@ -48,7 +48,7 @@ class GrpcWorkerClient : public WorkerClient {
     proto::DeleteObjectsRequest req;
     for (const std::string& id : ids) req.add_object_ids(id);
     proto::DeleteObjectsReply reply;
-    return FromGrpcStatus(Stub(agent)->DeleteObjects(&ctx, req, &reply));
+    return FromGrpcStatus(stubs_.Get(agent)->DeleteObjects(&ctx, req, &reply));
   }
   absl::Status StopJob(const std::string& agent, const std::string& job_id) override {
     auto stub = proto::NodeAgent::NewStub(MakeChannel(agent));

@@ -9,6 +9,8 @@ PACKAGES=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libabsl-dev
   libhiredis-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libgloo-dev
   libmsgpack-cxx-dev libssl-dev
+  # fuzzing (//bazel/fuzz: libFuzzer, ASan and UBSan runtimes, the symbolizer)
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev llvm-14
   # run and test
   redis-server iproute2 procps python3 python3-torch
 )

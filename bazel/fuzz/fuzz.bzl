@@ -28,7 +28,10 @@ def _clang_fuzz_transition_impl(settings, attr):
             "-gline-tables-only",
             "-DDROVER_FUZZING",
         ],
-        "//command_line_option:linkopt": settings["//command_line_option:linkopt"] + _SANITIZERS,
+        # The link runs the C driver: name UBSan's C++ part (vptr and function checks).
+        "//command_line_option:linkopt": settings["//command_line_option:linkopt"] + _SANITIZERS + [
+            "-fsanitize-link-c++-runtime",
+        ],
     }
 
 _clang_fuzz_transition = transition(
@@ -60,7 +63,7 @@ if [ -x /usr/bin/llvm-symbolizer-14 ]; then
   export ASAN_SYMBOLIZER_PATH=/usr/bin/llvm-symbolizer-14
 fi
 start=$(date +%s%N)
-"{fuzzer}" -runs={runs} -seed=1 -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10 \\
+"{fuzzer}" -runs={runs} -seed=1 -rss_limit_mb=2048 -malloc_limit_mb=256 -timeout=10 \\
   -print_final_stats=1 -artifact_prefix="$artifacts/" "$@" "$new" "{corpus}"
 echo "fuzz: {name}: done in $(( ($(date +%s%N) - start) / 1000000 )) ms"
 """

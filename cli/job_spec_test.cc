@@ -150,4 +150,11 @@ TEST(TableTest, AlignsColumnsAndCutsLongCells) {
 }
 
 }  // namespace
+TEST(TableTest, GpuModelsCountsEachModelAndSkipsDeclaredGpus) {
+  EXPECT_EQ(GpuModels({}), "");
+  EXPECT_EQ(GpuModels({"declared", "declared"}), "");
+  EXPECT_EQ(GpuModels({"NVIDIA A100", "NVIDIA A100"}), "2x NVIDIA A100");
+  EXPECT_EQ(GpuModels({"NVIDIA T4", "NVIDIA L4", "NVIDIA L4"}), "NVIDIA T4, 2x NVIDIA L4");
+}
+
 }  // namespace drover::cli

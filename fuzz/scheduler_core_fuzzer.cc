@@ -7,8 +7,10 @@
 // running job has each rank placed once, and a job that ended stays ended.
 #include <fuzzer/FuzzedDataProvider.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -24,8 +26,20 @@
 namespace drover {
 namespace {
 
-void Check(bool ok) {
-  if (!ok) std::abort();
+// Aborts (a finding) naming the broken invariant.
+#define Check(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      std::fprintf(stderr, "scheduler_core_fuzzer:%d: %s\n", __LINE__, #cond); \
+      std::abort();                                                            \
+    }                                                                          \
+  } while (0)
+
+// Printable names only: a real client's strings pass protobuf's UTF-8 check.
+std::string Name(FuzzedDataProvider& in, size_t max) {
+  std::string s = in.ConsumeRandomLengthString(max);
+  for (char& c : s) c = static_cast<char>('a' + (static_cast<unsigned char>(c) % 26));
+  return s;
 }
 
 double SomeDouble(FuzzedDataProvider& in) {
@@ -48,7 +62,7 @@ void FillResources(FuzzedDataProvider& in, proto::Resources* r, bool small) {
   r->set_memory_bytes(in.ConsumeBool() ? 0 : in.ConsumeIntegral<int64_t>());
   r->set_gpus(SomeInt(in, 0, small ? 1 : 4));
   if (in.ConsumeIntegralInRange(0, 3) == 0) {
-    (*r->mutable_custom())[in.ConsumeBool() ? "ssd" : in.ConsumeRandomLengthString(4)] =
+    (*r->mutable_custom())[in.ConsumeBool() ? "ssd" : Name(in, 4)] =
         SomeDouble(in);
   }
 }
@@ -63,7 +77,7 @@ proto::JobSpec SomeSpec(FuzzedDataProvider& in) {
   spec.set_max_restarts(SomeInt(in, -1, 2));
   spec.set_time_limit_ms(in.ConsumeBool() ? 0 : in.ConsumeIntegral<int64_t>());
   if (in.ConsumeBool()) spec.set_idempotency_key(in.ConsumeBool() ? "k" : "k2");
-  if (in.ConsumeBool()) (*spec.mutable_env())[in.ConsumeRandomLengthString(6)] = "v";
+  if (in.ConsumeBool()) (*spec.mutable_env())[Name(in, 6)] = "v";
   return spec;
 }
 
@@ -111,7 +125,10 @@ struct Harness {
       case 1:
       case 2: {
         absl::StatusOr<proto::JobInfo> j = core->SubmitJob(SomeSpec(in));
-        if (j.ok()) jobs.push_back(j->job_id());
+        // A retry with an idempotency key answers the job it made before.
+        if (j.ok() && std::find(jobs.begin(), jobs.end(), j->job_id()) == jobs.end()) {
+          jobs.push_back(j->job_id());
+        }
         break;
       }
       case 3:

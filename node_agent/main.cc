@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,12 @@ int main(int argc, char** argv) {
                  "JSON here");
   app.add_option("--launcher", o.launcher_path,
                  "Path of drover-launch (default: next to this binary)");
+  if (const char* nvml = std::getenv("DROVER_NVML_LIBRARY"); nvml != nullptr && *nvml != 0) {
+    o.discovery.nvml_library = nvml;
+  }
+  app.add_option("--nvml-library", o.discovery.nvml_library,
+                 "NVML library to discover GPUs with (a name the loader finds, or a path; "
+                 "default: $DROVER_NVML_LIBRARY, else libnvidia-ml.so.1)");
   bool no_object_store = false;
   int64_t object_store_memory = 0;
   app.add_flag("--no-object-store", no_object_store,

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -84,8 +85,8 @@ int main(int argc, char** argv) {
   }
 
   if (cpus_opt->count() > 0) {
-    if (num_cpus <= 0) {
-      std::cerr << "drover-agent: --num-cpus must be > 0\n";
+    if (!std::isfinite(num_cpus) || num_cpus <= 0) {
+      std::cerr << "drover-agent: --num-cpus must be a finite number > 0\n";
       return 2;
     }
     o.resources.num_cpus = num_cpus;
@@ -108,9 +109,10 @@ int main(int argc, char** argv) {
     auto eq = r.find('=');
     double value = 0;
     if (eq == std::string::npos || eq == 0 || !absl::SimpleAtod(r.substr(eq + 1), &value) ||
-        value < 0) {
+        !std::isfinite(value) || value < 0) {
       std::cerr << "drover-agent: --resource '" << r
-                << "' is not NAME=VALUE with a number VALUE >= 0 (e.g. --resource ssd=1)\n";
+                << "' is not NAME=VALUE with a finite number VALUE >= 0 (e.g. --resource "
+                   "ssd=1)\n";
       return 2;
     }
     o.resources.custom[r.substr(0, eq)] = value;

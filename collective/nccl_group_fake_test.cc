@@ -4,7 +4,6 @@
 // through a real scheduler's KV; each CUDA and NCCL call is made to fail as a driver or
 // a peer would, and the group must answer with the right code, naming the call.
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <functional>
 #include <memory>
@@ -195,22 +194,3 @@ TEST_F(NcclGroupFakeTest, ErrorsWhileAnOperationRunsAreReported) {
 
 }  // namespace
 }  // namespace drover::collective
-
-// Runs the tests in a process with the stand-in preloaded (LD_PRELOAD must be set before
-// the process starts); the daemons the tests start do not inherit it.
-int main(int argc, char** argv) {
-  if (std::getenv("DROVER_FAKE_CUDA_PRELOADED") == nullptr) {
-    const char* srcdir = std::getenv("TEST_SRCDIR");
-    const char* workspace = std::getenv("TEST_WORKSPACE");
-    const std::string lib = std::string(srcdir ? srcdir : ".") + "/" +
-                            (workspace ? workspace : "drover") + "/gpu/libfake_cuda.so";
-    setenv("LD_PRELOAD", lib.c_str(), 1);
-    setenv("DROVER_FAKE_CUDA_PRELOADED", "1", 1);
-    execv("/proc/self/exe", argv);
-    perror("execv /proc/self/exe");
-    return 1;
-  }
-  unsetenv("LD_PRELOAD");
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -3,7 +3,6 @@
 // preloaded, so drover's real calls reach a "device" of host memory, and each call is
 // made to fail as a driver would, to check what the runtime answers.
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -109,21 +108,3 @@ TEST_F(FakeCudaTest, EveryDeviceCallChecksTheDeviceFirst) {
 
 }  // namespace
 }  // namespace drover
-
-// Runs the tests in a process with the stand-in preloaded (LD_PRELOAD must be set
-// before the process starts).
-int main(int argc, char** argv) {
-  if (std::getenv("DROVER_FAKE_CUDA_PRELOADED") == nullptr) {
-    const char* srcdir = std::getenv("TEST_SRCDIR");
-    const char* workspace = std::getenv("TEST_WORKSPACE");
-    const std::string lib = std::string(srcdir ? srcdir : ".") + "/" +
-                            (workspace ? workspace : "drover") + "/gpu/libfake_cuda.so";
-    setenv("LD_PRELOAD", lib.c_str(), 1);
-    setenv("DROVER_FAKE_CUDA_PRELOADED", "1", 1);
-    execv("/proc/self/exe", argv);
-    perror("execv /proc/self/exe");
-    return 1;
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}

@@ -21,6 +21,16 @@ struct StringWriter {
   void write(const char* data, size_t n) { s->append(data, n); }
 };
 
+// A value holding `ext` as a tensor extension.
+std::string TensorValue(const std::string& ext) {
+  std::string value;
+  StringWriter w{&value};
+  msgpack::packer<StringWriter> pk(w);
+  pk.pack_ext(ext.size(), kTensorExtType);
+  pk.pack_ext_body(ext.data(), static_cast<uint32_t>(ext.size()));
+  return value;
+}
+
 TEST(CodecTest, TensorRoundTripsInline) {
   absl::StatusOr<Tensor> t = Tensor::FromVector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
   ASSERT_TRUE(t.ok());
@@ -48,12 +58,8 @@ TEST(CodecTest, CountsBeyondTheValuesBytesAreRefusedBeforeAllocating) {
     EXPECT_THAT(v.status().message(), HasSubstr("size overflow")) << v.status();
   }
   // A tensor value whose inner msgpack claims a huge map is refused the same way.
-  std::string ext("\x94\x01\x00\xc4\x00\xdf\x01\x00\xb0\x60", 10);
-  std::string value;
-  StringWriter w{&value};
-  msgpack::packer<StringWriter> pk(w);
-  pk.pack_ext(ext.size(), kTensorExtType);
-  pk.pack_ext_body(ext.data(), static_cast<uint32_t>(ext.size()));
+  const std::string value =
+      TensorValue(std::string("\x94\x01\x00\xc4\x00\xdf\x01\x00\xb0\x60", 10));
   absl::StatusOr<Tensor> t = Decode<Tensor>(ValueView{value, nullptr});
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(t.status().message(), HasSubstr("size overflow")) << t.status();
@@ -76,11 +82,7 @@ TEST(CodecTest, TensorWhoseHeaderClaimsMoreThanItsBytesIsRefused) {
     pk.pack_bin(8);
     pk.pack_bin_body("12345678", 8);
   }
-  std::string value;
-  StringWriter w{&value};
-  msgpack::packer<StringWriter> pk(w);
-  pk.pack_ext(ext.size(), kTensorExtType);
-  pk.pack_ext_body(ext.data(), static_cast<uint32_t>(ext.size()));
+  const std::string value = TensorValue(ext);
   absl::StatusOr<Tensor> t = Decode<Tensor>(ValueView{value, nullptr});
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);

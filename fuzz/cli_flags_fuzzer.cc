@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -21,9 +22,14 @@ std::optional<int> MaybeInt(FuzzedDataProvider& in) {
   return in.ConsumeBool() ? in.ConsumeIntegralInRange(-2, 9) : in.ConsumeIntegral<int>();
 }
 
-void Check(bool ok) {
-  if (!ok) std::abort();
-}
+// Aborts (a finding) naming the broken invariant.
+#define Check(cond)                                                        \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      std::fprintf(stderr, "cli_flags_fuzzer:%d: %s\n", __LINE__, #cond); \
+      std::abort();                                                        \
+    }                                                                      \
+  } while (0)
 
 }  // namespace
 

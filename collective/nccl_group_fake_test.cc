@@ -3,14 +3,18 @@
 // groups are created and operations enqueued through drover's real code, meeting
 // through a real scheduler's KV; each CUDA and NCCL call is made to fail as a driver or
 // a peer would, and the group must answer with the right code, naming the call.
+#include <dlfcn.h>
 #include <stdlib.h>
 
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "collective/group_internal.h"
 #include "collective/nccl_group.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -190,6 +194,32 @@ TEST_F(NcclGroupFakeTest, ErrorsWhileAnOperationRunsAreReported) {
     EXPECT_EQ(s.code(), c.code) << c.fail << ": " << s;
     EXPECT_THAT(s.message(), HasSubstr(c.says)) << c.fail;
   }
+}
+
+// The cluster's failure notice (here Abort, as the generation watcher calls it) aborts
+// the communicator from another thread while an operation waits on its stream.
+TEST_F(NcclGroupFakeTest, AnAbortInterruptsTheOperationInFlight) {
+  auto g = Make();
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto* base = dynamic_cast<internal::GroupBase*>(g->get());
+  ASSERT_NE(base, nullptr);
+  // The stand-in counts stream polls: the abort comes once the operation is waiting.
+  auto polls = reinterpret_cast<long (*)()>(
+      dlsym(RTLD_DEFAULT, "drover_fake_cuda_stream_queries"));
+  ASSERT_NE(polls, nullptr);
+  const long before = polls();
+  Fail("cudaStreamQuery=600");  // the stream never finishes
+  std::vector<float> buf(16, 1.0f);
+  absl::Status s;
+  const absl::Time start = absl::Now();
+  std::thread op(
+      [&] { s = (*g)->AllReduce(buf.data(), 16, DataType::kFloat32, ReduceOp::kSum); });
+  EXPECT_TRUE(WaitFor([&] { return polls() > before; }, absl::Seconds(1)));
+  base->Abort(absl::AbortedError("rank 1 on node n2 was killed by SIGKILL"));
+  op.join();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1.5)) << "waited for the 2 s timeout";
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_THAT(s.message(), HasSubstr("killed by SIGKILL")) << s;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 //
 // Thread safety: the calls may come from any thread; the fake keeps no state but the
 // communicators it hands out and each thread's last error.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -88,7 +89,14 @@ int cudaStreamDestroy(void* stream) {
   std::free(stream);
   return 0;
 }
-int cudaStreamQuery(void*) { return FailureOf("cudaStreamQuery"); }
+std::atomic<long> stream_queries{0};
+int cudaStreamQuery(void*) {
+  ++stream_queries;
+  return FailureOf("cudaStreamQuery");
+}
+// For tests (found with dlsym): how many times a stream was polled, so a test knows an
+// operation is in flight.
+long drover_fake_cuda_stream_queries() { return stream_queries.load(); }
 int cudaDeviceSynchronize() { return FailureOf("cudaDeviceSynchronize"); }
 int cudaGetLastError() {
   const int e = last_error;

@@ -7,13 +7,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/job_spec.h"
+#include "fuzz/fuzz_check.h"
 
 namespace {
 
@@ -21,15 +21,6 @@ std::optional<int> MaybeInt(FuzzedDataProvider& in) {
   if (!in.ConsumeBool()) return std::nullopt;
   return in.ConsumeBool() ? in.ConsumeIntegralInRange(-2, 9) : in.ConsumeIntegral<int>();
 }
-
-// Aborts (a finding) naming the broken invariant.
-#define Check(cond)                                                        \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
-      std::fprintf(stderr, "cli_flags_fuzzer:%d: %s\n", __LINE__, #cond); \
-      std::abort();                                                        \
-    }                                                                      \
-  } while (0)
 
 }  // namespace
 
@@ -39,9 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string size_text = in.ConsumeRandomLengthString(24);
   absl::StatusOr<int64_t> bytes = cli::ParseBytes(size_text);
   if (bytes.ok()) {
-    Check(*bytes >= 0);
+    FUZZ_CHECK(*bytes >= 0);
   } else {
-    Check(bytes.status().code() == absl::StatusCode::kInvalidArgument);
+    FUZZ_CHECK(bytes.status().code() == absl::StatusCode::kInvalidArgument);
   }
 
   cli::JobFlags f;
@@ -66,22 +57,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   absl::StatusOr<JobSpec> spec = cli::BuildSpec(f, cmd);
   if (!spec.ok()) {
-    Check(spec.status().code() == absl::StatusCode::kInvalidArgument);
-    Check(!spec.status().message().empty());
+    FUZZ_CHECK(spec.status().code() == absl::StatusCode::kInvalidArgument);
+    FUZZ_CHECK(!spec.status().message().empty());
     return 0;
   }
-  Check(!spec->command.empty());
-  Check(spec->nproc >= 1);
-  Check(spec->nproc_per_node >= 0);
-  Check(spec->nproc_per_node == 0 || spec->nproc % spec->nproc_per_node == 0);
-  Check(std::isfinite(spec->per_process.cpus) && spec->per_process.cpus >= 0);
-  Check(spec->per_process.gpus >= 0);
-  Check(spec->per_process.memory_bytes >= 0);
+  FUZZ_CHECK(!spec->command.empty());
+  FUZZ_CHECK(spec->nproc >= 1);
+  FUZZ_CHECK(spec->nproc_per_node >= 0);
+  FUZZ_CHECK(spec->nproc_per_node == 0 || spec->nproc % spec->nproc_per_node == 0);
+  FUZZ_CHECK(std::isfinite(spec->per_process.cpus) && spec->per_process.cpus >= 0);
+  FUZZ_CHECK(spec->per_process.gpus >= 0);
+  FUZZ_CHECK(spec->per_process.memory_bytes >= 0);
   for (const auto& [name, amount] : spec->per_process.custom) {
-    Check(!name.empty() && std::isfinite(amount) && amount >= 0);
+    FUZZ_CHECK(!name.empty() && std::isfinite(amount) && amount >= 0);
   }
-  Check(spec->max_restarts >= 0);
-  Check(spec->time_limit >= absl::ZeroDuration() && spec->time_limit != absl::InfiniteDuration());
-  for (const auto& [key, value] : spec->env) Check(!key.empty());
+  FUZZ_CHECK(spec->max_restarts >= 0);
+  FUZZ_CHECK(spec->time_limit >= absl::ZeroDuration() && spec->time_limit != absl::InfiniteDuration());
+  for (const auto& [key, value] : spec->env) FUZZ_CHECK(!key.empty());
   return 0;
 }

@@ -19,21 +19,13 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "fuzz/fuzz_check.h"
 #include "scheduler/scheduler_core.h"
 #include "scheduler/state_store.h"
 #include "scheduler/testing/core_fakes.h"
 
 namespace drover {
 namespace {
-
-// Aborts (a finding) naming the broken invariant.
-#define Check(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      std::fprintf(stderr, "scheduler_core_fuzzer:%d: %s\n", __LINE__, #cond); \
-      std::abort();                                                            \
-    }                                                                          \
-  } while (0)
 
 // Printable names only: a real client's strings pass protobuf's UTF-8 check.
 std::string Name(FuzzedDataProvider& in, size_t max) {
@@ -98,7 +90,7 @@ struct Harness {
     o.durable_wait = absl::Seconds(5);  // the memory store answers at once
     core = std::make_unique<SchedulerCore>(o, std::make_unique<testing::SharedStore>(store.get()),
                                            std::move(a));
-    Check(core->Start().ok());
+    FUZZ_CHECK(core->Start().ok());
   }
   ~Harness() { core->Stop(); }
 
@@ -182,24 +174,24 @@ struct Harness {
     std::map<std::string, std::set<int>> gpus_in_use;  // node -> GPUs of running ranks
     for (const proto::NodeInfo& n : status.nodes()) {
       if (n.state() != proto::ALIVE) continue;
-      Check(n.free().gpus() >= 0 && n.free().gpus() <= std::max(0, n.total().gpus()));
-      Check(!(n.free().cpus() > n.total().cpus() + 1e-9));
+      FUZZ_CHECK(n.free().gpus() >= 0 && n.free().gpus() <= std::max(0, n.total().gpus()));
+      FUZZ_CHECK(!(n.free().cpus() > n.total().cpus() + 1e-9));
       std::set<int> free(n.free_gpu_ids().begin(), n.free_gpu_ids().end());
-      Check(free.size() == static_cast<size_t>(n.free_gpu_ids_size()));
+      FUZZ_CHECK(free.size() == static_cast<size_t>(n.free_gpu_ids_size()));
     }
     for (const std::string& id : jobs) {
       absl::StatusOr<proto::JobInfo> j = core->GetJob(id, 0, absl::ZeroDuration());
-      Check(j.ok());
+      FUZZ_CHECK(j.ok());
       auto was = ended.find(id);
-      if (was != ended.end()) Check(j->state() == was->second);
+      if (was != ended.end()) FUZZ_CHECK(j->state() == was->second);
       if (j->state() >= proto::SUCCEEDED) ended[id] = j->state();
       if (j->state() != proto::RUNNING || j->restarting()) continue;
       std::set<int> ranks;
       for (const proto::RankPlacement& p : j->placement()) {
-        Check(ranks.insert(p.rank()).second);
-        for (int g : p.gpu_ids()) Check(gpus_in_use[p.node_id()].insert(g).second);
+        FUZZ_CHECK(ranks.insert(p.rank()).second);
+        for (int g : p.gpu_ids()) FUZZ_CHECK(gpus_in_use[p.node_id()].insert(g).second);
       }
-      Check(ranks.size() == static_cast<size_t>(j->spec().nproc()));
+      FUZZ_CHECK(ranks.size() == static_cast<size_t>(j->spec().nproc()));
     }
   }
 };

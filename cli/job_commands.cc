@@ -260,7 +260,8 @@ int CmdStatus(const GlobalOptions& g) {
     }
     t.AddRow({n.node_id, NodeStateName(n.state), n.agent_address,
               absl::StrCat(n.free.cpus, "/", n.total.cpus),
-              absl::StrCat(n.free.gpus, "/", n.total.gpus),
+              absl::StrCat(n.free.gpus, "/", n.total.gpus,
+                           GpuModels(n.gpu_names).empty() ? "" : " ", GpuModels(n.gpu_names)),
               absl::StrCat(HumanBytes(n.free.memory_bytes), "/", HumanBytes(n.total.memory_bytes)),
               notes.empty() ? "-" : notes});
   }

@@ -112,6 +112,11 @@ absl::Status NodeAgent::Start() {
   DROVER_LOG(INFO) << "resources: " << resources_.total.cpus() << " CPUs, "
                    << (resources_.total.memory_bytes() >> 20) << " MiB memory, "
                    << resources_.total.gpus() << " GPU(s)";
+  for (size_t i = 0; i < resources_.gpus.size(); ++i) {
+    const GpuInfo& g = resources_.gpus[i];
+    DROVER_LOG(INFO) << "GPU " << i << ": " << g.name << ", " << (g.memory_bytes >> 20)
+                     << " MiB, " << (g.uuid.empty() ? "no UUID" : g.uuid);
+  }
 
   metrics_ = std::make_unique<AgentMetrics>();
   ProcessManagerOptions pmo;

@@ -137,10 +137,8 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
   if (req.agent_address().empty() || req.node_ip().empty()) {
     return absl::InvalidArgumentError("RegisterNode needs agent_address and node_ip");
   }
-  if (req.total().cpus() < 0 || req.total().gpus() < 0 || req.total().memory_bytes() < 0 ||
-      req.gpu_ids_size() != req.total().gpus()) {
-    return absl::InvalidArgumentError(
-        "RegisterNode: resources must be non-negative and gpu_ids must list every GPU");
+  if (std::string bad = ValidateNodeOffer(req.total(), req.gpu_ids()); !bad.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterNode: ", bad));
   }
   Actions actions;
   proto::RegisterNodeReply reply;

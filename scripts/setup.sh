@@ -11,6 +11,8 @@ PACKAGES=(
   libmsgpack-cxx-dev libssl-dev
   # metrics (/metrics) and the dashboard's HTTP server
   prometheus-cpp-dev libcpp-httplib-dev
+  # fuzzing (//bazel/fuzz: libFuzzer, ASan and UBSan runtimes, the symbolizer)
+  clang-14 libclang-rt-14-dev libfuzzer-14-dev llvm-14
   # run and test
   redis-server iproute2 procps python3 python3-torch
   # the dashboard's browser test (tests/dashboard)

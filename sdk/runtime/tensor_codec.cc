@@ -82,10 +82,8 @@ std::string EncodeTensorExt(const Tensor& t) {
 
 Tensor DecodeTensorExt(const char* data, size_t size) {
   msgpack::object_handle h;
-  try {
-    h = msgpack::unpack(data, size);
-  } catch (const std::exception& e) {
-    throw DecodeError(absl::StrCat("a tensor value does not decode: ", e.what()));
+  if (absl::Status s = Unpack(absl::string_view(data, size), &h); !s.ok()) {
+    throw DecodeError(absl::StrCat("a tensor value does not decode: ", s.message()));
   }
   const msgpack::object& o = h.get();
   if (o.type != msgpack::type::ARRAY || o.via.array.size != 4 ||

@@ -143,10 +143,12 @@ absl::Status TestCluster::StartAgent(int i) {
   o.argv = prefix;
   std::vector<std::string> args = {
       Runfile("node_agent/drover-agent"), "--scheduler", scheduler, "--token-file", token_file_,
-      "--dir", absl::StrCat(dir_, "/agent-", i), "--num-gpus",
-      absl::StrCat(options_.gpus_per_node), "--num-cpus", absl::StrCat(options_.cpus_per_node),
-      "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms),
+      "--dir", absl::StrCat(dir_, "/agent-", i), "--num-cpus",
+      absl::StrCat(options_.cpus_per_node), "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms),
       "--ready-file", absl::StrCat(dir_, "/agent-", i, ".ready")};
+  if (options_.gpus_per_node >= 0) {
+    args.insert(args.end(), {"--num-gpus", absl::StrCat(options_.gpus_per_node)});
+  }
   if (options_.object_store) {
     args.insert(args.end(), {"--object-store-memory", absl::StrCat(options_.object_store_memory)});
   } else {

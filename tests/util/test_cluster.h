@@ -28,6 +28,8 @@ namespace drover::testing {
 
 struct TestClusterOptions {
   int nodes = 2;
+  // GPUs each agent declares (--num-gpus); -1: the agents discover them (NVML, e.g. the
+  // stand-in //node_agent:libfake_nvml.so named by DROVER_NVML_LIBRARY).
   int gpus_per_node = 0;
   double cpus_per_node = 8;
   bool redis = false;

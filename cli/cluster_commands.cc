@@ -20,11 +20,13 @@
 #include "absl/time/clock.h"
 #include "cli/commands.h"
 #include "cli/job_spec.h"
+#include "cli/status_line.h"
 #include "cli/table.h"
 #include "common/auth.h"
 #include "common/files.h"
 #include "common/net.h"
 #include "common/paths.h"
+#include "common/progress_line.h"
 #include "common/spawn.h"
 #include "common/status_macros.h"
 #include "drover/client.h"
@@ -142,7 +144,13 @@ int CmdUp(const UpFlags& f, bool json) {
   auto save = [&record]() {
     return WriteFileAtomic(ClusterFile(), record.dump(2) + "\n", 0600);
   };
+  // On a terminal, what `up` waits for, on a status line (erased when done).
+  std::unique_ptr<ProgressLine> line = ProgressLine::ForStderr();
+  auto show = [&line](const std::string& text) {
+    if (line != nullptr) line->Show(text);
+  };
   auto abort_up = [&](const std::string& msg) {
+    line.reset();
     for (auto& p : record["agent_pids"]) Terminate(p.get<int>(), absl::Seconds(5));
     Terminate(record.value("scheduler_pid", 0), absl::Seconds(5));
     Terminate(record.value("redis_pid", 0), absl::Seconds(5));
@@ -150,11 +158,21 @@ int CmdUp(const UpFlags& f, bool json) {
     return Fail(msg);
   };
   const bool progress = !json;
+  // A line of its own on stderr (above the status line).
+  auto say = [&line, progress](const std::string& text) {
+    if (!progress) return;
+    if (line == nullptr) {
+      std::cerr << text << "\n";
+    } else {
+      line->PrintAbove([&] { std::cerr << text << "\n"; });
+    }
+  };
 
   std::string redis_address;
   if (f.redis) {
     auto port = PickFreePort("127.0.0.1");
     if (!port.ok()) return Fail(std::string(port.status().message()));
+    show("drover: starting redis-server");
     SpawnOptions o;
     o.argv = {"redis-server", "--port", absl::StrCat(*port), "--bind", "127.0.0.1", "--dir", dir,
               "--appendonly", "yes", "--save", "", "--daemonize", "no"};
@@ -175,7 +193,7 @@ int CmdUp(const UpFlags& f, bool json) {
       return abort_up(absl::StrCat("redis-server did not start; its log (", dir,
                                    "/redis.log) ends with:\n", LogTail(dir + "/redis.log")));
     }
-    if (progress) std::cerr << "drover: redis-server at " << redis_address << "\n";
+    say("drover: redis-server at " + redis_address);
   }
 
   const std::string scheduler_bin = FindDroverBinary("drover-scheduler");
@@ -198,6 +216,7 @@ int CmdUp(const UpFlags& f, bool json) {
   }
   so.stdout_path = so.stderr_path = dir + "/scheduler.log";
   so.new_session = true;
+  show("drover: starting the scheduler");
   auto spid = Spawn(so);
   if (!spid.ok()) return abort_up(std::string(spid.status().message()));
   record["scheduler_pid"] = *spid;
@@ -220,7 +239,7 @@ int CmdUp(const UpFlags& f, bool json) {
   }
   record["address"] = address;
   if (!save().ok()) return abort_up("cannot write " + ClusterFile());
-  if (progress) std::cerr << "drover: scheduler at " << address << "\n";
+  say("drover: scheduler at " + address);
 
   for (int i = 0; i < f.nodes; ++i) {
     SpawnOptions ao;
@@ -250,6 +269,8 @@ int CmdUp(const UpFlags& f, bool json) {
   auto client = Client::Connect({address, token_file});
   if (!client.ok()) return abort_up(std::string(client.status().message()));
   ClusterStatus status;
+  const absl::Time agents_started = absl::Now();
+  int shown = -1;  // the count on the status line
   ok = WaitFor(
       [&] {
         auto s = (*client)->Status();
@@ -257,9 +278,15 @@ int CmdUp(const UpFlags& f, bool json) {
         int alive = 0;
         for (const auto& n : s->nodes) alive += n.state == NodeState::kAlive;
         status = *s;
+        if (line != nullptr) {  // a new count at once, the time at most every 100 ms
+          const std::string text = NodesComingUp(alive, f.nodes, absl::Now() - agents_started);
+          alive != shown ? line->Show(text) : line->Update(text);
+          shown = alive;
+        }
         return alive >= f.nodes;
       },
       absl::Seconds(f.timeout_s));
+  line.reset();
   if (!ok) {
     return abort_up(absl::StrCat("only ", status.nodes.size(), " of ", f.nodes,
                                  " node agents registered in time; the first agent's log ends "

@@ -130,8 +130,8 @@ std::string RenderBar(double fraction, int width) {
 }
 
 ProgressMeter::ProgressMeter(Options options)
-    : options_(std::move(options)), total_(options_.total) {
-  samples_.push_back({options_.clock->Now(), 0});
+    : options_(std::move(options)), total_(options_.total), done_(options_.start) {
+  samples_.push_back({options_.clock->Now(), done_});
 }
 
 void ProgressMeter::Add(int64_t n) {

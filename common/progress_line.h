@@ -111,6 +111,9 @@ class ProgressMeter {
     std::string label;
     // What `done` counts toward; 0 = unknown (no bar, percentage or ETA).
     int64_t total = 0;
+    // `done` when the meter starts (work done before it was watched): the rate counts
+    // from there.
+    int64_t start = 0;
     Unit unit = Unit::kItems;
     // kItems: the word after the counts ("items", "batches", "rows").
     std::string item_name = "items";
@@ -149,7 +152,7 @@ class ProgressMeter {
   const Options options_;
   mutable absl::Mutex mu_;
   int64_t total_ ABSL_GUARDED_BY(mu_);
-  int64_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t done_ ABSL_GUARDED_BY(mu_);
   // (time, done) at most every window/20, oldest first: the rate's baseline.
   std::deque<Sample> samples_ ABSL_GUARDED_BY(mu_);
 };

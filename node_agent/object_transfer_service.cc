@@ -73,4 +73,23 @@ grpc::Status ObjectTransferService::FetchObject(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status ObjectTransferService::GetFetchProgress(grpc::ServerContext* ctx,
+                                                     const proto::GetFetchProgressRequest* req,
+                                                     proto::GetFetchProgressReply* reply) {
+  if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
+  if (transfer_ == nullptr) return NoStore();
+  if (req->object_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "GetFetchProgress needs an object id");
+  }
+  std::optional<ObjectPuller::Progress> p = transfer_->PullProgress(req->object_id());
+  reply->set_pulling(p.has_value());
+  if (p) {
+    reply->set_received_bytes(p->received_bytes);
+    reply->set_total_bytes(p->total_bytes);
+    reply->set_source_node(p->source_node);
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace drover

@@ -353,6 +353,53 @@ TEST_F(ObjectTransferTest, HolderDyingMidTransferFailsClearlyAndAbortsThePartial
   EXPECT_EQ(b->store->used(), 0);
 }
 
+TEST_F(ObjectTransferTest, GetFetchProgressFollowsARunningPull) {
+  auto stalling = std::make_unique<StallingHolder>(64 * kMiB, 2);
+  StallingHolder* holder_service = stalling.get();
+  Node* holder = AddNode(-1, std::move(stalling));
+  Node* b = AddNode();
+  Announce(holder, "obj-slow", 64 * kMiB);
+  // GetFetchProgress on b; its status is the pair's first.
+  auto progress = [&](const std::string& id, const std::string& token = kToken) {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token);
+    proto::GetFetchProgressRequest req;
+    req.set_object_id(id);
+    proto::GetFetchProgressReply reply;
+    grpc::Status s = b->stub->GetFetchProgress(&ctx, req, &reply);
+    return std::make_pair(s, reply);
+  };
+  EXPECT_FALSE(progress("obj-slow").second.pulling()) << "no pull has started";
+
+  std::thread fetcher([&] {
+    proto::FetchObjectReply reply;
+    Fetch(b, "obj-slow", &reply, std::chrono::milliseconds(60000));
+  });
+  absl::Cleanup join = [&] {
+    holder->Kill();
+    fetcher.join();
+  };
+  ASSERT_TRUE(holder_service->WaitStalled(absl::Seconds(10)));
+  // Two 4 MiB chunks of 64 MiB have arrived, from the stalling holder.
+  proto::GetFetchProgressReply mid;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    mid = progress("obj-slow").second;
+    return mid.received_bytes() == 8 * kMiB;
+  })) << mid.DebugString();
+  EXPECT_TRUE(mid.pulling());
+  EXPECT_EQ(mid.total_bytes(), 64 * kMiB);
+  EXPECT_EQ(mid.source_node(), holder->node_id);
+  EXPECT_FALSE(progress("obj-other").second.pulling());
+  EXPECT_EQ(progress("obj-slow", "wrong-token").first.error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(progress("").first.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  holder->Kill();
+  fetcher.join();
+  std::move(join).Cancel();
+  EXPECT_FALSE(progress("obj-slow").second.pulling()) << "the pull failed: none runs";
+}
+
 TEST_F(ObjectTransferTest, HolderDyingMidTransferFailsOverToTheNextHolder) {
   auto stalling = std::make_unique<StallingHolder>(16 * kMiB, 1);
   StallingHolder* holder_service = stalling.get();

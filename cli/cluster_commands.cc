@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cli/commands.h"
 #include "cli/job_spec.h"
@@ -346,10 +347,12 @@ struct StartFlags {
   std::string redis;
   std::string advertise;
   int num_gpus = -1;    // -1: the GPUs found
+  std::vector<int> gpu_ids;  // agent: exactly these devices (wins over num_gpus)
   double num_cpus = 0;  // 0: all
   std::string node_ip;
   std::string memory;
   std::vector<std::string> resources;
+  std::string dir;  // agent: its state directory (logs); empty: the agent's default
 };
 
 int ExecOrFail(const std::vector<std::string>& argv) {
@@ -400,6 +403,8 @@ int CmdStart(const StartFlags& f, const GlobalOptions& g) {
   std::vector<std::string> argv = {bin, "--scheduler", f.address, "--token-file", token_file,
                                    "--port", absl::StrCat(f.port)};
   if (f.num_gpus >= 0) argv.insert(argv.end(), {"--num-gpus", absl::StrCat(f.num_gpus)});
+  if (!f.gpu_ids.empty()) argv.insert(argv.end(), {"--gpu-ids", absl::StrJoin(f.gpu_ids, ",")});
+  if (!f.dir.empty()) argv.insert(argv.end(), {"--dir", f.dir});
   if (f.num_cpus > 0) argv.insert(argv.end(), {"--num-cpus", absl::StrCat(f.num_cpus)});
   if (!f.node_ip.empty()) argv.insert(argv.end(), {"--node-ip", f.node_ip});
   if (!f.bind.empty()) argv.insert(argv.end(), {"--bind-ip", f.bind});
@@ -455,6 +460,15 @@ void AddClusterCommands(CLI::App& app, GlobalOptions& g, int* rc) {
                     "non-loopback address)");
   start->add_option("--num-gpus", sf.num_gpus, "agent: declare this many GPUs")
       ->check(CLI::NonNegativeNumber);
+  start->add_option("--gpu-ids", sf.gpu_ids,
+                    "agent: offer exactly these GPU device indices (2,3: those a batch "
+                    "system such as Slurm assigned; workers get them in "
+                    "CUDA_VISIBLE_DEVICES)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  start->add_option("--dir", sf.dir,
+                    "agent: state directory, where job logs are kept (default: a new "
+                    "$DROVER_HOME/agent-<pid>); give a fixed one under a service manager");
   start->add_option("--num-cpus", sf.num_cpus, "agent: offer this many CPUs")
       ->check(CLI::PositiveNumber);
   start->add_option("--memory", sf.memory, "agent: offer this much memory (512M, 4G)");

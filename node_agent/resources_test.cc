@@ -70,6 +70,22 @@ TEST(ResourcesTest, OverridesWin) {
   EXPECT_EQ(r.total.custom().at("ssd"), 2);
 }
 
+TEST(ResourcesTest, GpuIdsDeclareTheDevicesWorkersAreGiven) {
+  DiscoveryPaths paths;
+  paths.meminfo = TmpPath("no-such-meminfo");
+  paths.nvidia_gpus_dir = TmpPath("no-such-dir");
+  paths.use_nvml = false;
+  paths.adjust_nofile = false;
+  ResourceOverrides o;
+  o.num_gpus = 8;  // gpu_ids win
+  o.gpu_ids = std::vector<int>{2, 3};
+  NodeResources r = DiscoverResources(o, paths);
+  EXPECT_EQ(r.total.gpus(), 2);
+  EXPECT_EQ(r.gpu_ids, (std::vector<int>{2, 3}));
+  o.gpu_ids = std::vector<int>{};
+  EXPECT_EQ(DiscoverResources(o, paths).total.gpus(), 0);
+}
+
 TEST(ResourcesTest, NoGpusWithoutDriver) {
   DiscoveryPaths paths;
   paths.nvidia_gpus_dir = TmpPath("no-such-dir");

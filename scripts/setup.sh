@@ -11,6 +11,8 @@ PACKAGES=(
   libmsgpack-cxx-dev libssl-dev
   # run and test
   redis-server iproute2 procps python3 python3-torch
+  # test deploy/: systemd-analyze (systemd), a local Slurm (tests/deploy_slurm_test.cc)
+  systemd slurmctld slurmd slurm-client munge
 )
 
 missing=()
@@ -29,6 +31,15 @@ else
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   echo "setup: installed ${#missing[@]} packages"
+  # Debian enables the Slurm daemons it just installed; the tests start their own (with
+  # their own config), so a machine that had no Slurm keeps none running.
+  if [ -d /run/systemd/system ]; then
+    for unit in slurmd slurmctld; do
+      if [[ " ${missing[*]} " == *" $unit "* ]]; then
+        $SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
+      fi
+    done
+  fi
 fi
 
 if [ ! -e /usr/local/cuda/include/cuda_runtime.h ]; then

@@ -50,7 +50,9 @@ std::string NodesComingUp(int registered, int wanted, absl::Duration waited) {
 }
 
 JobStatusLine::JobStatusLine(ProgressLine* line, Clock* clock) : line_(line), clock_(clock) {
-  if (line_ != nullptr) ticker_ = std::thread([this] { TickLoop(); });
+  // The first redraw is due a second from now, not from when the thread gets to run.
+  const absl::Time first = clock_->Now() + kRedrawEvery;
+  if (line_ != nullptr) ticker_ = std::thread([this, first] { TickLoop(first); });
 }
 
 JobStatusLine::~JobStatusLine() {
@@ -71,9 +73,8 @@ void JobStatusLine::Update(const JobInfo& job) {
   line_->Show(JobPhase(job_, clock_->Now()));
 }
 
-void JobStatusLine::TickLoop() {
+void JobStatusLine::TickLoop(absl::Time next) {
   absl::MutexLock lock(&mu_);
-  absl::Time next = clock_->Now() + kRedrawEvery;
   while (!stop_) {
     if (!clock_->WaitWithDeadline(&stop_cv_, &mu_, next)) continue;  // woken: look again
     next = clock_->Now() + kRedrawEvery;

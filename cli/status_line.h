@@ -43,7 +43,8 @@ class JobStatusLine {
   void Update(const JobInfo& job);
 
  private:
-  void TickLoop();
+  // Redraws at `next`, then every second.
+  void TickLoop(absl::Time next);
 
   ProgressLine* const line_;
   Clock* const clock_;

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/progress_line.h"
+#include "common/progress_line_testing.h"
 #include "gtest/gtest.h"
 #include "tests/util/test_util.h"
 
@@ -76,31 +76,12 @@ TEST(JobPhaseTest, NodesComingUp) {
   EXPECT_EQ(NodesComingUp(0, 1, absl::ZeroDuration()), "drover: 0 of 1 node registered (0s)");
 }
 
-// The terminal's bytes, from any thread.
-class Screen {
- public:
-  void Write(absl::string_view s) {
-    absl::MutexLock lock(&mu_);
-    text_.append(s.data(), s.size());
-  }
-  std::string text() {
-    absl::MutexLock lock(&mu_);
-    return text_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::string text_;
-};
-
 TEST(JobStatusLineTest, DrawsEachRecordAndMovesTheTimeEverySecond) {
   FakeClock clock(kT0);
-  Screen screen;
-  ProgressLine line({.write = [&](absl::string_view s) { screen.Write(s); },
-                     .columns = [] { return 200; },
-                     .clock = &clock});
+  testing::CapturedTerminal screen;
+  std::unique_ptr<ProgressLine> line = screen.Line(&clock, 200);
   {
-    JobStatusLine status(&line, &clock);
+    JobStatusLine status(line.get(), &clock);
     JobInfo j = Job(JobState::kPending, 2);
     j.reason = "waiting for a node";
     status.Update(j);

@@ -197,6 +197,17 @@ class ObjectTransferTest : public ::testing::Test {
     return nodes_.back().get();
   }
 
+  // A holder of `id` (`total` bytes, announced) that sends its first `chunks` chunks
+  // and then stalls; `*service` is its StallingHolder.
+  Node* AddStallingHolder(const std::string& id, int64_t total, int chunks,
+                          StallingHolder** service) {
+    auto stalling = std::make_unique<StallingHolder>(total, chunks);
+    *service = stalling.get();
+    Node* n = AddNode(-1, std::move(stalling));
+    Announce(n, id, total);
+    return n;
+  }
+
   // Tells the directory that `n` holds `id` (`size` bytes).
   void Announce(Node* n, const std::string& id, int64_t size) {
     proto::AddObjectLocationsRequest req;
@@ -313,11 +324,9 @@ TEST_F(ObjectTransferTest, ConcurrentFetchesOfOneObjectShareOneStream) {
 }
 
 TEST_F(ObjectTransferTest, HolderDyingMidTransferFailsClearlyAndAbortsThePartialCopy) {
-  auto stalling = std::make_unique<StallingHolder>(64 * kMiB, 2);
-  StallingHolder* holder_service = stalling.get();
-  Node* holder = AddNode(-1, std::move(stalling));
+  StallingHolder* holder_service = nullptr;
+  Node* holder = AddStallingHolder("obj-doomed", 64 * kMiB, 2, &holder_service);
   Node* b = AddNode();
-  Announce(holder, "obj-doomed", 64 * kMiB);
 
   grpc::Status result;
   absl::Time failed_at;
@@ -354,11 +363,9 @@ TEST_F(ObjectTransferTest, HolderDyingMidTransferFailsClearlyAndAbortsThePartial
 }
 
 TEST_F(ObjectTransferTest, GetFetchProgressFollowsARunningPull) {
-  auto stalling = std::make_unique<StallingHolder>(64 * kMiB, 2);
-  StallingHolder* holder_service = stalling.get();
-  Node* holder = AddNode(-1, std::move(stalling));
+  StallingHolder* holder_service = nullptr;
+  Node* holder = AddStallingHolder("obj-slow", 64 * kMiB, 2, &holder_service);
   Node* b = AddNode();
-  Announce(holder, "obj-slow", 64 * kMiB);
   // GetFetchProgress on b; its status is the pair's first.
   auto progress = [&](const std::string& id, const std::string& token = kToken) {
     grpc::ClientContext ctx;

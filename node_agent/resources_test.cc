@@ -18,6 +18,16 @@ std::string TmpPath(const std::string& name) {
   return std::string(dir ? dir : "/tmp") + "/" + name;
 }
 
+// A machine with nothing to discover: no meminfo, no GPUs, no NVML, limits untouched.
+DiscoveryPaths NothingToDiscover() {
+  DiscoveryPaths paths;
+  paths.meminfo = TmpPath("no-such-meminfo");
+  paths.nvidia_gpus_dir = TmpPath("no-such-dir");
+  paths.use_nvml = false;
+  paths.adjust_nofile = false;
+  return paths;
+}
+
 TEST(ResourcesTest, ParsesMemTotal) {
   EXPECT_EQ(ParseMemTotal("MemTotal:       16384 kB\nMemFree: 1 kB\n"), 16384 * 1024);
   EXPECT_EQ(ParseMemTotal("MemFree: 1 kB\n"), 0);
@@ -51,11 +61,7 @@ TEST(ResourcesTest, DiscoversFromFakeProcTree) {
 }
 
 TEST(ResourcesTest, OverridesWin) {
-  DiscoveryPaths paths;
-  paths.meminfo = TmpPath("no-such-meminfo");
-  paths.nvidia_gpus_dir = TmpPath("no-such-dir");
-  paths.use_nvml = false;
-  paths.adjust_nofile = false;
+  const DiscoveryPaths paths = NothingToDiscover();
   ResourceOverrides o;
   o.num_cpus = 3;
   o.memory_bytes = 5 * kGiB;
@@ -71,11 +77,7 @@ TEST(ResourcesTest, OverridesWin) {
 }
 
 TEST(ResourcesTest, GpuIdsDeclareTheDevicesWorkersAreGiven) {
-  DiscoveryPaths paths;
-  paths.meminfo = TmpPath("no-such-meminfo");
-  paths.nvidia_gpus_dir = TmpPath("no-such-dir");
-  paths.use_nvml = false;
-  paths.adjust_nofile = false;
+  const DiscoveryPaths paths = NothingToDiscover();
   ResourceOverrides o;
   o.num_gpus = 8;  // gpu_ids win
   o.gpu_ids = std::vector<int>{2, 3};

@@ -213,8 +213,8 @@ absl::StatusOr<object_store::ObjectRef> Objects::Impl::Get(const std::string& id
     const absl::Time now = absl::Now();
     if (now >= deadline) return NotInTime(id, timeout, last);
     if (agent != nullptr && fetch == nullptr && now >= next_fetch) {
+      if (bar == nullptr) bar = PullBar(id);  // first: its 1 s counts from the fetch's start
       fetch = StartFetch(id, deadline);
-      if (bar == nullptr) bar = PullBar(id);
     }
     if (bar != nullptr && fetch != nullptr) bar->Tick();
     // Wait for the object's seal here: a put on this node, or the agent's pull, ends

@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "common/progress_line.h"
+#include "common/progress_line_testing.h"
 #include "common/rpc.h"
 #include "drover/objects.h"
 #include "grpcpp/grpcpp.h"
@@ -30,32 +31,10 @@ namespace {
 using internal::FetchProgress;
 using internal::PullProgress;
 using internal::PullProgressOptions;
+using Screen = testing::CapturedTerminal;
 using testing::WaitFor;
 
 constexpr int64_t kMiB = 1 << 20;
-
-// The terminal's bytes, from any thread.
-class Screen {
- public:
-  std::unique_ptr<ProgressLine> Line(Clock* clock) {
-    return std::make_unique<ProgressLine>(ProgressLine::Options{
-        .write = [this](absl::string_view s) { Write(s); },
-        .columns = [] { return 120; },
-        .clock = clock});
-  }
-  void Write(absl::string_view s) {
-    absl::MutexLock lock(&mu_);
-    text_.append(s.data(), s.size());
-  }
-  std::string text() {
-    absl::MutexLock lock(&mu_);
-    return text_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::string text_;
-};
 
 TEST(PullProgressTest, AsksOnlyAfterShowAfterThenDrawsABarAndErasesIt) {
   FakeClock clock;

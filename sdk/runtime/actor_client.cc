@@ -412,6 +412,25 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
   }
 }
 
+absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    int64_t after = 0;
+    {
+      absl::MutexLock l(&a->mu_);
+      if (!a->dead_.ok()) return a->dead_;
+      if (a->known_) after = a->info_.version();
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(absl::StrCat("actor ", a->id, " is not dead"));
+    }
+    absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", after, std::min(left, kPollWait));
+    if (!info.ok()) return info.status();
+    Update(a, *info);
+  }
+}
+
 void ActorClient::Shutdown() {
   std::vector<std::shared_ptr<FramedSocket>> socks;
   {

@@ -286,6 +286,11 @@ void ShutdownAtExit() { drover::Shutdown(); }
 
 }  // namespace
 
+RuntimeContext* CurrentRuntimeContext() {
+  Runtime* rt = ActiveRuntime();
+  return rt == nullptr ? nullptr : &rt->ctx;
+}
+
 CodecContext* RuntimeCodecContext() {
   static StoreCodecContext* ctx = new StoreCodecContext();
   return ActiveRuntime() == nullptr ? nullptr : ctx;
@@ -486,6 +491,12 @@ absl::Status WaitActorReady(const std::shared_ptr<ActorState>& actor, absl::Dura
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
   return rt->actors->WaitReady(actor, timeout);
+}
+
+absl::Status WaitActorDead(const std::shared_ptr<ActorState>& actor, absl::Duration timeout) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+  return rt->actors->WaitDead(actor, timeout);
 }
 
 }  // namespace internal

@@ -5,13 +5,16 @@
 //   header: the store's tensor header (object_store/tensor.h, DRTN v1): dtype, shape,
 //           strides, storage offset, byte order and the size of its storage;
 //   mode 0: body = the storage's bytes (small tensors, or no runtime);
-//   mode 1: body = [object id, node id, size]: a store object holding the storage.
+//   mode 1: body = [object id, node id, size]: a store object holding the storage
+//           (put while encoding, sealed in place from drover::AllocateInStore, or one
+//           already in a store).
 // Everything decoded is checked (DecodeTensorHeader validates the header against the
 // bytes it will view), so a bad payload is an error, never an out-of-bounds view.
 #include "absl/strings/str_cat.h"
 #include "drover/internal/codec.h"
 #include "object_store/tensor.h"
 #include "sdk/internal/tensor_internal.h"
+#include "sdk/runtime/store_tensor.h"
 
 namespace drover::internal {
 namespace {
@@ -47,7 +50,19 @@ std::string EncodeTensorExt(const Tensor& t) {
     pk.pack(r.node_id);
     pk.pack(r.size);
   };
-  if (ctx != nullptr && t.in_store()) {
+  const StoreObjectStorage* owned = StoreObjectStorage::Of(storage);
+  if (ctx != nullptr && owned != nullptr) {
+    // An object this process wrote (sealed here, in place: no copy) or owns: the value
+    // takes it over (see store_tensor.h).
+    absl::StatusOr<StoreObjectStorage::Sent> sent = owned->Send();
+    if (!sent.ok()) {
+      throw DecodeError(absl::StrCat("cannot seal the ", t.Describe(), " tensor in store object ",
+                                     storage.object_id(), ": ", sent.status().message()));
+    }
+    if (sent->owned && ctx->collected != nullptr) ctx->collected->push_back(sent->where);
+    if (ctx->keepalive != nullptr) ctx->keepalive->push_back(std::make_shared<const Tensor>(t));
+    pack_stored(sent->where);
+  } else if (ctx != nullptr && t.in_store()) {
     // Already in this node's store: refer to it, and keep it pinned while the value is
     // in use (the reader pulls it by id).
     if (ctx->keepalive != nullptr) ctx->keepalive->push_back(std::make_shared<const Tensor>(t));

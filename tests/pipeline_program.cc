@@ -81,6 +81,75 @@ double SumOf(Tensor t) {
 
 std::string Where() { return drover::NodeId(); }
 
+// ---- data loaders ----
+
+// Item `index`: 64 floats, a pure function of (index, seed), after ~0.2 ms of work.
+absl::StatusOr<Tensor> MakeItem(int64_t index, uint64_t seed) {
+  std::vector<float> v(64);
+  uint64_t x = seed ^ static_cast<uint64_t>(index);
+  const absl::Time until = absl::Now() + absl::Microseconds(200);
+  do {
+    for (float& f : v) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      f = static_cast<float>(x >> 40) / static_cast<float>(1 << 24) + static_cast<float>(index);
+    }
+  } while (absl::Now() < until && (x = seed ^ static_cast<uint64_t>(index), true));
+  return Tensor::FromVector(v);
+}
+
+// A batch: the items' first elements, as one tensor.
+absl::StatusOr<Tensor> MakeBatch(std::vector<int64_t> indices, uint64_t seed) {
+  std::vector<float> v;
+  for (int64_t i : indices) v.push_back(static_cast<float>(i) + static_cast<float>(seed % 1000) / 1000.0f);
+  return Tensor::FromVector(v);
+}
+
+std::string NodeOfItem(int64_t, uint64_t) { return drover::NodeId(); }
+
+// A 1 MiB item written in place in the worker's store.
+absl::StatusOr<Tensor> BigItem(int64_t index, uint64_t) {
+  absl::StatusOr<Tensor> t = drover::AllocateInStore(DType::kFloat32, {256 * 1024});
+  if (!t.ok()) return t.status();
+  for (float& f : *t->mutable_span<float>()) f = static_cast<float>(index);
+  return t;
+}
+
+// Fails on item 7 (an error status) and 11 (an exception).
+absl::StatusOr<int64_t> Picky(int64_t index, uint64_t) {
+  if (index == 7) return absl::InvalidArgumentError("seven is not welcome");
+  if (index == 11) throw std::runtime_error("eleven broke the parser");
+  return index * 10;
+}
+
+// Kills its own process the first time it sees item 5 (a marker file remembers), and
+// every time it sees item 3.
+int64_t DiesOnItem(int64_t index, uint64_t) {
+  const std::string marker = absl::StrCat("/tmp/drover-pipeline-", drover::JobId(), "-died-on-5");
+  if (index == 3 || (index == 5 && ::access(marker.c_str(), F_OK) != 0)) {
+    if (index == 5) std::ofstream(marker) << ::getpid();
+    ::kill(::getpid(), SIGKILL);
+  }
+  return index * index;
+}
+
+// A worker with state made once: a "vocabulary" keyed by its seed.
+class Tokenizer {
+ public:
+  explicit Tokenizer(drover::WorkerInfo info) : info_(info) {
+    for (int i = 0; i < 26; ++i) vocab_[static_cast<char>('a' + i)] = (i * 7 + static_cast<int>(info.seed)) % 26;
+  }
+  std::vector<int64_t> Encode(std::string text, uint64_t) {
+    std::vector<int64_t> out;
+    for (char c : text) out.push_back(vocab_.count(c) ? vocab_[c] : -1);
+    return out;
+  }
+
+ private:
+  drover::WorkerInfo info_;
+  std::map<char, int> vocab_;
+};
+Tokenizer* MakeTokenizer(drover::WorkerInfo info) { return new Tokenizer(info); }
+
 int failures = 0;
 
 template <typename T>
@@ -317,9 +386,228 @@ int Shared(const std::string& a, const std::string& b) {
   return Done("shared");
 }
 
+
+bool SameTensor(const Tensor& a, const Tensor& b) {
+  auto x = a.span<float>();
+  auto y = b.span<float>();
+  return x.ok() && y.ok() && x->size() == y->size() && std::equal(x->begin(), x->end(), y->begin());
+}
+
+// Ordered and unordered loaders, per item and per batch, with and without worker state,
+// give exactly what a serial run gives; the workers are on both nodes.
+int LoaderMatchesSerial() {
+  const int64_t n = 300;
+  const uint64_t seed = 42;
+  std::vector<Tensor> serial;
+  for (int64_t i = 0; i < n; ++i) serial.push_back(*MakeItem(i, drover::ItemSeed(seed, i)));
+  drover::LoaderOptions o{.num_workers = 4, .prefetch = 4, .seed = seed, .name = "items"};
+  // Each loader in a block of its own: its workers (a CPU each) stop when it goes.
+  {
+  auto ordered = drover::DataLoader<Tensor>::Create(drover::IndexRange{0, n}, MakeItem, o);
+  if (!ordered.ok()) return Print("error", Err(ordered.status())), 1;
+  bool in_order = true;
+  int64_t count = 0;
+  for (;;) {
+    auto item = ordered->NextItem();
+    if (absl::IsOutOfRange(item.status())) break;
+    if (!item.ok()) return Print("error", Err(item.status())), 1;
+    in_order = in_order && item->position == count && SameTensor(item->value, serial[static_cast<size_t>(count)]);
+    ++count;
+  }
+  Print("ordered", in_order && count == n ? "matches-serial" : absl::StrCat("differs after ", count));
+  }
+  {
+  o.ordered = false;
+  auto unordered = drover::DataLoader<Tensor>::Create(drover::IndexRange{0, n}, MakeItem, o);
+  std::vector<int> seen(static_cast<size_t>(n), 0);
+  bool exact = unordered.ok();
+  bool reordered = false;
+  int64_t k = 0;
+  while (exact) {
+    auto item = unordered->NextItem();
+    if (absl::IsOutOfRange(item.status())) break;
+    exact = item.ok() && SameTensor(item->value, serial[static_cast<size_t>(item->position)]);
+    if (exact) {
+      ++seen[static_cast<size_t>(item->position)];
+      reordered = reordered || item->position != k;
+    }
+    ++k;
+  }
+  exact = exact && std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; });
+  Print("unordered", exact ? "matches-serial" : "differs");
+  }
+  // Per batch (the last one shorter).
+  auto batches = drover::ParallelMap<Tensor>(std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, MakeBatch,
+                                             {.num_workers = 2, .batch_size = 4, .seed = seed});
+  std::vector<std::string> shapes;
+  bool batch_exact = batches.ok() && batches->size() == 3;
+  for (size_t b = 0; batch_exact && b < batches->size(); ++b) {
+    std::vector<int64_t> idx;
+    for (int64_t i = static_cast<int64_t>(b) * 4; i < std::min<int64_t>(11, static_cast<int64_t>(b) * 4 + 4); ++i) idx.push_back(i);
+    batch_exact = SameTensor((*batches)[b], *MakeBatch(idx, drover::ItemSeed(seed, static_cast<int64_t>(b))));
+    shapes.push_back((*batches)[b].Describe());
+  }
+  Print("batches", batch_exact ? absl::StrJoin(shapes, " ") : (batches.ok() ? "differ" : Err(batches.status())));
+  // Persistent workers with state, over a list of inputs.
+  std::vector<std::string> texts = {"abc", "drover", "zz", "queue", "hogwild", "loader"};
+  auto tok = drover::DataLoader<std::vector<int64_t>>::Create(texts, MakeTokenizer, &Tokenizer::Encode,
+                                                              {.num_workers = 3, .prefetch = 2, .seed = 5});
+  Tokenizer local(drover::WorkerInfo{0, 1, 5, "local"});
+  bool tok_exact = tok.ok();
+  for (size_t i = 0; tok_exact; ++i) {
+    auto v = tok->Next();
+    if (absl::IsOutOfRange(v.status())) {
+      tok_exact = i == texts.size();
+      break;
+    }
+    tok_exact = v.ok() && *v == local.Encode(texts[i], 0);
+  }
+  Print("stateful", tok_exact ? "matches-serial" : (tok.ok() ? "differs" : Err(tok.status())));
+  tok = absl::CancelledError("done");  // its workers stop
+  // Where the workers ran.
+  std::vector<std::string> nodes;
+  auto where = drover::ParallelMap<std::string>(std::vector<int64_t>(64, 0), NodeOfItem, {.num_workers = 4, .prefetch = 2});
+  if (where.ok()) nodes = *where;
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  Print("worker_nodes", std::to_string(nodes.size()));
+  // Bad options are refused.
+  Print("zero_workers", absl::StatusCodeToString(
+      drover::DataLoader<Tensor>::Create(drover::IndexRange{0, 1}, MakeItem, {.num_workers = 0}).status().code()));
+  Print("batch_mismatch", Err(drover::DataLoader<Tensor>::Create(drover::IndexRange{0, 1}, MakeBatch, {}).status()));
+  return Done("loader_matches_serial");
+}
+
+// A slow consumer: the workers (on this node) stop at the prefetch window; the node's
+// store never holds much more than the window, whatever the data set's size.
+int LoaderMemory() {
+  const int64_t n = 40;
+  const int prefetch = 4, workers = 2;
+  auto loader = drover::DataLoader<Tensor>::Create(
+      drover::IndexRange{0, n}, BigItem,
+      {.num_workers = workers, .prefetch = prefetch, .node_id = drover::NodeId(), .name = "big"});
+  if (!loader.ok()) return Print("error", Err(loader.status())), 1;
+  drover::object_store::Client* store = drover::internal::LocalStore();
+  uint64_t peak = 0;
+  bool exact = true;
+  for (int64_t i = 0;; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    peak = std::max(peak, store->Stats().value_or(drover::object_store::StoreStats{}).used);
+    auto t = loader->Next();
+    if (absl::IsOutOfRange(t.status())) break;
+    if (!t.ok()) return Print("error", Err(t.status())), 1;
+    exact = exact && t->in_store() && (*t->span<float>())[0] == static_cast<float>(i);
+  }
+  Print("exact", exact ? "yes" : "no");
+  Print("window_items", std::to_string(workers * prefetch));
+  Print("item_bytes", std::to_string(256 * 1024 * 4));
+  Print("dataset_bytes", std::to_string(n * 256 * 1024 * 4));
+  Print("store_used_peak", std::to_string(peak));
+  const absl::Time until = absl::Now() + absl::Seconds(10);
+  uint64_t used = 0;
+  do {
+    used = store->Stats().value_or(drover::object_store::StoreStats{}).used;
+  } while (used > (1u << 20) && absl::Now() < until && (absl::SleepFor(absl::Milliseconds(10)), true));
+  Print("store_used_after", std::to_string(used));
+  return Done("loader_memory");
+}
+
+// A failing item is named (index, node, message): it stops the loader in its place, or
+// is skipped and listed.
+int LoaderFailures() {
+  std::vector<int64_t> got;
+  auto stop = drover::DataLoader<int64_t>::Create(drover::IndexRange{0, 20}, Picky, {.num_workers = 2, .prefetch = 4});
+  absl::Status stopped;
+  while (stop.ok()) {
+    auto v = stop->Next();
+    if (!v.ok()) {
+      stopped = v.status();
+      break;
+    }
+    got.push_back(*v);
+  }
+  Print("stop_delivered", std::to_string(got.size()));
+  Print("stop_error", Err(stopped));
+  Print("stop_again", absl::StatusCodeToString(stop->Next().status().code()));
+  auto skip = drover::DataLoader<int64_t>::Create(drover::IndexRange{0, 20}, Picky,
+                                                  {.num_workers = 2, .prefetch = 4, .on_error = drover::LoaderOptions::OnError::kSkip});
+  int64_t sum = 0, count = 0;
+  for (;;) {
+    auto v = skip->Next();
+    if (!v.ok()) {
+      Print("skip_end", absl::StatusCodeToString(v.status().code()));
+      break;
+    }
+    sum += *v;
+    ++count;
+  }
+  Print("skip_delivered", absl::StrCat(count, " sum ", sum));
+  std::vector<std::string> skipped;
+  for (const auto& s : skip->skipped()) skipped.push_back(absl::StrCat(s.position, ": ", s.error.message()));
+  Print("skipped", absl::StrJoin(skipped, " | "));
+  return Done("loader_failures");
+}
+
+// A worker killed mid-item: the item runs again; an item that kills every worker it
+// runs on is named once its retries are used up.
+int LoaderWorkerKilled() {
+  auto loader = drover::DataLoader<int64_t>::Create(
+      drover::IndexRange{4, 12}, DiesOnItem, {.num_workers = 2, .prefetch = 2, .max_retries = 3});
+  std::vector<int64_t> got;
+  absl::Status end;
+  while (loader.ok()) {
+    auto v = loader->Next();
+    if (!v.ok()) {
+      end = v.status();
+      break;
+    }
+    got.push_back(*v);
+  }
+  Print("retried_results", absl::StrJoin(got, ","));
+  Print("retried_end", absl::StatusCodeToString(end.code()));
+  Print("retries", std::to_string(loader.ok() ? loader->progress().retried : -1));
+  ::unlink(absl::StrCat("/tmp/drover-pipeline-", drover::JobId(), "-died-on-5").c_str());
+  auto doomed = drover::DataLoader<int64_t>::Create(
+      drover::IndexRange{0, 5}, DiesOnItem,
+      {.num_workers = 2, .prefetch = 2, .on_error = drover::LoaderOptions::OnError::kSkip, .max_retries = 1});
+  std::vector<int64_t> rest;
+  while (doomed.ok()) {
+    auto v = doomed->Next();
+    if (!v.ok()) break;
+    rest.push_back(*v);
+  }
+  Print("doomed_results", absl::StrJoin(rest, ","));
+  Print("doomed_skipped", doomed.ok() && !doomed->skipped().empty() ? Err(doomed->skipped()[0].error) : "none");
+  return Done("loader_worker_killed");
+}
+
+// pin_memory: even small (inline) results are in this node's store arena, and copy to
+// a "device" (host memory here) exactly; a GPU that is not there is a clear error.
+int LoaderPinned(bool progress_on) {
+  drover::LoaderOptions o{.num_workers = 2, .prefetch = 2, .name = "pinned", .pin_memory = true};
+  if (progress_on) o.progress = drover::LoaderOptions::Progress::kOn;
+  auto loader = drover::DataLoader<Tensor>::Create(drover::IndexRange{0, 20}, MakeItem, o);
+  if (!loader.ok()) return Print("error", Err(loader.status())), 1;
+  bool all_in_store = true, copies_exact = true;
+  absl::Status gpu;
+  for (int64_t i = 0;; ++i) {
+    auto t = loader->Next();
+    if (!t.ok()) break;
+    all_in_store = all_in_store && t->in_store();
+    std::vector<float> host(static_cast<size_t>(t->numel()));
+    copies_exact = copies_exact && drover::CopyToDevice(*t, -1, host.data()).ok() &&
+                   std::equal(host.begin(), host.end(), t->span<float>()->begin());
+    if (i == 0) gpu = drover::CopyToDevice(*t, 0, host.data());
+  }
+  Print("pinned_in_store", all_in_store ? "yes" : "no");
+  Print("host_copy", copies_exact ? "exact" : "differs");
+  Print("gpu_copy", absl::StatusCodeToString(gpu.code()));
+  return Done("loader_pinned");
+}
 }  // namespace
 
-DROVER_REMOTE(Produce, ProduceTensors, AddToStripe, SumOf, Where);
+DROVER_REMOTE(Produce, ProduceTensors, AddToStripe, SumOf, Where, MakeItem, MakeBatch, NodeOfItem, BigItem, Picky,
+              DiesOnItem, MakeTokenizer, &Tokenizer::Encode);
 
 int main(int argc, char** argv) {
   absl::Status init = drover::Init(argc, argv);
@@ -337,6 +625,11 @@ int main(int argc, char** argv) {
   if (scenario == "queue_host_dies") return QueueHostDies();
   if (scenario == "queue_tensors") return QueueTensors(a, b);
   if (scenario == "shared") return Shared(a, b);
+  if (scenario == "loader_matches_serial") return LoaderMatchesSerial();
+  if (scenario == "loader_memory") return LoaderMemory();
+  if (scenario == "loader_failures") return LoaderFailures();
+  if (scenario == "loader_worker_killed") return LoaderWorkerKilled();
+  if (scenario == "loader_pinned") return LoaderPinned(argc > 4 && std::string(argv[4]) == "progress");
   std::cerr << "unknown scenario '" << scenario << "'\n";
   return 2;
 }

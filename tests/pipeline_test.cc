@@ -121,5 +121,73 @@ TEST_F(PipelineTest, HogwildUpdatesFromEveryWorkerLand) {
   EXPECT_EQ(r.Get("freed"), "yes");
 }
 
+TEST_F(PipelineTest, LoaderResultsMatchASerialRunExactly) {
+  DriverRun r = Run("loader_matches_serial");
+  ASSERT_EQ(r.code, 0) << r.All();
+  EXPECT_EQ(r.Get("ordered"), "matches-serial");
+  EXPECT_EQ(r.Get("unordered"), "matches-serial");
+  EXPECT_EQ(r.Get("batches"), "float32[4] float32[4] float32[3]");
+  EXPECT_EQ(r.Get("stateful"), "matches-serial");
+  EXPECT_EQ(r.Get("worker_nodes"), "2");
+  EXPECT_EQ(r.Get("zero_workers"), "INVALID_ARGUMENT");
+  EXPECT_TRUE(absl::StrContains(r.Get("batch_mismatch"), "takes a batch")) << r.Get("batch_mismatch");
+}
+
+// Backpressure: with a slow consumer the store holds about the prefetch window (8 items
+// of 1 MiB), not the data set (40 MiB).
+TEST_F(PipelineTest, LoaderMemoryIsBoundedByThePrefetchUnderASlowConsumer) {
+  DriverRun r = Run("loader_memory");
+  ASSERT_EQ(r.code, 0) << r.All();
+  EXPECT_EQ(r.Get("exact"), "yes");
+  const int64_t item = Int(r.Get("item_bytes"));
+  const int64_t window = Int(r.Get("window_items"));
+  EXPECT_GT(Int(r.Get("store_used_peak")), 0);
+  // The window, the item the consumer holds, and one being made as it is taken.
+  EXPECT_LE(Int(r.Get("store_used_peak")), (window + 2) * item + (1 << 20)) << r.All();
+  EXPECT_LT(Int(r.Get("store_used_peak")), Int(r.Get("dataset_bytes")) / 3) << r.All();
+  EXPECT_LE(Int(r.Get("store_used_after")), 1 << 20) << r.All();
+}
+
+TEST_F(PipelineTest, AFailingItemIsNamedAndStopsOrIsSkipped) {
+  DriverRun r = Run("loader_failures");
+  ASSERT_EQ(r.code, 0) << r.All();
+  EXPECT_EQ(r.Get("stop_delivered"), "7");  // items 0..6, in order, then the error in its place
+  const std::string stop = r.Get("stop_error");
+  EXPECT_TRUE(absl::StartsWith(stop, "INVALID_ARGUMENT: loader 'data': item 7 (on node-")) << stop;
+  EXPECT_TRUE(absl::StrContains(stop, "seven is not welcome")) << stop;
+  EXPECT_EQ(r.Get("stop_again"), "INVALID_ARGUMENT");
+  EXPECT_EQ(r.Get("skip_end"), "OUT_OF_RANGE");
+  EXPECT_EQ(r.Get("skip_delivered"), "18 sum 1720");  // 10 * (190 - 7 - 11)
+  const std::string skipped = r.Get("skipped");
+  EXPECT_TRUE(absl::StrContains(skipped, "7: loader 'data': item 7 (on node-")) << skipped;
+  EXPECT_TRUE(absl::StrContains(skipped, "11: loader 'data': item 11 (on node-")) << skipped;
+  EXPECT_TRUE(absl::StrContains(skipped, "threw std::runtime_error: eleven broke the parser")) << skipped;
+}
+
+TEST_F(PipelineTest, AWorkerKilledMidItemIsRetriedOrTheItemNamed) {
+  DriverRun r = Run("loader_worker_killed");
+  ASSERT_EQ(r.code, 0) << r.All();
+  EXPECT_EQ(r.Get("retried_results"), "16,25,36,49,64,81,100,121");
+  EXPECT_EQ(r.Get("retried_end"), "OUT_OF_RANGE");
+  EXPECT_GE(Int(r.Get("retries")), 1);
+  EXPECT_EQ(r.Get("doomed_results"), "0,1,4,16");
+  const std::string doomed = r.Get("doomed_skipped");
+  EXPECT_TRUE(absl::StrContains(doomed, "item 3: its worker died 2 times")) << doomed;
+  EXPECT_TRUE(absl::StrContains(doomed, "killed by SIGKILL")) << doomed;
+}
+
+TEST_F(PipelineTest, PinnedResultsAreInTheArenaAndProgressStaysOutOfLogs) {
+  DriverRun r = Run("loader_pinned");
+  ASSERT_EQ(r.code, 0) << r.All();
+  EXPECT_EQ(r.Get("pinned_in_store"), "yes");
+  EXPECT_EQ(r.Get("host_copy"), "exact");
+  EXPECT_EQ(r.Get("gpu_copy"), "FAILED_PRECONDITION");
+  // stderr is a file here, not a terminal: no progress line.
+  EXPECT_FALSE(absl::StrContains(r.err, "items/s")) << r.err;
+  DriverRun shown = Run("loader_pinned", {"progress"});
+  ASSERT_EQ(shown.code, 0) << shown.All();
+  EXPECT_TRUE(absl::StrContains(shown.err, "pinned: 20/20 items (100%)")) << shown.err;
+}
+
 }  // namespace
 }  // namespace drover::testing

@@ -141,8 +141,8 @@ absl::StatusOr<proto::QueueReply> QueueClient::Call(proto::QueueRequest request,
   return reply;
 }
 
-std::unique_ptr<CodecContext> NewOwningContext(std::vector<StoredRef> owned) {
-  return std::make_unique<OwningCodecContext>(std::move(owned));
+std::unique_ptr<CodecContext> NewOwningContext(std::vector<StoredRef> owned, bool pin) {
+  return std::make_unique<OwningCodecContext>(std::move(owned), pin);
 }
 
 absl::StatusOr<std::shared_ptr<QueueClient>> CreateQueue(const QueueOptions& options) {

@@ -179,7 +179,23 @@ absl::StatusOr<Tensor> NewStoreTensor(DType dtype, std::vector<int64_t> shape) {
   return TensorAccess::Make(meta, TensorAccess::MakeBuffer(std::move(storage), data, size));
 }
 
-OwningCodecContext::OwningCodecContext(std::vector<StoredRef> owned) : owned_(std::move(owned)) {}
+OwningCodecContext::OwningCodecContext(std::vector<StoredRef> owned, bool pin)
+    : owned_(std::move(owned)), pin_(pin) {}
+
+Buffer OwningCodecContext::InlineBuffer(absl::string_view bytes) {
+  RuntimeContext* ctx = CurrentRuntimeContext();
+  object_store::Client* store = ctx == nullptr ? nullptr : ctx->store->store();
+  if (!pin_ || store == nullptr || bytes.empty()) return Buffer::CopyOf(bytes);
+  const std::string id = ctx->NewObjectId();
+  absl::StatusOr<object_store::MutableObject> obj = store->Create(id, bytes.size());
+  if (!obj.ok()) return Buffer::CopyOf(bytes);  // no room: an ordinary copy still works
+  std::memcpy(obj->data.data(), bytes.data(), bytes.size());
+  const uint8_t* data = obj->data.data();
+  auto storage = std::make_shared<StoreObjectStorage>(store, *std::move(obj),
+                                                      StoredRef{id, ctx->node_id, bytes.size()}, DeleterOf(ctx));
+  if (!storage->Seal().ok()) return Buffer::CopyOf(bytes);
+  return TensorAccess::MakeBuffer(std::move(storage), data, bytes.size());
+}
 
 OwningCodecContext::~OwningCodecContext() {
   std::vector<StoredRef> left;

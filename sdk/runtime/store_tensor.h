@@ -106,19 +106,22 @@ absl::StatusOr<Tensor> NewStoreTensor(DType dtype, std::vector<int64_t> shape);
 // The codec context of a receiver that takes over the objects of a value: tensors over
 // the objects in `owned` become StoreObjectStorage that own them; others are read as
 // usual. Objects of `owned` that no tensor took (the value did not use them, or
-// decoding failed) are deleted when the context goes. Delegates the rest to the
-// runtime's context.
+// decoding failed) are deleted when the context goes. With `pin`, tensors that came
+// inline are copied into a new object of this node's store (owned the same way), so
+// every tensor decoded is in the arena. Delegates the rest to the runtime's context.
 class OwningCodecContext final : public CodecContext {
  public:
-  explicit OwningCodecContext(std::vector<StoredRef> owned);
+  OwningCodecContext(std::vector<StoredRef> owned, bool pin);
   ~OwningCodecContext() override;
   absl::StatusOr<StoredRef> Store(absl::string_view data, absl::string_view metadata) override;
   absl::StatusOr<ValueView> Load(const StoredRef& ref) override;
   absl::StatusOr<Buffer> LoadBuffer(const StoredRef& ref) override;
   std::string node_id() override;
+  Buffer InlineBuffer(absl::string_view bytes) override;
 
  private:
   std::vector<StoredRef> owned_;
+  const bool pin_;
   std::set<std::string> taken_;
 };
 

@@ -105,7 +105,9 @@ Tensor DecodeTensorExt(const char* data, size_t size) {
   Buffer storage;
   if (mode.type == msgpack::type::POSITIVE_INTEGER && mode.via.u64 == 0 &&
       body.type == msgpack::type::BIN) {
-    storage = Buffer::CopyOf(absl::string_view(body.via.bin.ptr, body.via.bin.size));
+    const absl::string_view bytes(body.via.bin.ptr, body.via.bin.size);
+    CodecContext* ctx = CodecContext::Current();
+    storage = ctx != nullptr ? ctx->InlineBuffer(bytes) : Buffer::CopyOf(bytes);
   } else if (mode.type == msgpack::type::POSITIVE_INTEGER && mode.via.u64 == 1 &&
              body.type == msgpack::type::ARRAY && body.via.array.size == 3) {
     StoredRef r;

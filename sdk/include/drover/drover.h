@@ -8,6 +8,7 @@
 
 #include "drover/client.h"              // IWYU pragma: export
 #include "drover/collective.h"          // IWYU pragma: export
+#include "drover/data_loader.h"         // IWYU pragma: export
 #include "drover/json.h"                // IWYU pragma: export
 #include "drover/objects.h"             // IWYU pragma: export
 #include "drover/queue.h"               // IWYU pragma: export

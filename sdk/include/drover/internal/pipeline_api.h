@@ -46,15 +46,17 @@ namespace internal {
 struct OwnedValue {
   ValueView view;
   std::vector<StoredRef> owned;
+  // Tensors that came inline are copied into this node's store (pin_memory).
+  bool pin = false;
 };
 
 // The codec context of a receiver taking over `owned` (sdk/runtime/store_tensor.h).
-std::unique_ptr<CodecContext> NewOwningContext(std::vector<StoredRef> owned);
+std::unique_ptr<CodecContext> NewOwningContext(std::vector<StoredRef> owned, bool pin);
 
 // Decodes a T from `v`; tensors over its owned objects free them when they go.
 template <typename T>
 absl::StatusOr<T> DecodeOwned(const OwnedValue& v) {
-  std::unique_ptr<CodecContext> ctx = NewOwningContext(v.owned);
+  std::unique_ptr<CodecContext> ctx = NewOwningContext(v.owned, v.pin);
   ScopedCodecContext scope(ctx.get());
   return Decode<T>(v.view);
 }

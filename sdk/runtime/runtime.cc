@@ -67,22 +67,35 @@ class Runtime {
   absl::Mutex nodes_mu;
   absl::Time nodes_read ABSL_GUARDED_BY(nodes_mu) = absl::InfinitePast();
   std::map<std::string, std::pair<bool, std::string>> nodes ABSL_GUARDED_BY(nodes_mu);  // alive, why not
+  std::map<std::string, std::string> agents ABSL_GUARDED_BY(nodes_mu);  // node id -> agent address
+
+  // Reads the scheduler's node table if the copy is older than 100 ms.
+  void RefreshNodes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(nodes_mu) {
+    if (absl::Now() - nodes_read <= absl::Milliseconds(100)) return;
+    grpc::ClientContext cctx;
+    PrepareContext(&cctx, ctx.token, std::chrono::milliseconds(5000));
+    proto::GetClusterStatusReply reply;
+    if (!scheduler->GetClusterStatus(&cctx, proto::GetClusterStatusRequest(), &reply).ok()) return;
+    nodes.clear();
+    for (const proto::NodeInfo& n : reply.nodes()) {
+      nodes[n.node_id()] = {n.state() == proto::ALIVE, n.reason()};
+      agents[n.node_id()] = n.agent_address();
+    }
+    nodes_read = absl::Now();
+  }
+
+  // The address of `node_id`'s agent ("" if the scheduler does not know the node).
+  std::string AgentOf(const std::string& node_id) {
+    absl::MutexLock l(&nodes_mu);
+    RefreshNodes();
+    auto it = agents.find(node_id);
+    return it == agents.end() ? "" : it->second;
+  }
 
   // True (with why) if `node_id` is dead or unknown to the scheduler.
   bool NodeGone(const std::string& node_id, std::string* why) {
     absl::MutexLock l(&nodes_mu);
-    if (absl::Now() - nodes_read > absl::Milliseconds(100)) {
-      grpc::ClientContext cctx;
-      PrepareContext(&cctx, ctx.token);
-      proto::GetClusterStatusReply reply;
-      if (scheduler->GetClusterStatus(&cctx, proto::GetClusterStatusRequest(), &reply).ok()) {
-        nodes.clear();
-        for (const proto::NodeInfo& n : reply.nodes()) {
-          nodes[n.node_id()] = {n.state() == proto::ALIVE, n.reason()};
-        }
-        nodes_read = absl::Now();
-      }
-    }
+    RefreshNodes();
     auto it = nodes.find(node_id);
     if (it == nodes.end()) {
       *why = "the scheduler does not know it";
@@ -277,6 +290,10 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
     if (!pkg.ok()) return pkg.status();
     ctx.package = *std::move(pkg);
   }
+  // Objects on nodes this process has no lease on are deleted through the agent the
+  // scheduler lists for their node.
+  Runtime* raw = rt.get();
+  ctx.store->set_agent_resolver([raw](const std::string& node_id) { return raw->AgentOf(node_id); });
   rt->submitter = std::make_unique<TaskSubmitter>(&rt->ctx);
   rt->actors = std::make_unique<ActorClient>(&rt->ctx);
   return rt;

@@ -128,6 +128,12 @@ SharedTensor DecodeSharedTensor(const char* data, size_t size) {
 
 }  // namespace internal
 
+absl::StatusOr<StoreUsage> NodeStoreUsage() {
+  DROVER_ASSIGN_OR_RETURN(internal::RuntimeContext * ctx, internal::ContextWithStore());
+  DROVER_ASSIGN_OR_RETURN(object_store::StoreStats stats, ctx->store->store()->Stats());
+  return StoreUsage{stats.capacity, stats.used, stats.objects};
+}
+
 absl::StatusOr<Tensor> AllocateInStore(DType dtype, std::vector<int64_t> shape) {
   return internal::NewStoreTensor(dtype, std::move(shape));
 }

@@ -68,6 +68,16 @@ namespace drover {
 // object (it is an ordinary empty tensor).
 absl::StatusOr<Tensor> AllocateInStore(DType dtype, std::vector<int64_t> shape);
 
+// This node's object store as this process sees it: what the tensors of pipelines
+// (queue items, loader results, shared tensors) hold. FAILED_PRECONDITION without
+// drover::Init or a store on this node.
+struct StoreUsage {
+  uint64_t capacity = 0;  // bytes of the node's arena
+  uint64_t used = 0;      // allocated now (objects, and space leased for puts)
+  uint64_t objects = 0;   // objects in memory
+};
+absl::StatusOr<StoreUsage> NodeStoreUsage();
+
 namespace internal {
 class SharedTensorState;  // sdk/runtime/shared_tensor.cc
 }  // namespace internal

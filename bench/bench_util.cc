@@ -6,8 +6,24 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 namespace drover::bench {
+namespace {
+std::string& BenchName() {
+  static std::string* name = new std::string("bench");
+  return *name;
+}
+}  // namespace
+
+void SetBenchName(const std::string& name) { BenchName() = name; }
+
+void Die(const std::string& msg) {
+  std::cerr << "bench/" << BenchName() << ": " << msg << "\n";
+  std::exit(1);
+}
+
+void Line(const std::string& line) { std::cout << line << "\n" << std::flush; }
 
 std::string CpuModel() {
   std::ifstream in("/proc/cpuinfo");

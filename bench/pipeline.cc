@@ -110,18 +110,6 @@ namespace {
 
 using testing::TestCluster;
 
-[[noreturn]] void Die(const std::string& msg) {
-  std::cerr << "bench/pipeline: " << msg << "\n";
-  std::exit(1);
-}
-
-template <typename T>
-T Must(absl::StatusOr<T> v, const std::string& what) {
-  if (!v.ok()) Die(absl::StrCat(what, ": ", v.status().ToString()));
-  return *std::move(v);
-}
-
-void Line(const std::string& line) { std::cout << line << "\n" << std::flush; }
 
 // Runs the torch script; returns its RESULT values by name (empty if it cannot run).
 std::map<std::string, double> Torch(const std::string& script, const std::vector<std::string>& args) {
@@ -313,6 +301,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--keep", keep, "keep the cluster's directory");
   app.add_option("--only", f.only, "run only these figures (comma-separated names)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  SetBenchName("pipeline");
   signal(SIGPIPE, SIG_IGN);
   const std::string root = FindRunfilesRoot(argv[0], "scheduler");
   if (root.empty()) Die("cannot find the runfiles; run it with `bazel run -c opt //bench:pipeline`");

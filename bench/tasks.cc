@@ -109,18 +109,6 @@ namespace {
 
 using testing::TestCluster;
 
-[[noreturn]] void Die(const std::string& msg) {
-  std::cerr << "bench/tasks: " << msg << "\n";
-  std::exit(1);
-}
-
-template <typename T>
-T Must(absl::StatusOr<T> v, const std::string& what) {
-  if (!v.ok()) Die(absl::StrCat(what, ": ", v.status().ToString()));
-  return *std::move(v);
-}
-
-void Line(const std::string& line) { std::cout << line << "\n" << std::flush; }
 
 void Rate(const std::string& name, double ours, double base, double pipelined) {
   Line(absl::StrFormat("BENCH %s %.0f /s baseline=%.0f ratio=%.2f pipelined_echo=%.0f", name, ours,
@@ -308,6 +296,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--echo-tcp", echo_tcp)->group("");
   app.add_flag("--spawn-only", spawn_only)->group("");
   CLI11_PARSE(app, argc, argv);
+  SetBenchName("tasks");
   if (spawn_only) return 0;
   if (echo_tcp || !echo_unix.empty()) return EchoServer(echo_tcp ? "" : echo_unix);
   signal(SIGPIPE, SIG_IGN);

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/paths.h"
 #include "common/spawn.h"
 
 namespace drover {
@@ -65,7 +66,7 @@ Wake WaitExit(pid_t pid, int pidfd, int stop_fd, absl::Duration d, int* status) 
 std::string StoreSocketPath(const std::string& agent_dir) {
   std::string path = absl::StrCat(agent_dir, "/store.sock");
   if (path.size() < 100) return path;
-  return absl::StrCat("/tmp/drover-", getuid(), "/store-", getpid(), ".sock");
+  return ShortSocketPath(agent_dir, "store") + ".sock";
 }
 
 StoreSupervisor::StoreSupervisor(StoreSupervisorOptions options) : options_(std::move(options)) {}

@@ -15,6 +15,7 @@
 #include "common/exit_text.h"
 #include "common/files.h"
 #include "common/log.h"
+#include "common/paths.h"
 
 namespace drover {
 namespace {
@@ -27,7 +28,7 @@ constexpr absl::Duration kKeepExited = absl::Minutes(5);
 // else one under /tmp owned by this user.
 std::string SocketDir(const std::string& preferred) {
   if (preferred.size() + 24 < 100) return preferred;
-  return absl::StrCat("/tmp/drover-", ::getuid(), "/w-", ::getpid());
+  return ShortSocketPath(preferred, "w");
 }
 
 }  // namespace

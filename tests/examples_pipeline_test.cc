@@ -9,20 +9,22 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/files.h"
 #include "gtest/gtest.h"
+#include "tests/util/driver_program.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
 namespace {
 
-// The value of `key=` in `out` ("" if absent).
+// The value of the line `key=...` in `out` ("" if there is none).
 std::string Value(const std::string& out, const std::string& key) {
-  const size_t at = out.find("\n" + key + "=") != std::string::npos ? out.find("\n" + key + "=") + 1
-                                                                      : (absl::StartsWith(out, key + "=") ? 0 : std::string::npos);
-  if (at == std::string::npos) return "";
-  const size_t start = at + key.size() + 1;
-  return out.substr(start, out.find('\n', start) - start);
+  for (absl::string_view line : absl::StrSplit(out, '\n')) {
+    if (absl::ConsumePrefix(&line, key + "=")) return std::string(line);
+  }
+  return "";
 }
 
 double Number(const std::string& s) {
@@ -30,29 +32,14 @@ double Number(const std::string& s) {
   return absl::SimpleAtod(s, &v) ? v : -1;
 }
 
-class ExamplesPipelineTest : public ::testing::Test {
+class ExamplesPipelineTest : public TwoNodeClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    TestClusterOptions o;
-    o.nodes = 2;
-    o.cpus_per_node = 4;
-    auto c = TestCluster::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = c->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
   int RunExample(std::vector<std::string> cmd, std::string* out, std::string* err) {
     cmd[0] = Runfile(cmd[0]);
     return RunProgram(cmd, {"DROVER_ADDRESS=" + cluster_->address(), "DROVER_TOKEN_FILE=" + cluster_->token_file()},
                       cluster_->dir(), out, err);
   }
-  static TestCluster* cluster_;
 };
-
-TestCluster* ExamplesPipelineTest::cluster_ = nullptr;
 
 TEST_F(ExamplesPipelineTest, QueuePipelineStreamsThroughBoundedMemory) {
   std::string out, err;

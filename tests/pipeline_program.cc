@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "tests/util/program_output.h"
 #include "drover/drover.h"
 #include "sdk/internal/runtime_internal.h"
 
@@ -150,21 +151,13 @@ class Tokenizer {
 };
 Tokenizer* MakeTokenizer(drover::WorkerInfo info) { return new Tokenizer(info); }
 
-int failures = 0;
+using drover::testing::Expect;
+using drover::testing::Print;
 
-template <typename T>
-void Expect(bool ok, const std::string& what, const T& got) {
-  if (!ok) {
-    ++failures;
-    std::cout << "FAIL " << what << ": got " << got << std::endl;
-  }
-}
-
-void Print(const std::string& key, const std::string& value) { std::cout << key << "=" << value << std::endl; }
 std::string Err(const absl::Status& s) { return s.ok() ? "OK" : absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message()); }
 int Done(const std::string& name) {
-  Print(name, failures == 0 ? "ok" : "failed");
-  return failures == 0 ? 0 : 1;
+  Print(name, drover::testing::ProgramFailures() == 0 ? "ok" : "failed");
+  return drover::testing::ProgramFailures() == 0 ? 0 : 1;
 }
 
 // Two producers on the two nodes, one consumer here: every item arrives once, and each

@@ -18,31 +18,14 @@ int64_t Int(const std::string& s) {
   return absl::SimpleAtoi(s, &v) ? v : -1;
 }
 
-class PipelineTest : public ::testing::Test {
+class PipelineTest : public TwoNodeClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    TestClusterOptions o;
-    o.nodes = 2;
-    o.cpus_per_node = 4;
-    auto c = TestCluster::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = c->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-
   DriverRun Run(const std::string& scenario, std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {scenario, cluster_->agent_node_id(0), cluster_->agent_node_id(1)};
     args.insert(args.end(), extra.begin(), extra.end());
     return RunDriver(*cluster_, "tests/pipeline_program", args);
   }
-
-  static TestCluster* cluster_;
 };
-
-TestCluster* PipelineTest::cluster_ = nullptr;
 
 TEST_F(PipelineTest, QueueKeepsEachProducersOrder) {
   DriverRun r = Run("queue_order");

@@ -42,7 +42,11 @@ std::map<std::string, std::weak_ptr<QueueClient>>& Clients() ABSL_EXCLUSIVE_LOCK
 std::shared_ptr<QueueClient> Shared(RuntimeContext* ctx, std::shared_ptr<ActorState> actor,
                                     QueueEndpoint endpoint) {
   absl::MutexLock l(&g_clients_mu);
-  std::weak_ptr<QueueClient>& slot = Clients()[endpoint.spec.queue_id];
+  auto& clients = Clients();
+  for (auto it = clients.begin(); it != clients.end();) {  // forget queues nobody here holds
+    it = it->second.expired() ? clients.erase(it) : std::next(it);
+  }
+  std::weak_ptr<QueueClient>& slot = clients[endpoint.spec.queue_id];
   if (std::shared_ptr<QueueClient> c = slot.lock()) return c;
   auto c = std::make_shared<QueueClient>(ctx, std::move(actor), std::move(endpoint));
   slot = c;

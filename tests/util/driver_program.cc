@@ -24,7 +24,7 @@ std::string DriverRun::Get(const std::string& key) const {
 pid_t StartDriver(const TestCluster& cluster, const std::string& binary,
                   const std::vector<std::string>& args, const std::string& base) {
   SpawnOptions o;
-  o.argv = {Runfile(binary)};
+  o.argv = {binary.rfind('/', 0) == 0 ? binary : Runfile(binary)};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   for (char** e = environ; *e; ++e) {
     if (!absl::StartsWith(*e, "DROVER_")) o.env.push_back(*e);
@@ -72,6 +72,22 @@ DriverRun RunDriver(const TestCluster& cluster, const std::string& binary,
   static int n = 0;
   const std::string base = absl::StrCat(cluster.dir(), "/driver-", ::getpid(), "-", ++n);
   return FinishDriver(cluster, StartDriver(cluster, binary, args, base), base, timeout);
+}
+
+TestCluster* TwoNodeClusterTest::cluster_ = nullptr;
+
+void TwoNodeClusterTest::SetUpTestSuite() {
+  TestClusterOptions o;
+  o.nodes = 2;
+  o.cpus_per_node = 4;
+  auto c = TestCluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  cluster_ = c->release();
+}
+
+void TwoNodeClusterTest::TearDownTestSuite() {
+  delete cluster_;
+  cluster_ = nullptr;
 }
 
 }  // namespace drover::testing

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "gtest/gtest.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
@@ -28,7 +29,8 @@ struct DriverRun {
   std::string All() const { return out + err; }
 };
 
-// Starts `binary args...` (a runfile path such as "tests/pipeline_program") with the
+// Starts `binary args...` (a runfile path such as "tests/pipeline_program", or an
+// absolute path) with the
 // cluster's address and token in its environment (DROVER_* of the test's own
 // environment removed); output goes to `base`.out and .err. Returns its pid.
 pid_t StartDriver(const TestCluster& cluster, const std::string& binary,
@@ -40,6 +42,15 @@ DriverRun FinishDriver(const TestCluster& cluster, pid_t pid, const std::string&
 // Both, with output files under the cluster's directory.
 DriverRun RunDriver(const TestCluster& cluster, const std::string& binary,
                     const std::vector<std::string>& args, absl::Duration timeout = absl::Seconds(120));
+
+// A fixture whose tests share one 2-node cluster (4 CPUs each), started before the
+// binary's first test and stopped after its last. One such fixture per test binary.
+class TwoNodeClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite();
+  static void TearDownTestSuite();
+  static TestCluster* cluster_;
+};
 
 }  // namespace drover::testing
 

@@ -32,6 +32,14 @@ T Must(absl::StatusOr<T> v, const std::string& what) {
   return *std::move(v);
 }
 
+// For a benchmark that starts a TestCluster under `bazel run`: points the test harness
+// at this binary's runfiles (TEST_SRCDIR, TEST_WORKSPACE) and a fresh scratch directory
+// under /tmp (TEST_TMPDIR), which it returns; dies saying how to run it if there are no
+// runfiles.
+std::string SetUpClusterRun(const char* argv0);
+// "machine: 2 CPUs, AMD EPYC, 24105 MiB RAM".
+std::string MachineLine();
+
 // Prints one line of results and flushes (the figures appear as they are measured).
 void Line(const std::string& line);
 

@@ -303,19 +303,10 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   SetBenchName("pipeline");
   signal(SIGPIPE, SIG_IGN);
-  const std::string root = FindRunfilesRoot(argv[0], "scheduler");
-  if (root.empty()) Die("cannot find the runfiles; run it with `bazel run -c opt //bench:pipeline`");
-  ::setenv("TEST_SRCDIR", root.c_str(), 1);
-  ::setenv("TEST_WORKSPACE", "drover", 1);
-  char tmpl[] = "/tmp/drover-bench-pipeline-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp");
-  const std::string tmp = tmpl;
-  ::setenv("TEST_TMPDIR", tmp.c_str(), 1);
-  const std::string script = root + "/drover/bench/pipeline_torch.py";
+  const std::string tmp = SetUpClusterRun(argv[0]);
+  const std::string script = std::string(std::getenv("TEST_SRCDIR")) + "/drover/bench/pipeline_torch.py";
 
-  std::cout << "drover pipeline benchmark: 2-node local cluster (4 CPUs, 1 GiB store each)\n"
-            << "machine: " << ::sysconf(_SC_NPROCESSORS_ONLN) << " CPUs, " << CpuModel() << ", "
-            << (static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) >> 20) << " MiB RAM\n"
+  std::cout << "drover pipeline benchmark: 2-node local cluster (4 CPUs, 1 GiB store each)\n" << MachineLine() << "\n"
             << std::flush;
   {
     testing::TestClusterOptions o;

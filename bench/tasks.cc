@@ -300,19 +300,9 @@ int Main(int argc, char** argv) {
   if (spawn_only) return 0;
   if (echo_tcp || !echo_unix.empty()) return EchoServer(echo_tcp ? "" : echo_unix);
   signal(SIGPIPE, SIG_IGN);
-  std::string root = FindRunfilesRoot(argv[0], "scheduler");
-  if (root.empty()) Die("cannot find the runfiles; run it with `bazel run -c opt //bench:tasks`");
-  ::setenv("TEST_SRCDIR", root.c_str(), 1);
-  ::setenv("TEST_WORKSPACE", "drover", 1);
-  char tmpl[] = "/tmp/drover-bench-tasks-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp");
-  const std::string tmp = tmpl;
-  ::setenv("TEST_TMPDIR", tmp.c_str(), 1);
+  const std::string tmp = SetUpClusterRun(argv[0]);
 
-  std::cout << "drover tasks benchmark: 2-node local cluster (4 CPUs each)\n"
-            << "machine: " << ::sysconf(_SC_NPROCESSORS_ONLN) << " CPUs, " << CpuModel() << ", "
-            << (static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) >> 20)
-            << " MiB RAM\n" << std::flush;
+  std::cout << "drover tasks benchmark: 2-node local cluster (4 CPUs each)\n" << MachineLine() << "\n" << std::flush;
   {
     testing::TestClusterOptions o;
     o.nodes = 2;

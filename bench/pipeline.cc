@@ -163,6 +163,7 @@ struct Flags {
   int64_t tensor_items = 12;
   int64_t small_items = 20000;
   int64_t hogwild_steps = 3000;
+  int prefetch = LoaderOptions().prefetch;
   bool torch = true;
   std::vector<std::string> only;
   bool Wants(const std::string& name) const {
@@ -177,7 +178,8 @@ void PreprocessItems(const Flags& f, const std::string& node, const std::string&
   absl::Time s = absl::Now();
   for (int64_t i = 0; i < serial_n; ++i) (void)Work(WorkItem{i, work_ns}, 0);
   const double one_core = static_cast<double>(serial_n) / absl::ToDoubleSeconds(absl::Now() - s);
-  LoaderOptions o{.num_workers = 2, .node_id = node, .progress = LoaderOptions::Progress::kOff, .name = "preprocess"};
+  LoaderOptions o{.num_workers = 2, .prefetch = f.prefetch, .node_id = node, .progress = LoaderOptions::Progress::kOff,
+                  .name = "preprocess"};
   auto run = [&](int64_t n) {
     std::vector<WorkItem> inputs;
     for (int64_t i = 0; i < n; ++i) inputs.push_back(WorkItem{i, work_ns});
@@ -294,6 +296,7 @@ int Main(int argc, char** argv) {
   CLI::App app{"pipeline: DataLoader, Queue and SharedTensor against PyTorch doing the same work"};
   app.add_option("--items", f.items, "items of the preprocessing figure")->check(CLI::PositiveNumber);
   app.add_option("--work-us", f.work_us, "CPU time per item, µs")->check(CLI::PositiveNumber);
+  app.add_option("--prefetch", f.prefetch, "the DataLoader's prefetch (default: its own)")->check(CLI::PositiveNumber);
   app.add_option("--tensor-items", f.tensor_items, "64 MiB items")->check(CLI::PositiveNumber);
   app.add_option("--small-items", f.small_items, "1 KiB items")->check(CLI::PositiveNumber);
   app.add_option("--hogwild-steps", f.hogwild_steps, "steps per Hogwild worker")->check(CLI::PositiveNumber);

@@ -17,6 +17,9 @@ namespace drover {
 namespace internal {
 namespace {
 
+// The work a call should carry, so that fast items do not each pay a call.
+constexpr int64_t kWorkPerCallUs = 2000;
+
 object_store::DeviceCopier* ProcessCopier() {
   static object_store::DeviceCopier* copier = object_store::NewHostCopier().release();
   return copier;
@@ -30,8 +33,14 @@ LoaderCore::LoaderCore(RuntimeContext* ctx, LoaderInputs inputs, std::string fun
       inputs_(std::move(inputs)),
       function_(std::move(function)),
       factory_(std::move(factory)),
-      options_(std::move(options)),
-      chunk_(std::max(1, options_.prefetch / 2)) {}
+      options_(std::move(options)) {}
+
+int64_t LoaderCore::ChunkSize() const {
+  const int64_t most = std::max(1, options_.prefetch / 2);
+  if (runs_ == 0) return 1;
+  const int64_t mean_us = std::max<int64_t>(1, run_us_total_ / runs_);
+  return std::clamp<int64_t>((kWorkPerCallUs + mean_us - 1) / mean_us, 1, most);
+}
 
 LoaderCore::~LoaderCore() {
   for (Worker& w : workers_) (void)Kill(w.handle);
@@ -126,7 +135,8 @@ absl::Status LoaderCore::Dispatch() {
     if (best == nullptr) break;
     std::vector<LoaderCall> calls;
     std::vector<int64_t> positions;
-    while (static_cast<int64_t>(positions.size()) < chunk_ &&
+    const int64_t chunk = ChunkSize();
+    while (static_cast<int64_t>(positions.size()) < chunk &&
            best->in_flight + static_cast<int64_t>(positions.size()) < options_.prefetch) {
       int64_t pos;
       if (!retry_.empty()) {
@@ -192,6 +202,8 @@ void LoaderCore::TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outco
     auto it = expected.find(o.position);
     if (it == expected.end() || it->second) continue;  // not asked for: ignore
     it->second = true;
+    run_us_total_ += o.run_us;
+    ++runs_;
     if (o.code != 0) {
       Failed(o.position, absl::Status(static_cast<absl::StatusCode>(o.code),
                                       absl::StrCat("loader '", options_.name, "': ", Describe(o.position), " (on ",

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "drover/task.h"
 
 namespace drover::internal {
@@ -71,6 +72,7 @@ LoaderOutcome LoaderWorker::RunOne(LoaderCall& call) {
   absl::StatusOr<EncodedValue> seed = Encode(call.seed);
   if (s.ok()) s = seed.ok() ? args.Add(std::move(seed->bytes)) : seed.status();
   InvokeResult r;
+  const absl::Time start = absl::Now();
   if (s.ok()) {
     try {
       r = fn_->invoke(state_, args);
@@ -81,6 +83,7 @@ LoaderOutcome LoaderWorker::RunOne(LoaderCall& call) {
     }
     s = r.status;
   }
+  out.run_us = absl::ToInt64Microseconds(absl::Now() - start);
   if (!s.ok()) {
     out.code = static_cast<int32_t>(s.code());
     out.message = std::string(s.message());

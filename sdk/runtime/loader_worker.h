@@ -53,7 +53,8 @@ struct LoaderOutcome {
   std::string value;    // the result's msgpack
   std::vector<WireRef> owned;
   std::string node;     // where it ran
-  MSGPACK_DEFINE(position, code, message, value, owned, node);
+  int64_t run_us = 0;   // how long the function took
+  MSGPACK_DEFINE(position, code, message, value, owned, node, run_us);
 };
 
 class LoaderWorker {

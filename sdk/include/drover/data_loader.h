@@ -24,8 +24,9 @@
 // workers), spread over the nodes (or on one node). A worker may hold state made once
 // by a factory (open files, a tokenizer): with Create(inputs, factory, &T::Method,
 // options), `T* factory(drover::WorkerInfo)` runs in each worker at its start and the
-// method is called per item. Calls are in chunks of prefetch/2 items (so each worker
-// has two chunks in flight and never waits for the next input).
+// method is called per item. A call carries several items when they are fast (about
+// 2 ms of work, at most prefetch/2), so each worker has its next call queued and fast
+// items do not pay a round trip each.
 //
 // Backpressure: at most num_workers * prefetch items are being made or waiting to be
 // taken; workers get more only as the consumer takes results. So the memory held is
@@ -106,7 +107,7 @@ struct LoaderOptions {
   int num_workers = 2;
   Resources resources{.cpus = 1};
   // Items in flight per worker (being made or waiting to be taken).
-  int prefetch = 8;
+  int prefetch = 16;
   // Results in input order (true) or as they finish.
   bool ordered = true;
   // 0: the function takes one input. n > 0: it takes a std::vector of n inputs.

@@ -259,6 +259,21 @@ void QueueSmall(const Flags& f, const std::string& node, const std::string& scri
   if (f.torch) t = Torch(script, {"queue_small", "--items", absl::StrCat(f.small_items)});
   const double base = t.count("queue_small_items_per_s") ? t["queue_small_items_per_s"] : 0;
   Line(absl::StrFormat("BENCH queue_small_items %.0f items/s baseline=%.0f ratio=%s", ours, base, Ratio(ours, base)));
+  // One put and one get from this process, each a round trip to the queue's host: what
+  // the host's own server costs (an actor call would cost about the same, but could not
+  // wait for an item without blocking the put that brings it).
+  auto q = Must(Queue<int64_t>::Create({.capacity = 4}), "Queue");
+  std::vector<double> put_us, get_us;
+  for (int i = 0; i < 2000; ++i) {
+    absl::Time t0 = absl::Now();
+    if (!q.Put(i).ok()) Die("put");
+    absl::Time t1 = absl::Now();
+    if (!q.Get().ok()) Die("get");
+    put_us.push_back(absl::ToDoubleMicroseconds(t1 - t0));
+    get_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t1));
+  }
+  (void)q.Destroy();
+  std::cout << absl::StrFormat("  (one put %.1f us, one get %.1f us, p50)\n", Median(put_us), Median(get_us));
 }
 
 void HogwildSteps(const Flags& f, const std::string& node, const std::string& script) {

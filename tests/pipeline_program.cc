@@ -393,6 +393,14 @@ int LoaderMatchesSerial() {
   const uint64_t seed = 42;
   std::vector<Tensor> serial;
   for (int64_t i = 0; i < n; ++i) serial.push_back(*MakeItem(i, drover::ItemSeed(seed, i)));
+  // Where the workers run: spread over both nodes (first, while no other loader's
+  // workers hold CPUs).
+  std::vector<std::string> nodes;
+  auto where = drover::ParallelMap<std::string>(std::vector<int64_t>(64, 0), NodeOfItem, {.num_workers = 2, .prefetch = 2});
+  if (where.ok()) nodes = *where;
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  Print("worker_nodes", std::to_string(nodes.size()));
   drover::LoaderOptions o{.num_workers = 4, .prefetch = 4, .seed = seed, .name = "items"};
   // Each loader in a block of its own: its workers (a CPU each) stop when it goes.
   {
@@ -457,13 +465,6 @@ int LoaderMatchesSerial() {
   }
   Print("stateful", tok_exact ? "matches-serial" : (tok.ok() ? "differs" : Err(tok.status())));
   tok = absl::CancelledError("done");  // its workers stop
-  // Where the workers ran.
-  std::vector<std::string> nodes;
-  auto where = drover::ParallelMap<std::string>(std::vector<int64_t>(64, 0), NodeOfItem, {.num_workers = 4, .prefetch = 2});
-  if (where.ok()) nodes = *where;
-  std::sort(nodes.begin(), nodes.end());
-  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  Print("worker_nodes", std::to_string(nodes.size()));
   // Bad options are refused.
   Print("zero_workers", absl::StatusCodeToString(
       drover::DataLoader<Tensor>::Create(drover::IndexRange{0, 1}, MakeItem, {.num_workers = 0}).status().code()));

@@ -105,6 +105,7 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       *req.mutable_package() = ctx_->package;
       req.mutable_hint()->set_node_id(o.node_id);
       req.mutable_hint()->set_soft(o.soft_affinity);
+      req.mutable_hint()->set_spread(o.spread);  // SetSpread holds for actors too
       req.set_max_restarts(o.max_restarts);
       req.set_request_id(a->id);
       grpc::ClientContext cctx;

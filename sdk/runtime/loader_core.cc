@@ -140,8 +140,23 @@ absl::Status LoaderCore::Dispatch() {
            best->in_flight + static_cast<int64_t>(positions.size()) < options_.prefetch) {
       int64_t pos;
       if (!retry_.empty()) {
+        // An item under suspicion of killing its worker runs alone.
+        const bool solo = solo_.count(retry_.front()) > 0;
+        if (solo && !positions.empty()) break;
         pos = retry_.front();
         retry_.pop_front();
+        if (solo) {
+          solo_.erase(pos);
+          positions.push_back(pos);
+          absl::StatusOr<EncodedValue> input = inputs_.encode(pos);
+          if (!input.ok()) {
+            positions.pop_back();
+            Failed(pos, input.status());
+            continue;
+          }
+          calls.push_back(LoaderCall{pos, std::move(input->bytes), ItemSeed(options_.seed, pos)});
+          break;
+        }
       } else if (next_position_ < inputs_.count && Admitted() < window) {
         pos = next_position_++;
       } else {
@@ -158,7 +173,9 @@ absl::Status LoaderCore::Dispatch() {
     }
     if (positions.empty()) break;
     best->in_flight += static_cast<int64_t>(positions.size());
-    calls_.push_back(Call{best_index, std::move(positions),
+    const uint64_t seq = next_seq_++;
+    best->outstanding.push_back(seq);
+    calls_.push_back(Call{seq, best_index, std::move(positions),
                           best->handle.Task(&LoaderWorker::Run).Remote(std::move(calls))});
   }
   return absl::OkStatus();
@@ -184,12 +201,15 @@ absl::Status LoaderCore::Collect() {
     calls_.erase(calls_.begin() + static_cast<std::ptrdiff_t>(i));
   }
   for (Call& c : finished) {
-    workers_[c.worker].in_flight -= static_cast<int64_t>(c.positions.size());
+    Worker& w = workers_[c.worker];
+    w.in_flight -= static_cast<int64_t>(c.positions.size());
+    const bool was_running = !w.outstanding.empty() && w.outstanding.front() == c.seq;
+    w.outstanding.erase(std::find(w.outstanding.begin(), w.outstanding.end(), c.seq));
     absl::StatusOr<std::vector<LoaderOutcome>> v = Get(c.ref, absl::ZeroDuration());
     if (v.ok()) {
       TakeOutcomes(c, *std::move(v));
     } else {
-      CallFailed(c, v.status());
+      CallFailed(c, was_running, v.status());
     }
   }
   return absl::OkStatus();
@@ -223,20 +243,22 @@ void LoaderCore::TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outco
   }
 }
 
-void LoaderCore::CallFailed(const Call& call, const absl::Status& error) {
+void LoaderCore::CallFailed(const Call& call, bool was_running, const absl::Status& error) {
   Worker& w = workers_[call.worker];
   // Dead for good (restarts used up)? Then it takes no more calls.
   absl::Status alive = WaitActorReady(w.handle.state(), absl::ZeroDuration());
   if (!alive.ok() && alive.code() != absl::StatusCode::kDeadlineExceeded) w.dead = true;
+  const bool charge = was_running && call.positions.size() == 1;
   for (int64_t p : call.positions) {
-    if (++attempts_[p] > options_.max_retries) {
+    if (charge && ++attempts_[p] > options_.max_retries) {
       Failed(p, absl::Status(error.code(), absl::StrCat("loader '", options_.name, "': ", Describe(p),
                                                         ": its worker died ", attempts_[p], " times running it; the last time: ",
                                                         error.message())));
-    } else {
-      retry_.push_back(p);
-      ++retried_;
+      continue;
     }
+    if (was_running && !charge) solo_.insert(p);
+    retry_.push_back(p);
+    ++retried_;
   }
 }
 

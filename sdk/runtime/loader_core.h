@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,8 +56,11 @@ class LoaderCore {
     ActorHandle<LoaderWorker> handle;
     int64_t in_flight = 0;
     bool dead = false;
+    // Its calls not answered yet, oldest first: the front one is the one running.
+    std::deque<uint64_t> outstanding;
   };
   struct Call {
+    uint64_t seq = 0;
     size_t worker = 0;
     std::vector<int64_t> positions;
     ObjectRef<std::vector<LoaderOutcome>> ref;
@@ -72,8 +76,11 @@ class LoaderCore {
   // Waits for at least one call to finish and takes in its outcomes.
   absl::Status Collect();
   void TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outcomes);
-  // The call failed as a whole: its worker died (or is dead for good).
-  void CallFailed(const Call& call, const absl::Status& error);
+  // The call failed as a whole: its worker died (or is dead for good). Only the call
+  // that was running is charged, and only if it held one item; the items of a running
+  // call of several run again one by one (so the one that kills its worker is found),
+  // and calls queued behind it run again uncharged.
+  void CallFailed(const Call& call, bool was_running, const absl::Status& error);
   void Failed(int64_t position, absl::Status error);
   // The next deliverable position, if any (and takes it out).
   bool TakeReady(int64_t* position, Made* made);
@@ -92,6 +99,8 @@ class LoaderCore {
   std::vector<Worker> workers_;
   std::vector<Call> calls_;
   std::deque<int64_t> retry_;
+  std::set<int64_t> solo_;  // retries to run alone
+  uint64_t next_seq_ = 1;
   int64_t next_position_ = 0;
   int64_t next_ordered_ = 0;  // ordered: the position Next returns next
   std::map<int64_t, Made> made_;

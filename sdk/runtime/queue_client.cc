@@ -19,6 +19,8 @@ namespace {
 constexpr absl::Duration kAnswerMargin = absl::Seconds(30);
 // How long a client that lost its connection waits for the scheduler to say why.
 constexpr absl::Duration kDeathCauseWait = absl::Seconds(5);
+// How often a call waiting for its answer asks whether the host is still alive.
+constexpr absl::Duration kLivenessCheck = absl::Seconds(5);
 // How long Create waits for the queue's host to start.
 constexpr absl::Duration kStartWait = absl::Minutes(2);
 
@@ -26,6 +28,12 @@ int64_t TimeoutMs(absl::Duration timeout) {
   if (timeout == absl::InfiniteDuration()) return -1;
   if (timeout <= absl::ZeroDuration()) return 0;
   return std::max<int64_t>(1, absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1))));
+}
+
+// True if WaitActorDead's answer says the actor is dead (its cause), not that it is
+// alive (DEADLINE_EXCEEDED) or that the scheduler could not be asked.
+bool IsDead(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kFailedPrecondition || s.code() == absl::StatusCode::kNotFound;
 }
 
 absl::Status ReplyStatus(const proto::QueueReply& r) {
@@ -94,7 +102,7 @@ absl::StatusOr<std::unique_ptr<FramedSocket>> QueueClient::Connect() {
 
 absl::Status QueueClient::Lost(const absl::Status& transport) {
   absl::Status cause = WaitActorDead(actor_, kDeathCauseWait);
-  if (cause.code() == absl::StatusCode::kDeadlineExceeded) {
+  if (!IsDead(cause)) {
     return absl::UnavailableError(absl::StrCat("queue '", name(), "': lost the connection to its host (",
                                                transport.message(), "), which the scheduler still lists as alive"));
   }
@@ -127,13 +135,20 @@ absl::StatusOr<proto::QueueReply> QueueClient::Call(proto::QueueRequest request,
     DROVER_ASSIGN_OR_RETURN(sock, Connect());
   }
   if (absl::Status s = sock->Send(request); !s.ok()) return Lost(s);
-  if (wait != absl::InfiniteDuration()) {
+  // Wait for the answer a while at a time: a host whose machine vanished without
+  // closing anything (power loss) breaks no connection, but the scheduler declares its
+  // node, and so the actor, dead.
+  const absl::Time deadline =
+      wait == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + std::max(wait, absl::ZeroDuration()) + kAnswerMargin;
+  for (;;) {
     pollfd p{sock->fd(), POLLIN, 0};
-    const int ms = static_cast<int>(absl::ToInt64Milliseconds(std::max(wait, absl::ZeroDuration()) + kAnswerMargin));
-    if (::poll(&p, 1, ms) == 0) {
+    const absl::Duration slice = std::min(kLivenessCheck, std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(slice, absl::Milliseconds(1))))) != 0) break;
+    if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("queue '", name(), "': its host did not answer within ",
                                                       absl::FormatDuration(wait + kAnswerMargin)));
     }
+    if (IsDead(WaitActorDead(actor_, absl::Milliseconds(1)))) return Lost(absl::UnavailableError("no answer"));
   }
   proto::QueueReply reply;
   if (absl::Status s = sock->Read(&reply); !s.ok()) return Lost(s);

@@ -4,9 +4,10 @@
 // Get in one thread never holds up a Put in another; a call's connection returns to
 // the pool when the call is answered.
 //
-// When a connection breaks (the host's process died) the call fails with ABORTED and
-// the cause, asked from the scheduler's record of the actor; later calls fail the same
-// way at once.
+// When a connection breaks (the host's process died), or a call waiting for its answer
+// finds (every 5 s) that the scheduler lists the actor as dead (its node vanished), the
+// call fails with ABORTED and the cause from the actor's record; later calls fail the
+// same way at once.
 //
 // Thread safety: thread-safe. One QueueClient per queue and process (shared by every
 // Queue handle of it, including those decoded from task arguments).

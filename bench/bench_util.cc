@@ -36,6 +36,12 @@ std::string SetUpClusterRun(const char* argv0) {
   return tmpl;
 }
 
+void FinishClusterRun(const std::string& tmp, bool keep) {
+  if (keep) return;
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);
+}
+
 std::string MachineLine() {
   return "machine: " + std::to_string(::sysconf(_SC_NPROCESSORS_ONLN)) + " CPUs, " + CpuModel() + ", " +
          std::to_string(static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) >> 20) + " MiB RAM";

@@ -37,6 +37,8 @@ T Must(absl::StatusOr<T> v, const std::string& what) {
 // under /tmp (TEST_TMPDIR), which it returns; dies saying how to run it if there are no
 // runfiles.
 std::string SetUpClusterRun(const char* argv0);
+// Removes that scratch directory (unless `keep`).
+void FinishClusterRun(const std::string& tmp, bool keep);
 // "machine: 2 CPUs, AMD EPYC, 24105 MiB RAM".
 std::string MachineLine();
 

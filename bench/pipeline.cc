@@ -348,10 +348,7 @@ int Main(int argc, char** argv) {
     if (f.Wants("hogwild_steps")) HogwildSteps(f, node, script);
     Shutdown();
   }
-  if (!keep) {
-    std::error_code ec;
-    std::filesystem::remove_all(tmp, ec);
-  }
+  FinishClusterRun(tmp, keep);
   return 0;
 }
 

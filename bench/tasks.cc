@@ -427,10 +427,7 @@ int Main(int argc, char** argv) {
     std::cout << absl::StrFormat("  (a 1 MiB put inside a worker: %.1f us)\n", wput.ok() ? *wput : -1.0);
     Shutdown();
   }
-  if (!flags.keep) {
-    std::error_code ec;
-    std::filesystem::remove_all(tmp, ec);
-  }
+  FinishClusterRun(tmp, flags.keep);
   return 0;
 }
 

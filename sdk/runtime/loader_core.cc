@@ -139,24 +139,13 @@ absl::Status LoaderCore::Dispatch() {
     while (static_cast<int64_t>(positions.size()) < chunk &&
            best->in_flight + static_cast<int64_t>(positions.size()) < options_.prefetch) {
       int64_t pos;
+      bool alone = false;  // an item suspected of killing its worker runs in a call of its own
       if (!retry_.empty()) {
-        // An item under suspicion of killing its worker runs alone.
-        const bool solo = solo_.count(retry_.front()) > 0;
-        if (solo && !positions.empty()) break;
+        alone = solo_.count(retry_.front()) > 0;
+        if (alone && !positions.empty()) break;
         pos = retry_.front();
         retry_.pop_front();
-        if (solo) {
-          solo_.erase(pos);
-          positions.push_back(pos);
-          absl::StatusOr<EncodedValue> input = inputs_.encode(pos);
-          if (!input.ok()) {
-            positions.pop_back();
-            Failed(pos, input.status());
-            continue;
-          }
-          calls.push_back(LoaderCall{pos, std::move(input->bytes), ItemSeed(options_.seed, pos)});
-          break;
-        }
+        solo_.erase(pos);
       } else if (next_position_ < inputs_.count && Admitted() < window) {
         pos = next_position_++;
       } else {
@@ -170,6 +159,7 @@ absl::Status LoaderCore::Dispatch() {
       }
       calls.push_back(LoaderCall{pos, std::move(input->bytes), ItemSeed(options_.seed, pos)});
       positions.push_back(pos);
+      if (alone) break;
     }
     if (positions.empty()) break;
     best->in_flight += static_cast<int64_t>(positions.size());
@@ -185,8 +175,8 @@ absl::Status LoaderCore::Collect() {
   if (calls_.empty()) {
     if (!retry_.empty() || next_position_ < inputs_.count) {
       // Work is left but no worker takes it: every one is dead.
-      return stopped_ = absl::AbortedError(absl::StrCat("loader '", options_.name, "': every worker is dead (",
-                                                        workers_.size(), " of them; see the errors above)"));
+      return stopped_ = absl::AbortedError(absl::StrCat("loader '", options_.name, "': all ", workers_.size(),
+                                                        " workers are dead; the last: ", last_death_.message()));
     }
     return absl::OkStatus();
   }
@@ -245,6 +235,7 @@ void LoaderCore::TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outco
 
 void LoaderCore::CallFailed(const Call& call, bool was_running, const absl::Status& error) {
   Worker& w = workers_[call.worker];
+  last_death_ = error;
   // Dead for good (restarts used up)? Then it takes no more calls.
   absl::Status alive = WaitActorReady(w.handle.state(), absl::ZeroDuration());
   if (!alive.ok() && alive.code() != absl::StatusCode::kDeadlineExceeded) w.dead = true;

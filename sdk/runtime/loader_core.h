@@ -110,6 +110,7 @@ class LoaderCore {
   int64_t delivered_ = 0;
   int64_t retried_ = 0;
   absl::Status stopped_;  // kStop: the error every later Next returns
+  absl::Status last_death_;  // why the last call failed as a whole
   absl::Time started_;
   std::unique_ptr<ProgressBar> bar_;
 };

@@ -6,7 +6,10 @@
 //                              a DataLoader with 2 workers on one node; baseline: torch's
 //                              DataLoader with 2 workers (and 0, printed beside)
 //   BENCH preprocess_items_vs_one_core  the same rate against the work done serially
-//                              on one core in this process
+//                              on one core in this process; beside it, the share of
+//                              the CPU the loader and its workers used that went into
+//                              the items' work (what the figure would be on 2 idle
+//                              cores, whatever else runs on the machine)
 //   BENCH queue_tensor_64MiB   ms per item from a producer to a consumer on one node, a
 //                              new 64 MiB tensor per item; baseline: torch.mp.Queue
 //   BENCH queue_small_items    items/s of 1 KiB tensors, producer to consumer on one
@@ -21,12 +24,15 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <iostream>
 #include <map>
 #include <string>
@@ -155,6 +161,28 @@ std::map<std::string, double> Torch(const std::string& script, const std::vector
   return out;
 }
 
+// CPU seconds used so far by this process and by the processes of `job` (its workers).
+double CpuSeconds(const std::string& job) {
+  rusage self{};
+  ::getrusage(RUSAGE_SELF, &self);
+  double secs = static_cast<double>(self.ru_utime.tv_sec + self.ru_stime.tv_sec) +
+                static_cast<double>(self.ru_utime.tv_usec + self.ru_stime.tv_usec) / 1e6;
+  const double tick = static_cast<double>(::sysconf(_SC_CLK_TCK));
+  for (pid_t pid : testing::ProcessesOfJob(job)) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> f = absl::StrSplit(stat.substr(close + 2), ' ');
+    double utime = 0, stime = 0;
+    // Fields 14 and 15 of /proc/<pid>/stat (utime, stime), counted after "pid (comm) ".
+    if (f.size() > 12 && absl::SimpleAtod(f[11], &utime) && absl::SimpleAtod(f[12], &stime)) {
+      secs += (utime + stime) / tick;
+    }
+  }
+  return secs;
+}
+
 std::string Ratio(double ours, double base) { return base > 0 ? absl::StrFormat("%.2f", ours / base) : "n/a"; }
 
 struct Flags {
@@ -184,10 +212,13 @@ void PreprocessItems(const Flags& f, const std::string& node, const std::string&
   const double one_core_before = serial();
   LoaderOptions o{.num_workers = 2, .prefetch = f.prefetch, .node_id = node, .progress = LoaderOptions::Progress::kOff,
                   .name = "preprocess"};
+  // Items/s of a loader over `n` items, and the CPU seconds it and its workers used
+  // meanwhile (measured while the workers live: they stop with the loader).
   auto run = [&](int64_t n) {
     std::vector<WorkItem> inputs;
     for (int64_t i = 0; i < n; ++i) inputs.push_back(WorkItem{i, work_ns});
     auto loader = Must(DataLoader<Tensor>::Create(std::move(inputs), Work, o), "DataLoader");
+    const double cpu0 = CpuSeconds(JobId());
     absl::Time t0 = absl::Now();
     int64_t got = 0;
     for (;;) {
@@ -196,11 +227,15 @@ void PreprocessItems(const Flags& f, const std::string& node, const std::string&
       if (!v.ok()) Die(v.status().ToString());
       ++got;
     }
-    return static_cast<double>(got) / absl::ToDoubleSeconds(absl::Now() - t0);
+    const double rate = static_cast<double>(got) / absl::ToDoubleSeconds(absl::Now() - t0);
+    return std::make_pair(rate, CpuSeconds(JobId()) - cpu0);
   };
-  run(200);  // warm: the workers' processes exist
-  const double ours = run(f.items);
+  run(200);  // warm: the binary is on the node, the page cache holds it
+  const auto [ours, cpu] = run(f.items);
   const double one_core = (one_core_before + serial()) / 2;
+  // The load of other programs moves the wall-clock figures; what share of the CPU the
+  // loader's processes used went into the items' work does not move with it.
+  const double efficiency = static_cast<double>(f.items) * static_cast<double>(work_ns) / 1e9 / cpu;
   std::map<std::string, double> t2, t0;
   if (f.torch) {
     t2 = Torch(script, {"dataloader", "--items", absl::StrCat(f.items), "--work-us", absl::StrCat(f.work_us), "--workers", "2"});
@@ -212,6 +247,8 @@ void PreprocessItems(const Flags& f, const std::string& node, const std::string&
                        Ratio(ours, torch2), torch0));
   Line(absl::StrFormat("BENCH preprocess_items_vs_one_core %.0f items/s baseline=%.0f ratio=%s", ours, one_core,
                        Ratio(ours, one_core)));
+  std::cout << absl::StrFormat("  (work / CPU used by the driver and its workers: %.3f, so %.2fx one core on 2 idle cores)\n",
+                               efficiency, 2 * efficiency);
 }
 
 

@@ -247,8 +247,8 @@ void PreprocessItems(const Flags& f, const std::string& node, const std::string&
                        Ratio(ours, torch2), torch0));
   Line(absl::StrFormat("BENCH preprocess_items_vs_one_core %.0f items/s baseline=%.0f ratio=%s", ours, one_core,
                        Ratio(ours, one_core)));
-  std::cout << absl::StrFormat("  (work / CPU used by the driver and its workers: %.3f, so %.2fx one core on 2 idle cores)\n",
-                               efficiency, 2 * efficiency);
+  Line(absl::StrFormat("  (work / CPU used by the driver and its workers: %.3f, so %.2fx one core on 2 idle cores)",
+                       efficiency, 2 * efficiency));
 }
 
 
@@ -315,7 +315,7 @@ void QueueSmall(const Flags& f, const std::string& node, const std::string& scri
     get_us.push_back(absl::ToDoubleMicroseconds(absl::Now() - t1));
   }
   (void)q.Destroy();
-  std::cout << absl::StrFormat("  (one put %.1f us, one get %.1f us, p50)\n", Median(put_us), Median(get_us));
+  Line(absl::StrFormat("  (one put %.1f us, one get %.1f us, p50)", Median(put_us), Median(get_us)));
 }
 
 void HogwildSteps(const Flags& f, const std::string& node, const std::string& script) {

@@ -99,17 +99,22 @@ absl::Status ProduceSmall(drover::Queue<drover::Tensor> q, int64_t items) {
   return q.Close();
 }
 
-// One Hogwild worker: steps, start and end (ns since the epoch).
-std::vector<int64_t> Hogwild(drover::SharedTensor w, int64_t worker, int64_t steps, int64_t batch) {
-  float* p = w.span<float>()->data();
-  const int64_t start = absl::GetCurrentTimeNanos();
-  drover::examples::SgdSteps(p, 1, worker, steps, batch, 0.05f);
-  return {steps, start, absl::GetCurrentTimeNanos()};
-}
+// One Hogwild worker, a process of its own (an actor), as torch's are.
+class HogwildWorker {
+ public:
+  // Steps, start and end (ns since the epoch).
+  std::vector<int64_t> Train(drover::SharedTensor w, int64_t worker, int64_t steps, int64_t batch) {
+    float* p = w.span<float>()->data();
+    const int64_t start = absl::GetCurrentTimeNanos();
+    drover::examples::SgdSteps(p, 1, worker, steps, batch, 0.05f);
+    return {steps, start, absl::GetCurrentTimeNanos()};
+  }
+};
+HogwildWorker* MakeHogwildWorker() { return new HogwildWorker(); }
 
 }  // namespace
 
-DROVER_REMOTE(Work, ProduceTensors, ProduceSmall, Hogwild);
+DROVER_REMOTE(Work, ProduceTensors, ProduceSmall, MakeHogwildWorker, &HogwildWorker::Train);
 
 namespace drover::bench {
 namespace {
@@ -325,8 +330,12 @@ void HogwildSteps(const Flags& f, const std::string& node, const std::string& sc
     std::vector<float> init;
     examples::InitWeights(1, init);
     std::copy(init.begin(), init.end(), w.span<float>()->begin());
+    std::vector<ActorHandle<HogwildWorker>> pool;
     std::vector<ObjectRef<std::vector<int64_t>>> runs;
-    for (int64_t i = 0; i < workers; ++i) runs.push_back(Task(Hogwild).SetNodeAffinity(node).Remote(w, i, steps, batch));
+    for (int64_t i = 0; i < workers; ++i) {
+      pool.push_back(Actor(MakeHogwildWorker).SetNodeAffinity(node).Remote());
+      runs.push_back(pool.back().Task(&HogwildWorker::Train).Remote(w, i, steps, batch));
+    }
     int64_t n = 0, first = INT64_MAX, last = 0;
     for (auto& r : runs) {
       std::vector<int64_t> v = Must(Get(r), "a Hogwild worker");
@@ -334,6 +343,7 @@ void HogwildSteps(const Flags& f, const std::string& node, const std::string& sc
       first = std::min(first, v[1]);
       last = std::max(last, v[2]);
     }
+    for (auto& a : pool) (void)Kill(a);
     return static_cast<double>(n) / (static_cast<double>(last - first) / 1e9);
   };
   one_run(100);

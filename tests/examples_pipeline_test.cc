@@ -61,6 +61,7 @@ TEST_F(ExamplesPipelineTest, HogwildReachesItsTargetLoss) {
   EXPECT_EQ(Value(out, "reached"), "yes") << out;
   EXPECT_LE(Number(Value(out, "final_loss")), 0.02) << out;
   EXPECT_LT(Number(Value(out, "final_loss")), Number(Value(out, "initial_loss")) / 10) << out;
+  EXPECT_EQ(Value(out, "worker_processes"), "4") << out;
   EXPECT_EQ(Value(out, "updates"), "6000") << out;  // every worker's steps landed
 }
 

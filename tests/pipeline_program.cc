@@ -74,6 +74,15 @@ absl::StatusOr<std::string> AddToStripe(SharedTensor t, int64_t worker, int64_t 
   return absl::StrCat(drover::NodeId(), "/", ::getpid());
 }
 
+// A worker process of its own (an actor) running AddToStripe.
+class StripeWorker {
+ public:
+  absl::StatusOr<std::string> Add(SharedTensor t, int64_t worker, int64_t workers, int64_t steps) {
+    return AddToStripe(std::move(t), worker, workers, steps);
+  }
+};
+StripeWorker* MakeStripeWorker() { return new StripeWorker(); }
+
 double SumOf(Tensor t) {
   double s = 0;
   for (float x : *t.span<float>()) s += x;
@@ -335,9 +344,12 @@ int Shared(const std::string& a, const std::string& b) {
   const int64_t workers = 4, steps = 50, n = 4096;
   auto t = SharedTensor::Create(DType::kFloat32, {n});
   if (!t.ok()) return Print("error", Err(t.status())), 1;
+  // Each worker a process of its own on the tensor's node.
+  std::vector<drover::ActorHandle<StripeWorker>> actors;
   std::vector<drover::ObjectRef<std::string>> runs;
   for (int64_t w = 0; w < workers; ++w) {
-    runs.push_back(drover::Task(AddToStripe).SetNodeAffinity(here).Remote(*t, w, workers, steps));
+    actors.push_back(drover::Actor(MakeStripeWorker).SetResources({.cpus = 0.5}).SetNodeAffinity(here).Remote());
+    runs.push_back(actors.back().Task(&StripeWorker::Add).Remote(*t, w, workers, steps));
   }
   std::vector<std::string> who;
   for (auto& r : runs) {
@@ -353,6 +365,7 @@ int Shared(const std::string& a, const std::string& b) {
     exact = (*v)[static_cast<size_t>(i)] == static_cast<float>(steps * (i / (n / workers) + 1));
   }
   Print("every_update_landed", exact ? "yes" : "no");
+  for (auto& a : actors) (void)drover::Kill(a);
   auto elsewhere = drover::Get(drover::Task(AddToStripe).SetNodeAffinity(other).Remote(*t, int64_t{0}, int64_t{1}, int64_t{1}), absl::Seconds(60));
   Print("other_node", Err(elsewhere.status()));
   auto snap = t->Snapshot();
@@ -600,7 +613,7 @@ int LoaderPinned(bool progress_on) {
 }
 }  // namespace
 
-DROVER_REMOTE(Produce, ProduceTensors, AddToStripe, SumOf, Where, MakeItem, MakeBatch, NodeOfItem, BigItem, Picky,
+DROVER_REMOTE(Produce, ProduceTensors, AddToStripe, MakeStripeWorker, &StripeWorker::Add, SumOf, Where, MakeItem, MakeBatch, NodeOfItem, BigItem, Picky,
               DiesOnItem, MakeTokenizer, &Tokenizer::Encode);
 
 int main(int argc, char** argv) {

@@ -19,14 +19,20 @@ def drover_proto_library(name, srcs, deps = [], grpc = False, visibility = None)
         if grpc:
             outs += [base + ".grpc.pb.cc", base + ".grpc.pb.h"]
             hdrs.append(base + ".grpc.pb.h")
+    # The .proto files import each other as "proto/<file>", relative to the root of the
+    # repository that holds them: "." in drover's own workspace, external/drover when
+    # drover is an external repository. Output goes under the same root of GENDIR.
+    repo = native.repository_name()
+    root = "." if repo == "@" else "external/" + repo[1:]
+    out_dir = "$(GENDIR)" if repo == "@" else "$(GENDIR)/" + root
     plugin = ""
     if grpc:
-        plugin = "--grpc_out=$(GENDIR) --plugin=protoc-gen-grpc=$$(command -v grpc_cpp_plugin) "
+        plugin = "--grpc_out=%s --plugin=protoc-gen-grpc=$$(command -v grpc_cpp_plugin) " % out_dir
     native.genrule(
         name = name + "_gen",
         srcs = srcs + [d + "_srcs" for d in deps],
         outs = outs,
-        cmd = "protoc -I. --cpp_out=$(GENDIR) " + plugin +
+        cmd = "protoc -I%s --cpp_out=%s " % (root, out_dir) + plugin +
               " ".join(["$(location %s)" % s for s in srcs]),
     )
     native.filegroup(name = name + "_srcs", srcs = srcs + [d + "_srcs" for d in deps])

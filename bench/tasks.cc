@@ -69,34 +69,16 @@ double WorkerPutUs() {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
-// Returns when it returned (ns since the epoch) and a tensor of `bytes`.
+// Makes a tensor of `bytes` (as a task would: in this worker's store, since it is
+// large), then returns when it returned (ns since the epoch) and the tensor.
 std::pair<int64_t, drover::Tensor> Sized(int64_t bytes) {
-  static std::map<int64_t, drover::Tensor>* made = new std::map<int64_t, drover::Tensor>();
-  auto it = made->find(bytes);
-  if (it == made->end()) {
-    it = made->emplace(bytes, *drover::Tensor::Empty(drover::DType::kUInt8, {bytes})).first;
-  }
-  return {absl::ToUnixNanos(absl::Now()), it->second};
+  drover::Tensor t = *drover::Tensor::Empty(drover::DType::kUInt8, {bytes});
+  return {absl::ToUnixNanos(absl::Now()), t};
 }
 class Sink {
  public:
   void Call() {}
   int64_t Echo(int64_t x) { return x; }
-int64_t Stamp() { return absl::GetCurrentTimeNanos(); }
-// Diagnostics: a 1 MiB put into this worker's node store, timed here (µs, median of 20).
-double WorkerPutUs() {
-  std::string mib(1 << 20, 'x');
-  std::vector<double> t;
-  for (int i = 0; i < 20; ++i) {
-    const std::string id = absl::StrCat("worker-put-", ::getpid(), "-", i);
-    absl::Time s = absl::Now();
-    (void)drover::internal::LocalStore()->Put(id, mib);
-    t.push_back(absl::ToDoubleMicroseconds(absl::Now() - s));
-    (void)drover::internal::LocalStore()->Delete(id);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
 };
 Sink* MakeSink() { return new Sink(); }
 

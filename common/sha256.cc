@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -64,6 +65,25 @@ bool IsSha256Hex(absl::string_view s) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
   }
   return true;
+}
+
+}  // namespace drover
+
+namespace drover {
+
+absl::Status PlaceIfHashMatches(const std::string& tmp, const std::string& path,
+                                const std::string& hash) {
+  absl::Status failure;
+  absl::StatusOr<std::string> got = Sha256File(tmp);
+  if (!got.ok()) {
+    failure = got.status();
+  } else if (*got != hash) {
+    failure = absl::DataLossError(absl::StrCat("the bytes announced as ", hash, " hash to ", *got));
+  } else if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    failure = absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
+  }
+  if (!failure.ok()) std::remove(tmp.c_str());
+  return failure;
 }
 
 }  // namespace drover

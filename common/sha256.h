@@ -16,6 +16,13 @@ std::string Sha256Hex(absl::string_view data);
 // True for 64 lowercase hex characters.
 bool IsSha256Hex(absl::string_view s);
 
+// Moves the finished file `tmp` to `path` if its contents hash to `hash` (sha256 hex):
+// content-addressed files never appear under their name half-written or wrong. On any
+// failure `tmp` is removed and the error says what `tmp` held (DATA_LOSS for a hash
+// that does not match).
+absl::Status PlaceIfHashMatches(const std::string& tmp, const std::string& path,
+                                const std::string& hash);
+
 }  // namespace drover
 
 #endif  // DROVER_COMMON_SHA256_H_

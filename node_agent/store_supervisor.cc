@@ -63,10 +63,10 @@ Wake WaitExit(pid_t pid, int pidfd, int stop_fd, absl::Duration d, int* status) 
 
 }  // namespace
 
-std::string StoreSocketPath(const std::string& agent_dir) {
-  std::string path = absl::StrCat(agent_dir, "/store.sock");
-  if (path.size() < 100) return path;
-  return ShortSocketPath(agent_dir, "store") + ".sock";
+absl::StatusOr<std::string> StoreSocketPath(const std::string& agent_dir) {
+  absl::StatusOr<std::string> dir = SocketDir(agent_dir, "store", "store.sock");
+  if (!dir.ok()) return dir.status();
+  return absl::StrCat(*dir, "/store.sock");
 }
 
 StoreSupervisor::StoreSupervisor(StoreSupervisorOptions options) : options_(std::move(options)) {}

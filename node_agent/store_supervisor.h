@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -102,9 +103,9 @@ class StoreSupervisor {
 };
 
 // The socket path for a store hosted by an agent with state directory `agent_dir`:
-// <agent_dir>/store.sock if that fits comfortably in a Unix socket address (< 100
-// bytes), else /tmp/drover-<uid>/store-<pid>.sock.
-std::string StoreSocketPath(const std::string& agent_dir);
+// <agent_dir>/store.sock if that fits comfortably in a Unix socket address, else
+// store.sock in a new directory of its own under /tmp/drover-<uid>/ (common/paths.h).
+absl::StatusOr<std::string> StoreSocketPath(const std::string& agent_dir);
 
 }  // namespace drover
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/files.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "object_store/client.h"
 #include "tests/util/test_util.h"
@@ -98,16 +99,21 @@ TEST(StoreSupervisorTest, MissingBinaryIsFailedPrecondition) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 }
 
-TEST(StoreSocketPathTest, ShortDirectoryHoldsTheSocketElseTmp) {
-  EXPECT_EQ(StoreSocketPath("/home/u/.drover/agent-1"), "/home/u/.drover/agent-1/store.sock");
-  std::string longdir(120, 'd');
-  std::string p = StoreSocketPath("/" + longdir);
-  EXPECT_EQ(p.rfind("/tmp/drover-" + std::to_string(getuid()) + "/store-", 0), 0u) << p;
-  EXPECT_LT(p.size(), 100u);
-  // One path per agent directory, whatever the agent's pid: agents of two clusters in
-  // PID namespaces sharing /tmp (Bazel's sandboxes) had the same pid and one socket.
-  EXPECT_EQ(StoreSocketPath("/" + longdir), p);
-  EXPECT_NE(StoreSocketPath("/" + longdir + "x"), p);
+TEST(StoreSocketPathTest, ShortDirectoryHoldsTheSocketElseAFreshTmpDirectory) {
+  ShortDir dir;
+  auto short_path = StoreSocketPath(dir.path() + "/agent-1");
+  ASSERT_TRUE(short_path.ok()) << short_path.status();
+  EXPECT_EQ(*short_path, dir.path() + "/agent-1/store.sock");
+  const std::string longdir = dir.path() + "/" + std::string(120, 'd');
+  auto a = StoreSocketPath(longdir);
+  auto b = StoreSocketPath(longdir);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string tmp = "/tmp/drover-" + std::to_string(getuid()) + "/store-";
+  EXPECT_EQ(a->rfind(tmp, 0), 0u) << *a;
+  EXPECT_LT(a->size(), 100u);
+  // Two agents never share one (pids repeat across pid namespaces; these do not).
+  EXPECT_NE(*a, *b);
+  for (const auto& p : {*a, *b}) ::rmdir(p.substr(0, p.rfind('/')).c_str());
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/status_macros.h"
 
 namespace drover {
 namespace {
@@ -24,12 +25,6 @@ constexpr absl::Duration kLoopPeriod = absl::Seconds(1);
 // Exited workers are remembered this long (for owners asking how they ended).
 constexpr absl::Duration kKeepExited = absl::Minutes(5);
 
-// A directory for Unix sockets whose paths fit sun_path: `preferred` if short enough,
-// else one under /tmp owned by this user.
-std::string SocketDir(const std::string& preferred) {
-  if (preferred.size() + 24 < 100) return preferred;
-  return ShortSocketPath(preferred, "w");
-}
 
 }  // namespace
 
@@ -40,8 +35,8 @@ WorkerPool::WorkerPool(WorkerPoolOptions options, ProcessManager* pm, PackageCac
 WorkerPool::~WorkerPool() { Shutdown(); }
 
 absl::Status WorkerPool::Start() {
-  socket_dir_ = SocketDir(options_.dir + "/workers");
-  if (absl::Status s = MakeDirs(socket_dir_, 0700); !s.ok()) return s;
+  // Room for the control socket and the workers' "w-<n>.sock".
+  DROVER_ASSIGN_OR_RETURN(socket_dir_, SocketDir(options_.dir + "/workers", "workers", "w-9999999.sock"));
   control_path_ = socket_dir_ + "/control.sock";
   absl::StatusOr<int> fd = ListenUnix(control_path_);
   if (!fd.ok()) return fd.status();
@@ -73,6 +68,7 @@ void WorkerPool::Shutdown() {
   if (wake_fd_ >= 0) ::close(wake_fd_);
   listen_fd_ = wake_fd_ = -1;
   ::unlink(control_path_.c_str());
+  RemoveSocketDir(socket_dir_, options_.dir + "/workers");
 }
 
 template <typename Pred>
@@ -156,6 +152,7 @@ absl::StatusOr<proto::StartWorkerReply> WorkerPool::StartWorker(const proto::Sta
     if (cand->state == State::kIdle && cand->key == key && cand->control_fd >= 0 && !cand->exit) {
       w = cand.get();
       reused = true;
+      ++reused_;
       break;
     }
   }
@@ -206,7 +203,8 @@ absl::StatusOr<proto::StartWorkerReply> WorkerPool::StartWorker(const proto::Sta
                                                         " refused to start: ", w->start_error));
     }
     if (w->exit) {
-      return absl::UnavailableError(absl::StrCat("worker ", w->id, " of job ", req.job_id(),
+      // The program itself fails to start here: starting it again would fail the same way.
+      return absl::FailedPreconditionError(absl::StrCat("worker ", w->id, " of job ", req.job_id(),
                                                  " ", DescribeExit(*w->exit),
                                                  " before it registered (does the program call "
                                                  "drover::Init first thing in main?)"));
@@ -328,6 +326,7 @@ void WorkerPool::JobEnded(const std::string& job_id) {
 WorkerPool::Counts WorkerPool::counts() {
   absl::MutexLock l(&mu_);
   Counts c;
+  c.reused = reused_;
   for (auto& [id, w] : workers_) {
     if (w->exit) continue;
     switch (w->state) {

@@ -148,8 +148,9 @@ class Client {
   // Makes the object immutable and visible to every Get, and drops the creator's
   // reference (Get it to keep reading it pinned).
   absl::Status Seal(const ObjectId& id);
-  // Seal, keeping the creator's reference as the returned ref (pinned at the place it
-  // was written: no window in which it could be spilled and restored elsewhere).
+  // Seals as Seal does but keeps the creator's reference, returned as a ref over the
+  // object's bytes (one round trip where Seal + Get take two), pinned where it was
+  // written: for a creator that goes on reading what it wrote.
   // REQUIRES: `object` came from Create on this client and is neither sealed nor aborted.
   absl::StatusOr<ObjectRef> SealKeepingReference(const MutableObject& object);
   // Frees an unsealed object this client created.

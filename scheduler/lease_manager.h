@@ -31,8 +31,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/thread_group.h"
 #include "common/thread_pool.h"
 #include "proto/lease.grpc.pb.h"
+#include "scheduler/job_timeline.h"
 
 namespace drover {
 
@@ -105,11 +107,27 @@ class LeaseManager {
   // its objects (ids "<job>.", as the SDK makes them) are deleted from every store.
   void JobEnded(const std::string& job_id);
 
-  // Counts for status and tests.
+  // Counts for status, metrics and tests: leases held now, requests waiting for one,
+  // actors by state (pending counts restarting ones too), leases granted and ended
+  // since start.
   struct Counts {
     int leases = 0, pending_requests = 0, actors_alive = 0, actors_pending = 0;
+    int actors_restarting = 0, actors_dead = 0;
+    int64_t leases_granted = 0, leases_ended = 0;
   };
   Counts counts();
+
+  // For the dashboard: the leases held now and the actors (newest `limit` of each by id
+  // order; 0: all), copied under the lock.
+  struct LeaseView {
+    std::string lease_id, job_id, owner, node_id, worker_id, actor_id;
+  };
+  std::vector<LeaseView> Leases(size_t limit);
+  std::vector<proto::ActorInfo> Actors(size_t limit);
+
+  // Tells `timeline` of leases granted and ended, actors' state changes and workers'
+  // exits (job_timeline.h). Not owned. REQUIRES: before serving.
+  void SetTimeline(JobTimeline* timeline) { timeline_ = timeline; }
   void Stop();
 
  private:
@@ -135,6 +153,7 @@ class LeaseManager {
     proto::CreateActorRequest create;    // to make it again
     std::string lease_id;
     bool killed = false;
+    int told_state = -1;                 // the state the timeline last heard of
   };
 
   // Reserves and starts a worker for `job`; returns the lease or why not.
@@ -142,7 +161,12 @@ class LeaseManager {
                               const std::string& job_id, const std::string& owner,
                               const proto::PackageRef& package, const proto::ActorCreation* actor,
                               std::string* pending_reason, bool* retry);
-  void ReleaseLocked(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a lease; `why` goes to the timeline.
+  void ReleaseLocked(const std::string& lease_id, const std::string& why = "")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells timeline_ (if set) of `e` about `job_id`.
+  void NoteLocked(const std::string& job_id, proto::TimelineEvent e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlaceActor(const std::string& actor_id);
   // Runs PlaceActor on a thread of its own (it may wait long for resources).
   void StartPlacing(const std::string& actor_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -156,10 +180,12 @@ class LeaseManager {
   std::unique_ptr<WorkerClient> workers_;
   Clock* const clock_;
   ThreadPool background_{4};
+  ThreadGroup placing_;  // PlaceActor threads (each may wait long for resources)
 
   absl::Mutex mu_;
   absl::CondVar freed_;    // resources freed, leases returned
   absl::CondVar changed_;  // an actor's record changed
+  absl::CondVar stop_cv_;  // Stop (back-offs wait on it)
   std::map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Request> requests_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Actor> actors_ ABSL_GUARDED_BY(mu_);
@@ -167,9 +193,12 @@ class LeaseManager {
   std::set<std::string> jobs_with_workers_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> ended_jobs_ ABSL_GUARDED_BY(mu_);
   int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t leases_granted_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t leases_ended_ ABSL_GUARDED_BY(mu_) = 0;
+  JobTimeline* timeline_ = nullptr;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  int placing_ ABSL_GUARDED_BY(mu_) = 0;  // PlaceActor threads running
+
 };
 
 }  // namespace drover

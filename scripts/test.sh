@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: installs what is missing, then `bazel test //...`.
+# Runs the whole test suite: installs what is missing, then `bazel test //...`, then
+# tests/external_workspace_test.sh (a workspace of its own built against @drover and
+# its drover_job targets run on a local cluster: Bazel inside `bazel test` is awkward).
 # Tests start their own daemons and redis-server on free loopback ports; one creates
 # network namespaces, so run it as root. Extra arguments go to `bazel test`.
 set -uo pipefail
@@ -14,5 +16,15 @@ rc=${PIPESTATUS[0]}
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY)' "$log")
 echo "test targets: ${passed} passed, ${failed} failed"
+
+start=$SECONDS
+if bash tests/external_workspace_test.sh; then
+  echo "external workspace test: PASSED in $((SECONDS - start)) s"
+  passed=$((passed + 1))
+else
+  echo "external workspace test: FAILED in $((SECONDS - start)) s"
+  failed=$((failed + 1))
+  [ "$rc" -eq 0 ] && rc=1
+fi
 echo "${passed} passed, ${failed} failed"
 exit "$rc"

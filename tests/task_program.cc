@@ -117,18 +117,36 @@ class Counter {
   std::vector<int64_t> log_;
 };
 Counter* MakeCounter(int64_t start) { return new Counter(start); }
+
+// A task that calls an actor whose handle it was given (from inside a worker).
+int64_t AddThroughHandle(drover::ActorHandle<Counter> c, int64_t x) {
+  auto v = drover::Get(c.Task(&Counter::Add).Remote(x), absl::Seconds(60));
+  return v.ok() ? *v : -1;
+}
+// Where a value was read (locality: a task goes to the node holding its big argument).
+std::string NodeOf(std::vector<uint8_t> v) {
+  const char* node = std::getenv("DROVER_NODE_ID");
+  return absl::StrCat(node == nullptr ? "?" : node, " bytes=", v.size());
+}
 Counter* MakeBrokenCounter(int64_t) { throw std::runtime_error("no counter today"); }
 
 }  // namespace
 
 DROVER_REMOTE(Sum, Add, Greet, Nothing, WhereAmI, Blob, Checksum, Throws, Fails, Crashes, DiesOnce,
               Sleeps, WorkerExe, Scale, TensorSource, MakeHolder, &Holder::Big, MakeCounter, MakeBrokenCounter, &Counter::Add, &Counter::Log, &Counter::Value,
-              &Counter::Die, &Counter::Pid);
+              &Counter::Die, &Counter::Pid, AddThroughHandle, NodeOf);
 
 namespace {
 
 using drover::testing::Expect;
 using drover::testing::Print;
+
+// task_program_other is this file built with another value: another binary, another
+// build id (tests of workers that refuse a build that is not their driver's).
+#ifndef DROVER_TASK_PROGRAM_VARIANT
+#define DROVER_TASK_PROGRAM_VARIANT 1
+#endif
+[[maybe_unused]] volatile int variant = DROVER_TASK_PROGRAM_VARIANT;
 
 std::string Err(const absl::Status& s) { return std::string(s.message()); }
 
@@ -207,6 +225,17 @@ int Retry(const std::string& marker) {
 }
 
 int Nodes(const std::string& a, const std::string& b) {
+  // Locality: without affinity, a task whose 3 MiB argument sits on b runs on b.
+  auto far = drover::Task(Blob).SetNodeAffinity(b).Remote(int64_t{3} << 20, 9);
+  drover::Wait(std::vector<drover::ObjectRef<std::vector<uint8_t>>>{far}, 1, absl::Seconds(60));
+  auto where = drover::Get(drover::Task(NodeOf).Remote(far), absl::Seconds(60));
+  Print("local_to_data", where.ok() ? *where : Err(where.status()));
+  // A warm worker: after its lease was handed back (idle), the next task gets the same
+  // process, no new one.
+  auto p1 = drover::Get(drover::Task(WhereAmI).SetNodeAffinity(a).Remote(), absl::Seconds(60));
+  absl::SleepFor(absl::Milliseconds(600));  // longer than the idle lease return (200 ms)
+  auto p2 = drover::Get(drover::Task(WhereAmI).SetNodeAffinity(a).Remote(), absl::Seconds(60));
+  Print("warm_reuse", p1.ok() && p2.ok() && *p1 == *p2 ? "yes" : absl::StrCat(p1.ok() ? *p1 : "?", " then ", p2.ok() ? *p2 : "?"));
   // Tasks pinned to each node; a large value made on one is read on the other.
   auto where_a = drover::Get(drover::Task(WhereAmI).SetNodeAffinity(a).Remote());
   auto where_b = drover::Get(drover::Task(WhereAmI).SetNodeAffinity(b).Remote());
@@ -232,6 +261,9 @@ int Actors() {
   Print("actor_order", ordered ? "ok" : (last.ok() ? absl::StrJoin(*last, ",") : Err(last.status())));
   auto v = drover::Get(counter.Task(&Counter::Add).Remote(int64_t{5}));
   Print("actor_add", v.ok() ? std::to_string(*v) : Err(v.status()));
+  // A handle passed to a task: the task calls the same actor.
+  auto through = drover::Get(drover::Task(AddThroughHandle).Remote(counter, int64_t{0}), absl::Seconds(60));
+  Print("handle_in_task", through.ok() ? std::to_string(*through) : Err(through.status()));
   auto found = drover::GetActor<Counter>("counter");
   auto fv = found.ok() ? drover::Get(found->Task(&Counter::Value).Remote()) : absl::StatusOr<int64_t>(found.status());
   Print("named_value", fv.ok() ? std::to_string(*fv) : Err(fv.status()));
@@ -363,6 +395,13 @@ int WrongTypes() {
   return 0;
 }
 
+// One task, with a deadline: what a driver sees when no worker will start.
+int OneTask() {
+  auto r = drover::Get(drover::Task(Add).Remote(int64_t{1}, int64_t{2}), absl::Seconds(20));
+  Print("one_task", r.ok() ? std::to_string(*r) : Err(r.status()));
+  return 0;
+}
+
 // The driver's binary is removed right after Init: workers must run the uploaded package.
 int Shipped(const char* self) {
   Print("removed", ::unlink(self) == 0 ? "yes" : "no");
@@ -392,6 +431,7 @@ int main(int argc, char** argv) {
   if (scenario == "tensors") return Tensors();
   if (scenario == "lineage" && argc > 4) return Lineage(argv[2], argv[3], argv[4]);
   if (scenario == "cancel") return Cancels();
+  if (scenario == "one") return OneTask();
   if (scenario == "types") return WrongTypes();
   std::cerr << "unknown scenario " << scenario << "\n";
   return 2;

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -110,6 +111,8 @@ TEST_F(TasksTest, RefsCrossNodes) {
   EXPECT_TRUE(absl::StartsWith(r.Get("where_a"), cluster_->agent_node_id(0))) << r.out;
   EXPECT_TRUE(absl::StartsWith(r.Get("where_b"), cluster_->agent_node_id(1))) << r.out;
   EXPECT_EQ(r.Get("cross_node"), "ok") << r.out << r.err;
+  EXPECT_EQ(r.Get("local_to_data"), cluster_->agent_node_id(1) + " bytes=3145728") << r.out;
+  EXPECT_EQ(r.Get("warm_reuse"), "yes") << r.out;
 }
 
 TEST_F(TasksTest, ActorsKeepOrderAndReportDeath) {
@@ -117,6 +120,7 @@ TEST_F(TasksTest, ActorsKeepOrderAndReportDeath) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_EQ(r.Get("actor_order"), "ok") << r.out;
   EXPECT_EQ(r.Get("actor_add"), "105");
+  EXPECT_EQ(r.Get("handle_in_task"), "105");
   EXPECT_EQ(r.Get("named_value"), "105");
   EXPECT_TRUE(absl::StrContains(r.Get("missing_actor"), "no-such-actor")) << r.Get("missing_actor");
   EXPECT_TRUE(absl::StrContains(r.Get("broken_factory"), "no counter today")) << r.Get("broken_factory");
@@ -216,6 +220,36 @@ TEST_F(TasksTest, TheBinaryIsShippedToTheAgents) {
   EXPECT_TRUE(absl::StrContains(r.Get("worker_exe"), "/packages/")) << r.out;
   EXPECT_FALSE(absl::StrContains(r.Get("worker_exe"), "my_program")) << r.out;
   EXPECT_EQ(r.Get("removed"), "yes");
+}
+
+// A worker started from a program that is not the driver's (another build) refuses to
+// serve, and the driver hears why instead of waiting forever. (A cluster of its own:
+// its package cache is tampered with.)
+TEST(TasksPackageTest, AWorkerOfAnotherBuildRefusesToServe) {
+  TestClusterOptions o;
+  o.nodes = 1;
+  o.cpus_per_node = 2;
+  auto c = TestCluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  TestCluster& cluster = **c;
+  const std::vector<std::string> env = {"DROVER_ADDRESS=" + cluster.address(),
+                                        "DROVER_TOKEN_FILE=" + cluster.token_file()};
+  std::string out, err;
+  ASSERT_EQ(RunProgram({Runfile("tests/task_program"), "one"}, env, cluster.dir(), &out, &err), 0)
+      << out << err;
+  ASSERT_TRUE(absl::StrContains(out, "one_task=3")) << out << err;
+  // The node fetched the program once; replace it with another drover program.
+  const std::string packages = cluster.dir() + "/agent-0/packages";
+  std::string cached;
+  for (const auto& e : std::filesystem::directory_iterator(packages)) cached = e.path().string() + "/program";
+  ASSERT_FALSE(cached.empty());
+  auto other = ReadFile(Runfile("tests/task_program_other"));
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(WriteFileAtomic(cached, *other, 0700).ok());
+  ASSERT_EQ(RunProgram({Runfile("tests/task_program"), "one"}, env, cluster.dir(), &out, &err), 0)
+      << out << err;
+  EXPECT_TRUE(absl::StrContains(out, "refused to start")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "build id")) << out;
 }
 
 // An object kept on a node that dies is made again by running its task elsewhere; an

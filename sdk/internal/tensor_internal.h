@@ -54,10 +54,9 @@ struct TensorAccess {
   // All the bytes the tensor views (its storage offset and strides address into them).
   static const Buffer& StorageOf(const Tensor& t) { return t.storage_; }
   // What a Buffer's bytes belong to (null for an empty Buffer).
-  static const std::shared_ptr<const Storage>& StorageObject(const Buffer& b) { return b.storage_; }
-  // A Buffer of `size` bytes at `data`, kept alive by `storage` (a Storage of the task
-  // runtime, e.g. an object of this node's store that this process writes or owns).
-  static Buffer MakeBuffer(std::shared_ptr<const Storage> storage, const uint8_t* data, size_t size) {
+  static const Storage* StorageObject(const Buffer& b) { return b.storage_.get(); }
+  // A Buffer over `size` bytes at `data` that `storage` owns.
+  static Buffer Wrap(std::shared_ptr<const Storage> storage, const uint8_t* data, size_t size) {
     return Buffer(std::move(storage), data, size);
   }
 };

@@ -34,18 +34,6 @@ ActorClient::ActorClient(RuntimeContext* ctx) : ctx_(ctx) {}
 
 ActorClient::~ActorClient() { Shutdown(); }
 
-void ActorClient::Spawn(std::function<void()> fn) {
-  absl::MutexLock l(&mu_);
-  if (shutdown_) return;
-  ++active_threads_;
-  std::thread([this, fn = std::move(fn)] {
-    fn();
-    absl::MutexLock l(&mu_);
-    --active_threads_;
-    cv_.SignalAll();
-  }).detach();
-}
-
 std::shared_ptr<ActorState> ActorClient::FromId(const std::string& id) {
   absl::MutexLock l(&mu_);
   std::weak_ptr<ActorState>& slot = actors_[id];
@@ -80,7 +68,7 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       FailAll(a, s);
       return;
     }
-    Spawn([this, a, task, fn] {
+    threads_.Spawn([this, a, task, fn] {
       proto::TaskSpec spec;
       absl::Status built = BuildTaskSpec(*task, 0, &spec);
       if (!built.ok()) {
@@ -187,7 +175,7 @@ void ActorClient::Pump(const std::shared_ptr<ActorState>& a) {
     } else if (a->sock_ == nullptr) {
       if (!a->connecting_ && !a->queue_.empty()) {
         a->connecting_ = true;
-        Spawn([this, a] { Connect(a); });
+        if (!threads_.Spawn([this, a] { Connect(a); })) a->connecting_ = false;
       }
     } else {
       sock = a->sock_;
@@ -302,7 +290,7 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
       absl::MutexLock l(&mu_);
       sockets_[a->id] = shared;
     }
-    Spawn([this, a, shared] { Reader(a, shared); });
+    threads_.Spawn([this, a, shared] { Reader(a, shared); });
     Pump(a);
     return;
   }
@@ -441,8 +429,8 @@ void ActorClient::Shutdown() {
     for (auto& [id, s] : sockets_) socks.push_back(s);
   }
   for (auto& s : socks) s->Shutdown();
-  absl::MutexLock l(&mu_);
-  while (active_threads_ > 0) cv_.Wait(&mu_);
+  threads_.Close();
+  threads_.Wait();
 }
 
 }  // namespace drover::internal

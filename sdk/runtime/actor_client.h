@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/framed_socket.h"
+#include "common/thread_group.h"
 #include "sdk/runtime/context.h"
 
 namespace drover::internal {
@@ -90,15 +91,14 @@ class ActorClient {
                                          int64_t after, absl::Duration wait);
   void Update(const std::shared_ptr<ActorState>& a, const proto::ActorInfo& info);
   void FailAll(const std::shared_ptr<ActorState>& a, const absl::Status& s);
-  void Spawn(std::function<void()> fn);
 
   RuntimeContext* const ctx_;
   absl::Mutex mu_;
   std::unordered_map<std::string, std::weak_ptr<ActorState>> actors_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::shared_ptr<FramedSocket>> sockets_ ABSL_GUARDED_BY(mu_);
-  int active_threads_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  absl::CondVar cv_;
+  // Creations, connections and readers; Shutdown waits for them.
+  ThreadGroup threads_;
 };
 
 // The message for an actor that is dead, from its record.

@@ -8,7 +8,7 @@
 namespace drover::internal {
 namespace {
 
-// How long Get spins for a result before it sleeps on the table's condition variable.
+// The longest Get spins for a result before it sleeps on the table's condition variable.
 constexpr absl::Duration kSpinBeforeSleep = absl::Microseconds(50);
 
 }  // namespace
@@ -98,7 +98,9 @@ bool ObjectTable::WaitDone(const std::shared_ptr<RefState>& ref, absl::Time dead
   // 2-CPU machine the largest part of a round trip). Yielding lets the thread that
   // completes it run on this CPU.
   if (!ref->done.load(std::memory_order_acquire)) {
-    const absl::Time spin_until = std::min(deadline, absl::Now() + kSpinBeforeSleep);
+    const absl::Duration spin =
+        std::min(kSpinBeforeSleep, absl::Microseconds(ref->spin_us.load(std::memory_order_relaxed)));
+    const absl::Time spin_until = std::min(deadline, absl::Now() + spin);
     while (!ref->done.load(std::memory_order_acquire) && absl::Now() < spin_until) {
       sched_yield();
     }

@@ -60,6 +60,10 @@ class RefState {
   // Set (release) once state is no longer kPending, for waiters that spin before they
   // sleep; read without the lock.
   std::atomic<bool> done{false};
+  // How long a waiter spins before it sleeps (µs): set by whoever sends the task that
+  // makes it, from how long such tasks take (spinning for a long task only takes the
+  // CPU from the worker and the store).
+  std::atomic<int32_t> spin_us{50};
 
  private:
   ObjectTable* const table_;

@@ -83,7 +83,7 @@ bool StoreObjectStorage::in_store() const {
 }
 
 const StoreObjectStorage* StoreObjectStorage::Of(const Buffer& b) {
-  return dynamic_cast<const StoreObjectStorage*>(TensorAccess::StorageObject(b).get());
+  return dynamic_cast<const StoreObjectStorage*>(TensorAccess::StorageObject(b));
 }
 
 absl::Status StoreObjectStorage::Seal() const {
@@ -176,7 +176,7 @@ absl::StatusOr<Tensor> NewStoreTensor(DType dtype, std::vector<int64_t> shape) {
   const size_t size = obj.data.size();
   auto storage = std::make_shared<StoreObjectStorage>(store, std::move(obj),
                                                       StoredRef{id, ctx->node_id, size}, DeleterOf(ctx));
-  return TensorAccess::Make(meta, TensorAccess::MakeBuffer(std::move(storage), data, size));
+  return TensorAccess::Make(meta, TensorAccess::Wrap(std::move(storage), data, size));
 }
 
 OwningCodecContext::OwningCodecContext(std::vector<StoredRef> owned, bool pin)
@@ -194,7 +194,7 @@ Buffer OwningCodecContext::InlineBuffer(absl::string_view bytes) {
   auto storage = std::make_shared<StoreObjectStorage>(store, *std::move(obj),
                                                       StoredRef{id, ctx->node_id, bytes.size()}, DeleterOf(ctx));
   if (!storage->Seal().ok()) return Buffer::CopyOf(bytes);
-  return TensorAccess::MakeBuffer(std::move(storage), data, bytes.size());
+  return TensorAccess::Wrap(std::move(storage), data, bytes.size());
 }
 
 OwningCodecContext::~OwningCodecContext() {
@@ -236,7 +236,7 @@ absl::StatusOr<Buffer> OwningCodecContext::LoadBuffer(const StoredRef& ref) {
                                                       /*owned=*/true, DeleterOf(ctx));
   const uint8_t* data = storage->data();
   const size_t size = storage->size();
-  return TensorAccess::MakeBuffer(std::move(storage), data, size);
+  return TensorAccess::Wrap(std::move(storage), data, size);
 }
 
 }  // namespace drover::internal

@@ -26,6 +26,8 @@ constexpr size_t kMaxDepth = 512;
 // Lease requests outstanding per scheduling key, and workers per key.
 constexpr int kMaxLeaseRequests = 4;
 constexpr size_t kMaxWorkersPerKey = 256;
+// Callers spin for the results of tasks that run shorter than this (µs).
+constexpr double kSpinRunUs = 20;
 // A worker idle this long is handed back.
 constexpr absl::Duration kIdleReturn = absl::Milliseconds(200);
 constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(50);
@@ -89,16 +91,6 @@ TaskSubmitter::TaskSubmitter(RuntimeContext* ctx) : ctx_(ctx) {
 }
 
 TaskSubmitter::~TaskSubmitter() { Shutdown(); }
-
-void TaskSubmitter::Spawn(std::function<void()> fn) {
-  ++active_threads_;
-  std::thread([this, fn = std::move(fn)] {
-    fn();
-    absl::MutexLock l(&mu_);
-    --active_threads_;
-    cv_.SignalAll();
-  }).detach();
-}
 
 void TaskSubmitter::Submit(std::shared_ptr<TaskRecord> task) {
   {
@@ -217,6 +209,9 @@ void TaskSubmitter::PumpLocked(Key& k, std::vector<Send>* sends) {
       continue;
     }
     best->in_flight_bytes += t->wire_bytes;
+    // A caller waiting for it spins only if such tasks come back within microseconds.
+    t->result->spin_us.store(best->avg_run_us >= 0 && best->avg_run_us > kSpinRunUs ? 0 : 50,
+                             std::memory_order_relaxed);
     best->in_flight.emplace(seq, std::move(t));
     Send* s = nullptr;
     for (Send& existing : *sends) {
@@ -239,7 +234,7 @@ void TaskSubmitter::PumpLocked(Key& k, std::vector<Send>* sends) {
     ++k.lease_requests;
     std::string request_id = absl::StrCat(ctx_->owner_tag, "-", k.name, "-", ++k.request_counter);
     Key* kp = &k;
-    Spawn([this, kp, request_id] { RequestLease(kp, request_id); });
+    if (!threads_.Spawn([this, kp, request_id] { RequestLease(kp, request_id); })) --k.lease_requests;
   }
   if (!k.pending_reason.empty()) {
     for (const auto& t : k.queue) TheObjectTable().SetPendingReason(t->result, k.pending_reason);
@@ -322,7 +317,7 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         w->idle_since = absl::Now();
         k->workers.push_back(w);
         k->pending_reason.clear();
-        Spawn([this, w] { ReaderLoop(w); });
+        threads_.Spawn([this, w] { ReaderLoop(w); });
         PumpLocked(*k, &sends);
       } else if (shutdown_ || k->queue.empty()) {
         // Nothing left to run (or shutting down): a granted worker goes back unused.
@@ -535,9 +530,9 @@ void TaskSubmitter::Shutdown() {
                                                "drover::Shutdown was called before it finished"));
   }
   if (housekeeping_.joinable()) housekeeping_.join();
-  absl::MutexLock l(&mu_);
-  // Lease requests finish within their RPC deadline; readers once their socket is shut.
-  while (active_threads_ > 0) cv_.Wait(&mu_);
+  // Lease requests end when cancelled; readers once their socket is shut.
+  threads_.Close();
+  threads_.Wait();
 }
 
 }  // namespace drover::internal

@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/framed_socket.h"
+#include "common/thread_group.h"
 #include "sdk/runtime/context.h"
 
 namespace drover::internal {
@@ -103,8 +104,6 @@ class TaskSubmitter {
   };
 
   void Enqueue(std::shared_ptr<TaskRecord> task);
-  // Runs `fn` on a new detached thread counted in active_threads_.
-  void Spawn(std::function<void()> fn) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands queued tasks of `k` to workers with room, and asks for leases if tasks wait.
   void PumpLocked(Key& k, std::vector<Send>* sends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Flush(std::vector<Send>& sends);
@@ -122,12 +121,13 @@ class TaskSubmitter {
   std::map<std::string, std::unique_ptr<Key>> keys_ ABSL_GUARDED_BY(mu_);
   // Result id -> task, for Cancel, while queued or in flight.
   std::unordered_map<const RefState*, std::weak_ptr<TaskRecord>> by_result_ ABSL_GUARDED_BY(mu_);
-  // Lease-request and reader threads run detached; Shutdown waits for them.
-  int active_threads_ ABSL_GUARDED_BY(mu_) = 0;
+
   // Lease requests in progress, cancelled by Shutdown.
   std::set<grpc::ClientContext*> lease_calls_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
-  absl::CondVar cv_;  // shutdown_, active_threads_
+  absl::CondVar cv_;  // shutdown_
+  // Lease-request and reader threads; Shutdown waits for them.
+  ThreadGroup threads_;
   std::thread housekeeping_;
 };
 

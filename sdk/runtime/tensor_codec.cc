@@ -6,14 +6,15 @@
 //           strides, storage offset, byte order and the size of its storage;
 //   mode 0: body = the storage's bytes (small tensors, or no runtime);
 //   mode 1: body = [object id, node id, size]: a store object holding the storage
-//           (put while encoding, sealed in place from drover::AllocateInStore, or one
-//           already in a store).
+//           (put while encoding, sealed in place from drover::AllocateInStore or a
+//           task worker's draft, or one already in a store).
 // Everything decoded is checked (DecodeTensorHeader validates the header against the
 // bytes it will view), so a bad payload is an error, never an out-of-bounds view.
 #include "absl/strings/str_cat.h"
 #include "drover/internal/codec.h"
 #include "object_store/tensor.h"
 #include "sdk/internal/tensor_internal.h"
+#include "sdk/runtime/store_draft.h"
 #include "sdk/runtime/store_tensor.h"
 
 namespace drover::internal {
@@ -51,6 +52,7 @@ std::string EncodeTensorExt(const Tensor& t) {
     pk.pack(r.size);
   };
   const StoreObjectStorage* owned = StoreObjectStorage::Of(storage);
+  const auto* draft = dynamic_cast<const StoreDraft*>(TensorAccess::StorageObject(storage));
   if (ctx != nullptr && owned != nullptr) {
     // An object this process wrote (sealed here, in place: no copy) or owns: the value
     // takes it over (see store_tensor.h).
@@ -62,6 +64,14 @@ std::string EncodeTensorExt(const Tensor& t) {
     if (sent->owned && ctx->collected != nullptr) ctx->collected->push_back(sent->where);
     if (ctx->keepalive != nullptr) ctx->keepalive->push_back(std::make_shared<const Tensor>(t));
     pack_stored(sent->where);
+  } else if (ctx != nullptr && draft != nullptr && !draft->in_store() && SealDraftsScope::Active()) {
+    // Made by this task in the store: sealed where it is, no copy. Whoever receives the
+    // value owns the object (it is listed like one this encoding put).
+    absl::StatusOr<StoredRef> r = draft->Seal();
+    if (!r.ok()) throw DecodeError(std::string(r.status().message()));
+    if (ctx->collected != nullptr) ctx->collected->push_back(*r);
+    if (ctx->keepalive != nullptr) ctx->keepalive->push_back(std::make_shared<const Tensor>(t));
+    pack_stored(*r);
   } else if (ctx != nullptr && t.in_store()) {
     // Already in this node's store: refer to it, and keep it pinned while the value is
     // in use (the reader pulls it by id).
@@ -87,10 +97,8 @@ std::string EncodeTensorExt(const Tensor& t) {
 
 Tensor DecodeTensorExt(const char* data, size_t size) {
   msgpack::object_handle h;
-  try {
-    h = msgpack::unpack(data, size);
-  } catch (const std::exception& e) {
-    throw DecodeError(absl::StrCat("a tensor value does not decode: ", e.what()));
+  if (absl::Status s = Unpack(absl::string_view(data, size), &h); !s.ok()) {
+    throw DecodeError(absl::StrCat("a tensor value does not decode: ", s.message()));
   }
   const msgpack::object& o = h.get();
   if (o.type != msgpack::type::ARRAY || o.via.array.size != 4 ||

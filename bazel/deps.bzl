@@ -53,7 +53,13 @@ def drover_dependencies():
             name = stand_in,
             marker = Label("//third_party/%s:WORKSPACE" % stand_in),
         )
-    _maybe(system_libs, name = "system")
+    shared = Label("//bazel:shared_system_libs")
+    _maybe(
+        system_libs,
+        name = "system",
+        # A label string that means drover's repository from inside @system.
+        shared_setting = "@%s//%s:%s" % (shared.workspace_name, shared.package, shared.name),
+    )
     _maybe(
         native.new_local_repository,
         name = "local_cuda",

@@ -108,6 +108,7 @@ Client::~Client() = default;
 
 const uint8_t* Client::arena_base() const { return conn_->base(); }
 uint64_t Client::arena_capacity() const { return conn_->capacity(); }
+int Client::arena_fd() const { return conn_->arena_fd(); }
 uint64_t Client::client_id() const { return conn_->client_id(); }
 
 absl::StatusOr<MutableObject> Client::Create(const ObjectId& id, uint64_t data_size,

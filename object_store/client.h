@@ -210,6 +210,10 @@ class Client {
   // in the arena").
   const uint8_t* arena_base() const;
   uint64_t arena_capacity() const;
+  // The arena's descriptor (this client's own: valid while the client lives, closed
+  // with it), to map the same memory a second time with other protections: the Python
+  // module maps it read-only so that writes through views of sealed objects fault.
+  int arena_fd() const;
   // The id the store assigned to this connection.
   uint64_t client_id() const;
 

@@ -321,8 +321,7 @@ LoaderProgress LoaderCore::progress() const {
 absl::StatusOr<std::shared_ptr<LoaderCore>> StartLoader(LoaderInputs inputs, const std::string& function_key,
                                                         const std::string& factory_key,
                                                         const LoaderOptions& options) {
-  RuntimeContext* ctx = CurrentRuntimeContext();
-  if (ctx == nullptr) return absl::FailedPreconditionError("a DataLoader needs drover::Init first");
+  if (CurrentRuntimeContext() == nullptr) return absl::FailedPreconditionError("a DataLoader needs drover::Init first");
   const FunctionInfo* fn = FindFunctionByKey(function_key);
   const FunctionInfo* factory = factory_key.empty() ? nullptr : FindFunctionByKey(factory_key);
   if (fn == nullptr) {
@@ -335,8 +334,18 @@ absl::StatusOr<std::shared_ptr<LoaderCore>> StartLoader(LoaderInputs inputs, con
         factory == nullptr ? " is not registered: add it to DROVER_REMOTE(...)"
                            : absl::StrCat(" makes a ", TypeName(*factory->cls), ", not the class of ", fn->name)));
   }
-  auto core = std::make_shared<LoaderCore>(ctx, std::move(inputs), fn->name,
-                                           factory == nullptr ? "" : factory->name, options);
+  return StartLoaderByName(std::move(inputs), fn->name, factory == nullptr ? "" : factory->name, options);
+}
+
+absl::StatusOr<std::shared_ptr<LoaderCore>> StartLoaderByName(LoaderInputs inputs, const std::string& function,
+                                                              const std::string& factory,
+                                                              const LoaderOptions& options) {
+  RuntimeContext* ctx = CurrentRuntimeContext();
+  if (ctx == nullptr) return absl::FailedPreconditionError("a DataLoader needs drover::Init first");
+  if (function.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("loader '", options.name, "': no function named"));
+  }
+  auto core = std::make_shared<LoaderCore>(ctx, std::move(inputs), function, factory, options);
   DROVER_RETURN_IF_ERROR(core->Start());
   return core;
 }

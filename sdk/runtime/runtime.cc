@@ -10,12 +10,17 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
+#include "common/job_state.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/rpc.h"
@@ -286,7 +291,14 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
     ctx.package.set_build_id(Env("DROVER_EXPECTED_BUILD_ID"));
     for (int i = 0; i < argc; ++i) ctx.package.add_argv(argv[i]);
   } else {
-    absl::StatusOr<proto::PackageRef> pkg = PreparePackage(ctx.leases.get(), ctx.token, argc, argv);
+    std::vector<std::string> args;
+    if (!options.worker_program.empty()) {
+      args.push_back(options.worker_program);
+      args.insert(args.end(), options.worker_args.begin(), options.worker_args.end());
+    } else {
+      args.assign(argv, argv + argc);
+    }
+    absl::StatusOr<proto::PackageRef> pkg = PreparePackage(ctx.leases.get(), ctx.token, options.worker_program, args);
     if (!pkg.ok()) return pkg.status();
     ctx.package = *std::move(pkg);
   }
@@ -467,6 +479,42 @@ std::string NewObjectId() {
 object_store::Client* LocalStore() {
   Runtime* rt = ActiveRuntime();
   return rt == nullptr ? nullptr : rt->ctx.store->store();
+}
+
+absl::StatusOr<object_store::ObjectRef> GetObject(const std::string& id, absl::Duration timeout) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+  const absl::Time deadline = absl::Now() + timeout;
+  // An id the runtime made names its job ("<job>.<owner>.<n>", NewObjectId): if this
+  // cluster never ran that job, the object is another cluster's and will never appear
+  // here; if the job ended, its objects were freed with it. Either way, say so now
+  // rather than after the timeout.
+  const std::vector<std::string> parts = absl::StrSplit(id, '.');
+  if (parts.size() == 3 && absl::StartsWith(parts[0], "job-") && parts[0] != rt->ctx.job_id) {
+    grpc::ClientContext cctx;
+    PrepareContext(&cctx, rt->ctx.token, std::chrono::milliseconds(5000));
+    proto::GetJobRequest req;
+    req.set_job_id(parts[0]);
+    proto::GetJobReply reply;
+    absl::Status s = FromGrpcStatus(rt->scheduler->GetJob(&cctx, req, &reply));
+    if (s.code() == absl::StatusCode::kNotFound) {
+      return absl::NotFoundError(absl::StrCat(
+          "object ", id, " belongs to job ", parts[0], ", which this cluster (scheduler at ",
+          rt->ctx.scheduler_address, ") has never run: it is another cluster's, and objects never leave "
+          "their cluster; read it from a process of that cluster"));
+    }
+    if (s.ok() && IsTerminal(reply.job().state())) {
+      return absl::NotFoundError(absl::StrCat("object ", id, " belongs to job ", parts[0], ", which has ended (",
+                                              proto::JobState_Name(reply.job().state()),
+                                              "): its objects were freed with it"));
+    }
+  }
+  absl::StatusOr<object_store::ObjectRef> ref = rt->ctx.store->GetRef(id, "", deadline);
+  if (ref.status().code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::DeadlineExceededError(absl::StrCat("object ", id, " did not appear on any node of this cluster within ",
+                                                    absl::FormatDuration(timeout), ": ", ref.status().message()));
+  }
+  return ref;
 }
 
 std::shared_ptr<ActorState> CreateActor(const std::string& factory_key, const CallOptions& options,

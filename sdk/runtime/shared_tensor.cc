@@ -164,13 +164,17 @@ std::vector<int64_t> SharedTensor::shape() const { return state_ ? state_->meta(
 int64_t SharedTensor::numel() const { return state_ ? object_store::NumElements(state_->meta()) : 0; }
 size_t SharedTensor::nbytes() const { return state_ ? state_->meta().data_size : 0; }
 
-absl::StatusOr<void*> SharedTensor::Data(DType want) const {
+absl::StatusOr<void*> SharedTensor::raw_data() const {
   if (!state_) return absl::FailedPreconditionError("an invalid (default-constructed) SharedTensor");
-  if (want != dtype()) {
+  return state_->Data();
+}
+
+absl::StatusOr<void*> SharedTensor::Data(DType want) const {
+  if (state_ && want != dtype()) {
     return absl::InvalidArgumentError(absl::StrCat("SharedTensor ", id(), " holds ", DTypeName(dtype()),
                                                    " elements, not ", DTypeName(want)));
   }
-  return state_->Data();
+  return raw_data();
 }
 
 absl::StatusOr<Tensor> SharedTensor::Snapshot() const {

@@ -189,6 +189,13 @@ struct LoaderResult {
 absl::StatusOr<std::shared_ptr<LoaderCore>> StartLoader(LoaderInputs inputs, const std::string& function_key,
                                                         const std::string& factory_key,
                                                         const LoaderOptions& options);
+// The same with the function (and factory: "" for none) named as DROVER_REMOTE
+// registered them in the workers' program, which need not be this process's binary
+// (InitOptions::worker_program; the Python module): the names are resolved in the
+// workers, whose start fails naming a function their program does not have.
+absl::StatusOr<std::shared_ptr<LoaderCore>> StartLoaderByName(LoaderInputs inputs, const std::string& function,
+                                                              const std::string& factory,
+                                                              const LoaderOptions& options);
 absl::StatusOr<LoaderResult> LoaderNext(LoaderCore& core);
 // A result that did not decode as the loader's type, as an error naming the item.
 absl::Status LoaderDecodeError(LoaderCore& core, int64_t position, const absl::Status& error);

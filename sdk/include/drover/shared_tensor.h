@@ -111,6 +111,11 @@ class SharedTensor {
     return absl::MakeSpan(static_cast<T*>(*p), static_cast<size_t>(numel()));
   }
 
+  // The elements' bytes, writable in place, untyped: for code that views them by
+  // dtype() and shape() itself (the Python module's torch views). Valid as span().
+  // FAILED_PRECONDITION after Release or for an invalid handle.
+  absl::StatusOr<void*> raw_data() const;
+
   // A copy of the current values in a new store tensor (AllocateInStore), sealed: an
   // immutable object that can be sent anywhere. Concurrent writers may be half-way
   // through: a Hogwild snapshot is as consistent as the workers' own reads.

@@ -2,7 +2,9 @@
 // and consumers on different nodes, memory bounded by the queue), examples/hogwild
 // (workers train one model in place to a stated loss) and examples/preprocess_to_ddp
 // (DataLoader tasks on both nodes feed a 2-node C++ DDP job that ends with the loss of
-// the same batches made in one process).
+// the same batches made in one process) and its PyTorch variant, examples/
+// preprocess_to_ddp.py (the same C++ tasks feed a 2-node torch DDP job, gloo on CPU,
+// through the Python module; its loss equals that of one process on the same batches).
 #include <string>
 #include <vector>
 
@@ -83,6 +85,37 @@ TEST_F(ExamplesPipelineTest, PreprocessToDdpEndsWithTheOneProcessLoss) {
   // Each rank read its batches from a store (in place, or pulled once to its node).
   EXPECT_TRUE(absl::StrContains(out, "[rank0]: rank 0: 40 batches, 40 read in place")) << out;
   EXPECT_TRUE(absl::StrContains(out, "[rank1]: rank 1: 40 batches, 40 read in place")) << out;
+}
+
+TEST_F(ExamplesPipelineTest, PreprocessToDdpInPyTorchEndsWithTheOneProcessLoss) {
+  const std::string module = Runfile("python/drover.so");
+  const std::string pythonpath = "PYTHONPATH=" + module.substr(0, module.rfind('/'));
+  const std::vector<std::string> script = {"/usr/bin/python3", Runfile("examples/preprocess_to_ddp.py"),
+                                           "--worker-program", Runfile("examples/preprocess_to_ddp"),
+                                           "--steps", "30"};
+  std::vector<std::string> local_cmd = script;
+  local_cmd.insert(local_cmd.end(), {"--local", "--ranks", "2"});
+  std::string local, err;
+  ASSERT_EQ(RunProgram(local_cmd,
+                       {"DROVER_ADDRESS=" + cluster_->address(), "DROVER_TOKEN_FILE=" + cluster_->token_file(),
+                        pythonpath},
+                       cluster_->dir(), &local, &err),
+            0)
+      << local << err;
+  const std::string result = cluster_->dir() + "/torch-ddp-result.txt";
+  std::vector<std::string> run = {"run", "--nodes", "2", "--nproc-per-node", "1", "--env", pythonpath, "--"};
+  run.insert(run.end(), script.begin(), script.end());
+  run.insert(run.end(), {"--result-file", result});
+  std::string out;
+  ASSERT_EQ(cluster_->RunCli(run, &out, &err), 0) << out << err;
+  const std::string got = ReadFile(result).value_or("");
+  EXPECT_EQ(Value(got, "ranks"), "2") << got;
+  EXPECT_FALSE(Value(local, "final_loss").empty()) << local;
+  EXPECT_EQ(Value(got, "final_loss"), Value(local, "final_loss")) << got << local;
+  EXPECT_EQ(Value(got, "final_weights_checksum"), Value(local, "final_weights_checksum")) << got << local;
+  // Each rank's batches were views of a store (in place, or pulled once to its node).
+  EXPECT_TRUE(absl::StrContains(out, "[rank0]: rank 0: 30 batches, 30 read in place")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "[rank1]: rank 1: 30 batches, 30 read in place")) << out;
 }
 
 }  // namespace

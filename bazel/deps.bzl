@@ -11,7 +11,8 @@ Labels such as `@system//:absl` in drover's BUILD files resolve in the *main*
 workspace, so the main workspace must declare these repositories, under these names:
 
   @system         Debian's Abseil, gRPC, protobuf, hiredis, OpenSSL, msgpack and
-                  GoogleTest as cc_library targets (link flags from pkg-config).
+                  GoogleTest as cc_library targets (link flags from pkg-config; static,
+                  or shared under //bazel:shared_system_libs), and Python's headers.
   @local_cuda     the CUDA Toolkit's headers under /usr/local/cuda (fetched only when
                   a GPU target is built).
   @rules_cc, @rules_java, @remote_coverage_tools

@@ -344,7 +344,8 @@ class Loader {
       in = b > 0 ? internal::MakeLoaderInputs<PackedInput, std::vector<PackedInput>>(inputs_, b)
                  : internal::MakeLoaderInputs<PackedInput, PackedInput>(inputs_, 0);
     } else {
-      in = b > 0 ? internal::MakeRangeInputs<std::vector<int64_t>>(range_, b) : internal::MakeRangeInputs<int64_t>(range_, 0);
+      in = b > 0 ? internal::MakeRangeInputs<std::vector<int64_t>>(range_, b)
+                 : internal::MakeRangeInputs<int64_t>(range_, 0);
     }
     absl::StatusOr<std::shared_ptr<internal::LoaderCore>> core;
     {

@@ -157,7 +157,8 @@ py::object TorchView(SharedTensor t) {
   void* data = ValueOrRaise(t.raw_data());
   const DType dtype = t.dtype();
   const std::vector<int64_t> shape = t.shape();
-  return MakeView(data, dtype, shape, object_store::ContiguousStrides(shape), std::make_shared<const SharedTensor>(std::move(t)));
+  return MakeView(data, dtype, shape, object_store::ContiguousStrides(shape),
+                  std::make_shared<const SharedTensor>(std::move(t)));
 }
 
 }  // namespace drover::python

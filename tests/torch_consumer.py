@@ -68,6 +68,11 @@ def feed(queue):
     q = drover.Queue.open(queue, timeout=60)
     item = q.get(timeout=60)
     sealed, shared, small = item["sealed"], item["shared"], item["small"]
+    say("rest", list(q))  # the writer closed the queue: iteration ends
+    try:
+        q.get(timeout=1)
+    except drover.Error as e:
+        say("get_after_close", e.code)
     say("keys", ",".join(sorted(item)))
     say("sealed", f"{sealed.dtype}{list(sealed.shape)}")
     say("sealed_values_ok", torch.equal(sealed.view(-1), torch.arange(65536, dtype=torch.float32) * 0.5))

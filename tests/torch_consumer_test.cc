@@ -59,6 +59,8 @@ TEST_F(TorchConsumerTest, AQueueItemsTensorsShareTheWritersPages) {
   ASSERT_EQ(py.code, 0) << py.All() << cc.All();
   ASSERT_EQ(cc.code, 0) << cc.All() << py.All();
   EXPECT_EQ(py.Get("keys"), "sealed,sealed_id,sealed_mapping,shared,shared_mapping,small");
+  EXPECT_EQ(py.Get("rest"), "[]");
+  EXPECT_EQ(py.Get("get_after_close"), "OUT_OF_RANGE");
   EXPECT_EQ(py.Get("sealed"), "torch.float32[256, 256]");
   EXPECT_EQ(py.Get("sealed_values_ok"), "True");
   // The same file and offset as the writer's pages; read-only here, and a write faults.

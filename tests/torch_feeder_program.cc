@@ -35,7 +35,8 @@ absl::StatusOr<drover::Tensor> MakeItem(int64_t index, uint64_t seed) {
   if (!t.ok()) return t.status();
   absl::Span<int32_t> v = *t->mutable_span<int32_t>();
   for (size_t k = 0; k < v.size(); ++k) {
-    v[k] = static_cast<int32_t>((index * 1000003 + static_cast<int64_t>(seed % 1000) + static_cast<int64_t>(k) * 7) % 1000);
+    const int64_t x = index * 1000003 + static_cast<int64_t>(seed % 1000) + static_cast<int64_t>(k) * 7;
+    v[k] = static_cast<int32_t>(x % 1000);
   }
   return t;
 }
@@ -123,6 +124,8 @@ int RunFeed(const std::string& queue) {
   // item, and then its consumer, owns it.
   absl::Status put = q->Put(item, absl::Seconds(30));
   Expect(put.ok(), "put", put);
+  absl::Status closed = q->Close();  // the stream ends after this item
+  Expect(closed.ok(), "close", closed);
   Print("writer_pid", std::to_string(::getpid()));
   item.sealed = drover::Tensor();
   // Ping-pong through the shared pages: the consumer writes 42, we answer 7, it says 99.

@@ -511,8 +511,9 @@ absl::StatusOr<object_store::ObjectRef> GetObject(const std::string& id, absl::D
   }
   absl::StatusOr<object_store::ObjectRef> ref = rt->ctx.store->GetRef(id, "", deadline);
   if (ref.status().code() == absl::StatusCode::kDeadlineExceeded) {
-    return absl::DeadlineExceededError(absl::StrCat("object ", id, " did not appear on any node of this cluster within ",
-                                                    absl::FormatDuration(timeout), ": ", ref.status().message()));
+    return absl::DeadlineExceededError(absl::StrCat("object ", id, " did not appear on any node of this cluster ",
+                                                    "within ", absl::FormatDuration(timeout), ": ",
+                                                    ref.status().message()));
   }
   return ref;
 }

@@ -102,9 +102,9 @@ absl::Status LoaderCore::Start() {
                                                                store->arena_capacity()));
   }
   const int mode = static_cast<int>(options_.progress);
-  if (ShowProgress(mode, STDERR_FILENO)) {
-    bar_ = std::make_unique<ProgressBar>(options_.name, inputs_.batched ? "batches" : "items", inputs_.count,
-                                         stderr, Clock::Real());
+  if (std::unique_ptr<ProgressLine> line = LoaderLine(mode)) {
+    bar_ = std::make_unique<ProgressBar>(options_.name, inputs_.batched ? "batches" : "items",
+                                         inputs_.count, std::move(line), Clock::Real());
   }
   started_ = absl::Now();
   return absl::OkStatus();

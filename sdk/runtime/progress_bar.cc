@@ -2,59 +2,66 @@
 
 #include <unistd.h>
 
-#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_format.h"
 
 namespace drover::internal {
+namespace {
 
-ProgressBar::ProgressBar(std::string name, std::string unit, int64_t total, std::FILE* out, Clock* clock)
-    : name_(std::move(name)), unit_(std::move(unit)), total_(total), out_(out), clock_(clock),
-      start_(clock->Now()) {}
-
-std::string ProgressBar::Line(const std::string& name, const std::string& unit, int64_t done,
-                              int64_t total, double rate) {
-  const double pct = total > 0 ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0;
-  std::string line = absl::StrFormat("%s: %d/%d %s (%.0f%%)", name, done, total, unit, std::floor(pct));
-  if (rate > 0) {
-    absl::StrAppendFormat(&line, "  %.0f %s/s", rate, unit);
-    if (done < total) {
-      const double eta = static_cast<double>(total - done) / rate;
-      absl::StrAppendFormat(&line, "  ETA %s", absl::FormatDuration(absl::Milliseconds(std::round(eta * 10) * 100)));
-    }
-  }
-  return line;
+ProgressMeter::Options MeterOptions(const std::string& name, const std::string& unit,
+                                    int64_t total, Clock* clock) {
+  ProgressMeter::Options o;
+  o.label = name;
+  o.total = total;
+  o.item_name = unit;
+  o.clock = clock;
+  return o;
 }
 
-void ProgressBar::Draw(int64_t done, absl::Time now) {
-  const double secs = absl::ToDoubleSeconds(now - start_);
-  const double rate = secs > 0 ? static_cast<double>(done) / secs : 0;
-  // The trailing spaces erase what a longer previous line left.
-  std::fprintf(out_, "\r%s   ", Line(name_, unit_, done, total_, rate).c_str());
-  std::fflush(out_);
-  drawn_ = now;
-}
+}  // namespace
+
+ProgressBar::ProgressBar(std::string name, std::string unit, int64_t total,
+                         std::unique_ptr<ProgressLine> line, Clock* clock)
+    : name_(std::move(name)),
+      unit_(std::move(unit)),
+      clock_(clock),
+      start_(clock->Now()),
+      meter_(MeterOptions(name_, unit_, total, clock)),
+      line_(std::move(line)) {}
 
 void ProgressBar::Update(int64_t done) {
-  if (out_ == nullptr || finished_) return;
-  const absl::Time now = clock_->Now();
-  if (now - drawn_ < absl::Milliseconds(100)) return;
-  Draw(done, now);
+  if (line_ == nullptr) return;
+  meter_.Set(done);
+  line_->Update(meter_.Render(line_->columns()));
 }
 
 void ProgressBar::Finish(int64_t done) {
-  if (out_ == nullptr || finished_) return;
-  finished_ = true;
-  Draw(done, clock_->Now());
-  std::fprintf(out_, "\n");
-  std::fflush(out_);
+  if (line_ == nullptr) return;
+  line_->Clear();
+  const std::string summary = Summary(name_, unit_, done, clock_->Now() - start_) + "\n";
+  line_->PrintAbove([&] {
+    ::fflush(stderr);
+    (void)!::write(STDERR_FILENO, summary.data(), summary.size());
+  });
+  line_.reset();
 }
 
-bool ShowProgress(int mode, int fd) {
-  if (mode == 1) return true;
-  if (mode == 2) return false;
-  return ::isatty(fd) == 1;
+std::string ProgressBar::Summary(const std::string& name, const std::string& unit, int64_t done,
+                                 absl::Duration elapsed) {
+  const double seconds = absl::ToDoubleSeconds(elapsed);
+  std::string text = absl::StrFormat("%s: %d %s in %s", name, done, unit,
+                                     absl::FormatDuration(absl::Trunc(elapsed, absl::Milliseconds(100))));
+  if (seconds > 0) absl::StrAppendFormat(&text, " (%.0f %s/s)", done / seconds, unit);
+  return text;
+}
+
+std::unique_ptr<ProgressLine> LoaderLine(int mode) {
+  if (mode == 2) return nullptr;
+  if (mode == 0) return ProgressLine::ForStderr();
+  ProgressLine::Options o;  // asked for: on stderr whatever it is
+  o.write = [](absl::string_view s) { (void)!::write(STDERR_FILENO, s.data(), s.size()); };
+  return std::make_unique<ProgressLine>(std::move(o));
 }
 
 }  // namespace drover::internal

@@ -1,66 +1,45 @@
-// The loader's progress line: its text, its rate limit and its end, on a fake clock.
+// The loader's progress: the meter's bar on a line while it runs, a summary that stays
+// at the end, on a fake clock and a captured terminal; shown only where asked.
 #include "sdk/runtime/progress_bar.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
+#include "absl/strings/match.h"
+#include "common/progress_line_testing.h"
 #include "gtest/gtest.h"
 
 namespace drover::internal {
 namespace {
 
-TEST(ProgressBarTest, LineSaysCountRateAndEta) {
-  EXPECT_EQ(ProgressBar::Line("data", "items", 1234, 20000, 0), "data: 1234/20000 items (6%)");
-  EXPECT_EQ(ProgressBar::Line("data", "items", 1000, 3000, 500), "data: 1000/3000 items (33%)  500 items/s  ETA 4s");
-  EXPECT_EQ(ProgressBar::Line("data", "batches", 10, 10, 5), "data: 10/10 batches (100%)  5 batches/s");
+TEST(ProgressBarTest, SummaryGivesCountTimeAndRate) {
+  EXPECT_EQ(ProgressBar::Summary("data", "items", 1000, absl::Seconds(2)),
+            "data: 1000 items in 2s (500 items/s)");
+  EXPECT_EQ(ProgressBar::Summary("data", "batches", 0, absl::ZeroDuration()), "data: 0 batches in 0");
 }
 
-TEST(ProgressBarTest, RedrawsAtMostTenTimesASecondAndEndsWithANewline) {
-  char* buf = nullptr;
-  size_t len = 0;
-  std::FILE* out = ::open_memstream(&buf, &len);
-  ASSERT_NE(out, nullptr);
+TEST(ProgressBarTest, DrawsTheMeterThenLeavesTheSummary) {
   FakeClock clock;
+  drover::testing::CapturedTerminal term;
   {
-    ProgressBar bar("data", "items", 100, out, &clock);
-    bar.Update(1);  // first: drawn
-    for (int i = 2; i <= 50; ++i) bar.Update(i);  // same instant: not drawn
-    clock.Advance(absl::Milliseconds(100));
+    ProgressBar bar("data", "items", 100, term.Line(&clock), &clock);
+    bar.Update(1);
+    clock.Advance(absl::Seconds(1));
     bar.Update(60);
-    clock.Advance(absl::Milliseconds(100));
+    const std::string running = term.text();
+    EXPECT_TRUE(absl::StrContains(running, "data [")) << running;
+    EXPECT_TRUE(absl::StrContains(running, "60/100 items")) << running;
+    EXPECT_TRUE(absl::StrContains(running, "ETA")) << running;
+    clock.Advance(absl::Seconds(1));
     bar.Finish(100);
     bar.Finish(100);
   }
-  std::fclose(out);
-  const std::string text(buf, len);
-  std::free(buf);
-  int lines = 0;
-  for (char c : text) lines += c == '\r';
-  EXPECT_EQ(lines, 3) << text;
-  EXPECT_NE(text.find("data: 60/100 items (60%)  600 items/s  ETA 100ms"), std::string::npos) << text;
-  EXPECT_NE(text.find("data: 100/100 items (100%)  500 items/s   \n"), std::string::npos) << text;
-  EXPECT_EQ(text.back(), '\n');
+  const std::string text = term.text();
+  EXPECT_EQ(text.find("data: 100 items in 2s"), text.rfind("data: 100 items in 2s")) << text;
 }
 
-TEST(ProgressBarTest, AutoShowsOnlyOnATerminal) {
-  const int fd = ::open("/dev/null", O_WRONLY);
-  ASSERT_GE(fd, 0);
-  EXPECT_FALSE(ShowProgress(0, fd));
-  EXPECT_TRUE(ShowProgress(1, fd));
-  EXPECT_FALSE(ShowProgress(2, fd));
-  ::close(fd);
-  int master = ::posix_openpt(O_RDWR | O_NOCTTY);
-  if (master >= 0 && ::grantpt(master) == 0 && ::unlockpt(master) == 0) {
-    const int tty = ::open(::ptsname(master), O_WRONLY | O_NOCTTY);
-    ASSERT_GE(tty, 0);
-    EXPECT_TRUE(ShowProgress(0, tty));
-    ::close(tty);
-  }
-  if (master >= 0) ::close(master);
+TEST(ProgressBarTest, OffShowsNothingAndOnShowsEvenWithoutATerminal) {
+  EXPECT_EQ(LoaderLine(2), nullptr);
+  EXPECT_NE(LoaderLine(1), nullptr);
 }
 
 }  // namespace

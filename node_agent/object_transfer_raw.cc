@@ -225,7 +225,8 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
                         const TransportSecurity& security, uint8_t* dst, int64_t want,
                         absl::Time deadline,
                         absl::Duration connect_timeout, absl::Duration stall,
-                        const std::atomic<bool>& stop, int64_t* got, bool* connected) {
+                        const std::atomic<bool>& stop, int64_t* got, bool* connected,
+                        std::atomic<int64_t>* progress) {
   *got = 0;
   *connected = false;
   const bool v6 = ip.find(':') != std::string::npos;
@@ -283,6 +284,7 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
     }
     if (*k > 0) {
       *got += static_cast<int64_t>(*k);
+      if (progress != nullptr) *progress = *got;
       last_progress = absl::Now();
       continue;
     }

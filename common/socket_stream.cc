@@ -82,44 +82,47 @@ absl::StatusOr<size_t> SocketStream::TlsResult(int rc, const char* op, IoWait* w
   }
 }
 
+namespace {
+
+// One plain recv or send (`op`): its count, or 0 with `*wait` set to `would_block`
+// when the socket is not ready.
+template <typename Op>
+absl::StatusOr<size_t> PlainIo(Op op, IoWait would_block, IoWait* wait) {
+  for (;;) {
+    const ssize_t k = op();
+    if (k >= 0) return static_cast<size_t>(k);
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      *wait = would_block;
+      return 0;
+    }
+    return absl::UnavailableError(absl::StrCat("connection lost: ", std::strerror(errno)));
+  }
+}
+
+// At most what one OpenSSL call takes.
+int TlsLength(size_t n) { return static_cast<int>(std::min<size_t>(n, 1 << 30)); }
+
+}  // namespace
+
 absl::StatusOr<size_t> SocketStream::ReadSome(void* buf, size_t n, IoWait* wait) {
   *wait = IoWait::kNone;
   if (ssl_ == nullptr) {
-    for (;;) {
-      ssize_t k = ::recv(fd_, buf, n, 0);
-      if (k >= 0) return static_cast<size_t>(k);
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        *wait = IoWait::kRead;
-        return 0;
-      }
-      return absl::UnavailableError(absl::StrCat("connection lost: ", std::strerror(errno)));
-    }
+    return PlainIo([&] { return ::recv(fd_, buf, n, 0); }, IoWait::kRead, wait);
   }
   absl::MutexLock lock(&mu_);
   ERR_clear_error();
-  const int want = static_cast<int>(std::min<size_t>(n, 1 << 30));
-  return TlsResult(SSL_read(ssl_, buf, want), "read", wait);
+  return TlsResult(SSL_read(ssl_, buf, TlsLength(n)), "read", wait);
 }
 
 absl::StatusOr<size_t> SocketStream::WriteSome(const void* buf, size_t n, IoWait* wait) {
   *wait = IoWait::kNone;
   if (ssl_ == nullptr) {
-    for (;;) {
-      ssize_t k = ::send(fd_, buf, n, MSG_NOSIGNAL);
-      if (k >= 0) return static_cast<size_t>(k);
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        *wait = IoWait::kWrite;
-        return 0;
-      }
-      return absl::UnavailableError(absl::StrCat("connection lost: ", std::strerror(errno)));
-    }
+    return PlainIo([&] { return ::send(fd_, buf, n, MSG_NOSIGNAL); }, IoWait::kWrite, wait);
   }
   absl::MutexLock lock(&mu_);
   ERR_clear_error();
-  const int want = static_cast<int>(std::min<size_t>(n, 1 << 30));
-  absl::StatusOr<size_t> r = TlsResult(SSL_write(ssl_, buf, want), "write", wait);
+  absl::StatusOr<size_t> r = TlsResult(SSL_write(ssl_, buf, TlsLength(n)), "write", wait);
   if (r.ok() && *r == 0 && *wait == IoWait::kNone) {
     return absl::UnavailableError(absl::StrCat("connection to ", peer_, " closed by the peer"));
   }

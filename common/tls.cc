@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/files.h"
 #include "common/net.h"
+#include "common/openssl_pem.h"
 #include "common/status_macros.h"
 #include "openssl/bio.h"
 #include "openssl/crypto.h"
@@ -39,38 +40,11 @@ constexpr char kCipherSuites[] =
 // OpenSSL's read buffer per connection (with read-ahead): fewer, larger reads.
 constexpr size_t kReadBuffer = 256 << 10;
 
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct PkeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-using Cert = std::unique_ptr<X509, X509Free>;
-using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
-
-absl::StatusOr<Cert> ReadCert(const std::string& pem, const std::string& path) {
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  Cert cert(PEM_read_bio_X509(bio, nullptr, nullptr, nullptr));
-  BIO_free(bio);
-  if (cert == nullptr) {
-    TakeOpenSslError("");
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a PEM certificate"));
-  }
-  return cert;
-}
-
 // Every certificate of a CA file (one CA, or several while a cluster moves to a new
 // one); each must be a CA.
-absl::StatusOr<std::vector<Cert>> ReadCaCerts(const std::string& pem, const std::string& path) {
-  std::vector<Cert> out;
-  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
-  while (X509* x = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) out.emplace_back(x);
-  BIO_free(bio);
-  TakeOpenSslError("");  // the end of the file
-  if (out.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a PEM certificate"));
-  }
-  for (const Cert& c : out) {
+absl::StatusOr<std::vector<CertPtr>> ReadCaCerts(const std::string& pem, const std::string& path) {
+  DROVER_ASSIGN_OR_RETURN(std::vector<CertPtr> out, ParseCertificates(pem, path));
+  for (const CertPtr& c : out) {
     if (X509_check_ca(c.get()) == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, " is not a CA certificate; give the cluster's ca.crt"));
@@ -79,14 +53,14 @@ absl::StatusOr<std::vector<Cert>> ReadCaCerts(const std::string& pem, const std:
   return out;
 }
 
-X509_STORE* NewStore(const std::vector<Cert>& cas) {
+X509_STORE* NewStore(const std::vector<CertPtr>& cas) {
   X509_STORE* store = X509_STORE_new();
-  for (const Cert& c : cas) X509_STORE_add_cert(store, c.get());
+  for (const CertPtr& c : cas) X509_STORE_add_cert(store, c.get());
   return store;
 }
 
 // SSL_CTX for one role, checking peers against `cas` (with `cert`/`key` if not null).
-SSL_CTX* NewContext(bool server, const std::vector<Cert>& cas, X509* cert, EVP_PKEY* key) {
+SSL_CTX* NewContext(bool server, const std::vector<CertPtr>& cas, X509* cert, EVP_PKEY* key) {
   SSL_CTX* ctx = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
   SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
   SSL_CTX_set_ciphersuites(ctx, kCipherSuites);
@@ -190,17 +164,15 @@ absl::StatusOr<std::shared_ptr<const TransportSecurity>> TransportSecurity::Load
                                      " (copy the head's tls/", "ca.crt)"));
   }
   t->ca_pem_ = *ca;
-  DROVER_ASSIGN_OR_RETURN(std::vector<Cert> cas, ReadCaCerts(t->ca_pem_, files.ca));
-  Cert cert;
-  Pkey key;
+  DROVER_ASSIGN_OR_RETURN(std::vector<CertPtr> cas, ReadCaCerts(t->ca_pem_, files.ca));
+  CertPtr cert;
+  KeyPtr key;
   if (!files.cert.empty()) {
     DROVER_ASSIGN_OR_RETURN(t->cert_pem_, ReadFile(files.cert));
     DROVER_ASSIGN_OR_RETURN(t->key_pem_, ReadOwnerOnlyFile(files.key, "TLS key"));
-    DROVER_ASSIGN_OR_RETURN(cert, ReadCert(t->cert_pem_, files.cert));
-    BIO* bio = BIO_new_mem_buf(t->key_pem_.data(), static_cast<int>(t->key_pem_.size()));
-    key.reset(PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr));
-    BIO_free(bio);
-    if (key == nullptr || X509_check_private_key(cert.get(), key.get()) != 1) {
+    DROVER_ASSIGN_OR_RETURN(cert, ParseCertificate(t->cert_pem_, files.cert));
+    DROVER_ASSIGN_OR_RETURN(key, ParsePrivateKey(t->key_pem_, files.key));
+    if (X509_check_private_key(cert.get(), key.get()) != 1) {
       TakeOpenSslError("");
       return absl::InvalidArgumentError(
           absl::StrCat(files.key, " is not the private key of ", files.cert));

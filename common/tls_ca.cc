@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/files.h"
+#include "common/openssl_pem.h"
 #include "common/socket_stream.h"
 #include "common/status_macros.h"
 #include "openssl/bio.h"
@@ -23,49 +24,11 @@ constexpr long kValidSeconds = 10L * 366 * 24 * 3600;
 // Longest common name a request may carry (it shows in logs).
 constexpr int kMaxCommonName = 64;
 
-// Owners of OpenSSL objects.
-struct BioFree {
-  void operator()(BIO* b) const { BIO_free(b); }
-};
-struct PkeyFree {
-  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
-};
-struct X509Free {
-  void operator()(X509* x) const { X509_free(x); }
-};
-struct ReqFree {
-  void operator()(X509_REQ* r) const { X509_REQ_free(r); }
-};
-using Bio = std::unique_ptr<BIO, BioFree>;
-using Pkey = std::unique_ptr<EVP_PKEY, PkeyFree>;
-using Cert = std::unique_ptr<X509, X509Free>;
-using Req = std::unique_ptr<X509_REQ, ReqFree>;
-
 absl::Status OpenSslError(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", TakeOpenSslError("OpenSSL failed")));
 }
 
-std::string BioText(BIO* bio) {
-  char* data = nullptr;
-  long n = BIO_get_mem_data(bio, &data);
-  return std::string(data, n > 0 ? static_cast<size_t>(n) : 0);
-}
-
-Pkey NewKey() { return Pkey(EVP_EC_gen("P-256")); }
-
-absl::StatusOr<std::string> KeyPem(EVP_PKEY* key) {
-  Bio bio(BIO_new(BIO_s_mem()));
-  if (!PEM_write_bio_PrivateKey(bio.get(), key, nullptr, nullptr, 0, nullptr, nullptr)) {
-    return OpenSslError("cannot encode a private key");
-  }
-  return BioText(bio.get());
-}
-
-absl::StatusOr<std::string> CertPem(X509* cert) {
-  Bio bio(BIO_new(BIO_s_mem()));
-  if (!PEM_write_bio_X509(bio.get(), cert)) return OpenSslError("cannot encode a certificate");
-  return BioText(bio.get());
-}
+KeyPtr NewKey() { return KeyPtr(EVP_EC_gen("P-256")); }
 
 // Adds extension `nid` with `value` (openssl x509v3_config syntax) to `cert`.
 absl::Status AddExtension(X509* issuer, X509* cert, int nid, const char* value) {
@@ -81,9 +44,9 @@ absl::Status AddExtension(X509* issuer, X509* cert, int nid, const char* value) 
 
 // A certificate for `subject_key` named `subject`, signed by `issuer_key` (self-signed
 // if `issuer` is null), as a CA or as a member.
-absl::StatusOr<Cert> MakeCertificate(const X509_NAME* subject, EVP_PKEY* subject_key,
+absl::StatusOr<CertPtr> MakeCertificate(const X509_NAME* subject, EVP_PKEY* subject_key,
                                      X509* issuer, EVP_PKEY* issuer_key, bool ca) {
-  Cert cert(X509_new());
+  CertPtr cert(X509_new());
   X509_set_version(cert.get(), 2);
   // A random 127-bit serial: unique without keeping a counter.
   BIGNUM* bn = BN_new();
@@ -118,32 +81,12 @@ absl::StatusOr<Cert> MakeCertificate(const X509_NAME* subject, EVP_PKEY* subject
   return cert;
 }
 
-absl::StatusOr<Cert> ParseCert(const std::string& pem, const std::string& what) {
-  Bio bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  Cert cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
-  if (cert == nullptr) {
-    TakeOpenSslError("");
-    return absl::InvalidArgumentError(absl::StrCat(what, " is not a PEM certificate"));
-  }
-  return cert;
-}
-
-absl::StatusOr<Pkey> ParseKey(const std::string& pem, const std::string& what) {
-  Bio bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  Pkey key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
-  if (key == nullptr) {
-    TakeOpenSslError("");
-    return absl::InvalidArgumentError(absl::StrCat(what, " is not a PEM private key"));
-  }
-  return key;
-}
-
 }  // namespace
 
 absl::StatusOr<KeyAndRequest> NewKeyAndRequest(const std::string& common_name) {
-  Pkey key = NewKey();
+  KeyPtr key = NewKey();
   if (key == nullptr) return OpenSslError("cannot make a P-256 key");
-  Req req(X509_REQ_new());
+  RequestPtr req(X509_REQ_new());
   X509_NAME* name = X509_REQ_get_subject_name(req.get());
   const std::string cn = common_name.substr(0, kMaxCommonName);
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
@@ -152,11 +95,13 @@ absl::StatusOr<KeyAndRequest> NewKeyAndRequest(const std::string& common_name) {
       !X509_REQ_sign(req.get(), key.get(), EVP_sha256())) {
     return OpenSslError("cannot sign a certificate request");
   }
-  Bio bio(BIO_new(BIO_s_mem()));
+  BioPtr bio(BIO_new(BIO_s_mem()));
   if (!PEM_write_bio_X509_REQ(bio.get(), req.get())) return OpenSslError("cannot encode a request");
   KeyAndRequest out;
-  DROVER_ASSIGN_OR_RETURN(out.key_pem, KeyPem(key.get()));
-  out.csr_pem = BioText(bio.get());
+  DROVER_ASSIGN_OR_RETURN(out.key_pem, PrivateKeyPem(key.get()));
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  out.csr_pem.assign(data, n > 0 ? static_cast<size_t>(n) : 0);
   return out;
 }
 
@@ -184,17 +129,18 @@ absl::StatusOr<std::unique_ptr<CertificateAuthority>> CertificateAuthority::Load
   if (!have_cert && !have_key) {
     DROVER_RETURN_IF_ERROR(MakeDirs(dir, 0700));
     ::chmod(dir.c_str(), 0700);
-    Pkey key = NewKey();
+    KeyPtr key = NewKey();
     if (key == nullptr) return OpenSslError("cannot make the CA's key");
     X509_NAME* name = X509_NAME_new();
     const std::string cn = absl::StrCat("drover cluster CA ", GenerateToken().substr(0, 8));
     X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
                                reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
-    absl::StatusOr<Cert> cert = MakeCertificate(name, key.get(), nullptr, key.get(), /*ca=*/true);
+    absl::StatusOr<CertPtr> cert =
+        MakeCertificate(name, key.get(), nullptr, key.get(), /*ca=*/true);
     X509_NAME_free(name);
     if (!cert.ok()) return cert.status();
-    DROVER_ASSIGN_OR_RETURN(std::string key_pem, KeyPem(key.get()));
-    DROVER_ASSIGN_OR_RETURN(std::string cert_pem, CertPem(cert->get()));
+    DROVER_ASSIGN_OR_RETURN(std::string key_pem, PrivateKeyPem(key.get()));
+    DROVER_ASSIGN_OR_RETURN(std::string cert_pem, CertificatePem(cert->get()));
     DROVER_RETURN_IF_ERROR(WriteKeyAndCertificate(key_path, key_pem, cert_path, cert_pem));
   } else if (!have_cert || !have_key) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -204,8 +150,8 @@ absl::StatusOr<std::unique_ptr<CertificateAuthority>> CertificateAuthority::Load
   }
   DROVER_ASSIGN_OR_RETURN(ca->cert_pem_, ReadFile(cert_path));
   DROVER_ASSIGN_OR_RETURN(std::string key_pem, ReadOwnerOnlyFile(key_path, "CA key"));
-  DROVER_ASSIGN_OR_RETURN(Cert cert, ParseCert(ca->cert_pem_, cert_path));
-  DROVER_ASSIGN_OR_RETURN(Pkey key, ParseKey(key_pem, key_path));
+  DROVER_ASSIGN_OR_RETURN(CertPtr cert, ParseCertificate(ca->cert_pem_, cert_path));
+  DROVER_ASSIGN_OR_RETURN(KeyPtr key, ParsePrivateKey(key_pem, key_path));
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     TakeOpenSslError("");
     return absl::FailedPreconditionError(
@@ -222,8 +168,7 @@ CertificateAuthority::~CertificateAuthority() {
 }
 
 absl::StatusOr<std::string> CertificateAuthority::Issue(const std::string& csr_pem) const {
-  Bio bio(BIO_new_mem_buf(csr_pem.data(), static_cast<int>(csr_pem.size())));
-  Req req(PEM_read_bio_X509_REQ(bio.get(), nullptr, nullptr, nullptr));
+  RequestPtr req(PEM_read_bio_X509_REQ(PemBio(csr_pem).get(), nullptr, nullptr, nullptr));
   if (req == nullptr) {
     TakeOpenSslError("");
     return absl::InvalidArgumentError("the certificate request is not a PEM request");
@@ -247,10 +192,10 @@ absl::StatusOr<std::string> CertificateAuthority::Issue(const std::string& csr_p
   }
   X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_UTF8,
                              reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
-  absl::StatusOr<Cert> cert = MakeCertificate(subject, key, cert_, key_, /*ca=*/false);
+  absl::StatusOr<CertPtr> cert = MakeCertificate(subject, key, cert_, key_, /*ca=*/false);
   X509_NAME_free(subject);
   if (!cert.ok()) return cert.status();
-  return CertPem(cert->get());
+  return CertificatePem(cert->get());
 }
 
 absl::StatusOr<TlsFiles> CertificateAuthority::IssueFiles(const std::string& dir,

@@ -76,6 +76,10 @@ SSL_CTX* NewContext(bool server, const std::vector<CertPtr>& cas, X509* cert, EV
   // Writes may return after part of a buffer (progress and cancellation stay visible)
   // and be retried from a pointer that moved.
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // A peer that closes without close_notify (a process that exits) ends the stream
+  // like any EOF: every drover protocol on these sockets frames its own lengths, so a
+  // cut short stream is seen anyway.
+  SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
   // Read many records per read(2), not a header and a body per 16 KiB record.
   SSL_CTX_set_read_ahead(ctx, 1);
   SSL_CTX_set_default_read_buffer_len(ctx, kReadBuffer);

@@ -21,6 +21,8 @@ namespace drover {
 namespace {
 
 constexpr long kValidSeconds = 10L * 366 * 24 * 3600;
+// The weakest key a request may carry (RSA 2048 has 112 bits, P-256 128).
+constexpr int kMinSecurityBits = 112;
 // Longest common name a request may carry (it shows in logs).
 constexpr int kMaxCommonName = 64;
 
@@ -179,6 +181,11 @@ absl::StatusOr<std::string> CertificateAuthority::Issue(const std::string& csr_p
     return absl::InvalidArgumentError(
         "the certificate request's signature does not check (it must be signed by the "
         "key it asks a certificate for)");
+  }
+  if (EVP_PKEY_get_security_bits(key) < kMinSecurityBits) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the certificate request's key is too weak (", EVP_PKEY_get_security_bits(key),
+        " bits of security; at least ", kMinSecurityBits, ": P-256 or RSA 2048)"));
   }
   // Only the common name is taken from the request.
   X509_NAME* subject = X509_NAME_new();

@@ -59,8 +59,9 @@ class CertificateAuthority {
   const std::string& cert_path() const { return cert_path_; }
 
   // Signs the request `csr_pem` (whose signature must check: the requester holds the
-  // key). The certificate keeps only the request's subject; everything else is this
-  // CA's choice. INVALID_ARGUMENT for a request that does not parse or check.
+  // key). The certificate keeps only the request's common name; everything else is
+  // this CA's choice. INVALID_ARGUMENT for a request that does not parse or check, or
+  // whose key is weaker than P-256 or RSA 2048.
   absl::StatusOr<std::string> Issue(const std::string& csr_pem) const;
 
   // A new key and certificate for a process on the CA's own machine (the scheduler):

@@ -11,12 +11,15 @@
 #include "common/files.h"
 #include "common/framed_socket.h"
 #include "common/net.h"
+#include "common/openssl_pem.h"
 #include "common/rpc.h"
 #include "common/tls.h"
 #include "common/tls_ca.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "openssl/pem.h"
+#include "openssl/rsa.h"
 #include "proto/scheduler.grpc.pb.h"
 
 namespace drover {
@@ -89,6 +92,21 @@ TEST(CertificateAuthorityTest, IssuesOnlyForRequestsWhoseSignatureChecks) {
   forged[at] = forged[at] == 'A' ? 'B' : 'A';
   EXPECT_EQ(c.ca->Issue(forged).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(c.ca->Issue(kr->csr_pem).ok());
+}
+
+TEST(CertificateAuthorityTest, RefusesAWeakKey) {
+  Cluster c;
+  KeyPtr weak(EVP_RSA_gen(1024));
+  RequestPtr req(X509_REQ_new());
+  ASSERT_TRUE(X509_REQ_set_pubkey(req.get(), weak.get()));
+  ASSERT_TRUE(X509_REQ_sign(req.get(), weak.get(), EVP_sha256()));
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  ASSERT_TRUE(PEM_write_bio_X509_REQ(bio.get(), req.get()));
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio.get(), &data);
+  auto cert = c.ca->Issue(std::string(data, n));
+  EXPECT_EQ(cert.status().code(), absl::StatusCode::kInvalidArgument) << cert.status();
+  EXPECT_NE(cert.status().message().find("too weak"), std::string::npos) << cert.status();
 }
 
 TEST(TransportSecurityTest, LoadChecksTheFiles) {

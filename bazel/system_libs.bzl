@@ -16,6 +16,9 @@ _LIBS = {
     "hiredis": (["hiredis"], []),
     # OpenSSL's libcrypto: sha256 of code packages.
     "crypto": (["libcrypto"], []),
+    # OpenSSL's libssl (and libcrypto): the cluster CA, and TLS on the raw sockets
+    # (object transfers, task frames) beside gRPC's own.
+    "ssl": (["libssl", "libcrypto"], []),
     # msgpack-c++ is header-only (task arguments and results).
     "msgpack": ([], []),
     "gtest": ([], ["-lgtest", "-lgmock", "-lpthread"]),

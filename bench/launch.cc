@@ -13,7 +13,9 @@
 // runs it reports the median of --runs runs per figure, one line each:
 //   BENCH <name> <value> ms baseline=<value> ratio=<ours/baseline>
 // Then (unless --no-phases) it times the pieces a launch is made of, as PHASE lines,
-// to show where the time goes. Everything it starts is stopped before it exits.
+// to show where the time goes. With --tls it also starts a TLS cluster beside the plain
+// one and measures every figure on both, interleaved run by run (the "_tls" lines, with
+// their ratio to the plain figure). Everything it starts is stopped before it exits.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -55,6 +57,7 @@ struct Flags {
   int warmup = 3;
   bool phases = true;
   bool keep = false;  // keep the cluster directory (daemon logs) for inspection
+  bool tls = false;   // also a TLS cluster, measured beside the plain one
 };
 
 [[noreturn]] void Die(const std::string& msg) {
@@ -150,31 +153,58 @@ struct Figure {
   std::function<double()> ours;
 };
 
-void RunFigure(const Figure& f, const Flags& flags, std::vector<std::string>* lines) {
+// Runs the figures of `group` (same nproc) and the baseline interleaved run by run, so
+// that a change of load on the shared machine touches them alike; the first figure is
+// the one the others are compared with.
+void RunFigures(const std::vector<Figure>& group, const Flags& flags,
+                std::vector<std::string>* lines) {
+  const int nproc = group.front().nproc;
   for (int i = 0; i < flags.warmup; ++i) {
-    DirectSpawn(f.nproc);
-    f.ours();
+    DirectSpawn(nproc);
+    for (const Figure& f : group) f.ours();
   }
-  std::vector<double> ours, base;
+  std::vector<std::vector<double>> ours(group.size());
+  std::vector<double> base;
   for (int i = 0; i < flags.runs; ++i) {
-    base.push_back(DirectSpawn(f.nproc));
-    ours.push_back(f.ours());
+    base.push_back(DirectSpawn(nproc));
+    for (size_t k = 0; k < group.size(); ++k) ours[k].push_back(group[k].ours());
   }
-  double o = Median(ours), b = Median(base);
-  std::string line = absl::StrFormat("BENCH %s %.2f ms baseline=%.3f ratio=%.1f", f.name, o, b,
-                                     b > 0 ? o / b : 0);
-  std::cout << line << "\n"
-            << absl::StrFormat("  (%s: p10 %.2f p90 %.2f ms; baseline p10 %.3f p90 %.3f ms)",
-                               f.name, Percentile(ours, 0.1), Percentile(ours, 0.9),
-                               Percentile(base, 0.1), Percentile(base, 0.9))
-            << std::endl;
-  lines->push_back(line);
+  const double b = Median(base);
+  for (size_t k = 0; k < group.size(); ++k) {
+    const double o = Median(ours[k]);
+    std::string line = absl::StrFormat("BENCH %s %.2f ms baseline=%.3f ratio=%.1f", group[k].name,
+                                       o, b, b > 0 ? o / b : 0);
+    if (k > 0) absl::StrAppendFormat(&line, " vs_%s=%.2f", group[0].name, o / Median(ours[0]));
+    std::cout << line << "\n"
+              << absl::StrFormat("  (%s: p10 %.2f p90 %.2f ms; baseline p10 %.3f p90 %.3f ms)",
+                                 group[k].name, Percentile(ours[k], 0.1),
+                                 Percentile(ours[k], 0.9), Percentile(base, 0.1),
+                                 Percentile(base, 0.9))
+              << std::endl;
+    lines->push_back(line);
+  }
 }
 
 void Phase(const std::string& name, const std::vector<double>& v, const std::string& what) {
   std::cout << absl::StrFormat("PHASE %-26s %8.2f ms  (p10 %.2f, p90 %.2f)  %s\n", name,
                                Median(v), Percentile(v, 0.1), Percentile(v, 0.9), what)
             << std::flush;
+}
+
+// A new client's first call: the connection (and, on a TLS cluster, its handshake).
+void NewChannelPhase(TestCluster& c, const Flags& flags, const std::string& name) {
+  std::vector<double> v;
+  for (int i = 0; i < flags.runs; ++i) {
+    auto addr = ClusterAddress{c.address(), c.token_file(), c.tls_ca()};
+    absl::Time t0 = absl::Now();
+    auto fresh = Client::Connect(addr);
+    if (!fresh.ok()) Die(fresh.status().ToString());
+    auto s = (*fresh)->Status();
+    fresh->reset();
+    v.push_back(Ms(absl::Now() - t0));
+    if (!s.ok()) Die(s.status().ToString());
+  }
+  Phase(name, v, "new Client + GetClusterStatus + destroy (new TCP/HTTP2)");
 }
 
 // The pieces a `drover run -- true` is made of, each timed on its own.
@@ -198,18 +228,7 @@ void RunPhases(TestCluster& c, const Flags& flags) {
   }
   Phase("cli_status", v, "`drover status`: start + connect + 1 RPC + exit");
 
-  v.clear();
-  for (int i = 0; i < runs; ++i) {
-    auto addr = ClusterAddress{c.address(), c.token_file()};
-    absl::Time t0 = absl::Now();
-    auto fresh = Client::Connect(addr);
-    if (!fresh.ok()) Die(fresh.status().ToString());
-    auto s = (*fresh)->Status();
-    fresh->reset();
-    v.push_back(Ms(absl::Now() - t0));
-    if (!s.ok()) Die(s.status().ToString());
-  }
-  Phase("sdk_new_channel_status", v, "new Client + GetClusterStatus + destroy (new TCP/HTTP2)");
+  NewChannelPhase(c, flags, "sdk_new_channel_status");
 
   v.clear();
   for (int i = 0; i < runs; ++i) {
@@ -284,6 +303,8 @@ int Main(int argc, char** argv) {
   bool no_phases = false;
   app.add_flag("--no-phases", no_phases, "Skip the per-phase breakdown");
   app.add_flag("--keep", flags.keep, "Keep the cluster's directory");
+  app.add_flag("--tls", flags.tls,
+               "Also measure a TLS cluster, interleaved with the plain one (\"_tls\" figures)");
   bool no_metrics = false;
   app.add_flag("--no-metrics", no_metrics,
                "Run the daemons without their HTTP servers (/metrics, the dashboard), to "
@@ -315,17 +336,34 @@ int Main(int argc, char** argv) {
     auto cluster = TestCluster::Start(o);
     if (!cluster.ok()) Die(absl::StrCat("cannot start the cluster: ", cluster.status().ToString()));
     TestCluster& c = **cluster;
-    std::cout << "cluster: scheduler " << c.address() << ", dir " << c.dir() << "\n\n"
+    std::cout << "cluster: scheduler " << c.address() << ", dir " << c.dir() << "\n"
               << std::flush;
+    std::unique_ptr<TestCluster> tls;
+    if (flags.tls) {
+      o.tls = true;
+      auto t = TestCluster::Start(o);
+      if (!t.ok()) Die(absl::StrCat("cannot start the TLS cluster: ", t.status().ToString()));
+      tls = *std::move(t);
+      std::cout << "TLS cluster: scheduler " << tls->address() << ", dir " << tls->dir() << "\n"
+                << std::flush;
+    }
+    std::cout << "\n";
 
-    std::vector<Figure> figures = {
-        {"launch_1", 1, [&] { return CliRun(c, 1); }},
-        {"launch_8", 8, [&] { return CliRun(c, 8); }},
-        {"submit_wait_1", 1, [&] { return SubmitWait(c.client(), 1); }},
-        {"submit_wait_8", 8, [&] { return SubmitWait(c.client(), 8); }},
+    auto group = [&](const std::string& name, int n,
+                     const std::function<double(TestCluster&)>& run) {
+      std::vector<Figure> g = {{name, n, [&c, run] { return run(c); }}};
+      if (tls) g.push_back({name + "_tls", n, [&tls, run] { return run(*tls); }});
+      return g;
     };
-    for (const auto& f : figures) RunFigure(f, flags, &lines);
+    const std::vector<std::vector<Figure>> groups = {
+        group("launch_1", 1, [](TestCluster& x) { return CliRun(x, 1); }),
+        group("launch_8", 8, [](TestCluster& x) { return CliRun(x, 8); }),
+        group("submit_wait_1", 1, [](TestCluster& x) { return SubmitWait(x.client(), 1); }),
+        group("submit_wait_8", 8, [](TestCluster& x) { return SubmitWait(x.client(), 8); }),
+    };
+    for (const auto& g : groups) RunFigures(g, flags, &lines);
     if (flags.phases) RunPhases(c, flags);
+    if (flags.phases && tls) NewChannelPhase(*tls, flags, "sdk_new_channel_status_tls");
     // ~TestCluster stops the agent (and with it any worker) and the scheduler, and reaps them.
   }
   if (flags.keep) {

@@ -27,6 +27,11 @@
 //                                   between the same two processes (GB/s, receiver side)
 //   pull_1GiB_grpc                  the same pull with the raw-TCP data path off (the
 //                                   data in gRPC messages: the fallback path)
+//   pull_1GiB_tls                   the pull in a TLS cluster (a second scheduler with
+//                                   --tls-dir, two nodes with certificates from it: the
+//                                   raw path is a TLS connection) vs pull_1GiB, same runs
+//   tls_tcp_1GiB                    1 GiB over one TLS connection between the TLS
+//                                   nodes (handshake included) vs raw loopback TCP
 // Each figure prints one line
 //   BENCH <name> <value> <unit> baseline=<value> ratio=<ours/baseline>
 // Everything it starts is stopped before it exits.
@@ -419,43 +424,66 @@ void BenchSmall(os::Client& store, int echo_fd, int runs, std::vector<std::strin
 
 // --- cross-node pull -------------------------------------------------------------
 
-void BenchPull(const std::string& tmp, int runs, std::vector<std::string>* lines) {
-  const uint64_t size = kGiB;
-  // The directory: a real drover-scheduler (nodes send no heartbeats: long timeout).
-  const std::string token_file = tmp + "/token";
-  const std::string ready = tmp + "/scheduler.ready";
-  Child scheduler({runfiles + "scheduler/drover-scheduler", "--bind", "127.0.0.1", "--port",
-                   "0", "--token-file", token_file, "--ready-file", ready,
-                   "--node-timeout-ms", "3600000"});
-  std::string address;
-  for (absl::Time d = absl::Now() + absl::Seconds(30); address.empty() && absl::Now() < d;) {
+// A drover-scheduler for the pull figures (nodes send no heartbeats: long timeout), in
+// `dir`; with `tls`, a TLS one whose CA it makes there. Sets its address (and CA file).
+std::unique_ptr<Child> StartScheduler(const std::string& dir, bool tls, std::string* address,
+                                      std::string* ca) {
+  std::filesystem::create_directories(dir);
+  const std::string ready = dir + "/scheduler.ready";
+  std::vector<std::string> argv = {runfiles + "scheduler/drover-scheduler", "--bind",
+                                   "127.0.0.1", "--port", "0", "--token-file", dir + "/token",
+                                   "--ready-file", ready, "--node-timeout-ms", "3600000"};
+  if (tls) argv.insert(argv.end(), {"--tls-dir", dir + "/tls"});
+  auto child = std::make_unique<Child>(argv);
+  auto field = [](const std::string& json, const std::string& key) {
+    auto k = json.find("\"" + key + "\"");
+    if (k == std::string::npos) return std::string();
+    auto q1 = json.find('"', json.find(':', k) + 1);
+    auto q2 = json.find('"', q1 + 1);
+    return json.substr(q1 + 1, q2 - q1 - 1);
+  };
+  for (absl::Time d = absl::Now() + absl::Seconds(30); address->empty() && absl::Now() < d;) {
     std::ifstream in(ready);
     std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto k = json.find("\"address\"");
-    if (k != std::string::npos) {
-      auto q1 = json.find('"', json.find(':', k) + 1);
-      auto q2 = json.find('"', q1 + 1);
-      address = json.substr(q1 + 1, q2 - q1 - 1);
-    } else {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    *address = field(json, "address");
+    *ca = field(json, "tls_ca");
+    if (address->empty()) absl::SleepFor(absl::Milliseconds(20));
   }
-  if (address.empty()) Die("drover-scheduler did not start");
+  if (address->empty()) Die("drover-scheduler did not start");
+  return child;
+}
 
-  auto node = [&](uint64_t pool, bool raw_tcp) {
-    auto c = std::make_unique<Child>(std::vector<std::string>{
+void BenchPull(const std::string& tmp, int runs, bool tls, std::vector<std::string>* lines) {
+  const uint64_t size = kGiB;
+  std::string address, ca, tls_address, tls_ca;
+  auto scheduler = StartScheduler(tmp + "/plain", false, &address, &ca);
+  std::unique_ptr<Child> tls_scheduler;
+  if (tls) tls_scheduler = StartScheduler(tmp + "/tls", true, &tls_address, &tls_ca);
+
+  auto node = [&](uint64_t pool, bool raw_tcp, bool secure) {
+    std::vector<std::string> argv = {
         runfiles + "bench/object_store_node", "--pool-bytes", absl::StrCat(pool),
-        "--scheduler", address, "--token-file", token_file, "--raw-tcp", raw_tcp ? "1" : "0"});
+        "--scheduler", secure ? tls_address : address, "--token-file",
+        tmp + (secure ? "/tls/token" : "/plain/token"), "--raw-tcp", raw_tcp ? "1" : "0"};
+    if (secure) argv.insert(argv.end(), {"--tls-ca", tls_ca});
+    auto c = std::make_unique<Child>(argv);
     std::string ready_line = c->ReadLine();
     if (ready_line.rfind("ready ", 0) != 0) Die("node helper: " + ready_line);
     return c;
   };
-  auto a = node(size + kMiB, true);
-  auto b = node(2 * size + kMiB, true);
+  auto a = node(size + kMiB, true, false);
+  auto b = node(2 * size + kMiB, true, false);
   // A puller with the raw-TCP data path off: the data in gRPC messages (the fallback).
-  auto g = node(2 * size + kMiB, false);
+  auto g = node(2 * size + kMiB, false, false);
+  // The TLS cluster's two nodes.
+  std::unique_ptr<Child> ta, tb;
+  if (tls) {
+    ta = node(size + kMiB, true, true);
+    tb = node(2 * size + kMiB, true, true);
+  }
   a->Call(absl::StrCat("put big ", size));
   const std::string sum = a->Call("sum big");
+  if (tls) ta->Call(absl::StrCat("put big ", size));
 
   auto pull_by = [&](Child* puller) -> double {
     std::vector<std::string> r = absl::StrSplit(puller->Call("fetch big"), ' ');
@@ -463,29 +491,40 @@ void BenchPull(const std::string& tmp, int runs, std::vector<std::string>* lines
     puller->Call("drop big");
     return size / sec / 1e9;
   };
-  auto pull = [&] { return pull_by(b.get()); };
-  auto tcp = [&]() -> double {
-    std::string port = a->Call("tcp_serve big");
-    double sec = std::stod(b->Call(absl::StrCat("tcp_recv ", port, " ", size)));
+  auto tcp_between = [&](Child* from, Child* to) -> double {
+    std::string port = from->Call("tcp_serve big");
+    double sec = std::stod(to->Call(absl::StrCat("tcp_recv ", port, " ", size)));
     return size / sec / 1e9;
   };
-  // Warm-up, and a check that the pulled copy is the same bytes.
-  b->Call("fetch big");
-  if (b->Call("sum big") != sum) Die("the pulled copy differs from the original");
-  b->Call("drop big");
-  g->Call("fetch big");
-  if (g->Call("sum big") != sum) Die("the copy pulled over gRPC differs from the original");
-  g->Call("drop big");
+  auto tcp = [&] { return tcp_between(a.get(), b.get()); };
+  // Warm-up, and a check that each pulled copy is the same bytes.
+  std::vector<Child*> pullers = {b.get(), g.get()};
+  if (tls) pullers.push_back(tb.get());
+  for (Child* p : pullers) {
+    p->Call("fetch big");
+    if (p->Call("sum big") != sum) Die("a pulled copy differs from the original");
+    p->Call("drop big");
+  }
   tcp();
-  std::vector<double> ours, grpc_only, base, base_g;
+  if (tls) tcp_between(ta.get(), tb.get());
+  std::vector<double> ours, grpc_only, base, base_g, ours_tls, tcp_tls, base_t;
   for (int i = 0; i < runs; ++i) {
     base.push_back(tcp());
-    ours.push_back(pull());
+    ours.push_back(pull_by(b.get()));
     base_g.push_back(tcp());
     grpc_only.push_back(pull_by(g.get()));
+    if (tls) {
+      ours_tls.push_back(pull_by(tb.get()));
+      base_t.push_back(tcp());
+      tcp_tls.push_back(tcp_between(ta.get(), tb.get()));
+    }
   }
   Report(lines, "pull_1GiB", Median(ours), "GB/s", Median(base), ours, base);
   Report(lines, "pull_1GiB_grpc", Median(grpc_only), "GB/s", Median(base_g), grpc_only, base_g);
+  if (tls) {
+    Report(lines, "pull_1GiB_tls", Median(ours_tls), "GB/s", Median(ours), ours_tls, ours);
+    Report(lines, "tls_tcp_1GiB", Median(tcp_tls), "GB/s", Median(base_t), tcp_tls, base_t);
+  }
 }
 
 int Main(int argc, char** argv) {
@@ -532,7 +571,10 @@ int Main(int argc, char** argv) {
     if (flags.Want("small_put_get")) BenchSmall(store, echo_fd, 9 / q, &lines);
     close(echo_fd);
   }
-  if (flags.Want("pull_1GiB") || flags.Want("pull_1GiB_grpc")) BenchPull(tmp, flags.quick ? 3 : 5, &lines);
+  const bool tls = flags.Want("pull_1GiB_tls") || flags.Want("tls_tcp_1GiB");
+  if (tls || flags.Want("pull_1GiB") || flags.Want("pull_1GiB_grpc")) {
+    BenchPull(tmp, flags.quick ? 3 : 5, tls, &lines);
+  }
 
   std::cout << "\nsummary:\n";
   for (const auto& l : lines) std::cout << l << "\n";

@@ -7,11 +7,15 @@
 //       of a raw Unix-socket round trip between two processes).
 //
 //   object_store_node --pool-bytes N --scheduler HOST:PORT --token-file FILE [--raw-tcp 0]
+//                     [--tls-ca FILE]
 //       One "node" for the cross-node pull: an ObjectTransfer (and its gRPC service on
 //       127.0.0.1, port 0) over a LocalObjects backed by one pre-touched heap region of
 //       N bytes that reuses freed space (as the store's arena does), registered with the scheduler's directory as a node.
 //       `--raw-tcp 0` turns off the raw-TCP data path (ObjectTransferOptions::raw_tcp):
-//       its pulls, and the reads it serves, move the data in gRPC messages.
+//       its pulls, and the reads it serves, move the data in gRPC messages. `--tls-ca`:
+//       the scheduler is a TLS one; the node gets its certificate from it as an agent
+//       does (node_agent/tls_bootstrap.h), and everything it serves or pulls is TLS,
+//       the tcp_serve/tcp_recv baseline included.
 //       Prints "ready <address> <node_id>" and then executes one command per stdin
 //       line, answering one line each ("ok ..." or "err <message>"):
 //         put ID BYTES        create ID (BYTES of a pattern) in the store, announce it
@@ -19,9 +23,10 @@
 //         drop ID             delete the local copy
 //         sum ID              "ok <checksum>" of the local copy's data
 //         tcp_serve ID        listen on 127.0.0.1:0, print "ok <port>", then send the
-//                             object's bytes (from the arena) to one connection
+//                             object's bytes (from the arena) to one connection (TLS
+//                             with --tls-ca)
 //         tcp_recv PORT BYTES connect and receive BYTES into a store allocation;
-//                             "ok <seconds>"
+//                             "ok <seconds>" (the TLS handshake included)
 //         quit
 // Timings are taken inside this process (the receiving side), for both the pull and
 // its raw-TCP baseline.
@@ -49,13 +54,15 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
+#include "common/net.h"
 #include "common/rpc.h"
-#include "grpcpp/security/server_credentials.h"
+#include "common/tls.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "node_agent/local_objects.h"
 #include "node_agent/object_transfer.h"
 #include "node_agent/object_transfer_service.h"
+#include "node_agent/tls_bootstrap.h"
 #include "proto/scheduler.grpc.pb.h"
 
 namespace drover::bench {
@@ -274,15 +281,10 @@ std::string Command(Node& n, const std::string& line) {
     std::thread([l, local, id, view] {
       int c = accept(l, nullptr, nullptr);
       close(l);
-      const uint8_t* p = view.data;
-      size_t left = c < 0 ? 0 : static_cast<size_t>(view.size);
-      while (left > 0) {
-        ssize_t k = send(c, p, left, MSG_NOSIGNAL);
-        if (k <= 0) break;
-        p += k;
-        left -= static_cast<size_t>(k);
+      if (c >= 0) {
+        auto conn = ProcessTransport()->ServerEnd(c, "the tcp_recv peer");
+        if (conn.ok()) (void)(*conn)->WriteAll(view.data, static_cast<size_t>(view.size));
       }
-      if (c >= 0) close(c);
       local->Release(id);
     }).detach();
     return absl::StrCat("ok ", ntohs(a.sin_port));
@@ -294,24 +296,23 @@ std::string Command(Node& n, const std::string& line) {
     std::string tmp = "tcp-baseline";
     auto obj = n.local->CreateSecondary(tmp, static_cast<int64_t>(bytes), "");
     if (!obj.ok()) return "err " + obj.status().ToString();
-    int c = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
+    const std::string where = absl::StrCat("127.0.0.1:", port);
     absl::Time t0 = absl::Now();
-    if (connect(c, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    auto fd = ConnectTcp(where, absl::Now() + absl::Seconds(10));
+    auto conn = fd.ok() ? ProcessTransport()->ClientEnd(*fd, where, absl::Now() + absl::Seconds(10))
+                        : fd.status();
+    if (!conn.ok()) {
       n.local->Abort(tmp);
-      return absl::StrCat("err connect: ", std::strerror(errno));
+      return absl::StrCat("err connect: ", conn.status().ToString());
     }
     uint64_t got = 0;
     while (got < bytes) {
-      ssize_t k = recv(c, obj->data + got, bytes - got, 0);
-      if (k <= 0) break;
-      got += static_cast<uint64_t>(k);
+      auto k = (*conn)->Read(obj->data + got, bytes - got);
+      if (!k.ok() || *k == 0) break;
+      got += *k;
     }
     double sec = absl::ToDoubleSeconds(absl::Now() - t0);
-    close(c);
+    conn->reset();
     n.local->Abort(tmp);
     if (got != bytes) return absl::StrCat("err received ", got, " of ", bytes);
     return absl::StrCat("ok ", sec);
@@ -320,11 +321,24 @@ std::string Command(Node& n, const std::string& line) {
 }
 
 int NodeMain(uint64_t pool_bytes, const std::string& scheduler,
-             const std::string& token_file, bool raw_tcp) {
+             const std::string& token_file, bool raw_tcp, const std::string& tls_ca) {
   Node n;
   auto token = ReadTokenFile(token_file);
   if (!token.ok()) Die(token.status().ToString());
   n.token = *token;
+  SetProcessTransport(TransportSecurity::Plaintext());
+  if (!tls_ca.empty()) {
+    NodeCertificateRequest req;
+    req.scheduler_address = scheduler;
+    req.token = n.token;
+    req.ca_file = tls_ca;
+    req.dir = absl::StrCat(token_file.substr(0, token_file.rfind('/')), "/node-", getpid());
+    req.common_name = absl::StrCat("bench node ", getpid());
+    auto files = ObtainNodeCertificate(req);
+    auto transport = files.ok() ? TransportSecurity::Load(*files) : files.status();
+    if (!transport.ok()) Die("TLS: " + transport.status().ToString());
+    SetProcessTransport(*transport);
+  }
   n.local = std::make_unique<PoolObjects>(pool_bytes);
   ObjectTransferOptions o;
   o.token = n.token;
@@ -334,7 +348,7 @@ int NodeMain(uint64_t pool_bytes, const std::string& scheduler,
   n.service = std::make_unique<ObjectTransferService>(n.token, n.transfer.get());
   grpc::ServerBuilder b;
   int port = 0;
-  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  AddListeningPort(&b, "127.0.0.1:0", &port);
   ObjectTransfer::ConfigureServer(&b);
   b.RegisterService(n.service.get());
   n.server = b.BuildAndStart();
@@ -373,7 +387,7 @@ int NodeMain(uint64_t pool_bytes, const std::string& scheduler,
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
-  std::string echo, scheduler, token_file;
+  std::string echo, scheduler, token_file, tls_ca;
   uint64_t pool = 0;
   int raw_tcp = 1;
   CLI::App app{"object_store_node: a node of the pull figure, or the echo peer"};
@@ -383,10 +397,11 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", token_file, "The cluster token");
   app.add_option("--raw-tcp", raw_tcp, "1: pulls take the raw TCP data path; 0: gRPC only")
       ->check(CLI::Range(0, 1));
+  app.add_option("--tls-ca", tls_ca, "The TLS scheduler's CA certificate (default: plain text)");
   CLI11_PARSE(app, argc, argv);
   if (!echo.empty()) return drover::bench::EchoMain(echo);
   if (pool == 0 || scheduler.empty() || token_file.empty()) {
     drover::bench::Die("usage: --echo SOCKET | --pool-bytes N --scheduler ADDR --token-file F");
   }
-  return drover::bench::NodeMain(pool, scheduler, token_file, raw_tcp);
+  return drover::bench::NodeMain(pool, scheduler, token_file, raw_tcp, tls_ca);
 }

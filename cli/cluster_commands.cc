@@ -132,6 +132,7 @@ struct UpFlags {
   double cpus_per_node = 0;   // 0: all
   std::string memory_per_node;
   bool redis = false;
+  bool tls = false;
   int port = 0;
   int64_t node_timeout_ms = 10000;
   int64_t kill_grace_ms = 5000;
@@ -157,6 +158,8 @@ int CmdUp(const UpFlags& f, bool json) {
   auto token = LoadOrCreateTokenFile(token_file);
   if (!token.ok()) return Fail(std::string(token.status().message()));
 
+  // TLS: the scheduler makes the CA here (or keeps the one from an earlier `up --tls`).
+  const std::string tls_dir = home + "/tls";
   nlohmann::json record;
   record["token_file"] = token_file;
   record["dir"] = dir;
@@ -234,6 +237,7 @@ int CmdUp(const UpFlags& f, bool json) {
     so.argv.push_back("--redis");
     so.argv.push_back(redis_address);
   }
+  if (f.tls) so.argv.insert(so.argv.end(), {"--tls-dir", tls_dir});
   so.stdout_path = so.stderr_path = dir + "/scheduler.log";
   so.new_session = true;
   show("drover: starting the scheduler");
@@ -242,12 +246,16 @@ int CmdUp(const UpFlags& f, bool json) {
   record["scheduler_pid"] = *spid;
   if (!save().ok()) return abort_up("cannot write " + ClusterFile());
   std::string address;
+  std::string tls_ca;
   bool ok = WaitFor(
       [&] {
         auto text = ReadFile(ready);
         if (text.ok()) {
           absl::StatusOr<ClusterRecord> r = ParseClusterRecord(*text, ready);
-          if (r.ok()) address = r->address;
+          if (r.ok()) {
+            address = r->address;
+            tls_ca = r->tls_ca;
+          }
         }
         return !address.empty() || !Alive(*spid);
       },
@@ -258,14 +266,17 @@ int CmdUp(const UpFlags& f, bool json) {
                                  "/scheduler.log) ends with:\n", LogTail(dir + "/scheduler.log")));
   }
   record["address"] = address;
+  if (!tls_ca.empty()) record["tls_ca"] = tls_ca;
   if (!save().ok()) return abort_up("cannot write " + ClusterFile());
-  say("drover: scheduler at " + address);
+  say("drover: scheduler at " + address +
+      (tls_ca.empty() ? "" : absl::StrCat(" (TLS, cluster CA ", tls_ca, ")")));
 
   for (int i = 0; i < f.nodes; ++i) {
     SpawnOptions ao;
     std::string node_dir = absl::StrCat(dir, "/agent-", i);
     ao.argv = {agent_bin, "--scheduler", address, "--token-file", token_file, "--dir", node_dir,
                "--kill-grace-ms", absl::StrCat(f.kill_grace_ms)};
+    if (!tls_ca.empty()) ao.argv.insert(ao.argv.end(), {"--tls-ca", tls_ca});
     if (f.gpus_per_node >= 0) {
       ao.argv.push_back("--num-gpus");
       ao.argv.push_back(absl::StrCat(f.gpus_per_node));
@@ -286,7 +297,7 @@ int CmdUp(const UpFlags& f, bool json) {
   }
   if (!save().ok()) return abort_up("cannot write " + ClusterFile());
 
-  auto client = Client::Connect({address, token_file});
+  auto client = Client::Connect({address, token_file, tls_ca});
   if (!client.ok()) return abort_up(std::string(client.status().message()));
   ClusterStatus status;
   const absl::Time agents_started = absl::Now();
@@ -359,6 +370,7 @@ int CmdDown(bool json) {
 
 struct StartFlags {
   bool head = false;
+  bool tls = false;  // head: make or keep the cluster CA; agent: get a certificate
   std::string address;  // agent: the head's address
   std::string bind;
   int port = 0;
@@ -407,11 +419,17 @@ int CmdStart(const StartFlags& f, const GlobalOptions& g) {
       argv.push_back("--advertise");
       argv.push_back(f.advertise);
     }
+    const std::string tls_dir = home + "/tls";
+    if (f.tls) argv.insert(argv.end(), {"--tls-dir", tls_dir});
     std::string here = FirstNonLoopbackAddress();
     std::cerr << "drover: starting the head; on every other machine copy " << token_file
-              << " (mode 600) and run:\n  drover start --address "
-              << (here.empty() ? Hostname() : here) << ":"
-              << (f.port ? absl::StrCat(f.port) : std::string("PORT")) << " --token-file TOKEN\n";
+              << " (mode 600)"
+              << (f.tls ? absl::StrCat(" and ", tls_dir, "/ca.crt (the cluster CA's "
+                                       "certificate; the CA's key stays here)")
+                        : std::string())
+              << " and run:\n  drover start --address " << (here.empty() ? Hostname() : here)
+              << ":" << (f.port ? absl::StrCat(f.port) : std::string("PORT"))
+              << " --token-file TOKEN" << (f.tls ? " --tls --tls-ca CA.crt" : "") << "\n";
     return ExecOrFail(argv);
   }
   auto hp = ParseHostPort(f.address);
@@ -428,6 +446,16 @@ int CmdStart(const StartFlags& f, const GlobalOptions& g) {
   if (!f.bind.empty()) argv.insert(argv.end(), {"--bind-ip", f.bind});
   if (*memory > 0) argv.insert(argv.end(), {"--memory-bytes", absl::StrCat(*memory)});
   for (const auto& r : f.resources) argv.insert(argv.end(), {"--resource", r});
+  if (f.tls || !g.tls_ca.empty()) {
+    // The agent asks the head for its certificate, checking the head against this CA.
+    const std::string ca = g.tls_ca.empty() ? home + "/tls/ca.crt" : g.tls_ca;
+    if (::access(ca.c_str(), R_OK) != 0) {
+      return Fail(absl::StrCat("--tls: no cluster CA certificate at ", ca, ": copy the head's ",
+                               "$DROVER_HOME/tls/ca.crt there, or pass --tls-ca FILE"),
+                  kUsageError);
+    }
+    argv.insert(argv.end(), {"--tls-ca", ca});
+  }
   return ExecOrFail(argv);
 }
 
@@ -450,6 +478,9 @@ void AddClusterCommands(CLI::App& app, GlobalOptions& g, int* rc) {
   up->add_option("--memory-per-node", up_flags.memory_per_node,
                  "memory each node offers (512M, 4G; default: all)");
   up->add_flag("--redis", up_flags.redis, "keep state in a local redis-server (survives restarts)");
+  up->add_flag("--tls", up_flags.tls,
+               "encrypt every connection with TLS (a cluster CA in $DROVER_HOME/tls, a "
+               "certificate for each daemon)");
   up->add_option("--port", up_flags.port, "scheduler port (default: any free one)")
       ->check(CLI::Range(0, 65535));
   up->add_option("--node-timeout-ms", up_flags.node_timeout_ms, "declare silent nodes dead after")
@@ -469,6 +500,10 @@ void AddClusterCommands(CLI::App& app, GlobalOptions& g, int* rc) {
   auto* start = app.add_subcommand(
       "start", "run one daemon in the foreground: the head (--head) or a node agent (--address)");
   start->add_flag("--head", sf.head, "start the scheduler on this machine");
+  start->add_flag("--tls", sf.tls,
+                  "head: encrypt the cluster's connections with TLS (the cluster CA in "
+                  "$DROVER_HOME/tls, made if missing); agent: join such a cluster (needs a "
+                  "copy of the head's tls/ca.crt: $DROVER_HOME/tls/ca.crt or --tls-ca)");
   start->add_option("--port", sf.port, "port to listen on (head: clients and agents connect here)")
       ->check(CLI::Range(0, 65535));
   start->add_option("--bind", sf.bind, "IP to listen on (head default 0.0.0.0)");

@@ -53,6 +53,7 @@ absl::StatusOr<ClusterRecord> ParseClusterRecord(const std::string& text,
   ClusterRecord r;
   DROVER_RETURN_IF_ERROR(String(j, path, "address", &r.address));
   DROVER_RETURN_IF_ERROR(String(j, path, "token_file", &r.token_file));
+  DROVER_RETURN_IF_ERROR(String(j, path, "tls_ca", &r.tls_ca));
   for (auto [key, out] : {std::pair{"scheduler_pid", &r.scheduler_pid},
                           std::pair{"redis_pid", &r.redis_pid}}) {
     if (auto it = j.find(key); it != j.end()) {

@@ -18,6 +18,7 @@ namespace drover::cli {
 struct ClusterRecord {
   std::string address;     // the scheduler's HOST:PORT ("" until it is known)
   std::string token_file;
+  std::string tls_ca;       // TLS clusters: the CA's certificate ("" for plain text)
   pid_t scheduler_pid = 0;  // 0: none recorded
   pid_t redis_pid = 0;
   std::vector<pid_t> agent_pids;

@@ -17,6 +17,7 @@ namespace drover::cli {
 struct GlobalOptions {
   std::string address;
   std::string token_file;
+  std::string tls_ca;  // TLS clusters: the cluster CA's certificate
   bool json = false;
   // Everything after a literal `--` on the command line (the job's command).
   std::vector<std::string> command;

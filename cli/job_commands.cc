@@ -25,7 +25,8 @@
 namespace drover::cli {
 
 absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& g) {
-  DROVER_ASSIGN_OR_RETURN(ClusterAddress cluster, ResolveCluster(g.address, g.token_file));
+  DROVER_ASSIGN_OR_RETURN(ClusterAddress cluster,
+                          ResolveCluster(g.address, g.token_file, g.tls_ca));
   return Client::Connect(cluster);
 }
 

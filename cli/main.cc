@@ -32,6 +32,9 @@ int main(int argc, char** argv) {
                  "started)");
   app.add_option("--token-file", global.token_file,
                  "cluster token file (default: $DROVER_TOKEN_FILE or the local cluster's)");
+  app.add_option("--tls-ca", global.tls_ca,
+                 "TLS clusters: the cluster CA's certificate, a copy of the head's "
+                 "$DROVER_HOME/tls/ca.crt (default: $DROVER_TLS_CA or the local cluster's)");
   int exit_code = 0;
   drover::cli::AddJobCommands(app, global, &exit_code);
   drover::cli::AddClusterCommands(app, global, &exit_code);

@@ -23,19 +23,12 @@ std::string GenerateToken() {
 }
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
+  auto contents = ReadOwnerOnlyFile(path, "token file");
+  if (absl::IsNotFound(contents.status())) {
     return absl::NotFoundError(absl::StrCat(
         "token file ", path, " does not exist; copy it from the head node (it is "
         "created by `drover start --head` or `drover up`) or pass --token-file"));
   }
-  if (st.st_mode & 077) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "token file ", path, " is readable by others (mode ",
-        absl::StrCat(st.st_mode & 0777), " octal ", (st.st_mode >> 6) & 7,
-        (st.st_mode >> 3) & 7, st.st_mode & 7, "); run `chmod 600 ", path, "`"));
-  }
-  auto contents = ReadFile(path);
   if (!contents.ok()) return contents.status();
   std::string token(absl::StripAsciiWhitespace(*contents));
   if (token.empty()) {

@@ -30,6 +30,20 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return out;
 }
 
+absl::StatusOr<std::string> ReadOwnerOnlyFile(const std::string& path,
+                                              const std::string& what) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(what, " ", path, " does not exist"));
+  }
+  if (st.st_mode & 077) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        what, " ", path, " is readable by others (mode octal ", (st.st_mode >> 6) & 7,
+        (st.st_mode >> 3) & 7, st.st_mode & 7, "); run `chmod 600 ", path, "`"));
+  }
+  return ReadFile(path);
+}
+
 absl::Status WriteFileAtomic(const std::string& path, const std::string& contents,
                              int mode) {
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());

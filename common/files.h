@@ -11,6 +11,10 @@
 namespace drover {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
+// Reads a secret (`what`: "token file", "TLS key"): PERMISSION_DENIED, naming the
+// chmod that fixes it, if the file is readable or writable by group or others, because
+// a secret anyone can read is none; NOT_FOUND if it does not exist.
+absl::StatusOr<std::string> ReadOwnerOnlyFile(const std::string& path, const std::string& what);
 // Writes via a temporary file and rename(2), so readers see the old or the new
 // contents, never a torn file. `mode` applies to the new file (e.g. 0600 for secrets).
 absl::Status WriteFileAtomic(const std::string& path, const std::string& contents,

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/net.h"
 
 namespace drover {
@@ -75,9 +76,11 @@ void AppendFrame(const google::protobuf::MessageLite& msg, std::string* out) {
   msg.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(p + 4));
 }
 
-FramedSocket::FramedSocket(int fd) : fd_(fd) {}
+FramedSocket::FramedSocket(int fd) : stream_(std::make_unique<SocketStream>(fd)) {}
 
-FramedSocket::~FramedSocket() { ::close(fd_); }
+FramedSocket::FramedSocket(std::unique_ptr<SocketStream> stream) : stream_(std::move(stream)) {}
+
+FramedSocket::~FramedSocket() = default;
 
 absl::StatusOr<std::unique_ptr<FramedSocket>> FramedSocket::ConnectUnix(const std::string& path) {
   sockaddr_un addr{};
@@ -96,52 +99,18 @@ absl::StatusOr<std::unique_ptr<FramedSocket>> FramedSocket::ConnectUnix(const st
   return std::make_unique<FramedSocket>(fd);
 }
 
-absl::StatusOr<std::unique_ptr<FramedSocket>> FramedSocket::ConnectTcp(const std::string& host_port) {
-  absl::StatusOr<HostPort> hp = ParseHostPort(host_port);
-  if (!hp.ok()) return hp.status();
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  int family = AF_INET;
-  if (hp->host.find(':') != std::string::npos) {
-    auto* a6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    a6->sin6_family = family = AF_INET6;
-    a6->sin6_port = htons(hp->port);
-    if (::inet_pton(AF_INET6, hp->host.c_str(), &a6->sin6_addr) != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("not a numeric address: ", host_port));
-    }
-    len = sizeof(sockaddr_in6);
-  } else {
-    auto* a4 = reinterpret_cast<sockaddr_in*>(&ss);
-    a4->sin_family = AF_INET;
-    a4->sin_port = htons(hp->port);
-    if (::inet_pton(AF_INET, hp->host.c_str(), &a4->sin_addr) != 1) {
-      return absl::InvalidArgumentError(absl::StrCat("not a numeric address: ", host_port));
-    }
-    len = sizeof(sockaddr_in);
-  }
-  int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&ss), len) != 0) {
-    int err = errno;
-    ::close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("cannot connect to ", host_port, ": ", std::strerror(err)));
-  }
-  SetNoDelay(fd);
-  return std::make_unique<FramedSocket>(fd);
+absl::StatusOr<std::unique_ptr<FramedSocket>> FramedSocket::ConnectTcp(
+    const std::string& host_port, const TransportSecurity& security, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::StatusOr<int> fd = drover::ConnectTcp(host_port, deadline);
+  if (!fd.ok()) return fd.status();
+  absl::StatusOr<std::unique_ptr<SocketStream>> stream = security.ClientEnd(*fd, host_port, deadline);
+  if (!stream.ok()) return stream.status();
+  return std::make_unique<FramedSocket>(*std::move(stream));
 }
 
 absl::Status FramedSocket::WriteAll(const std::string& bytes) {
-  size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t n = ::send(fd_, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("connection lost: ", std::strerror(errno)));
-    }
-    off += static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
+  return stream_->WriteAll(bytes.data(), bytes.size());
 }
 
 absl::Status FramedSocket::Send(const google::protobuf::MessageLite& msg) {
@@ -184,17 +153,14 @@ absl::Status FramedSocket::Read(google::protobuf::MessageLite* msg) {
       return absl::OkStatus();
     }
     char* p = reader_.WritePtr(kReadChunk);
-    ssize_t n = ::recv(fd_, p, kReadChunk, 0);
-    if (n == 0) return absl::UnavailableError("connection closed by the peer");
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::UnavailableError(absl::StrCat("connection lost: ", std::strerror(errno)));
-    }
-    reader_.Commit(static_cast<size_t>(n));
+    absl::StatusOr<size_t> n = stream_->Read(p, kReadChunk);
+    if (!n.ok()) return n.status();
+    if (*n == 0) return absl::UnavailableError("connection closed by the peer");
+    reader_.Commit(*n);
   }
 }
 
-void FramedSocket::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
+void FramedSocket::Shutdown() { stream_->Shutdown(); }
 
 absl::StatusOr<int> ListenUnix(const std::string& path, int backlog) {
   sockaddr_un addr{};

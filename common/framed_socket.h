@@ -1,6 +1,7 @@
-// FramedSocket: protobuf messages over a stream socket (Unix or TCP), each framed as a
-// 4-byte little-endian length and the serialized message. The task layer's direct
-// channels (owner <-> worker, worker <-> agent) use it; see proto/task.proto.
+// FramedSocket: protobuf messages over a stream socket (Unix or TCP, the latter with TLS
+// when the cluster uses it), each framed as a 4-byte little-endian length and the
+// serialized message. The task layer's direct channels (owner <-> worker, worker <->
+// agent) use it; see proto/task.proto.
 //
 // Writes are batched without waiting: Send appends the frame to an output buffer and,
 // unless another thread is already writing, writes the buffer out (and whatever other
@@ -24,6 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/socket_stream.h"
+#include "common/tls.h"
 #include "google/protobuf/message_lite.h"
 
 namespace drover {
@@ -55,14 +58,20 @@ class FramedSocket {
  public:
   // Takes ownership of `fd` (a connected stream socket, blocking mode).
   explicit FramedSocket(int fd);
+  // Over `stream` (plain or TLS).
+  explicit FramedSocket(std::unique_ptr<SocketStream> stream);
   // Closes the socket.
   ~FramedSocket();
   FramedSocket(const FramedSocket&) = delete;
   FramedSocket& operator=(const FramedSocket&) = delete;
 
-  // Connects to a Unix socket path or a TCP "host:port". UNAVAILABLE if nobody listens.
+  // Connects to a Unix socket path, or to a TCP "host:port" secured as `security` says
+  // (the TLS handshake, which checks the server, done within `timeout`). UNAVAILABLE if
+  // nobody listens or the handshake fails (the message says why).
   static absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectUnix(const std::string& path);
-  static absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectTcp(const std::string& host_port);
+  static absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectTcp(
+      const std::string& host_port, const TransportSecurity& security = *ProcessTransport(),
+      absl::Duration timeout = absl::Seconds(10));
 
   // Sends one frame (see the class comment). UNAVAILABLE once the connection broke.
   absl::Status Send(const google::protobuf::MessageLite& msg);
@@ -74,7 +83,7 @@ class FramedSocket {
   // Shuts the socket down both ways: a blocked Read returns, later Sends fail.
   void Shutdown();
 
-  int fd() const { return fd_; }
+  int fd() const { return stream_->fd(); }
 
  private:
   absl::Status WriteAll(const std::string& bytes);
@@ -82,7 +91,7 @@ class FramedSocket {
   template <typename Append>
   absl::Status Enqueue(Append append);
 
-  const int fd_;
+  const std::unique_ptr<SocketStream> stream_;
   FrameReader reader_;  // used by Read only
 
   absl::Mutex mu_;

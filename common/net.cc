@@ -4,15 +4,20 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace drover {
 
@@ -127,6 +132,47 @@ std::string FirstNonLoopbackAddress() {
     return true;
   });
   return found;
+}
+
+absl::StatusOr<int> ConnectTcp(const std::string& host_port, absl::Time deadline) {
+  absl::StatusOr<HostPort> hp = ParseHostPort(host_port);
+  if (!hp.ok()) return hp.status();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(hp->host.c_str(), absl::StrCat(hp->port).c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot resolve '", hp->host, "': ", gai_strerror(rc)));
+  }
+  std::string error = "no address";
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) continue;
+    int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+      if (ms > 0 && ::poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, 1 << 30))) > 0) {
+        socklen_t len = sizeof(err);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      } else {
+        err = ETIMEDOUT;
+      }
+    }
+    if (err == 0) {
+      ::freeaddrinfo(res);
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) & ~O_NONBLOCK);
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      return fd;
+    }
+    error = std::strerror(err);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return absl::UnavailableError(absl::StrCat("cannot connect to ", host_port, ": ", error));
 }
 
 std::string Hostname() {

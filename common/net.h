@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace drover {
 
@@ -22,6 +23,11 @@ absl::StatusOr<std::string> LocalAddressFor(const std::string& host);
 
 // A TCP port on `ip` that is free right now (bound to port 0, then released).
 absl::StatusOr<int> PickFreePort(const std::string& ip = "127.0.0.1");
+
+// A TCP connection to "host:port" (a name or a numeric address), made by `deadline`:
+// the socket (blocking, close-on-exec, TCP_NODELAY), owned by the caller. UNAVAILABLE
+// if the host does not resolve, nobody listens or the time passes.
+absl::StatusOr<int> ConnectTcp(const std::string& host_port, absl::Time deadline);
 
 // The machine's hostname.
 std::string Hostname();

@@ -8,6 +8,11 @@
 namespace drover {
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  return MakeChannel(address, *ProcessTransport());
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const TransportSecurity& security) {
   grpc::ChannelArguments args;
   // Reconnect soon after a restarted peer comes back instead of backing off to minutes.
   // Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: gRPC also takes it as the minimum connect
@@ -18,7 +23,19 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   // Distinct channels per target, so one dead peer cannot stall another.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return MakeCustomChannel(address, std::move(args), security);
+}
+
+std::shared_ptr<grpc::Channel> MakeCustomChannel(const std::string& address,
+                                                 grpc::ChannelArguments args,
+                                                 const TransportSecurity& security) {
+  security.ApplyChannelArgs(&args);
+  return grpc::CreateCustomChannel(address, security.ChannelCredentials(), args);
+}
+
+void AddListeningPort(grpc::ServerBuilder* builder, const std::string& address,
+                      int* selected_port) {
+  builder->AddListeningPort(address, ProcessTransport()->ServerCredentials(), selected_port);
 }
 
 void PrepareContext(grpc::ClientContext* ctx, const std::string& token,

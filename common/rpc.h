@@ -1,5 +1,6 @@
-// Client-side RPC helpers: channels and per-call contexts that always carry the
-// cluster token and a deadline.
+// RPC helpers: channels and per-call contexts that always carry the cluster token and
+// a deadline, and listening ports. Every channel and server port of drover is made
+// here, secured as the process's transport says (common/tls.h: TLS or plain text).
 #ifndef DROVER_COMMON_RPC_H_
 #define DROVER_COMMON_RPC_H_
 
@@ -11,16 +12,30 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/channel.h"
+#include "common/tls.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/server_builder.h"
+#include "grpcpp/support/channel_arguments.h"
 
 namespace drover {
 
 // Default deadline for unary calls between components.
 inline constexpr std::chrono::milliseconds kDefaultRpcTimeout{5000};
 
-// An insecure channel to host:port (the token authenticates; traffic stays on the
-// operator's network). Reconnects quickly after a peer restarts.
+// A channel to host:port, secured as `security` says (ProcessTransport() by default).
+// Reconnects quickly after a peer restarts.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const TransportSecurity& security);
+// The same with the caller's own channel arguments (which replace MakeChannel's).
+std::shared_ptr<grpc::Channel> MakeCustomChannel(const std::string& address,
+                                                 grpc::ChannelArguments args,
+                                                 const TransportSecurity& security);
+
+// Adds a listening port at `address` ("ip:port", port 0 for any) to `builder`,
+// secured as ProcessTransport() says; `*selected_port` is set when the server starts.
+void AddListeningPort(grpc::ServerBuilder* builder, const std::string& address,
+                      int* selected_port);
 
 // Fills `ctx` with the token and a deadline `timeout` from now.
 void PrepareContext(grpc::ClientContext* ctx, const std::string& token,

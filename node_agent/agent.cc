@@ -16,8 +16,9 @@
 #include "common/rpc.h"
 #include "common/spawn.h"
 #include "common/status.h"
-#include "grpcpp/security/server_credentials.h"
+#include "common/tls.h"
 #include "grpcpp/server_builder.h"
+#include "node_agent/tls_bootstrap.h"
 #include "proto/lease.grpc.pb.h"
 
 namespace drover {
@@ -104,10 +105,11 @@ absl::Status NodeAgent::Start() {
   }
   std::string log_dir = absl::StrCat(options_.dir, "/logs");
   DROVER_RETURN_IF_ERROR(MakeDirs(log_dir, 0700));
+  hostname_ = Hostname();
+  if (!options_.tls_ca.empty()) DROVER_RETURN_IF_ERROR(StartTls());
   if (options_.object_store) DROVER_RETURN_IF_ERROR(StartObjectStore());
 
   resources_ = DiscoverResources(options_.resources, options_.discovery);
-  hostname_ = Hostname();
   for (const auto& w : resources_.warnings) DROVER_LOG(WARNING) << w;
   DROVER_LOG(INFO) << "resources: " << resources_.total.cpus() << " CPUs, "
                    << (resources_.total.memory_bytes() >> 20) << " MiB memory, "
@@ -137,8 +139,7 @@ absl::Status NodeAgent::Start() {
                              options_.bind_ip.front() != '['
                          ? absl::StrCat("[", options_.bind_ip, "]")
                          : options_.bind_ip;
-  builder.AddListeningPort(absl::StrCat(host, ":", options_.port),
-                           grpc::InsecureServerCredentials(), &selected_port);
+  AddListeningPort(&builder, absl::StrCat(host, ":", options_.port), &selected_port);
   builder.RegisterService(service_.get());
   if (options_.local_objects != nullptr) {
     ObjectTransferOptions to;
@@ -162,6 +163,7 @@ absl::Status NodeAgent::Start() {
                           selected_port);
   pm_->SetWorkerEnv("DROVER_AGENT_ADDRESS", address_);
   pm_->SetWorkerEnv("DROVER_NODE_IP", options_.node_ip);
+  for (const auto& [key, value] : ProcessTransport()->Environment()) pm_->SetWorkerEnv(key, value);
   if (store_) pm_->SetWorkerEnv("DROVER_OBJECT_STORE_SOCKET", store_->socket_path());
   DROVER_RETURN_IF_ERROR(StartMetrics());
   DROVER_LOG(INFO) << "node agent listening on " << address_ << " (bound " << host << ":"
@@ -214,6 +216,22 @@ void NodeAgent::Shutdown() {
   }
   pm_.reset();
   DROVER_LOG(INFO) << "node agent stopped";
+}
+
+absl::Status NodeAgent::StartTls() {
+  NodeCertificateRequest req;
+  req.scheduler_address = options_.scheduler_address;
+  req.token = options_.token;
+  req.ca_file = options_.tls_ca;
+  req.dir = absl::StrCat(options_.dir, "/tls");
+  req.common_name = absl::StrCat("drover node ", hostname_, " ", options_.node_ip);
+  DROVER_ASSIGN_OR_RETURN(TlsFiles files, ObtainNodeCertificate(req));
+  DROVER_ASSIGN_OR_RETURN(std::shared_ptr<const TransportSecurity> transport,
+                          TransportSecurity::Load(files));
+  SetProcessTransport(std::move(transport));
+  DROVER_LOG(INFO) << "TLS: certificate " << files.cert << " issued by the head, CA "
+                   << files.ca;
+  return absl::OkStatus();
 }
 
 bool NodeAgent::SleepUntilOrStop(absl::Time deadline) {
@@ -341,9 +359,16 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   grpc::Status s = stub->RegisterNode(&ctx, req, &reply);
   if (!s.ok() || reply.node_id().empty()) {
     if (!*logged_failure) {
+      // A scheduler that answers, but over another transport, will not come round.
+      const std::string mismatch =
+          s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                  s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
+              ? TransportMismatch(options_.scheduler_address, *ProcessTransport())
+              : "";
       DROVER_LOG(WARNING) << "cannot register with the scheduler at "
                           << options_.scheduler_address << ": "
                           << (s.ok() ? "empty node id in reply" : s.error_message())
+                          << (mismatch.empty() ? "" : absl::StrCat(" (", mismatch, ")"))
                           << "; retrying until it answers";
       *logged_failure = true;
     }

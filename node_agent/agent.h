@@ -99,6 +99,11 @@ struct AgentOptions {
   int metrics_port = 0;
   // Task workers idle this long are stopped.
   absl::Duration worker_idle_timeout = absl::Seconds(60);
+  // TLS: the cluster CA's certificate (a copy of the head's tls/ca.crt). At start the
+  // agent gets a certificate of its own from the head (tls_bootstrap.h, into <dir>/tls)
+  // and from then on this process (every channel, its server, raw transfers) and the
+  // workers it starts (DROVER_TLS_*) use TLS. Empty: plain text.
+  std::string tls_ca;
   // Time for the agent's own timers: the heartbeat interval, the registration back-off,
   // log pruning and WaitRegistered. Not owned; must outlive the agent.
   Clock* clock = Clock::Real();
@@ -146,6 +151,8 @@ class NodeAgent {
   void WriteReadyFile();
   absl::Status StartObjectStore();
   absl::Status StartMetrics();
+  // With options_.tls_ca: the node's certificate, made the process's transport.
+  absl::Status StartTls();
 
   AgentOptions options_;
   NodeResources resources_;

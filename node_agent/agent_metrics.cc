@@ -137,6 +137,11 @@ std::vector<std::shared_ptr<prometheus::Collectable>> AgentMetrics::Sources() {
               .Add(D(t.reads_completed), {{"result", "completed"}});
           f->Counter("drover_object_served_bytes_total", "Bytes streamed to other nodes.")
               .Add(D(t.bytes_served));
+          f->Counter("drover_object_raw_transfers_total",
+                     "Transfers whose bytes took the direct TCP path (TLS in a TLS cluster) "
+                     "instead of gRPC messages, by direction (served, pulled).")
+              .Add(D(t.raw_reads), {{"direction", "served"}})
+              .Add(D(t.raw_pulls), {{"direction", "pulled"}});
         }
       },
       node_label);

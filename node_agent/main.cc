@@ -15,6 +15,7 @@
 #include "common/auth.h"
 #include "common/log.h"
 #include "common/spawn.h"
+#include "common/tls.h"
 #include "common/daemon.h"
 #include "node_agent/agent.h"
 
@@ -85,6 +86,9 @@ int main(int argc, char** argv) {
       "--object-store-memory", object_store_memory,
       "Bytes of shared memory for this node's object store (default: the store chooses, "
       "min(30% of RAM, what /dev/shm can hold))");
+  app.add_option("--tls-ca", o.tls_ca,
+                 "TLS cluster: the cluster CA's certificate (a copy of the head's "
+                 "tls/ca.crt); the agent gets its own certificate from the head at start");
   CLI11_PARSE(app, argc, argv);
   o.object_store = !no_object_store;
   if (store_mem_opt->count() > 0) {
@@ -153,6 +157,8 @@ int main(int argc, char** argv) {
   }
   o.token = *token;
 
+  // Plain text unless --tls-ca (not whatever DROVER_TLS_* the agent inherited).
+  if (o.tls_ca.empty()) drover::SetProcessTransport(drover::TransportSecurity::Plaintext());
   drover::NodeAgent agent(o);
   if (absl::Status s = agent.Start(); !s.ok()) {
     DROVER_LOG(ERROR) << "cannot start the node agent: " << s.message();

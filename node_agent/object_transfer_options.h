@@ -5,12 +5,14 @@
 #define DROVER_NODE_AGENT_OBJECT_TRANSFER_OPTIONS_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/escaping.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 
 namespace drover {
 
@@ -27,7 +29,10 @@ struct ObjectTransferOptions {
   absl::Duration keepalive_timeout = absl::Seconds(3);
   // Upper bound for directory calls (also capped by the Fetch deadline).
   absl::Duration directory_timeout = absl::Seconds(5);
-  // Move object data over a one-time plain TCP connection negotiated on the ReadObject
+  // How peer channels and raw connections are secured (TLS or plain text); null: the
+  // process's transport (ProcessTransport()) when the ObjectTransfer is made.
+  std::shared_ptr<const TransportSecurity> transport;
+  // Move object data over a one-time TCP connection negotiated on the ReadObject
   // stream (object_transfer.h). Pulling: ask holders for it; serving: offer it when
   // asked. Either side can turn it off; the data then travels in ObjectChunks.
   bool raw_tcp = true;
@@ -35,6 +40,12 @@ struct ObjectTransferOptions {
   // long a reader tries to connect.
   absl::Duration raw_connect_timeout = absl::Seconds(5);
 };
+
+// `o` with `transport` filled in (the process's if it is null).
+inline ObjectTransferOptions WithTransport(ObjectTransferOptions o) {
+  if (o.transport == nullptr) o.transport = ProcessTransport();
+  return o;
+}
 
 // Counters since construction, for tests, logs and a future /metrics.
 struct ObjectTransferStats {

@@ -38,10 +38,11 @@ const grpc::internal::RpcMethod kReadObjectMethod(
 
 ObjectPuller::ObjectPuller(const ObjectTransferOptions& options, LocalObjects* local,
                            const NodeIdentity* node)
-    : options_(options),
+    : options_(WithTransport(options)),
       local_(local),
       node_(node),
-      scheduler_(proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address))) {}
+      scheduler_(proto::Scheduler::NewStub(
+          MakeChannel(options_.scheduler_address, *options_.transport))) {}
 
 void ObjectPuller::Shutdown() {
   stop_ = true;
@@ -90,7 +91,7 @@ std::shared_ptr<grpc::Channel> ObjectPuller::PeerChannel(const std::string& addr
     args.SetInt(GRPC_ARG_HTTP2_MAX_FRAME_SIZE, (1 << 24) - 1);
     args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 20);
     args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 1);
-    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    channel = MakeCustomChannel(address, std::move(args), *options_.transport);
   }
   return channel;
 }
@@ -366,7 +367,7 @@ absl::Status ObjectPuller::PullOnce(const Holder& h, const std::string& id,
       bool connected = false;
       int64_t got = 0;
       absl::Status rs = ReceiveRaw(raw_ip, static_cast<int>(chunk.raw_port), chunk.raw_token,
-                                   dst, total, deadline, options_.raw_connect_timeout,
+                                   *options_.transport, dst, total, deadline, options_.raw_connect_timeout,
                                    options_.keepalive_time + options_.keepalive_timeout, stop_,
                                    &got, &connected, &attempt->pull->received);
       received += got;

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace drover {
 namespace {
@@ -64,8 +65,6 @@ bool SameToken(const std::string& a, const std::string& b) {
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
 }
-
-bool Retry(int err) { return err == EAGAIN || err == EWOULDBLOCK || err == EINTR; }
 
 }  // namespace
 
@@ -128,10 +127,10 @@ absl::StatusOr<std::string> NewRawToken() {
   return token;
 }
 
-absl::StatusOr<int> AcceptRawReader(int listener, const std::string& token,
-                                    absl::Duration connect_timeout,
-                                    const std::function<bool()>& cancelled,
-                                    const std::string& printable_id) {
+absl::StatusOr<std::unique_ptr<SocketStream>> AcceptRawReader(
+    int listener, const std::string& token, const TransportSecurity& security,
+    absl::Duration connect_timeout, const std::function<bool()>& cancelled,
+    const std::string& printable_id) {
   const absl::Time give_up = absl::Now() + connect_timeout;
   int cfd = -1;
   while (cfd < 0) {
@@ -148,31 +147,46 @@ absl::StatusOr<int> AcceptRawReader(int listener, const std::string& token,
       cfd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     }
   }
-  ScopedFd conn(cfd);
-  SetTimeouts(conn.get(), kTick);
+  SetTimeouts(cfd, kTick);
+  DROVER_ASSIGN_OR_RETURN(
+      std::unique_ptr<SocketStream> conn,
+      security.ServerEnd(cfd, absl::StrCat("the raw reader of ", printable_id)));
+  // The TLS handshake (nothing for plain text) and the token, each wait a tick at most.
+  absl::Status hs = absl::DeadlineExceededError("");
+  while (absl::IsDeadlineExceeded(hs) && !cancelled() && absl::Now() < give_up) {
+    hs = conn->Handshake(std::min(give_up, absl::Now() + kTick));
+  }
+  if (!hs.ok()) {
+    return absl::Status(absl::IsUnavailable(hs) ? hs.code() : absl::StatusCode::kPermissionDenied,
+                        absl::StrCat("ReadObject of ", printable_id, ": ",
+                                     absl::IsDeadlineExceeded(hs)
+                                         ? "the raw connection did not complete its TLS handshake"
+                                         : hs.message()));
+  }
   std::string got(token.size(), '\0');
   size_t have = 0;
   while (have < got.size()) {
     if (cancelled() || absl::Now() >= give_up) break;
-    ssize_t k = ::recv(conn.get(), &got[have], got.size() - have, 0);
-    if (k == 0) break;
-    if (k < 0) {
-      if (Retry(errno)) continue;
+    absl::StatusOr<size_t> k =
+        conn->Read(&got[have], got.size() - have, std::min(give_up, absl::Now() + kTick));
+    if (k.ok() && *k == 0) break;
+    if (!k.ok()) {
+      if (absl::IsDeadlineExceeded(k.status())) continue;
       break;
     }
-    have += static_cast<size_t>(k);
+    have += *k;
   }
   if (have < got.size() || !SameToken(got, token)) {
     return absl::PermissionDeniedError(
         absl::StrCat("ReadObject of ", printable_id,
                      ": the raw connection did not present the offer's token"));
   }
-  return conn.Release();
+  return conn;
 }
 
-absl::Status SendRaw(int fd, const uint8_t* data, int64_t size, absl::Duration stall,
-                     const std::function<bool()>& cancelled, const std::string& printable_id,
-                     int64_t* sent) {
+absl::Status SendRaw(SocketStream& conn, const uint8_t* data, int64_t size,
+                     absl::Duration stall, const std::function<bool()>& cancelled,
+                     const std::string& printable_id, int64_t* sent) {
   *sent = 0;
   int64_t left = size;
   absl::Time last_progress = absl::Now();
@@ -181,30 +195,35 @@ absl::Status SendRaw(int fd, const uint8_t* data, int64_t size, absl::Duration s
       return absl::CancelledError(absl::StrCat("the reader of ", printable_id,
                                                " went away after ", *sent, " bytes"));
     }
-    ssize_t k = ::send(fd, data, std::min<int64_t>(left, kRawIoBytes), MSG_NOSIGNAL);
-    if (k > 0) {
-      data += k;
-      left -= k;
-      *sent += k;
+    IoWait wait;
+    absl::StatusOr<size_t> k =
+        conn.WriteSome(data, static_cast<size_t>(std::min<int64_t>(left, kRawIoBytes)), &wait);
+    if (!k.ok()) {
+      return absl::UnavailableError(absl::StrCat("the raw connection for ", printable_id,
+                                                 " broke after ", *sent,
+                                                 " bytes: ", k.status().message()));
+    }
+    if (*k > 0) {
+      data += *k;
+      left -= static_cast<int64_t>(*k);
+      *sent += static_cast<int64_t>(*k);
       last_progress = absl::Now();
       continue;
     }
-    if (k < 0 && Retry(errno)) {
-      if (absl::Now() - last_progress < stall) continue;
+    if (absl::Now() - last_progress >= stall) {
       return absl::UnavailableError(absl::StrCat("the reader of ", printable_id,
                                                  " took nothing for ",
                                                  absl::FormatDuration(stall), " after ", *sent,
                                                  " bytes"));
     }
-    return absl::UnavailableError(absl::StrCat("the raw connection for ", printable_id,
-                                               " broke after ", *sent,
-                                               " bytes: ", std::strerror(errno)));
+    (void)conn.Await(wait, absl::Now() + kTick);  // a timeout only means: look again
   }
   return absl::OkStatus();
 }
 
 absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& token,
-                        uint8_t* dst, int64_t want, absl::Time deadline,
+                        const TransportSecurity& security, uint8_t* dst, int64_t want,
+                        absl::Time deadline,
                         absl::Duration connect_timeout, absl::Duration stall,
                         const std::atomic<bool>& stop, int64_t* got, bool* connected,
                         std::atomic<int64_t>* progress) {
@@ -244,37 +263,34 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
   }
   ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   SetTimeouts(fd.get(), kTick);
-  size_t sent = 0;
-  while (sent < token.size()) {
-    ssize_t k = ::send(fd.get(), token.data() + sent, token.size() - sent, MSG_NOSIGNAL);
-    if (k > 0) {
-      sent += static_cast<size_t>(k);
-    } else if (k < 0 && Retry(errno) && absl::Now() < connect_by && !stop) {
-      continue;
-    } else {
-      return absl::UnavailableError(absl::StrCat("cannot send the token to the raw offer at ",
-                                                 where, ": ", std::strerror(errno)));
-    }
+  if (stop) return absl::UnavailableError("shutting down");
+  absl::StatusOr<std::unique_ptr<SocketStream>> conn =
+      security.ClientEnd(fd.Release(), absl::StrCat("the raw offer at ", where), connect_by);
+  if (!conn.ok()) return absl::UnavailableError(conn.status().message());
+  if (absl::Status s = (*conn)->WriteAll(token.data(), token.size(), connect_by); !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot send the token to the raw offer at ", where, ": ", s.message()));
   }
   *connected = true;
   absl::Time last_progress = absl::Now();
   while (*got < want) {
     if (stop) return absl::UnavailableError("shutting down");
-    ssize_t k = ::recv(fd.get(), dst + *got,
-                       static_cast<size_t>(std::min<int64_t>(want - *got, kRawIoBytes)), 0);
-    if (k > 0) {
-      *got += k;
+    IoWait wait;
+    absl::StatusOr<size_t> k = (*conn)->ReadSome(
+        dst + *got, static_cast<size_t>(std::min<int64_t>(want - *got, kRawIoBytes)), &wait);
+    if (!k.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("the raw connection (", where, ") broke: ", k.status().message()));
+    }
+    if (*k > 0) {
+      *got += static_cast<int64_t>(*k);
       if (progress != nullptr) *progress = *got;
       last_progress = absl::Now();
       continue;
     }
-    if (k == 0) {
+    if (wait == IoWait::kNone) {
       return absl::UnavailableError(
           absl::StrCat("the holder closed the raw connection (", where, ")"));
-    }
-    if (!Retry(errno)) {
-      return absl::UnavailableError(
-          absl::StrCat("the raw connection (", where, ") broke: ", std::strerror(errno)));
     }
     absl::Time now = absl::Now();
     if (now >= deadline) return absl::DeadlineExceededError("the deadline passed");
@@ -282,6 +298,7 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
       return absl::UnavailableError(absl::StrCat("no data on the raw connection (", where,
                                                  ") for ", absl::FormatDuration(stall)));
     }
+    (void)(*conn)->Await(wait, std::min(deadline, now + kTick));
   }
   return absl::OkStatus();
 }

@@ -1,5 +1,7 @@
-// The raw-TCP data path of object transfer: object bytes over a one-time plain TCP
-// connection instead of gRPC messages, so that the only copies are the kernel's.
+// The raw-TCP data path of object transfer: object bytes over a one-time TCP connection
+// instead of gRPC messages, so that the only copies are the kernel's (and, in a TLS
+// cluster, OpenSSL's encryption: the connection is a TLS one, the holder's certificate
+// checked against the cluster CA before the token is sent).
 //
 // The holder (ServeRaw in object_transfer_serve.cc) listens on the address the puller
 // reaches it by (ListenOn, port 0, one connection), offers the port and a random token
@@ -22,6 +24,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/socket_stream.h"
+#include "common/tls.h"
 
 namespace drover {
 
@@ -58,29 +62,31 @@ int ListenOn(const std::string& ip, int* port);
 absl::StatusOr<std::string> NewRawToken();
 
 // Holder side: waits up to `connect_timeout` on `listener` for one connection that
-// presents `token`, and returns it (owned by the caller). `cancelled` is asked every
-// 100 ms. Errors name the object (`printable_id`): CANCELLED, DEADLINE_EXCEEDED (no
-// connection), PERMISSION_DENIED (the connection did not present the token).
-absl::StatusOr<int> AcceptRawReader(int listener, const std::string& token,
-                                    absl::Duration connect_timeout,
-                                    const std::function<bool()>& cancelled,
-                                    const std::string& printable_id);
+// completes its handshake as `security` says (TLS or plain) and presents `token`, and
+// returns it. `cancelled` is asked every 100 ms. Errors name the object
+// (`printable_id`): CANCELLED, DEADLINE_EXCEEDED (no connection), PERMISSION_DENIED
+// (the connection did not present the token), UNAVAILABLE (its TLS handshake failed).
+absl::StatusOr<std::unique_ptr<SocketStream>> AcceptRawReader(
+    int listener, const std::string& token, const TransportSecurity& security,
+    absl::Duration connect_timeout, const std::function<bool()>& cancelled,
+    const std::string& printable_id);
 
-// Holder side: sends `size` bytes from `data` on the connection `fd` (from
-// AcceptRawReader); `*sent` counts them. CANCELLED once `cancelled()`, UNAVAILABLE if
-// the reader took nothing for `stall` or the connection broke.
-absl::Status SendRaw(int fd, const uint8_t* data, int64_t size, absl::Duration stall,
-                     const std::function<bool()>& cancelled, const std::string& printable_id,
-                     int64_t* sent);
+// Holder side: sends `size` bytes from `data` on `conn` (from AcceptRawReader); `*sent`
+// counts them. CANCELLED once `cancelled()`, UNAVAILABLE if the reader took nothing for
+// `stall` or the connection broke.
+absl::Status SendRaw(SocketStream& conn, const uint8_t* data, int64_t size,
+                     absl::Duration stall, const std::function<bool()>& cancelled,
+                     const std::string& printable_id, int64_t* sent);
 
-// Puller side: connects to ip:port (within connect_timeout and the deadline), presents
-// `token`, and receives `want` bytes into `dst`; `*got` counts them, `*connected` says
-// whether the connection and the token got through. UNAVAILABLE if the connection
-// cannot be made or breaks, the holder closes it early, nothing comes for `stall`, or
-// `stop` is set; DEADLINE_EXCEEDED at the deadline. `progress` (may be null) follows
-// `*got` for readers on other threads.
+// Puller side: connects to ip:port (within connect_timeout and the deadline, TLS
+// handshake included when `security` says TLS), presents `token`, and receives `want`
+// bytes into `dst`; `*got` counts them, `*connected` says whether the connection and the
+// token got through. UNAVAILABLE if the connection cannot be made or breaks, the holder
+// closes it early, nothing comes for `stall`, or `stop` is set; DEADLINE_EXCEEDED at the
+// deadline. `progress` (may be null) follows `*got` for readers on other threads.
 absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& token,
-                        uint8_t* dst, int64_t want, absl::Time deadline,
+                        const TransportSecurity& security, uint8_t* dst, int64_t want,
+                        absl::Time deadline,
                         absl::Duration connect_timeout, absl::Duration stall,
                         const std::atomic<bool>& stop, int64_t* got, bool* connected,
                         std::atomic<int64_t>* progress = nullptr);

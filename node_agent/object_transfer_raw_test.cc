@@ -7,7 +7,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/tls.h"
+#include "common/tls_ca.h"
 #include "gtest/gtest.h"
 
 namespace drover {
@@ -40,6 +43,31 @@ struct Holder {
 
 const std::function<bool()> kNever = [] { return false; };
 
+// A member of a TLS cluster (a CA made for the test), or plain text.
+std::shared_ptr<const TransportSecurity> Transport(bool tls) {
+  if (!tls) return TransportSecurity::Plaintext();
+  static std::shared_ptr<const TransportSecurity> member = [] {
+    const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/ca");
+    auto ca = CertificateAuthority::LoadOrCreate(dir);
+    EXPECT_TRUE(ca.ok()) << ca.status();
+    auto files = (*ca)->IssueFiles(dir, "node");
+    EXPECT_TRUE(files.ok()) << files.status();
+    auto t = TransportSecurity::Load(*files);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *t;
+  }();
+  return member;
+}
+
+// Every data-path test runs over plain TCP and over TLS.
+class RawPathTest : public ::testing::TestWithParam<bool> {
+ protected:
+  const TransportSecurity& security() { return *Transport(GetParam()); }
+};
+
+INSTANTIATE_TEST_SUITE_P(PlainAndTls, RawPathTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Tls" : "Plain"; });
+
 TEST(ObjectTransferRawTest, NumericHostOfResolvesTheHostPart) {
   EXPECT_EQ(NumericHostOf("127.0.0.1:4000"), "127.0.0.1");
   EXPECT_EQ(NumericHostOf("[::1]:4000"), "::1");
@@ -63,7 +91,7 @@ TEST(ObjectTransferRawTest, ListensOnlyOnANumericAddressOfThisHost) {
   EXPECT_NE(*a, *b);
 }
 
-TEST(ObjectTransferRawTest, BytesGoFromHolderToPullerWithTheToken) {
+TEST_P(RawPathTest, BytesGoFromHolderToPullerWithTheToken) {
   const std::vector<uint8_t> data = Pattern((40 << 20) + 123);  // several 16 MiB sends
   Holder h;
   ASSERT_GE(h.listener, 0);
@@ -71,19 +99,18 @@ TEST(ObjectTransferRawTest, BytesGoFromHolderToPullerWithTheToken) {
   absl::Status served;
   int64_t sent = 0;
   h.thread = std::thread([&] {
-    absl::StatusOr<int> fd =
-        AcceptRawReader(listener.get(), h.token, absl::Seconds(10), kNever, "obj");
-    served = fd.status();
-    if (!fd.ok()) return;
-    ScopedFd conn(*fd);
-    served = SendRaw(conn.get(), data.data(), static_cast<int64_t>(data.size()), kStall,
-                     kNever, "obj", &sent);
+    auto conn = AcceptRawReader(listener.get(), h.token, security(), absl::Seconds(10), kNever,
+                                "obj");
+    served = conn.status();
+    if (!conn.ok()) return;
+    served = SendRaw(**conn, data.data(), static_cast<int64_t>(data.size()), kStall, kNever,
+                     "obj", &sent);
   });
   std::vector<uint8_t> got(data.size());
   int64_t received = 0;
   bool connected = false;
   std::atomic<bool> stop{false};
-  absl::Status s = ReceiveRaw("127.0.0.1", h.port, h.token, got.data(),
+  absl::Status s = ReceiveRaw("127.0.0.1", h.port, h.token, security(), got.data(),
                               static_cast<int64_t>(got.size()), absl::Now() + absl::Seconds(30),
                               absl::Seconds(5), kStall, stop, &received, &connected);
   h.thread.join();
@@ -95,12 +122,14 @@ TEST(ObjectTransferRawTest, BytesGoFromHolderToPullerWithTheToken) {
   EXPECT_TRUE(got == data);
 }
 
-TEST(ObjectTransferRawTest, AConnectionWithTheWrongTokenIsRefused) {
+TEST_P(RawPathTest, AConnectionWithTheWrongTokenIsRefused) {
   Holder h;
   ScopedFd listener(h.listener);
   absl::Status served;
   h.thread = std::thread([&] {
-    served = AcceptRawReader(listener.get(), h.token, absl::Seconds(10), kNever, "obj-x").status();
+    served = AcceptRawReader(listener.get(), h.token, security(), absl::Seconds(10), kNever,
+                             "obj-x")
+                 .status();
   });
   std::string wrong = h.token;
   wrong[5] ^= 1;
@@ -108,7 +137,7 @@ TEST(ObjectTransferRawTest, AConnectionWithTheWrongTokenIsRefused) {
   int64_t received = 0;
   bool connected = false;
   std::atomic<bool> stop{false};
-  absl::Status s = ReceiveRaw("127.0.0.1", h.port, wrong, buf, sizeof(buf),
+  absl::Status s = ReceiveRaw("127.0.0.1", h.port, wrong, security(), buf, sizeof(buf),
                               absl::Now() + absl::Seconds(30), absl::Seconds(5), kStall, stop,
                               &received, &connected);
   h.thread.join();
@@ -120,37 +149,37 @@ TEST(ObjectTransferRawTest, AConnectionWithTheWrongTokenIsRefused) {
   EXPECT_EQ(received, 0);
 }
 
-TEST(ObjectTransferRawTest, AHolderGivesUpWithoutAConnectionOrWhenCancelled) {
+TEST_P(RawPathTest, AHolderGivesUpWithoutAConnectionOrWhenCancelled) {
   Holder h;
   ScopedFd listener(h.listener);
   const absl::Time start = absl::Now();
-  absl::StatusOr<int> fd =
-      AcceptRawReader(listener.get(), h.token, absl::Milliseconds(250), kNever, "obj-y");
-  EXPECT_EQ(fd.status().code(), absl::StatusCode::kDeadlineExceeded) << fd.status();
+  auto conn = AcceptRawReader(listener.get(), h.token, security(), absl::Milliseconds(250),
+                              kNever, "obj-y");
+  EXPECT_EQ(conn.status().code(), absl::StatusCode::kDeadlineExceeded) << conn.status();
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
-  EXPECT_TRUE(absl::StrContains(fd.status().message(), "no raw connection")) << fd.status();
+  EXPECT_TRUE(absl::StrContains(conn.status().message(), "no raw connection")) << conn.status();
 
-  fd = AcceptRawReader(listener.get(), h.token, absl::Seconds(10), [] { return true; }, "obj-y");
-  EXPECT_EQ(fd.status().code(), absl::StatusCode::kCancelled) << fd.status();
+  conn = AcceptRawReader(listener.get(), h.token, security(), absl::Seconds(10),
+                         [] { return true; }, "obj-y");
+  EXPECT_EQ(conn.status().code(), absl::StatusCode::kCancelled) << conn.status();
 }
 
-TEST(ObjectTransferRawTest, APullerGivesUpWhenNothingComes) {
+TEST_P(RawPathTest, APullerGivesUpWhenNothingComes) {
   Holder h;
   ScopedFd listener(h.listener);
   // The holder takes the connection and the token but sends nothing.
   absl::Notification puller_done;
   h.thread = std::thread([&] {
-    absl::StatusOr<int> fd =
-        AcceptRawReader(listener.get(), h.token, absl::Seconds(10), kNever, "obj-z");
-    EXPECT_TRUE(fd.ok()) << fd.status();
-    ScopedFd conn(fd.ok() ? *fd : -1);
+    auto conn = AcceptRawReader(listener.get(), h.token, security(), absl::Seconds(10), kNever,
+                                "obj-z");
+    EXPECT_TRUE(conn.ok()) << conn.status();
     puller_done.WaitForNotification();
   });
   uint8_t buf[16];
   int64_t received = 0;
   bool connected = false;
   std::atomic<bool> stop{false};
-  absl::Status s = ReceiveRaw("127.0.0.1", h.port, h.token, buf, sizeof(buf),
+  absl::Status s = ReceiveRaw("127.0.0.1", h.port, h.token, security(), buf, sizeof(buf),
                               absl::Now() + absl::Seconds(30), absl::Seconds(5),
                               absl::Milliseconds(300), stop, &received, &connected);
   puller_done.Notify();
@@ -159,19 +188,47 @@ TEST(ObjectTransferRawTest, APullerGivesUpWhenNothingComes) {
   EXPECT_TRUE(connected);
 }
 
-TEST(ObjectTransferRawTest, APullerStopsOnShutdown) {
+TEST_P(RawPathTest, APullerStopsOnShutdown) {
   Holder h;  // listening: the kernel completes the connection without an accept
   ScopedFd listener(h.listener);
   uint8_t buf[16];
   int64_t received = 0;
   bool connected = false;
   std::atomic<bool> stop{true};
-  absl::Status s = ReceiveRaw("127.0.0.1", h.port, h.token, buf, sizeof(buf),
+  absl::Status s = ReceiveRaw("127.0.0.1", h.port, h.token, security(), buf, sizeof(buf),
                               absl::Now() + absl::Seconds(30), absl::Seconds(5), kStall, stop,
                               &received, &connected);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "shutting down")) << s;
   EXPECT_EQ(received, 0);
+}
+
+// A TLS puller refuses a plain-text holder, and a TLS holder a plain-text puller,
+// before any token or byte goes.
+TEST(ObjectTransferRawTest, TlsAndPlainTextEndsDoNotConnect) {
+  for (bool holder_tls : {true, false}) {
+    Holder h;
+    ScopedFd listener(h.listener);
+    absl::Status served;
+    h.thread = std::thread([&] {
+      served = AcceptRawReader(listener.get(), h.token, *Transport(holder_tls),
+                               absl::Seconds(10), kNever, "obj-t")
+                   .status();
+    });
+    uint8_t buf[16];
+    int64_t received = 0;
+    bool connected = false;
+    std::atomic<bool> stop{false};
+    // (A plain token can look like the start of a long TLS record to the holder, which
+    // then waits for the rest: the puller's stall bound ends that.)
+    absl::Status s = ReceiveRaw("127.0.0.1", h.port, h.token, *Transport(!holder_tls), buf,
+                                sizeof(buf), absl::Now() + absl::Seconds(30), absl::Seconds(5),
+                                absl::Milliseconds(500), stop, &received, &connected);
+    h.thread.join();
+    EXPECT_FALSE(s.ok()) << "holder tls " << holder_tls;
+    EXPECT_FALSE(served.ok()) << "holder tls " << holder_tls;
+    EXPECT_EQ(received, 0);
+  }
 }
 
 }  // namespace

@@ -127,17 +127,17 @@ absl::Status ObjectServer::ServeRaw(const std::string& id, const ReadView& view,
   const std::function<bool()> is_cancelled = [&] {
     return stop_.load() || (cancelled && cancelled());
   };
-  DROVER_ASSIGN_OR_RETURN(const int cfd,
-                          AcceptRawReader(listener.get(), token, options_.raw_connect_timeout,
-                                          is_cancelled, PrintableObjectId(id)));
-  ScopedFd conn(cfd);
+  DROVER_ASSIGN_OR_RETURN(
+      std::unique_ptr<SocketStream> conn,
+      AcceptRawReader(listener.get(), token, *options_.transport, options_.raw_connect_timeout,
+                      is_cancelled, PrintableObjectId(id)));
   {
     absl::MutexLock lock(&mu_);
     ++stats_.raw_reads;
   }
   // The data, straight from the pinned object.
   int64_t sent = 0;
-  absl::Status result = SendRaw(conn.get(), view.data + offset, view.size - offset,
+  absl::Status result = SendRaw(*conn, view.data + offset, view.size - offset,
                                 options_.keepalive_time + options_.keepalive_timeout,
                                 is_cancelled, PrintableObjectId(id), &sent);
   absl::MutexLock lock(&mu_);

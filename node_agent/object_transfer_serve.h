@@ -36,7 +36,7 @@ class ObjectServer {
   // `node` (this node's id, for messages) must outlive it.
   ObjectServer(const ObjectTransferOptions& options, LocalObjects* local,
                const NodeIdentity* node)
-      : options_(options), local_(local), node_(node) {}
+      : options_(WithTransport(options)), local_(local), node_(node) {}
   ObjectServer(const ObjectServer&) = delete;
   ObjectServer& operator=(const ObjectServer&) = delete;
 

@@ -163,6 +163,7 @@ TEST_F(ObjectServerTest, OffersRawTcpAndSendsTheBytesToTheTokenHolder) {
   bool connected = false;
   std::atomic<bool> stop{false};
   absl::Status s = ReceiveRaw("127.0.0.1", static_cast<int>(offer.raw_port), offer.raw_token,
+                              *TransportSecurity::Plaintext(),
                               reinterpret_cast<uint8_t*>(got.data()),
                               static_cast<int64_t>(got.size()), absl::Now() + absl::Seconds(30),
                               absl::Seconds(5), absl::Seconds(5), stop, &received, &connected);

@@ -19,6 +19,9 @@
 #include "common/log.h"
 #include "common/metrics_http.h"
 #include "common/net.h"
+#include "common/rpc.h"
+#include "common/tls.h"
+#include "common/tls_ca.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "scheduler/dashboard.h"
@@ -39,7 +42,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"drover-scheduler: the head of a drover cluster"};
   std::string bind = "127.0.0.1", advertise, token_file, redis, redis_prefix = "drover:",
-              ready_file, package_dir;
+              ready_file, package_dir, tls_dir;
   int port = 0, metrics_port = 0;
   int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000,
           abort_notice_ms = 3000, session_grace_ms = 1000, redis_wait_ms = 30000;
@@ -77,6 +80,10 @@ int main(int argc, char** argv) {
   app.add_option("--package-dir", package_dir,
                  "where task programs uploaded by drivers are kept (default: beside the token "
                  "file, in packages/)");
+  app.add_option("--tls-dir", tls_dir,
+                 "encrypt every connection of the cluster with TLS: the cluster CA's "
+                 "directory (ca.crt, ca.key; a new CA is made there if it has none). Agents "
+                 "and clients need a copy of its ca.crt");
   CLI11_PARSE(app, argc, argv);
 
   if (token_file.empty()) token_file = drover::DroverHome() + "/token";
@@ -136,6 +143,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   drover::SchedulerService service(core.get(), *token);
+  // TLS: the CA signs the agents' certificates; the scheduler gets one of its own.
+  // Plain text otherwise (not whatever DROVER_TLS_* it inherited).
+  drover::SetProcessTransport(drover::TransportSecurity::Plaintext());
+  std::unique_ptr<drover::CertificateAuthority> ca;
+  if (!tls_dir.empty()) {
+    auto loaded = drover::CertificateAuthority::LoadOrCreate(tls_dir);
+    absl::StatusOr<drover::TlsFiles> files =
+        loaded.ok() ? (*loaded)->IssueFiles(tls_dir, "scheduler") : loaded.status();
+    auto transport = files.ok() ? drover::TransportSecurity::Load(*files)
+                                : absl::StatusOr<std::shared_ptr<const drover::TransportSecurity>>(
+                                      files.status());
+    if (!transport.ok()) {
+      std::cerr << "drover-scheduler: --tls-dir: " << transport.status().message() << "\n";
+      return 2;
+    }
+    ca = *std::move(loaded);
+    drover::SetProcessTransport(*transport);
+    service.SetCertificateAuthority(ca.get());
+  }
   if (package_dir.empty()) {
     package_dir = token_file.substr(0, token_file.find_last_of('/') + 1) + "packages";
   }
@@ -176,8 +202,7 @@ int main(int argc, char** argv) {
   timing.push_back(metrics.rpcs().InterceptorFactory());
   builder.experimental().SetInterceptorCreators(std::move(timing));
   int selected_port = 0;
-  builder.AddListeningPort(absl::StrCat(bind, ":", port), grpc::InsecureServerCredentials(),
-                           &selected_port);
+  drover::AddListeningPort(&builder, absl::StrCat(bind, ":", port), &selected_port);
   builder.RegisterService(&service);
   builder.RegisterService(&leases_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -196,10 +221,13 @@ int main(int argc, char** argv) {
   }
   DROVER_LOG(INFO) << "serving at " << address << " (state: "
                    << core->ClusterStatus().state_backend() << ", token file " << token_file
+                   << (ca ? absl::StrCat(", TLS with the CA in ", ca->cert_path())
+                          : std::string(", plain text"))
                    << ")";
   if (!ready_file.empty()) {
     std::string json = absl::StrCat("{\"address\":\"", address, "\",\"pid\":", getpid(),
                                     ",\"token_file\":\"", token_file,
+                                    ca ? absl::StrCat("\",\"tls_ca\":\"", ca->cert_path()) : "",
                                     "\",\"metrics_address\":\"", http_address, "\"}\n");
     auto s = drover::WriteFileAtomic(ready_file, json, 0600);
     if (!s.ok()) DROVER_LOG(ERROR) << s;

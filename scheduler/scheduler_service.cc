@@ -149,6 +149,22 @@ grpc::Status SchedulerService::CreateDashboardLogin(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::IssueCertificate(grpc::ServerContext* ctx,
+                                                const proto::IssueCertificateRequest* req,
+                                                proto::IssueCertificateReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (ca_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this cluster does not use TLS (its head was started without --tls): "
+                        "start the agent without --tls");
+  }
+  absl::StatusOr<std::string> cert = ca_->Issue(req->csr_pem());
+  if (!cert.ok()) return ToGrpcStatus(cert.status());
+  reply->set_certificate_pem(*cert);
+  reply->set_ca_pem(ca_->cert_pem());
+  return grpc::Status::OK;
+}
+
 grpc::Status SchedulerService::AddObjectLocations(grpc::ServerContext* ctx,
                                                   const proto::AddObjectLocationsRequest* req,
                                                   proto::AddObjectLocationsReply*) {

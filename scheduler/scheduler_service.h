@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "common/tls_ca.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/agent_session_hub.h"
 #include "scheduler/dashboard_auth.h"
@@ -36,6 +37,9 @@ class SchedulerService final
     dashboard_ = dashboard;
     http_address_ = std::move(http_address);
   }
+  // The cluster CA that IssueCertificate signs with (null: the cluster does not use
+  // TLS). Not owned; must outlive the service. REQUIRES: before serving.
+  void SetCertificateAuthority(const CertificateAuthority* ca) { ca_ = ca; }
 
   grpc::Status RegisterNode(grpc::ServerContext* ctx, const proto::RegisterNodeRequest* req,
                             proto::RegisterNodeReply* reply) override;
@@ -80,6 +84,8 @@ class SchedulerService final
   grpc::Status CreateDashboardLogin(grpc::ServerContext* ctx,
                                     const proto::CreateDashboardLoginRequest* req,
                                     proto::CreateDashboardLoginReply* reply) override;
+  grpc::Status IssueCertificate(grpc::ServerContext* ctx, const proto::IssueCertificateRequest* req,
+                                proto::IssueCertificateReply* reply) override;
 
  private:
   SchedulerCore* const core_;
@@ -88,6 +94,7 @@ class SchedulerService final
   JobTimeline* timeline_ = nullptr;
   DashboardAuth* dashboard_ = nullptr;
   std::string http_address_;
+  const CertificateAuthority* ca_ = nullptr;
 };
 
 }  // namespace drover

@@ -12,6 +12,7 @@
 #include "common/files.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "nlohmann/json.hpp"
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -31,20 +32,29 @@ std::string JsonField(const std::string& json, const std::string& key) {
 }  // namespace
 
 absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address,
-                                              const std::string& token_file) {
-  ClusterAddress c{address, token_file};
+                                              const std::string& token_file,
+                                              const std::string& tls_ca_file) {
+  ClusterAddress c{address, token_file, tls_ca_file};
   if (c.address.empty()) {
     if (const char* a = std::getenv("DROVER_ADDRESS")) c.address = a;
   }
   if (c.token_file.empty()) {
     if (const char* t = std::getenv("DROVER_TOKEN_FILE")) c.token_file = t;
   }
+  if (c.tls_ca_file.empty()) {
+    if (const char* t = std::getenv(kTlsCaEnv)) c.tls_ca_file = t;
+  }
   const std::string cluster_file = DroverHome() + "/cluster.json";
-  if (c.address.empty() || c.token_file.empty()) {
+  if (c.address.empty() || c.token_file.empty() || c.tls_ca_file.empty()) {
     auto json = ReadFile(cluster_file);
     if (json.ok()) {
-      if (c.address.empty()) c.address = JsonField(*json, "address");
+      const std::string recorded = JsonField(*json, "address");
+      if (c.address.empty()) c.address = recorded;
       if (c.token_file.empty()) c.token_file = JsonField(*json, "token_file");
+      // The recorded cluster's CA, for that cluster only.
+      if (c.tls_ca_file.empty() && c.address == recorded) {
+        c.tls_ca_file = JsonField(*json, "tls_ca");
+      }
     }
   }
   if (c.address.empty()) {
@@ -57,6 +67,7 @@ absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address,
 }
 
 struct Client::Stubs {
+  std::shared_ptr<const TransportSecurity> transport;
   std::unique_ptr<proto::Scheduler::Stub> scheduler;
   absl::Mutex mu;
   std::map<std::string, std::unique_ptr<proto::NodeAgent::Stub>> agents ABSL_GUARDED_BY(mu);
@@ -64,20 +75,23 @@ struct Client::Stubs {
   proto::NodeAgent::Stub* Agent(const std::string& address) {
     absl::MutexLock lock(&mu);
     auto& s = agents[address];
-    if (!s) s = proto::NodeAgent::NewStub(MakeChannel(address));
+    if (!s) s = proto::NodeAgent::NewStub(MakeChannel(address, *transport));
     return s.get();
   }
 };
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClusterAddress& cluster) {
   DROVER_ASSIGN_OR_RETURN(std::string token, ReadTokenFile(cluster.token_file));
-  return std::unique_ptr<Client>(new Client(cluster.address, std::move(token)));
+  DROVER_ASSIGN_OR_RETURN(std::shared_ptr<const TransportSecurity> transport,
+                          TransportSecurity::Load(TlsFiles{cluster.tls_ca_file, "", ""}));
+  std::unique_ptr<Client> c(new Client(cluster.address, std::move(token)));
+  c->stubs_->transport = std::move(transport);
+  c->stubs_->scheduler = proto::Scheduler::NewStub(MakeChannel(c->address_, *c->stubs_->transport));
+  return c;
 }
 
 Client::Client(std::string address, std::string token)
-    : address_(std::move(address)), token_(std::move(token)), stubs_(new Stubs) {
-  stubs_->scheduler = proto::Scheduler::NewStub(MakeChannel(address_));
-}
+    : address_(std::move(address)), token_(std::move(token)), stubs_(new Stubs) {}
 
 Client::~Client() = default;
 
@@ -105,9 +119,14 @@ grpc::Status WithRetry(Call call) {
   return s;
 }
 
-absl::Status Annotate(const std::string& address, const grpc::Status& s) {
+absl::Status Annotate(const std::string& address, const grpc::Status& s,
+                      const TransportSecurity& transport) {
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
       s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    // Up, but speaking TLS to a plain-text client (or the other way round): say so.
+    if (std::string why = TransportMismatch(address, transport); !why.empty()) {
+      return absl::UnavailableError(absl::StrCat("cannot talk to the scheduler: ", why));
+    }
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the scheduler at ", address, " (", s.error_message(),
         "); is the cluster up? `drover status` checks, `drover up` starts a local one"));
@@ -130,7 +149,7 @@ absl::StatusOr<JobInfo> Client::Submit(const JobSpec& spec) {
     PrepareClientContext(&ctx, token_);
     return stubs_->scheduler->SubmitJob(&ctx, req, &reply);
   });
-  if (!s.ok()) return Annotate(address_, s);
+  if (!s.ok()) return Annotate(address_, s, *stubs_->transport);
   return internal::FromProto(reply.job());
 }
 
@@ -146,7 +165,7 @@ absl::StatusOr<JobInfo> Client::GetJob(const std::string& job_id, int64_t after_
     PrepareClientContext(&ctx, token_, kDefaultRpcTimeout + absl::ToChronoMilliseconds(wait));
     return stubs_->scheduler->GetJob(&ctx, req, &reply);
   });
-  if (!s.ok()) return Annotate(address_, s);
+  if (!s.ok()) return Annotate(address_, s, *stubs_->transport);
   return internal::FromProto(reply.job());
 }
 
@@ -186,7 +205,7 @@ absl::StatusOr<std::vector<JobInfo>> Client::ListJobs(const std::vector<JobState
     PrepareClientContext(&ctx, token_);
     return stubs_->scheduler->ListJobs(&ctx, req, &reply);
   });
-  if (!s.ok()) return Annotate(address_, s);
+  if (!s.ok()) return Annotate(address_, s, *stubs_->transport);
   std::vector<JobInfo> jobs;
   jobs.reserve(reply.jobs_size());
   for (const auto& j : reply.jobs()) jobs.push_back(internal::FromProto(j));
@@ -202,7 +221,7 @@ absl::StatusOr<JobInfo> Client::Cancel(const std::string& job_id) {
     PrepareClientContext(&ctx, token_);
     return stubs_->scheduler->CancelJob(&ctx, req, &reply);
   });
-  if (!s.ok()) return Annotate(address_, s);
+  if (!s.ok()) return Annotate(address_, s, *stubs_->transport);
   return internal::FromProto(reply.job());
 }
 
@@ -213,7 +232,7 @@ absl::StatusOr<ClusterStatus> Client::Status() {
     PrepareClientContext(&ctx, token_);
     return stubs_->scheduler->GetClusterStatus(&ctx, {}, &reply);
   });
-  if (!s.ok()) return Annotate(address_, s);
+  if (!s.ok()) return Annotate(address_, s, *stubs_->transport);
   return internal::FromProto(reply);
 }
 
@@ -226,7 +245,7 @@ absl::StatusOr<JobTimeline> Client::Timeline(const std::string& job_id) {
     PrepareClientContext(&ctx, token_);
     return stubs_->scheduler->GetJobTimeline(&ctx, req, &reply);
   });
-  if (!s.ok()) return Annotate(address_, s);
+  if (!s.ok()) return Annotate(address_, s, *stubs_->transport);
   return internal::FromProto(reply);
 }
 
@@ -237,7 +256,7 @@ absl::StatusOr<DashboardLogin> Client::CreateDashboardLogin() {
     PrepareClientContext(&ctx, token_);
     return stubs_->scheduler->CreateDashboardLogin(&ctx, {}, &reply);
   });
-  if (!s.ok()) return Annotate(address_, s);
+  if (!s.ok()) return Annotate(address_, s, *stubs_->transport);
   return DashboardLogin{reply.url(), absl::FromUnixMillis(reply.expires_ms())};
 }
 
@@ -275,8 +294,11 @@ absl::Status Client::StreamLogs(const std::string& agent_address, const std::str
   }
   absl::Status status = FromGrpcStatus(s);
   if (!status.ok()) {
+    std::string why = status.code() == absl::StatusCode::kUnavailable
+                          ? TransportMismatch(agent_address, *stubs_->transport)
+                          : "";
     return absl::Status(status.code(), absl::StrCat("logs from node agent ", agent_address, ": ",
-                                                    status.message()));
+                                                    why.empty() ? status.message() : why));
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,7 @@
 // `drover up` / `drover down` as a user runs them: a local cluster with nothing else to
 // install or start, state in memory or (with --redis) in a redis-server it starts.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -29,7 +30,9 @@ class CliUpTest : public ::testing::Test {
     Drover({"down"}, &out, &err);
   }
   int Drover(const std::vector<std::string>& args, std::string* out, std::string* err) {
-    return RunDrover(args, {"DROVER_HOME=" + home_, "DROVER_ADDRESS=", "DROVER_TOKEN_FILE="},
+    return RunDrover(args,
+                     {"DROVER_HOME=" + home_, "DROVER_ADDRESS=", "DROVER_TOKEN_FILE=",
+                      "DROVER_TLS_CA="},
                      home_, out, err);
   }
   std::vector<pid_t> DaemonPids() {
@@ -84,6 +87,19 @@ TEST_F(CliUpTest, UpRunDownLeavesNothingBehind) {
   }
   EXPECT_NE(Drover({"status"}, &out, &err), 0);
   EXPECT_TRUE(absl::StrContains(err, "drover up")) << err;
+}
+
+// `up --tls`: the CLI finds the cluster's CA in cluster.json, so nothing else to pass.
+TEST_F(CliUpTest, UpWithTlsNeedsNoOtherFlag) {
+  std::string out, err;
+  ASSERT_EQ(Drover({"up", "--tls", "--nodes", "1"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "(TLS, cluster CA " + home_ + "/tls/ca.crt)")) << err;
+  ASSERT_EQ(Drover({"run", "--", "echo", "over-tls"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(out, "[rank0]: over-tls")) << out;
+  struct stat st;
+  ASSERT_EQ(::stat((home_ + "/tls/ca.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(Drover({"down"}, &out, &err), 0) << err;
 }
 
 TEST_F(CliUpTest, UpWithRedisKeepsStateInRedis) {

@@ -274,18 +274,20 @@ class SlurmTest : public ::testing::Test {
   // sbatch of drover.sbatch with `args` (sbatch options, then the script's), as a user
   // with drover in PATH; the job id.
   std::string Submit(const std::vector<std::string>& sbatch_options,
-                     const std::vector<std::string>& program, const std::string& output) {
+                     const std::vector<std::string>& program, const std::string& output,
+                     const std::vector<std::string>& env = {}) {
     std::vector<std::string> argv = {"sbatch", "--parsable", "--output=" + output};
     argv.insert(argv.end(), sbatch_options.begin(), sbatch_options.end());
     argv.push_back(Runfile("deploy/slurm/drover.sbatch"));
     argv.insert(argv.end(), program.begin(), program.end());
     const std::string bin = Runfile("cli/drover");
     std::string out, err;
-    const int rc = slurm_->Run(
-        argv, &out, &err,
-        {"PATH=" + bin.substr(0, bin.rfind('/')) + ":" + getenv("PATH"),
-         // Where the script's node-local directories go ($TMPDIR/drover-<job>).
-         "TMPDIR=" + slurm_->dir()});
+    std::vector<std::string> full_env = {
+        "PATH=" + bin.substr(0, bin.rfind('/')) + ":" + getenv("PATH"),
+        // Where the script's node-local directories go ($TMPDIR/drover-<job>).
+        "TMPDIR=" + slurm_->dir()};
+    full_env.insert(full_env.end(), env.begin(), env.end());
+    const int rc = slurm_->Run(argv, &out, &err, full_env);
     EXPECT_EQ(rc, 0) << out << err;
     return std::string(absl::StripAsciiWhitespace(out));
   }
@@ -336,6 +338,22 @@ TEST_F(SlurmTest, RunsADroverJobOnEveryNodeWithTheGpusSlurmAssigned) {
   job = slurm_->WaitEnded(failing, absl::Seconds(120));
   EXPECT_EQ(job["ExitCode"], "3:0") << ReadFile(slurm_->dir() + "/fail.out").value_or("");
   ASSERT_EQ(slurm_->Run({"scancel", holder}, &out, &err), 0) << err;
+}
+
+// DROVER_TLS=1: the head makes a CA, the agents on both nodes get certificates from it
+// (its certificate reaches them beside the token), and the job's processes see the CA.
+TEST_F(SlurmTest, DroverTlsMakesATlsCluster) {
+  const std::string output = slurm_->dir() + "/tls.out";
+  const std::string id =
+      Submit({"--nodes=2"},
+             {"drover", "run", "--nodes", "2", "--nproc-per-node", "1", "--", "sh", "-c",
+              "echo rank=$RANK ca=${DROVER_TLS_CA:+yes}"},
+             output, {"DROVER_TLS=1"});
+  auto job = slurm_->WaitEnded(id, absl::Seconds(120));
+  const std::string text = ReadFile(output).value_or("(no output)");
+  EXPECT_EQ(job["JobState"], "COMPLETED") << text << slurm_->Logs();
+  EXPECT_TRUE(absl::StrContains(text, "[rank0]: rank=0 ca=yes")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "[rank1]: rank=1 ca=yes")) << text;
 }
 
 TEST_F(SlurmTest, EndingTheAllocationStopsTheProgramTheAgentsAndTheirWorkers) {

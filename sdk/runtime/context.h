@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/tls.h"
 #include "drover/internal/registry.h"
 #include "drover/internal/runtime_api.h"
 #include "proto/lease.grpc.pb.h"
@@ -30,6 +31,8 @@ struct RuntimeContext {
   // This node's address (workers on this node are reached by Unix socket).
   std::string node_ip;
   std::string scheduler_address;
+  // How this process's connections are secured (also the process's transport).
+  std::shared_ptr<const TransportSecurity> transport;
   std::unique_ptr<proto::Leases::Stub> leases;
   std::unique_ptr<StoreAccess> store;
   // The binary workers run (this one).

@@ -182,7 +182,13 @@ absl::Status FindLocalNode(Runtime* rt) {
   PrepareContext(&cctx, rt->ctx.token);
   proto::GetClusterStatusRequest req;
   proto::GetClusterStatusReply reply;
-  DROVER_RETURN_IF_ERROR(FromGrpcStatus(rt->scheduler->GetClusterStatus(&cctx, req, &reply)));
+  absl::Status status = FromGrpcStatus(rt->scheduler->GetClusterStatus(&cctx, req, &reply));
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+    // The first call of a driver: a cluster on another transport says so here.
+    std::string why = TransportMismatch(rt->ctx.scheduler_address, *rt->ctx.transport);
+    if (!why.empty()) return absl::UnavailableError(why);
+  }
+  DROVER_RETURN_IF_ERROR(status);
   for (const proto::NodeInfo& n : reply.nodes()) {
     if (n.state() != proto::ALIVE || !IsLocalAddress(n.node_ip())) continue;
     grpc::ClientContext dctx;
@@ -255,17 +261,24 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
   std::string token_file = Env("DROVER_TOKEN_FILE");
   ctx.job_id = Env("DROVER_JOB_ID");
   const bool in_job = !ctx.job_id.empty() && !scheduler.empty() && !token_file.empty();
+  // In a job (and in a worker) the agent's TLS files come in DROVER_TLS_*.
+  TlsFiles tls{Env(kTlsCaEnv), Env(kTlsCertEnv), Env(kTlsKeyEnv)};
   if (!in_job) {
-    absl::StatusOr<ClusterAddress> cluster = ResolveCluster(options.address, options.token_file);
+    absl::StatusOr<ClusterAddress> cluster =
+        ResolveCluster(options.address, options.token_file, options.tls_ca_file);
     if (!cluster.ok()) return cluster.status();
     scheduler = cluster->address;
     token_file = cluster->token_file;
+    tls = TlsFiles{cluster->tls_ca_file, "", ""};
     ctx.job_id.clear();
   }
   absl::StatusOr<std::string> token = ReadTokenFile(token_file);
   if (!token.ok()) return token.status();
   ctx.token = *token;
   ctx.scheduler_address = scheduler;
+  DROVER_ASSIGN_OR_RETURN(ctx.transport, TransportSecurity::Load(tls));
+  // Every channel this process makes (stores, collectives, the runtime's own).
+  SetProcessTransport(ctx.transport);
   ctx.leases = proto::Leases::NewStub(MakeChannel(scheduler));
   rt->scheduler = proto::Scheduler::NewStub(MakeChannel(scheduler));
   if (in_job) {

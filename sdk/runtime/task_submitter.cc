@@ -50,7 +50,9 @@ absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectToWorker(RuntimeContext* ct
   absl::StatusOr<std::unique_ptr<FramedSocket>> sock =
       absl::UnavailableError("the worker has no address");
   if (node_id == ctx->node_id && !unix_path.empty()) sock = FramedSocket::ConnectUnix(unix_path);
-  if (!sock.ok() && !tcp_address.empty()) sock = FramedSocket::ConnectTcp(tcp_address);
+  if (!sock.ok() && !tcp_address.empty()) {
+    sock = FramedSocket::ConnectTcp(tcp_address, *ctx->transport);
+  }
   if (!sock.ok()) return sock.status();
   proto::TaskFrame hello;
   hello.mutable_hello()->set_token(ctx->token);

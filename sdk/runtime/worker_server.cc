@@ -107,7 +107,7 @@ WorkerServer::WorkerServer(RuntimeContext* ctx, WorkerEnvironment env)
     : ctx_(ctx), env_(std::move(env)) {}
 
 WorkerServer::~WorkerServer() {
-  for (auto& [fd, c] : conns_) ::close(fd);
+  for (auto& [fd, c] : conns_) c->stream.reset();
   if (unix_fd_ >= 0) ::close(unix_fd_);
   if (tcp_fd_ >= 0) ::close(tcp_fd_);
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
@@ -182,15 +182,13 @@ int WorkerServer::Run() {
   // The control connection joins the loop as a plain fd (we own the framing from here).
   control_ = std::make_shared<Conn>();
   control_->fd = ::dup((*agent)->fd());
+  control_->stream = std::make_unique<SocketStream>(control_->fd);
   control_->control = true;
   control_->hello = true;
   agent->reset();
   SetNonBlocking(control_->fd).IgnoreError();
   conns_[control_->fd] = control_;
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = control_->fd;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, control_->fd, &ev);
+  Watch(control_, EPOLL_CTL_ADD);
 
   epoll_event events[64];
   // Stay awake a moment after work (polling, yielding the CPU between polls) while
@@ -239,7 +237,8 @@ int WorkerServer::Run() {
       if (it == conns_.end()) continue;
       std::shared_ptr<Conn> c = it->second;
       if (events[i].events & EPOLLOUT) Flush(c);
-      if (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+      const bool resume_read = c->read_wants_write && (events[i].events & EPOLLOUT);
+      if (resume_read || (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
         if (!ReadFrom(c)) Close(c);
       }
     }
@@ -267,27 +266,49 @@ void WorkerServer::Accept(int listen_fd) {
     SetNoDelay(fd);
     auto c = std::make_shared<Conn>();
     c->fd = fd;
+    if (listen_fd == tcp_fd_) {
+      // Callers from other nodes: TLS in a TLS cluster (the handshake runs in ReadFrom).
+      absl::StatusOr<std::unique_ptr<SocketStream>> s =
+          ctx_->transport->ServerEnd(fd, absl::StrCat("a caller of worker ", env_.worker_id));
+      if (!s.ok()) {
+        DROVER_LOG(WARNING) << s.status();
+        continue;  // ServerEnd closed it
+      }
+      c->stream = *std::move(s);
+    } else {
+      c->stream = std::make_unique<SocketStream>(fd);
+    }
     conns_[fd] = c;
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    Watch(c, EPOLL_CTL_ADD);
   }
 }
 
+void WorkerServer::Watch(const std::shared_ptr<Conn>& c, int op) {
+  epoll_event ev{};
+  ev.events = EPOLLIN | (!c->out.empty() || c->read_wants_write ? EPOLLOUT : 0);
+  ev.data.fd = c->fd;
+  ::epoll_ctl(epoll_fd_, op, c->fd, &ev);
+}
+
 bool WorkerServer::ReadFrom(const std::shared_ptr<Conn>& c) {
+  const bool was_waiting = c->read_wants_write;
+  c->read_wants_write = false;
   for (;;) {
     char* p = c->reader.WritePtr(64 * 1024);
-    ssize_t n = ::recv(c->fd, p, 64 * 1024, 0);
-    if (n == 0) return false;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    IoWait wait;
+    absl::StatusOr<size_t> n = c->stream->ReadSome(p, 64 * 1024, &wait);
+    if (!n.ok()) {
+      if (c->stream->tls()) DROVER_LOG(DEBUG) << n.status();  // e.g. a refused certificate
       return false;
     }
-    c->reader.Commit(static_cast<size_t>(n));
-    if (static_cast<size_t>(n) < 64 * 1024) break;
+    if (wait == IoWait::kWrite) c->read_wants_write = true;
+    if (wait != IoWait::kNone) break;
+    if (*n == 0) return false;
+    c->reader.Commit(*n);
+    // A short read drained a plain socket; TLS may hold more of a record: read on.
+    if (*n < 64 * 1024 && !c->stream->tls()) break;
   }
+  if (was_waiting != c->read_wants_write) Watch(c, EPOLL_CTL_MOD);
   for (;;) {
     std::string_view payload;
     absl::StatusOr<bool> got = c->reader.Next(&payload);
@@ -506,21 +527,19 @@ void WorkerServer::Flush(const std::shared_ptr<Conn>& c) {
   if (c->fd < 0) return;
   size_t off = 0;
   while (off < c->out.size()) {
-    ssize_t n = ::send(c->fd, c->out.data() + off, c->out.size() - off, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    IoWait wait;
+    absl::StatusOr<size_t> n = c->stream->WriteSome(c->out.data() + off, c->out.size() - off, &wait);
+    if (!n.ok()) {
       c->out.clear();
       c->closed = true;
       return;
     }
-    off += static_cast<size_t>(n);
+    off += *n;
+    // (kRead: a TLS write that must first read; the next read event lets it go on.)
+    if (wait != IoWait::kNone) break;
   }
   c->out.erase(0, off);
-  epoll_event ev{};
-  ev.events = EPOLLIN | (c->out.empty() ? 0 : EPOLLOUT);
-  ev.data.fd = c->fd;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
+  Watch(c, EPOLL_CTL_MOD);
 }
 
 void WorkerServer::ReleaseUnclaimedLease() {
@@ -546,7 +565,7 @@ void WorkerServer::Close(const std::shared_ptr<Conn>& c) {
   c->closed = true;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   conns_.erase(c->fd);
-  ::close(c->fd);
+  c->stream.reset();  // closes the socket
   c->fd = -1;
   if (c->lease) {
     int unfinished = 0;

@@ -4,7 +4,8 @@
 // socket (DROVER_WORKER_CONTROL) in the environment; drover::Init sees them and runs
 // this instead of returning to main. The worker
 //   1. checks that it is the binary its owner runs (build id), else refuses and exits;
-//   2. listens on a Unix socket (owners on this node) and a TCP port (other nodes);
+//   2. listens on a Unix socket (owners on this node) and a TCP port (other nodes; TLS
+//      in a TLS cluster, with the certificate of the agent that started it);
 //   3. registers with the agent over the control socket and keeps that connection for
 //      life (it exits when the agent goes);
 //   4. serves: the agent assigns it a lease (or an actor to create), the lease holder
@@ -27,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/framed_socket.h"
+#include "common/socket_stream.h"
 #include "proto/task.pb.h"
 #include "sdk/runtime/context.h"
 
@@ -57,6 +59,8 @@ class WorkerServer {
  private:
   struct Conn {
     int fd = -1;
+    std::unique_ptr<SocketStream> stream;  // owns fd (plain, or TLS for TCP callers)
+    bool read_wants_write = false;         // a TLS read (its handshake) waits to write
     FrameReader reader;
     std::string out;       // replies not yet written
     bool hello = false;    // authenticated
@@ -74,6 +78,9 @@ class WorkerServer {
   void Accept(int listen_fd);
   // Reads what `c` has; false once it is closed.
   bool ReadFrom(const std::shared_ptr<Conn>& c);
+  // Adds (or changes) `c` in the epoll set: readable, and writable when it has
+  // something to write.
+  void Watch(const std::shared_ptr<Conn>& c, int op);
   void OnFrame(const std::shared_ptr<Conn>& c, std::string_view payload);
   void OnControl(const std::shared_ptr<Conn>& c, std::string_view payload);
   void Close(const std::shared_ptr<Conn>& c);

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -59,7 +60,7 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptio
     c->redis_ = std::move(*r);
   }
   if (auto s = c->StartScheduler(0); !s.ok()) return s;
-  auto client = Client::Connect({c->address_, c->token_file_});
+  auto client = Client::Connect({c->address_, c->token_file_, c->tls_ca_});
   if (!client.ok()) return client.status();
   c->client_ = std::move(*client);
   c->agents_.assign(options.nodes, -1);
@@ -110,6 +111,7 @@ absl::Status TestCluster::StartScheduler(int port) {
             "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms)};
   o.argv.insert(o.argv.end(), advertise.begin(), advertise.end());
   if (!options_.metrics) o.argv.insert(o.argv.end(), {"--metrics-port", "-1"});
+  if (options_.tls) o.argv.insert(o.argv.end(), {"--tls-dir", dir_ + "/tls"});
   if (redis_) {
     o.argv.push_back("--redis");
     o.argv.push_back(redis_->address());
@@ -128,6 +130,10 @@ absl::Status TestCluster::StartScheduler(int port) {
       absl::Seconds(20));
   if (!ok) return absl::DeadlineExceededError("scheduler did not start\n" + DaemonLogs());
   address_ = JsonString(json, "address");
+  tls_ca_ = JsonString(json, "tls_ca");
+  if (options_.tls && tls_ca_.empty()) {
+    return absl::InternalError("the TLS scheduler's ready file names no tls_ca\n" + DaemonLogs());
+  }
   return absl::OkStatus();
 }
 
@@ -157,6 +163,7 @@ absl::Status TestCluster::StartAgent(int i) {
   if (!options_.metrics) {
     args.insert(args.end(), {"--metrics-port", "-1"});
   }
+  if (!tls_ca_.empty()) args.insert(args.end(), {"--tls-ca", tls_ca_});
   ::unlink(absl::StrCat(dir_, "/agent-", i, ".ready").c_str());
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   o.stdout_path = o.stderr_path = absl::StrCat(dir_, "/agent-", i, ".log");
@@ -238,7 +245,15 @@ int TestCluster::RunCli(const std::vector<std::string>& args, std::string* out, 
                         const std::vector<std::string>& extra_env) {
   std::vector<std::string> env = {"DROVER_ADDRESS=" + address_,
                                   "DROVER_TOKEN_FILE=" + token_file_,
+                                  "DROVER_TLS_CA=" + tls_ca_,
                                   "DROVER_HOME=" + dir_ + "/home"};
+  // `extra_env` wins over the entries above.
+  for (const std::string& e : extra_env) {
+    const std::string key = e.substr(0, e.find('=') + 1);
+    env.erase(std::remove_if(env.begin(), env.end(),
+                             [&](const std::string& mine) { return absl::StartsWith(mine, key); }),
+              env.end());
+  }
   env.insert(env.end(), extra_env.begin(), extra_env.end());
   return RunDrover(args, env, dir_, out, err);
 }

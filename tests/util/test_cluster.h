@@ -51,6 +51,9 @@ struct TestClusterOptions {
   // The daemons serve /metrics (and the scheduler its dashboard) on a free port; false
   // runs them with --metrics-port -1 (to measure what serving them costs).
   bool metrics = true;
+  // A TLS cluster: the scheduler makes a CA in <dir>/tls (--tls-dir), the agents get
+  // their certificates from it (--tls-ca), and client(), RunCli and RunJob use TLS.
+  bool tls = false;
 };
 
 class TestCluster {
@@ -60,6 +63,8 @@ class TestCluster {
 
   const std::string& address() const { return address_; }
   const std::string& token_file() const { return token_file_; }
+  // The cluster CA's certificate; empty unless options.tls.
+  const std::string& tls_ca() const { return tls_ca_; }
   const std::string& dir() const { return dir_; }
   Client& client() { return *client_; }
   pid_t agent_pid(int i) const { return agents_[i]; }
@@ -73,8 +78,9 @@ class TestCluster {
   // cleanly) and starts a new one on the same port and state.
   absl::Status RestartScheduler(int sig = SIGKILL);
 
-  // Runs the `drover` CLI against this cluster; returns its exit code and fills what
-  // it printed.
+  // Runs the `drover` CLI against this cluster (DROVER_ADDRESS, DROVER_TOKEN_FILE and,
+  // with TLS, DROVER_TLS_CA set; `extra_env` entries replace them); returns its exit
+  // code and fills what it printed.
   int RunCli(const std::vector<std::string>& args, std::string* out = nullptr,
              std::string* err = nullptr, const std::vector<std::string>& extra_env = {});
 
@@ -98,6 +104,7 @@ class TestCluster {
   TestClusterOptions options_;
   std::string dir_;
   std::string token_file_;
+  std::string tls_ca_;
   std::string address_;
   pid_t scheduler_ = -1;
   std::vector<pid_t> agents_;

@@ -42,23 +42,32 @@ namespace drover {
 struct ClusterAddress {
   std::string address;     // scheduler host:port
   std::string token_file;  // owner-only file with the cluster token
+  // TLS clusters: the cluster CA's certificate (a copy of the head's tls/ca.crt), which
+  // every server must be signed by. Empty: plain text.
+  std::string tls_ca_file;
 };
 
 // Finds the cluster the way every CLI command does: explicit values win, then the
-// DROVER_ADDRESS / DROVER_TOKEN_FILE environment variables, then the cluster file
-// `drover up` or `drover start --head` wrote ($DROVER_HOME/cluster.json, DROVER_HOME
-// defaulting to ~/.drover); the token file defaults to $DROVER_HOME/token.
+// DROVER_ADDRESS / DROVER_TOKEN_FILE / DROVER_TLS_CA environment variables, then the
+// cluster file `drover up` or `drover start --head` wrote ($DROVER_HOME/cluster.json,
+// DROVER_HOME defaulting to ~/.drover; its CA only for the cluster it records); the
+// token file defaults to $DROVER_HOME/token.
 // FAILED_PRECONDITION when no address is found, with a message saying how to point at
 // a cluster. Reads files only; does not contact the cluster.
 absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address,
-                                              const std::string& token_file);
+                                              const std::string& token_file,
+                                              const std::string& tls_ca_file = "");
 
 class Client {
  public:
-  // Reads the token; does not contact the cluster yet (the first call does).
+  // Reads the token (and the CA certificate of a TLS cluster); does not contact the
+  // cluster yet (the first call does).
   // Errors: NOT_FOUND no token file, PERMISSION_DENIED it is unreadable or readable
   // by others (the message names the file and the chmod to run), INVALID_ARGUMENT it
-  // is empty.
+  // is empty or the CA file is not a CA certificate.
+  // A call to a cluster that uses TLS when `cluster` names no CA (or the other way
+  // round, or with another cluster's CA) fails with UNAVAILABLE saying so and what to
+  // pass.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClusterAddress& cluster);
   ~Client();
   Client(const Client&) = delete;

@@ -56,6 +56,9 @@ struct InitOptions {
   // cluster `drover up` recorded ($DROVER_HOME/cluster.json).
   std::string address;
   std::string token_file;
+  // TLS clusters: the cluster CA's certificate (empty: DROVER_TLS_CA, then the one
+  // `drover up --tls` recorded; none: plain text).
+  std::string tls_ca_file;
   // Files the workers need beside the binary are not shipped; the workers run in the
   // driver's working directory when it exists on their node.
   //

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   std::string bind = "127.0.0.1", advertise, token_file, redis, redis_prefix = "drover:",
               ready_file, package_dir;
   int port = 0, metrics_port = 0;
+  drover::TimelineLimits timeline_limits;
   int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000,
           abort_notice_ms = 3000, session_grace_ms = 1000, redis_wait_ms = 30000;
   app.add_option("--bind", bind, "IP address to listen on (0.0.0.0 for all)");
@@ -77,7 +79,13 @@ int main(int argc, char** argv) {
   app.add_option("--package-dir", package_dir,
                  "where task programs uploaded by drivers are kept (default: beside the token "
                  "file, in packages/)");
+  app.add_option("--timeline-reported-per-job", timeline_limits.activity_per_job,
+                 "reported timeline events (tasks, actor calls, pulls, collectives) kept per "
+                 "job; the oldest go first, counted as dropped")
+      ->check(CLI::Range(size_t{0}, size_t{1000000}));
   CLI11_PARSE(app, argc, argv);
+  timeline_limits.activity_total =
+      std::max(timeline_limits.activity_total, timeline_limits.activity_per_job);
 
   if (token_file.empty()) token_file = drover::DroverHome() + "/token";
   auto token = drover::LoadOrCreateTokenFile(token_file);
@@ -122,7 +130,7 @@ int main(int argc, char** argv) {
   options.kill_grace = absl::Milliseconds(kill_grace_ms);
   options.abort_notice = absl::Milliseconds(abort_notice_ms);
   // What happened to each job, in memory (bounded): timelines, the dashboard, metrics.
-  drover::JobTimeline timeline(options.clock);
+  drover::JobTimeline timeline(options.clock, timeline_limits);
   options.timeline = &timeline;
   auto core = std::make_unique<drover::SchedulerCore>(options, std::move(store),
                                                       drover::NewGrpcAgentClient(*token));

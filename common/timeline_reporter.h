@@ -1,0 +1,150 @@
+// TimelineReporter: tells the scheduler's job timelines what only this process saw
+// (proto/scheduler.proto ReportTimeline): the tasks and actor calls a worker ran, the
+// object pulls an agent made, the collective operations a rank ran. Used by task
+// workers (sdk/runtime/worker_server.h), agents (node_agent/agent.h) and collective
+// groups (collective/timed_group.h).
+//
+// Off the caller's path: Add() moves a compact record into a buffer under a mutex and
+// returns; it never waits on the network. The buffer holds at most `capacity` records;
+// a record that finds it full is dropped and counted, and the count goes to the
+// scheduler with the next batch (per job), so a timeline says how much it is missing.
+// A thread of the reporter's own sends the buffer every `interval`, or sooner when
+// `batch` records wait (but at most once per `min_gap`, so a process that runs 10^5
+// tasks a second costs the scheduler a few batches a second, not 10^5 events). A batch
+// that fails is sent again with the same number (the scheduler applies a number once)
+// up to `attempts` times; then its records count as dropped. An older scheduler that
+// does not know ReportTimeline (UNIMPLEMENTED) turns the reporter off.
+//
+// Memory: at most `capacity` buffered records plus one batch in flight.
+// Thread safety: thread-safe. The destructor sends what is buffered (bounded by the
+// sender's deadline) and stops the thread.
+#ifndef DROVER_COMMON_TIMELINE_REPORTER_H_
+#define DROVER_COMMON_TIMELINE_REPORTER_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/scheduler.pb.h"
+
+namespace drover {
+
+// One thing that happened, as a span. Empty strings take the reporter's defaults.
+struct TimelineRecord {
+  proto::TimelineEventKind kind = proto::TIMELINE_TASK;
+  int64_t start_us = 0;  // since the Unix epoch
+  int64_t duration_us = 0;
+  int64_t bytes = 0;
+  int rank = -1;
+  bool failed = false;
+  std::string name;       // TASK: the function; COLLECTIVE: the operation
+  std::string job_id;     // empty: the reporter's job
+  std::string node_id;    // empty: the reporter's node
+  std::string actor_id;   // TASK: the actor a call went to
+  std::string object_id;  // PULL
+  std::string source_node_id;  // PULL
+  std::string detail;
+};
+
+struct TimelineReporterOptions {
+  // Names the reporter in the scheduler's retry bookkeeping ("w-3@node-1", "agent
+  // node-2"); the pid and a random tag are added.
+  std::string reporter;
+  // Defaults for every record's job and node, and the worker every event names.
+  std::string job_id;
+  std::string node_id;
+  std::string worker_id;
+  size_t capacity = 4096;
+  size_t batch = 1024;
+  absl::Duration interval = absl::Seconds(1);
+  absl::Duration min_gap = absl::Milliseconds(200);
+  int attempts = 3;
+  Clock* clock = Clock::Real();
+};
+
+// Sends one batch; the reporter's thread calls it. It must have a deadline.
+using TimelineSender = std::function<absl::Status(const proto::ReportTimelineRequest&)>;
+
+// A sender to the scheduler at `address` (a 2 s deadline per batch).
+TimelineSender SchedulerTimelineSender(const std::string& address, const std::string& token);
+
+// Reads the switches a job sets in its processes' environment: `name` ("0"/"1"), or
+// `fallback` when unset or empty.
+bool TimelineSwitch(const char* name, bool fallback);
+// DROVER_TIMELINE_BUFFER (records a reporter buffers), or `fallback`.
+size_t TimelineBufferFromEnvironment(size_t fallback);
+
+class TimelineReporter {
+ public:
+  TimelineReporter(TimelineReporterOptions options, TimelineSender send);
+  ~TimelineReporter();
+  TimelineReporter(const TimelineReporter&) = delete;
+  TimelineReporter& operator=(const TimelineReporter&) = delete;
+
+  // Buffers `record`, or counts it dropped when the buffer is full. Never blocks on
+  // the network.
+  void Add(TimelineRecord record);
+
+  // Sends what is buffered now and waits until it was sent (or given up), at most
+  // `timeout`. True if nothing is left to send.
+  bool Flush(absl::Duration timeout);
+
+  struct Counts {
+    int64_t added = 0;    // records buffered
+    int64_t dropped = 0;  // records dropped: buffer full, or their batch failed
+    int64_t sent = 0;     // records the scheduler acknowledged
+    int64_t batches = 0;  // batches acknowledged
+  };
+  Counts counts();
+
+ private:
+  struct Batch {
+    proto::ReportTimelineRequest request;
+    int attempts = 0;
+    int64_t records = 0;
+    std::map<std::string, int64_t> per_job;  // records per job, to count them if lost
+  };
+
+  void Run();
+  // Takes the buffer and the drop counts into a new batch.
+  std::unique_ptr<Batch> TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When the thread should send next.
+  absl::Time NextSendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FillEvent(const TimelineRecord& r, proto::TimelineEvent* e) const;
+
+  const TimelineReporterOptions options_;
+  const TimelineSender send_;
+  const std::string reporter_id_;
+
+  absl::Mutex mu_;
+  absl::CondVar wake_;  // the thread: stop, flush, a full batch, the first record
+  absl::CondVar done_;  // Flush waiters: a batch was sent or given up
+  std::vector<TimelineRecord> buffer_ ABSL_GUARDED_BY(mu_);
+  // Records dropped since the last batch: of the default job, and of others.
+  int64_t dropped_default_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, int64_t> dropped_other_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Batch> pending_ ABSL_GUARDED_BY(mu_);  // failed, to be sent again
+  bool sending_ ABSL_GUARDED_BY(mu_) = false;
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;  // a full batch signalled the thread
+  bool idle_ ABSL_GUARDED_BY(mu_) = false;   // the thread waits for a first record
+  bool flush_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool off_ ABSL_GUARDED_BY(mu_) = false;  // the scheduler does not take reports
+  absl::Time last_send_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  Counts counts_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace drover
+
+#endif  // DROVER_COMMON_TIMELINE_REPORTER_H_

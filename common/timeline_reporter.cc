@@ -85,6 +85,11 @@ void TimelineReporter::Add(TimelineRecord record) {
   }
 }
 
+void TimelineReporter::SetActor(const std::string& actor_id) {
+  absl::MutexLock lock(&mu_);
+  actor_id_ = actor_id;
+}
+
 bool TimelineReporter::Flush(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = options_.clock->Now() + timeout;
@@ -118,7 +123,11 @@ void TimelineReporter::FillEvent(const TimelineRecord& r, proto::TimelineEvent* 
   if (r.bytes != 0) e->set_bytes(r.bytes);
   if (r.failed) e->set_failed(true);
   if (!r.name.empty()) e->set_name(r.name);
-  if (!r.actor_id.empty()) e->set_actor_id(r.actor_id);
+  if (!r.actor_id.empty()) {
+    e->set_actor_id(r.actor_id);
+  } else if (r.actor_call) {
+    e->set_actor_id(actor_id_);
+  }
   if (!r.object_id.empty()) e->set_object_id(r.object_id);
   if (!r.source_node_id.empty()) e->set_source_node_id(r.source_node_id);
   if (!r.detail.empty()) e->set_detail(r.detail);

@@ -50,6 +50,7 @@ struct TimelineRecord {
   std::string job_id;     // empty: the reporter's job
   std::string node_id;    // empty: the reporter's node
   std::string actor_id;   // TASK: the actor a call went to
+  bool actor_call = false;  // TASK: a call to the reporter's actor (SetActor)
   std::string object_id;  // PULL
   std::string source_node_id;  // PULL
   std::string detail;
@@ -94,6 +95,9 @@ class TimelineReporter {
   // the network.
   void Add(TimelineRecord record);
 
+  // The actor whose calls records marked `actor_call` are (a worker hosts one).
+  void SetActor(const std::string& actor_id);
+
   // Sends what is buffered now and waits until it was sent (or given up), at most
   // `timeout`. True if nothing is left to send.
   bool Flush(absl::Duration timeout);
@@ -119,7 +123,8 @@ class TimelineReporter {
   std::unique_ptr<Batch> TakeLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When the thread should send next.
   absl::Time NextSendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FillEvent(const TimelineRecord& r, proto::TimelineEvent* e) const;
+  void FillEvent(const TimelineRecord& r, proto::TimelineEvent* e) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const TimelineReporterOptions options_;
   const TimelineSender send_;
@@ -129,6 +134,7 @@ class TimelineReporter {
   absl::CondVar wake_;  // the thread: stop, flush, a full batch, the first record
   absl::CondVar done_;  // Flush waiters: a batch was sent or given up
   std::vector<TimelineRecord> buffer_ ABSL_GUARDED_BY(mu_);
+  std::string actor_id_ ABSL_GUARDED_BY(mu_);
   // Records dropped since the last batch: of the default job, and of others.
   int64_t dropped_default_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int64_t> dropped_other_ ABSL_GUARDED_BY(mu_);

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -179,6 +180,18 @@ int WorkerServer::Run() {
     SetLargeTensorAllocator(&StoreDraft::Allocate, StoreDraft::kMinBytes);
   }
   if (absl::Status s = (*agent)->Send(reg); !s.ok()) return 3;
+  if (TimelineSwitch("DROVER_TIMELINE", true) && !ctx_->job_id.empty() &&
+      !ctx_->scheduler_address.empty()) {
+    TimelineReporterOptions to;
+    to.reporter = absl::StrCat(env_.worker_id, "@", ctx_->node_id);
+    to.job_id = ctx_->job_id;
+    to.node_id = ctx_->node_id;
+    to.worker_id = env_.worker_id;
+    to.capacity = TimelineBufferFromEnvironment(to.capacity);
+    to.batch = std::min(to.batch, to.capacity);
+    timeline_ = std::make_unique<TimelineReporter>(
+        to, SchedulerTimelineSender(ctx_->scheduler_address, ctx_->token));
+  }
   // The control connection joins the loop as a plain fd (we own the framing from here).
   control_ = std::make_shared<Conn>();
   control_->fd = ::dup((*agent)->fd());
@@ -397,6 +410,7 @@ void WorkerServer::CreateActor(const proto::ActorCreation& creation) {
         actor_deleter_ = fn->deleter;
         actor_class_ = fn->cls;
         actor_id_ = creation.actor_id();
+        if (timeline_ != nullptr) timeline_->SetActor(actor_id_);
       } else {
         status = made.status();
       }
@@ -421,9 +435,25 @@ void WorkerServer::RunTask(Pending& p) {
     reply->set_message(absl::StrCat(p.spec.name().empty() ? p.spec.function() : p.spec.name(),
                                     ": cancelled before it started"));
   } else {
+    const absl::Time start = absl::Now();
     *reply = Execute(p.spec);
+    if (timeline_ != nullptr) NoteTask(p.spec, *reply, start);
   }
   AppendFrame(frame, &p.conn->out);
+}
+
+void WorkerServer::NoteTask(const proto::TaskSpec& spec, const proto::TaskReply& reply,
+                            absl::Time start) {
+  TimelineRecord r;
+  r.start_us = absl::ToUnixMicros(start);
+  r.duration_us = absl::ToInt64Microseconds(absl::Now() - start);
+  r.name = spec.name().empty() ? spec.function() : spec.name();
+  r.actor_call = actor_ != nullptr;
+  if (reply.code() != static_cast<int>(absl::StatusCode::kOk)) {
+    r.failed = true;
+    r.detail = reply.message().substr(0, 512);
+  }
+  timeline_->Add(std::move(r));
 }
 
 proto::TaskReply WorkerServer::Execute(const proto::TaskSpec& spec) {

@@ -10,7 +10,10 @@
 //   4. serves: the agent assigns it a lease (or an actor to create), the lease holder
 //      (or the actor's callers) connect with the cluster token and push tasks, and it
 //      runs them one at a time in arrival order, replying with small results inline and
-//      putting large ones into the node's store.
+//      putting large ones into the node's store;
+//   5. tells its job's timeline what it ran (each task or actor call: name, start,
+//      duration, failed), batched by a TimelineReporter (common/timeline_reporter.h)
+//      on a thread of its own, unless the job set DROVER_TIMELINE=0.
 //
 // Threading: one thread runs everything (an epoll loop), so actor methods need no
 // locks and run in the order calls arrived. Tasks the user's code submits from inside
@@ -27,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/framed_socket.h"
+#include "common/timeline_reporter.h"
 #include "proto/task.pb.h"
 #include "sdk/runtime/context.h"
 
@@ -81,6 +85,8 @@ class WorkerServer {
   void RunTask(Pending& p);
   void CreateActor(const proto::ActorCreation& creation);
   proto::TaskReply Execute(const proto::TaskSpec& spec);
+  // Tells the timeline (if any) that `spec` ran from `start` until now.
+  void NoteTask(const proto::TaskSpec& spec, const proto::TaskReply& reply, absl::Time start);
   std::string Where() const;
 
   RuntimeContext* const ctx_;
@@ -105,6 +111,8 @@ class WorkerServer {
   void (*actor_deleter_)(void*) = nullptr;
   const std::type_info* actor_class_ = nullptr;
   bool stop_ = false;
+  // What this worker ran, for its job's timeline; null with DROVER_TIMELINE=0.
+  std::unique_ptr<TimelineReporter> timeline_;
 };
 
 }  // namespace drover::internal

@@ -110,6 +110,7 @@ absl::Status TestCluster::StartScheduler(int port) {
             "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms)};
   o.argv.insert(o.argv.end(), advertise.begin(), advertise.end());
   if (!options_.metrics) o.argv.insert(o.argv.end(), {"--metrics-port", "-1"});
+  o.argv.insert(o.argv.end(), options_.scheduler_args.begin(), options_.scheduler_args.end());
   if (redis_) {
     o.argv.push_back("--redis");
     o.argv.push_back(redis_->address());

@@ -51,6 +51,8 @@ struct TestClusterOptions {
   // The daemons serve /metrics (and the scheduler its dashboard) on a free port; false
   // runs them with --metrics-port -1 (to measure what serving them costs).
   bool metrics = true;
+  // More flags for drover-scheduler.
+  std::vector<std::string> scheduler_args;
 };
 
 class TestCluster {

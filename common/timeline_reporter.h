@@ -10,7 +10,7 @@
 // scheduler with the next batch (per job), so a timeline says how much it is missing.
 // A thread of the reporter's own sends the buffer every `interval`, or sooner when
 // `batch` records wait (but at most once per `min_gap`, so a process that runs 10^5
-// tasks a second costs the scheduler a few batches a second, not 10^5 events). A batch
+// tasks a second costs the scheduler two batches a second, not 10^5 events). A batch
 // that fails is sent again with the same number (the scheduler applies a number once)
 // up to `attempts` times; then its records count as dropped. An older scheduler that
 // does not know ReportTimeline (UNIMPLEMENTED) turns the reporter off.
@@ -64,10 +64,12 @@ struct TimelineReporterOptions {
   std::string job_id;
   std::string node_id;
   std::string worker_id;
-  size_t capacity = 4096;
+  // At most capacity * (1 s / min_gap) records a second reach the scheduler (4,096
+  // with these), whatever the rate of tasks: the rest are counted as dropped.
+  size_t capacity = 2048;
   size_t batch = 1024;
   absl::Duration interval = absl::Seconds(1);
-  absl::Duration min_gap = absl::Milliseconds(200);
+  absl::Duration min_gap = absl::Milliseconds(500);
   int attempts = 3;
   Clock* clock = Clock::Real();
 };

@@ -50,6 +50,7 @@ std::string ReporterId(const std::string& name) {
 TimelineReporter::TimelineReporter(TimelineReporterOptions options, TimelineSender send)
     : options_(std::move(options)), send_(std::move(send)), reporter_id_(ReporterId(options_.reporter)) {
   buffer_.reserve(options_.capacity);
+  spare_.reserve(options_.capacity);
   last_send_ = options_.clock->Now();
   thread_ = std::thread([this] { Run(); });
 }
@@ -58,12 +59,17 @@ TimelineReporter::~TimelineReporter() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
+    full_ = true;
     wake_.Signal();
   }
   thread_.join();
 }
 
 void TimelineReporter::Add(TimelineRecord record) {
+  if (full_.load(std::memory_order_relaxed) && record.job_id.empty()) {
+    dropped_fast_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   absl::MutexLock lock(&mu_);
   if (buffer_.size() >= options_.capacity || stop_ || off_) {
     if (record.job_id.empty()) {
@@ -76,6 +82,7 @@ void TimelineReporter::Add(TimelineRecord record) {
   }
   buffer_.push_back(std::move(record));
   ++counts_.added;
+  if (buffer_.size() >= options_.capacity) full_ = true;
   if (idle_) {
     idle_ = false;
     wake_.Signal();
@@ -104,7 +111,9 @@ bool TimelineReporter::Flush(absl::Duration timeout) {
 
 TimelineReporter::Counts TimelineReporter::counts() {
   absl::MutexLock lock(&mu_);
-  return counts_;
+  Counts c = counts_;
+  c.dropped += dropped_fast_.load(std::memory_order_relaxed);
+  return c;
 }
 
 absl::Time TimelineReporter::NextSendLocked() {
@@ -113,7 +122,8 @@ absl::Time TimelineReporter::NextSendLocked() {
   return last_send_ + options_.interval;
 }
 
-void TimelineReporter::FillEvent(const TimelineRecord& r, proto::TimelineEvent* e) const {
+void TimelineReporter::FillEvent(const TimelineRecord& r, const std::string& actor_id,
+                                 proto::TimelineEvent* e) const {
   e->set_kind(r.kind);
   e->set_time_us(r.start_us);
   e->set_duration_us(r.duration_us);
@@ -126,22 +136,38 @@ void TimelineReporter::FillEvent(const TimelineRecord& r, proto::TimelineEvent* 
   if (!r.actor_id.empty()) {
     e->set_actor_id(r.actor_id);
   } else if (r.actor_call) {
-    e->set_actor_id(actor_id_);
+    e->set_actor_id(actor_id);
   }
   if (!r.object_id.empty()) e->set_object_id(r.object_id);
   if (!r.source_node_id.empty()) e->set_source_node_id(r.source_node_id);
   if (!r.detail.empty()) e->set_detail(r.detail);
 }
 
-std::unique_ptr<TimelineReporter::Batch> TimelineReporter::TakeLocked() {
-  if (buffer_.empty() && dropped_default_ == 0 && dropped_other_.empty()) return nullptr;
-  std::vector<TimelineRecord> records;
-  records.reserve(options_.capacity);
-  records.swap(buffer_);
+bool TimelineReporter::HasWorkLocked() const {
+  return !buffer_.empty() || dropped_default_ > 0 || !dropped_other_.empty() ||
+         dropped_fast_.load(std::memory_order_relaxed) > 0;
+}
+
+TimelineReporter::Taken TimelineReporter::TakeLocked() {
+  Taken t;
+  t.records = std::move(spare_);
+  t.records.swap(buffer_);
+  full_ = stop_ || off_;
+  const int64_t fast = dropped_fast_.exchange(0, std::memory_order_relaxed);
+  counts_.dropped += fast;
+  t.dropped_default = dropped_default_ + fast;
+  t.dropped_other.swap(dropped_other_);
+  dropped_default_ = 0;
+  t.seq = next_seq_++;
+  t.actor_id = actor_id_;
+  return t;
+}
+
+std::unique_ptr<TimelineReporter::Batch> TimelineReporter::Build(const Taken& t) const {
   auto b = std::make_unique<Batch>();
   b->request.set_reporter(reporter_id_);
-  b->request.set_seq(next_seq_++);
-  b->records = static_cast<int64_t>(records.size());
+  b->request.set_seq(t.seq);
+  b->records = static_cast<int64_t>(t.records.size());
   std::map<std::string, proto::JobTimelineReport*> jobs;
   auto job = [&](const std::string& id) {
     proto::JobTimelineReport*& j = jobs[id];
@@ -151,16 +177,14 @@ std::unique_ptr<TimelineReporter::Batch> TimelineReporter::TakeLocked() {
     }
     return j;
   };
-  if (dropped_default_ > 0 && !options_.job_id.empty()) {
-    job(options_.job_id)->set_dropped(dropped_default_);
+  if (t.dropped_default > 0 && !options_.job_id.empty()) {
+    job(options_.job_id)->set_dropped(t.dropped_default);
   }
-  for (const auto& [id, n] : dropped_other_) job(id)->set_dropped(job(id)->dropped() + n);
-  dropped_default_ = 0;
-  dropped_other_.clear();
-  for (const TimelineRecord& r : records) {
+  for (const auto& [id, n] : t.dropped_other) job(id)->set_dropped(job(id)->dropped() + n);
+  for (const TimelineRecord& r : t.records) {
     const std::string& id = r.job_id.empty() ? options_.job_id : r.job_id;
     if (id.empty()) continue;  // no job to show it in
-    FillEvent(r, job(id)->add_events());
+    FillEvent(r, t.actor_id, job(id)->add_events());
     ++b->per_job[id];
   }
   return b;
@@ -171,8 +195,7 @@ void TimelineReporter::Run() {
   for (;;) {
     // Nothing to send: wait for the first record (Add wakes the thread), then give
     // the batch its interval to fill.
-    while (!stop_ && !flush_ && buffer_.empty() && pending_ == nullptr && dropped_default_ == 0 &&
-           dropped_other_.empty()) {
+    while (!stop_ && !flush_ && pending_ == nullptr && !HasWorkLocked()) {
       idle_ = true;
       done_.SignalAll();
       wake_.Wait(&mu_);
@@ -183,11 +206,25 @@ void TimelineReporter::Run() {
       options_.clock->WaitWithDeadline(&wake_, &mu_, NextSendLocked());
     }
     const bool stopping = stop_;
-    std::unique_ptr<Batch> b = pending_ != nullptr ? std::move(pending_) : TakeLocked();
+    std::unique_ptr<Batch> b;
+    if (pending_ != nullptr) {
+      b = std::move(pending_);
+    } else if (HasWorkLocked()) {
+      // Built without the lock, so Add is never held up by it.
+      Taken t = TakeLocked();
+      sending_ = true;
+      mu_.Unlock();
+      b = Build(t);
+      t.records.clear();  // keeps its memory for the next round
+      mu_.Lock();
+      spare_ = std::move(t.records);
+      sending_ = false;
+    }
     flush_ = flush_ && (b != nullptr);  // a flush ends once a round finds nothing to send
     woken_ = false;
     last_send_ = options_.clock->Now();
     if (b == nullptr || off_) {
+      if (b != nullptr) counts_.dropped += b->records;
       done_.SignalAll();
       if (stopping) return;
       continue;
@@ -203,6 +240,7 @@ void TimelineReporter::Run() {
       ++counts_.batches;
     } else if (sent.code() == absl::StatusCode::kUnimplemented) {
       off_ = true;  // a scheduler without timelines of reported events
+      full_ = true;
       counts_.dropped += b->records + static_cast<int64_t>(buffer_.size());
       buffer_.clear();
     } else if (++b->attempts < options_.attempts && !stopping) {
@@ -220,7 +258,7 @@ void TimelineReporter::Run() {
     }
     done_.SignalAll();
     if (stopping && pending_ == nullptr && buffer_.empty() &&
-        (records == 0 || (dropped_default_ == 0 && dropped_other_.empty()))) {
+        (records == 0 || !HasWorkLocked())) {
       return;
     }
   }

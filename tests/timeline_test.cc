@@ -3,10 +3,6 @@
 // by the workers), a pull across nodes (reported by the agent that pulled), an opt-in
 // collective job's allreduce with its size (reported by the ranks), the same in
 // `drover timeline`'s Chrome trace, and the bounds (what is not kept is counted).
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <map>
 #include <string>
 #include <vector>
@@ -14,10 +10,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/auth.h"
 #include "common/files.h"
-#include "common/spawn.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "tests/util/driver_process.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
@@ -26,74 +24,17 @@ namespace {
 using nlohmann::json;
 
 // tests/task_program running a scenario as a driver of the cluster, in the background.
-class Driver {
+class Driver : public DriverProcess {
  public:
   Driver(TestCluster* cluster, const std::vector<std::string>& args,
-         const std::vector<std::string>& env = {}) {
-    static int n = 0;
-    out_ = absl::StrCat(cluster->dir(), "/timeline-driver-", ++n);
-    SpawnOptions o;
-    o.argv = {Runfile("tests/task_program")};
-    o.argv.insert(o.argv.end(), args.begin(), args.end());
-    for (char** e = environ; *e; ++e) {
-      if (!absl::StartsWith(*e, "DROVER_")) o.env.push_back(*e);
-    }
-    o.env.push_back("DROVER_ADDRESS=" + cluster->address());
-    o.env.push_back("DROVER_TOKEN_FILE=" + cluster->token_file());
-    o.env.push_back("DROVER_HOME=" + cluster->dir() + "/home");
-    o.env.insert(o.env.end(), env.begin(), env.end());
-    o.stdout_path = out_ + ".out";
-    o.stderr_path = out_ + ".err";
-    auto pid = Spawn(o);
-    EXPECT_TRUE(pid.ok()) << pid.status();
-    pid_ = pid.ok() ? *pid : -1;
-  }
-  ~Driver() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  // Its key=value lines so far.
-  std::map<std::string, std::string> Output() const {
-    std::map<std::string, std::string> kv;
-    for (absl::string_view line : absl::StrSplit(ReadFile(out_ + ".out").value_or(""), '\n')) {
-      const size_t eq = line.find('=');
-      if (eq != absl::string_view::npos && eq > 0) {
-        kv[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
-      }
-    }
-    return kv;
-  }
-  // Waits (bounded) until it printed `key`; its value, or "" if it never did.
-  std::string WaitFor(const std::string& key, absl::Duration timeout = absl::Seconds(120)) {
-    std::string value;
-    testing::WaitFor(
-        [&] {
-          auto kv = Output();
-          if (kv.count(key)) value = kv[key];
-          return kv.count(key) > 0;
-        },
-        timeout);
-    return value;
-  }
-  // Exit code once it ended (at most `timeout` after the call).
-  int Wait(absl::Duration timeout = absl::Seconds(60)) {
-    int status = 0;
-    if (!testing::WaitFor([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, timeout)) {
-      return -1;
-    }
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  std::string Logs() const {
-    return ReadFile(out_ + ".out").value_or("") + ReadFile(out_ + ".err").value_or("");
-  }
+         const std::vector<std::string>& env = {})
+      : DriverProcess(*cluster, WithProgram(args), env) {}
 
  private:
-  std::string out_;
-  pid_t pid_ = -1;
+  static std::vector<std::string> WithProgram(std::vector<std::string> args) {
+    args.insert(args.begin(), Runfile("tests/task_program"));
+    return args;
+  }
 };
 
 class TimelineTest : public ::testing::Test {
@@ -127,6 +68,24 @@ class TimelineTest : public ::testing::Test {
         },
         timeout);
     return t;
+  }
+
+  // The dashboard's JSON for the job's page (GET /api/job), with the cluster token.
+  static json JobPage(const std::string& job) {
+    auto status = cluster_->client().Status();
+    if (!status.ok()) return json();
+    httplib::Client http("http://" + status->metrics_address);
+    const std::string token = ReadTokenFile(cluster_->token_file()).value_or("");
+    auto res = http.Get(("/api/job?id=" + job).c_str(), {{"Authorization", "Bearer " + token}});
+    if (!res || res->status != 200) return json();
+    return json::parse(res->body, nullptr, false);
+  }
+  // How many of the page's timeline events are of `kind` ("TIMELINE_TASK").
+  static int PageEvents(const json& page, const std::string& kind) {
+    int n = 0;
+    if (!page.is_object() || !page.contains("timeline")) return -1;
+    for (const auto& e : page["timeline"]["events"]) n += e["kind"] == kind ? 1 : 0;
+    return n;
   }
 
   static std::vector<TimelineEvent> OfKind(const JobTimeline& t, TimelineEventKind kind) {
@@ -267,6 +226,18 @@ TEST_F(TimelineTest, TasksActorCallsAndAPullShowTheWorkerAndNodeTheyRanOn) {
   EXPECT_EQ(task_spans, 1);
   EXPECT_EQ(pull_spans, 1);
 
+  // And on the dashboard's job page.
+  const json page = JobPage(job);
+  EXPECT_EQ(PageEvents(page, "TIMELINE_TASK"), static_cast<int>(OfKind(t, TimelineEventKind::kTask).size()));
+  EXPECT_EQ(PageEvents(page, "TIMELINE_PULL"), static_cast<int>(OfKind(t, TimelineEventKind::kPull).size()));
+  bool pull_on_page = false;
+  for (const auto& e : page["timeline"]["events"]) {
+    if (e["kind"] == "TIMELINE_PULL" && e["objectId"] == blob) {
+      pull_on_page = e["nodeId"] == b && e["sourceNodeId"] == a;
+    }
+  }
+  EXPECT_TRUE(pull_on_page) << page.dump();
+
   ASSERT_TRUE(WriteFileAtomic(go, "", 0600).ok());
   EXPECT_EQ(driver.Wait(), 0) << driver.Logs();
 }
@@ -360,6 +331,11 @@ TEST_F(TimelineTest, TheTimelineKeepsABoundedNumberOfTaskEventsAndCountsTheRest)
   const json trace = json::parse(out, nullptr, false);
   ASSERT_FALSE(trace.is_discarded());
   EXPECT_EQ(trace["otherData"]["dropped_reported_events"], t.activity_dropped);
+  // And the dashboard's job page.
+  const json page = JobPage(job);
+  ASSERT_TRUE(page.is_object());
+  EXPECT_EQ(page["timeline"]["activityDropped"], t.activity_dropped);
+  EXPECT_EQ(PageEvents(page, "TIMELINE_TASK"), tasks(t));
   ASSERT_TRUE(WriteFileAtomic(go, "", 0600).ok());
   EXPECT_EQ(driver.Wait(), 0) << driver.Logs();
 }

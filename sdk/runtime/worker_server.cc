@@ -1,7 +1,9 @@
 #include "sdk/runtime/worker_server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -38,6 +40,13 @@ std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? "" : v;
 }
+
+// Set while the user's code runs (a task, a factory): SIGTERM then kills at once.
+volatile sig_atomic_t g_in_user_code = 0;
+struct InUserCode {
+  InUserCode() { g_in_user_code = 1; }
+  ~InUserCode() { g_in_user_code = 0; }
+};
 
 class UnpackedArgs : public ArgList {
  public:
@@ -114,6 +123,9 @@ WorkerServer::~WorkerServer() {
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
   if (actor_ != nullptr && actor_deleter_ != nullptr) actor_deleter_(actor_);
+  for (int fd : term_pipe_) {
+    if (fd >= 0) ::close(fd);
+  }
 }
 
 std::string WorkerServer::Where() const {
@@ -191,6 +203,7 @@ int WorkerServer::Run() {
     to.batch = std::min(to.batch, to.capacity);
     timeline_ = std::make_unique<TimelineReporter>(
         to, SchedulerTimelineSender(ctx_->scheduler_address, ctx_->token));
+    CatchTerm();
   }
   // The control connection joins the loop as a plain fd (we own the framing from here).
   control_ = std::make_shared<Conn>();
@@ -244,6 +257,11 @@ int WorkerServer::Run() {
     }
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
+      if (fd == term_pipe_[0]) {
+        terminated_ = true;
+        stop_ = true;
+        continue;
+      }
       if (fd == unix_fd_ || fd == tcp_fd_) {
         Accept(fd);
         continue;
@@ -270,7 +288,42 @@ int WorkerServer::Run() {
     }
     if (ran && pending_.empty()) idle_since = absl::Now();
   }
+  if (terminated_) DieOfTerm();
   return 0;
+}
+
+namespace {
+int g_term_fd = -1;
+void OnTerm(int) {
+  if (g_in_user_code) {
+    // A task or a factory runs (maybe for long): die now, as without a timeline.
+    ::signal(SIGTERM, SIG_DFL);
+    ::raise(SIGTERM);
+    return;
+  }
+  const char c = 't';
+  (void)!::write(g_term_fd, &c, 1);
+}
+}  // namespace
+
+void WorkerServer::CatchTerm() {
+  if (::pipe2(term_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  g_term_fd = term_pipe_[1];
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = term_pipe_[0];
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, term_pipe_[0], &ev);
+  struct sigaction sa {};
+  sa.sa_handler = OnTerm;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+void WorkerServer::DieOfTerm() {
+  timeline_.reset();  // sends what it holds (bounded by the sender's deadline)
+  ::signal(SIGTERM, SIG_DFL);
+  ::raise(SIGTERM);
+  std::_Exit(128 + SIGTERM);
 }
 
 void WorkerServer::Accept(int listen_fd) {
@@ -399,6 +452,7 @@ void WorkerServer::CreateActor(const proto::ActorCreation& creation) {
       absl::StatusOr<void*> made;
       ScopedCodecContext codec(RuntimeCodecContext());
       try {
+        InUserCode busy;
         made = fn->create(args, &user_error);
       } catch (const std::exception& e) {
         made = absl::InternalError(absl::StrCat("threw ", TypeName(typeid(e)), ": ", e.what()));
@@ -436,7 +490,10 @@ void WorkerServer::RunTask(Pending& p) {
                                     ": cancelled before it started"));
   } else {
     const absl::Time start = absl::Now();
-    *reply = Execute(p.spec);
+    {
+      InUserCode busy;
+      *reply = Execute(p.spec);
+    }
     if (timeline_ != nullptr) NoteTask(p.spec, *reply, start);
   }
   AppendFrame(frame, &p.conn->out);
@@ -590,6 +647,8 @@ void WorkerServer::Close(const std::shared_ptr<Conn>& c) {
       AppendFrame(msg, &control_->out);
       Flush(control_);
     }
+    // Its holder is done (or gone, and its job may end): send what the timeline holds.
+    if (timeline_ != nullptr) timeline_->Flush(absl::ZeroDuration());
   }
   for (auto it = pending_.begin(); it != pending_.end();) {
     it = it->conn == c ? pending_.erase(it) : it + 1;

@@ -13,7 +13,10 @@
 //      putting large ones into the node's store;
 //   5. tells its job's timeline what it ran (each task or actor call: name, start,
 //      duration, failed), batched by a TimelineReporter (common/timeline_reporter.h)
-//      on a thread of its own, unless the job set DROVER_TIMELINE=0.
+//      on a thread of its own, unless the job set DROVER_TIMELINE=0. What it holds is
+//      sent at once when a lease ends, and before the worker dies of SIGTERM (the
+//      agent's stop at the end of the job): the loop sees the signal through a pipe,
+//      sends, then dies of the signal as before.
 //
 // Threading: one thread runs everything (an epoll loop), so actor methods need no
 // locks and run in the order calls arrived. Tasks the user's code submits from inside
@@ -113,6 +116,12 @@ class WorkerServer {
   bool stop_ = false;
   // What this worker ran, for its job's timeline; null with DROVER_TIMELINE=0.
   std::unique_ptr<TimelineReporter> timeline_;
+  // SIGTERM, seen by the loop (a handler writes to the pipe): send what the timeline
+  // holds, then die of it.
+  int term_pipe_[2] = {-1, -1};
+  bool terminated_ = false;
+  void CatchTerm();
+  [[noreturn]] void DieOfTerm();
 };
 
 }  // namespace drover::internal

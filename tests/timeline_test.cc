@@ -340,5 +340,22 @@ TEST_F(TimelineTest, TheTimelineKeepsABoundedNumberOfTaskEventsAndCountsTheRest)
   EXPECT_EQ(driver.Wait(), 0) << driver.Logs();
 }
 
+TEST_F(TimelineTest, TasksRightBeforeTheJobEndsAreNotLost) {
+  // The driver exits right after its last task: its job ends and the agents stop its
+  // workers. Each worker sends what it holds when its lease ends and before it dies of
+  // the SIGTERM, so every task is on the timeline.
+  constexpr int kTasks = 200;
+  Driver driver(cluster_, {"many", absl::StrCat(kTasks), "-"});
+  ASSERT_EQ(driver.Wait(absl::Seconds(120)), 0) << driver.Logs();
+  const std::string job = driver.Output()["job"];
+  auto ended = cluster_->client().WaitJob(job, absl::Seconds(30));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  JobTimeline t = TimelineWhen(job, [&](const JobTimeline& t) {
+    return static_cast<int>(OfKind(t, TimelineEventKind::kTask).size()) >= kTasks;
+  });
+  EXPECT_EQ(OfKind(t, TimelineEventKind::kTask).size(), static_cast<size_t>(kTasks));
+  EXPECT_EQ(t.activity_dropped, 0);
+}
+
 }  // namespace
 }  // namespace drover::testing

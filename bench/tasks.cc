@@ -26,8 +26,9 @@
 // --child) on the same cluster, one with DROVER_TIMELINE=1 (workers report each task)
 // and one with DROVER_TIMELINE=0, in alternating order; prints each round and the
 // medians:
-//   BENCH timeline_tasks_async on=... /s off=... /s on/off=...
-//   BENCH timeline_task_rtt on=... us off=... us on/off=...
+//   BENCH timeline_tasks_async on=... /s off=... /s on/off=... paired=...
+//   BENCH timeline_task_rtt on=... us off=... us on/off=... paired=...
+// (paired: the median of the rounds' own on/off ratios).
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -344,10 +345,19 @@ void TimelineAB(const std::string& self, const Flags& flags) {
                            on ? "on" : "off", f["tasks_async"], f["task_rtt"]));
     }
   }
-  Line(absl::StrFormat("BENCH timeline_tasks_async on=%.0f /s off=%.0f /s on/off=%.3f",
-                       Median(rate[true]), Median(rate[false]), Median(rate[true]) / Median(rate[false])));
-  Line(absl::StrFormat("BENCH timeline_task_rtt on=%.1f us off=%.1f us on/off=%.3f",
-                       Median(rtt[true]), Median(rtt[false]), Median(rtt[true]) / Median(rtt[false])));
+  // Also the median of each round's own on/off: the two drivers of a round ran next to
+  // each other, under about the same load.
+  auto paired = [](std::map<bool, std::vector<double>>& v) {
+    std::vector<double> r;
+    for (size_t i = 0; i < v[true].size(); ++i) r.push_back(v[true][i] / v[false][i]);
+    return Median(r);
+  };
+  Line(absl::StrFormat("BENCH timeline_tasks_async on=%.0f /s off=%.0f /s on/off=%.3f paired=%.3f",
+                       Median(rate[true]), Median(rate[false]),
+                       Median(rate[true]) / Median(rate[false]), paired(rate)));
+  Line(absl::StrFormat("BENCH timeline_task_rtt on=%.1f us off=%.1f us on/off=%.3f paired=%.3f",
+                       Median(rtt[true]), Median(rtt[false]), Median(rtt[true]) / Median(rtt[false]),
+                       paired(rtt)));
 }
 
 int Main(int argc, char** argv) {

@@ -97,6 +97,11 @@ class TimelineReporter {
   // Buffers `record`, or counts it dropped when the buffer is full. Never blocks on
   // the network.
   void Add(TimelineRecord record);
+  // False while Add would drop whatever comes (a full buffer): a caller on a hot path
+  // may then skip making its record (and reading clocks) and call CountDropped().
+  bool Accepting() const { return !full_.load(std::memory_order_relaxed); }
+  // Counts a record of the reporter's job as dropped. Lock-free.
+  void CountDropped() { dropped_fast_.fetch_add(1, std::memory_order_relaxed); }
 
   // The actor whose calls records marked `actor_call` are (a worker hosts one).
   void SetActor(const std::string& actor_id);

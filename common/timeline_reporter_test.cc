@@ -143,6 +143,25 @@ TEST(TimelineReporterTest, AFullBufferDropsAndTheNextBatchSaysHowMany) {
   EXPECT_EQ(sink.Calls().back().jobs(0).dropped(), 0);
 }
 
+TEST(TimelineReporterTest, AHotPathCanSkipItsRecordWhileTheBufferIsFull) {
+  Sink sink;
+  TimelineReporterOptions o = Options();
+  o.capacity = 2;
+  TimelineReporter rep(o, sink.Sender());
+  EXPECT_TRUE(rep.Accepting());
+  rep.Add(Task("Add", 1));
+  rep.Add(Task("Add", 2));
+  EXPECT_FALSE(rep.Accepting());
+  rep.CountDropped();
+  rep.CountDropped();
+  EXPECT_EQ(rep.counts().dropped, 2);
+  ASSERT_TRUE(rep.Flush(absl::Seconds(10)));
+  EXPECT_TRUE(rep.Accepting());
+  ASSERT_EQ(sink.Calls().size(), 1u);
+  EXPECT_EQ(Events(sink.Calls()[0]), 2);
+  EXPECT_EQ(sink.Calls()[0].jobs(0).dropped(), 2);
+}
+
 TEST(TimelineReporterTest, AFailedBatchIsSentAgainWithTheSameNumber) {
   Sink sink(/*failures=*/2);
   TimelineReporterOptions o = Options();

@@ -461,6 +461,27 @@ int Many(int n, const std::string& go) {
   return 0;
 }
 
+// Three tasks of 2 CPUs pinned to `node` (4 CPUs): two run, the third's lease request
+// waits in the scheduler. Then waits to be killed.
+int Fill(const std::string& node) {
+  std::vector<drover::ObjectRef<int64_t>> refs;
+  for (int i = 0; i < 3; ++i) {
+    refs.push_back(drover::Task(Sleeps).SetNodeAffinity(node).SetResources({.cpus = 2}).Remote(int64_t{600000}));
+  }
+  Print("submitted", "3");
+  std::cout.flush();
+  absl::SleepFor(absl::Hours(1));
+  return 0;
+}
+
+// One task that needs all 4 CPUs of `node`.
+int Whole(const std::string& node) {
+  auto r = drover::Get(drover::Task(Add).SetNodeAffinity(node).SetResources({.cpus = 4}).Remote(int64_t{1}, int64_t{2}),
+                       absl::Seconds(20));
+  Print("whole", r.ok() ? std::to_string(*r) : Err(r.status()));
+  return 0;
+}
+
 // The driver's binary is removed right after Init: workers must run the uploaded package.
 int Shipped(const char* self) {
   Print("removed", ::unlink(self) == 0 ? "yes" : "no");
@@ -492,6 +513,8 @@ int main(int argc, char** argv) {
   if (scenario == "cancel") return Cancels();
   if (scenario == "one") return OneTask();
   if (scenario == "types") return WrongTypes();
+  if (scenario == "fill" && argc > 2) return Fill(argv[2]);
+  if (scenario == "whole" && argc > 2) return Whole(argv[2]);
   if (scenario == "timeline" && argc > 4) return Timeline(argv[2], argv[3], argv[4]);
   if (scenario == "many" && argc > 3) return Many(std::atoi(argv[2]), argv[3]);
   std::cerr << "unknown scenario " << scenario << "\n";

@@ -46,6 +46,27 @@ bool Alive(pid_t pid) {
   return ::kill(pid, 0) == 0;
 }
 
+// The program `pid` was started as: the file name of its argv[0] up to the first space
+// (redis-server retitles itself "redis-server 127.0.0.1:PORT"); "" if unknown.
+std::string ProgramOf(pid_t pid) {
+  auto cmdline = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+  if (!cmdline.ok()) return "";
+  std::string argv0 = cmdline->substr(0, cmdline->find_first_of(std::string(" \0", 2)));
+  const size_t slash = argv0.rfind('/');
+  return slash == std::string::npos ? argv0 : argv0.substr(slash + 1);
+}
+
+// True if `pid` runs and is the daemon `program` that the cluster file recorded. A pid
+// from a cluster file that outlived its daemons (a reboot, a crash) may belong to an
+// unrelated process by now, which must never be signalled.
+bool RunsDaemon(pid_t pid, absl::string_view program) {
+  return Alive(pid) && ProgramOf(pid) == program;
+}
+
+constexpr absl::string_view kSchedulerProgram = "drover-scheduler";
+constexpr absl::string_view kAgentProgram = "drover-agent";
+constexpr absl::string_view kRedisProgram = "redis-server";
+
 // True once something accepts TCP connections at 127.0.0.1:port.
 bool Accepts(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -72,9 +93,10 @@ bool WaitFor(Pred pred, absl::Duration timeout) {
   return pred();
 }
 
-// SIGTERM, then SIGKILL after `grace`; returns once the process is gone.
-void Terminate(pid_t pid, absl::Duration grace) {
-  if (!Alive(pid)) return;
+// SIGTERM, then SIGKILL after `grace`; returns once the process is gone. Nothing if
+// `pid` is not (or no longer) the daemon `program`.
+void Terminate(pid_t pid, absl::string_view program, absl::Duration grace) {
+  if (!RunsDaemon(pid, program)) return;
   ::kill(pid, SIGTERM);
   if (!WaitFor([pid] { return !Alive(pid); }, grace)) {
     ::kill(pid, SIGKILL);
@@ -122,7 +144,7 @@ int CmdUp(const UpFlags& f, bool json) {
   const std::string home = DroverHome();
   const std::string dir = home + "/cluster";
   if (auto existing = ReadClusterFile(); existing.ok()) {
-    if (Alive(existing->scheduler_pid)) {
+    if (RunsDaemon(existing->scheduler_pid, kSchedulerProgram)) {
       return Fail(absl::StrCat("a cluster is already running here (scheduler pid ",
                                existing->scheduler_pid, " at ",
                                existing->address.empty() ? "?" : existing->address,
@@ -149,9 +171,9 @@ int CmdUp(const UpFlags& f, bool json) {
   };
   auto abort_up = [&](const std::string& msg) {
     line.reset();
-    for (auto& p : record["agent_pids"]) Terminate(p.get<int>(), absl::Seconds(5));
-    Terminate(record.value("scheduler_pid", 0), absl::Seconds(5));
-    Terminate(record.value("redis_pid", 0), absl::Seconds(5));
+    for (auto& p : record["agent_pids"]) Terminate(p.get<int>(), kAgentProgram, absl::Seconds(5));
+    Terminate(record.value("scheduler_pid", 0), kSchedulerProgram, absl::Seconds(5));
+    Terminate(record.value("redis_pid", 0), kRedisProgram, absl::Seconds(5));
     ::unlink(ClusterFile().c_str());
     return Fail(msg);
   };
@@ -318,13 +340,13 @@ int CmdDown(bool json) {
   int stopped = 0;
   // Agents first: each stops its workers (SIGTERM, grace, SIGKILL) before exiting.
   for (pid_t pid : record->agent_pids) {
-    stopped += Alive(pid);
-    Terminate(pid, absl::Seconds(30));
+    stopped += RunsDaemon(pid, kAgentProgram);
+    Terminate(pid, kAgentProgram, absl::Seconds(30));
   }
-  for (pid_t pid : {record->scheduler_pid, record->redis_pid}) {
-    stopped += Alive(pid);
-    Terminate(pid, absl::Seconds(10));
-  }
+  stopped += RunsDaemon(record->scheduler_pid, kSchedulerProgram);
+  Terminate(record->scheduler_pid, kSchedulerProgram, absl::Seconds(10));
+  stopped += RunsDaemon(record->redis_pid, kRedisProgram);
+  Terminate(record->redis_pid, kRedisProgram, absl::Seconds(10));
   ::unlink(ClusterFile().c_str());
   if (json) {
     std::cout << "{\"stopped\": " << stopped << "}\n";

@@ -38,7 +38,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <map>
 #include <string>
@@ -391,10 +390,7 @@ int Main(int argc, char** argv) {
                 << " tasks and " << flags.rtt << " round trips per driver\n" << std::flush;
       TimelineAB(self, flags);
       c.reset();
-      if (!flags.keep) {
-        std::error_code ec;
-        std::filesystem::remove_all(tmp, ec);
-      }
+      FinishClusterRun(tmp, flags.keep);
       return 0;
     }
     if (absl::Status s = Init(argc, argv); !s.ok()) Die(absl::StrCat("Init: ", s.ToString()));

@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/files.h"
 #include "gtest/gtest.h"
-#include "tests/util/driver_process.h"
+#include "tests/util/driver_program.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
@@ -51,9 +51,9 @@ TEST(DashboardBrowserTest, PagesShowTheNodesJobsRootCauseAndLiveUpdates) {
   for (const auto& n : status->nodes) nodes.push_back(n.node_id);
   // A task program, held until the browser is done; its workers report within a second.
   const std::string go_tasks = absl::StrCat(cluster.dir(), "/go-tasks");
-  DriverProcess tasks(cluster, {Runfile("tests/task_program"), "timeline", nodes[0], nodes[1], go_tasks});
-  ASSERT_EQ(tasks.WaitFor("ready"), "yes") << tasks.Logs() << cluster.DaemonLogs();
-  const std::string task_job = tasks.Output()["job"];
+  BackgroundDriver tasks(cluster, "tests/task_program", {"timeline", nodes[0], nodes[1], go_tasks});
+  ASSERT_EQ(tasks.WaitFor("ready"), "yes") << tasks.Output().All() << cluster.DaemonLogs();
+  const std::string task_job = tasks.Output().Get("job");
   ASSERT_TRUE(WaitFor(
       [&] {
         auto t = cluster.client().Timeline(task_job);
@@ -92,7 +92,8 @@ TEST(DashboardBrowserTest, PagesShowTheNodesJobsRootCauseAndLiveUpdates) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->state, JobState::kSucceeded);
   ASSERT_TRUE(WriteFileAtomic(go_tasks, "", 0600).ok());
-  EXPECT_EQ(tasks.Wait(), 0) << tasks.Logs();
+  const DriverRun ended = tasks.Finish();
+  EXPECT_EQ(ended.code, 0) << ended.All();
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
-#include "tests/util/driver_process.h"
+#include "tests/util/driver_program.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
@@ -24,17 +24,11 @@ namespace {
 using nlohmann::json;
 
 // tests/task_program running a scenario as a driver of the cluster, in the background.
-class Driver : public DriverProcess {
+class Driver : public BackgroundDriver {
  public:
   Driver(TestCluster* cluster, const std::vector<std::string>& args,
          const std::vector<std::string>& env = {})
-      : DriverProcess(*cluster, WithProgram(args), env) {}
-
- private:
-  static std::vector<std::string> WithProgram(std::vector<std::string> args) {
-    args.insert(args.begin(), Runfile("tests/task_program"));
-    return args;
-  }
+      : BackgroundDriver(*cluster, "tests/task_program", args, env) {}
 };
 
 class TimelineTest : public ::testing::Test {
@@ -134,16 +128,17 @@ TEST_F(TimelineTest, TasksActorCallsAndAPullShowTheWorkerAndNodeTheyRanOn) {
   const std::string a = cluster_->agent_node_id(0), b = cluster_->agent_node_id(1);
   const std::string go = Go("spans");
   Driver driver(cluster_, {"timeline", a, b, go});
-  ASSERT_EQ(driver.WaitFor("ready"), "yes") << driver.Logs() << cluster_->DaemonLogs();
-  auto kv = driver.Output();
-  ASSERT_EQ(kv["pulled"], "yes") << driver.Logs();
+  ASSERT_EQ(driver.WaitFor("ready"), "yes") << driver.Output().All() << cluster_->DaemonLogs();
+  const DriverRun printed = driver.Output();
+  auto kv = printed.kv;
+  ASSERT_EQ(kv["pulled"], "yes") << printed.All();
   const std::string job = kv["job"], blob = kv["blob"], actor = kv["actor"];
   const std::string worker_a = WorkerAndNode(kv["worker_a"]).first;
   const std::string worker_b = WorkerAndNode(kv["worker_b"]).first;
   const std::string actor_worker = WorkerAndNode(kv["actor_worker"]).first;
-  ASSERT_EQ(WorkerAndNode(kv["worker_a"]).second, a) << driver.Logs();
-  ASSERT_EQ(WorkerAndNode(kv["worker_b"]).second, b) << driver.Logs();
-  ASSERT_EQ(WorkerAndNode(kv["actor_worker"]).second, a) << driver.Logs();
+  ASSERT_EQ(WorkerAndNode(kv["worker_a"]).second, a) << printed.All();
+  ASSERT_EQ(WorkerAndNode(kv["worker_b"]).second, b) << printed.All();
+  ASSERT_EQ(WorkerAndNode(kv["actor_worker"]).second, a) << printed.All();
 
   auto has = [](const JobTimeline& t, auto pred) {
     for (const auto& e : t.events) {
@@ -239,7 +234,8 @@ TEST_F(TimelineTest, TasksActorCallsAndAPullShowTheWorkerAndNodeTheyRanOn) {
   EXPECT_TRUE(pull_on_page) << page.dump();
 
   ASSERT_TRUE(WriteFileAtomic(go, "", 0600).ok());
-  EXPECT_EQ(driver.Wait(), 0) << driver.Logs();
+  const DriverRun done = driver.Finish();
+  EXPECT_EQ(done.code, 0) << done.All();
 }
 
 TEST_F(TimelineTest, AnOptInCollectiveJobShowsItsAllreduceWithItsSize) {
@@ -312,8 +308,8 @@ TEST_F(TimelineTest, TheTimelineKeepsABoundedNumberOfTaskEventsAndCountsTheRest)
   // Workers buffer at most 1,000 records between batches (the rest are dropped there);
   // the scheduler keeps 300 of what arrives.
   Driver driver(cluster_, {"many", absl::StrCat(kTasks), go}, {"DROVER_TIMELINE_BUFFER=1000"});
-  ASSERT_EQ(driver.WaitFor("ran"), absl::StrCat(kTasks)) << driver.Logs();
-  const std::string job = driver.Output()["job"];
+  ASSERT_EQ(driver.WaitFor("ran"), absl::StrCat(kTasks)) << driver.Output().All();
+  const std::string job = driver.Output().Get("job");
   auto tasks = [](const JobTimeline& t) {
     return static_cast<int64_t>(OfKind(t, TimelineEventKind::kTask).size());
   };
@@ -337,7 +333,8 @@ TEST_F(TimelineTest, TheTimelineKeepsABoundedNumberOfTaskEventsAndCountsTheRest)
   EXPECT_EQ(page["timeline"]["activityDropped"], t.activity_dropped);
   EXPECT_EQ(PageEvents(page, "TIMELINE_TASK"), tasks(t));
   ASSERT_TRUE(WriteFileAtomic(go, "", 0600).ok());
-  EXPECT_EQ(driver.Wait(), 0) << driver.Logs();
+  const DriverRun done = driver.Finish();
+  EXPECT_EQ(done.code, 0) << done.All();
 }
 
 TEST_F(TimelineTest, TasksRightBeforeTheJobEndsAreNotLost) {
@@ -346,8 +343,9 @@ TEST_F(TimelineTest, TasksRightBeforeTheJobEndsAreNotLost) {
   // the SIGTERM, so every task is on the timeline.
   constexpr int kTasks = 200;
   Driver driver(cluster_, {"many", absl::StrCat(kTasks), "-"});
-  ASSERT_EQ(driver.Wait(absl::Seconds(120)), 0) << driver.Logs();
-  const std::string job = driver.Output()["job"];
+  const DriverRun done = driver.Finish(absl::Seconds(120));
+  ASSERT_EQ(done.code, 0) << done.All();
+  const std::string job = done.Get("job");
   auto ended = cluster_->client().WaitJob(job, absl::Seconds(30));
   ASSERT_TRUE(ended.ok()) << ended.status();
   JobTimeline t = TimelineWhen(job, [&](const JobTimeline& t) {

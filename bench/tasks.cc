@@ -20,6 +20,15 @@
 //
 // Rates print as rates, times as times; ratio= is drover over baseline.
 // This binary is also its own worker: agents start it in worker mode.
+//
+// `--timeline-ab N`: what the job timeline's task reporting costs. N rounds, each
+// running tasks_async and task_rtt in two fresh driver processes (this binary with
+// --child) on the same cluster, one with DROVER_TIMELINE=1 (workers report each task)
+// and one with DROVER_TIMELINE=0, in alternating order; prints each round and the
+// medians:
+//   BENCH timeline_tasks_async on=... /s off=... /s on/off=... paired=...
+//   BENCH timeline_task_rtt on=... us off=... us on/off=... paired=...
+// (paired: the median of the rounds' own on/off ratios).
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -29,7 +38,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <iostream>
 #include <map>
 #include <string>
@@ -38,8 +46,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
 #include "common/framed_socket.h"
@@ -253,12 +263,89 @@ struct Flags {
   int tasks = 100000;
   int rtt = 2000;
   int cold = 5;
+  int timeline_ab = 0;  // rounds of timeline on/off
+  bool child = false;   // a driver of --timeline-ab: figures only, on DROVER_ADDRESS
   bool keep = false;
   std::vector<std::string> only;  // figure names; empty: all
   bool Wants(const std::string& name) const {
     return only.empty() || std::find(only.begin(), only.end(), name) != only.end();
   }
 };
+
+// --child: a driver on the cluster named by DROVER_ADDRESS; prints "FIGURE name value"
+// for tasks_async (/s) and task_rtt (µs) on its own node.
+int ChildFigures(int argc, char** argv, const Flags& flags) {
+  if (absl::Status s = Init(argc, argv); !s.ok()) Die(absl::StrCat("Init: ", s.ToString()));
+  const std::string node = NodeId();
+  auto here = [&] { return Task(Noop).SetNodeAffinity(node); };
+  RateOf(2000, [&] { return here().Remote(); });  // warm: the workers exist
+  std::cout << "FIGURE tasks_async " << RateOf(flags.tasks, [&] { return here().Remote(); }) << "\n";
+  std::cout << "FIGURE task_rtt " << RttOf(flags.rtt, [&] { return here().Remote(); }) << "\n";
+  std::cout.flush();
+  Shutdown();
+  return 0;
+}
+
+// Runs `self --child` with DROVER_TIMELINE=`timeline`; its figures by name.
+std::map<std::string, double> RunChild(const std::string& self, const Flags& flags, bool timeline) {
+  ::setenv("DROVER_TIMELINE", timeline ? "1" : "0", 1);
+  std::vector<std::string> args = {self, "--child", "--tasks", absl::StrCat(flags.tasks),
+                                   "--rtt", absl::StrCat(flags.rtt)};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int out[2];
+  if (::pipe(out) != 0) Die("pipe");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  pid_t pid;
+  if (posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), environ) != 0) Die("spawn child");
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof(buf))) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::unsetenv("DROVER_TIMELINE");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("a --child driver failed:\n" + text);
+  std::map<std::string, double> figures;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    double v;
+    if (f.size() == 3 && f[0] == "FIGURE" && absl::SimpleAtod(f[2], &v)) figures[f[1]] = v;
+  }
+  return figures;
+}
+
+// --timeline-ab: rounds of on/off drivers, alternating which goes first.
+void TimelineAB(const std::string& self, const Flags& flags) {
+  std::map<bool, std::vector<double>> rate, rtt;
+  for (int round = 0; round < flags.timeline_ab; ++round) {
+    for (bool on : {round % 2 == 0, round % 2 != 0}) {
+      std::map<std::string, double> f = RunChild(self, flags, on);
+      rate[on].push_back(f["tasks_async"]);
+      rtt[on].push_back(f["task_rtt"]);
+      Line(absl::StrFormat("  round %d timeline %-3s tasks_async %.0f /s  task_rtt %.1f us", round + 1,
+                           on ? "on" : "off", f["tasks_async"], f["task_rtt"]));
+    }
+  }
+  // Also the median of each round's own on/off: the two drivers of a round ran next to
+  // each other, under about the same load.
+  auto paired = [](std::map<bool, std::vector<double>>& v) {
+    std::vector<double> r;
+    for (size_t i = 0; i < v[true].size(); ++i) r.push_back(v[true][i] / v[false][i]);
+    return Median(r);
+  };
+  Line(absl::StrFormat("BENCH timeline_tasks_async on=%.0f /s off=%.0f /s on/off=%.3f paired=%.3f",
+                       Median(rate[true]), Median(rate[false]),
+                       Median(rate[true]) / Median(rate[false]), paired(rate)));
+  Line(absl::StrFormat("BENCH timeline_task_rtt on=%.1f us off=%.1f us on/off=%.3f paired=%.3f",
+                       Median(rtt[true]), Median(rtt[false]), Median(rtt[true]) / Median(rtt[false]),
+                       paired(rtt)));
+}
 
 int Main(int argc, char** argv) {
   char exe[4096];
@@ -273,6 +360,11 @@ int Main(int argc, char** argv) {
   app.add_option("--rtt", flags.rtt, "round trips per latency figure")->check(CLI::PositiveNumber);
   app.add_option("--cold", flags.cold, "cold starts measured")->check(CLI::PositiveNumber);
   app.add_flag("--keep", flags.keep, "keep the cluster's directory");
+  app.add_option("--timeline-ab", flags.timeline_ab,
+                 "instead of the figures: N rounds of tasks_async and task_rtt with the job "
+                 "timeline's task reporting on and off (fresh drivers, alternating order)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--child", flags.child)->group("");  // internal: a driver of --timeline-ab
   app.add_option("--only", flags.only, "run only these figures (comma-separated names)")->delimiter(',');
   app.add_option("--echo-unix", echo_unix)->group("");  // internal: the baseline's echo peer
   app.add_flag("--echo-tcp", echo_tcp)->group("");
@@ -281,6 +373,7 @@ int Main(int argc, char** argv) {
   SetBenchName("tasks");
   if (spawn_only) return 0;
   if (echo_tcp || !echo_unix.empty()) return EchoServer(echo_tcp ? "" : echo_unix);
+  if (flags.child) return ChildFigures(argc, argv, flags);
   signal(SIGPIPE, SIG_IGN);
   const std::string tmp = SetUpClusterRun(argv[0]);
 
@@ -292,6 +385,14 @@ int Main(int argc, char** argv) {
     std::unique_ptr<TestCluster> c = Must(TestCluster::Start(o), "cannot start the cluster");
     ::setenv("DROVER_ADDRESS", c->address().c_str(), 1);
     ::setenv("DROVER_TOKEN_FILE", c->token_file().c_str(), 1);
+    if (flags.timeline_ab > 0) {
+      std::cout << "timeline on/off: " << flags.timeline_ab << " rounds of " << flags.tasks
+                << " tasks and " << flags.rtt << " round trips per driver\n" << std::flush;
+      TimelineAB(self, flags);
+      c.reset();
+      FinishClusterRun(tmp, flags.keep);
+      return 0;
+    }
     if (absl::Status s = Init(argc, argv); !s.ok()) Die(absl::StrCat("Init: ", s.ToString()));
     // This process is a driver on one of the nodes (its object store is that node's):
     // "same node" figures use that node's workers, "cross node" the other's.

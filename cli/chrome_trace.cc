@@ -3,8 +3,10 @@
 #include <map>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 
 namespace drover::cli {
@@ -27,6 +29,9 @@ const char* KindName(TimelineEventKind k) {
     case TimelineEventKind::kActor: return "actor";
     case TimelineEventKind::kWorkerExited: return "worker exited";
     case TimelineEventKind::kRequeued: return "requeued";
+    case TimelineEventKind::kTask: return "task";
+    case TimelineEventKind::kPull: return "pull";
+    case TimelineEventKind::kCollective: return "collective";
   }
   return "event";
 }
@@ -77,6 +82,34 @@ class Tracks {
   std::map<std::pair<int, std::string>, int> tids_;
 };
 
+// Tracks for spans that may overlap (a node's pulls): each span goes to the first lane
+// free at its start, so no two spans of one track overlap (Perfetto nests by time).
+class Lanes {
+ public:
+  // The lane of a span [start, end) on `key`'s tracks: 0, 1, ...
+  int Take(const std::string& key, int64_t start, int64_t end) {
+    std::vector<int64_t>& ends = ends_[key];
+    for (size_t i = 0; i < ends.size(); ++i) {
+      if (ends[i] <= start) {
+        ends[i] = end;
+        return static_cast<int>(i);
+      }
+    }
+    ends.push_back(end);
+    return static_cast<int>(ends.size()) - 1;
+  }
+
+ private:
+  std::map<std::string, std::vector<int64_t>> ends_;
+};
+
+std::string Bytes(int64_t b) {
+  if (b >= (int64_t{1} << 30)) return absl::StrFormat("%.1f GiB", b / double(int64_t{1} << 30));
+  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / double(1 << 20));
+  if (b >= (1 << 10)) return absl::StrFormat("%.1f KiB", b / double(1 << 10));
+  return absl::StrCat(b, " B");
+}
+
 }  // namespace
 
 std::string ChromeTraceJson(const std::string& job_id, const JobTimeline& timeline,
@@ -103,7 +136,52 @@ std::string ChromeTraceJson(const std::string& job_id, const JobTimeline& timeli
   // back: its span then runs from its placement, and the late start is ignored.
   std::map<int, absl::Time> placed_at;             // rank -> its last placement
   std::set<std::pair<int, int>> exited;            // (rank, generation)
+  Lanes transfer_lanes;
+  // A reported span: on `node`'s `track` (rank >= 0: that rank's track).
+  auto reported = [&](const TimelineEvent& e, const std::string& track, int rank,
+                      const std::string& name, json args) {
+    args["node"] = e.node_id;
+    if (e.failed) {
+      args["failed"] = true;
+      if (!e.detail.empty()) args["error"] = e.detail;
+    } else if (!e.detail.empty()) {
+      args["detail"] = e.detail;
+    }
+    const int pid = tracks.Pid(e.node_id);
+    events.push_back({{"ph", "X"}, {"name", name}, {"cat", KindName(e.kind)}, {"pid", pid},
+                      {"tid", tracks.Tid(e.node_id, track, rank)}, {"ts", us(e.time)},
+                      {"dur", std::max<int64_t>(0, absl::ToInt64Microseconds(e.duration))},
+                      {"args", std::move(args)}});
+  };
   for (const TimelineEvent& e : timeline.events) {
+    if (e.kind == TimelineEventKind::kTask) {
+      json args = {{"worker", e.worker_id}};
+      if (!e.actor_id.empty()) args["actor"] = e.actor_id;
+      reported(e, absl::StrCat("worker ", e.worker_id), -1, e.name, std::move(args));
+      continue;
+    }
+    if (e.kind == TimelineEventKind::kPull) {
+      const int64_t start = us(e.time);
+      const int lane = transfer_lanes.Take(e.node_id, start, start + absl::ToInt64Microseconds(e.duration));
+      reported(e, lane == 0 ? "transfers" : absl::StrCat("transfers ", lane + 1), -1,
+               absl::StrCat("pull ", Bytes(e.bytes), " from ", e.source_node_id),
+               {{"object", e.object_id}, {"bytes", e.bytes}, {"from", e.source_node_id},
+                {"to", e.node_id}});
+      continue;
+    }
+    if (e.kind == TimelineEventKind::kCollective) {
+      const int rank = e.ranks.empty() ? 0 : e.ranks[0];
+      json args = {{"bytes", e.bytes}, {"rank", rank}};
+      if (e.worker_id.empty()) {
+        reported(e, absl::StrCat("rank ", rank), rank, absl::StrCat(e.name, " ", Bytes(e.bytes)),
+                 std::move(args));
+      } else {
+        args["worker"] = e.worker_id;
+        reported(e, absl::StrCat("worker ", e.worker_id), -1,
+                 absl::StrCat(e.name, " ", Bytes(e.bytes)), std::move(args));
+      }
+      continue;
+    }
     json args = {{"generation", e.generation}};
     if (!e.detail.empty()) args["detail"] = e.detail;
     if (!e.node_id.empty()) args["node"] = e.node_id;
@@ -193,6 +271,10 @@ std::string ChromeTraceJson(const std::string& job_id, const JobTimeline& timeli
         instant(tracks.Pid(e.node_id), tracks.Tid(e.node_id, absl::StrCat("worker ", e.worker_id)),
                 KindName(e.kind), e.time, args);
         break;
+      case TimelineEventKind::kTask:
+      case TimelineEventKind::kPull:
+      case TimelineEventKind::kCollective:
+        break;  // above
     }
   }
   for (const auto& [key, o] : open) {
@@ -200,7 +282,9 @@ std::string ChromeTraceJson(const std::string& job_id, const JobTimeline& timeli
   }
   json out = {{"traceEvents", events},
               {"displayTimeUnit", "ms"},
-              {"otherData", {{"job", job_id}, {"dropped_events", timeline.dropped}}}};
+              {"otherData", {{"job", job_id},
+                             {"dropped_events", timeline.dropped},
+                             {"dropped_reported_events", timeline.activity_dropped}}}};
   return out.dump(1);
 }
 

@@ -7,7 +7,12 @@
 //   - ranks: a complete ("X") span per generation from the agent's start to the exit,
 //     named "rank R gen G", its exit in args (spans still open end at `now`);
 //   - task workers: a span per lease; actors: a span per ALIVE stretch, instants for
-//     their other states; worker exits as instants.
+//     their other states; worker exits as instants;
+//   - reported spans: each task and actor call on its worker's track (inside the
+//     lease's span when the clocks agree); each object pull on a "transfers" track of
+//     the node that received it (overlapping pulls on "transfers 2", ...); each
+//     collective operation (when the job reported them) on its rank's track, or its
+//     worker's, with its bytes in args.
 // Pure; thread-safe.
 #ifndef DROVER_CLI_CHROME_TRACE_H_
 #define DROVER_CLI_CHROME_TRACE_H_

@@ -34,9 +34,15 @@ int CmdTimeline(const GlobalOptions& g, const std::string& job_id, const std::st
   }
   if (absl::Status s = WriteFileAtomic(out, json + "\n", 0644); !s.ok()) return Fail(s);
   std::cerr << "drover: wrote " << timeline->events.size() << " events of " << job_id << " to "
-            << out << (timeline->dropped > 0
-                           ? absl::StrCat(" (", timeline->dropped, " older ones were not kept)")
-                           : "")
+            << out
+            << (timeline->dropped > 0
+                    ? absl::StrCat(" (", timeline->dropped, " older ones were not kept)")
+                    : "")
+            << (timeline->activity_dropped > 0
+                    ? absl::StrCat(" (", timeline->activity_dropped,
+                                   " task, pull or collective events were dropped: the "
+                                   "timeline keeps a bounded number per job)")
+                    : "")
             << "; open it in https://ui.perfetto.dev or chrome://tracing\n";
   return 0;
 }

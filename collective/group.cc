@@ -10,8 +10,10 @@
 #include "absl/synchronization/mutex.h"
 #include "collective/group.h"
 #include "collective/group_internal.h"
+#include "collective/timed_group.h"
 #include "common/auth.h"
 #include "common/net.h"
+#include "common/timeline_reporter.h"
 
 namespace drover::collective {
 
@@ -122,6 +124,7 @@ absl::StatusOr<GroupOptions> GroupOptionsFromEnvironment(const std::string& name
   }
   if (auto local = EnvInt("LOCAL_RANK"); local.ok()) o.device = *local;
   if (const char* node = std::getenv("DROVER_NODE_ID"); node && *node) o.node_id = node;
+  o.timeline = TimelineSwitch("DROVER_TIMELINE_COLLECTIVES", false);
   if (const char* alg = std::getenv("DROVER_COLLECTIVE_ALGORITHM"); alg && *alg) {
     std::string a = alg;
     if (a == "auto") o.algorithm = Algorithm::kAuto;
@@ -165,10 +168,7 @@ absl::StatusOr<std::unique_ptr<Group>> Watched(
   return std::unique_ptr<Group>(std::move(*group));
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Group>> NewGroup(const GroupOptions& options) {
-  IgnoreSigpipe();
+absl::StatusOr<std::unique_ptr<Group>> NewUntimedGroup(const GroupOptions& options) {
   if (options.backend == Backend::kGloo) {
     if (options.algorithm == Algorithm::kGloo || options.size == 1) {
       return Watched(internal::NewGlooGroup(options));
@@ -194,6 +194,15 @@ absl::StatusOr<std::unique_ptr<Group>> NewGroup(const GroupOptions& options) {
     if (absl::Status s = base->WatchGeneration(); !s.ok()) return s;
   }
   return group;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Group>> NewGroup(const GroupOptions& options) {
+  IgnoreSigpipe();
+  absl::StatusOr<std::unique_ptr<Group>> group = NewUntimedGroup(options);
+  if (!group.ok() || !options.timeline) return group;
+  return internal::TimedGroup::Wrap(*std::move(group), options);
 }
 
 namespace internal {

@@ -127,13 +127,18 @@ struct GroupOptions {
   // and abort the operation in flight (see "Errors" above). Off: only timeouts and
   // broken connections end a waiting operation.
   bool watch_generation = true;
+  // Tell the job's timeline (`drover timeline`, the dashboard) about every operation:
+  // which, how many bytes, how long, this rank. Batched off the operation's path
+  // (collective/timed_group.h). From the environment: DROVER_TIMELINE_COLLECTIVES=1.
+  bool timeline = false;
 };
 
 // Fills GroupOptions from the environment drover gives every process: RANK, WORLD_SIZE,
 // DROVER_JOB_ID, DROVER_GENERATION, DROVER_SCHEDULER_ADDRESS, DROVER_TOKEN_FILE,
 // GLOO_SOCKET_IFNAME, DROVER_NODE_ID as the node id, DROVER_COLLECTIVE_ALGORITHM
-// (auto|gloo|shm|hierarchical), and LOCAL_RANK as the device. MASTER_ADDR only chooses the
-// fallback address. INVALID_ARGUMENT naming the variable if one is missing or malformed.
+// (auto|gloo|shm|hierarchical), LOCAL_RANK as the device and DROVER_TIMELINE_COLLECTIVES
+// (1: timeline). MASTER_ADDR only chooses the fallback address. INVALID_ARGUMENT naming
+// the variable if one is missing or malformed.
 absl::StatusOr<GroupOptions> GroupOptionsFromEnvironment(const std::string& name = "default");
 
 class Group {

@@ -57,6 +57,24 @@ uint64_t DefaultSpillCapacity(const std::string& dir) {
 
 }  // namespace
 
+void NodeAgent::OnPull(const PullRecord& pull) {
+  if (pull.job_id.empty()) return;
+  TimelineRecord r;
+  r.kind = proto::TIMELINE_PULL;
+  r.job_id = pull.job_id;
+  r.node_id = node_id();
+  r.object_id = PrintableObjectId(pull.object_id);
+  r.source_node_id = pull.source_node;
+  r.bytes = pull.bytes;
+  r.start_us = absl::ToUnixMicros(pull.start);
+  r.duration_us = absl::ToInt64Microseconds(pull.end - pull.start);
+  if (!pull.status.ok()) {
+    r.failed = true;
+    r.detail = std::string(pull.status.message().substr(0, 512));
+  }
+  timeline_->Add(std::move(r));
+}
+
 std::string DefaultAgentDir() { return absl::StrCat(DroverHome(), "/agent-", ::getpid()); }
 
 NodeAgent::NodeAgent(AgentOptions options) : options_(std::move(options)) {}
@@ -142,9 +160,14 @@ absl::Status NodeAgent::Start() {
   AddListeningPort(&builder, absl::StrCat(host, ":", options_.port), &selected_port);
   builder.RegisterService(service_.get());
   if (options_.local_objects != nullptr) {
+    TimelineReporterOptions tro;
+    tro.reporter = absl::StrCat("agent ", options_.node_ip);
+    timeline_ = std::make_unique<TimelineReporter>(
+        tro, SchedulerTimelineSender(options_.scheduler_address, options_.token));
     ObjectTransferOptions to;
     to.token = options_.token;
     to.scheduler_address = options_.scheduler_address;
+    to.on_pull = [this](const PullRecord& pull) { OnPull(pull); };
     transfer_ = std::make_unique<ObjectTransfer>(to, options_.local_objects);
   }
   object_service_ = std::make_unique<ObjectTransferService>(options_.token, transfer_.get());

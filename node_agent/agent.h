@@ -15,7 +15,9 @@
 //     behind the cluster token, on its own port (--metrics-port);
 //   - the session (scheduler_session.h): holds Scheduler.AgentSession open, opened
 //     anew after each registration, so the scheduler notices this agent's death at
-//     once. The ready file is written once the first session is open.
+//     once. The ready file is written once the first session is open;
+//   - the timeline reporter (common/timeline_reporter.h): object pulls, told to the
+//     timeline of the job they were made for, in batches.
 // Public methods are thread-safe.
 #ifndef DROVER_NODE_AGENT_AGENT_H_
 #define DROVER_NODE_AGENT_AGENT_H_
@@ -33,6 +35,7 @@
 #include "common/clock.h"
 #include "grpcpp/server.h"
 #include "common/http_server.h"
+#include "common/timeline_reporter.h"
 #include "node_agent/agent_metrics.h"
 #include "node_agent/agent_service.h"
 #include "node_agent/local_objects.h"
@@ -145,6 +148,8 @@ class NodeAgent {
   bool SleepUntilOrStop(absl::Time deadline);
   bool Register(proto::Scheduler::Stub* stub, bool* logged_failure);
   void OnExit(const std::string& job_id, const proto::ExitInfo& info);
+  // Tells the pull's job's timeline (transfer_'s on_pull).
+  void OnPull(const PullRecord& pull);
   // The gang processes (not task workers) for registration and heartbeats.
   std::vector<proto::ProcessStatus> GangSnapshot();
   absl::Status StartWorkerPool();
@@ -162,6 +167,8 @@ class NodeAgent {
   std::unique_ptr<AgentMetrics> metrics_;
   std::string metrics_address_;
   std::unique_ptr<ProcessManager> pm_;
+  // Before transfer_, whose pulls it hears of (so it goes after it).
+  std::unique_ptr<TimelineReporter> timeline_;
   std::unique_ptr<AgentService> service_;
   // With options_.object_store. Declared before transfer_, which uses store_objects_.
   std::unique_ptr<StoreSupervisor> store_;

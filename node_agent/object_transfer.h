@@ -101,10 +101,12 @@ class ObjectTransfer {
   // holder, its address and how many bytes had arrived), DEADLINE_EXCEEDED, ABORTED
   // (another local writer is creating the same id; retry). With `wait_for_holder`, an
   // object that no live node holds yet is waited for (in the directory, until
-  // `deadline`) instead of answered with NOT_FOUND.
+  // `deadline`) instead of answered with NOT_FOUND. `job_id` names the job whose
+  // timeline shows the pull (empty: the job the id names, if any).
   absl::StatusOr<FetchResult> Fetch(const std::string& id, absl::Time deadline,
-                                    bool wait_for_holder = false) {
-    return puller_.Fetch(id, deadline, wait_for_holder);
+                                    bool wait_for_holder = false,
+                                    const std::string& job_id = "") {
+    return puller_.Fetch(id, deadline, wait_for_holder, job_id);
   }
 
   // How far the pull of `id` running now has come; nullopt if none runs.

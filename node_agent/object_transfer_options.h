@@ -6,15 +6,30 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/tls.h"
 
 namespace drover {
+
+// One pull that moved bytes (or tried to), told to ObjectTransferOptions::on_pull.
+struct PullRecord {
+  std::string object_id;  // as received (may hold any bytes)
+  // The job it was fetched for (FetchObjectRequest.job_id, else the "<job>." prefix
+  // of the id); empty if none is known.
+  std::string job_id;
+  std::string source_node;  // the holder of the last attempt
+  int64_t bytes = 0;        // received by the last attempt
+  absl::Time start;         // the first attempt
+  absl::Time end;
+  absl::Status status;
+};
 
 struct ObjectTransferOptions {
   // The cluster token, sent on every outbound call.
@@ -39,6 +54,9 @@ struct ObjectTransferOptions {
   // How long a holder waits for the reader's raw connection (and its token), and how
   // long a reader tries to connect.
   absl::Duration raw_connect_timeout = absl::Seconds(5);
+  // Told of each pull when it ends (on the pulling thread; must be quick): the agent
+  // reports it to the job's timeline. Not for fetches of objects already here.
+  std::function<void(const PullRecord&)> on_pull;
 };
 
 // `o` with `transport` filled in (the process's if it is null).

@@ -98,7 +98,8 @@ std::shared_ptr<grpc::Channel> ObjectPuller::PeerChannel(const std::string& addr
 
 absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::Fetch(const std::string& id,
                                                               absl::Time deadline,
-                                                              bool wait_for_holder) {
+                                                              bool wait_for_holder,
+                                                              const std::string& job_id) {
   if (id.empty()) return absl::InvalidArgumentError("FetchObject needs an object id");
   if (wait_for_holder) DROVER_RETURN_IF_ERROR(WaitForHolder(id, deadline));
   std::shared_ptr<Pull> pull;
@@ -128,6 +129,7 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::Fetch(const std::string&
     return pull->result;
   }
   absl::StatusOr<FetchResult> result = RunPull(id, deadline, pull.get());
+  NotePull(id, job_id, pull.get(), result);
   {
     absl::MutexLock lock(&mu_);
     pulls_.erase(id);
@@ -177,6 +179,7 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::RunPull(const std::strin
       absl::MutexLock lock(&mu_);
       pull->source = h.node_id;
       pull->received = 0;
+      if (pull->started == absl::InfiniteFuture()) pull->started = absl::Now();
     }
     absl::Status s = PullFrom(h, id, deadline, &attempt);
     if (s.ok()) {
@@ -211,6 +214,30 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::RunPull(const std::strin
                                             msg));
   }
   return absl::UnavailableError(msg);
+}
+
+void ObjectPuller::NotePull(const std::string& id, const std::string& job_id, Pull* pull,
+                            const absl::StatusOr<FetchResult>& result) {
+  if (!options_.on_pull) return;
+  PullRecord r;
+  {
+    absl::MutexLock lock(&mu_);
+    if (pull->started == absl::InfiniteFuture()) return;  // no holder was tried
+    r.start = pull->started;
+    r.source_node = pull->source;
+  }
+  r.end = absl::Now();
+  r.object_id = id;
+  r.job_id = job_id;
+  if (r.job_id.empty()) {
+    // The task layer's ids are "<job>.<owner>.<n>".
+    const size_t dot = id.find('.');
+    if (dot != std::string::npos && dot > 0) r.job_id = id.substr(0, dot);
+  }
+  if (result.ok() && result->source_node == node_->ForMessages()) return;  // made here meanwhile
+  r.status = result.status();
+  r.bytes = result.ok() ? result->size : pull->received.load();
+  options_.on_pull(r);
 }
 
 absl::StatusOr<proto::GetObjectLocationsReply> ObjectPuller::AskDirectory(const std::string& id,

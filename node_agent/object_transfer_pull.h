@@ -58,7 +58,8 @@ class ObjectPuller {
 
   // See ObjectTransfer::Fetch.
   absl::StatusOr<FetchResult> Fetch(const std::string& id, absl::Time deadline,
-                                    bool wait_for_holder = false);
+                                    bool wait_for_holder = false,
+                                    const std::string& job_id = "");
 
   // The progress of the pull of `id` running now; nullopt if none runs.
   std::optional<Progress> PullProgress(const std::string& id);
@@ -80,6 +81,7 @@ class ObjectPuller {
     std::atomic<int64_t> received{0};
     std::atomic<int64_t> total{0};
     std::string source;  // the current attempt's holder; guarded by ObjectPuller::mu_
+    absl::Time started = absl::InfiniteFuture();  // the first attempt; ditto
   };
   struct Holder {
     std::string node_id;
@@ -115,6 +117,9 @@ class ObjectPuller {
                                                               absl::Time deadline,
                                                               absl::Duration wait);
   void ReportCopy(const std::string& id, int64_t size);
+  // Tells options_.on_pull (if set) how the pull of `id` ended, if it tried a holder.
+  void NotePull(const std::string& id, const std::string& job_id, Pull* pull,
+                const absl::StatusOr<FetchResult>& result);
   // The size of a sealed local copy of `id`.
   absl::StatusOr<int64_t> LocalSize(const std::string& id);
   // The channel to a peer (one per address, kept; tuned for bulk transfer).

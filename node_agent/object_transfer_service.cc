@@ -78,7 +78,7 @@ grpc::Status ObjectTransferService::FetchObject(grpc::ServerContext* ctx,
   if (req->timeout_ms() > 0) {
     deadline = std::min(deadline, now + absl::Milliseconds(req->timeout_ms()));
   }
-  auto r = transfer_->Fetch(req->object_id(), deadline, req->wait_for_holder());
+  auto r = transfer_->Fetch(req->object_id(), deadline, req->wait_for_holder(), req->job_id());
   if (!r.ok()) return ToGrpcStatus(r.status());
   reply->set_size(r->size);
   reply->set_source_node(r->source_node);

@@ -1,5 +1,6 @@
 #include "scheduler/dashboard.h"
 
+#include <algorithm>
 #include <map>
 #include <vector>
 
@@ -21,6 +22,8 @@ using nlohmann::json;
 
 constexpr int64_t kLogTailBytes = 16 << 10;
 constexpr size_t kMaxListed = 500;  // leases, actors on the tasks page
+// Reported timeline events (tasks, pulls, collectives) a job page gets: the newest.
+constexpr int64_t kMaxReportedShown = 2000;
 constexpr auto kLogReadTimeout = std::chrono::milliseconds(2000);
 
 // A message as proto3 JSON (camelCase names, every field), parsed for embedding.
@@ -184,14 +187,36 @@ json JobsJson(const DashboardSources& s, const httplib::Request& req) {
   return {{"jobs", jobs}, {"matched", matched}, {"nowMs", absl::ToUnixMillis(absl::Now())}};
 }
 
+bool IsReported(const proto::TimelineEvent& e) {
+  return e.kind() == proto::TIMELINE_TASK || e.kind() == proto::TIMELINE_PULL ||
+         e.kind() == proto::TIMELINE_COLLECTIVE;
+}
+
+// The job's events for its page: all of the scheduler's own, and the newest
+// kMaxReportedShown reported ones (a page polled every second stays small; `drover
+// timeline` has them all).
 json TimelineJson(const std::optional<JobTimeline::Events>& events) {
   json list = json::array();
-  int64_t dropped = 0;
+  int64_t dropped = 0, activity_dropped = 0, omitted = 0;
   if (events) {
-    for (const auto& e : events->events) list.push_back(ProtoJson(e));
+    int64_t reported = 0;
+    for (const auto& e : events->events) reported += IsReported(e) ? 1 : 0;
+    omitted = std::max<int64_t>(0, reported - kMaxReportedShown);
+    int64_t skip = omitted;
+    for (const auto& e : events->events) {
+      if (IsReported(e) && skip > 0) {
+        --skip;  // the oldest reported ones
+        continue;
+      }
+      list.push_back(ProtoJson(e));
+    }
     dropped = events->dropped;
+    activity_dropped = events->activity_dropped;
   }
-  return {{"events", list}, {"dropped", dropped}};
+  return {{"events", list},
+          {"dropped", dropped},
+          {"activityDropped", activity_dropped},
+          {"reportedOmitted", omitted}};
 }
 
 json TasksJson(const DashboardSources& s) {

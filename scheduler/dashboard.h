@@ -9,7 +9,9 @@
 //   GET /api/cluster      nodes (state, CPUs, memory, GPUs used and free, object store
 //                         use, warnings), job counts, pending reasons, lease counts
 //   GET /api/jobs?state=S&q=TEXT&limit=N   job summaries, newest first
-//   GET /api/job?id=J     one job's record and its timeline (job_timeline.h)
+//   GET /api/job?id=J     one job's record and its timeline (job_timeline.h): the
+//                         scheduler's events and the newest 2,000 reported ones (tasks,
+//                         pulls, collectives), with how many were left out or dropped
 //   GET /api/logs?id=J&node=N&o=RANK.STREAM.OFFSET,...   new output of the job on one
 //                         node since those offsets (a tail of 16 KiB for streams not
 //                         listed), read from the node's agent (StreamLogs)

@@ -116,6 +116,11 @@ absl::StatusOr<LeaseManager::Lease> LeaseManager::Grant(
   {
     absl::MutexLock l(&mu_);
     if (stopped_) return absl::UnavailableError("the scheduler is stopping");
+    if (ended_jobs_.count(job_id) > 0) {
+      // A request that waited for room while its job ended (its driver died): a lease
+      // now would never be returned.
+      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " has ended"));
+    }
     std::string reason;
     absl::StatusOr<std::optional<ResourceBook::Grant>> g = book_->Reserve(shape, hint, &reason);
     if (!g.ok()) {

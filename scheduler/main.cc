@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
   std::string bind = "127.0.0.1", advertise, token_file, redis, redis_prefix = "drover:",
               ready_file, package_dir, tls_dir;
   int port = 0, metrics_port = 0;
+  drover::TimelineLimits timeline_limits;
   int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000,
           abort_notice_ms = 3000, session_grace_ms = 1000, redis_wait_ms = 30000;
   app.add_option("--bind", bind, "IP address to listen on (0.0.0.0 for all)");
@@ -84,7 +86,13 @@ int main(int argc, char** argv) {
                  "encrypt every connection of the cluster with TLS: the cluster CA's "
                  "directory (ca.crt, ca.key; a new CA is made there if it has none). Agents "
                  "and clients need a copy of its ca.crt");
+  app.add_option("--timeline-reported-per-job", timeline_limits.activity_per_job,
+                 "reported timeline events (tasks, actor calls, pulls, collectives) kept per "
+                 "job; the oldest go first, counted as dropped")
+      ->check(CLI::Range(size_t{0}, size_t{1000000}));
   CLI11_PARSE(app, argc, argv);
+  timeline_limits.activity_total =
+      std::max(timeline_limits.activity_total, timeline_limits.activity_per_job);
 
   if (token_file.empty()) token_file = drover::DroverHome() + "/token";
   auto token = drover::LoadOrCreateTokenFile(token_file);
@@ -129,7 +137,7 @@ int main(int argc, char** argv) {
   options.kill_grace = absl::Milliseconds(kill_grace_ms);
   options.abort_notice = absl::Milliseconds(abort_notice_ms);
   // What happened to each job, in memory (bounded): timelines, the dashboard, metrics.
-  drover::JobTimeline timeline(options.clock);
+  drover::JobTimeline timeline(options.clock, timeline_limits);
   options.timeline = &timeline;
   auto core = std::make_unique<drover::SchedulerCore>(options, std::move(store),
                                                       drover::NewGrpcAgentClient(*token));

@@ -130,6 +130,18 @@ grpc::Status SchedulerService::GetJobTimeline(grpc::ServerContext* ctx,
   }
   for (auto& e : events->events) *reply->add_events() = std::move(e);
   reply->set_dropped(events->dropped);
+  reply->set_activity_dropped(events->activity_dropped);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::ReportTimeline(grpc::ServerContext* ctx,
+                                              const proto::ReportTimelineRequest* req,
+                                              proto::ReportTimelineReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (timeline_ == nullptr) return grpc::Status::OK;  // nothing keeps timelines here
+  absl::StatusOr<proto::ReportTimelineReply> r = timeline_->Report(*req);
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *reply = std::move(*r);
   return grpc::Status::OK;
 }
 

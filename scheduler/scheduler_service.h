@@ -81,6 +81,8 @@ class SchedulerService final
                                   proto::GetObjectLocationsReply* reply) override;
   grpc::Status GetJobTimeline(grpc::ServerContext* ctx, const proto::GetJobTimelineRequest* req,
                               proto::GetJobTimelineReply* reply) override;
+  grpc::Status ReportTimeline(grpc::ServerContext* ctx, const proto::ReportTimelineRequest* req,
+                              proto::ReportTimelineReply* reply) override;
   grpc::Status CreateDashboardLogin(grpc::ServerContext* ctx,
                                     const proto::CreateDashboardLoginRequest* req,
                                     proto::CreateDashboardLoginReply* reply) override;

@@ -73,6 +73,7 @@ To CopyOptions(const From& from) {
   to.hostname = from.hostname;
   to.device = from.device;
   to.watch_generation = from.watch_generation;
+  to.timeline = from.timeline;
   return to;
 }
 

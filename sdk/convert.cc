@@ -318,8 +318,15 @@ proto::GetJobTimelineReply ToProto(const JobTimeline& t) {
     p->set_actor_id(e.actor_id);
     p->set_worker_id(e.worker_id);
     p->set_state(e.state);
+    p->set_duration_us(absl::ToInt64Microseconds(e.duration));
+    p->set_name(e.name);
+    p->set_bytes(e.bytes);
+    p->set_source_node_id(e.source_node_id);
+    p->set_object_id(e.object_id);
+    p->set_failed(e.failed);
   }
   out.set_dropped(t.dropped);
+  out.set_activity_dropped(t.activity_dropped);
   return out;
 }
 
@@ -338,9 +345,16 @@ JobTimeline FromProto(const proto::GetJobTimelineReply& t) {
     e.actor_id = p.actor_id();
     e.worker_id = p.worker_id();
     e.state = p.state();
+    e.duration = absl::Microseconds(p.duration_us());
+    e.name = p.name();
+    e.bytes = p.bytes();
+    e.source_node_id = p.source_node_id();
+    e.object_id = p.object_id();
+    e.failed = p.failed();
     out.events.push_back(std::move(e));
   }
   out.dropped = t.dropped();
+  out.activity_dropped = t.activity_dropped();
   return out;
 }
 

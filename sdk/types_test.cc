@@ -115,7 +115,8 @@ TEST(ConvertTest, TimelinesSurviveTheRoundTrip) {
   const auto m = Filled<proto::GetJobTimelineReply>();
   JobTimeline t = internal::FromProto(m);
   ASSERT_EQ(t.events.size(), 2u);
-  EXPECT_EQ(t.events[0].kind, TimelineEventKind::kRequeued);
+  EXPECT_EQ(t.events[0].kind, TimelineEventKind::kCollective);  // the enum's last value
+  EXPECT_EQ(t.events[0].duration, absl::Microseconds(m.events(0).duration_us()));
   EXPECT_EQ(absl::ToUnixMicros(t.events[0].time), m.events(0).time_us());
   ASSERT_TRUE(t.events[0].exit.has_value());
   ExpectSame(m, internal::ToProto(t));

@@ -1,5 +1,7 @@
-// The dashboard in a real browser: starts a 2-node cluster with a running job and a
-// job that failed on one rank, prints a one-time login link with `drover dashboard`,
+// The dashboard in a real browser: starts a 2-node cluster with a running job, a job
+// that failed on one rank and a task program (tests/task_program's timeline scenario:
+// tasks on both nodes, an actor call, a pull), prints a one-time login link with
+// `drover dashboard`,
 // and runs tests/dashboard/browser_test.js (Debian's headless Chromium driven by
 // playwright-core from npm, installed into tests/dashboard/node_modules by
 // scripts/setup.sh), which checks the pages (see that file). Screenshots go to the
@@ -12,7 +14,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/files.h"
 #include "gtest/gtest.h"
+#include "tests/util/driver_program.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
@@ -45,6 +49,23 @@ TEST(DashboardBrowserTest, PagesShowTheNodesJobsRootCauseAndLiveUpdates) {
   ASSERT_TRUE(status.ok()) << status.status();
   std::vector<std::string> nodes;
   for (const auto& n : status->nodes) nodes.push_back(n.node_id);
+  // A task program, held until the browser is done; its workers report within a second.
+  const std::string go_tasks = absl::StrCat(cluster.dir(), "/go-tasks");
+  BackgroundDriver tasks(cluster, "tests/task_program", {"timeline", nodes[0], nodes[1], go_tasks});
+  ASSERT_EQ(tasks.WaitFor("ready"), "yes") << tasks.Output().All() << cluster.DaemonLogs();
+  const std::string task_job = tasks.Output().Get("job");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto t = cluster.client().Timeline(task_job);
+        int tasks_seen = 0, pulls = 0;
+        for (const auto& e : t.ok() ? t->events : std::vector<TimelineEvent>{}) {
+          tasks_seen += e.kind == TimelineEventKind::kTask;
+          pulls += e.kind == TimelineEventKind::kPull;
+        }
+        return tasks_seen >= 6 && pulls >= 1;  // WorkerOf x2, Where, Throws, Blob, Checksum
+      },
+      absl::Seconds(30)))
+      << "the task program's timeline did not fill";
   std::string login, err;
   ASSERT_EQ(cluster.RunCli({"dashboard"}, &login, &err), 0) << err;
   login = std::string(absl::StripAsciiWhitespace(login));
@@ -60,6 +81,7 @@ TEST(DashboardBrowserTest, PagesShowTheNodesJobsRootCauseAndLiveUpdates) {
       {absl::StrCat("DASHBOARD_BASE=http://", status->metrics_address),
        "DASHBOARD_LOGIN=" + login, "NODES=" + absl::StrJoin(nodes, ","),
        "RUNNING_JOB=" + running->job_id, "FAILED_JOB=" + failed->job_id, "GO_FILE=" + go,
+       "TASK_JOB=" + task_job, "PULL_TO=" + nodes[1],
        absl::StrCat("SCREENSHOT_DIR=", outputs != nullptr ? outputs : scratch),
        "HOME=" + scratch, "TMPDIR=" + scratch},
       scratch, &out, &err);
@@ -69,6 +91,9 @@ TEST(DashboardBrowserTest, PagesShowTheNodesJobsRootCauseAndLiveUpdates) {
   auto done = cluster.client().WaitJob(running->job_id, absl::Seconds(30));
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->state, JobState::kSucceeded);
+  ASSERT_TRUE(WriteFileAtomic(go_tasks, "", 0600).ok());
+  const DriverRun ended = tasks.Finish();
+  EXPECT_EQ(ended.code, 0) << ended.All();
 }
 
 }  // namespace

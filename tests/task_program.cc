@@ -82,6 +82,12 @@ absl::StatusOr<drover::Tensor> Scale(drover::Tensor t, float k) {
 }
 // Where a tensor argument was read from: the store (zero copy) or the task's message.
 std::string TensorSource(drover::Tensor t) { return t.in_store() ? "store" : "inline"; }
+// The worker that runs it, as "w-3@node-1".
+std::string WorkerOf() {
+  const char* w = std::getenv("DROVER_WORKER_ID");
+  const char* node = std::getenv("DROVER_NODE_ID");
+  return absl::StrCat(w == nullptr ? "?" : w, "@", node == nullptr ? "?" : node);
+}
 int64_t Sleeps(int64_t ms) {
   absl::SleepFor(absl::Milliseconds(ms));
   return ms;
@@ -111,6 +117,7 @@ class Counter {
     std::_Exit(static_cast<int>(code));
   }
   std::string Pid() const { return std::to_string(::getpid()); }
+  std::string Where() const { return WorkerOf(); }
 
  private:
   int64_t value_;
@@ -134,7 +141,7 @@ Counter* MakeBrokenCounter(int64_t) { throw std::runtime_error("no counter today
 
 DROVER_REMOTE(Sum, Add, Greet, Nothing, WhereAmI, Blob, Checksum, Throws, Fails, Crashes, DiesOnce,
               Sleeps, WorkerExe, Scale, TensorSource, MakeHolder, &Holder::Big, MakeCounter, MakeBrokenCounter, &Counter::Add, &Counter::Log, &Counter::Value,
-              &Counter::Die, &Counter::Pid, AddThroughHandle, NodeOf);
+              &Counter::Die, &Counter::Pid, AddThroughHandle, NodeOf, WorkerOf, &Counter::Where);
 
 namespace {
 
@@ -402,6 +409,69 @@ int OneTask() {
   return 0;
 }
 
+void WaitForFile(const std::string& path) {
+  while (::access(path.c_str(), F_OK) != 0) absl::SleepFor(absl::Milliseconds(20));
+}
+
+// What the job's timeline should show (tests/timeline_test.cc): tasks on known workers
+// of each node, an actor call, a failed task and a pull of a 3 MiB result from `a` to
+// `b`. Holds the job until `go` exists (the workers report within about a second).
+int Timeline(const std::string& a, const std::string& b, const std::string& go) {
+  auto wa = drover::Get(drover::Task(WorkerOf).SetNodeAffinity(a).Remote(), absl::Seconds(60));
+  auto wb = drover::Get(drover::Task(WorkerOf).SetNodeAffinity(b).Remote(), absl::Seconds(60));
+  Print("worker_a", wa.ok() ? *wa : Err(wa.status()));
+  Print("worker_b", wb.ok() ? *wb : Err(wb.status()));
+  auto counter = drover::Actor(MakeCounter).SetNodeAffinity(a).Remote(int64_t{1});
+  auto cw = drover::Get(counter.Task(&Counter::Where).Remote(), absl::Seconds(60));
+  Print("actor", counter.id());
+  Print("actor_worker", cw.ok() ? *cw : Err(cw.status()));
+  auto thrown = drover::Get(drover::Task(Throws).SetNodeAffinity(a).Remote(int64_t{7}), absl::Seconds(60));
+  Print("throws", thrown.ok() ? "ok?" : Err(thrown.status()));
+  auto blob = drover::Task(Blob).SetNodeAffinity(a).Remote(int64_t{3} << 20, 7);  // stored on a
+  auto sum = drover::Get(drover::Task(Checksum).SetNodeAffinity(b).Remote(blob), absl::Seconds(60));
+  Print("blob", blob.id());
+  Print("pulled", sum.ok() ? "yes" : Err(sum.status()));
+  Print("ready", "yes");
+  std::cout.flush();
+  WaitForFile(go);
+  return 0;
+}
+
+// `n` no-op tasks as fast as they go, then holds the job until `go` exists ("-": ends
+// at once).
+int Many(int n, const std::string& go) {
+  std::vector<drover::ObjectRef<void>> refs;
+  refs.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) refs.push_back(drover::Task(Nothing).Remote());
+  int ok = 0;
+  for (const auto& r : refs) ok += drover::Get(r, absl::Seconds(120)).ok() ? 1 : 0;
+  Print("ran", std::to_string(ok));
+  std::cout.flush();
+  if (go != "-") WaitForFile(go);
+  return 0;
+}
+
+// Three tasks of 2 CPUs pinned to `node` (4 CPUs): two run, the third's lease request
+// waits in the scheduler. Then waits to be killed.
+int Fill(const std::string& node) {
+  std::vector<drover::ObjectRef<int64_t>> refs;
+  for (int i = 0; i < 3; ++i) {
+    refs.push_back(drover::Task(Sleeps).SetNodeAffinity(node).SetResources({.cpus = 2}).Remote(int64_t{600000}));
+  }
+  Print("submitted", "3");
+  std::cout.flush();
+  absl::SleepFor(absl::Hours(1));
+  return 0;
+}
+
+// One task that needs all 4 CPUs of `node`.
+int Whole(const std::string& node) {
+  auto r = drover::Get(drover::Task(Add).SetNodeAffinity(node).SetResources({.cpus = 4}).Remote(int64_t{1}, int64_t{2}),
+                       absl::Seconds(20));
+  Print("whole", r.ok() ? std::to_string(*r) : Err(r.status()));
+  return 0;
+}
+
 // The driver's binary is removed right after Init: workers must run the uploaded package.
 int Shipped(const char* self) {
   Print("removed", ::unlink(self) == 0 ? "yes" : "no");
@@ -433,6 +503,10 @@ int main(int argc, char** argv) {
   if (scenario == "cancel") return Cancels();
   if (scenario == "one") return OneTask();
   if (scenario == "types") return WrongTypes();
+  if (scenario == "fill" && argc > 2) return Fill(argv[2]);
+  if (scenario == "whole" && argc > 2) return Whole(argv[2]);
+  if (scenario == "timeline" && argc > 4) return Timeline(argv[2], argv[3], argv[4]);
+  if (scenario == "many" && argc > 3) return Many(std::atoi(argv[2]), argv[3]);
   std::cerr << "unknown scenario " << scenario << "\n";
   return 2;
 }

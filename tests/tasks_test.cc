@@ -204,6 +204,52 @@ TEST_F(TasksTest, NoWorkerOutlivesItsDriver) {
       absl::Seconds(30)));
 }
 
+// Regression: a lease request that waited for room while its driver died was granted
+// after the job had ended; when its worker started after the agent had stopped the
+// job's workers, that lease (its CPUs) was never returned and the node stayed full for
+// every later job (found by bench/tasks --timeline-ab, drivers coming and going).
+TEST_F(TasksTest, ALeaseRequestWaitingWhenItsDriverDiesLeavesNoLeaseBehind) {
+  const std::string a = cluster_->agent_node_id(0);
+  const std::string base = absl::StrCat(cluster_->dir(), "/filler");
+  pid_t pid = Start({"fill", a}, base);
+  std::string job;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto out = ReadFile(base + ".out");
+        size_t at = out.ok() ? out->find("job=") : std::string::npos;
+        if (at == std::string::npos || out->find("submitted=") == std::string::npos) return false;
+        job = out->substr(at + 4, out->find('\n', at) - at - 4);
+        return true;
+      },
+      absl::Seconds(60)))
+      << ReadFile(base + ".err").value_or("");
+  // Two tasks of 2 CPUs run on a (4 CPUs: two workers, each with its launcher); the
+  // third's lease request waits for room. Only the job's end frees it.
+  ASSERT_TRUE(WaitFor([&] { return ProcessesOfJob(job).size() >= 4; }, absl::Seconds(60)))
+      << ProcessesOfJob(job).size() << " processes of " << job;
+  ::kill(pid, SIGKILL);
+  int status;
+  ::waitpid(pid, &status, 0);
+  auto ended = cluster_->client().WaitJob(job, absl::Seconds(30));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job).empty(); }, absl::Seconds(30)))
+      << ProcessesOfJob(job).size() << " processes of " << job << " outlived it";
+  // No lease was granted to it after it ended.
+  auto timeline = cluster_->client().Timeline(job);
+  ASSERT_TRUE(timeline.ok()) << timeline.status();
+  absl::Time end = absl::InfiniteFuture();
+  for (const auto& e : timeline->events) {
+    if (e.kind == TimelineEventKind::kEnded) end = e.time;
+  }
+  for (const auto& e : timeline->events) {
+    EXPECT_FALSE(e.kind == TimelineEventKind::kLeaseGranted && e.time > end)
+        << e.lease_id << " was granted " << absl::FormatDuration(e.time - end) << " after the job ended";
+  }
+  // All of a's CPUs are free again for the next driver.
+  DriverRun r = RunProgram({"whole", a});
+  EXPECT_EQ(r.Get("whole"), "3") << r.err << cluster_->DaemonLogs();
+}
+
 // The workers run the program from the package the driver uploaded, not from its path:
 // the driver's own file is gone before any worker starts.
 TEST_F(TasksTest, TheBinaryIsShippedToTheAgents) {

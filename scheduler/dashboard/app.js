@@ -204,6 +204,28 @@ function renderTimeline(events, endUs) {
       else row(label).marks.push({t, bad: e.state !== 'ACTOR_PENDING', title: e.state + ': ' + e.detail});
     } else if (kind === 'WORKER_EXITED') {
       row(e.nodeId + ' ' + e.workerId).marks.push({t, bad: true, title: 'worker exited: ' + e.detail});
+    } else if (kind === 'TASK' || kind === 'PULL' || kind === 'COLLECTIVE') {
+      // Spans the workers, agents and ranks reported: on the worker's row (inside its
+      // lease), the receiving node's transfers row, the rank's row.
+      const us = num(e.durationUs), b = t + us;
+      const took = us < 1000 ? us + ' \u00b5s' : dur(Math.round(us / 1000));
+      const why = e.failed ? ' failed: ' + e.detail : '';
+      let label, cls, title;
+      if (kind === 'TASK') {
+        label = e.nodeId + ' ' + e.workerId;
+        cls = 'task';
+        title = e.name + (e.actorId ? ' on ' + e.actorId : '') + ', ' + took + why;
+      } else if (kind === 'PULL') {
+        label = e.nodeId + ' transfers';
+        cls = 'pull';
+        title = 'pull of ' + e.objectId + ' (' + bytes(e.bytes) + ') from ' + e.sourceNodeId + ', ' + took + why;
+      } else {
+        const r = (e.ranks || [0])[0];
+        label = e.workerId ? e.nodeId + ' ' + e.workerId : e.nodeId + ' rank ' + r;
+        cls = 'coll';
+        title = e.name + ' ' + bytes(e.bytes) + ' (rank ' + r + '), ' + took + (e.detail && !e.failed ? ', ' + e.detail : '') + why;
+      }
+      row(label).spans.push({a: t, b, cls: e.failed ? cls + ' failed' : cls, title});
     }
   }
   for (const o of open.values()) row(o.label).spans.push({a: o.start, b: t1, cls: o.cls || '', title: o.title + ' (running)'});
@@ -244,6 +266,13 @@ function renderJob(data, st) {
           '</span></td><td class="num">' + r.local + '</td><td>' + esc(r.gpus.join(',') || '-') + '</td><td>' +
           state(r.state) + '</td></tr>').join('') + '</table>';
   h += '<h3>Timeline</h3>' + renderTimeline(data.timeline.events, endUs);
+  const tl = data.timeline, left = num(tl.reportedOmitted), lost = num(tl.activityDropped);
+  if (left || lost) {
+    h += '<p class="muted" id="timeline-omitted">' +
+        (left ? left + ' older task, pull and collective events are not drawn here. ' : '') +
+        (lost ? lost + ' were not kept (the timeline keeps a bounded number per job). ' : '') +
+        '</p>';
+  }
   h += '<h3>Output <span class="muted">(live tail)</span></h3>';
   for (const node of j.nodesUsed || []) {
     h += '<div class="muted">' + esc(node) + '</div><pre class="log" data-node="' + esc(node) + '">' +

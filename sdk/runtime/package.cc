@@ -14,12 +14,15 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "common/rpc.h"
 #include "common/sha256.h"
 #include "common/status.h"
 #include "common/status_macros.h"
+
+extern char** environ;
 
 namespace drover::internal {
 namespace {
@@ -123,6 +126,15 @@ absl::StatusOr<proto::PackageRef> PreparePackage(proto::Leases::Stub* leases,
   if (argv.empty()) pkg.add_argv(exe);
   char cwd[4096];
   if (::getcwd(cwd, sizeof(cwd)) != nullptr) pkg.set_cwd(cwd);
+  // The job's timeline switches (DROVER_TIMELINE, DROVER_TIMELINE_BUFFER,
+  // DROVER_TIMELINE_COLLECTIVES) hold for its workers too.
+  for (char** e = environ; *e != nullptr; ++e) {
+    absl::string_view kv(*e);
+    const size_t eq = kv.find('=');
+    if (eq != absl::string_view::npos && absl::StartsWith(kv, "DROVER_TIMELINE")) {
+      (*pkg.mutable_env())[std::string(kv.substr(0, eq))] = std::string(kv.substr(eq + 1));
+    }
+  }
 
   {
     grpc::ClientContext ctx;

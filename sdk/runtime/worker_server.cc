@@ -1,11 +1,14 @@
 #include "sdk/runtime/worker_server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +40,13 @@ std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr ? "" : v;
 }
+
+// Set while the user's code runs (a task, a factory): SIGTERM then kills at once.
+volatile sig_atomic_t g_in_user_code = 0;
+struct InUserCode {
+  InUserCode() { g_in_user_code = 1; }
+  ~InUserCode() { g_in_user_code = 0; }
+};
 
 class UnpackedArgs : public ArgList {
  public:
@@ -113,6 +123,9 @@ WorkerServer::~WorkerServer() {
   if (epoll_fd_ >= 0) ::close(epoll_fd_);
   if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
   if (actor_ != nullptr && actor_deleter_ != nullptr) actor_deleter_(actor_);
+  for (int fd : term_pipe_) {
+    if (fd >= 0) ::close(fd);
+  }
 }
 
 std::string WorkerServer::Where() const {
@@ -179,6 +192,19 @@ int WorkerServer::Run() {
     SetLargeTensorAllocator(&StoreDraft::Allocate, StoreDraft::kMinBytes);
   }
   if (absl::Status s = (*agent)->Send(reg); !s.ok()) return 3;
+  if (TimelineSwitch("DROVER_TIMELINE", true) && !ctx_->job_id.empty() &&
+      !ctx_->scheduler_address.empty()) {
+    TimelineReporterOptions to;
+    to.reporter = absl::StrCat(env_.worker_id, "@", ctx_->node_id);
+    to.job_id = ctx_->job_id;
+    to.node_id = ctx_->node_id;
+    to.worker_id = env_.worker_id;
+    to.capacity = TimelineBufferFromEnvironment(to.capacity);
+    to.batch = std::min(to.batch, to.capacity);
+    timeline_ = std::make_unique<TimelineReporter>(
+        to, SchedulerTimelineSender(ctx_->scheduler_address, ctx_->token));
+    CatchTerm();
+  }
   // The control connection joins the loop as a plain fd (we own the framing from here).
   control_ = std::make_shared<Conn>();
   control_->fd = ::dup((*agent)->fd());
@@ -229,6 +255,11 @@ int WorkerServer::Run() {
     }
     for (int i = 0; i < n; ++i) {
       const int fd = events[i].data.fd;
+      if (fd == term_pipe_[0]) {
+        terminated_ = true;
+        stop_ = true;
+        continue;
+      }
       if (fd == unix_fd_ || fd == tcp_fd_) {
         Accept(fd);
         continue;
@@ -256,7 +287,42 @@ int WorkerServer::Run() {
     }
     if (ran && pending_.empty()) idle_since = absl::Now();
   }
+  if (terminated_) DieOfTerm();
   return 0;
+}
+
+namespace {
+int g_term_fd = -1;
+void OnTerm(int) {
+  if (g_in_user_code) {
+    // A task or a factory runs (maybe for long): die now, as without a timeline.
+    ::signal(SIGTERM, SIG_DFL);
+    ::raise(SIGTERM);
+    return;
+  }
+  const char c = 't';
+  (void)!::write(g_term_fd, &c, 1);
+}
+}  // namespace
+
+void WorkerServer::CatchTerm() {
+  if (::pipe2(term_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  g_term_fd = term_pipe_[1];
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = term_pipe_[0];
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, term_pipe_[0], &ev);
+  struct sigaction sa {};
+  sa.sa_handler = OnTerm;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+void WorkerServer::DieOfTerm() {
+  timeline_.reset();  // sends what it holds (bounded by the sender's deadline)
+  ::signal(SIGTERM, SIG_DFL);
+  ::raise(SIGTERM);
+  std::_Exit(128 + SIGTERM);
 }
 
 void WorkerServer::Accept(int listen_fd) {
@@ -407,6 +473,7 @@ void WorkerServer::CreateActor(const proto::ActorCreation& creation) {
       absl::StatusOr<void*> made;
       ScopedCodecContext codec(RuntimeCodecContext());
       try {
+        InUserCode busy;
         made = fn->create(args, &user_error);
       } catch (const std::exception& e) {
         made = absl::InternalError(absl::StrCat("threw ", TypeName(typeid(e)), ": ", e.what()));
@@ -418,6 +485,7 @@ void WorkerServer::CreateActor(const proto::ActorCreation& creation) {
         actor_deleter_ = fn->deleter;
         actor_class_ = fn->cls;
         actor_id_ = creation.actor_id();
+        if (timeline_ != nullptr) timeline_->SetActor(actor_id_);
       } else {
         status = made.status();
       }
@@ -442,9 +510,34 @@ void WorkerServer::RunTask(Pending& p) {
     reply->set_message(absl::StrCat(p.spec.name().empty() ? p.spec.function() : p.spec.name(),
                                     ": cancelled before it started"));
   } else {
-    *reply = Execute(p.spec);
+    // With a full timeline buffer (over ~4,000 tasks a second) the task is only counted.
+    const bool note = timeline_ != nullptr && timeline_->Accepting();
+    const absl::Time start = note ? absl::Now() : absl::InfinitePast();
+    {
+      InUserCode busy;
+      *reply = Execute(p.spec);
+    }
+    if (note) {
+      NoteTask(p.spec, *reply, start);
+    } else if (timeline_ != nullptr) {
+      timeline_->CountDropped();
+    }
   }
   AppendFrame(frame, &p.conn->out);
+}
+
+void WorkerServer::NoteTask(const proto::TaskSpec& spec, const proto::TaskReply& reply,
+                            absl::Time start) {
+  TimelineRecord r;
+  r.start_us = absl::ToUnixMicros(start);
+  r.duration_us = absl::ToInt64Microseconds(absl::Now() - start);
+  r.name = spec.name().empty() ? spec.function() : spec.name();
+  r.actor_call = actor_ != nullptr;
+  if (reply.code() != static_cast<int>(absl::StatusCode::kOk)) {
+    r.failed = true;
+    r.detail = reply.message().substr(0, 512);
+  }
+  timeline_->Add(std::move(r));
 }
 
 proto::TaskReply WorkerServer::Execute(const proto::TaskSpec& spec) {
@@ -579,6 +672,8 @@ void WorkerServer::Close(const std::shared_ptr<Conn>& c) {
       AppendFrame(msg, &control_->out);
       Flush(control_);
     }
+    // Its holder is done (or gone, and its job may end): send what the timeline holds.
+    if (timeline_ != nullptr) timeline_->Flush(absl::ZeroDuration());
   }
   for (auto it = pending_.begin(); it != pending_.end();) {
     it = it->conn == c ? pending_.erase(it) : it + 1;

@@ -11,7 +11,13 @@
 //   4. serves: the agent assigns it a lease (or an actor to create), the lease holder
 //      (or the actor's callers) connect with the cluster token and push tasks, and it
 //      runs them one at a time in arrival order, replying with small results inline and
-//      putting large ones into the node's store.
+//      putting large ones into the node's store;
+//   5. tells its job's timeline what it ran (each task or actor call: name, start,
+//      duration, failed), batched by a TimelineReporter (common/timeline_reporter.h)
+//      on a thread of its own, unless the job set DROVER_TIMELINE=0. What it holds is
+//      sent at once when a lease ends, and before the worker dies of SIGTERM (the
+//      agent's stop at the end of the job): the loop sees the signal through a pipe,
+//      sends, then dies of the signal as before.
 //
 // Threading: one thread runs everything (an epoll loop), so actor methods need no
 // locks and run in the order calls arrived. Tasks the user's code submits from inside
@@ -29,6 +35,7 @@
 #include "absl/time/time.h"
 #include "common/framed_socket.h"
 #include "common/socket_stream.h"
+#include "common/timeline_reporter.h"
 #include "proto/task.pb.h"
 #include "sdk/runtime/context.h"
 
@@ -88,6 +95,8 @@ class WorkerServer {
   void RunTask(Pending& p);
   void CreateActor(const proto::ActorCreation& creation);
   proto::TaskReply Execute(const proto::TaskSpec& spec);
+  // Tells the timeline (if any) that `spec` ran from `start` until now.
+  void NoteTask(const proto::TaskSpec& spec, const proto::TaskReply& reply, absl::Time start);
   std::string Where() const;
 
   RuntimeContext* const ctx_;
@@ -112,6 +121,14 @@ class WorkerServer {
   void (*actor_deleter_)(void*) = nullptr;
   const std::type_info* actor_class_ = nullptr;
   bool stop_ = false;
+  // What this worker ran, for its job's timeline; null with DROVER_TIMELINE=0.
+  std::unique_ptr<TimelineReporter> timeline_;
+  // SIGTERM, seen by the loop (a handler writes to the pipe): send what the timeline
+  // holds, then die of it.
+  int term_pipe_[2] = {-1, -1};
+  bool terminated_ = false;
+  void CatchTerm();
+  [[noreturn]] void DieOfTerm();
 };
 
 }  // namespace drover::internal

@@ -6,7 +6,9 @@
 //   - the cluster page lists both nodes; the jobs page the running and the failed job;
 //   - the failed job's page shows the failing rank, its root cause with the stderr
 //     tail, and the log tail; the running job's page updates by itself when it ends;
-//   - the tasks page lists the failure.
+//   - the tasks page lists the failure;
+//   - a task program's job page draws its tasks on their workers' rows and its pull on
+//     the receiving node's transfers row (what workers and agents reported).
 // Screenshots go to $SCREENSHOT_DIR. Exits 0 when every check passes.
 'use strict';
 
@@ -34,6 +36,8 @@ const NODES = env('NODES').split(',');
 const RUNNING = env('RUNNING_JOB');
 const FAILED = env('FAILED_JOB');
 const GO_FILE = env('GO_FILE');              // creating it lets the running job end
+const TASK_JOB = env('TASK_JOB');            // a task program's job (tasks, an actor call, a pull)
+const PULL_TO = env('PULL_TO');              // the node it pulled to
 const SHOTS = process.env.SCREENSHOT_DIR || os.tmpdir();
 
 let failures = 0;
@@ -99,9 +103,11 @@ async function waitText(page, selector, text, timeout = 15000) {
     check(await waitText(page, '#jobs tr[data-job="' + RUNNING + '"]', 'RUNNING'), 'it is RUNNING');
     check(await waitText(page, '#jobs tr[data-job="' + FAILED + '"]', 'FAILED'), 'the failed job is FAILED');
     await page.selectOption('#f-state', 'FAILED');
-    check(await waitText(page, '#jobs', FAILED) &&
-          await page.locator('#jobs tr[data-job="' + RUNNING + '"]').count() === 0,
-          'the state filter keeps only failed jobs');
+    // The list is drawn again on the next poll: wait for the running job to go.
+    const filtered = await page.waitForFunction(
+        r => !document.querySelector('#jobs tr[data-job="' + r + '"]'), RUNNING,
+        {timeout: 15000, polling: 100}).then(() => true, () => false);
+    check(filtered && await waitText(page, '#jobs', FAILED), 'the state filter keeps only failed jobs');
     await page.screenshot({path: path.join(SHOTS, 'dashboard-jobs.png'), fullPage: true});
 
     // The failed job: its failing rank, root cause and output.
@@ -126,6 +132,20 @@ async function waitText(page, selector, text, timeout = 15000) {
     await page.goto(BASE + '/#/tasks');
     check(await waitText(page, '#failures', FAILED), 'the tasks page lists the failure');
     check(await waitText(page, '#failures', 'exited with code 3'), 'with its cause');
+
+    // A task program's timeline: tasks on their workers' rows, the pull on its node's row.
+    await page.goto(BASE + '/#/job/' + TASK_JOB);
+    check(await waitText(page, '#timeline', PULL_TO + ' transfers'), 'the receiving node has a transfers row');
+    const spans = async cls => page.locator('#timeline .span.' + cls).count();
+    check(await spans('task') >= 4, 'its tasks and actor call are drawn (' + await spans('task') + ')');
+    check(await spans('pull') === 1, 'its pull is drawn (' + await spans('pull') + ')');
+    const titles = await page.locator('#timeline .span.task').evaluateAll(els => els.map(e => e.title));
+    check(titles.some(t => t.startsWith('WorkerOf')), 'a task span is named after its function');
+    check(titles.some(t => t.startsWith('Counter::Where on ')), 'the actor call names its actor');
+    check(titles.some(t => t.includes('failed: ')), 'the failed task says why');
+    const pull = await page.locator('#timeline .span.pull').getAttribute('title');
+    check(/^pull of .* \(3\.0 MiB\) from /.test(pull), 'the pull names its object, size and source (' + pull + ')');
+    await page.screenshot({path: path.join(SHOTS, 'dashboard-task-job.png'), fullPage: true});
   } catch (e) {
     console.log('FAIL ' + (e.stack || e));
     failures++;

@@ -22,7 +22,8 @@ std::string DriverRun::Get(const std::string& key) const {
 }
 
 pid_t StartDriver(const TestCluster& cluster, const std::string& binary,
-                  const std::vector<std::string>& args, const std::string& base) {
+                  const std::vector<std::string>& args, const std::string& base,
+                  const std::vector<std::string>& env) {
   SpawnOptions o;
   o.argv = {binary.rfind('/', 0) == 0 ? binary : Runfile(binary)};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
@@ -32,6 +33,7 @@ pid_t StartDriver(const TestCluster& cluster, const std::string& binary,
   o.env.push_back("DROVER_ADDRESS=" + cluster.address());
   o.env.push_back("DROVER_TOKEN_FILE=" + cluster.token_file());
   o.env.push_back("DROVER_HOME=" + cluster.dir() + "/home");
+  o.env.insert(o.env.end(), env.begin(), env.end());
   o.stdout_path = base + ".out";
   o.stderr_path = base + ".err";
   auto pid = Spawn(o);
@@ -39,16 +41,8 @@ pid_t StartDriver(const TestCluster& cluster, const std::string& binary,
   return pid.ok() ? *pid : -1;
 }
 
-DriverRun FinishDriver(const TestCluster& cluster, pid_t pid, const std::string& base,
-                       absl::Duration timeout) {
+DriverRun ReadDriverOutput(const std::string& base) {
   DriverRun r;
-  int status = 0;
-  const bool done = pid > 0 && WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout);
-  if (!done && pid > 0) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-  }
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = ReadFile(base + ".out").value_or("");
   r.err = ReadFile(base + ".err").value_or("");
   std::string key;
@@ -61,6 +55,19 @@ DriverRun FinishDriver(const TestCluster& cluster, pid_t pid, const std::string&
       absl::StrAppend(&r.kv[key], "\n", line);
     }
   }
+  return r;
+}
+
+DriverRun FinishDriver(const TestCluster& cluster, pid_t pid, const std::string& base,
+                       absl::Duration timeout) {
+  int status = 0;
+  const bool done = pid > 0 && WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout);
+  if (!done && pid > 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+  DriverRun r = ReadDriverOutput(base);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   if (!done) {
     ADD_FAILURE() << "the driver did not finish in time; its output:\n" << r.All() << cluster.DaemonLogs();
   }
@@ -72,6 +79,41 @@ DriverRun RunDriver(const TestCluster& cluster, const std::string& binary,
   static int n = 0;
   const std::string base = absl::StrCat(cluster.dir(), "/driver-", ::getpid(), "-", ++n);
   return FinishDriver(cluster, StartDriver(cluster, binary, args, base), base, timeout);
+}
+
+BackgroundDriver::BackgroundDriver(const TestCluster& cluster, const std::string& binary,
+                                   const std::vector<std::string>& args,
+                                   const std::vector<std::string>& env)
+    : cluster_(cluster) {
+  static int n = 0;
+  base_ = absl::StrCat(cluster.dir(), "/background-driver-", ::getpid(), "-", ++n);
+  pid_ = StartDriver(cluster, binary, args, base_, env);
+}
+
+BackgroundDriver::~BackgroundDriver() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+std::string BackgroundDriver::WaitFor(const std::string& key, absl::Duration timeout) {
+  std::string value;
+  testing::WaitFor(
+      [&] {
+        DriverRun r = Output();
+        auto it = r.kv.find(key);
+        if (it != r.kv.end()) value = it->second;
+        return it != r.kv.end();
+      },
+      timeout);
+  return value;
+}
+
+DriverRun BackgroundDriver::Finish(absl::Duration timeout) {
+  DriverRun r = FinishDriver(cluster_, pid_, base_, timeout);
+  pid_ = -1;
+  return r;
 }
 
 TestCluster* TwoNodeClusterTest::cluster_ = nullptr;

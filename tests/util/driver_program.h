@@ -32,9 +32,13 @@ struct DriverRun {
 // Starts `binary args...` (a runfile path such as "tests/pipeline_program", or an
 // absolute path) with the
 // cluster's address and token in its environment (DROVER_* of the test's own
-// environment removed); output goes to `base`.out and .err. Returns its pid.
+// environment removed) and `env` (KEY=VALUE) added; output goes to `base`.out and
+// .err. Returns its pid.
 pid_t StartDriver(const TestCluster& cluster, const std::string& binary,
-                  const std::vector<std::string>& args, const std::string& base);
+                  const std::vector<std::string>& args, const std::string& base,
+                  const std::vector<std::string>& env = {});
+// What the driver writing to `base` printed so far (`code` stays -1).
+DriverRun ReadDriverOutput(const std::string& base);
 // Waits up to `timeout` for it (killing it after) and parses its output. A driver that
 // did not finish in time is a test failure (with its output and the daemons' logs).
 DriverRun FinishDriver(const TestCluster& cluster, pid_t pid, const std::string& base,
@@ -42,6 +46,30 @@ DriverRun FinishDriver(const TestCluster& cluster, pid_t pid, const std::string&
 // Both, with output files under the cluster's directory.
 DriverRun RunDriver(const TestCluster& cluster, const std::string& binary,
                     const std::vector<std::string>& args, absl::Duration timeout = absl::Seconds(120));
+
+// A driver left running while the test looks at the cluster (it holds its job until
+// told, say by a file): what it printed so far, a key it prints, its end. The
+// destructor kills it if it still runs.
+class BackgroundDriver {
+ public:
+  BackgroundDriver(const TestCluster& cluster, const std::string& binary,
+                   const std::vector<std::string>& args, const std::vector<std::string>& env = {});
+  ~BackgroundDriver();
+  BackgroundDriver(const BackgroundDriver&) = delete;
+  BackgroundDriver& operator=(const BackgroundDriver&) = delete;
+
+  // What it printed so far.
+  DriverRun Output() const { return ReadDriverOutput(base_); }
+  // Waits (bounded) until it printed `key`; its value, or "" if it never did.
+  std::string WaitFor(const std::string& key, absl::Duration timeout = absl::Seconds(120));
+  // Waits for it to end (FinishDriver).
+  DriverRun Finish(absl::Duration timeout = absl::Seconds(60));
+
+ private:
+  const TestCluster& cluster_;
+  std::string base_;
+  pid_t pid_ = -1;
+};
 
 // A fixture whose tests share one 2-node cluster (4 CPUs each), started before the
 // binary's first test and stopped after its last. One such fixture per test binary.

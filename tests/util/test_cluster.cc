@@ -112,6 +112,7 @@ absl::Status TestCluster::StartScheduler(int port) {
   o.argv.insert(o.argv.end(), advertise.begin(), advertise.end());
   if (!options_.metrics) o.argv.insert(o.argv.end(), {"--metrics-port", "-1"});
   if (options_.tls) o.argv.insert(o.argv.end(), {"--tls-dir", dir_ + "/tls"});
+  o.argv.insert(o.argv.end(), options_.scheduler_args.begin(), options_.scheduler_args.end());
   if (redis_) {
     o.argv.push_back("--redis");
     o.argv.push_back(redis_->address());

@@ -54,6 +54,8 @@ struct TestClusterOptions {
   // A TLS cluster: the scheduler makes a CA in <dir>/tls (--tls-dir), the agents get
   // their certificates from it (--tls-ca), and client(), RunCli and RunJob use TLS.
   bool tls = false;
+  // More flags for drover-scheduler.
+  std::vector<std::string> scheduler_args;
 };
 
 class TestCluster {

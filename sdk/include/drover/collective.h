@@ -103,11 +103,14 @@ struct CollectiveOptions {
   // abort the operation in flight (ABORTED above). Off: only timeouts and broken
   // connections end a waiting operation.
   bool watch_generation = true;
+  // Tell the job's timeline (`drover timeline`, the dashboard) about every operation:
+  // which, how many bytes, how long, this rank. Batched off the operation's path.
+  bool timeline = false;
 
   // The options of a process drover started: RANK, WORLD_SIZE, DROVER_JOB_ID,
   // DROVER_GENERATION, DROVER_SCHEDULER_ADDRESS, DROVER_TOKEN_FILE, DROVER_NODE_ID,
-  // GLOO_SOCKET_IFNAME, DROVER_COLLECTIVE_ALGORITHM (auto|gloo|shm|hierarchical) and
-  // LOCAL_RANK as the device. INVALID_ARGUMENT naming the variable if one is missing
+  // GLOO_SOCKET_IFNAME, DROVER_COLLECTIVE_ALGORITHM (auto|gloo|shm|hierarchical),
+  // LOCAL_RANK as the device and DROVER_TIMELINE_COLLECTIVES (1: timeline). INVALID_ARGUMENT naming the variable if one is missing
   // or malformed (outside drover, fill the options yourself).
   static absl::StatusOr<CollectiveOptions> FromEnvironment(const std::string& name = "default");
 };

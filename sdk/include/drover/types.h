@@ -188,6 +188,10 @@ enum class TimelineEventKind {
   kActor = 8,          // an actor changed to `state` ("ACTOR_ALIVE", ...)
   kWorkerExited = 9,   // a task worker exited (`exit`)
   kRequeued = 10,      // the failed generation is stopped; the next waits to be placed
+  // Spans reported by the processes that saw them (time .. time + duration):
+  kTask = 11,        // a task or actor call (`name`, actor_id) ran on worker_id, node_id
+  kPull = 12,        // node_id pulled object_id (`bytes`) from source_node_id
+  kCollective = 13,  // a collective operation (`name`, `bytes`) of rank ranks[0]
 };
 
 // One thing that happened to a job, as the scheduler saw it.
@@ -201,12 +205,20 @@ struct TimelineEvent {
   std::optional<ExitInfo> exit;
   std::string lease_id, actor_id, worker_id;
   std::string state;  // kEnded: a JobState name; kActor: an actor state name
+  // kTask, kPull, kCollective:
+  absl::Duration duration;
+  std::string name;            // kTask: the function or method; kCollective: the operation
+  int64_t bytes = 0;           // kPull: the bytes pulled; kCollective: this rank's buffer
+  std::string source_node_id;  // kPull: the node the bytes came from
+  std::string object_id;       // kPull
+  bool failed = false;         // `detail` says how
 };
 
 // A job's events, oldest first (the scheduler keeps a bounded number per job).
 struct JobTimeline {
   std::vector<TimelineEvent> events;
-  int64_t dropped = 0;  // older events no longer kept
+  int64_t dropped = 0;           // older events no longer kept
+  int64_t activity_dropped = 0;  // reported events (kTask, kPull, kCollective) not kept
 };
 
 // A one-time link into the dashboard.

@@ -47,7 +47,7 @@ std::string FormatAmount(const std::string& kind, double v) {
 // The first resource kind for which `k` processes do not fit on any node, phrased as
 // "needs X on one node; the most free on any node is Y". "" if every kind fits.
 std::string ExplainPerNode(int k, const proto::Resources& per,
-                           const std::vector<NodeCapacity>& nodes) {
+                           const std::vector<const NodeCapacity*>& nodes) {
   struct Kind {
     std::string name;
     double need;
@@ -57,8 +57,8 @@ std::string ExplainPerNode(int k, const proto::Resources& per,
                              {"CPU", k * per.cpus(), 0},
                              {"memory", 1.0 * k * per.memory_bytes(), 0}};
   for (const auto& [name, need] : per.custom()) kinds.push_back({name, k * need, 0});
-  for (const auto& n : nodes) {
-    const auto& a = n.available;
+  for (const NodeCapacity* n : nodes) {
+    const auto& a = n->available;
     kinds[0].best = std::max(kinds[0].best, 1.0 * a.gpus());
     kinds[1].best = std::max(kinds[1].best, a.cpus());
     kinds[2].best = std::max(kinds[2].best, 1.0 * a.memory_bytes());
@@ -166,6 +166,14 @@ std::string ValidateJobSpec(const proto::JobSpec& spec) {
 }
 
 PlacementResult PlaceGang(const proto::JobSpec& spec, const std::vector<NodeCapacity>& nodes) {
+  std::vector<const NodeCapacity*> view;
+  view.reserve(nodes.size());
+  for (const NodeCapacity& n : nodes) view.push_back(&n);
+  return PlaceGang(spec, view);
+}
+
+PlacementResult PlaceGang(const proto::JobSpec& spec,
+                          const std::vector<const NodeCapacity*>& nodes) {
   PlacementResult result;
   const auto& per = spec.per_process();
   const int nproc = spec.nproc();
@@ -175,7 +183,7 @@ PlacementResult PlaceGang(const proto::JobSpec& spec, const std::vector<NodeCapa
   }
   std::vector<int> caps;
   caps.reserve(nodes.size());
-  for (const auto& n : nodes) caps.push_back(Capacity(n.available, per));
+  for (const NodeCapacity* n : nodes) caps.push_back(Capacity(n->available, per));
 
   int next_rank = 0;
   if (spec.nproc_per_node() > 0) {
@@ -198,7 +206,7 @@ PlacementResult PlaceGang(const proto::JobSpec& spec, const std::vector<NodeCapa
       return result;
     }
     int group = 0;
-    for (size_t i : chosen) Assign(nodes[i], ppn, group++, &next_rank, per, &result.ranks);
+    for (size_t i : chosen) Assign(*nodes[i], ppn, group++, &next_rank, per, &result.ranks);
     result.ok = true;
     return result;
   }
@@ -227,22 +235,40 @@ PlacementResult PlaceGang(const proto::JobSpec& spec, const std::vector<NodeCapa
       }
     }
   } else {
-    // PACK: biggest capacity first (fewest nodes), ties in preference order.
-    std::vector<size_t> order(nodes.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&caps](size_t a, size_t b) { return caps[a] > caps[b]; });
+    // PACK: biggest capacity first (fewest nodes), ties in preference order. A gang
+    // that fits on a few nodes takes the first largest one at a time (one scan of the
+    // nodes each, the order a stable sort by capacity gives); bigger ones sort.
     int left = nproc;
-    for (size_t i : order) {
-      int take = std::min(left, caps[i]);
-      counts[i] = take;
+    constexpr int kScans = 8;
+    for (int scan = 0; scan < kScans && left > 0; ++scan) {
+      size_t best = nodes.size();
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (counts[i] == 0 && caps[i] > 0 && (best == nodes.size() || caps[i] > caps[best])) {
+          best = i;
+        }
+      }
+      const int take = std::min(left, caps[best]);
+      counts[best] = take;
       left -= take;
-      if (left == 0) break;
+    }
+    if (left > 0) {
+      std::vector<size_t> order;
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (counts[i] == 0) order.push_back(i);
+      }
+      std::stable_sort(order.begin(), order.end(),
+                       [&caps](size_t a, size_t b) { return caps[a] > caps[b]; });
+      for (size_t i : order) {
+        int take = std::min(left, caps[i]);
+        counts[i] = take;
+        left -= take;
+        if (left == 0) break;
+      }
     }
   }
   int group = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (counts[i] > 0) Assign(nodes[i], counts[i], group++, &next_rank, per, &result.ranks);
+    if (counts[i] > 0) Assign(*nodes[i], counts[i], group++, &next_rank, per, &result.ranks);
   }
   result.ok = true;
   return result;

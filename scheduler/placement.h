@@ -37,6 +37,9 @@ struct PlacementResult {
 // many each; otherwise PACK (fewest nodes) or SPREAD (round-robin) by spec.strategy().
 // REQUIRES: spec passed ValidateJobSpec.
 PlacementResult PlaceGang(const proto::JobSpec& spec, const std::vector<NodeCapacity>& nodes);
+// The same over pointers, so a caller can place on a view it did not copy.
+PlacementResult PlaceGang(const proto::JobSpec& spec,
+                          const std::vector<const NodeCapacity*>& nodes);
 
 // Checks a spec for errors a user can fix (empty command, zero processes, negative
 // resources, nproc not divisible by nproc_per_node...). Returns "" if valid, else

@@ -2,7 +2,10 @@
 // failure handling and restarts. No gRPC server code lives here: the service
 // (scheduler_service.h) is a thin layer over these methods. The parts with one job
 // each live in their own units, and SchedulerCore wires them together:
-//   - queue_policy.h: which pending jobs start where, and why others wait (pure);
+//   - queue_policy.h: which pending jobs start where, and why others wait (pure; its
+//     JobQueue keeps the pending jobs by class so a pass costs what it starts, not
+//     what is queued);
+//   - node_table.h: the nodes' resources as placement reads them (pure);
 //   - placement.h: gang placement on node capacities (pure);
 //   - generation.h: how a generation's end is described and told (pure);
 //   - job_kv.h + scheduler_rendezvous.cc: the rendezvous KV and generation watches;
@@ -53,6 +56,7 @@
 #include "scheduler/job_kv.h"
 #include "scheduler/job_persister.h"
 #include "scheduler/lease_manager.h"
+#include "scheduler/node_table.h"
 #include "scheduler/object_directory.h"
 #include "scheduler/queue_policy.h"
 #include "scheduler/state_store.h"
@@ -170,10 +174,9 @@ class SchedulerCore {
  private:
   struct Node {
     proto::NodeInfo info;  // total, state, addresses; `free` filled on read
-    std::vector<int> gpu_ids;
-    proto::Resources used;
-    std::set<int> used_gpus;
-    int64_t order = 0;  // registration order, for stable placement preference
+    // Registration order, for stable placement preference. Its resources in use and
+    // its GPUs are in table_.
+    int64_t order = 0;
     absl::Time last_heartbeat;
   };
   struct Allocation {
@@ -193,6 +196,15 @@ class SchedulerCore {
     // waiters; a condition of mu_ would be re-evaluated at every unlock of mu_ by any
     // call, for every waiter of every job. Shared, so a waiter keeps it alive.
     std::shared_ptr<absl::CondVar> changed = std::make_shared<absl::CondVar>();
+    // What the indexes (IndexLocked) hold of it: in queue_; a hold on its nodes in
+    // table_ (until when, and the allocations it was made for); counted in which state.
+    bool queued = false;
+    std::optional<absl::Time> hold;
+    std::vector<std::string> hold_nodes;
+    int64_t hold_allocs = 0;
+    int counted_state = -1;
+    // Moves whenever `allocs` is filled or cleared.
+    int64_t allocs_gen = 0;
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -238,14 +250,19 @@ class SchedulerCore {
   // Wakes the long polls of the job `job_id`, if it exists (its KV changed).
   void SignalJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Runs the queue policy (queue_policy.h) over the pending jobs and applies its
-  // decisions: places the jobs it starts, records why the others wait.
+  // Runs a pass of the queue policy (queue_policy.h) if anything changed since the
+  // last one, and applies its decisions: places the jobs it starts, records why the
+  // others wait.
   void ScheduleLocked(Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocates `ranks` to `job`, marks it RUNNING and queues its launch.
   void StartJobLocked(Job& job, std::vector<proto::RankPlacement> ranks, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The ALIVE nodes in placement preference order (registration order).
-  std::vector<NodeUse> NodeUsesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings the indexes derived from a job's record up to date with it: the pending
+  // queue, its hold in the node table, the jobs with live ranks, the counts by state.
+  // Every change goes through ChangedLocked, which calls it.
+  void IndexLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The jobs with live ranks (a copy: failing their ranks changes the set).
+  std::vector<Job*> RunningJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleExitLocked(Job& job, const proto::ExitInfo& exit, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records that `ranks` of the job's current generation on `node_id` ended without an
@@ -299,6 +316,15 @@ class SchedulerCore {
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mu_);
+  // Indexes of jobs_ (IndexLocked keeps them): every job by submission order (ListJobs
+  // reads the newest without sorting them all), the pending jobs, the ids of the jobs
+  // with live ranks (what a lost node can touch), and how many are in each state.
+  std::map<int64_t, Job*> by_seq_ ABSL_GUARDED_BY(mu_);
+  JobQueue queue_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> running_ ABSL_GUARDED_BY(mu_);
+  std::map<int, int64_t> state_counts_ ABSL_GUARDED_BY(mu_);
+  // Every known node's resources (ALIVE ones are placed on) and holds.
+  NodeTable table_ ABSL_GUARDED_BY(mu_);
   ObjectDirectory objects_ ABSL_GUARDED_BY(mu_);
   // Signalled (SignalAll) when copies are added to objects_, and by Stop(): wakes the
   // GetObjectLocations calls that wait for a holder (each re-checks its own object).

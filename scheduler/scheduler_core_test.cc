@@ -163,6 +163,40 @@ TEST_F(SchedulerCoreTest, ExitReportedTwiceCountsOnceAndGpusAreFreedOnlyWhenAllE
   EXPECT_EQ(core_->ClusterStatus().nodes(0).free().gpus(), 2);
 }
 
+// ListJobs and the job counts come from indexes kept as jobs change (not from a scan
+// and sort of every job): newest first, filtered by state, limited; counts by state.
+TEST_F(SchedulerCoreTest, ListsNewestFirstAndCountsJobsByState) {
+  std::string n1 = Register("10.0.0.1", 0);  // 8 CPUs
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(Submit(4, 0, 0).job_id());  // 2 run, 3 wait
+  ASSERT_TRUE(core_->CancelJob(ids[3]).ok());
+  proto::ListJobsRequest req;
+  req.set_limit(2);
+  auto newest = core_->ListJobs(req);
+  ASSERT_EQ(newest.size(), 2u);
+  EXPECT_EQ(newest[0].job_id(), ids[4]);
+  EXPECT_EQ(newest[1].job_id(), ids[3]);
+  req.add_states(proto::PENDING);
+  req.set_limit(0);
+  auto pending = core_->ListJobs(req);
+  ASSERT_EQ(pending.size(), 2u);
+  EXPECT_EQ(pending[0].job_id(), ids[4]);
+  EXPECT_EQ(pending[1].job_id(), ids[2]);
+  auto counts = core_->ClusterStatus().job_counts();
+  EXPECT_EQ(counts["RUNNING"], 2);
+  EXPECT_EQ(counts["PENDING"], 2);
+  EXPECT_EQ(counts["CANCELLED"], 1);
+  EXPECT_EQ(counts["SUCCEEDED"], 0);
+  // The first job ends: the oldest waiting one starts in its place.
+  for (int r = 0; r < 4; ++r) Exit(n1, ids[0], r, 0);
+  EXPECT_EQ(Job(ids[2]).state(), proto::RUNNING);
+  EXPECT_EQ(Job(ids[4]).state(), proto::PENDING);
+  counts = core_->ClusterStatus().job_counts();
+  EXPECT_EQ(counts["SUCCEEDED"], 1);
+  EXPECT_EQ(counts["RUNNING"], 2);
+  EXPECT_EQ(counts["PENDING"], 1);
+}
+
 // The oldest job that does not fit keeps what it will need: a later small job that
 // would fit in that space waits (and says behind whom); one that fits elsewhere starts.
 TEST_F(SchedulerCoreTest, OldestWaitingJobIsNotStarvedBySmallerLaterOnes) {
@@ -267,7 +301,9 @@ TEST_F(SchedulerCoreTest, JobPastItsTimeLimitIsStoppedAndFailsWithoutRestart) {
 // With time limits known, a job sure to end before the claiming job could start may
 // use the claimed resources meanwhile; a longer one, or one without a limit, waits.
 TEST_F(SchedulerCoreTest, ShortJobsBackfillAClaimTheyEndBefore) {
-  Make(absl::Seconds(30), /*fake=*/true);
+  // A node timeout beyond the 4 minutes the clock moves below: the monitor must not
+  // declare the node (which sends no heartbeats here) dead meanwhile.
+  Make(absl::Hours(1), /*fake=*/true);
   Register("10.0.0.1", 0);  // 8 CPUs
   auto limited = [&](int nproc, absl::Duration limit) {
     proto::JobSpec spec;

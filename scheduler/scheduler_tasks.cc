@@ -18,16 +18,15 @@ class SchedulerCore::Book : public ResourceBook {
                                               const proto::PlacementHint& hint,
                                               std::string* reason) override {
     absl::MutexLock lock(&core_->mu_);
-    std::vector<NodeUse> nodes = core_->NodeUsesLocked();
-    LeasePlacement p = PlaceLease(shape, hint, FreeCapacities(nodes), TotalCapacities(nodes));
+    NodeTable& table = core_->table_;
+    LeasePlacement p = PlaceLease(shape, hint, table.Free(), table.Total());
     if (!p.ok) {
       if (p.never) return absl::FailedPreconditionError(p.reason);
       *reason = p.reason;
       return std::optional<Grant>();
     }
     Node* node = core_->FindNodeLocked(p.node_id);
-    AddResources(&node->used, shape, +1);
-    node->used_gpus.insert(p.gpu_ids.begin(), p.gpu_ids.end());
+    table.Use(p.node_id, shape, p.gpu_ids, +1);
     Grant g;
     g.node_id = p.node_id;
     g.agent_address = node->info.agent_address();
@@ -40,11 +39,7 @@ class SchedulerCore::Book : public ResourceBook {
     Actions actions;
     {
       absl::MutexLock lock(&core_->mu_);
-      auto it = core_->nodes_.find(g.node_id);
-      if (it != core_->nodes_.end()) {
-        AddResources(&it->second.used, g.shape, -1);
-        for (int gpu : g.gpu_ids) it->second.used_gpus.erase(gpu);
-      }
+      core_->table_.Use(g.node_id, g.shape, g.gpu_ids, -1);
       // Pending jobs may fit now.
       core_->ScheduleLocked(&actions);
     }

@@ -20,6 +20,7 @@
 //              StartWorker and returned, and N remembered pending requests.
 // Each figure is a line `BENCH <name>_<nodes> <value> <unit> [target=... PASS|MISS]`.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -83,6 +84,13 @@ double CpuOver(const SchedulerProcess& s, absl::Duration window) {
   const absl::Time t0 = absl::Now();
   absl::SleepFor(window);
   return absl::FDivDuration(s.CpuTime() - c0, absl::Now() - t0);
+}
+
+// This process's CPU time (the fleet, the submitters, the probe).
+absl::Duration OwnCpuTime() {
+  struct rusage u;
+  ::getrusage(RUSAGE_SELF, &u);
+  return absl::DurationFromTimeval(u.ru_utime) + absl::DurationFromTimeval(u.ru_stime);
 }
 
 JobSpec SimJob(int runtime_ms) {
@@ -190,13 +198,19 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
 
   // drain
   const int64_t starts_before = fleet.stats().start_calls;
+  const absl::Duration cpu_before = s.CpuTime(), own_before = OwnCpuTime();
   const absl::Time released = absl::Now();
   fleet.Release();
   WaitUntil([&] { return fleet.stats().start_calls >= starts_before + f.queued; },
             absl::Minutes(30), absl::StrCat(f.queued, " queued jobs started"), s);
   const SimFleetStats st = fleet.stats();
-  const double rate = f.queued / absl::ToDoubleSeconds(st.last_start - released);
+  const absl::Duration drain = st.last_start - released;
+  const double rate = f.queued / absl::ToDoubleSeconds(drain);
   Bench("placements_per_s", nodes, rate, "jobs/s", ">=10000", rate >= 10000);
+  Note(absl::StrFormat("draining used %.2f cores of the scheduler and %.2f of this process "
+                       "(fleet, submitters, probe)",
+                       absl::FDivDuration(s.CpuTime() - cpu_before, drain),
+                       absl::FDivDuration(OwnCpuTime() - own_before, drain)));
   ReportProbe("drain", nodes, probe.Take());
   WaitUntil(
       [&] {

@@ -1,5 +1,6 @@
 #include "bench/sim_fleet.h"
 
+#include <deque>
 #include <functional>
 #include <map>
 #include <queue>
@@ -86,6 +87,9 @@ class SimFleet::Impl {
     std::unique_ptr<proto::Scheduler::Stub> stub;
     bool registering = false;
     bool heartbeat_in_flight = false;
+    // Exits to report, one call at a time and in order (as an agent's reporter thread).
+    std::deque<proto::ReportExitRequest> reports;
+    bool report_in_flight = false;
     bool session_open = false;
     std::shared_ptr<Session> session;  // the newest, until its OnDone
     absl::Duration interval = absl::Milliseconds(500);
@@ -110,6 +114,8 @@ class SimFleet::Impl {
   // Marks the process exited with `exit` and queues its report.
   void ExitLocked(int node, const JobGen& job, proto::ProcessStatus* p, proto::ExitInfo exit,
                   Outgoing* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the node's next exit report unless one is in flight.
+  void ReportLocked(int node, Outgoing* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RegisterLocked(int node, Outgoing* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HeartbeatLocked(int node, Outgoing* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OpenSessionLocked(int node, Outgoing* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -340,21 +346,38 @@ void SimFleet::Impl::ExitLocked(int node, const JobGen& job, proto::ProcessStatu
   --stats_.running;
   // Without a node id (or once stopping) the heartbeats carry it, as an agent's table does.
   if (n.node_id.empty() || stopping_) return;
+  proto::ReportExitRequest req;
+  req.set_node_id(n.node_id);
+  req.set_job_id(job.first);
+  *req.mutable_exit() = std::move(exit);
+  n.reports.push_back(std::move(req));
+  ReportLocked(node, out);
+}
+
+void SimFleet::Impl::ReportLocked(int node, Outgoing* out) {
+  Node& n = nodes_[node];
+  if (n.report_in_flight || n.reports.empty() || stopping_) return;
+  n.report_in_flight = true;
   auto* call = new Call<proto::ReportExitRequest, proto::ReportExitReply>;
   PrepareContext(&call->ctx, options_.token);
-  call->req.set_node_id(n.node_id);
-  call->req.set_job_id(job.first);
-  *call->req.mutable_exit() = std::move(exit);
+  call->req = std::move(n.reports.front());
+  n.reports.pop_front();
   CallStarted();
   proto::Scheduler::Stub* stub = n.stub.get();
-  out->push_back([this, stub, call] {
+  out->push_back([this, stub, call, node] {
     stub->async()->ReportExit(&call->ctx, &call->req, &call->reply,
-                              [this, call](grpc::Status s) {
-                                absl::MutexLock l(&mu_);
-                                // Unreported exits ride the heartbeats (as an agent's do).
-                                ++(s.ok() ? stats_.exits_reported : stats_.report_errors);
-                                CallDoneLocked();
+                              [this, call, node](grpc::Status s) {
+                                Outgoing next;
+                                {
+                                  absl::MutexLock l(&mu_);
+                                  // Unreported exits ride the heartbeats (as an agent's do).
+                                  ++(s.ok() ? stats_.exits_reported : stats_.report_errors);
+                                  nodes_[node].report_in_flight = false;
+                                  ReportLocked(node, &next);
+                                  CallDoneLocked();
+                                }
                                 delete call;
+                                Send(std::move(next));
                               });
   });
 }

@@ -312,12 +312,12 @@ void LeaseManager::NodeDead(const std::string& node_id, const std::string& reaso
   }
 }
 
-void LeaseManager::JobEnded(const std::string& job_id) {
+void LeaseManager::JobEnded(const std::string& job_id,
+                            std::map<std::string, std::vector<std::string>> objects) {
   std::vector<std::pair<std::string, proto::KillWorkerRequest>> kills;
   bool had_workers = false;
   {
     absl::MutexLock l(&mu_);
-    ended_jobs_.insert(job_id);
     had_workers = jobs_with_workers_.erase(job_id) > 0;
     for (auto& [id, a] : actors_) {
       if (a.info.job_id() != job_id || a.info.state() == proto::ACTOR_DEAD) continue;
@@ -340,7 +340,7 @@ void LeaseManager::JobEnded(const std::string& job_id) {
       background_.Post([this, agent, job_id] { workers_->StopJob(agent, job_id).IgnoreError(); });
     }
   }
-  for (auto& [agent, ids] : book_->ObjectsWithPrefix(job_id + ".")) {
+  for (auto& [agent, ids] : objects) {
     background_.Post([this, agent = agent, ids = std::move(ids)] {
       workers_->DeleteObjects(agent, ids).IgnoreError();
     });

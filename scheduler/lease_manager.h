@@ -59,8 +59,6 @@ class ResourceBook {
   virtual absl::Status CheckJobRunning(const std::string& job_id) = 0;
   // Agent addresses of every ALIVE node.
   virtual std::vector<std::string> AliveAgents() = 0;
-  // The objects in the directory whose id starts with `prefix`, by agent address.
-  virtual std::map<std::string, std::vector<std::string>> ObjectsWithPrefix(const std::string& prefix) = 0;
   // The scheduler's address, for workers.
   virtual std::string SchedulerAddress() = 0;
 };
@@ -103,8 +101,10 @@ class LeaseManager {
   void ResourcesFreed();
   void NodeDead(const std::string& node_id, const std::string& reason);
   // The job ended: its actors die, its leases end, its workers stop on every node, and
-  // its objects (ids "<job>.", as the SDK makes them) are deleted from every store.
-  void JobEnded(const std::string& job_id);
+  // its objects (ids "<job>.", as the SDK makes them; `objects` by the agent address
+  // of the node holding them) are deleted from every store.
+  void JobEnded(const std::string& job_id,
+                std::map<std::string, std::vector<std::string>> objects);
 
   // Counts for status and tests.
   struct Counts {
@@ -168,7 +168,6 @@ class LeaseManager {
   std::map<std::string, Actor> actors_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> names_ ABSL_GUARDED_BY(mu_);  // live actor name -> id
   std::set<std::string> jobs_with_workers_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> ended_jobs_ ABSL_GUARDED_BY(mu_);
   int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

@@ -120,6 +120,13 @@ void SchedulerCore::Stop() {
     monitor_wake_.SignalAll();
   }
   if (monitor_.joinable()) monitor_.join();
+  {
+    // Calls in flight end within their deadline; their reactions use the pool.
+    absl::MutexLock lock(&calls_mu_);
+    calls_closed_ = true;
+    calls_mu_.Await(absl::Condition(
+        +[](int64_t* in_flight) { return *in_flight == 0; }, &calls_in_flight_));
+  }
   outbound_.reset();
   persister_.Stop(/*grace=*/absl::Seconds(2));
 }
@@ -285,6 +292,7 @@ void SchedulerCore::ReportExit(const proto::ReportExitRequest& req) {
 
 void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Actions* out) {
   DROVER_LOG(WARNING) << "node " << node.info.node_id() << " declared dead: " << reason;
+  notes_pending_ = true;
   node.info.set_state(proto::DEAD);
   node.info.set_reason(reason);
   table_.SetAlive(node.info.node_id(), false);
@@ -464,6 +472,7 @@ void SchedulerCore::ScheduleLocked(Actions* out) {
                   ChangedLocked(job);
                 };
   queue_.Plan(table_, clock_->Now(), cb);
+  TakeNotesLocked(&out->notes);
 }
 
 void SchedulerCore::IndexLocked(Job& job) {
@@ -588,49 +597,69 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   out->push_back(std::move(a));
 }
 
-void SchedulerCore::RunLaunch(const Action& a) {
-  int master_port = 0;
-  for (size_t i = 0; i < a.starts.size(); ++i) {
-    proto::StartProcessesRequest req = a.starts[i].second;
-    req.set_master_port(master_port);  // 0 for the first (master) node: it picks one
-    auto port = agents_->StartProcesses(a.starts[i].first, req);
-    Actions more;
-    bool proceed = port.ok();
-    {
-      absl::MutexLock lock(&mu_);
-      Job* job = FindJobLocked(a.job_id);
-      if (job == nullptr || job->info.restart_count() != a.generation) return;
-      if (!port.ok()) {
-        std::vector<int> ranks;
-        for (const auto& p : req.processes()) ranks.push_back(p.rank());
-        FailRanksLocked(*job, a.node_ids[i], ranks,
-                        absl::StrCat("could not be started: ", port.status().message()), &more);
-        ScheduleLocked(&more);
-      } else if (i == 0) {
-        master_port = *port;
-        job->info.set_master_port(master_port);
-        ChangedLocked(*job);
-      }
-    }
-    Dispatch(std::move(more));
-    if (!proceed) return;
-  }
+void SchedulerCore::RunLaunch(std::shared_ptr<const Action> a, size_t i, int master_port) {
+  proto::StartProcessesRequest req = a->starts[i].second;
+  req.set_master_port(master_port);  // 0 for the first (master) node: it picks one
+  agents_->StartProcessesAsync(
+      a->starts[i].first, req, [this, a, i, master_port](absl::StatusOr<int> port) {
+        Actions more;
+        bool proceed = port.ok() && i + 1 < a->starts.size();
+        int next_port = master_port;
+        {
+          absl::MutexLock lock(&mu_);
+          Job* job = FindJobLocked(a->job_id);
+          if (job == nullptr || job->info.restart_count() != a->generation || stopping_) {
+            proceed = false;
+          } else if (!port.ok()) {
+            std::vector<int> ranks;
+            for (const auto& p : a->starts[i].second.processes()) ranks.push_back(p.rank());
+            FailRanksLocked(*job, a->node_ids[i], ranks,
+                            absl::StrCat("could not be started: ", port.status().message()),
+                            &more);
+            ScheduleLocked(&more);
+          } else if (i == 0) {
+            next_port = *port;
+            job->info.set_master_port(next_port);
+            ChangedLocked(*job);
+          }
+        }
+        Dispatch(std::move(more));
+        if (proceed) {
+          RunLaunch(a, i + 1, next_port);
+        } else {
+          EndCall();  // last: Stop() may go on once this returns
+        }
+      });
+}
+
+void SchedulerCore::EndCall() {
+  absl::MutexLock lock(&calls_mu_);
+  --calls_in_flight_;
 }
 
 void SchedulerCore::Dispatch(Actions actions) {
-  NotifyLeases();
-  for (auto& a : actions) {
-    outbound_->Post([this, a = std::move(a)] {
-      if (a.kind == Action::kLaunch) {
-        RunLaunch(a);
+  NotifyLeases(std::move(actions.notes));
+  for (Action& action : actions) {
+    {
+      absl::MutexLock lock(&calls_mu_);
+      if (calls_closed_) return;  // stopping
+      ++calls_in_flight_;
+    }
+    // From the pool: a client without a non-blocking path (tests') blocks it, not the
+    // caller, which may be serving an RPC.
+    outbound_->Post([this, a = std::make_shared<const Action>(std::move(action))] {
+      if (a->kind == Action::kLaunch) {
+        RunLaunch(a, 0, 0);
         return;
       }
       proto::StopJobRequest stop;
-      stop.set_job_id(a.job_id);
-      stop.set_generation(a.generation);
+      stop.set_job_id(a->job_id);
+      stop.set_generation(a->generation);
       stop.set_grace_ms(absl::ToInt64Milliseconds(options_.kill_grace));
-      absl::Status s = agents_->StopJob(a.stop_address, stop);
-      if (!s.ok()) DROVER_LOG(WARNING) << "stop " << a.job_id << ": " << s;
+      agents_->StopJobAsync(a->stop_address, stop, [this, a](absl::Status s) {
+        if (!s.ok()) DROVER_LOG(WARNING) << "stop " << a->job_id << ": " << s;
+        EndCall();
+      });
     });
   }
 }
@@ -663,7 +692,10 @@ void SchedulerCore::StopAfterFailureLocked(Job& job, Actions* out) {
 }
 
 void SchedulerCore::ReleaseLocked(Job& job) {
-  if (!job.allocs.empty()) freed_ = true;
+  if (!job.allocs.empty()) {
+    freed_ = true;
+    notes_pending_ = true;
+  }
   for (const auto& a : job.allocs) table_.Use(a.node_id, a.res, a.gpus, -1);
   job.allocs.clear();
   ++job.allocs_gen;
@@ -673,6 +705,7 @@ void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::str
                                  int exit_code) {
   kv_.DropJob(job.info.job_id());
   ended_jobs_.push_back(job.info.job_id());
+  notes_pending_ = true;
   job.info.set_state(state);
   job.info.set_reason(reason);
   job.info.set_exit_code(exit_code);

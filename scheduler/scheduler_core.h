@@ -20,8 +20,9 @@
 //
 // Threading: every public method is thread-safe; one mutex guards all state. Calls to
 // agents and to the state store are never made under it: methods collect agent calls
-// and hand them to a small outbound thread pool, and job records go to the
-// JobPersister's thread. One monitor thread declares silent nodes dead, ends
+// and hand them to a small outbound thread pool (launches go out from there without
+// blocking it: StartProcessesAsync, whose reactions run on gRPC's threads), and job
+// records go to the JobPersister's thread. One monitor thread declares silent nodes dead, ends
 // generations past their time limit and stops failed gangs after the abort notice; it
 // also declares dead the nodes whose agent's session closed and stayed closed for the
 // session grace.
@@ -216,7 +217,19 @@ class SchedulerCore {
     std::vector<std::string> node_ids;
     std::string stop_address;
   };
-  using Actions = std::vector<Action>;
+  // What the lease manager is told once the lock is released: jobs that ended (with
+  // their objects' ids by the agent address holding them), nodes declared dead (with
+  // why), whether resources were freed.
+  struct LeaseNotes {
+    std::vector<std::pair<std::string, std::map<std::string, std::vector<std::string>>>> ended;
+    std::vector<std::pair<std::string, std::string>> dead;
+    bool freed = false;
+  };
+  // The calls a locked section decided, made after it released the lock (Dispatch),
+  // and the lease manager's notes taken in the same section (no second locking).
+  struct Actions : std::vector<Action> {
+    LeaseNotes notes;
+  };
   class Book;
   static std::unique_ptr<ResourceBook> MakeBook(SchedulerCore* core);
 
@@ -227,12 +240,19 @@ class SchedulerCore {
   absl::StatusOr<proto::JobInfo> CreateJob(const std::string& idempotency_key,
                                            const std::function<absl::Status()>& check,
                                            const std::function<void(Job&, Actions*)>& fill);
-  // Tells the lease manager what changed since the last call (ended jobs, dead nodes,
-  // freed resources). Called by Dispatch, without mu_.
-  void NotifyLeases();
+  // Moves what the lease manager has not been told yet into `notes`.
+  void TakeNotesLocked(LeaseNotes* notes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the lease manager `notes` and whatever else changed since it was last told
+  // (ended jobs, dead nodes, freed resources). Called by Dispatch, without mu_.
+  void NotifyLeases(LeaseNotes notes);
 
   void Dispatch(Actions actions);
-  void RunLaunch(const Action& a);
+  // Starts node `i` of a launch (the master first, with port 0; the others with the
+  // port it picked) without blocking; its reaction starts the next node.
+  void RunLaunch(std::shared_ptr<const Action> a, size_t i, int master_port);
+  // An outbound call (a launch, a stop) is over: its last reaction is done with the
+  // core. Stop() waits for every call dispatched to end so.
+  void EndCall();
   // Passes every min(200 ms, node_timeout / 4) from `started`, until Stop().
   void MonitorLoop(absl::Time started);
 
@@ -339,12 +359,19 @@ class SchedulerCore {
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Outbound calls dispatched and not ended (EndCall); none are dispatched once Stop()
+  // has closed them.
+  absl::Mutex calls_mu_;
+  int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
+  bool calls_closed_ ABSL_GUARDED_BY(calls_mu_) = false;
   absl::CondVar monitor_wake_;  // Stop() and a closed session wake the monitor
 
-  // For the lease manager (NotifyLeases): what happened since it was last told.
+  // For the lease manager (NotifyLeases): what happened since it was last told, and
+  // whether there is any (read without the lock first).
   std::vector<std::string> ended_jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> dead_nodes_ ABSL_GUARDED_BY(mu_);
   bool freed_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> notes_pending_{false};
   std::atomic<LeaseManager*> leases_{nullptr};
   std::unique_ptr<ResourceBook> book_;
 

@@ -22,6 +22,19 @@ _LIBS = {
     "gtest_main": ([], ["-lgtest_main", "-lgtest", "-lgmock", "-lpthread"]),
 }
 
+# Libraries Debian ships only as shared objects (no .a): linked dynamically, with the
+# preprocessor defines their pkg-config Cflags carry (they change class layouts, so every
+# includer must see them). name -> pkg-config modules.
+_SHARED_LIBS = {
+    # Metrics registry and the text exposition format (prometheus-cpp-dev). Only the
+    # core: /metrics is served by the daemons' own HTTP server (cpp-httplib, below),
+    # which also serves the dashboard, not by prometheus-cpp-pull's civetweb Exposer.
+    "prometheus": ["prometheus-cpp-core"],
+    # HTTP server for /metrics and the dashboard (libcpp-httplib-dev, compiled with
+    # OpenSSL, zlib and brotli support).
+    "httplib": ["cpp-httplib"],
+}
+
 def _dedup(flags):
     seen = {}
     out = []
@@ -74,6 +87,18 @@ def _system_libs_impl(ctx):
         lines.append("cc_library(")
         lines.append('    name = "%s",' % name)
         lines.append("    linkopts = %s," % repr(flags))
+        lines.append(")")
+        lines.append("")
+    for name, modules in _SHARED_LIBS.items():
+        res = ctx.execute(["pkg-config", "--libs"] + modules)
+        cflags = ctx.execute(["pkg-config", "--cflags"] + modules)
+        if res.return_code != 0 or cflags.return_code != 0:
+            fail("pkg-config failed for %s: %s\nRun scripts/setup.sh to install the system packages." % (name, res.stderr + cflags.stderr))
+        defines = [f[2:] for f in cflags.stdout.strip().split(" ") if f.startswith("-D")]
+        lines.append("cc_library(")
+        lines.append('    name = "%s",' % name)
+        lines.append("    defines = %s," % repr(defines))
+        lines.append("    linkopts = %s," % repr(_dedup(res.stdout.strip().split(" "))))
         lines.append(")")
         lines.append("")
     ctx.file("BUILD", "\n".join(lines))

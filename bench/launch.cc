@@ -284,6 +284,10 @@ int Main(int argc, char** argv) {
   bool no_phases = false;
   app.add_flag("--no-phases", no_phases, "Skip the per-phase breakdown");
   app.add_flag("--keep", flags.keep, "Keep the cluster's directory");
+  bool no_metrics = false;
+  app.add_flag("--no-metrics", no_metrics,
+               "Run the daemons without their HTTP servers (/metrics, the dashboard), to "
+               "measure what serving them costs");
   CLI11_PARSE(app, argc, argv);
   flags.phases = !no_phases;
   signal(SIGPIPE, SIG_IGN);
@@ -307,6 +311,7 @@ int Main(int argc, char** argv) {
     testing::TestClusterOptions o;
     o.nodes = 1;
     o.cpus_per_node = 16;
+    o.metrics = !no_metrics;
     auto cluster = TestCluster::Start(o);
     if (!cluster.ok()) Die(absl::StrCat("cannot start the cluster: ", cluster.status().ToString()));
     TestCluster& c = **cluster;

@@ -69,14 +69,11 @@ double WorkerPutUs() {
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
-// Returns when it returned (ns since the epoch) and a tensor of `bytes`.
+// Makes a tensor of `bytes` (as a task would: in this worker's store, since it is
+// large), then returns when it returned (ns since the epoch) and the tensor.
 std::pair<int64_t, drover::Tensor> Sized(int64_t bytes) {
-  static std::map<int64_t, drover::Tensor>* made = new std::map<int64_t, drover::Tensor>();
-  auto it = made->find(bytes);
-  if (it == made->end()) {
-    it = made->emplace(bytes, *drover::Tensor::Empty(drover::DType::kUInt8, {bytes})).first;
-  }
-  return {absl::ToUnixNanos(absl::Now()), it->second};
+  drover::Tensor t = *drover::Tensor::Empty(drover::DType::kUInt8, {bytes});
+  return {absl::ToUnixNanos(absl::Now()), t};
 }
 class Sink {
  public:

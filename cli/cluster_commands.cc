@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "cli/cluster_file.h"
 #include "cli/commands.h"
 #include "cli/job_spec.h"
 #include "cli/table.h"
@@ -83,13 +84,9 @@ std::string LogTail(const std::string& path) {
   return tail.empty() ? "(empty)" : tail;
 }
 
-absl::StatusOr<nlohmann::json> ReadClusterFile() {
+absl::StatusOr<ClusterRecord> ReadClusterFile() {
   DROVER_ASSIGN_OR_RETURN(std::string text, ReadFile(ClusterFile()));
-  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    return absl::DataLossError(absl::StrCat(ClusterFile(), " is not valid JSON; remove it"));
-  }
-  return j;
+  return ParseClusterRecord(text, ClusterFile());
 }
 
 // A node's memory flag in bytes: 0 when not given (the node offers all it has).
@@ -122,10 +119,10 @@ int CmdUp(const UpFlags& f, bool json) {
   const std::string home = DroverHome();
   const std::string dir = home + "/cluster";
   if (auto existing = ReadClusterFile(); existing.ok()) {
-    pid_t pid = existing->value("scheduler_pid", 0);
-    if (Alive(pid)) {
-      return Fail(absl::StrCat("a cluster is already running here (scheduler pid ", pid, " at ",
-                               existing->value("address", "?"),
+    if (Alive(existing->scheduler_pid)) {
+      return Fail(absl::StrCat("a cluster is already running here (scheduler pid ",
+                               existing->scheduler_pid, " at ",
+                               existing->address.empty() ? "?" : existing->address,
                                "); stop it with `drover down` first"));
     }
   }
@@ -207,8 +204,8 @@ int CmdUp(const UpFlags& f, bool json) {
       [&] {
         auto text = ReadFile(ready);
         if (text.ok()) {
-          auto j = nlohmann::json::parse(*text, nullptr, false);
-          if (!j.is_discarded()) address = j.value("address", "");
+          absl::StatusOr<ClusterRecord> r = ParseClusterRecord(*text, ready);
+          if (r.ok()) address = r->address;
         }
         return !address.empty() || !Alive(*spid);
       },
@@ -284,20 +281,19 @@ int CmdUp(const UpFlags& f, bool json) {
 int CmdDown(bool json) {
   auto record = ReadClusterFile();
   if (!record.ok()) {
-    return Fail(absl::StrCat("no local cluster recorded in ", ClusterFile(),
-                             "; nothing to stop (start one with `drover up`)"));
+    if (absl::IsNotFound(record.status())) {
+      return Fail(absl::StrCat("no local cluster recorded in ", ClusterFile(),
+                               "; nothing to stop (start one with `drover up`)"));
+    }
+    return Fail(record.status());
   }
   int stopped = 0;
   // Agents first: each stops its workers (SIGTERM, grace, SIGKILL) before exiting.
-  if (record->contains("agent_pids")) {
-    for (auto& p : (*record)["agent_pids"]) {
-      pid_t pid = p.get<int>();
-      stopped += Alive(pid);
-      Terminate(pid, absl::Seconds(30));
-    }
+  for (pid_t pid : record->agent_pids) {
+    stopped += Alive(pid);
+    Terminate(pid, absl::Seconds(30));
   }
-  for (const char* key : {"scheduler_pid", "redis_pid"}) {
-    pid_t pid = record->value(key, 0);
+  for (pid_t pid : {record->scheduler_pid, record->redis_pid}) {
     stopped += Alive(pid);
     Terminate(pid, absl::Seconds(10));
   }
@@ -306,7 +302,7 @@ int CmdDown(bool json) {
     std::cout << "{\"stopped\": " << stopped << "}\n";
   } else {
     std::cout << "stopped " << stopped << " daemons of the cluster at "
-              << record->value("address", "?") << "\n";
+              << (record->address.empty() ? "?" : record->address) << "\n";
   }
   return 0;
 }

@@ -8,6 +8,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "drover/client.h"
 
 namespace drover::cli {
 
@@ -22,6 +24,11 @@ struct GlobalOptions {
 
 void AddJobCommands(CLI::App& app, GlobalOptions& global, int* exit_code);
 void AddClusterCommands(CLI::App& app, GlobalOptions& global, int* exit_code);
+// dashboard, timeline (observe_commands.cc).
+void AddObserveCommands(CLI::App& app, GlobalOptions& global, int* exit_code);
+
+// A client of the cluster `global` points at (ResolveCluster's rules).
+absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& global);
 
 // The exit code of every usage error: a flag out of its range or malformed, a missing
 // command, a spec the cluster refuses (CLI11's own parse errors too; see main.cc).

@@ -22,6 +22,11 @@
 
 namespace drover::cli {
 
+absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& g) {
+  DROVER_ASSIGN_OR_RETURN(ClusterAddress cluster, ResolveCluster(g.address, g.token_file));
+  return Client::Connect(cluster);
+}
+
 int Fail(const std::string& message, int code) {
   std::cerr << "drover: " << message << "\n";
   return code;
@@ -49,11 +54,6 @@ void AddJobFlags(CLI::App* cmd, JobFlags& f) {
                   "stop the job and fail it (exit 124) if a generation runs longer (90s, 2h)");
   cmd->add_option("--env,-e", f.env, "KEY=VALUE for every process (repeatable)");
   cmd->add_option("--cwd", f.cwd, "working directory on the nodes (default: the current one)");
-}
-
-absl::StatusOr<std::unique_ptr<Client>> Connect(const GlobalOptions& g) {
-  DROVER_ASSIGN_OR_RETURN(ClusterAddress cluster, ResolveCluster(g.address, g.token_file));
-  return Client::Connect(cluster);
 }
 
 std::string NodesOf(const JobInfo& j) {
@@ -158,8 +158,10 @@ int CmdJobs(const GlobalOptions& g, bool all) {
   }
   Table t({"JOB", "NAME", "STATE", "PROCS", "NODES", "TIME", "RESTARTS", "REASON"});
   for (const auto& j : *jobs) {
-    t.AddRow({j.job_id, j.spec.name, JobStateName(j.state), absl::StrCat(j.spec.nproc),
-              NodesOf(j), AgeOf(j), absl::StrCat(j.restart_count), j.reason});
+    // A driver (a program submitting tasks) has no processes of its own.
+    t.AddRow({j.job_id, j.spec.name, JobStateName(j.state),
+              j.driver ? "driver" : absl::StrCat(j.spec.nproc), NodesOf(j), AgeOf(j),
+              absl::StrCat(j.restart_count), j.reason});
   }
   t.Print(std::cout);
   return 0;
@@ -177,7 +179,11 @@ int CmdJob(const GlobalOptions& g, const std::string& id) {
   std::cout << "job:       " << j->job_id << " (" << j->spec.name << ")\n"
             << "state:     " << JobStateName(j->state) << "\n"
             << "command:   " << absl::StrJoin(j->spec.command, " ") << "\n"
-            << "processes: " << j->spec.nproc << " (" << j->live_processes << " alive)\n"
+            << "processes: "
+            << (j->driver ? std::string("none of its own (a driver: its tasks and actors run on "
+                                        "leased workers)")
+                          : absl::StrCat(j->spec.nproc, " (", j->live_processes, " alive)"))
+            << "\n"
             << "restarts:  " << j->restart_count << " of " << j->spec.max_restarts << "\n"
             << "time limit: "
             << (j->spec.time_limit > absl::ZeroDuration()
@@ -254,7 +260,8 @@ int CmdStatus(const GlobalOptions& g) {
     }
     t.AddRow({n.node_id, NodeStateName(n.state), n.agent_address,
               absl::StrCat(n.free.cpus, "/", n.total.cpus),
-              absl::StrCat(n.free.gpus, "/", n.total.gpus),
+              absl::StrCat(n.free.gpus, "/", n.total.gpus,
+                           GpuModels(n.gpu_names).empty() ? "" : " ", GpuModels(n.gpu_names)),
               absl::StrCat(HumanBytes(n.free.memory_bytes), "/", HumanBytes(n.total.memory_bytes)),
               notes.empty() ? "-" : notes});
   }
@@ -263,6 +270,20 @@ int CmdStatus(const GlobalOptions& g) {
               << "`\n";
   } else {
     t.Print(std::cout, 100);
+  }
+  std::cout << "\nmetrics (Prometheus; send the cluster token as \"Authorization: Bearer\"):\n";
+  std::cout << "  scheduler  "
+            << (s->metrics_address.empty() ? std::string("none")
+                                           : absl::StrCat("http://", s->metrics_address, "/metrics"))
+            << "\n";
+  for (const auto& n : s->nodes) {
+    std::cout << "  " << n.node_id << std::string(n.node_id.size() < 10 ? 11 - n.node_id.size() : 1, ' ')
+              << (n.metrics_address.empty() ? std::string("none")
+                                            : absl::StrCat("http://", n.metrics_address, "/metrics"))
+              << "\n";
+  }
+  if (!s->metrics_address.empty()) {
+    std::cout << "dashboard: `drover dashboard` prints a login link\n";
   }
   std::cout << "\njobs:";
   for (JobState st : {JobState::kPending, JobState::kRunning, JobState::kSucceeded,

@@ -58,6 +58,12 @@ absl::Status ResolveCounts(const JobFlags& f, int* nproc, int* ppn) {
     *ppn = *nproc / *f.nodes;
   } else {
     *nproc = f.nproc.value_or(f.nproc_per_node.value_or(1));
+    // Found by //fuzz:cli_flags: --nproc 3 --nproc-per-node 2 went to the scheduler,
+    // which refused it; a usage error is the CLI's to report.
+    if (*ppn > 0 && *nproc % *ppn != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--nproc ", *nproc, " is not a multiple of --nproc-per-node ", *ppn));
+    }
   }
   return absl::OkStatus();
 }

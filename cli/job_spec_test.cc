@@ -110,6 +110,13 @@ TEST(BuildSpecTest, RefusesOutOfRangeNumbers) {
       {"time limit 0s", [](JobFlags* f) { f->time_limit = "0s"; }, "--time-limit '0s'"},
       {"time limit -1m", [](JobFlags* f) { f->time_limit = "-1m"; }, "--time-limit '-1m'"},
       {"time limit inf", [](JobFlags* f) { f->time_limit = "inf"; }, "--time-limit 'inf'"},
+      // Found by //fuzz:cli_flags: went to the scheduler, which refused it.
+      {"nproc 3 nproc-per-node 2",
+       [](JobFlags* f) {
+         f->nproc = 3;
+         f->nproc_per_node = 2;
+       },
+       "--nproc 3 is not a multiple of --nproc-per-node 2"},
       {"nodes x ppn overflow",
        [](JobFlags* f) {
          f->nodes = 1 << 20;
@@ -150,4 +157,11 @@ TEST(TableTest, AlignsColumnsAndCutsLongCells) {
 }
 
 }  // namespace
+TEST(TableTest, GpuModelsCountsEachModelAndSkipsDeclaredGpus) {
+  EXPECT_EQ(GpuModels({}), "");
+  EXPECT_EQ(GpuModels({"declared", "declared"}), "");
+  EXPECT_EQ(GpuModels({"NVIDIA A100", "NVIDIA A100"}), "2x NVIDIA A100");
+  EXPECT_EQ(GpuModels({"NVIDIA T4", "NVIDIA L4", "NVIDIA L4"}), "NVIDIA T4, 2x NVIDIA L4");
+}
+
 }  // namespace drover::cli

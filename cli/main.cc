@@ -1,6 +1,6 @@
 // drover: the command line for a drover cluster. Thin: subcommands live in
-// job_commands.cc (run, submit, jobs, job, logs, cancel, status) and
-// cluster_commands.cc (up, down, start).
+// job_commands.cc (run, submit, jobs, job, logs, cancel, status),
+// cluster_commands.cc (up, down, start) and observe_commands.cc (dashboard, timeline).
 #include <signal.h>
 #include <unistd.h>
 
@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   drover::cli::AddJobCommands(app, global, &exit_code);
   drover::cli::AddClusterCommands(app, global, &exit_code);
+  drover::cli::AddObserveCommands(app, global, &exit_code);
   try {
     app.parse(cut, argv);
   } catch (const CLI::ParseError& e) {

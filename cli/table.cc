@@ -1,8 +1,11 @@
 #include "cli/table.h"
 
 #include <algorithm>
+#include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace drover::cli {
 
@@ -46,6 +49,24 @@ std::string HumanDuration(int64_t ms) {
   if (s < 60) return absl::StrFormat("%ds", s);
   if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
   return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+}
+
+std::string GpuModels(const std::vector<std::string>& names) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const std::string& n : names) {
+    if (n == "declared") continue;
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == n; });
+    if (it == counts.end()) {
+      counts.emplace_back(n, 1);
+    } else {
+      ++it->second;
+    }
+  }
+  std::vector<std::string> parts;
+  for (const auto& [name, count] : counts) {
+    parts.push_back(count == 1 ? name : absl::StrCat(count, "x ", name));
+  }
+  return absl::StrJoin(parts, ", ");
 }
 
 }  // namespace drover::cli

@@ -24,6 +24,10 @@ class Table {
 std::string HumanBytes(double bytes);
 // "42s", "3m12s", "2h05m".
 std::string HumanDuration(int64_t ms);
+// The GPU models of a node in a few words: "2x NVIDIA A100-SXM4-80GB",
+// "NVIDIA T4, 2x NVIDIA L4" (in order of first appearance); "" for none, or when the
+// GPUs were only declared (--num-gpus: named "declared").
+std::string GpuModels(const std::vector<std::string>& names);
 
 }  // namespace drover::cli
 

@@ -58,6 +58,12 @@ absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path) {
   return token;
 }
 
+bool SecretsEqual(absl::string_view got, absl::string_view want) {
+  unsigned char diff = got.size() != want.size();
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) diff |= got[i] ^ want[i];
+  return diff == 0;
+}
+
 grpc::Status CheckToken(const grpc::ServerContextBase& ctx, const std::string& token) {
   const auto& md = ctx.client_metadata();
   auto it = md.find(kTokenMetadataKey);
@@ -66,10 +72,7 @@ grpc::Status CheckToken(const grpc::ServerContextBase& ctx, const std::string& t
                         "request carries no cluster token; pass --token-file (or set "
                         "DROVER_TOKEN_FILE) with the head's token file");
   }
-  absl::string_view got(it->second.data(), it->second.size());
-  unsigned char diff = got.size() != token.size();
-  for (size_t i = 0; i < got.size() && i < token.size(); ++i) diff |= got[i] ^ token[i];
-  if (diff != 0) {
+  if (!SecretsEqual(absl::string_view(it->second.data(), it->second.size()), token)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "wrong cluster token; use the token file of this cluster's head");
   }

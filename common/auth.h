@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
@@ -24,6 +25,10 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 // Returns the token in `path`, creating the file (mode 0600) with a fresh token if it
 // does not exist.
 absl::StatusOr<std::string> LoadOrCreateTokenFile(const std::string& path);
+
+// True if `got` equals `want`, comparing in time that does not depend on where they
+// first differ (for secrets: tokens, session ids, login codes).
+bool SecretsEqual(absl::string_view got, absl::string_view want);
 
 // OK if the call carries `token`; UNAUTHENTICATED (naming what to do) otherwise.
 // Constant-time comparison.

@@ -21,4 +21,10 @@ std::string DescribeExit(const proto::ExitInfo& e, bool with_stderr) {
   return out;
 }
 
+const char* ExitCause(const proto::ExitInfo& e) {
+  if (!e.error().empty()) return "error";
+  if (e.signal() != 0) return "signal";
+  return e.exit_code() == 0 ? "success" : "exit_code";
+}
+
 }  // namespace drover

@@ -11,6 +11,11 @@ namespace drover {
 
 std::string DescribeExit(const proto::ExitInfo& e, bool with_stderr = true);
 
+// How a process ended, as one of a few fixed words (a metrics label): "success" (code
+// 0), "exit_code" (another code), "signal" (killed by one), "error" (it could not be
+// started, or its node was lost: ExitInfo.error).
+const char* ExitCause(const proto::ExitInfo& e);
+
 }  // namespace drover
 
 #endif  // DROVER_COMMON_EXIT_TEXT_H_

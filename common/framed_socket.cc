@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -49,7 +50,12 @@ absl::StatusOr<bool> FrameReader::Next(std::string_view* payload) {
                      " (not a drover peer?)"));
   }
   if (end_ - begin_ < 4 + size_t{len}) {
-    WritePtr(4 + size_t{len} - (end_ - begin_));  // make room for the rest in one read
+    // Room for more of the frame, but never more ahead than has arrived (at least 64
+    // KiB): a peer's 4-byte header claiming 64 MiB made every connection, before its
+    // hello, allocate and zero 64 MiB (found by //fuzz:task_frames). Growth stays
+    // geometric, so a large frame costs few reallocations.
+    const size_t have = end_ - begin_;
+    WritePtr(std::min(4 + size_t{len} - have, std::max<size_t>(have, 64 << 10)));
     return false;
   }
   *payload = std::string_view(&buf_[begin_ + 4], len);

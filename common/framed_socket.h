@@ -42,6 +42,8 @@ class FrameReader {
   absl::StatusOr<bool> Next(std::string_view* payload);
   // Bytes buffered but not yet returned by Next.
   size_t buffered() const { return end_ - begin_; }
+  // Bytes of buffer held (at most about twice what has arrived, or 64 KiB ahead).
+  size_t reserved() const { return buf_.size(); }
 
  private:
   std::string buf_;

@@ -18,10 +18,6 @@ std::string DroverHome() {
   return absl::StrCat(home && *home ? home : "/tmp", "/.drover");
 }
 
-}  // namespace drover
-
-namespace drover {
-
 absl::StatusOr<std::string> SocketDir(const std::string& preferred, const std::string& tag,
                                       const std::string& longest_name) {
   constexpr size_t kMaxSocketPath = 100;  // sun_path holds 108 with the NUL; keep a margin

@@ -95,6 +95,14 @@ int main(int argc, char** argv) {
   std::cout << "sum of sums " << std::accumulate(sums->begin(), sums->end(), int64_t{0}) << "\n";
 
   auto model = drover::Actor(MakeModel).SetResources({.gpus = 1}).Remote("w.bin");
+  if (absl::Status ready = model.WaitReady(absl::Seconds(30)); !ready.ok()) {
+    // E.g. "actor ... is not ready: needs 1 CPU, 1 GPU on one node; the most any node
+    // has is 2 CPUs and 0 GPUs; waiting for a node that has it".
+    std::cerr << "the model actor did not start: " << ready.message()
+              << "\n(give the cluster GPUs, e.g. `drover up --gpus-per-node 1`: declared GPUs "
+                 "work on a machine without one)\n";
+    return 1;
+  }
   auto pred = model.Task(&Model::Predict).Remote(out);  // refs as arguments
   auto device = drover::Get(model.Task(&Model::Device).Remote());
   auto p = drover::Get(pred);

@@ -18,6 +18,18 @@ TEST(CudaRuntimeTest, WithoutDeviceFailsClearly) {
   auto p = rt->Allocate(0, 1024);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(rt->Describe().find("CUDA"), std::string::npos);
+  // Every other call, including those that reach CUDA without asking for a device first
+  // (page-locking host memory): the real runtime's answer without a driver.
+  std::vector<char> host(4096);
+  void* dev = host.data();  // never dereferenced: each call fails first
+  for (absl::Status s : {rt->Free(0, dev), rt->CopyToDevice(0, dev, host.data(), 8),
+                         rt->CopyToHost(0, host.data(), dev, 8),
+                         rt->Fill(0, static_cast<float*>(dev), 2, 0.0f),
+                         rt->RegisterHost(host.data(), host.size()),
+                         rt->UnregisterHost(host.data())}) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("no CUDA device is visible"), std::string::npos) << s;
+  }
 }
 
 TEST(CudaRuntimeTest, NcclIsLinked) {

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
+#include "common/metrics_http.h"
+#include "common/status_macros.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/paths.h"
@@ -110,7 +112,13 @@ absl::Status NodeAgent::Start() {
   DROVER_LOG(INFO) << "resources: " << resources_.total.cpus() << " CPUs, "
                    << (resources_.total.memory_bytes() >> 20) << " MiB memory, "
                    << resources_.total.gpus() << " GPU(s)";
+  for (size_t i = 0; i < resources_.gpus.size(); ++i) {
+    const GpuInfo& g = resources_.gpus[i];
+    DROVER_LOG(INFO) << "GPU " << i << ": " << g.name << ", " << (g.memory_bytes >> 20)
+                     << " MiB, " << (g.uuid.empty() ? "no UUID" : g.uuid);
+  }
 
+  metrics_ = std::make_unique<AgentMetrics>();
   ProcessManagerOptions pmo;
   pmo.launcher_path = options_.launcher_path;
   pmo.log_dir = log_dir;
@@ -142,6 +150,9 @@ absl::Status NodeAgent::Start() {
   builder.RegisterService(object_service_.get());
   builder.RegisterService(workers_service_.get());
   ObjectTransfer::ConfigureServer(&builder);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> timing;
+  timing.push_back(metrics_->rpcs().InterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(timing));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || selected_port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", options_.port,
@@ -152,6 +163,7 @@ absl::Status NodeAgent::Start() {
   pm_->SetWorkerEnv("DROVER_AGENT_ADDRESS", address_);
   pm_->SetWorkerEnv("DROVER_NODE_IP", options_.node_ip);
   if (store_) pm_->SetWorkerEnv("DROVER_OBJECT_STORE_SOCKET", store_->socket_path());
+  DROVER_RETURN_IF_ERROR(StartMetrics());
   DROVER_LOG(INFO) << "node agent listening on " << address_ << " (bound " << host << ":"
                    << selected_port << "), node ip " << options_.node_ip << ", logs in "
                    << log_dir;
@@ -175,6 +187,7 @@ void NodeAgent::Shutdown() {
     shut_down_ = true;
   }
   if (!started_) return;
+  if (http_) http_->Stop();
   DROVER_LOG(INFO) << "shutting down: stopping workers (grace "
                    << absl::FormatDuration(options_.kill_grace) << ")";
   pm_->StopAllAndWait(options_.kill_grace);
@@ -270,6 +283,7 @@ std::vector<proto::ProcessStatus> NodeAgent::GangSnapshot() {
 }
 
 void NodeAgent::OnExit(const std::string& job_id, const proto::ExitInfo& info) {
+  metrics_->ProcessExited(WorkerPool::IsWorkerGeneration(info.generation()), info);
   if (WorkerPool::IsWorkerGeneration(info.generation())) {
     pool_->OnProcessExit(job_id, info);  // a task worker: the pool reports it
     return;
@@ -320,6 +334,7 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   for (const auto& n : resources_.gpu_names) req.add_gpu_names(n);
   for (const auto& w : resources_.warnings) req.add_warnings(w);
   for (auto& p : GangSnapshot()) *req.add_processes() = std::move(p);
+  req.set_metrics_address(metrics_address_);
   grpc::ClientContext ctx;
   PrepareContext(&ctx, options_.token, kRegisterTimeout);
   proto::RegisterNodeReply reply;
@@ -396,6 +411,26 @@ absl::Status NodeAgent::StartObjectStore() {
   return absl::OkStatus();
 }
 
+absl::Status NodeAgent::StartMetrics() {
+  AgentMetricSources sources;
+  sources.node_id = [this] { return node_id(); };
+  sources.resources = &resources_;
+  sources.processes = pm_.get();
+  sources.workers = pool_.get();
+  sources.store = store_.get();
+  sources.store_objects = store_objects_.get();
+  sources.transfer = transfer_.get();
+  metrics_->SetSources(std::move(sources));
+  if (options_.metrics_port < 0) return absl::OkStatus();
+  http_ = std::make_unique<HttpServer>(options_.token, /*threads=*/2);
+  ServeMetrics(http_.get(), metrics_->Sources());
+  DROVER_ASSIGN_OR_RETURN(int port, http_->Start(options_.bind_ip, options_.metrics_port));
+  metrics_address_ =
+      HttpHostPort(IsWildcard(options_.bind_ip) ? options_.node_ip : options_.bind_ip, port);
+  DROVER_LOG(INFO) << "metrics at http://" << metrics_address_ << "/metrics";
+  return absl::OkStatus();
+}
+
 void NodeAgent::WriteReadyFile() {
   if (options_.ready_file.empty()) return;
   std::string json = absl::StrCat("{\"node_id\":", JsonString(node_id()),
@@ -433,6 +468,11 @@ void NodeAgent::RegistrationLoop() {
       proto::HeartbeatRequest req;
       req.set_node_id(node_id());
       for (auto& p : GangSnapshot()) *req.add_processes() = std::move(p);
+      if (store_objects_) {
+        if (auto stats = store_objects_->Stats(); stats.ok()) {
+          *req.mutable_object_store() = StoreUsage(*stats);
+        }
+      }
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.token, kHeartbeatTimeout);
       proto::HeartbeatReply reply;

@@ -11,6 +11,8 @@
 //     object reporter (object_reporter.h), each one thread;
 //   - the reporter: sends ReportExit for every reaped process as soon as it happens
 //     (if that fails, the next heartbeat carries the same facts);
+//   - the HTTP server (common/http_server.h): Prometheus' /metrics (agent_metrics.h),
+//     behind the cluster token, on its own port (--metrics-port);
 //   - the session (scheduler_session.h): holds Scheduler.AgentSession open, opened
 //     anew after each registration, so the scheduler notices this agent's death at
 //     once. The ready file is written once the first session is open.
@@ -30,6 +32,8 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "grpcpp/server.h"
+#include "common/http_server.h"
+#include "node_agent/agent_metrics.h"
 #include "node_agent/agent_service.h"
 #include "node_agent/local_objects.h"
 #include "node_agent/object_transfer.h"
@@ -90,6 +94,9 @@ struct AgentOptions {
   uint64_t object_store_memory = 0;
   // drover-object-store; empty = found next to this binary (FindDroverBinary).
   std::string object_store_binary;
+  // Port of the HTTP server for /metrics (on the bind address): 0 picks a free one,
+  // -1 serves none. Its address goes to the scheduler with the registration.
+  int metrics_port = 0;
   // Task workers idle this long are stopped.
   absl::Duration worker_idle_timeout = absl::Seconds(60);
   // Time for the agent's own timers: the heartbeat interval, the registration back-off,
@@ -123,6 +130,8 @@ class NodeAgent {
   ProcessManager* process_manager() { return pm_.get(); }
   // The object store's socket; empty without one. Valid after Start.
   std::string object_store_socket() const;
+  // host:port of /metrics; empty without it. Valid after Start.
+  std::string metrics_address() const { return metrics_address_; }
 
  private:
   void RegistrationLoop();
@@ -136,11 +145,15 @@ class NodeAgent {
   absl::Status StartWorkerPool();
   void WriteReadyFile();
   absl::Status StartObjectStore();
+  absl::Status StartMetrics();
 
   AgentOptions options_;
   NodeResources resources_;
   std::string address_;
   std::string hostname_;
+  // Before pm_: its exit callback counts here.
+  std::unique_ptr<AgentMetrics> metrics_;
+  std::string metrics_address_;
   std::unique_ptr<ProcessManager> pm_;
   std::unique_ptr<AgentService> service_;
   // With options_.object_store. Declared before transfer_, which uses store_objects_.
@@ -158,6 +171,8 @@ class NodeAgent {
   // Tells the scheduler of returned leases and exited workers, in order.
   std::unique_ptr<ThreadPool> task_reports_;
   std::unique_ptr<grpc::Server> server_;
+  // After everything its scrapes read, so it stops first.
+  std::unique_ptr<HttpServer> http_;
   std::unique_ptr<SchedulerSession> session_;
   std::thread registration_thread_;
   std::thread reporter_thread_;

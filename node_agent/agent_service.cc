@@ -152,8 +152,10 @@ grpc::Status AgentService::StreamLogs(grpc::ServerContext* ctx,
     bool active = pm_->JobActive(job);
     for (const auto& key : ListLogFiles(dir)) {
       std::string path = pm_->LogPath(job, key.first, key.second);
-      int64_t& off = offsets[key];
+      auto [it, fresh] = offsets.try_emplace(key, 0);
+      int64_t& off = it->second;
       int64_t size = FileSize(path);
+      if (fresh && req->tail_bytes() > 0) off = std::max<int64_t>(0, size - req->tail_bytes());
       if (size <= off) continue;
       int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) continue;

@@ -3,7 +3,9 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -55,8 +57,18 @@ int main(int argc, char** argv) {
   app.add_option("--ready-file", o.ready_file,
                  "After the first registration, write {\"node_id\",\"address\",\"pid\"} "
                  "JSON here");
+  app.add_option("--metrics-port", o.metrics_port,
+                 "Port of the HTTP server for Prometheus' /metrics (needs the cluster token); "
+                 "0 picks a free one, -1 serves none")
+      ->check(CLI::Range(-1, 65535));
   app.add_option("--launcher", o.launcher_path,
                  "Path of drover-launch (default: next to this binary)");
+  if (const char* nvml = std::getenv("DROVER_NVML_LIBRARY"); nvml != nullptr && *nvml != 0) {
+    o.discovery.nvml_library = nvml;
+  }
+  app.add_option("--nvml-library", o.discovery.nvml_library,
+                 "NVML library to discover GPUs with (a name the loader finds, or a path; "
+                 "default: $DROVER_NVML_LIBRARY, else libnvidia-ml.so.1)");
   bool no_object_store = false;
   int64_t object_store_memory = 0;
   app.add_flag("--no-object-store", no_object_store,
@@ -77,8 +89,8 @@ int main(int argc, char** argv) {
   }
 
   if (cpus_opt->count() > 0) {
-    if (num_cpus <= 0) {
-      std::cerr << "drover-agent: --num-cpus must be > 0\n";
+    if (!std::isfinite(num_cpus) || num_cpus <= 0) {
+      std::cerr << "drover-agent: --num-cpus must be a finite number > 0\n";
       return 2;
     }
     o.resources.num_cpus = num_cpus;
@@ -101,9 +113,10 @@ int main(int argc, char** argv) {
     auto eq = r.find('=');
     double value = 0;
     if (eq == std::string::npos || eq == 0 || !absl::SimpleAtod(r.substr(eq + 1), &value) ||
-        value < 0) {
+        !std::isfinite(value) || value < 0) {
       std::cerr << "drover-agent: --resource '" << r
-                << "' is not NAME=VALUE with a number VALUE >= 0 (e.g. --resource ssd=1)\n";
+                << "' is not NAME=VALUE with a finite number VALUE >= 0 (e.g. --resource "
+                   "ssd=1)\n";
       return 2;
     }
     o.resources.custom[r.substr(0, eq)] = value;

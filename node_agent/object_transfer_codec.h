@@ -34,6 +34,8 @@ class SliceCursor {
   bool Varint(uint64_t* v);
   // Copies `n` bytes to `dst` (nullptr: skips them). False if fewer are left.
   bool Take(uint8_t* dst, size_t n);
+  // Bytes left from the cursor to the end of the last slice.
+  size_t Left() const;
   bool AtEnd() { return !Settle(); }
 
  private:

@@ -111,6 +111,21 @@ TEST(ObjectTransferCodecTest, UnknownFieldsAreSkipped) {
   EXPECT_EQ(DataOf(&chunk), "ok");
 }
 
+// Found by //fuzz:object_chunk: a 7-byte chunk whose metadata length said ~860 MB
+// made the puller allocate that much before it saw the bytes were not there.
+TEST(ObjectTransferCodecTest, StringLengthBeyondTheBytesIsRefusedBeforeAllocating) {
+  const std::string bad("\x22\x95\x95\x95\x95\x03\x08", 7);
+  const std::vector<grpc::Slice> slices = Cut(bad, 3);
+  ChunkView chunk;
+  EXPECT_FALSE(ParseChunk(&slices, &chunk));
+  EXPECT_EQ(chunk.metadata.capacity() < 1024, true);
+  // The same length with the bytes there is read.
+  std::string ok("\x22\x05hello", 7);
+  const std::vector<grpc::Slice> whole = Cut(ok, 2);
+  ASSERT_TRUE(ParseChunk(&whole, &chunk));
+  EXPECT_EQ(chunk.metadata, "hello");
+}
+
 TEST(ObjectTransferCodecTest, TruncatedOrMalformedBytesAreRejected) {
   std::string bytes;
   AppendChunkHeader(0, 10, "metadata", 10, &bytes);

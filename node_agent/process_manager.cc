@@ -481,6 +481,10 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
     gen.procs.push_back(std::move(p));
   }
   if (!failure.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++starts_.failed;
+    }
     // Leave nothing of a half-started generation behind, so a retry can start it.
     for (auto& p : gen.procs) {
       SignalTree(p.pid, SIGKILL);
@@ -495,8 +499,20 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
                    << ": " << gen.procs.size() << " process(es), MASTER_PORT " << port;
   *master_port = port;
   absl::MutexLock lock(&mu_);
+  const int64_t n = static_cast<int64_t>(gen.procs.size());
+  if (req.task_worker()) {
+    starts_.task_workers += n;
+  } else {
+    starts_.ranks += n;
+    if (req.generation() > 0) starts_.rank_restarts += n;
+  }
   gens_.emplace(key, std::move(gen));
   return absl::OkStatus();
+}
+
+ProcessManager::StartCounts ProcessManager::start_counts() {
+  absl::MutexLock lock(&mu_);
+  return starts_;
 }
 
 int ProcessManager::StopOnManager(const std::string& job_id, int generation,

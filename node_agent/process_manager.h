@@ -128,6 +128,14 @@ class ProcessManager {
   uint64_t ChangeSeq();
   void WaitForChange(uint64_t seen, absl::Time deadline);
 
+  // Starts since construction, for metrics: processes of gang ranks (and of those, ranks
+  // of a restarted generation, > 0), of task workers, and start requests that failed to
+  // spawn (a repeat of a started generation counts nothing).
+  struct StartCounts {
+    int64_t ranks = 0, rank_restarts = 0, task_workers = 0, failed = 0;
+  };
+  StartCounts start_counts();
+
   // Job ids become path components: letters, digits, '-', '_', '.', not "." / "..".
   static bool ValidJobId(const std::string& job_id);
 
@@ -189,6 +197,7 @@ class ProcessManager {
   std::map<Key, Generation> gens_ ABSL_GUARDED_BY(mu_);
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t change_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  StartCounts starts_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread::id manager_thread_id_;

@@ -6,7 +6,9 @@
 #include <sys/resource.h>
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -19,15 +21,28 @@ namespace {
 constexpr int64_t kGiB = int64_t{1} << 30;
 constexpr rlim_t kWantedNofile = 65536;
 
-// The few NVML entry points we use, declared here so nothing links against NVML.
+// The few NVML entry points we use, declared here so nothing links against NVML (the
+// types and values are those of nvml.h).
 using nvmlReturn_t = int;  // NVML_SUCCESS == 0
 struct nvmlDevice_st;
 using nvmlDevice_t = nvmlDevice_st*;
+struct nvmlMemory_t {
+  unsigned long long total;
+  unsigned long long free;
+  unsigned long long used;
+};
 using NvmlInitFn = nvmlReturn_t (*)();
 using NvmlShutdownFn = nvmlReturn_t (*)();
 using NvmlGetCountFn = nvmlReturn_t (*)(unsigned int*);
 using NvmlGetHandleFn = nvmlReturn_t (*)(unsigned int, nvmlDevice_t*);
-using NvmlGetNameFn = nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int);
+using NvmlGetStringFn = nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int);
+using NvmlGetMemoryFn = nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*);
+using NvmlErrorStringFn = const char* (*)(nvmlReturn_t);
+
+template <typename Fn>
+Fn Symbol(void* lib, const char* name) {
+  return reinterpret_cast<Fn>(dlsym(lib, name));
+}
 
 std::string HumanBytes(int64_t b) {
   if (b >= kGiB) return absl::StrCat(b / kGiB, " GiB");
@@ -59,32 +74,60 @@ int64_t ParseMemTotal(const std::string& meminfo) {
   return 0;
 }
 
-std::optional<std::vector<std::string>> NvmlGpuNames() {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+std::optional<std::vector<GpuInfo>> NvmlGpus(const std::string& library,
+                                             std::vector<std::string>* warnings) {
+  void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) return std::nullopt;
-  auto init = reinterpret_cast<NvmlInitFn>(dlsym(lib, "nvmlInit_v2"));
-  auto shutdown = reinterpret_cast<NvmlShutdownFn>(dlsym(lib, "nvmlShutdown"));
-  auto count_fn = reinterpret_cast<NvmlGetCountFn>(dlsym(lib, "nvmlDeviceGetCount_v2"));
-  auto handle_fn =
-      reinterpret_cast<NvmlGetHandleFn>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
-  auto name_fn = reinterpret_cast<NvmlGetNameFn>(dlsym(lib, "nvmlDeviceGetName"));
-  std::optional<std::vector<std::string>> result;
-  if (init && count_fn && handle_fn && name_fn && init() == 0) {
+  auto init = Symbol<NvmlInitFn>(lib, "nvmlInit_v2");
+  auto shutdown = Symbol<NvmlShutdownFn>(lib, "nvmlShutdown");
+  auto count_fn = Symbol<NvmlGetCountFn>(lib, "nvmlDeviceGetCount_v2");
+  auto handle_fn = Symbol<NvmlGetHandleFn>(lib, "nvmlDeviceGetHandleByIndex_v2");
+  auto name_fn = Symbol<NvmlGetStringFn>(lib, "nvmlDeviceGetName");
+  // Optional: older libraries may lack them.
+  auto uuid_fn = Symbol<NvmlGetStringFn>(lib, "nvmlDeviceGetUUID");
+  auto memory_fn = Symbol<NvmlGetMemoryFn>(lib, "nvmlDeviceGetMemoryInfo");
+  auto error_fn = Symbol<NvmlErrorStringFn>(lib, "nvmlErrorString");
+  auto error = [&](nvmlReturn_t rc) {
+    const char* text = error_fn != nullptr ? error_fn(rc) : nullptr;
+    return absl::StrCat(text != nullptr ? text : "error", " (NVML code ", rc, ")");
+  };
+  std::optional<std::vector<GpuInfo>> result;
+  nvmlReturn_t rc = -1;
+  if (init && count_fn && handle_fn && name_fn && (rc = init()) == 0) {
     unsigned int count = 0;
-    if (count_fn(&count) == 0) {
-      std::vector<std::string> names;
+    if (nvmlReturn_t c = count_fn(&count); c == 0) {
+      std::vector<GpuInfo> gpus(count);
       for (unsigned int i = 0; i < count; ++i) {
+        GpuInfo& g = gpus[i];
         nvmlDevice_t dev = nullptr;
-        char name[96] = {0};
-        if (handle_fn(i, &dev) == 0 && name_fn(dev, name, sizeof(name)) == 0) {
-          names.emplace_back(name);
-        } else {
-          names.emplace_back("unknown GPU");
+        char text[96] = {0};  // NVML_DEVICE_NAME_V2_BUFFER_SIZE and the UUID's 80 fit
+        nvmlReturn_t h = handle_fn(i, &dev);
+        if (h == 0) h = name_fn(dev, text, sizeof(text));
+        if (h != 0) {
+          g.name = "unknown GPU";
+          warnings->push_back(absl::StrCat("GPU ", i, ": NVML cannot describe it: ", error(h),
+                                           "; check it with nvidia-smi"));
+          continue;
+        }
+        g.name.assign(text, strnlen(text, sizeof(text)));
+        std::memset(text, 0, sizeof(text));
+        if (uuid_fn != nullptr && uuid_fn(dev, text, sizeof(text)) == 0) {
+          g.uuid.assign(text, strnlen(text, sizeof(text)));
+        }
+        nvmlMemory_t mem{};
+        if (memory_fn != nullptr && memory_fn(dev, &mem) == 0) {
+          g.memory_bytes = static_cast<int64_t>(
+              std::min<unsigned long long>(mem.total, std::numeric_limits<int64_t>::max()));
         }
       }
-      result = std::move(names);
+      result = std::move(gpus);
+    } else {
+      warnings->push_back(absl::StrCat("NVML cannot count the GPUs: ", error(c)));
     }
     if (shutdown) shutdown();
+  } else if (init && rc != 0) {
+    DROVER_LOG(INFO) << "NVML (" << library << ") did not start: " << error(rc)
+                     << "; looking for GPUs in /proc";
   }
   dlclose(lib);
   return result;
@@ -140,10 +183,11 @@ NodeResources DiscoverResources(const ResourceOverrides& o, const DiscoveryPaths
   if (o.num_gpus) {
     for (int i = 0; i < *o.num_gpus; ++i) r.gpu_names.push_back("declared");
   } else {
-    std::optional<std::vector<std::string>> names;
-    if (paths.use_nvml) names = NvmlGpuNames();
-    if (names) {
-      r.gpu_names = *names;
+    std::optional<std::vector<GpuInfo>> gpus;
+    if (paths.use_nvml) gpus = NvmlGpus(paths.nvml_library, &r.warnings);
+    if (gpus) {
+      r.gpus = *std::move(gpus);
+      for (const GpuInfo& g : r.gpus) r.gpu_names.push_back(g.name);
     } else {
       int n = CountDirEntries(paths.nvidia_gpus_dir);
       for (int i = 0; i < n; ++i) r.gpu_names.push_back("NVIDIA GPU");

@@ -33,16 +33,29 @@ struct DiscoveryPaths {
   std::string meminfo = "/proc/meminfo";
   std::string nvidia_gpus_dir = "/proc/driver/nvidia/gpus";
   std::string shm_dir = "/dev/shm";
-  // Try NVML (dlopen of libnvidia-ml.so.1) before the /proc fallback.
+  // Try NVML (dlopen of `nvml_library`) before the /proc fallback.
   bool use_nvml = true;
+  // The NVML library to dlopen: a name the dynamic loader searches for, or a path.
+  // The agent's --nvml-library (or DROVER_NVML_LIBRARY) sets it; tests point it at a
+  // stand-in (node_agent/testing/fake_nvml.cc).
+  std::string nvml_library = "libnvidia-ml.so.1";
   // Raise RLIMIT_NOFILE's soft limit to the hard limit if it is low.
   bool adjust_nofile = true;
+};
+
+// One GPU as NVML describes it.
+struct GpuInfo {
+  std::string name;          // "NVIDIA A100-SXM4-80GB"; "unknown GPU" if NVML could not say
+  std::string uuid;          // "GPU-8f4e..."; "" if unknown
+  int64_t memory_bytes = 0;  // 0 if unknown
 };
 
 struct NodeResources {
   proto::Resources total;
   std::vector<int> gpu_ids;
   std::vector<std::string> gpu_names;
+  // From NVML (empty for declared GPUs and the /proc fallback), in gpu_ids order.
+  std::vector<GpuInfo> gpus;
   std::vector<std::string> warnings;
 };
 
@@ -56,8 +69,13 @@ int CountCpus();
 // MemTotal from the text of /proc/meminfo, in bytes; 0 if absent.
 int64_t ParseMemTotal(const std::string& meminfo);
 
-// GPU names via NVML, or std::nullopt when NVML is unavailable (no driver).
-std::optional<std::vector<std::string>> NvmlGpuNames();
+// The GPUs NVML (loaded from `library` with dlopen) reports, or std::nullopt when NVML
+// is unavailable: no library, a library without the entry points, init failing (no
+// driver: NVML_ERROR_DRIVER_NOT_LOADED) or the count failing. A device NVML counts but
+// cannot describe is kept (it exists) as "unknown GPU", and `*warnings` says which and
+// why; a missing memory size or UUID is left empty.
+std::optional<std::vector<GpuInfo>> NvmlGpus(const std::string& library,
+                                             std::vector<std::string>* warnings);
 
 // Number of entries in `dir` (e.g. /proc/driver/nvidia/gpus); 0 if it is missing.
 int CountDirEntries(const std::string& dir);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 
 namespace drover {
 
@@ -122,6 +123,13 @@ void StoreLocalObjects::Abort(const std::string& id) {
   }
   absl::Status s = client->Abort(id);
   MaybeDrop(client, s);
+}
+
+absl::StatusOr<object_store::StoreStats> StoreLocalObjects::Stats() {
+  DROVER_ASSIGN_OR_RETURN(std::shared_ptr<object_store::Client> client, GetClient());
+  absl::StatusOr<object_store::StoreStats> stats = client->Stats();
+  MaybeDrop(client, stats.status());
+  return stats;
 }
 
 }  // namespace drover

@@ -40,6 +40,9 @@ class StoreLocalObjects : public LocalObjects {
   absl::Status Seal(const std::string& id) override;
   void Abort(const std::string& id) override;
 
+  // The store's counters (metrics, heartbeats). UNAVAILABLE if the store is down.
+  absl::StatusOr<object_store::StoreStats> Stats();
+
  private:
   // The current client, connecting if there is none. UNAVAILABLE if the store is down.
   absl::StatusOr<std::shared_ptr<object_store::Client>> GetClient();

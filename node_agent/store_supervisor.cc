@@ -19,6 +19,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/spawn.h"
+#include "common/paths.h"
 
 namespace drover {
 namespace {

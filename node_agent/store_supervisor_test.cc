@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/files.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "object_store/client.h"
 #include "tests/util/test_util.h"

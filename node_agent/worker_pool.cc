@@ -17,6 +17,7 @@
 #include "common/paths.h"
 #include "common/status_macros.h"
 #include "common/log.h"
+#include "common/paths.h"
 
 namespace drover {
 namespace {
@@ -152,6 +153,7 @@ absl::StatusOr<proto::StartWorkerReply> WorkerPool::StartWorker(const proto::Sta
     if (cand->state == State::kIdle && cand->key == key && cand->control_fd >= 0 && !cand->exit) {
       w = cand.get();
       reused = true;
+      ++reused_;
       break;
     }
   }
@@ -325,6 +327,7 @@ void WorkerPool::JobEnded(const std::string& job_id) {
 WorkerPool::Counts WorkerPool::counts() {
   absl::MutexLock l(&mu_);
   Counts c;
+  c.reused = reused_;
   for (auto& [id, w] : workers_) {
     if (w->exit) continue;
     switch (w->state) {

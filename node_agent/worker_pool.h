@@ -85,9 +85,11 @@ class WorkerPool {
   // The job ended: its workers are being stopped; forget them once reaped.
   void JobEnded(const std::string& job_id);
 
-  // For tests and status: workers by state.
+  // For tests, status and metrics: workers by state now, and how many leases got an
+  // idle worker of the warm pool since start (no process started).
   struct Counts {
     int starting = 0, idle = 0, leased = 0, actors = 0;
+    int64_t reused = 0;
   };
   Counts counts();
   static bool IsWorkerGeneration(int generation) { return generation >= kFirstWorkerGeneration; }
@@ -144,6 +146,7 @@ class WorkerPool {
   // Leases whose holder disconnected, to report (by the loop thread, unlocked).
   std::vector<std::pair<std::string, std::string>> returned_ ABSL_GUARDED_BY(mu_);
   int next_worker_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t reused_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };

@@ -139,6 +139,20 @@ absl::Status Client::Seal(const ObjectId& id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ObjectRef> Client::SealKeepingReference(const MutableObject& obj) {
+  internal::Connection& c = *conn_;
+  absl::MutexLock lock(&c.mu());
+  c.NewRequestLocked().mutable_seal()->set_id(obj.id);
+  DROVER_RETURN_IF_ERROR(CallChecked(c, absl::ZeroDuration()).status());
+  // The creator's reference stays: the ref releases it.
+  ObjectRef ref;
+  ref.conn_ = conn_;
+  ref.id_ = obj.id;
+  ref.data_ = obj.data;
+  ref.metadata_ = obj.metadata;
+  return ref;
+}
+
 absl::Status Client::Abort(const ObjectId& id) {
   internal::Connection& c = *conn_;
   absl::MutexLock lock(&c.mu());

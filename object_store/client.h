@@ -136,6 +136,10 @@ class Client {
   // Makes the object immutable and visible to every Get, and drops the creator's
   // reference (Get it to keep reading it pinned).
   absl::Status Seal(const ObjectId& id);
+  // Seals as Seal does but keeps the creator's reference, returned as a ref over the
+  // object's bytes (one round trip where Seal + Get take two): for a creator that goes
+  // on reading what it wrote. REQUIRES: `obj` is what Create returned for this client.
+  absl::StatusOr<ObjectRef> SealKeepingReference(const MutableObject& obj);
   // Frees an unsealed object this client created.
   absl::Status Abort(const ObjectId& id);
   // Writes the object and seals it: visible to every client once Put returns, with no

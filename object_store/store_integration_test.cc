@@ -125,6 +125,30 @@ TEST(StoreIntegrationTest, ClientKilledMidCreateIsAbortedAndSpaceFreed) {
   EXPECT_TRUE((*client)->Put("half-written", std::string(1000, 'x')).ok());
 }
 
+// A creator that seals and keeps reading: the ref it gets holds the object (another
+// client reads it meanwhile) until the ref goes.
+TEST(StoreIntegrationTest, SealKeepingReferenceHoldsTheObjectUntilTheRefGoes) {
+  StoreProcess store(64 * kMiB);
+  auto writer = Client::Connect(store.socket());
+  auto reader = Client::Connect(store.socket());
+  ASSERT_TRUE(writer.ok() && reader.ok());
+  auto obj = (*writer)->Create("kept", 5, "meta");
+  ASSERT_TRUE(obj.ok()) << obj.status();
+  memcpy(obj->data.data(), "hello", 5);
+  absl::StatusOr<ObjectRef> kept = (*writer)->SealKeepingReference(*obj);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(kept->data().data()), 5), "hello");
+  EXPECT_EQ(kept->metadata_view(), "meta");
+  EXPECT_EQ(MustStats(**writer).referenced, 1u);  // the creator's reference, kept
+  auto other = (*reader)->Get("kept", absl::ZeroDuration());
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(other->data().data()), 5), "hello");
+  other->Reset();
+  kept->Reset();
+  EXPECT_TRUE(WaitFor([&] { return MustStats(**writer).referenced == 0; }));
+  EXPECT_EQ((*writer)->SealKeepingReference(*obj).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(StoreIntegrationTest, GetWaitsForSealAndTimesOut) {
   StoreProcess store(64 * kMiB);
   auto reader = Client::Connect(store.socket());

@@ -33,14 +33,14 @@ class GrpcWorkerClient : public WorkerClient {
     // A new worker may fetch the program and run an actor's factory (a model load).
     PrepareContext(&ctx, token_, std::chrono::milliseconds(req.has_actor() ? 3600000 : 120000));
     proto::StartWorkerReply reply;
-    DROVER_RETURN_IF_ERROR(FromGrpcStatus(Stub(agent)->StartWorker(&ctx, req, &reply)));
+    DROVER_RETURN_IF_ERROR(FromGrpcStatus(stubs_.Get(agent)->StartWorker(&ctx, req, &reply)));
     return reply;
   }
   absl::Status KillWorker(const std::string& agent, const proto::KillWorkerRequest& req) override {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, token_);
     proto::KillWorkerReply reply;
-    return FromGrpcStatus(Stub(agent)->KillWorker(&ctx, req, &reply));
+    return FromGrpcStatus(stubs_.Get(agent)->KillWorker(&ctx, req, &reply));
   }
   absl::Status DeleteObjects(const std::string& agent, const std::vector<std::string>& ids) override {
     grpc::ClientContext ctx;
@@ -48,7 +48,7 @@ class GrpcWorkerClient : public WorkerClient {
     proto::DeleteObjectsRequest req;
     for (const std::string& id : ids) req.add_object_ids(id);
     proto::DeleteObjectsReply reply;
-    return FromGrpcStatus(Stub(agent)->DeleteObjects(&ctx, req, &reply));
+    return FromGrpcStatus(stubs_.Get(agent)->DeleteObjects(&ctx, req, &reply));
   }
   absl::Status StopJob(const std::string& agent, const std::string& job_id) override {
     auto stub = proto::NodeAgent::NewStub(MakeChannel(agent));
@@ -62,15 +62,8 @@ class GrpcWorkerClient : public WorkerClient {
   }
 
  private:
-  proto::Workers::Stub* Stub(const std::string& agent) {
-    absl::MutexLock l(&mu_);
-    auto& s = stubs_[agent];
-    if (s == nullptr) s = proto::Workers::NewStub(MakeChannel(agent));
-    return s.get();
-  }
   const std::string token_;
-  absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<proto::Workers::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  StubCache<proto::Workers> stubs_;
 };
 
 bool ValidShape(const proto::Resources& r, std::string* why) {
@@ -177,6 +170,13 @@ absl::StatusOr<LeaseManager::Lease> LeaseManager::Grant(
   it->second.unix_path = started->unix_path();
   it->second.tcp_address = started->tcp_address();
   it->second.started = true;
+  ++leases_granted_;
+  proto::TimelineEvent e = TimelineEventOf(proto::TIMELINE_LEASE_GRANTED, 0, lease.grant.node_id,
+                                           {}, started->reused() ? "a warm worker" : "a new worker");
+  e.set_lease_id(lease.id);
+  e.set_worker_id(started->worker_id());
+  e.set_actor_id(lease.actor_id);
+  NoteLocked(job_id, std::move(e));
   return it->second;
 }
 
@@ -256,9 +256,22 @@ absl::StatusOr<proto::RequestLeaseReply> LeaseManager::RequestLease(const proto:
   }
 }
 
-void LeaseManager::ReleaseLocked(const std::string& lease_id) {
+void LeaseManager::NoteLocked(const std::string& job_id, proto::TimelineEvent e) {
+  if (timeline_ != nullptr) timeline_->Record(job_id, std::move(e));
+}
+
+void LeaseManager::ReleaseLocked(const std::string& lease_id, const std::string& why) {
   auto it = leases_.find(lease_id);
   if (it == leases_.end()) return;
+  if (it->second.started) {
+    ++leases_ended_;
+    proto::TimelineEvent e = TimelineEventOf(proto::TIMELINE_LEASE_RETURNED, 0,
+                                             it->second.grant.node_id, {}, why);
+    e.set_lease_id(lease_id);
+    e.set_worker_id(it->second.worker_id);
+    e.set_actor_id(it->second.actor_id);
+    NoteLocked(it->second.job_id, std::move(e));
+  }
   book_->Release(it->second.grant);
   leases_.erase(it);
   freed_.SignalAll();
@@ -269,7 +282,7 @@ void LeaseManager::ReturnLease(const std::string& lease_id, const std::string& r
   auto it = leases_.find(lease_id);
   if (it == leases_.end() || !it->second.actor_id.empty()) return;  // actors' leases end with them
   DROVER_LOG(DEBUG) << "lease " << lease_id << " returned: " << reason;
-  ReleaseLocked(lease_id);
+  ReleaseLocked(lease_id, reason);
 }
 
 void LeaseManager::ResourcesFreed() {
@@ -283,7 +296,14 @@ void LeaseManager::WorkerExited(const proto::ReportWorkerExitRequest& req) {
   std::string actor_id = req.actor_id();
   if (it != leases_.end()) {
     if (actor_id.empty()) actor_id = it->second.actor_id;
-    ReleaseLocked(req.lease_id());
+    proto::TimelineEvent e = TimelineEventOf(proto::TIMELINE_WORKER_EXITED, 0, req.node_id(), {},
+                                             DescribeExit(req.exit(), /*with_stderr=*/false));
+    e.set_worker_id(req.worker_id());
+    e.set_lease_id(req.lease_id());
+    e.set_actor_id(actor_id);
+    *e.mutable_exit() = req.exit();
+    NoteLocked(it->second.job_id, std::move(e));
+    ReleaseLocked(req.lease_id(), "its worker exited");
   }
   if (actor_id.empty()) return;
   auto a = actors_.find(actor_id);
@@ -303,7 +323,7 @@ void LeaseManager::NodeDead(const std::string& node_id, const std::string& reaso
   }
   for (const std::string& id : lost) {
     std::string actor_id = leases_[id].actor_id;
-    ReleaseLocked(id);
+    ReleaseLocked(id, absl::StrCat("its node ", node_id, " was lost"));
     auto a = actors_.find(actor_id);
     if (a != actors_.end() && a->second.lease_id == id) {
       a->second.lease_id.clear();
@@ -331,7 +351,7 @@ void LeaseManager::JobEnded(const std::string& job_id,
     for (const auto& [id, lease] : leases_) {
       if (lease.job_id == job_id) ended.push_back(id);
     }
-    for (const std::string& id : ended) ReleaseLocked(id);
+    for (const std::string& id : ended) ReleaseLocked(id, "its job ended");
   }
   // Every node: the job's workers (leased, idle in the warm pool, actors) stop there,
   // and the objects its processes made go from the stores.
@@ -361,6 +381,15 @@ LeaseManager::Actor* LeaseManager::FindActorLocked(const std::string& id, const 
 void LeaseManager::ChangedLocked(Actor& a) {
   a.info.set_version(a.info.version() + 1);
   changed_.SignalAll();
+  if (a.told_state == a.info.state()) return;  // only its pending reason changed
+  a.told_state = a.info.state();
+  proto::TimelineEvent e = TimelineEventOf(
+      proto::TIMELINE_ACTOR, 0, a.info.node_id(), {},
+      a.info.state() == proto::ACTOR_ALIVE ? a.info.class_name() : a.info.reason());
+  e.set_actor_id(a.info.actor_id());
+  e.set_worker_id(a.info.worker_id());
+  e.set_state(proto::ActorState_Name(a.info.state()));
+  NoteLocked(a.info.job_id(), std::move(e));
 }
 
 absl::StatusOr<proto::ActorInfo> LeaseManager::CreateActor(const proto::CreateActorRequest& req) {
@@ -546,13 +575,39 @@ LeaseManager::Counts LeaseManager::counts() {
   Counts c;
   c.leases = static_cast<int>(leases_.size());
   c.pending_requests = waiting_;
+  c.leases_granted = leases_granted_;
+  c.leases_ended = leases_ended_;
   for (const auto& [id, a] : actors_) {
     if (a.info.state() == proto::ACTOR_ALIVE) ++c.actors_alive;
     if (a.info.state() == proto::ACTOR_PENDING || a.info.state() == proto::ACTOR_RESTARTING) {
       ++c.actors_pending;
     }
+    if (a.info.state() == proto::ACTOR_RESTARTING) ++c.actors_restarting;
+    if (a.info.state() == proto::ACTOR_DEAD) ++c.actors_dead;
   }
   return c;
+}
+
+std::vector<LeaseManager::LeaseView> LeaseManager::Leases(size_t limit) {
+  absl::MutexLock l(&mu_);
+  std::vector<LeaseView> out;
+  for (auto it = leases_.rbegin(); it != leases_.rend() && (limit == 0 || out.size() < limit);
+       ++it) {
+    const Lease& lease = it->second;
+    out.push_back({lease.id, lease.job_id, lease.owner, lease.grant.node_id, lease.worker_id,
+                   lease.actor_id});
+  }
+  return out;
+}
+
+std::vector<proto::ActorInfo> LeaseManager::Actors(size_t limit) {
+  absl::MutexLock l(&mu_);
+  std::vector<proto::ActorInfo> out;
+  for (auto it = actors_.rbegin(); it != actors_.rend() && (limit == 0 || out.size() < limit);
+       ++it) {
+    out.push_back(it->second.info);
+  }
+  return out;
 }
 
 }  // namespace drover

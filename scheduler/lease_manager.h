@@ -34,6 +34,7 @@
 #include "common/thread_group.h"
 #include "common/thread_pool.h"
 #include "proto/lease.grpc.pb.h"
+#include "scheduler/job_timeline.h"
 
 namespace drover {
 
@@ -106,11 +107,27 @@ class LeaseManager {
   void JobEnded(const std::string& job_id,
                 std::map<std::string, std::vector<std::string>> objects);
 
-  // Counts for status and tests.
+  // Counts for status, metrics and tests: leases held now, requests waiting for one,
+  // actors by state (pending counts restarting ones too), leases granted and ended
+  // since start.
   struct Counts {
     int leases = 0, pending_requests = 0, actors_alive = 0, actors_pending = 0;
+    int actors_restarting = 0, actors_dead = 0;
+    int64_t leases_granted = 0, leases_ended = 0;
   };
   Counts counts();
+
+  // For the dashboard: the leases held now and the actors (newest `limit` of each by id
+  // order; 0: all), copied under the lock.
+  struct LeaseView {
+    std::string lease_id, job_id, owner, node_id, worker_id, actor_id;
+  };
+  std::vector<LeaseView> Leases(size_t limit);
+  std::vector<proto::ActorInfo> Actors(size_t limit);
+
+  // Tells `timeline` of leases granted and ended, actors' state changes and workers'
+  // exits (job_timeline.h). Not owned. REQUIRES: before serving.
+  void SetTimeline(JobTimeline* timeline) { timeline_ = timeline; }
   void Stop();
 
  private:
@@ -136,6 +153,7 @@ class LeaseManager {
     proto::CreateActorRequest create;    // to make it again
     std::string lease_id;
     bool killed = false;
+    int told_state = -1;                 // the state the timeline last heard of
   };
 
   // Reserves and starts a worker for `job`; returns the lease or why not.
@@ -143,7 +161,12 @@ class LeaseManager {
                               const std::string& job_id, const std::string& owner,
                               const proto::PackageRef& package, const proto::ActorCreation* actor,
                               std::string* pending_reason, bool* retry);
-  void ReleaseLocked(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends a lease; `why` goes to the timeline.
+  void ReleaseLocked(const std::string& lease_id, const std::string& why = "")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells timeline_ (if set) of `e` about `job_id`.
+  void NoteLocked(const std::string& job_id, proto::TimelineEvent e)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PlaceActor(const std::string& actor_id);
   // Runs PlaceActor on a thread of its own (it may wait long for resources).
   void StartPlacing(const std::string& actor_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -169,6 +192,9 @@ class LeaseManager {
   std::map<std::string, std::string> names_ ABSL_GUARDED_BY(mu_);  // live actor name -> id
   std::set<std::string> jobs_with_workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t leases_granted_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t leases_ended_ ABSL_GUARDED_BY(mu_) = 0;
+  JobTimeline* timeline_ = nullptr;
   int waiting_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 

@@ -13,14 +13,20 @@
 #include "common/daemon.h"
 #include "common/paths.h"
 #include "common/files.h"
+#include "common/http_server.h"
 #include "common/log.h"
+#include "common/metrics_http.h"
 #include "common/net.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "scheduler/dashboard.h"
+#include "scheduler/dashboard_auth.h"
+#include "scheduler/job_timeline.h"
 #include "scheduler/lease_manager.h"
 #include "scheduler/leases_service.h"
 #include "scheduler/package_store.h"
 #include "scheduler/scheduler_core.h"
+#include "scheduler/scheduler_metrics.h"
 #include "scheduler/scheduler_service.h"
 
 
@@ -36,11 +42,16 @@ int main(int argc, char** argv) {
   CLI::App app{"drover-scheduler: the head of a drover cluster"};
   std::string bind = "127.0.0.1", advertise, token_file, redis, redis_prefix = "drover:",
               ready_file, package_dir;
-  int port = 0;
+  int port = 0, metrics_port = 0;
   int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000,
           abort_notice_ms = 3000, session_grace_ms = 1000;
   app.add_option("--bind", bind, "IP address to listen on (0.0.0.0 for all)");
   app.add_option("--port", port, "TCP port (0 picks a free one)")->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-port", metrics_port,
+                 "port of the HTTP server for Prometheus' /metrics and the dashboard (both "
+                 "need the cluster token or a `drover dashboard` login); 0 picks a free one, "
+                 "-1 serves none")
+      ->check(CLI::Range(-1, 65535));
   app.add_option("--advertise", advertise, "address agents and workers use (default: bind:port)");
   app.add_option("--token-file", token_file, "cluster token file, created 0600 if missing")
       ->default_str("$DROVER_HOME/token");
@@ -96,8 +107,15 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = absl::Milliseconds(heartbeat_ms);
   options.kill_grace = absl::Milliseconds(kill_grace_ms);
   options.abort_notice = absl::Milliseconds(abort_notice_ms);
+  // What happened to each job, in memory (bounded): timelines, the dashboard, metrics.
+  drover::JobTimeline timeline(options.clock);
+  options.timeline = &timeline;
   auto core = std::make_unique<drover::SchedulerCore>(options, std::move(store),
                                                       drover::NewGrpcAgentClient(*token));
+  drover::LeaseManager leases(core->resource_book(), drover::NewGrpcWorkerClient(*token));
+  leases.SetTimeline(&timeline);
+  drover::SchedulerMetrics metrics(core.get(), &leases);
+  timeline.SetListener(metrics.TimelineListener());
   absl::Status started = core->Start();
   if (!started.ok()) {
     std::cerr << "drover-scheduler: cannot load state: " << started.message() << "\n";
@@ -108,10 +126,41 @@ int main(int argc, char** argv) {
     package_dir = token_file.substr(0, token_file.find_last_of('/') + 1) + "packages";
   }
   drover::PackageStore packages(package_dir);
-  drover::LeaseManager leases(core->resource_book(), drover::NewGrpcWorkerClient(*token));
   core->SetLeaseManager(&leases);
   drover::LeasesService leases_service(core.get(), &leases, &packages, *token);
+  service.SetTimeline(&timeline);
+
+  // Listening on every interface: advertise a real address, not the hostname (which
+  // on stock Debian resolves to 127.0.1.1, unreachable from other machines).
+  std::string host = bind;
+  if (bind == "0.0.0.0") {
+    host = drover::FirstNonLoopbackAddress();
+    if (host.empty()) host = drover::Hostname();
+    DROVER_LOG(INFO) << "advertising " << host << " (pass --advertise HOST:PORT to choose)";
+  }
+  // /metrics and the dashboard, before the gRPC server: CreateDashboardLogin names it.
+  drover::HttpServer http(*token, /*threads=*/8);
+  drover::DashboardAuth dashboard(options.clock);
+  std::string http_address;
+  if (metrics_port >= 0) {
+    drover::ServeMetrics(&http, metrics.Sources());
+    drover::ServeDashboard(&http, {core.get(), &leases, &timeline, &dashboard, *token});
+    absl::StatusOr<int> http_port = http.Start(bind, metrics_port);
+    if (!http_port.ok()) {
+      std::cerr << "drover-scheduler: --metrics-port: " << http_port.status().message() << "\n";
+      return 2;
+    }
+    std::string http_host = host;
+    if (auto hp = drover::ParseHostPort(advertise); !advertise.empty() && hp.ok()) {
+      http_host = hp->host;
+    }
+    http_address = drover::HttpHostPort(http_host, *http_port);
+    service.SetHttp(&dashboard, http_address);
+  }
   grpc::ServerBuilder builder;
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> timing;
+  timing.push_back(metrics.rpcs().InterceptorFactory());
+  builder.experimental().SetInterceptorCreators(std::move(timing));
   int selected_port = 0;
   builder.AddListeningPort(absl::StrCat(bind, ":", port), grpc::InsecureServerCredentials(),
                            &selected_port);
@@ -123,23 +172,21 @@ int main(int argc, char** argv) {
               << " (in use? pick another --port)\n";
     return 2;
   }
-  // Listening on every interface: advertise a real address, not the hostname (which
-  // on stock Debian resolves to 127.0.1.1, unreachable from other machines).
-  std::string host = bind;
-  if (bind == "0.0.0.0") {
-    host = drover::FirstNonLoopbackAddress();
-    if (host.empty()) host = drover::Hostname();
-    DROVER_LOG(INFO) << "advertising " << host << " (pass --advertise HOST:PORT to choose)";
-  }
   const std::string address =
       advertise.empty() ? absl::StrCat(host, ":", selected_port) : advertise;
   core->SetAddress(address);
+  if (!http_address.empty()) {
+    DROVER_LOG(INFO) << "metrics at http://" << http_address
+                     << "/metrics, dashboard at http://" << http_address
+                     << "/ (`drover dashboard` prints a login link)";
+  }
   DROVER_LOG(INFO) << "serving at " << address << " (state: "
                    << core->ClusterStatus().state_backend() << ", token file " << token_file
                    << ")";
   if (!ready_file.empty()) {
     std::string json = absl::StrCat("{\"address\":\"", address, "\",\"pid\":", getpid(),
-                                    ",\"token_file\":\"", token_file, "\"}\n");
+                                    ",\"token_file\":\"", token_file,
+                                    "\",\"metrics_address\":\"", http_address, "\"}\n");
     auto s = drover::WriteFileAtomic(ready_file, json, 0600);
     if (!s.ok()) DROVER_LOG(ERROR) << s;
   }
@@ -147,6 +194,7 @@ int main(int argc, char** argv) {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   DROVER_LOG(INFO) << "received " << strsignal(sig) << "; shutting down";
+  http.Stop();
   // First the agents' sessions, so that their end is not taken for the agents' death.
   service.BeginShutdown();
   leases_service.BeginShutdown();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,7 +19,15 @@ int Capacity(const proto::Resources& avail, const proto::Resources& per) {
   long cap = std::numeric_limits<int>::max();
   auto limit = [&cap](double have, double need) {
     if (need <= kEps) return;
-    cap = std::min(cap, static_cast<long>(std::floor((have + kEps) / need)));
+    const double fits = std::floor((have + kEps) / need);
+    // NaN (from a NaN or infinite amount) fits nothing. Cast only what fits in `cap`:
+    // a huge quotient (1e300 CPUs over 1e-8 each) is undefined as a long (found by
+    // //fuzz:scheduler_core).
+    if (!(fits >= 0)) {
+      cap = 0;
+    } else if (fits < static_cast<double>(cap)) {
+      cap = static_cast<long>(fits);
+    }
   };
   limit(avail.cpus(), per.cpus());
   limit(static_cast<double>(avail.memory_bytes()), static_cast<double>(per.memory_bytes()));
@@ -118,6 +127,39 @@ std::string DescribeResources(const proto::Resources& r) {
   return absl::StrJoin(parts, ", ");
 }
 
+namespace {
+
+// Why `r` is not a usable amount of resources ("" if it is): every amount finite and
+// not negative, custom resources named.
+std::string ResourcesProblem(const proto::Resources& r) {
+  if (!std::isfinite(r.cpus()) || r.cpus() < 0 || r.gpus() < 0 || r.memory_bytes() < 0) {
+    return absl::StrCat("resources must be finite and not negative (got ", DescribeResources(r),
+                        ")");
+  }
+  for (const auto& [name, v] : r.custom()) {
+    if (name.empty()) return "a custom resource has an empty name";
+    if (!std::isfinite(v) || v < 0) {
+      return absl::StrCat("custom resource '", name, "' must be finite and not negative");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string ValidateNodeOffer(const proto::Resources& total,
+                              const google::protobuf::RepeatedField<int32_t>& gpu_ids) {
+  if (std::string bad = ResourcesProblem(total); !bad.empty()) return "the node's " + bad;
+  std::set<int32_t> ids(gpu_ids.begin(), gpu_ids.end());
+  if (gpu_ids.size() != total.gpus() || ids.size() != static_cast<size_t>(gpu_ids.size()) ||
+      (!ids.empty() && *ids.begin() < 0)) {
+    return absl::StrCat("gpu_ids must name each of the node's ", total.gpus(),
+                        " GPUs once, with ids >= 0 (got ", gpu_ids.size(), " ids, ",
+                        ids.size(), " distinct)");
+  }
+  return "";
+}
+
 std::string ValidateJobSpec(const proto::JobSpec& spec) {
   if (spec.command_size() == 0 || spec.command(0).empty()) {
     return "the job has no command; put it after `--`, e.g. `drover run -- python3 train.py`";
@@ -140,16 +182,8 @@ std::string ValidateJobSpec(const proto::JobSpec& spec) {
     return absl::StrCat("--nproc ", spec.nproc(), " is not a multiple of --nproc-per-node ",
                         spec.nproc_per_node());
   }
-  const auto& r = spec.per_process();
-  if (r.cpus() < 0 || r.gpus() < 0 || r.memory_bytes() < 0 || std::isnan(r.cpus())) {
-    return absl::StrCat("per-process resources must not be negative (got ",
-                        DescribeResources(r), ")");
-  }
-  for (const auto& [name, v] : r.custom()) {
-    if (name.empty()) return "a custom resource has an empty name";
-    if (v < 0 || std::isnan(v)) {
-      return absl::StrCat("custom resource '", name, "' must not be negative");
-    }
+  if (std::string bad = ResourcesProblem(spec.per_process()); !bad.empty()) {
+    return "per-process " + bad;
   }
   if (spec.max_restarts() < 0) {
     return absl::StrCat("--max-restarts is ", spec.max_restarts(), "; it must be >= 0");

@@ -46,6 +46,12 @@ PlacementResult PlaceGang(const proto::JobSpec& spec,
 // the message.
 std::string ValidateJobSpec(const proto::JobSpec& spec);
 
+// Checks what a node offers at registration: every amount finite and not negative, and
+// `gpu_ids` naming each of total.gpus() GPUs once, with ids >= 0 (two ranks must never
+// be pinned to one GPU). Returns "" if valid, else the message.
+std::string ValidateNodeOffer(const proto::Resources& total,
+                              const google::protobuf::RepeatedField<int32_t>& gpu_ids);
+
 // acc += sign * r, kind by kind (custom resources by name).
 void AddResources(proto::Resources* acc, const proto::Resources& r, int sign);
 // total - used; CPUs that round to below zero are clamped to 0.

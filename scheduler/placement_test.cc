@@ -1,5 +1,6 @@
 #include "scheduler/placement.h"
 
+#include <cmath>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -102,6 +103,45 @@ TEST(PlacementTest, ValidateRejectsBadSpecs) {
   proto::JobSpec empty = Spec(1, 0, 1, 0);
   empty.clear_command();
   EXPECT_NE(ValidateJobSpec(empty).find("no command"), std::string::npos);
+}
+
+// Found by //fuzz:scheduler_core: a node registering NaN or infinite resources made
+// placement cast NaN (or a quotient beyond a long) to an integer, undefined behaviour;
+// and duplicate GPU ids would pin two ranks to one GPU. Such offers are now refused at
+// registration, specs with infinite amounts at submission, and placement clamps.
+TEST(PlacementTest, NodeOffersMustBeFiniteWithDistinctGpuIds) {
+  auto ids = [](std::vector<int> v) {
+    google::protobuf::RepeatedField<int32_t> out;
+    for (int i : v) out.Add(i);
+    return out;
+  };
+  proto::Resources total;
+  total.set_cpus(8);
+  total.set_gpus(2);
+  EXPECT_EQ(ValidateNodeOffer(total, ids({0, 1})), "");
+  EXPECT_NE(ValidateNodeOffer(total, ids({0, 0})).find("once"), std::string::npos);
+  EXPECT_NE(ValidateNodeOffer(total, ids({-1, 0})).find(">= 0"), std::string::npos);
+  EXPECT_NE(ValidateNodeOffer(total, ids({0})).find("once"), std::string::npos);
+  for (double bad : {std::nan(""), double{INFINITY}, -1.0}) {
+    proto::Resources r = total;
+    r.set_cpus(bad);
+    EXPECT_NE(ValidateNodeOffer(r, ids({0, 1})).find("finite and not negative"),
+              std::string::npos)
+        << bad;
+    r = total;
+    (*r.mutable_custom())["ssd"] = bad;
+    EXPECT_NE(ValidateNodeOffer(r, ids({0, 1})).find("'ssd' must be finite"), std::string::npos)
+        << bad;
+  }
+  proto::JobSpec spec = Spec(1, 0, INFINITY, 0);
+  EXPECT_NE(ValidateJobSpec(spec).find("finite and not negative"), std::string::npos);
+}
+
+TEST(PlacementTest, HugeCapacityOverTinyNeedsIsClampedNotOverflowed) {
+  NodeCapacity n = Node("n1", 1e300, 0);
+  PlacementResult r = PlaceGang(Spec(4, 0, 1e-8, 0), {n});
+  ASSERT_TRUE(r.ok) << r.reason;
+  EXPECT_EQ(r.ranks.size(), 4u);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <queue>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -33,11 +34,17 @@ absl::Time EarliestStart(const Claim& claim, const NodeTable& table, absl::Time 
 // Why `job` waits although PlaceGang found no room: `placement_reason`, or, if only
 // `claim` is in its way (`fits_unclaimed`), behind whom; prefixed with the restart it
 // waits for.
+constexpr absl::string_view kRestartPrefix = "restart ";
+constexpr absl::string_view kRestartWaiting = " waiting: ";
+constexpr absl::string_view kBehindPrefix = "waiting behind ";
+constexpr absl::string_view kNoNodesReason = "no nodes are alive";
+constexpr absl::string_view kNotScheduledReason = "waiting to be placed";
+
 std::string WaitReason(const QueuedJob& job, const std::string& placement_reason,
                        bool fits_unclaimed, const Claim* claim, absl::Time now) {
   std::string why = placement_reason;
   if (claim != nullptr && fits_unclaimed) {
-    why = absl::StrCat("waiting behind ", claim->job_id,
+    why = absl::StrCat(kBehindPrefix, claim->job_id,
                        " (submitted earlier): the free resources it will need are kept for it");
     // An absolute time, so the reason (and the job's version) does not change every pass.
     if (claim->earliest_start != absl::InfiniteFuture() &&
@@ -49,8 +56,8 @@ std::string WaitReason(const QueuedJob& job, const std::string& placement_reason
     }
   }
   if (job.restart_count == 0) return why;
-  return absl::StrCat("restart ", job.restart_count, " of ", job.spec->max_restarts(),
-                      " waiting: ", why);
+  return absl::StrCat(kRestartPrefix, job.restart_count, " of ", job.spec->max_restarts(),
+                      kRestartWaiting, why);
 }
 
 }  // namespace
@@ -410,6 +417,19 @@ QueuePlan PlanQueue(std::vector<QueuedJob> pending, std::vector<NodeUse> nodes,
   }
   plan.claim = queue.claim();
   return plan;
+}
+
+const char* PendingReasonClass(const std::string& reason) {
+  absl::string_view why = reason;
+  // WaitReason's restart prefix: "restart N of M waiting: <why>".
+  if (absl::StartsWith(why, kRestartPrefix)) {
+    auto colon = why.find(kRestartWaiting);
+    if (colon != absl::string_view::npos) why.remove_prefix(colon + kRestartWaiting.size());
+  }
+  if (absl::StartsWith(why, kNoNodesReason)) return "no_nodes";
+  if (absl::StartsWith(why, kBehindPrefix)) return "behind_claim";
+  if (why.empty() || why == kNotScheduledReason) return "not_yet_scheduled";
+  return "resources";
 }
 
 }  // namespace drover

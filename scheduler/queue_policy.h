@@ -166,6 +166,13 @@ std::vector<NodeCapacity> TotalCapacities(const std::vector<NodeUse>& nodes);
 std::vector<NodeCapacity> FreeCapacities(const std::vector<NodeUse>& nodes,
                                          const Claim* claim = nullptr);
 
+// Why a pending job waits, as one of a few fixed words (a metrics label, bounded), from
+// the reason PlanQueue gave it: "no_nodes" (none alive), "behind_claim" (an earlier
+// job's claim is in its way), "resources" (it does not fit in what is free), or
+// "not_yet_scheduled" (no queue pass has looked at it yet). A restart's prefix is
+// looked through.
+const char* PendingReasonClass(const std::string& reason);
+
 }  // namespace drover
 
 #endif  // DROVER_SCHEDULER_QUEUE_POLICY_H_

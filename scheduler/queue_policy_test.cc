@@ -300,5 +300,29 @@ TEST_F(JobQueueTest, AFullPassTellsTheWholeShapeWhenItsReasonChanges) {
   EXPECT_EQ(reasons_["w9"], reasons_["w5"]);
   EXPECT_NE(before, "");
 }
+
+TEST(QueuePolicyTest, PendingReasonClassesNameWhatPlanQueueSaid) {
+  // From the policy's own words, so a change of wording fails here, not in a dashboard.
+  std::vector<proto::JobSpec> specs = {Spec(4), Spec(8), Spec(2)};
+  specs[1].set_max_restarts(1);
+  auto q = Queue(specs);
+  q[1].restart_count = 1;
+  NodeUse n1 = Node("n1", 8);
+  n1.used.set_cpus(6);
+  QueuePlan plan = PlanQueue(q, {n1}, {Holding("n1")}, kNow);
+  ASSERT_EQ(plan.decisions.size(), 3u);
+  std::map<std::string, std::string> classes;
+  for (const auto& d : plan.decisions) classes[d.job_id] = PendingReasonClass(d.reason);
+  EXPECT_EQ(classes["b"], "resources");  // a restart: "restart 1 of 1 waiting: needs ..."
+  EXPECT_EQ(classes["a"], "resources");
+  EXPECT_EQ(classes["c"], "behind_claim");
+  plan = PlanQueue(Queue({Spec(1)}), {}, {}, kNow);
+  EXPECT_STREQ(PendingReasonClass(plan.decisions[0].reason), "no_nodes")
+      << plan.decisions[0].reason;
+  EXPECT_STREQ(PendingReasonClass("waiting to be placed"), "not_yet_scheduled");
+  EXPECT_STREQ(PendingReasonClass("restart 1 of 2 waiting: no nodes are alive; start one"),
+               "no_nodes");
+}
+
 }  // namespace
 }  // namespace drover

@@ -26,6 +26,12 @@ std::string NewJobTag() {
   return tag;
 }
 
+std::vector<int> RanksOf(const proto::StartProcessesRequest& req) {
+  std::vector<int> ranks;
+  for (const auto& p : req.processes()) ranks.push_back(p.rank());
+  return ranks;
+}
+
 int64_t JobNumber(const std::string& id) {
   int64_t n = 0;
   auto dash = id.rfind('-');
@@ -144,10 +150,8 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
   if (req.agent_address().empty() || req.node_ip().empty()) {
     return absl::InvalidArgumentError("RegisterNode needs agent_address and node_ip");
   }
-  if (req.total().cpus() < 0 || req.total().gpus() < 0 || req.total().memory_bytes() < 0 ||
-      req.gpu_ids_size() != req.total().gpus()) {
-    return absl::InvalidArgumentError(
-        "RegisterNode: resources must be non-negative and gpu_ids must list every GPU");
+  if (std::string bad = ValidateNodeOffer(req.total(), req.gpu_ids()); !bad.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("RegisterNode: ", bad));
   }
   Actions actions;
   proto::RegisterNodeReply reply;
@@ -177,6 +181,7 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     *node.info.mutable_total() = req.total();
     node.info.mutable_gpu_names()->CopyFrom(req.gpu_names());
     node.info.mutable_warnings()->CopyFrom(req.warnings());
+    node.info.set_metrics_address(req.metrics_address());
     table_.Set(id, req.node_ip(), req.total(),
                std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), node.order);
     table_.SetAlive(id, true);
@@ -212,6 +217,7 @@ proto::HeartbeatReply SchedulerCore::Heartbeat(const proto::HeartbeatRequest& re
     }
     reply.set_known(true);
     node->last_heartbeat = clock_->Now();
+    *node->info.mutable_object_store() = req.object_store();
     ApplyProcessTableLocked(*node, req, /*reattach=*/false, &reply, &actions);
     ScheduleLocked(&actions);
   }
@@ -434,6 +440,7 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CreateJob(
         job.info.set_job_id(id);
         job.info.set_submit_time_ms(absl::ToUnixMillis(clock_->Now()));
         if (!idempotency_key.empty()) idempotency_[idempotency_key] = id;
+        NoteLocked(job, TimelineEventOf(proto::TIMELINE_SUBMITTED, 0));
         fill(job, &actions);
         result = job.info;
         break;
@@ -588,6 +595,7 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
     req.set_master_addr(job.info.master_addr());
     req.set_max_restarts(spec.max_restarts());
     req.set_scheduler_address(address_);
+    NoteLocked(job, TimelineEventOf(proto::TIMELINE_PLACED, a.generation, node_id, RanksOf(req)));
     a.starts.emplace_back(nodes_[node_id].info.agent_address(), std::move(req));
     a.node_ids.push_back(node_id);
   }
@@ -611,16 +619,18 @@ void SchedulerCore::RunLaunch(std::shared_ptr<const Action> a, size_t i, int mas
           if (job == nullptr || job->info.restart_count() != a->generation || stopping_) {
             proceed = false;
           } else if (!port.ok()) {
-            std::vector<int> ranks;
-            for (const auto& p : a->starts[i].second.processes()) ranks.push_back(p.rank());
-            FailRanksLocked(*job, a->node_ids[i], ranks,
+            FailRanksLocked(*job, a->node_ids[i], RanksOf(a->starts[i].second),
                             absl::StrCat("could not be started: ", port.status().message()),
                             &more);
             ScheduleLocked(&more);
-          } else if (i == 0) {
-            next_port = *port;
-            job->info.set_master_port(next_port);
-            ChangedLocked(*job);
+          } else {
+            NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a->generation,
+                                             a->node_ids[i], RanksOf(a->starts[i].second)));
+            if (i == 0) {
+              next_port = *port;
+              job->info.set_master_port(next_port);
+              ChangedLocked(*job);
+            }
           }
         }
         Dispatch(std::move(more));
@@ -710,6 +720,7 @@ void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::str
   job.info.set_reason(reason);
   job.info.set_exit_code(exit_code);
   job.info.set_end_time_ms(absl::ToUnixMillis(clock_->Now()));
+  NoteLocked(job, JobEndEvent(state, job.info.restart_count(), reason));
   DROVER_LOG(INFO) << job.info.job_id() << " " << proto::JobState_Name(state) << ": " << reason;
 }
 
@@ -730,6 +741,7 @@ void SchedulerCore::FailRanksLocked(Job& job, const std::string& node_id,
 void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Actions* out) {
   if (exit.generation() != job.info.restart_count()) return;  // an older generation
   if (!job.live.count(exit.rank())) return;                  // already recorded
+  NoteLocked(job, RankExitEvent(exit));
   job.live.erase(exit.rank());
   job.info.add_exited_ranks(exit.rank());
   job.info.set_live_processes(static_cast<int>(job.live.size()));
@@ -746,6 +758,8 @@ void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Acti
         job.info.set_reason(absl::StrCat("restarting the gang (", job.info.restart_count() + 1,
                                          " of ", spec.max_restarts(), ") because ", cause));
         DROVER_LOG(INFO) << job.info.job_id() << " " << job.info.reason();
+        NoteLocked(job, TimelineEventOf(proto::TIMELINE_RESTARTING, exit.generation(),
+                                        exit.node_id(), {exit.rank()}, cause));
       } else {
         FinishLocked(job, proto::FAILED, cause, ExitCodeOf(exit));
       }
@@ -764,6 +778,7 @@ void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Acti
       job.info.set_restarting(false);
       job.info.set_restart_count(job.info.restart_count() + 1);
       kv_.DropOlderThan(job.info.job_id(), job.info.restart_count());
+      NoteLocked(job, TimelineEventOf(proto::TIMELINE_REQUEUED, job.info.restart_count()));
       job.info.set_state(proto::PENDING);
       job.info.clear_placement();
       // Placed by the ScheduleLocked that every caller runs next (restarts go first).
@@ -897,52 +912,6 @@ void SchedulerCore::SignalJobLocked(const std::string& job_id) {
 std::string SchedulerCore::NodeIpLocked(const std::string& node_id) {
   const Node* n = FindNodeLocked(node_id);
   return n == nullptr ? "" : n->info.node_ip();
-}
-
-// ---------------------------------------------------------------------------
-// Object directory
-
-absl::Status SchedulerCore::AddObjectLocations(const proto::AddObjectLocationsRequest& req) {
-  absl::MutexLock lock(&mu_);
-  Node* node = FindNodeLocked(req.node_id());
-  if (node == nullptr || node->info.state() != proto::ALIVE) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "AddObjectLocations: node ", req.node_id(),
-        node == nullptr ? " is not registered" : " is not ALIVE",
-        "; the agent must register again before reporting objects"));
-  }
-  for (const auto& o : req.objects()) objects_.Add(req.node_id(), o.object_id(), o.size());
-  if (req.objects_size() > 0) objects_added_.SignalAll();
-  return absl::OkStatus();
-}
-
-void SchedulerCore::RemoveObjectLocations(const proto::RemoveObjectLocationsRequest& req) {
-  absl::MutexLock lock(&mu_);
-  for (const auto& id : req.object_ids()) objects_.Remove(req.node_id(), id);
-}
-
-proto::GetObjectLocationsReply SchedulerCore::GetObjectLocations(
-    const std::string& object_id, absl::Duration wait, const std::function<bool()>& cancelled) {
-  proto::GetObjectLocationsReply reply;
-  absl::MutexLock lock(&mu_);
-  const absl::Time deadline = clock_->Now() + std::min(wait, absl::Minutes(10));
-  while (true) {
-    for (const auto& h : objects_.Holders(object_id)) {
-      Node* node = FindNodeLocked(h.node_id);
-      if (node == nullptr || node->info.state() != proto::ALIVE) continue;
-      auto* loc = reply.add_locations();
-      loc->set_node_id(h.node_id);
-      loc->set_agent_address(node->info.agent_address());
-      loc->set_size(h.size);
-    }
-    if (reply.locations_size() > 0 || stopping_ || clock_->Now() >= deadline ||
-        (cancelled != nullptr && cancelled())) {
-      return reply;
-    }
-    // At least once a second, to see whether the caller went away.
-    clock_->WaitWithDeadline(&objects_added_, &mu_,
-                             std::min(deadline, clock_->Now() + absl::Seconds(1)));
-  }
 }
 
 }  // namespace drover

@@ -56,6 +56,7 @@
 #include "scheduler/agent_sessions.h"
 #include "scheduler/job_kv.h"
 #include "scheduler/job_persister.h"
+#include "scheduler/job_timeline.h"
 #include "scheduler/lease_manager.h"
 #include "scheduler/node_table.h"
 #include "scheduler/object_directory.h"
@@ -84,6 +85,9 @@ struct SchedulerOptions {
   absl::Duration durable_wait = absl::Seconds(4);
   // Where time comes from. Not owned; must outlive the core.
   Clock* clock = Clock::Real();
+  // Told what happens to each job (job_timeline.h), if set. Not owned; must outlive
+  // the core.
+  JobTimeline* timeline = nullptr;
 };
 
 class SchedulerCore {
@@ -160,6 +164,15 @@ class SchedulerCore {
   absl::Status CheckDriver(const std::string& job_id);
   // Ends a driver job (SUCCEEDED with `reason`); its leases, actors and workers go.
   void EndDriver(const std::string& job_id, const std::string& reason);
+
+  // For the metrics and the dashboard (scheduler_observe.cc): pending jobs by
+  // PendingReasonClass (queue_policy.h), and the jobs whose gang restarts; counted in
+  // one pass under the lock.
+  struct QueueCounts {
+    std::map<std::string, int> pending_by_reason;
+    int restarting = 0;
+  };
+  QueueCounts CountQueue();
 
   // Agents' sessions (agent_sessions.h; these methods live in scheduler_sessions.cc).
   // Opens a session of an ALIVE node, replacing its earlier one and cancelling a loss
@@ -266,6 +279,10 @@ class SchedulerCore {
       if (clock_->WaitWithDeadline(changed.get(), &mu_, deadline)) return done();  // timed out
     }
     return true;
+  }
+  // Tells options_.timeline (if any) that `e` happened to `job`.
+  void NoteLocked(const Job& job, proto::TimelineEvent e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (options_.timeline != nullptr) options_.timeline->Record(job.info.job_id(), std::move(e));
   }
   // Wakes the long polls of the job `job_id`, if it exists (its KV changed).
   void SignalJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

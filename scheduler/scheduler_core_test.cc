@@ -301,8 +301,9 @@ TEST_F(SchedulerCoreTest, JobPastItsTimeLimitIsStoppedAndFailsWithoutRestart) {
 // With time limits known, a job sure to end before the claiming job could start may
 // use the claimed resources meanwhile; a longer one, or one without a limit, waits.
 TEST_F(SchedulerCoreTest, ShortJobsBackfillAClaimTheyEndBefore) {
-  // A node timeout beyond the 4 minutes the clock moves below: the monitor must not
-  // declare the node (which sends no heartbeats here) dead meanwhile.
+  // The node sends no heartbeat while the clock moves 4 minutes: a node timeout beyond
+  // that keeps the monitor from declaring it dead before the last submissions (a race
+  // that failed this test about one run in six on a loaded machine).
   Make(absl::Hours(1), /*fake=*/true);
   Register("10.0.0.1", 0);  // 8 CPUs
   auto limited = [&](int nproc, absl::Duration limit) {

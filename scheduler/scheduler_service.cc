@@ -1,5 +1,6 @@
 #include "scheduler/scheduler_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/status.h"
 
@@ -109,6 +110,42 @@ grpc::Status SchedulerService::GetClusterStatus(grpc::ServerContext* ctx,
                                                 proto::GetClusterStatusReply* reply) {
   DROVER_CHECK_TOKEN(ctx);
   *reply = core_->ClusterStatus();
+  reply->set_metrics_address(http_address_);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::GetJobTimeline(grpc::ServerContext* ctx,
+                                              const proto::GetJobTimelineRequest* req,
+                                              proto::GetJobTimelineReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (req->job_id().empty()) return Invalid("GetJobTimeline needs job_id");
+  std::optional<JobTimeline::Events> events;
+  if (timeline_ != nullptr) events = timeline_->Get(req->job_id());
+  if (!events) {
+    return grpc::Status(
+        grpc::StatusCode::NOT_FOUND,
+        absl::StrCat("no events of job '", req->job_id(),
+                     "' are kept: it is unknown, older than the ", TimelineLimits().jobs,
+                     " jobs with recent events, or ran before the scheduler restarted"));
+  }
+  for (auto& e : events->events) *reply->add_events() = std::move(e);
+  reply->set_dropped(events->dropped);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::CreateDashboardLogin(grpc::ServerContext* ctx,
+                                                    const proto::CreateDashboardLoginRequest*,
+                                                    proto::CreateDashboardLoginReply* reply) {
+  DROVER_CHECK_TOKEN(ctx);
+  if (dashboard_ == nullptr || http_address_.empty()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this scheduler serves no dashboard (it was started with "
+                        "--metrics-port -1); restart it with --metrics-port 0 or a port");
+  }
+  absl::Time expires;
+  const std::string code = dashboard_->NewCode(&expires);
+  reply->set_url(absl::StrCat("http://", http_address_, "/login?code=", code));
+  reply->set_expires_ms(absl::ToUnixMillis(expires));
   return grpc::Status::OK;
 }
 

@@ -9,6 +9,8 @@
 
 #include "proto/scheduler.grpc.pb.h"
 #include "scheduler/agent_session_hub.h"
+#include "scheduler/dashboard_auth.h"
+#include "scheduler/job_timeline.h"
 #include "scheduler/scheduler_core.h"
 
 namespace drover {
@@ -24,6 +26,16 @@ class SchedulerService final
   // the gRPC server's Shutdown (and before the core's Stop).
   void BeginShutdown() { sessions_.BeginShutdown(); }
   AgentSessionHub& sessions() { return sessions_; }
+
+  // Where GetJobTimeline reads (null: NOT_FOUND for every job), and the dashboard that
+  // CreateDashboardLogin makes links to (null: FAILED_PRECONDITION) at `http_address`
+  // (host:port, also GetClusterStatus's metrics_address). Not owned; must outlive the
+  // service. REQUIRES: before serving.
+  void SetTimeline(JobTimeline* timeline) { timeline_ = timeline; }
+  void SetHttp(DashboardAuth* dashboard, std::string http_address) {
+    dashboard_ = dashboard;
+    http_address_ = std::move(http_address);
+  }
 
   grpc::Status RegisterNode(grpc::ServerContext* ctx, const proto::RegisterNodeRequest* req,
                             proto::RegisterNodeReply* reply) override;
@@ -63,11 +75,19 @@ class SchedulerService final
   grpc::Status GetObjectLocations(grpc::ServerContext* ctx,
                                   const proto::GetObjectLocationsRequest* req,
                                   proto::GetObjectLocationsReply* reply) override;
+  grpc::Status GetJobTimeline(grpc::ServerContext* ctx, const proto::GetJobTimelineRequest* req,
+                              proto::GetJobTimelineReply* reply) override;
+  grpc::Status CreateDashboardLogin(grpc::ServerContext* ctx,
+                                    const proto::CreateDashboardLoginRequest* req,
+                                    proto::CreateDashboardLoginReply* reply) override;
 
  private:
   SchedulerCore* const core_;
   const std::string token_;
   AgentSessionHub sessions_;
+  JobTimeline* timeline_ = nullptr;
+  DashboardAuth* dashboard_ = nullptr;
+  std::string http_address_;
 };
 
 }  // namespace drover

@@ -217,6 +217,30 @@ absl::StatusOr<ClusterStatus> Client::Status() {
   return internal::FromProto(reply);
 }
 
+absl::StatusOr<JobTimeline> Client::Timeline(const std::string& job_id) {
+  proto::GetJobTimelineRequest req;
+  req.set_job_id(job_id);
+  proto::GetJobTimelineReply reply;
+  grpc::Status s = WithRetry([&] {
+    grpc::ClientContext ctx;
+    PrepareClientContext(&ctx, token_);
+    return stubs_->scheduler->GetJobTimeline(&ctx, req, &reply);
+  });
+  if (!s.ok()) return Annotate(address_, s);
+  return internal::FromProto(reply);
+}
+
+absl::StatusOr<DashboardLogin> Client::CreateDashboardLogin() {
+  proto::CreateDashboardLoginReply reply;
+  grpc::Status s = WithRetry([&] {
+    grpc::ClientContext ctx;
+    PrepareClientContext(&ctx, token_);
+    return stubs_->scheduler->CreateDashboardLogin(&ctx, {}, &reply);
+  });
+  if (!s.ok()) return Annotate(address_, s);
+  return DashboardLogin{reply.url(), absl::FromUnixMillis(reply.expires_ms())};
+}
+
 absl::Status Client::StreamLogs(const std::string& agent_address, const std::string& job_id,
                                 bool follow, const std::vector<LogOffset>& offsets,
                                 const std::function<void(const LogChunk&)>& on_chunk,

@@ -239,6 +239,16 @@ proto::NodeInfo ToProto(const NodeInfo& n) {
   SetRepeated(out.mutable_warnings(), n.warnings);
   SetRepeated(out.mutable_gpu_names(), n.gpu_names);
   out.set_reason(n.reason);
+  out.set_metrics_address(n.metrics_address);
+  if (n.object_store) {
+    proto::ObjectStoreUsage& u = *out.mutable_object_store();
+    u.set_capacity_bytes(n.object_store->capacity_bytes);
+    u.set_used_bytes(n.object_store->used_bytes);
+    u.set_objects(n.object_store->objects);
+    u.set_spilled_objects(n.object_store->spilled_objects);
+    u.set_spilled_bytes(n.object_store->spilled_bytes);
+    u.set_evictions(n.object_store->evictions);
+  }
   return out;
 }
 
@@ -256,6 +266,13 @@ NodeInfo FromProto(const proto::NodeInfo& n) {
   out.warnings = ToVector<std::string>(n.warnings());
   out.gpu_names = ToVector<std::string>(n.gpu_names());
   out.reason = n.reason();
+  out.metrics_address = n.metrics_address();
+  if (n.has_object_store()) {
+    const proto::ObjectStoreUsage& u = n.object_store();
+    out.object_store = ObjectStoreUsage{u.capacity_bytes(),  u.used_bytes(),
+                                        u.objects(),         u.spilled_objects(),
+                                        u.spilled_bytes(),   u.evictions()};
+  }
   return out;
 }
 
@@ -267,6 +284,7 @@ proto::GetClusterStatusReply ToProto(const ClusterStatus& s) {
   }
   out.set_state_backend(s.state_backend);
   out.set_address(s.address);
+  out.set_metrics_address(s.metrics_address);
   return out;
 }
 
@@ -279,6 +297,48 @@ ClusterStatus FromProto(const proto::GetClusterStatusReply& s) {
   }
   out.state_backend = s.state_backend();
   out.address = s.address();
+  out.metrics_address = s.metrics_address();
+  return out;
+}
+
+proto::GetJobTimelineReply ToProto(const JobTimeline& t) {
+  proto::GetJobTimelineReply out;
+  for (const TimelineEvent& e : t.events) {
+    proto::TimelineEvent* p = out.add_events();
+    p->set_time_us(absl::ToUnixMicros(e.time));
+    p->set_kind(static_cast<proto::TimelineEventKind>(e.kind));
+    p->set_generation(e.generation);
+    p->set_node_id(e.node_id);
+    SetRepeated(p->mutable_ranks(), e.ranks);
+    p->set_detail(e.detail);
+    if (e.exit) *p->mutable_exit() = ToProto(*e.exit);
+    p->set_lease_id(e.lease_id);
+    p->set_actor_id(e.actor_id);
+    p->set_worker_id(e.worker_id);
+    p->set_state(e.state);
+  }
+  out.set_dropped(t.dropped);
+  return out;
+}
+
+JobTimeline FromProto(const proto::GetJobTimelineReply& t) {
+  JobTimeline out;
+  for (const proto::TimelineEvent& p : t.events()) {
+    TimelineEvent e;
+    e.time = absl::FromUnixMicros(p.time_us());
+    e.kind = static_cast<TimelineEventKind>(p.kind());
+    e.generation = p.generation();
+    e.node_id = p.node_id();
+    e.ranks = ToVector<int>(p.ranks());
+    e.detail = p.detail();
+    if (p.has_exit()) e.exit = FromProto(p.exit());
+    e.lease_id = p.lease_id();
+    e.actor_id = p.actor_id();
+    e.worker_id = p.worker_id();
+    e.state = p.state();
+    out.events.push_back(std::move(e));
+  }
+  out.dropped = t.dropped();
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include "drover/tensor.h"
 
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -129,12 +130,38 @@ const std::string& Buffer::object_id() const {
 
 Tensor::Tensor() : shape_{0}, strides_{1} {}
 
+namespace {
+
+std::atomic<internal::LargeTensorAllocator> large_allocator{nullptr};
+std::atomic<size_t> large_min_bytes{0};
+
+}  // namespace
+
+namespace internal {
+
+void SetLargeTensorAllocator(LargeTensorAllocator allocator, size_t min_bytes) {
+  large_min_bytes.store(min_bytes);
+  large_allocator.store(allocator);
+}
+
+}  // namespace internal
+
 absl::StatusOr<Tensor> Tensor::Empty(DType dtype, std::vector<int64_t> shape) {
   DROVER_ASSIGN_OR_RETURN(const size_t bytes, ContiguousBytes(dtype, shape));
   Tensor t;
   t.dtype_ = dtype;
   t.strides_ = os::ContiguousStrides(shape);
   t.shape_ = std::move(shape);
+  internal::LargeTensorAllocator large = large_allocator.load();
+  if (large != nullptr && bytes >= large_min_bytes.load() && bytes > 0) {
+    uint8_t* data = nullptr;
+    std::shared_ptr<internal::Storage> s = large(bytes, dtype, t.shape_, &data);
+    if (s != nullptr) {
+      std::memset(data, 0, bytes);
+      t.storage_ = Buffer(std::move(s), data, bytes);
+      return t;
+    }
+  }
   if (bytes > 0) {
     std::shared_ptr<HeapStorage> s = HeapStorage::New(bytes, /*writable=*/true);
     if (s == nullptr) return OutOfMemory(bytes);

@@ -111,6 +111,16 @@ TEST(ConvertTest, NodesAndClusterStatusSurviveTheRoundTrip) {
   ExpectSame(m, internal::ToProto(s));
 }
 
+TEST(ConvertTest, TimelinesSurviveTheRoundTrip) {
+  const auto m = Filled<proto::GetJobTimelineReply>();
+  JobTimeline t = internal::FromProto(m);
+  ASSERT_EQ(t.events.size(), 2u);
+  EXPECT_EQ(t.events[0].kind, TimelineEventKind::kRequeued);
+  EXPECT_EQ(absl::ToUnixMicros(t.events[0].time), m.events(0).time_us());
+  ASSERT_TRUE(t.events[0].exit.has_value());
+  ExpectSame(m, internal::ToProto(t));
+}
+
 TEST(ConvertTest, UnsetTimesAndRootCauseStayUnset) {
   proto::JobInfo m;
   m.set_job_id("job-1");

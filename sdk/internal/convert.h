@@ -31,6 +31,9 @@ NodeInfo FromProto(const proto::NodeInfo& node);
 proto::GetClusterStatusReply ToProto(const ClusterStatus& status);
 ClusterStatus FromProto(const proto::GetClusterStatusReply& status);
 
+proto::GetJobTimelineReply ToProto(const JobTimeline& timeline);
+JobTimeline FromProto(const proto::GetJobTimelineReply& timeline);
+
 proto::LogOffset ToProto(const LogOffset& offset);
 LogChunk FromProto(const proto::LogChunk& chunk);
 

@@ -53,7 +53,15 @@ struct TensorAccess {
   static object_store::TensorMeta MetaOf(const Tensor& t);
   // All the bytes the tensor views (its storage offset and strides address into them).
   static const Buffer& StorageOf(const Tensor& t) { return t.storage_; }
+  // What a Buffer's bytes belong to (null for an empty Buffer).
+  static const Storage* StorageObject(const Buffer& b) { return b.storage_.get(); }
+  // A Buffer over `size` bytes at `data` that `storage` owns.
+  static Buffer Wrap(std::shared_ptr<const Storage> storage, const uint8_t* data, size_t size) {
+    return Buffer(std::move(storage), data, size);
+  }
 };
+
+
 
 }  // namespace drover::internal
 

@@ -28,6 +28,7 @@ Registry& TheRegistry() {
 }
 
 thread_local CodecContext* current_context = nullptr;
+thread_local bool sealing_drafts = false;
 
 }  // namespace
 
@@ -133,11 +134,19 @@ std::string DescribeMsgpack(const msgpack::object& obj) {
 }
 
 absl::Status Unpack(absl::string_view bytes, msgpack::object_handle* out) {
+  // msgpack-c allocates an array's or map's elements when it reads the count, before
+  // the elements: a 5-byte value claiming 2^32 elements asked for ~100 GiB (found by
+  // //fuzz:task_values). Every element takes at least one byte (a map entry two), so
+  // no count can exceed what the bytes could hold.
+  const size_t n = bytes.size();
+  const msgpack::unpack_limit limit(/*array=*/n, /*map=*/n / 2, /*str=*/n, /*bin=*/n,
+                                    /*ext=*/n);
   try {
     // Strings and binaries above 256 bytes point into `bytes` (the caller keeps them).
     *out = msgpack::unpack(
         bytes.data(), bytes.size(),
-        [](msgpack::type::object_type, std::size_t n, void*) { return n > 256; }, nullptr);
+        [](msgpack::type::object_type, std::size_t n, void*) { return n > 256; }, nullptr,
+        limit);
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat("a value does not decode (", e.what(),
                                             "): it was not written by this program's drover"));
@@ -146,6 +155,10 @@ absl::Status Unpack(absl::string_view bytes, msgpack::object_handle* out) {
 }
 
 CodecContext* CodecContext::Current() { return current_context; }
+
+SealDraftsScope::SealDraftsScope() : previous_(sealing_drafts) { sealing_drafts = true; }
+SealDraftsScope::~SealDraftsScope() { sealing_drafts = previous_; }
+bool SealDraftsScope::Active() { return sealing_drafts; }
 
 ScopedCodecContext::ScopedCodecContext(CodecContext* ctx) : previous_(current_context) {
   current_context = ctx;

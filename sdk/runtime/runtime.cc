@@ -437,6 +437,11 @@ absl::Status CancelRef(const std::shared_ptr<RefState>& ref, bool force) {
 
 const std::string& RefId(const RefState& ref) { return ref.id; }
 
+std::string NewObjectId() {
+  Runtime* rt = ActiveRuntime();
+  return rt == nullptr ? "no-runtime" : rt->ctx.NewObjectId();
+}
+
 object_store::Client* LocalStore() {
   Runtime* rt = ActiveRuntime();
   return rt == nullptr ? nullptr : rt->ctx.store->store();

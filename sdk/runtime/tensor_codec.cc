@@ -12,6 +12,7 @@
 #include "drover/internal/codec.h"
 #include "object_store/tensor.h"
 #include "sdk/internal/tensor_internal.h"
+#include "sdk/runtime/store_draft.h"
 
 namespace drover::internal {
 namespace {
@@ -47,7 +48,16 @@ std::string EncodeTensorExt(const Tensor& t) {
     pk.pack(r.node_id);
     pk.pack(r.size);
   };
-  if (ctx != nullptr && t.in_store()) {
+  const auto* draft = dynamic_cast<const StoreDraft*>(TensorAccess::StorageObject(storage));
+  if (ctx != nullptr && draft != nullptr && !draft->in_store() && SealDraftsScope::Active()) {
+    // Made by this task in the store: sealed where it is, no copy. Whoever receives the
+    // value owns the object (it is listed like one this encoding put).
+    absl::StatusOr<StoredRef> r = draft->Seal();
+    if (!r.ok()) throw DecodeError(std::string(r.status().message()));
+    if (ctx->collected != nullptr) ctx->collected->push_back(*r);
+    if (ctx->keepalive != nullptr) ctx->keepalive->push_back(std::make_shared<const Tensor>(t));
+    pack_stored(*r);
+  } else if (ctx != nullptr && t.in_store()) {
     // Already in this node's store: refer to it, and keep it pinned while the value is
     // in use (the reader pulls it by id).
     if (ctx->keepalive != nullptr) ctx->keepalive->push_back(std::make_shared<const Tensor>(t));
@@ -72,10 +82,8 @@ std::string EncodeTensorExt(const Tensor& t) {
 
 Tensor DecodeTensorExt(const char* data, size_t size) {
   msgpack::object_handle h;
-  try {
-    h = msgpack::unpack(data, size);
-  } catch (const std::exception& e) {
-    throw DecodeError(absl::StrCat("a tensor value does not decode: ", e.what()));
+  if (absl::Status s = Unpack(absl::string_view(data, size), &h); !s.ok()) {
+    throw DecodeError(absl::StrCat("a tensor value does not decode: ", s.message()));
   }
   const msgpack::object& o = h.get();
   if (o.type != msgpack::type::ARRAY || o.via.array.size != 4 ||

@@ -15,7 +15,9 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "sdk/internal/runtime_internal.h"
 #include "sdk/runtime/package.h"
+#include "sdk/runtime/store_draft.h"
 
 namespace drover::internal {
 namespace {
@@ -24,6 +26,8 @@ namespace {
 constexpr size_t kInlineResultLimit = 100 * 1024;
 // Run queued tasks for at most this long before reading new frames and writing replies.
 constexpr absl::Duration kBatchTime = absl::Microseconds(500);
+// How long a lease may wait for its holder to connect before the worker gives it back.
+constexpr absl::Duration kLeaseClaimTime = absl::Seconds(30);
 // How long the worker keeps polling for the next call after it ran some.
 constexpr absl::Duration kStayAwake = absl::Microseconds(50);
 // How long a task waits for its arguments to arrive on this node.
@@ -168,6 +172,12 @@ int WorkerServer::Run() {
   }
   r->set_unix_path(unix_path_);
   r->set_tcp_port(tcp_port_);
+  if (ctx_->store->has_store()) {
+    // Large tensors the tasks make live in the store from the start: returning one
+    // seals it in place.
+    StoreDraft::Configure(ctx_->store->store(), ctx_->node_id, &NewObjectId);
+    SetLargeTensorAllocator(&StoreDraft::Allocate, StoreDraft::kMinBytes);
+  }
   if (absl::Status s = (*agent)->Send(reg); !s.ok()) return 3;
   // The control connection joins the loop as a plain fd (we own the framing from here).
   control_ = std::make_shared<Conn>();
@@ -199,7 +209,17 @@ int WorkerServer::Run() {
       while ((n = ::epoll_wait(epoll_fd_, events, 64, 0)) == 0 && absl::Now() < until) {
         sched_yield();
       }
-      if (n == 0) n = ::epoll_wait(epoll_fd_, events, 64, -1);
+      if (n == 0) {
+        // Sleep until something arrives, or until a lease nobody claimed expires.
+        const bool waiting_for_holder = !lease_id_.empty() && !lease_connected_;
+        const int timeout_ms =
+            waiting_for_holder
+                ? static_cast<int>(std::max<int64_t>(
+                      0, absl::ToInt64Milliseconds(lease_claim_by_ - absl::Now()) + 1))
+                : -1;
+        n = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
+        if (n == 0 && waiting_for_holder && absl::Now() >= lease_claim_by_) ReleaseUnclaimedLease();
+      }
       if (idle_since != absl::InfiniteFuture()) {
         stay_awake = absl::Now() - idle_since <= kStayAwake;
         idle_since = absl::InfiniteFuture();
@@ -339,6 +359,7 @@ void WorkerServer::OnControl(const std::shared_ptr<Conn>& c, std::string_view pa
   if (msg.has_assign()) {
     lease_id_ = msg.assign().lease_id();
     lease_connected_ = false;
+    lease_claim_by_ = absl::Now() + kLeaseClaimTime;
   } else if (msg.has_create_actor()) {
     CreateActor(msg.create_actor());
   }
@@ -500,6 +521,20 @@ void WorkerServer::Flush(const std::shared_ptr<Conn>& c) {
   ev.events = EPOLLIN | (c->out.empty() ? 0 : EPOLLOUT);
   ev.data.fd = c->fd;
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+void WorkerServer::ReleaseUnclaimedLease() {
+  // Its holder never connected (it died after the lease was granted): give it back.
+  DROVER_LOG(WARNING) << "worker " << env_.worker_id << ": lease " << lease_id_
+                      << " was not claimed within " << absl::FormatDuration(kLeaseClaimTime)
+                      << "; returning it";
+  proto::WorkerControl msg;
+  msg.mutable_lease_ended()->set_lease_id(lease_id_);
+  lease_id_.clear();
+  if (control_ != nullptr && control_->fd >= 0) {
+    AppendFrame(msg, &control_->out);
+    Flush(control_);
+  }
 }
 
 void WorkerServer::Close(const std::shared_ptr<Conn>& c) {

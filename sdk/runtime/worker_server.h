@@ -97,6 +97,8 @@ class WorkerServer {
   std::set<std::pair<Conn*, uint64_t>> cancelled_;
   std::string lease_id_;       // assigned by the agent
   bool lease_connected_ = false;
+  absl::Time lease_claim_by_;  // the holder must connect by then
+  void ReleaseUnclaimedLease();
   // The actor this worker hosts, if any.
   std::string actor_id_;
   void* actor_ = nullptr;

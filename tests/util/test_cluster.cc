@@ -109,6 +109,7 @@ absl::Status TestCluster::StartScheduler(int port) {
             "--heartbeat-ms", absl::StrCat(options_.heartbeat_ms),
             "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms)};
   o.argv.insert(o.argv.end(), advertise.begin(), advertise.end());
+  if (!options_.metrics) o.argv.insert(o.argv.end(), {"--metrics-port", "-1"});
   if (redis_) {
     o.argv.push_back("--redis");
     o.argv.push_back(redis_->address());
@@ -142,14 +143,19 @@ absl::Status TestCluster::StartAgent(int i) {
   o.argv = prefix;
   std::vector<std::string> args = {
       Runfile("node_agent/drover-agent"), "--scheduler", scheduler, "--token-file", token_file_,
-      "--dir", absl::StrCat(dir_, "/agent-", i), "--num-gpus",
-      absl::StrCat(options_.gpus_per_node), "--num-cpus", absl::StrCat(options_.cpus_per_node),
-      "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms),
+      "--dir", absl::StrCat(dir_, "/agent-", i), "--num-cpus",
+      absl::StrCat(options_.cpus_per_node), "--kill-grace-ms", absl::StrCat(options_.kill_grace_ms),
       "--ready-file", absl::StrCat(dir_, "/agent-", i, ".ready")};
+  if (options_.gpus_per_node >= 0) {
+    args.insert(args.end(), {"--num-gpus", absl::StrCat(options_.gpus_per_node)});
+  }
   if (options_.object_store) {
     args.insert(args.end(), {"--object-store-memory", absl::StrCat(options_.object_store_memory)});
   } else {
     args.push_back("--no-object-store");
+  }
+  if (!options_.metrics) {
+    args.insert(args.end(), {"--metrics-port", "-1"});
   }
   ::unlink(absl::StrCat(dir_, "/agent-", i, ".ready").c_str());
   o.argv.insert(o.argv.end(), args.begin(), args.end());

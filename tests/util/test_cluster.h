@@ -28,6 +28,8 @@ namespace drover::testing {
 
 struct TestClusterOptions {
   int nodes = 2;
+  // GPUs each agent declares (--num-gpus); -1: the agents discover them (NVML, e.g. the
+  // stand-in //node_agent:libfake_nvml.so named by DROVER_NVML_LIBRARY).
   int gpus_per_node = 0;
   double cpus_per_node = 8;
   bool redis = false;
@@ -46,6 +48,9 @@ struct TestClusterOptions {
   // data dep //object_store:drover-object-store (it sits next to the agent).
   bool object_store = true;
   uint64_t object_store_memory = 256ull << 20;
+  // The daemons serve /metrics (and the scheduler its dashboard) on a free port; false
+  // runs them with --metrics-port -1 (to measure what serving them costs).
+  bool metrics = true;
 };
 
 class TestCluster {

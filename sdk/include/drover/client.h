@@ -104,6 +104,16 @@ class Client {
   // number of jobs in each state.
   absl::StatusOr<ClusterStatus> Status();
 
+  // What happened to a job (submission, placement, each rank's start and exit per node,
+  // restarts; leases and actors of a driver), oldest first.
+  // Errors: NOT_FOUND the scheduler keeps no events of that job (unknown, too old, or
+  // from before a scheduler restart).
+  absl::StatusOr<JobTimeline> Timeline(const std::string& job_id);
+
+  // A one-time login link to the scheduler's dashboard (valid once, for a few minutes).
+  // Errors: FAILED_PRECONDITION the scheduler serves no dashboard.
+  absl::StatusOr<DashboardLogin> CreateDashboardLogin();
+
   // Streams a job's output from one node's agent (NodeInfo::agent_address; a job's
   // output stays on the nodes it ran on: JobInfo::nodes_used). `on_chunk` is called
   // for each chunk, in order per (rank, stream), from the calling thread. Streams not in

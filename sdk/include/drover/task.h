@@ -223,7 +223,6 @@ class CallBuilder {
   // Resources the call needs (default: 1 CPU).
   Self& SetResources(Resources r) {
     options_.resources = std::move(r);
-    options_.resources_set = true;
     return self();
   }
   // The name in errors and logs (default: the function's name).

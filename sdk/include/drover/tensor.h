@@ -106,6 +106,16 @@ class Storage {
   virtual const std::string& object_id() const;
 };
 struct TensorAccess;  // conversions to and from the store, for code inside drover
+
+// Where Tensor::Empty takes writable storage of at least `min_bytes` from, when set: a
+// task worker allocates such tensors in its node's store, unsealed, so that returning
+// one from the task seals it in place instead of copying it (sdk/runtime/store_draft.h).
+// The allocator returns null (Empty then uses this process's heap) when it cannot, and
+// sets *data to the writable bytes otherwise. Not for users.
+using LargeTensorAllocator = std::shared_ptr<Storage> (*)(size_t bytes, DType dtype,
+                                                          const std::vector<int64_t>& shape,
+                                                          uint8_t** data);
+void SetLargeTensorAllocator(LargeTensorAllocator allocator, size_t min_bytes);
 }  // namespace internal
 
 class Buffer {

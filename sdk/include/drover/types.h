@@ -134,6 +134,16 @@ enum class NodeState {
 // "ALIVE", "DEAD", "RECONNECTING".
 const char* NodeStateName(NodeState state);
 
+// A node's object store, as its agent last reported it (with each heartbeat).
+struct ObjectStoreUsage {
+  int64_t capacity_bytes = 0;   // shared memory it has
+  int64_t used_bytes = 0;       // of which objects (sealed, being written, leased) hold
+  int64_t objects = 0;          // objects in memory
+  int64_t spilled_objects = 0;  // objects spilled to disk, and their bytes
+  int64_t spilled_bytes = 0;
+  int64_t evictions = 0;        // secondary copies evicted for room since it started
+};
+
 // The scheduler's view of a node.
 struct NodeInfo {
   std::string node_id;        // "node-N", kept by the agent across re-registrations
@@ -148,6 +158,10 @@ struct NodeInfo {
   std::vector<std::string> warnings;   // problems found at start (small /dev/shm, ...)
   std::vector<std::string> gpu_names;  // model names, or "declared" (--num-gpus)
   std::string reason;                  // why it is DEAD, if it is
+  // host:port of its agent's /metrics (Prometheus, with the cluster token); empty if
+  // it serves none.
+  std::string metrics_address;
+  std::optional<ObjectStoreUsage> object_store;  // absent: it runs none
 };
 
 // The whole cluster at one moment.
@@ -156,6 +170,48 @@ struct ClusterStatus {
   std::map<JobState, int> job_counts;   // jobs by state (states with none may be absent)
   std::string state_backend;            // "memory" or "redis HOST:PORT"
   std::string address;                  // the scheduler's address
+  // host:port of the scheduler's /metrics and dashboard; empty if it serves none.
+  std::string metrics_address;
+};
+
+// What a TimelineEvent says happened.
+enum class TimelineEventKind {
+  kSubmitted = 0,      // the job was submitted (a driver: registered)
+  kPlaced = 1,         // a generation was placed: `ranks` on `node_id`
+  kRanksStarted = 2,   // node_id's agent started its `ranks`
+  kRankExited = 3,     // one rank ended (`exit`)
+  kRestarting = 4,     // a rank failed; the gang is stopped for a restart (`detail`)
+  kEnded = 5,          // the job ended in `state` (`detail`: its reason)
+  kLeaseGranted = 6,   // a worker lease on node_id (lease_id, worker_id, actor_id)
+  kLeaseReturned = 7,  // a lease ended (`detail`: why)
+  kActor = 8,          // an actor changed to `state` ("ACTOR_ALIVE", ...)
+  kWorkerExited = 9,   // a task worker exited (`exit`)
+  kRequeued = 10,      // the failed generation is stopped; the next waits to be placed
+};
+
+// One thing that happened to a job, as the scheduler saw it.
+struct TimelineEvent {
+  absl::Time time = absl::UnixEpoch();  // microsecond precision, the scheduler's clock
+  TimelineEventKind kind = TimelineEventKind::kSubmitted;
+  int generation = 0;
+  std::string node_id;
+  std::vector<int> ranks;
+  std::string detail;
+  std::optional<ExitInfo> exit;
+  std::string lease_id, actor_id, worker_id;
+  std::string state;  // kEnded: a JobState name; kActor: an actor state name
+};
+
+// A job's events, oldest first (the scheduler keeps a bounded number per job).
+struct JobTimeline {
+  std::vector<TimelineEvent> events;
+  int64_t dropped = 0;  // older events no longer kept
+};
+
+// A one-time link into the dashboard.
+struct DashboardLogin {
+  std::string url;       // open once, before `expires`
+  absl::Time expires = absl::UnixEpoch();
 };
 
 // Which output stream of a process.

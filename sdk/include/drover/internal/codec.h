@@ -142,6 +142,21 @@ absl::StatusOr<EncodedValue> Encode(const T& value) {
   return out;
 }
 
+// While one lives on this thread, tensors being encoded whose storage is an unsealed
+// store object of this worker (a "draft", sdk/runtime/store_draft.h) are sealed in place
+// rather than copied: set around the encoding of a task's result.
+class SealDraftsScope {
+ public:
+  SealDraftsScope();
+  ~SealDraftsScope();
+  SealDraftsScope(const SealDraftsScope&) = delete;
+  SealDraftsScope& operator=(const SealDraftsScope&) = delete;
+  static bool Active();
+
+ private:
+  bool previous_;
+};
+
 // A tensor as a msgpack extension (type 'T'): its header, and its bytes inline (small
 // tensors, or without a runtime) or the store object holding them. Throw DecodeError.
 std::string EncodeTensorExt(const Tensor& t);

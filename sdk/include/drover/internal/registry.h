@@ -108,6 +108,7 @@ void DecodeArgInto(const ArgList& args, size_t i, const std::string& fname,
 template <typename R>
 InvokeResult MakeResult(R&& r) {
   InvokeResult out;
+  SealDraftsScope result_encoding;  // a large tensor made by the task is sealed, not copied
   using D = std::decay_t<R>;
   if constexpr (std::is_same_v<D, absl::Status>) {
     if (!r.ok()) {

@@ -1,0 +1,28 @@
+// main() for tests of CUDA and NCCL call sites without a GPU: runs the test binary again
+// with the stand-in CUDA and NCCL (fake_cuda.cc, //gpu:libfake_cuda.so, a data dependency
+// of the test) preloaded, since LD_PRELOAD must be set before a process starts; then
+// runs the tests. The processes the tests start do not inherit the preload.
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+int main(int argc, char** argv) {
+  if (std::getenv("DROVER_FAKE_CUDA_PRELOADED") == nullptr) {
+    const char* srcdir = std::getenv("TEST_SRCDIR");
+    const char* workspace = std::getenv("TEST_WORKSPACE");
+    const std::string lib = std::string(srcdir ? srcdir : ".") + "/" +
+                            (workspace ? workspace : "drover") + "/gpu/libfake_cuda.so";
+    setenv("LD_PRELOAD", lib.c_str(), 1);
+    setenv("DROVER_FAKE_CUDA_PRELOADED", "1", 1);
+    execv("/proc/self/exe", argv);
+    perror("execv /proc/self/exe");
+    return 1;
+  }
+  unsetenv("LD_PRELOAD");
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,39 @@
+// A strict reader of the Prometheus text exposition format (version 0.0.4), for tests
+// that scrape /metrics: every line must be a HELP or TYPE comment, blank, or a sample
+// `name{label="value",...} number`, with names and labels as the format allows and each
+// sample's family announced by a TYPE line before it.
+#ifndef DROVER_TESTS_UTIL_PROMETHEUS_TEXT_H_
+#define DROVER_TESTS_UTIL_PROMETHEUS_TEXT_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace drover::testing {
+
+struct Sample {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  double value = 0;
+};
+
+struct Exposition {
+  std::vector<Sample> samples;
+  std::map<std::string, std::string> types;  // family -> counter, gauge, histogram, ...
+
+  // The sum of the samples named `name` whose labels include all of `labels`; -1 if
+  // there is none.
+  double Sum(const std::string& name, const std::map<std::string, std::string>& labels = {}) const;
+};
+
+// INVALID_ARGUMENT naming the line that breaks the format.
+absl::StatusOr<Exposition> ParseExposition(const std::string& text);
+
+// GETs http://`host_port`/metrics with the token and parses it.
+absl::StatusOr<Exposition> Scrape(const std::string& host_port, const std::string& token);
+
+}  // namespace drover::testing
+
+#endif  // DROVER_TESTS_UTIL_PROMETHEUS_TEXT_H_

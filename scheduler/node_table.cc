@@ -32,9 +32,39 @@ NodeTable::Entry* NodeTable::Get(const std::string& node_id) {
   return it == nodes_.end() ? nullptr : &it->second;
 }
 
-void NodeTable::Changed(const std::string& node_id) {
+void NodeTable::Changed(Entry* e) {
   ++version_;
-  dirty_.insert(node_id);
+  dirty_.insert(e->use.node_id);
+  if (!e->alive) return;
+  // Bounded: a reader that fell this far behind reads every node again instead.
+  if (log_.size() >= 4 * nodes_.size() + 1024) {
+    log_base_ += log_.size();
+    log_.clear();
+  }
+  log_.push_back(e);
+}
+
+void NodeTable::Amounts::Add(const NodeCapacity& c) {
+  gpus.insert(c.available.gpus());
+  cpus.insert(c.available.cpus());
+  memory_bytes.insert(static_cast<double>(c.available.memory_bytes()));
+  for (const auto& [name, v] : c.available.custom()) custom[name].insert(v);
+}
+
+void NodeTable::Amounts::Remove(const NodeCapacity& c) {
+  auto take = [](std::multiset<double>& s, double v) {
+    auto it = s.find(v);
+    if (it != s.end()) s.erase(it);
+  };
+  take(gpus, c.available.gpus());
+  take(cpus, c.available.cpus());
+  take(memory_bytes, static_cast<double>(c.available.memory_bytes()));
+  for (const auto& [name, v] : c.available.custom()) {
+    auto it = custom.find(name);
+    if (it == custom.end()) continue;
+    take(it->second, v);
+    if (it->second.empty()) custom.erase(it);
+  }
 }
 
 void NodeTable::Set(const std::string& node_id, const std::string& node_ip,
@@ -71,7 +101,7 @@ void NodeTable::Use(const std::string& node_id, const proto::Resources& r,
       e->use.used_gpus.erase(g);
     }
   }
-  Changed(node_id);
+  Changed(e);
 }
 
 void NodeTable::Hold(const std::vector<std::string>& node_ids, absl::Time ends_by, int sign) {
@@ -127,14 +157,20 @@ void NodeTable::Rebuild() {
   alive_.clear();
   free_.clear();
   total_.clear();
+  free_amounts_ = Amounts();
   for (Entry* e : alive) {
     e->view_index = static_cast<int>(alive_.size());
     alive_.push_back(&e->use);
     free_.push_back(CapacityOf(e->use, /*free=*/true));
+    free_amounts_.Add(free_.back());
     total_.push_back(CapacityOf(e->use, /*free=*/false));
   }
   dirty_.clear();
   stale_ = false;
+  // Readers of the log read every node again.
+  ++epoch_;
+  log_base_ += log_.size();
+  log_.clear();
 }
 
 const std::vector<const NodeUse*>& NodeTable::AliveNodes() {
@@ -146,10 +182,35 @@ const std::vector<NodeCapacity>& NodeTable::Free() {
   if (stale_) Rebuild();
   for (const std::string& id : dirty_) {
     const Entry* e = Get(id);
-    if (e != nullptr && e->view_index >= 0) free_[e->view_index] = CapacityOf(e->use, true);
+    if (e == nullptr || e->view_index < 0) continue;
+    NodeCapacity& c = free_[e->view_index];
+    free_amounts_.Remove(c);
+    c = CapacityOf(e->use, true);
+    free_amounts_.Add(c);
   }
   dirty_.clear();
   return free_;
+}
+
+ResourceMaxima NodeTable::FreeMaxima(
+    const std::vector<std::pair<int, const NodeCapacity*>>& overrides) {
+  Free();
+  for (const auto& [i, c] : overrides) {
+    free_amounts_.Remove(free_[i]);
+    free_amounts_.Add(*c);
+  }
+  // As MaximaOf: 0 when no node has more (or has the kind at all).
+  auto most = [](const std::multiset<double>& s) { return s.empty() ? 0.0 : std::max(0.0, *s.rbegin()); };
+  ResourceMaxima best;
+  best.gpus = most(free_amounts_.gpus);
+  best.cpus = most(free_amounts_.cpus);
+  best.memory_bytes = most(free_amounts_.memory_bytes);
+  for (const auto& [name, amounts] : free_amounts_.custom) best.custom[name] = most(amounts);
+  for (const auto& [i, c] : overrides) {
+    free_amounts_.Remove(*c);
+    free_amounts_.Add(free_[i]);
+  }
+  return best;
 }
 
 const std::vector<NodeCapacity>& NodeTable::Total() {

@@ -8,7 +8,10 @@
 // heartbeat) cost more than everything else the scheduler does. The table keeps the
 // capacity views placement reads (Free, Total) and refreshes only the entries of nodes
 // that changed since they were last read. `version` moves with every change, so a
-// caller can tell whether anything happened since it last looked.
+// caller can tell whether anything happened since it last looked. A log of which
+// nodes' free capacity changed (Changes) and the most free of each resource kind
+// (FreeMaxima) let an index of its own (capacity_index.h) follow the table without
+// reading every node.
 //
 // Pure: no lock, no clock, no I/O. SchedulerCore owns one and guards it with its mutex.
 // Not thread-safe.
@@ -19,6 +22,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -70,6 +74,35 @@ class NodeTable {
   const std::vector<NodeCapacity>& Free();
   const std::vector<NodeCapacity>& Total();
 
+  // Where a reader of the change log stands.
+  struct Cursor {
+    uint64_t epoch = 0;
+    uint64_t pos = 0;
+  };
+  // Calls `changed(i)` for the view index `i` of each ALIVE node whose free capacity
+  // changed since `*cursor` (a node may come more than once), then moves the cursor to
+  // now. False, with no calls, if the views were rebuilt since (a node set, alive or
+  // not) or the log was trimmed past the cursor (a reader that waited long): the
+  // reader must read every node of Free() again. Free() is up to date on return.
+  template <typename F>
+  bool Changes(Cursor* cursor, F changed) {
+    Free();
+    const bool ok = cursor->epoch == epoch_ && cursor->pos >= log_base_;
+    if (ok) {
+      for (uint64_t i = cursor->pos - log_base_; i < log_.size(); ++i) {
+        changed(log_[i]->view_index);
+      }
+    }
+    cursor->epoch = epoch_;
+    cursor->pos = log_base_ + log_.size();
+    return ok;
+  }
+  // The most of each resource kind free on any one ALIVE node (PlaceGang's reasons
+  // quote it), with the capacities `overrides` gives (view index, capacity) in place of
+  // those nodes' free ones.
+  ResourceMaxima FreeMaxima(
+      const std::vector<std::pair<int, const NodeCapacity*>>& overrides = {});
+
   // Moves with every change (a node set, used, held, alive or not).
   uint64_t version() const { return version_; }
   // Moves when the ALIVE nodes or their totals change (not with use or holds).
@@ -84,15 +117,28 @@ class NodeTable {
     std::multiset<absl::Time> hold_ends;
     int view_index = -1;  // position in the views while ALIVE
   };
+  // Per kind, the amounts free on each ALIVE node (for FreeMaxima).
+  struct Amounts {
+    std::multiset<double> gpus, cpus, memory_bytes;
+    std::map<std::string, std::multiset<double>> custom;
+    void Add(const NodeCapacity& c);
+    void Remove(const NodeCapacity& c);
+  };
   void Rebuild();
   Entry* Get(const std::string& node_id);
-  void Changed(const std::string& node_id);
+  void Changed(Entry* e);
 
   std::map<std::string, Entry> nodes_;
   std::vector<const NodeUse*> alive_;
   std::vector<NodeCapacity> free_, total_;
   bool stale_ = true;  // the ALIVE set, an order or a total changed: rebuild the views
   absl::flat_hash_set<std::string> dirty_;  // nodes whose free capacity is out of date
+  Amounts free_amounts_;  // of free_
+  // The change log: nodes whose free capacity changed, from position log_base_ on, in
+  // this epoch of the views (Rebuild starts a new one).
+  std::vector<const Entry*> log_;
+  uint64_t log_base_ = 0;
+  uint64_t epoch_ = 1;
   uint64_t version_ = 0;
   uint64_t totals_version_ = 0;
 };

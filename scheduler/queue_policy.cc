@@ -11,17 +11,22 @@
 namespace drover {
 namespace {
 
-// What placement looks at in a spec: jobs with equal keys are placed alike and wait
-// for the same reason (the class of queue_policy.h).
-std::string ClassKey(const proto::JobSpec& spec) {
+// What a CapacityIndex is made for: the per-process resources and processes per node.
+std::string ShapeKey(const proto::JobSpec& spec) {
   const proto::Resources& r = spec.per_process();
-  std::string key = absl::StrFormat("%a/%d/%d/%d/%d/%d/%d", r.cpus(), r.memory_bytes(), r.gpus(),
-                                    spec.nproc(), spec.nproc_per_node(),
-                                    static_cast<int>(spec.strategy()), spec.time_limit_ms());
+  std::string key = absl::StrFormat("%a/%d/%d/%d", r.cpus(), r.memory_bytes(), r.gpus(),
+                                    spec.nproc_per_node());
   std::vector<std::pair<std::string, double>> custom(r.custom().begin(), r.custom().end());
   std::sort(custom.begin(), custom.end());
   for (const auto& [name, v] : custom) absl::StrAppendFormat(&key, "/%d:%s=%a", name.size(), name, v);
   return key;
+}
+
+// What placement looks at in a spec: jobs with equal keys are placed alike and wait
+// for the same reason (the class of queue_policy.h).
+std::string ClassKey(const proto::JobSpec& spec) {
+  return absl::StrFormat("%s/%d/%d/%d", ShapeKey(spec), spec.nproc(),
+                         static_cast<int>(spec.strategy()), spec.time_limit_ms());
 }
 
 // When `claim`'s resources are free at the latest (see Claim::earliest_start).
@@ -64,6 +69,7 @@ std::string WaitReason(const QueuedJob& job, const std::string& placement_reason
 
 struct JobQueue::Class {
   std::string key;
+  std::string shape;  // ShapeKey
   std::map<int64_t, QueuedJob> jobs;  // by submission
   // Jobs added since they were last told a reason.
   std::vector<int64_t> untold;
@@ -72,10 +78,9 @@ struct JobQueue::Class {
   // The last pass found a job of the class that did not fit (so would every later one
   // until something changes).
   bool failed = false;
-  // PlaceGang against the totals (for a claim), and the totals it was made for.
-  bool whole_known = false;
-  uint64_t whole_version = 0;
-  PlacementResult whole;
+  // Its free capacity per node, shared by the classes of its shape (ShapeKey); none
+  // beyond JobQueue's limit (its jobs are placed by scanning the nodes then).
+  std::shared_ptr<CapacityIndex> index;
   // During a pass: the next job to decide.
   std::map<int64_t, QueuedJob>::iterator cursor;
 };
@@ -207,6 +212,23 @@ class JobQueue::Pass {
     c->untold.clear();
   }
 
+  // What `claim` leaves of the claimed ALIVE nodes' free capacities, by view index.
+  const CapacityIndex::Overrides& Claimed(const Claim& claim) {
+    claimed_.clear();
+    claimed_.reserve(claim.resources.size());  // no reallocation: pointers are kept
+    overrides_.clear();
+    for (const auto& [node, r] : claim.resources) {
+      const int i = table_->ViewIndex(node);
+      if (i < 0) continue;
+      auto gpus = claim.gpus.find(node);
+      claimed_.push_back(CapacityOf(*table_->Find(node), /*free=*/true, &r,
+                                    gpus == claim.gpus.end() ? nullptr : &gpus->second));
+      overrides_.emplace_back(i, &claimed_.back());
+    }
+    std::sort(overrides_.begin(), overrides_.end());
+    return overrides_;
+  }
+
   // Free capacities of the ALIVE nodes, less `claim`'s share.
   const std::vector<const NodeCapacity*>& View(const Claim* claim) {
     const std::vector<NodeCapacity>& free = table_->Free();
@@ -214,16 +236,7 @@ class JobQueue::Pass {
     view_.reserve(free.size());
     for (const NodeCapacity& n : free) view_.push_back(&n);
     if (claim == nullptr) return view_;
-    claimed_.clear();
-    claimed_.reserve(claim->resources.size());
-    for (const auto& [node, r] : claim->resources) {
-      const int i = table_->ViewIndex(node);
-      if (i < 0) continue;
-      auto gpus = claim->gpus.find(node);
-      claimed_.push_back(CapacityOf(*table_->Find(node), /*free=*/true, &r,
-                                    gpus == claim->gpus.end() ? nullptr : &gpus->second));
-      view_[i] = &claimed_.back();
-    }
+    for (const auto& [i, capacity] : Claimed(*claim)) view_[i] = capacity;
     return view_;
   }
 
@@ -240,27 +253,27 @@ class JobQueue::Pass {
     const bool borrows =
         claimed && limit_ms > 0 && now_ + absl::Milliseconds(limit_ms) <= claim.earliest_start;
     const Claim* in_the_way = claimed && !borrows ? &claim : nullptr;
-    PlacementResult placed = PlaceGang(spec, View(in_the_way));
+    // A class's index answers without a scan of the nodes.
+    CapacityIndex* index = c != nullptr ? c->index.get() : nullptr;
+    PlacementResult placed;
+    if (index == nullptr) {
+      placed = PlaceGang(spec, View(in_the_way));
+    } else if (in_the_way == nullptr) {
+      placed = index->Place(spec, *table_);
+    } else {
+      placed = index->Place(spec, *table_, Claimed(*in_the_way));
+    }
     if (placed.ok) {
       v.start = true;
       v.ranks = std::move(placed.ranks);
       return v;
     }
-    const bool fits_unclaimed = in_the_way != nullptr && PlaceGang(spec, View(nullptr)).ok;
+    const bool fits_unclaimed =
+        in_the_way != nullptr &&
+        (index != nullptr ? index->Fits(spec, *table_) : PlaceGang(spec, View(nullptr)).ok);
     v.reason = WaitReason(job, placed.reason, fits_unclaimed, in_the_way, now_);
     if (claimed) return v;
-    PlacementResult whole_now;
-    const PlacementResult* whole = &whole_now;
-    if (c != nullptr) {
-      if (!c->whole_known || c->whole_version != table_->totals_version()) {
-        c->whole = PlaceGang(spec, table_->Total());
-        c->whole_known = true;
-        c->whole_version = table_->totals_version();
-      }
-      whole = &c->whole;
-    } else {
-      whole_now = PlaceGang(spec, table_->Total());
-    }
+    const PlacementResult* whole = &q_->Whole(spec, *table_);
     if (!whole->ok) return v;  // cannot run on today's nodes even when empty: no claim
     claim.job_id = job.job_id;
     for (const auto& p : whole->ranks) {
@@ -278,6 +291,7 @@ class JobQueue::Pass {
   const Callbacks* const cb_;
   std::vector<const NodeCapacity*> view_;
   std::vector<NodeCapacity> claimed_;
+  CapacityIndex::Overrides overrides_;
 };
 
 JobQueue::JobQueue() = default;
@@ -295,6 +309,8 @@ void JobQueue::Add(const QueuedJob& job) {
   if (c == nullptr) {
     c = std::make_unique<Class>();
     c->key = key;
+    c->shape = ShapeKey(*job.spec);
+    c->index = IndexFor(c->shape, *job.spec);
   }
   c->jobs[job.seq] = job;
   c->untold.push_back(job.seq);
@@ -321,6 +337,41 @@ void JobQueue::Remove(const QueuedJob& job) {
     fresh_.erase(c->second.get());
     classes_.erase(c);
   }
+}
+
+const PlacementResult& JobQueue::Whole(const proto::JobSpec& spec, NodeTable& table) {
+  if (whole_version_ != table.totals_version() || whole_.size() >= 1024) {
+    whole_.clear();
+    whole_version_ = table.totals_version();
+  }
+  auto [it, inserted] = whole_.try_emplace(ClassKey(spec));
+  if (inserted) it->second = PlaceGang(spec, table.Total());
+  return it->second;
+}
+
+std::shared_ptr<CapacityIndex> JobQueue::IndexFor(const std::string& shape,
+                                                  const proto::JobSpec& spec) {
+  auto it = indexes_.find(shape);
+  if (it == indexes_.end()) {
+    if (indexes_.size() >= kMaxIndexes) {
+      // Room for it: the least recently used index no class uses now, if any.
+      auto oldest = indexes_.end();
+      for (auto i = indexes_.begin(); i != indexes_.end(); ++i) {
+        if (i->second.index.use_count() == 1 &&
+            (oldest == indexes_.end() || i->second.used < oldest->second.used)) {
+          oldest = i;
+        }
+      }
+      if (oldest == indexes_.end()) return nullptr;
+      indexes_.erase(oldest);
+    }
+    it = indexes_.emplace(shape, SharedIndex{std::make_shared<CapacityIndex>(
+                                                 spec.per_process(), spec.nproc_per_node()),
+                                             0})
+             .first;
+  }
+  it->second.used = ++index_uses_;
+  return it->second.index;
 }
 
 void JobQueue::Plan(NodeTable& nodes, absl::Time now, const Callbacks& callbacks) {

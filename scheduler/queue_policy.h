@@ -26,7 +26,10 @@
 // without being placed one by one; and a pass that follows only new submissions (no
 // resource, node or time change) looks at the new jobs alone. A pass therefore costs
 // one placement per job it starts and per class, not per queued job: 100,000 queued
-// jobs of a few shapes cost what a few do. The one approximation: the waiting jobs of a
+// jobs of a few shapes cost what a few do. And a placement on what is free costs what
+// changed since the last one, not a scan of every node: the classes of one shape
+// (per-process resources and processes per node) share a CapacityIndex
+// (capacity_index.h), for up to 32 shapes at once (the others' jobs scan). The one approximation: the waiting jobs of a
 // class share the reason of the first of them that did not fit (its numbers, such as
 // "the most free on any node is 2 CPUs", are those seen at that point of the pass).
 #ifndef DROVER_SCHEDULER_QUEUE_POLICY_H_
@@ -43,6 +46,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "proto/common.pb.h"
+#include "scheduler/capacity_index.h"
 #include "scheduler/node_table.h"
 #include "scheduler/placement.h"
 
@@ -116,17 +120,39 @@ class JobQueue {
   // pass; returns at once if there are none.
   void Plan(NodeTable& nodes, absl::Time now, const Callbacks& callbacks);
 
+  // PlaceGang(spec, nodes.Total()): where the job would go if every node were empty
+  // (a claim), or why it can never run on these nodes. Remembered per class until
+  // the nodes' totals change. Valid until the next call.
+  const PlacementResult& Whole(const proto::JobSpec& spec, NodeTable& nodes);
+
   // The claim of the last pass (job_id empty: none).
   const Claim& claim() const { return claim_; }
 
  private:
   struct Class;
   class Pass;
+  static constexpr size_t kMaxIndexes = 32;
+
+  // The index of a new class's shape: the one its shape has, a new one, or none if
+  // kMaxIndexes shapes have one and classes use them all.
+  std::shared_ptr<CapacityIndex> IndexFor(const std::string& shape, const proto::JobSpec& spec);
 
   // Restarting gangs, by submission; each decided on its own.
   std::map<int64_t, QueuedJob> restarts_;
   // The other jobs, by class key.
   absl::flat_hash_map<std::string, std::unique_ptr<Class>> classes_;
+  // Whole's answers by class key, for the totals of whole_version_.
+  absl::flat_hash_map<std::string, PlacementResult> whole_;
+  uint64_t whole_version_ = 0;
+  // Capacity indexes by shape key, shared with the classes of the shape, and kept
+  // after them (a stream of jobs of one shape into a cluster with room makes and ends
+  // a class per job): the least recently used one no class uses goes first.
+  struct SharedIndex {
+    std::shared_ptr<CapacityIndex> index;
+    uint64_t used = 0;
+  };
+  absl::flat_hash_map<std::string, SharedIndex> indexes_;
+  uint64_t index_uses_ = 0;
   std::set<Class*> fresh_;  // classes with jobs added since the last pass
   size_t size_ = 0;
   bool dirty_ = true;

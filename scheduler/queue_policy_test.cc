@@ -324,5 +324,27 @@ TEST(QueuePolicyTest, PendingReasonClassesNameWhatPlanQueueSaid) {
                "no_nodes");
 }
 
+TEST_F(JobQueueTest, ShapesBeyondTheIndexLimitArePlacedAlike) {
+  // More shapes than JobQueue keeps capacity indexes for (32): the rest scan the nodes,
+  // with the same decisions, in submission order across shapes.
+  AddNode("n1", 3);
+  for (int i = 0; i < 40; ++i) {
+    proto::JobSpec spec = Spec(1);
+    spec.mutable_per_process()->set_cpus(1 + i / 100.0);
+    Add("s" + std::to_string(i), spec);
+  }
+  Plan();
+  // 1.00 + 1.01 CPUs fit in 3; s2 (1.02) claims; the rest wait behind it.
+  EXPECT_EQ(started_, (std::vector<std::string>{"s0", "s1"}));
+  EXPECT_EQ(queue_.claim().job_id, "s2");
+  EXPECT_TRUE(absl::StartsWith(reasons_["s39"], "needs 1.39 CPUs on one node")) << reasons_["s39"];
+  // Room for all: the rest start, oldest first, those with an index and those without.
+  AddNode("n2", 100);
+  Plan();
+  ASSERT_EQ(started_.size(), 38u);
+  for (int i = 0; i < 38; ++i) EXPECT_EQ(started_[i], "s" + std::to_string(i + 2));
+  EXPECT_EQ(queue_.size(), 0u);
+}
+
 }  // namespace
 }  // namespace drover

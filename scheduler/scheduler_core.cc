@@ -389,9 +389,8 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& sp
   if (!invalid.empty()) return absl::InvalidArgumentError(invalid);
   auto check = [&]() -> absl::Status {
     // Reject at once what could never fit on the nodes that exist.
-    const std::vector<NodeCapacity>& totals = table_.Total();
-    if (!totals.empty()) {
-      PlacementResult never = PlaceGang(spec, totals);
+    if (!table_.Total().empty()) {
+      const PlacementResult& never = queue_.Whole(spec, table_);
       if (!never.ok) {
         return absl::FailedPreconditionError(absl::StrCat(
             "this job can never run on this cluster: ", never.reason,

@@ -86,7 +86,8 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<drover::StateStore> store;
   if (redis.empty()) {
-    store = drover::NewMemoryStateStore();
+    // Nothing reloads its job records: they end with this process.
+    store = drover::NewMemoryStateStore(/*keep_jobs=*/false);
   } else {
     auto hp = drover::ParseHostPort(redis);
     if (!hp.ok()) {

@@ -26,12 +26,6 @@ std::string NewJobTag() {
   return tag;
 }
 
-std::vector<int> RanksOf(const proto::StartProcessesRequest& req) {
-  std::vector<int> ranks;
-  for (const auto& p : req.processes()) ranks.push_back(p.rank());
-  return ranks;
-}
-
 int64_t JobNumber(const std::string& id) {
   int64_t n = 0;
   auto dash = id.rfind('-');
@@ -67,9 +61,9 @@ absl::Status SchedulerCore::Start() {
     Job& job = jobs_[info.job_id()];
     job.info = std::move(info);
     job.seq = next_seq_++;
-    by_seq_[job.seq] = &job;
+    by_seq_.push_back(&job);
     if (!job.info.spec().idempotency_key().empty()) {
-      idempotency_[job.info.spec().idempotency_key()] = job.info.job_id();
+      idempotency_[job.info.spec().idempotency_key()] = &job;
     }
     if (job.info.driver() && !IsTerminal(job.info.state())) {
       // A driver's session does not survive the scheduler: its workers lost their
@@ -121,7 +115,9 @@ void SchedulerCore::Stop() {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
-    for (auto& [id, job] : jobs_) job.changed->SignalAll();
+    for (auto& [id, job] : jobs_) {
+      if (job.changed != nullptr) job.changed->SignalAll();
+    }
     objects_added_.SignalAll();
     monitor_wake_.SignalAll();
   }
@@ -203,97 +199,6 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
   }
   Dispatch(std::move(actions));
   return reply;
-}
-
-proto::HeartbeatReply SchedulerCore::Heartbeat(const proto::HeartbeatRequest& req) {
-  proto::HeartbeatReply reply;
-  Actions actions;
-  {
-    absl::MutexLock lock(&mu_);
-    Node* node = FindNodeLocked(req.node_id());
-    if (node == nullptr || node->info.state() != proto::ALIVE) {
-      reply.set_known(false);
-      return reply;
-    }
-    reply.set_known(true);
-    node->last_heartbeat = clock_->Now();
-    *node->info.mutable_object_store() = req.object_store();
-    ApplyProcessTableLocked(*node, req, /*reattach=*/false, &reply, &actions);
-    ScheduleLocked(&actions);
-  }
-  Dispatch(std::move(actions));
-  return reply;
-}
-
-void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRequest& report,
-                                            bool reattach, proto::HeartbeatReply* reply,
-                                            Actions* out) {
-  // (job, generation) -> all of its processes on this node have exited.
-  std::map<std::pair<std::string, int>, bool> groups;
-  std::set<std::pair<std::string, int>> stale_running;
-  std::map<std::string, std::set<int>> reported;  // job -> ranks of its current generation
-  for (const auto& p : report.processes()) {
-    auto key = std::make_pair(p.job_id(), p.generation());
-    auto [it, inserted] = groups.emplace(key, true);
-    Job* job = FindJobLocked(p.job_id());
-    if (p.running()) {
-      it->second = false;
-      bool current = job != nullptr && p.generation() == job->info.restart_count() &&
-                     job->live.count(p.rank()) > 0;
-      if (!current) stale_running.insert(key);
-    } else if (job != nullptr) {
-      proto::ExitInfo e = p.exit();
-      e.set_rank(p.rank());
-      e.set_generation(p.generation());
-      e.set_node_id(node.info.node_id());
-      HandleExitLocked(*job, e, out);
-    }
-    if (job != nullptr && p.generation() == job->info.restart_count()) {
-      reported[p.job_id()].insert(p.rank());
-    }
-  }
-  for (const auto& [key, all_exited] : groups) {
-    if (all_exited) {
-      auto* f = reply->add_forget();
-      f->set_job_id(key.first);
-      f->set_generation(key.second);
-    }
-  }
-  for (const auto& key : stale_running) {
-    Action a;
-    a.kind = Action::kStop;
-    a.job_id = key.first;
-    a.generation = key.second;
-    a.stop_address = node.info.agent_address();
-    out->push_back(std::move(a));
-  }
-  if (!reattach) return;
-  for (Job* job : RunningJobsLocked()) {
-    const std::string& id = job->info.job_id();
-    std::vector<int> lost;
-    for (const auto& p : job->info.placement()) {
-      if (p.node_id() == node.info.node_id() && job->live.count(p.rank()) &&
-          !reported[id].count(p.rank())) {
-        lost.push_back(p.rank());
-      }
-    }
-    FailRanksLocked(*job, node.info.node_id(), lost,
-                    "is gone: its node agent restarted and no longer has the process", out);
-  }
-}
-
-void SchedulerCore::ReportExit(const proto::ReportExitRequest& req) {
-  Actions actions;
-  {
-    absl::MutexLock lock(&mu_);
-    Job* job = FindJobLocked(req.job_id());
-    if (job == nullptr) return;
-    proto::ExitInfo e = req.exit();
-    e.set_node_id(req.node_id());
-    HandleExitLocked(*job, e, &actions);
-    ScheduleLocked(&actions);
-  }
-  Dispatch(std::move(actions));
 }
 
 void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Actions* out) {
@@ -424,7 +329,7 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CreateJob(
       if (!idempotency_key.empty()) {
         auto it = idempotency_.find(idempotency_key);
         if (it != idempotency_.end()) {
-          result = jobs_[it->second].info;  // a retry: answer as the first call would
+          result = it->second->info;  // a retry: answer as the first call would
           break;
         }
       }
@@ -435,10 +340,10 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CreateJob(
         std::string id = absl::StrCat("job-", job_tag_, "-", *n);
         Job& job = jobs_[id];
         job.seq = next_seq_++;
-        by_seq_[job.seq] = &job;
+        by_seq_.push_back(&job);
         job.info.set_job_id(id);
         job.info.set_submit_time_ms(absl::ToUnixMillis(clock_->Now()));
-        if (!idempotency_key.empty()) idempotency_[idempotency_key] = id;
+        if (!idempotency_key.empty()) idempotency_[idempotency_key] = &job;
         NoteLocked(job, TimelineEventOf(proto::TIMELINE_SUBMITTED, 0));
         fill(job, &actions);
         result = job.info;
@@ -604,75 +509,6 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   out->push_back(std::move(a));
 }
 
-void SchedulerCore::RunLaunch(std::shared_ptr<const Action> a, size_t i, int master_port) {
-  proto::StartProcessesRequest req = a->starts[i].second;
-  req.set_master_port(master_port);  // 0 for the first (master) node: it picks one
-  agents_->StartProcessesAsync(
-      a->starts[i].first, req, [this, a, i, master_port](absl::StatusOr<int> port) {
-        Actions more;
-        bool proceed = port.ok() && i + 1 < a->starts.size();
-        int next_port = master_port;
-        {
-          absl::MutexLock lock(&mu_);
-          Job* job = FindJobLocked(a->job_id);
-          if (job == nullptr || job->info.restart_count() != a->generation || stopping_) {
-            proceed = false;
-          } else if (!port.ok()) {
-            FailRanksLocked(*job, a->node_ids[i], RanksOf(a->starts[i].second),
-                            absl::StrCat("could not be started: ", port.status().message()),
-                            &more);
-            ScheduleLocked(&more);
-          } else {
-            NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a->generation,
-                                             a->node_ids[i], RanksOf(a->starts[i].second)));
-            if (i == 0) {
-              next_port = *port;
-              job->info.set_master_port(next_port);
-              ChangedLocked(*job);
-            }
-          }
-        }
-        Dispatch(std::move(more));
-        if (proceed) {
-          RunLaunch(a, i + 1, next_port);
-        } else {
-          EndCall();  // last: Stop() may go on once this returns
-        }
-      });
-}
-
-void SchedulerCore::EndCall() {
-  absl::MutexLock lock(&calls_mu_);
-  --calls_in_flight_;
-}
-
-void SchedulerCore::Dispatch(Actions actions) {
-  NotifyLeases(std::move(actions.notes));
-  for (Action& action : actions) {
-    {
-      absl::MutexLock lock(&calls_mu_);
-      if (calls_closed_) return;  // stopping
-      ++calls_in_flight_;
-    }
-    // From the pool: a client without a non-blocking path (tests') blocks it, not the
-    // caller, which may be serving an RPC.
-    outbound_->Post([this, a = std::make_shared<const Action>(std::move(action))] {
-      if (a->kind == Action::kLaunch) {
-        RunLaunch(a, 0, 0);
-        return;
-      }
-      proto::StopJobRequest stop;
-      stop.set_job_id(a->job_id);
-      stop.set_generation(a->generation);
-      stop.set_grace_ms(absl::ToInt64Milliseconds(options_.kill_grace));
-      agents_->StopJobAsync(a->stop_address, stop, [this, a](absl::Status s) {
-        if (!s.ok()) DROVER_LOG(WARNING) << "stop " << a->job_id << ": " << s;
-        EndCall();
-      });
-    });
-  }
-}
-
 void SchedulerCore::StopJobLocked(Job& job, Actions* out) {
   std::set<std::string> nodes;
   for (const auto& p : job.info.placement()) {
@@ -805,14 +641,16 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::GetJob(const std::string& job_id,
 }
 
 std::vector<proto::JobInfo> SchedulerCore::ListJobs(const proto::ListJobsRequest& req) {
-  absl::MutexLock lock(&mu_);
   std::set<int> states(req.states().begin(), req.states().end());
   std::vector<proto::JobInfo> out;
-  for (auto it = by_seq_.rbegin(); it != by_seq_.rend(); ++it) {
-    if (req.limit() > 0 && static_cast<int>(out.size()) >= req.limit()) break;
-    const Job& j = *it->second;
-    if (states.empty() || states.count(j.info.state())) out.push_back(j.info);
-  }
+  // Batched with the agents' reports: in its turn, however many of them there are.
+  RunBatched([&](Actions*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = by_seq_.rbegin(); it != by_seq_.rend(); ++it) {
+      if (req.limit() > 0 && static_cast<int>(out.size()) >= req.limit()) break;
+      const Job& j = **it;
+      if (states.empty() || states.count(j.info.state())) out.push_back(j.info);
+    }
+  });
   return out;
 }
 
@@ -858,19 +696,21 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CancelJob(const std::string& job_i
 }
 
 proto::GetClusterStatusReply SchedulerCore::ClusterStatus() {
-  absl::MutexLock lock(&mu_);
   proto::GetClusterStatusReply reply;
-  std::vector<const Node*> nodes;
-  for (const auto& [id, n] : nodes_) nodes.push_back(&n);
-  std::sort(nodes.begin(), nodes.end(),
-            [](const Node* a, const Node* b) { return a->order < b->order; });
-  for (const Node* n : nodes) *reply.add_nodes() = NodeViewLocked(*n);
-  for (int s = proto::JobState_MIN; s <= proto::JobState_MAX; ++s) {
-    (*reply.mutable_job_counts())[proto::JobState_Name(static_cast<proto::JobState>(s))] =
-        static_cast<int32_t>(state_counts_[s]);
-  }
-  reply.set_state_backend(store_->Describe());
-  reply.set_address(address_);
+  // Batched with the agents' reports: in its turn, however many of them there are.
+  RunBatched([&](Actions*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<const Node*> nodes;
+    for (const auto& [id, n] : nodes_) nodes.push_back(&n);
+    std::sort(nodes.begin(), nodes.end(),
+              [](const Node* a, const Node* b) { return a->order < b->order; });
+    for (const Node* n : nodes) *reply.add_nodes() = NodeViewLocked(*n);
+    for (int s = proto::JobState_MIN; s <= proto::JobState_MAX; ++s) {
+      (*reply.mutable_job_counts())[proto::JobState_Name(static_cast<proto::JobState>(s))] =
+          static_cast<int32_t>(state_counts_[s]);
+    }
+    reply.set_state_backend(store_->Describe());
+    reply.set_address(address_);
+  });
   return reply;
 }
 
@@ -899,13 +739,14 @@ SchedulerCore::Job* SchedulerCore::FindJobLocked(const std::string& id) {
 
 void SchedulerCore::ChangedLocked(Job& job) {
   job.info.set_version(job.info.version() + 1);
-  job.changed->SignalAll();
+  if (job.changed != nullptr) job.changed->SignalAll();
   persister_.Put(job.info);
   IndexLocked(job);
 }
 
 void SchedulerCore::SignalJobLocked(const std::string& job_id) {
-  if (Job* job = FindJobLocked(job_id)) job->changed->SignalAll();
+  Job* job = FindJobLocked(job_id);
+  if (job != nullptr && job->changed != nullptr) job->changed->SignalAll();
 }
 
 std::string SchedulerCore::NodeIpLocked(const std::string& node_id) {

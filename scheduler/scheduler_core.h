@@ -25,7 +25,10 @@
 // records go to the JobPersister's thread. One monitor thread declares silent nodes dead, ends
 // generations past their time limit and stops failed gangs after the abort notice; it
 // also declares dead the nodes whose agent's session closed and stayed closed for the
-// session grace.
+// session grace. What agents report most (heartbeats, exits, launch replies) is applied
+// in batches (RunBatched, scheduler_agents.cc): a report that finds others waiting is
+// applied by the thread that holds the lock for them all, followed by one queue pass,
+// so a thousand agents' reports cost few lock hand-offs and passes, not one each.
 //
 // Time: every deadline and timestamp comes from SchedulerOptions::clock (the wall
 // clock by default; a FakeClock in tests).
@@ -37,6 +40,7 @@
 #define DROVER_SCHEDULER_SCHEDULER_CORE_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -46,6 +50,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -209,7 +215,8 @@ class SchedulerCore {
     // WatchGeneration) wait on it (AwaitJobLocked), so a change wakes only that job's
     // waiters; a condition of mu_ would be re-evaluated at every unlock of mu_ by any
     // call, for every waiter of every job. Shared, so a waiter keeps it alive.
-    std::shared_ptr<absl::CondVar> changed = std::make_shared<absl::CondVar>();
+    // Made by the first wait (most jobs are never waited on). mutable: made by a reader.
+    mutable std::shared_ptr<absl::CondVar> changed;
     // What the indexes (IndexLocked) hold of it: in queue_; a hold on its nodes in
     // table_ (until when, and the allocations it was made for); counted in which state.
     bool queued = false;
@@ -260,6 +267,12 @@ class SchedulerCore {
   void NotifyLeases(LeaseNotes notes);
 
   void Dispatch(Actions actions);
+  // Runs `apply` with mu_ held, batched with the other calls of RunBatched waiting at
+  // the time: one thread (the leader) takes mu_ for all of them, applies each, runs one
+  // queue pass (ScheduleLocked) and dispatches what they decided, then hands the lead to
+  // a call that came meanwhile. Returns once `apply` ran and its pass is done.
+  void RunBatched(absl::FunctionRef<void(Actions*)> apply);
+  static std::vector<int> RanksOf(const proto::StartProcessesRequest& req);
   // Starts node `i` of a launch (the master first, with port 0; the others with the
   // port it picked) without blocking; its reaction starts the next node.
   void RunLaunch(std::shared_ptr<const Action> a, size_t i, int master_port);
@@ -274,6 +287,7 @@ class SchedulerCore {
   template <typename Done>
   bool AwaitJobLocked(const Job& job, absl::Time deadline, Done done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (job.changed == nullptr) job.changed = std::make_shared<absl::CondVar>();
     std::shared_ptr<absl::CondVar> changed = job.changed;
     while (!done()) {
       if (clock_->WaitWithDeadline(changed.get(), &mu_, deadline)) return done();  // timed out
@@ -352,11 +366,12 @@ class SchedulerCore {
   absl::Mutex mu_;
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mu_);
+  // Idempotency key -> the job it made (jobs_ never drops a job).
+  absl::flat_hash_map<std::string, Job*> idempotency_ ABSL_GUARDED_BY(mu_);
   // Indexes of jobs_ (IndexLocked keeps them): every job by submission order (ListJobs
   // reads the newest without sorting them all), the pending jobs, the ids of the jobs
   // with live ranks (what a lost node can touch), and how many are in each state.
-  std::map<int64_t, Job*> by_seq_ ABSL_GUARDED_BY(mu_);
+  std::deque<Job*> by_seq_ ABSL_GUARDED_BY(mu_);  // [seq]: seqs count from 0, none go
   JobQueue queue_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> running_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> state_counts_ ABSL_GUARDED_BY(mu_);
@@ -382,6 +397,13 @@ class SchedulerCore {
   int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
   bool calls_closed_ ABSL_GUARDED_BY(calls_mu_) = false;
   absl::CondVar monitor_wake_;  // Stop() and a closed session wake the monitor
+
+  // RunBatched's calls: those waiting to be applied (in order of arrival), and whether
+  // one of them leads (takes mu_ for the others).
+  struct BatchedCall;
+  absl::Mutex batch_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<BatchedCall*> batch_ ABSL_GUARDED_BY(batch_mu_);
+  bool batch_led_ ABSL_GUARDED_BY(batch_mu_) = false;
 
   // For the lease manager (NotifyLeases): what happened since it was last told, and
   // whether there is any (read without the lock first).

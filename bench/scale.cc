@@ -16,8 +16,12 @@
 //              time from the release to the last StartProcesses the fleet received;
 //   probe      throughout queue and drain, `drover jobs` (ListJobs, 50 newest) and
 //              `drover status` (GetClusterStatus) in a loop: p50 / p99;
-//   leases     (--leases N) N RequestLease calls granted through the fleet's
-//              StartWorker and returned, and N remembered pending requests.
+//   load       --load-clients clients (each its own connection) submit and poll for
+//              --load-seconds: submit and poll latency, and that no submission was
+//              lost or doubled (every job id distinct, as many jobs, all SUCCEEDED);
+//   leases     in the empty cluster (scale_leases.h): leases granted and returned,
+//              requests answered pending in a full cluster, requests waiting in
+//              their RPC and how fast they are granted when leases come back.
 // Each figure is a line `BENCH <name>_<nodes> <value> <unit> [target=... PASS|MISS]`.
 #include <signal.h>
 #include <sys/resource.h>
@@ -36,6 +40,7 @@
 #include "absl/time/clock.h"
 #include "bench/bench_util.h"
 #include "bench/scale_harness.h"
+#include "bench/scale_leases.h"
 #include "bench/sim_fleet.h"
 #include "drover/client.h"
 
@@ -49,6 +54,11 @@ struct Flags {
   int heartbeat_ms = 500;
   double window_s = 10;
   int submit_threads = 8;
+  int lease_cycles = 20000;
+  int pending_leases = 100000;
+  int waiting_leases = 1000;
+  int load_clients = 100;
+  double load_s = 60;
   bool keep = false;
 };
 
@@ -68,15 +78,6 @@ void KillSchedulerAndExit(int sig) {
   if (pid > 0) ::kill(pid, SIGKILL);
   std::exit(1);
 }
-
-void Bench(const std::string& name, int nodes, double value, const std::string& unit,
-           const std::string& target = "", bool pass = true) {
-  std::cout << absl::StrFormat("BENCH %s_%d %.6g %s", name, nodes, value, unit);
-  if (!target.empty()) std::cout << " target" << target << " " << (pass ? "PASS" : "MISS");
-  std::cout << std::endl;
-}
-
-void Note(const std::string& what) { std::cout << "  " << what << std::endl; }
 
 // The scheduler's CPU use (cores) over `window`.
 double CpuOver(const SchedulerProcess& s, absl::Duration window) {
@@ -199,6 +200,7 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
   // drain
   const int64_t starts_before = fleet.stats().start_calls;
   const absl::Duration cpu_before = s.CpuTime(), own_before = OwnCpuTime();
+  const absl::Duration wait_before = s.RunQueueWait();
   const absl::Time released = absl::Now();
   fleet.Release();
   WaitUntil([&] { return fleet.stats().start_calls >= starts_before + f.queued; },
@@ -207,10 +209,18 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
   const absl::Duration drain = st.last_start - released;
   const double rate = f.queued / absl::ToDoubleSeconds(drain);
   Bench("placements_per_s", nodes, rate, "jobs/s", ">=10000", rate >= 10000);
-  Note(absl::StrFormat("draining used %.2f cores of the scheduler and %.2f of this process "
-                       "(fleet, submitters, probe)",
-                       absl::FDivDuration(s.CpuTime() - cpu_before, drain),
-                       absl::FDivDuration(OwnCpuTime() - own_before, drain)));
+  // What placing costs the scheduler, whatever else runs on the machine: the jobs
+  // placed per second of its CPU (heartbeats included).
+  const absl::Duration drain_cpu = s.CpuTime() - cpu_before;
+  const double per_core = f.queued / absl::ToDoubleSeconds(drain_cpu);
+  Bench("placements_per_core_s", nodes, per_core, "jobs/s", ">=10000", per_core >= 10000);
+  Note(absl::StrFormat("draining used %.2f cores of the scheduler (%.0f us per job, heartbeats "
+                       "included) and %.2f of this process (fleet, submitters, probe); the "
+                       "scheduler's threads waited %.1f s in all for a CPU",
+                       absl::FDivDuration(drain_cpu, drain),
+                       absl::ToDoubleMicroseconds(drain_cpu) / f.queued,
+                       absl::FDivDuration(OwnCpuTime() - own_before, drain),
+                       absl::ToDoubleSeconds(s.RunQueueWait() - wait_before)));
   ReportProbe("drain", nodes, probe.Take());
   WaitUntil(
       [&] {
@@ -223,6 +233,41 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
       "%d registrations",
       st.heartbeats, st.heartbeat_errors, st.unknown_replies, st.exits_reported,
       st.report_errors, st.registrations));
+
+  // load
+  if (f.load_clients > 0) {
+    const int64_t before = slots + f.queued;
+    LoadResult load = RunLoad({s.address(), s.token_file()}, SimJob(100), f.load_clients,
+                              absl::Seconds(f.load_s));
+    if (load.errors > 0) {
+      Die(absl::StrCat("load: ", load.errors, " errors: ", load.first_error));
+    }
+    Bench("load_submits_per_s", nodes,
+          load.job_ids.size() / absl::ToDoubleSeconds(load.wall), "jobs/s");
+    Bench("load_submit_p99", nodes, Percentile(load.submit_ms, 0.99), "ms");
+    Bench("load_poll_p99", nodes, Percentile(load.poll_ms, 0.99), "ms");
+    Note(absl::StrFormat("%d clients for %.0f s: submit %s; poll %s", f.load_clients, f.load_s,
+                         DescribeLatencies(load.submit_ms), DescribeLatencies(load.poll_ms)));
+    if (absl::Status ran = CheckEverySubmissionRan(**client, load, before, absl::Minutes(5));
+        !ran.ok()) {
+      Die(absl::StrCat("load: ", ran.message()));
+    }
+    Note(absl::StrCat("none lost: ", load.job_ids.size(), " submissions, as many jobs, all "
+                      "SUCCEEDED"));
+  }
+
+  // leases
+  if (f.lease_cycles > 0) {
+    LeaseBenchOptions lo;
+    lo.address = s.address();
+    lo.token = s.token();
+    lo.nodes = nodes;
+    lo.slots = slots;
+    lo.cycles = f.lease_cycles;
+    lo.pending = f.pending_leases;
+    lo.waiting = f.waiting_leases;
+    if (!RunLeaseBench(s, lo)) Die("the lease benchmark failed\n" + s.LogTail());
+  }
   fleet.Stop();
   g_scheduler = -1;
   if (!f.keep) std::system(absl::StrCat("rm -rf ", dir).c_str());
@@ -246,6 +291,20 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.5, 600.0));
   app.add_option("--submit-threads", f.submit_threads, "SDK clients submitting at once")
       ->check(CLI::Range(1, 256));
+  app.add_option("--load-clients", f.load_clients,
+                 "clients submitting and polling at once (0: no load figures)")
+      ->check(CLI::Range(0, 1000));
+  app.add_option("--load-seconds", f.load_s, "how long the clients submit")
+      ->check(CLI::Range(1.0, 3600.0));
+  app.add_option("--lease-cycles", f.lease_cycles,
+                 "leases granted and returned (0: no lease figures)")
+      ->check(CLI::Range(0, 10000000));
+  app.add_option("--pending-leases", f.pending_leases,
+                 "lease requests answered pending in a full cluster")
+      ->check(CLI::Range(1, 10000000));
+  app.add_option("--waiting-leases", f.waiting_leases,
+                 "lease requests waiting at once for a full cluster")
+      ->check(CLI::Range(1, 20000));
   app.add_flag("--keep", f.keep, "keep each run's directory (the scheduler's log)");
   CLI11_PARSE(app, argc, argv);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, KillSchedulerAndExit);

@@ -4,7 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
+#include <set>
+#include <iostream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +28,11 @@ std::string JsonString(const std::string& json, const std::string& key) {
   if (pos == std::string::npos) return "";
   pos += needle.size();
   return json.substr(pos, json.find('"', pos) - pos);
+}
+
+template <typename T>
+void Append(std::vector<T>* to, const std::vector<T>& from) {
+  to->insert(to->end(), from.begin(), from.end());
 }
 
 }  // namespace
@@ -82,13 +90,35 @@ absl::Duration SchedulerProcess::CpuTime() const {
   return absl::Seconds(ticks / static_cast<double>(::sysconf(_SC_CLK_TCK)));
 }
 
-int64_t SchedulerProcess::RssBytes() const {
-  std::ifstream in(absl::StrCat("/proc/", pid_, "/status"));
+namespace {
+
+// The number after `key` in /proc/<pid>/status, 0 if absent.
+int64_t StatusField(pid_t pid, const std::string& key) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+    if (line.rfind(key, 0) == 0) return std::stoll(line.substr(key.size()));
   }
   return 0;
+}
+
+}  // namespace
+
+int64_t SchedulerProcess::RssBytes() const { return StatusField(pid_, "VmRSS:") * 1024; }
+
+int SchedulerProcess::Threads() const { return static_cast<int>(StatusField(pid_, "Threads:")); }
+
+absl::Duration SchedulerProcess::RunQueueWait() const {
+  // Per thread: time on a CPU, time waiting for one (ns), time slices.
+  absl::Duration wait;
+  std::error_code ec;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid_, "/task"), ec)) {
+    std::ifstream in(task.path() / "schedstat");
+    int64_t on_cpu = 0, waiting = 0;
+    if (in >> on_cpu >> waiting) wait += absl::Nanoseconds(waiting);
+  }
+  return wait;
 }
 
 bool SchedulerProcess::Running() {
@@ -157,9 +187,8 @@ SubmitResult SubmitMany(Client& client, const JobSpec& spec, int count, int thre
         mine.job_ids.push_back(job->job_id);
       }
       absl::MutexLock l(&mu);
-      result.latency_ms.insert(result.latency_ms.end(), mine.latency_ms.begin(),
-                               mine.latency_ms.end());
-      result.job_ids.insert(result.job_ids.end(), mine.job_ids.begin(), mine.job_ids.end());
+      Append(&result.latency_ms, mine.latency_ms);
+      Append(&result.job_ids, mine.job_ids);
       if (result.errors == 0) result.first_error = mine.first_error;
       result.errors += mine.errors;
     });
@@ -168,6 +197,95 @@ SubmitResult SubmitMany(Client& client, const JobSpec& spec, int count, int thre
   result.wall = absl::Now() - start;
   return result;
 }
+
+LoadResult RunLoad(const ClusterAddress& cluster, const JobSpec& spec, int clients,
+                   absl::Duration duration) {
+  LoadResult result;
+  absl::Mutex mu;
+  std::vector<std::thread> threads;
+  const absl::Time start = absl::Now(), end = start + duration;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&] {
+      LoadResult mine;
+      auto client = Client::Connect(cluster);
+      if (!client.ok()) {
+        mine.errors = 1;
+        mine.first_error = std::string(client.status().message());
+      }
+      while (client.ok() && absl::Now() < end) {
+        absl::Time t0 = absl::Now();
+        absl::StatusOr<JobInfo> job = (*client)->Submit(spec);
+        if (!job.ok()) {
+          if (mine.errors++ == 0) mine.first_error = std::string(job.status().message());
+          continue;
+        }
+        mine.submit_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+        mine.job_ids.push_back(job->job_id);
+        t0 = absl::Now();
+        const std::string& earlier = mine.job_ids[mine.job_ids.size() / 2];
+        absl::Status polled = (*client)->GetJob(earlier).status();
+        if (!polled.ok()) {
+          if (mine.errors++ == 0) mine.first_error = std::string(polled.message());
+          continue;
+        }
+        mine.poll_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
+      }
+      absl::MutexLock l(&mu);
+      Append(&result.submit_ms, mine.submit_ms);
+      Append(&result.poll_ms, mine.poll_ms);
+      Append(&result.job_ids, mine.job_ids);
+      if (result.errors == 0) result.first_error = mine.first_error;
+      result.errors += mine.errors;
+    });
+  }
+  for (auto& t : threads) t.join();
+  result.wall = absl::Now() - start;
+  return result;
+}
+
+absl::StatusOr<int64_t> JobCount(Client& client) {
+  absl::StatusOr<ClusterStatus> status = client.Status();
+  if (!status.ok()) return status.status();
+  int64_t n = 0;
+  for (const auto& [state, count] : status->job_counts) n += count;
+  return n;
+}
+
+absl::Status CheckEverySubmissionRan(Client& client, const LoadResult& load, int64_t jobs_before,
+                                     absl::Duration timeout) {
+  const std::set<std::string> distinct(load.job_ids.begin(), load.job_ids.end());
+  if (distinct.size() != load.job_ids.size()) {
+    return absl::InternalError(absl::StrCat(load.job_ids.size() - distinct.size(),
+                                            " submissions returned a job id given before"));
+  }
+  const int64_t want = jobs_before + static_cast<int64_t>(load.job_ids.size());
+  for (absl::Time deadline = absl::Now() + timeout;; absl::SleepFor(absl::Milliseconds(50))) {
+    absl::StatusOr<ClusterStatus> status = client.Status();
+    if (!status.ok()) return status.status();
+    int64_t total = 0;
+    for (const auto& [state, count] : status->job_counts) total += count;
+    if (total != want) {
+      return absl::InternalError(absl::StrCat("the scheduler holds ", total, " jobs; ", want,
+                                              " were submitted (", load.job_ids.size(),
+                                              " under load)"));
+    }
+    if (status->job_counts[JobState::kSucceeded] == want) return absl::OkStatus();
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          status->job_counts[JobState::kSucceeded], " of ", want, " jobs SUCCEEDED after ",
+          absl::FormatDuration(timeout)));
+    }
+  }
+}
+
+void Bench(const std::string& name, int nodes, double value, const std::string& unit,
+           const std::string& target, bool pass) {
+  std::cout << absl::StrFormat("BENCH %s_%d %.6g %s", name, nodes, value, unit);
+  if (!target.empty()) std::cout << " target" << target << " " << (pass ? "PASS" : "MISS");
+  std::cout << std::endl;
+}
+
+void Note(const std::string& what) { std::cout << "  " << what << std::endl; }
 
 std::string DescribeLatencies(const std::vector<double>& ms) {
   if (ms.empty()) return "(no samples)";

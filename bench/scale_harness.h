@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -44,6 +45,11 @@ class SchedulerProcess {
   absl::Duration CpuTime() const;
   // Resident memory now (/proc/<pid>/status VmRSS).
   int64_t RssBytes() const;
+  // Its threads now (/proc/<pid>/status Threads).
+  int Threads() const;
+  // How long its threads have waited, in all, for a CPU while runnable
+  // (/proc/<pid>/task/*/schedstat): what the machine's other load cost it.
+  absl::Duration RunQueueWait() const;
   // False once it has exited (it is reaped then).
   bool Running();
   // The end of its log, for failure messages.
@@ -92,6 +98,34 @@ struct SubmitResult {
 // Submits `count` copies of `spec` from `threads` threads through Client::Submit
 // (which retries with an idempotency key of its own for each).
 SubmitResult SubmitMany(Client& client, const JobSpec& spec, int count, int threads);
+
+// The load of many users at once: `clients` clients, each with a connection of its
+// own, for `duration`: each submits `spec` (Client::Submit: an idempotency key per
+// submission, retried on UNAVAILABLE), then polls (GetJob) the job it submitted
+// before, and again. Every job submitted is listed in `job_ids`.
+struct LoadResult {
+  std::vector<double> submit_ms, poll_ms;
+  std::vector<std::string> job_ids;
+  int errors = 0;
+  std::string first_error;
+  absl::Duration wall;
+};
+LoadResult RunLoad(const ClusterAddress& cluster, const JobSpec& spec, int clients,
+                   absl::Duration duration);
+// Checks that no submission of `load` was lost or doubled: its job ids are distinct,
+// the scheduler holds exactly `jobs_before` + that many jobs, and (within `timeout`)
+// every one of them SUCCEEDED. The message says what is off.
+absl::Status CheckEverySubmissionRan(Client& client, const LoadResult& load, int64_t jobs_before,
+                                     absl::Duration timeout);
+// How many jobs the scheduler holds, in every state.
+absl::StatusOr<int64_t> JobCount(Client& client);
+
+// Prints `BENCH <name>_<nodes> <value> <unit>`, with ` target<target> PASS|MISS` if a
+// target is given.
+void Bench(const std::string& name, int nodes, double value, const std::string& unit,
+           const std::string& target = "", bool pass = true);
+// Prints an indented line of detail.
+void Note(const std::string& what);
 
 // "p50 1.2 ms p99 3.4 ms max 5.6 ms (n 123)" of latencies in milliseconds.
 std::string DescribeLatencies(const std::vector<double>& ms);

@@ -195,11 +195,22 @@ absl::StatusOr<proto::RequestLeaseReply> LeaseManager::RequestLease(const proto:
   {
     absl::MutexLock l(&mu_);
     const absl::Time now = clock_->Now();
-    for (auto it = requests_.begin(); it != requests_.end();) {
-      it = it->second.expires < now && !it->second.starting ? requests_.erase(it) : std::next(it);
+    // Forget the requests not asked again for kRequestMemory: the oldest first, as
+    // they were asked (a request asked again since has a later entry).
+    while (!expiry_.empty() && expiry_.front().first < now) {
+      auto it = requests_.find(expiry_.front().second);
+      if (it != requests_.end() && it->second.expires < now) {
+        if (!it->second.starting) {
+          requests_.erase(it);
+        } else {
+          expiry_.emplace_back(now + kRequestMemory, it->first);  // look again later
+        }
+      }
+      expiry_.pop_front();
     }
     Request& r = requests_[req.request_id()];
     r.expires = now + kRequestMemory;
+    expiry_.emplace_back(r.expires, req.request_id());
     while (r.starting && !stopped_) {
       if (clock_->WaitWithDeadline(&freed_, &mu_, deadline)) break;
     }

@@ -19,6 +19,7 @@
 #ifndef DROVER_SCHEDULER_LEASE_MANAGER_H_
 #define DROVER_SCHEDULER_LEASE_MANAGER_H_
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -188,6 +189,9 @@ class LeaseManager {
   absl::CondVar stop_cv_;  // Stop (back-offs wait on it)
   std::map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Request> requests_ ABSL_GUARDED_BY(mu_);
+  // (expires, request id) of each RequestLease call, in call order: when to forget
+  // requests_ without a scan of them all per call.
+  std::deque<std::pair<absl::Time, std::string>> expiry_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Actor> actors_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> names_ ABSL_GUARDED_BY(mu_);  // live actor name -> id
   std::set<std::string> jobs_with_workers_ ABSL_GUARDED_BY(mu_);

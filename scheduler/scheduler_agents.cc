@@ -163,13 +163,17 @@ void SchedulerCore::RunLaunch(std::shared_ptr<const Action> a, size_t i, int mas
                             absl::StrCat("could not be started: ", port.status().message()),
                             out);
           } else {
+            // This node's processes are spawned (`drover run`: "starting N/M").
+            const auto& started = a->starts[i].second;
+            job->info.set_started_processes(job->info.started_processes() +
+                                            started.processes_size());
             NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a->generation,
-                                             a->node_ids[i], RanksOf(a->starts[i].second)));
+                                             a->node_ids[i], RanksOf(started)));
             if (i == 0) {
               next_port = *port;
               job->info.set_master_port(next_port);
-              ChangedLocked(*job);
             }
+            ChangedLocked(*job);
           }
         });
         if (proceed) {

@@ -467,6 +467,7 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   job.info.set_state(proto::RUNNING);
   job.info.set_master_addr(job.info.placement(0).node_ip());
   job.info.set_master_port(0);
+  job.info.set_started_processes(0);
   job.info.set_live_processes(static_cast<int>(job.live.size()));
   job.info.clear_root_cause();
   const int64_t now_ms = absl::ToUnixMillis(clock_->Now());

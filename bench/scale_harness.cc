@@ -147,8 +147,7 @@ LatencyProbe::LatencyProbe(Client* client, absl::Duration pause)
       {
         absl::MutexLock l(&mu_);
         for (const absl::Status& s : {jobs, status}) {
-          if (s.ok()) continue;
-          if (samples_.errors++ == 0) samples_.first_error = std::string(s.message());
+          if (!s.ok()) samples_.errors.Add(s);
         }
         if (jobs.ok()) samples_.jobs_ms.push_back(absl::ToDoubleMilliseconds(t1 - t0));
         if (status.ok()) samples_.status_ms.push_back(absl::ToDoubleMilliseconds(t2 - t1));
@@ -180,7 +179,7 @@ SubmitResult SubmitMany(Client& client, const JobSpec& spec, int count, int thre
         const absl::Time t0 = absl::Now();
         absl::StatusOr<JobInfo> job = client.Submit(spec);
         if (!job.ok()) {
-          if (mine.errors++ == 0) mine.first_error = std::string(job.status().message());
+          mine.errors.Add(job.status());
           continue;
         }
         mine.latency_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
@@ -189,8 +188,7 @@ SubmitResult SubmitMany(Client& client, const JobSpec& spec, int count, int thre
       absl::MutexLock l(&mu);
       Append(&result.latency_ms, mine.latency_ms);
       Append(&result.job_ids, mine.job_ids);
-      if (result.errors == 0) result.first_error = mine.first_error;
-      result.errors += mine.errors;
+      result.errors.Merge(mine.errors);
     });
   }
   for (auto& w : workers) w.join();
@@ -208,15 +206,12 @@ LoadResult RunLoad(const ClusterAddress& cluster, const JobSpec& spec, int clien
     threads.emplace_back([&] {
       LoadResult mine;
       auto client = Client::Connect(cluster);
-      if (!client.ok()) {
-        mine.errors = 1;
-        mine.first_error = std::string(client.status().message());
-      }
+      if (!client.ok()) mine.errors.Add(client.status());
       while (client.ok() && absl::Now() < end) {
         absl::Time t0 = absl::Now();
         absl::StatusOr<JobInfo> job = (*client)->Submit(spec);
         if (!job.ok()) {
-          if (mine.errors++ == 0) mine.first_error = std::string(job.status().message());
+          mine.errors.Add(job.status());
           continue;
         }
         mine.submit_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
@@ -225,7 +220,7 @@ LoadResult RunLoad(const ClusterAddress& cluster, const JobSpec& spec, int clien
         const std::string& earlier = mine.job_ids[mine.job_ids.size() / 2];
         absl::Status polled = (*client)->GetJob(earlier).status();
         if (!polled.ok()) {
-          if (mine.errors++ == 0) mine.first_error = std::string(polled.message());
+          mine.errors.Add(polled);
           continue;
         }
         mine.poll_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - t0));
@@ -234,8 +229,7 @@ LoadResult RunLoad(const ClusterAddress& cluster, const JobSpec& spec, int clien
       Append(&result.submit_ms, mine.submit_ms);
       Append(&result.poll_ms, mine.poll_ms);
       Append(&result.job_ids, mine.job_ids);
-      if (result.errors == 0) result.first_error = mine.first_error;
-      result.errors += mine.errors;
+      result.errors.Merge(mine.errors);
     });
   }
   for (auto& t : threads) t.join();

@@ -19,11 +19,27 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "drover/client.h"
 
 namespace drover::bench {
+
+// Failures of calls made many times: how many, and the first one's message.
+struct Errors {
+  int count = 0;
+  std::string first;
+  void Add(const absl::Status& s) {
+    if (count++ == 0) first = std::string(s.message());
+  }
+  void Merge(const Errors& other) {
+    if (count == 0) first = other.first;
+    count += other.count;
+  }
+  // "3 errors: <the first>".
+  std::string Describe() const { return absl::StrCat(count, " errors: ", first); }
+};
 
 // A drover-scheduler of its own, with its token file, ready file and log in `dir`.
 class SchedulerProcess {
@@ -73,8 +89,7 @@ class LatencyProbe {
 
   struct Samples {
     std::vector<double> jobs_ms, status_ms;
-    int errors = 0;
-    std::string first_error;
+    Errors errors;
   };
   // What was measured since the last call.
   Samples Take();
@@ -91,8 +106,7 @@ class LatencyProbe {
 struct SubmitResult {
   std::vector<double> latency_ms;  // one per successful Submit
   std::vector<std::string> job_ids;
-  int errors = 0;
-  std::string first_error;
+  Errors errors;
   absl::Duration wall;
 };
 // Submits `count` copies of `spec` from `threads` threads through Client::Submit
@@ -106,8 +120,7 @@ SubmitResult SubmitMany(Client& client, const JobSpec& spec, int count, int thre
 struct LoadResult {
   std::vector<double> submit_ms, poll_ms;
   std::vector<std::string> job_ids;
-  int errors = 0;
-  std::string first_error;
+  Errors errors;
   absl::Duration wall;
 };
 LoadResult RunLoad(const ClusterAddress& cluster, const JobSpec& spec, int clients,

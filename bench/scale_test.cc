@@ -38,7 +38,7 @@ TEST(ScaleTest, HundredClientsSubmitAndPollWithoutLosingAJob) {
   spec.command = {"sim"};
   LoadResult load = RunLoad({s.address(), s.token_file()}, spec, /*clients=*/100,
                             absl::Seconds(10));
-  EXPECT_EQ(load.errors, 0) << load.first_error;
+  EXPECT_EQ(load.errors.count, 0) << load.errors.Describe();
   EXPECT_GE(load.job_ids.size(), 100u);  // at least one round of all 100
   std::cout << "100 clients for 10 s: " << load.job_ids.size() << " submissions; submit "
             << DescribeLatencies(load.submit_ms) << "; poll " << DescribeLatencies(load.poll_ms)

@@ -82,6 +82,15 @@ proto::JobSpec Spec(int nproc, int ppn, double cpus, int gpus, proto::PlacementS
   return spec;
 }
 
+// An index for each of `shapes`.
+std::vector<std::unique_ptr<CapacityIndex>> IndexesFor(const std::vector<proto::JobSpec>& shapes) {
+  std::vector<std::unique_ptr<CapacityIndex>> indexes;
+  for (const auto& s : shapes) {
+    indexes.push_back(std::make_unique<CapacityIndex>(s.per_process(), s.nproc_per_node()));
+  }
+  return indexes;
+}
+
 TEST_F(CapacityIndexTest, PlacesAsPlaceGangWhileTheTableChanges) {
   std::mt19937 rng(7);
   for (int i = 0; i < 40; ++i) AddNode(i, 4 + i % 5, i % 4 == 0 ? 2 : 0);
@@ -90,11 +99,7 @@ TEST_F(CapacityIndexTest, PlacesAsPlaceGangWhileTheTableChanges) {
       Spec(3, 0, 2, 0, proto::SPREAD), Spec(4, 2, 1, 0, proto::PACK),
       Spec(2, 0, 1, 1, proto::PACK),  Spec(2, 2, 0.5, 0, proto::PACK, 1),
       Spec(30, 0, 1, 0, proto::PACK), Spec(1, 0, 16, 0, proto::PACK)};
-  std::vector<std::unique_ptr<CapacityIndex>> indexes;
-  for (const auto& s : shapes) {
-    indexes.push_back(
-        std::make_unique<CapacityIndex>(s.per_process(), s.nproc_per_node()));
-  }
+  std::vector<std::unique_ptr<CapacityIndex>> indexes = IndexesFor(shapes);
   int placed = 0, refused = 0;
   for (int step = 0; step < 3000; ++step) {
     const size_t k = rng() % shapes.size();
@@ -122,10 +127,7 @@ TEST_F(CapacityIndexTest, PlacesAsPlaceGangBesideAClaim) {
       Spec(1, 0, 1, 0, proto::PACK), Spec(5, 0, 1, 0, proto::PACK),
       Spec(4, 0, 1, 0, proto::SPREAD), Spec(6, 3, 1, 0, proto::PACK),
       Spec(2, 0, 1, 2, proto::PACK), Spec(40, 0, 1, 0, proto::PACK)};
-  std::vector<std::unique_ptr<CapacityIndex>> indexes;
-  for (const auto& s : shapes) {
-    indexes.push_back(std::make_unique<CapacityIndex>(s.per_process(), s.nproc_per_node()));
-  }
+  std::vector<std::unique_ptr<CapacityIndex>> indexes = IndexesFor(shapes);
   int placed = 0, refused = 0;
   for (int step = 0; step < 2000; ++step) {
     // A claim on a few nodes: some CPUs (maybe more than is free) and GPUs of each.

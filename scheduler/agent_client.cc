@@ -24,6 +24,35 @@ class GrpcAgentClient : public AgentClient {
     return reply.master_port();
   }
 
+  void StartProcessesAsync(const std::string& address, const proto::StartProcessesRequest& req,
+                           std::function<void(absl::StatusOr<int>)> done) override {
+    Send<proto::StartProcessesReply>(
+        address, req, std::chrono::seconds(10),
+        [](proto::NodeAgent::Stub* stub, grpc::ClientContext* ctx,
+           const proto::StartProcessesRequest* r, proto::StartProcessesReply* reply,
+           std::function<void(grpc::Status)> cb) {
+          stub->async()->StartProcesses(ctx, r, reply, std::move(cb));
+        },
+        [done = std::move(done)](absl::Status s, const proto::StartProcessesReply& reply) {
+          if (!s.ok()) {
+            done(s);
+          } else {
+            done(reply.master_port());
+          }
+        });
+  }
+
+  void StopJobAsync(const std::string& address, const proto::StopJobRequest& req,
+                    std::function<void(absl::Status)> done) override {
+    Send<proto::StopJobReply>(
+        address, req, kDefaultRpcTimeout,
+        [](proto::NodeAgent::Stub* stub, grpc::ClientContext* ctx, const proto::StopJobRequest* r,
+           proto::StopJobReply* reply, std::function<void(grpc::Status)> cb) {
+          stub->async()->StopJob(ctx, r, reply, std::move(cb));
+        },
+        [done = std::move(done)](absl::Status s, const proto::StopJobReply&) { done(s); });
+  }
+
   absl::Status StopJob(const std::string& address, const proto::StopJobRequest& req) override {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, token_);
@@ -33,6 +62,29 @@ class GrpcAgentClient : public AgentClient {
   }
 
  private:
+  // One call through gRPC's callback API: `start` begins it, `done` gets its status
+  // (annotated with the agent) and reply. The call's state lives until its reaction ran.
+  template <typename Reply, typename Req, typename Start, typename Done>
+  void Send(const std::string& address, const Req& req, std::chrono::milliseconds timeout,
+            Start start, Done done) {
+    struct Call {
+      grpc::ClientContext ctx;
+      Req req;
+      Reply reply;
+      std::string address;
+      std::function<void(absl::Status, const Reply&)> done;
+    };
+    auto* call = new Call;
+    call->req = req;
+    call->address = address;
+    call->done = std::move(done);
+    PrepareContext(&call->ctx, token_, timeout);
+    start(Stub(address), &call->ctx, &call->req, &call->reply, [call](grpc::Status s) {
+      std::unique_ptr<Call> owned(call);
+      owned->done(s.ok() ? absl::OkStatus() : Annotate(owned->address, s), owned->reply);
+    });
+  }
+
   static absl::Status Annotate(const std::string& address, const grpc::Status& s) {
     absl::Status st = FromGrpcStatus(s);
     return absl::Status(st.code(), absl::StrCat("node agent ", address, ": ", st.message()));

@@ -1,11 +1,13 @@
 // Outbound calls from the scheduler to node agents. An interface so the core can be
 // driven by tests; the real implementation speaks gRPC with the cluster token.
 //
-// Calls block (with deadlines) and are made from the scheduler's outbound thread
-// pool, never while holding the scheduler's lock. Thread-safe.
+// Calls have deadlines and are never made while holding the scheduler's lock. The
+// scheduler makes them without blocking (the *Async methods), so that calls in flight
+// to a thousand nodes, or to a dead one, hold no thread each. Thread-safe.
 #ifndef DROVER_SCHEDULER_AGENT_CLIENT_H_
 #define DROVER_SCHEDULER_AGENT_CLIENT_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,6 +25,18 @@ class AgentClient {
                                              const proto::StartProcessesRequest& req) = 0;
   virtual absl::Status StopJob(const std::string& agent_address,
                                const proto::StopJobRequest& req) = 0;
+  // The same without blocking: `done` runs exactly once with the result, on a thread
+  // of the client's (gRPC's, for the real one). These defaults block, calling the
+  // blocking method and then `done` on the caller's thread.
+  virtual void StartProcessesAsync(const std::string& agent_address,
+                                   const proto::StartProcessesRequest& req,
+                                   std::function<void(absl::StatusOr<int>)> done) {
+    done(StartProcesses(agent_address, req));
+  }
+  virtual void StopJobAsync(const std::string& agent_address, const proto::StopJobRequest& req,
+                            std::function<void(absl::Status)> done) {
+    done(StopJob(agent_address, req));
+  }
 };
 
 std::unique_ptr<AgentClient> NewGrpcAgentClient(const std::string& token);

@@ -200,11 +200,22 @@ absl::StatusOr<proto::RequestLeaseReply> LeaseManager::RequestLease(const proto:
   {
     absl::MutexLock l(&mu_);
     const absl::Time now = clock_->Now();
-    for (auto it = requests_.begin(); it != requests_.end();) {
-      it = it->second.expires < now && !it->second.starting ? requests_.erase(it) : std::next(it);
+    // Forget the requests not asked again for kRequestMemory: the oldest first, as
+    // they were asked (a request asked again since has a later entry).
+    while (!expiry_.empty() && expiry_.front().first < now) {
+      auto it = requests_.find(expiry_.front().second);
+      if (it != requests_.end() && it->second.expires < now) {
+        if (!it->second.starting) {
+          requests_.erase(it);
+        } else {
+          expiry_.emplace_back(now + kRequestMemory, it->first);  // look again later
+        }
+      }
+      expiry_.pop_front();
     }
     Request& r = requests_[req.request_id()];
     r.expires = now + kRequestMemory;
+    expiry_.emplace_back(r.expires, req.request_id());
     while (r.starting && !stopped_) {
       if (clock_->WaitWithDeadline(&freed_, &mu_, deadline)) break;
     }
@@ -337,12 +348,12 @@ void LeaseManager::NodeDead(const std::string& node_id, const std::string& reaso
   }
 }
 
-void LeaseManager::JobEnded(const std::string& job_id) {
+void LeaseManager::JobEnded(const std::string& job_id,
+                            std::map<std::string, std::vector<std::string>> objects) {
   std::vector<std::pair<std::string, proto::KillWorkerRequest>> kills;
   bool had_workers = false;
   {
     absl::MutexLock l(&mu_);
-    ended_jobs_.insert(job_id);
     had_workers = jobs_with_workers_.erase(job_id) > 0;
     for (auto& [id, a] : actors_) {
       if (a.info.job_id() != job_id || a.info.state() == proto::ACTOR_DEAD) continue;
@@ -365,7 +376,7 @@ void LeaseManager::JobEnded(const std::string& job_id) {
       background_.Post([this, agent, job_id] { workers_->StopJob(agent, job_id).IgnoreError(); });
     }
   }
-  for (auto& [agent, ids] : book_->ObjectsWithPrefix(job_id + ".")) {
+  for (auto& [agent, ids] : objects) {
     background_.Post([this, agent = agent, ids = std::move(ids)] {
       workers_->DeleteObjects(agent, ids).IgnoreError();
     });

@@ -19,6 +19,7 @@
 #ifndef DROVER_SCHEDULER_LEASE_MANAGER_H_
 #define DROVER_SCHEDULER_LEASE_MANAGER_H_
 
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -60,8 +61,6 @@ class ResourceBook {
   virtual absl::Status CheckJobRunning(const std::string& job_id) = 0;
   // Agent addresses of every ALIVE node.
   virtual std::vector<std::string> AliveAgents() = 0;
-  // The objects in the directory whose id starts with `prefix`, by agent address.
-  virtual std::map<std::string, std::vector<std::string>> ObjectsWithPrefix(const std::string& prefix) = 0;
   // The scheduler's address, for workers.
   virtual std::string SchedulerAddress() = 0;
 };
@@ -104,8 +103,10 @@ class LeaseManager {
   void ResourcesFreed();
   void NodeDead(const std::string& node_id, const std::string& reason);
   // The job ended: its actors die, its leases end, its workers stop on every node, and
-  // its objects (ids "<job>.", as the SDK makes them) are deleted from every store.
-  void JobEnded(const std::string& job_id);
+  // its objects (ids "<job>.", as the SDK makes them; `objects` by the agent address
+  // of the node holding them) are deleted from every store.
+  void JobEnded(const std::string& job_id,
+                std::map<std::string, std::vector<std::string>> objects);
 
   // Counts for status, metrics and tests: leases held now, requests waiting for one,
   // actors by state (pending counts restarting ones too), leases granted and ended
@@ -188,10 +189,12 @@ class LeaseManager {
   absl::CondVar stop_cv_;  // Stop (back-offs wait on it)
   std::map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Request> requests_ ABSL_GUARDED_BY(mu_);
+  // (expires, request id) of each RequestLease call, in call order: when to forget
+  // requests_ without a scan of them all per call.
+  std::deque<std::pair<absl::Time, std::string>> expiry_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Actor> actors_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> names_ ABSL_GUARDED_BY(mu_);  // live actor name -> id
   std::set<std::string> jobs_with_workers_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> ended_jobs_ ABSL_GUARDED_BY(mu_);
   int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t leases_granted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_ended_ ABSL_GUARDED_BY(mu_) = 0;

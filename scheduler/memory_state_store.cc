@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "scheduler/state_store.h"
@@ -17,10 +18,13 @@ namespace {
 
 class MemoryStateStore final : public StateStore {
  public:
+  explicit MemoryStateStore(bool keep_jobs) : keep_jobs_(keep_jobs) {}
+
   absl::Status PutJob(const proto::JobInfo& job) override {
     if (job.job_id().empty()) {
       return absl::InvalidArgumentError("cannot store a job with an empty job_id");
     }
+    if (!keep_jobs_) return absl::OkStatus();
     std::string record = job.SerializeAsString();
     absl::MutexLock lock(&mu_);
     Stored& stored = jobs_[job.job_id()];
@@ -51,20 +55,21 @@ class MemoryStateStore final : public StateStore {
   bool InMemory() const override { return true; }
 
  private:
+  const bool keep_jobs_;
   absl::Mutex mu_;
   struct Stored {
     std::string record;  // JobInfo.SerializeAsString()
     int64_t version = 0;
   };
-  std::map<std::string, Stored> jobs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Stored> jobs_ ABSL_GUARDED_BY(mu_);
   // Counter name -> last value handed out (absent: 0).
   std::map<std::string, int64_t> counters_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
 
-std::unique_ptr<StateStore> NewMemoryStateStore() {
-  return std::make_unique<MemoryStateStore>();
+std::unique_ptr<StateStore> NewMemoryStateStore(bool keep_jobs) {
+  return std::make_unique<MemoryStateStore>(keep_jobs);
 }
 
 }  // namespace drover

@@ -14,8 +14,9 @@ namespace {
 
 constexpr double kEps = 1e-9;
 
-// How many processes needing `per` fit into `avail` (INT_MAX if `per` needs nothing).
-int Capacity(const proto::Resources& avail, const proto::Resources& per) {
+}  // namespace
+
+int ProcessesThatFit(const proto::Resources& avail, const proto::Resources& per) {
   long cap = std::numeric_limits<int>::max();
   auto limit = [&cap](double have, double need) {
     if (need <= kEps) return;
@@ -39,6 +40,8 @@ int Capacity(const proto::Resources& avail, const proto::Resources& per) {
   return static_cast<int>(std::max(0L, cap));
 }
 
+namespace {
+
 std::string FormatBytes(double b) {
   if (b >= (1LL << 30)) return absl::StrFormat("%.1f GiB", b / (1LL << 30));
   if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
@@ -53,28 +56,21 @@ std::string FormatAmount(const std::string& kind, double v) {
   return absl::StrCat(num, " of '", kind, "'");
 }
 
-// The first resource kind for which `k` processes do not fit on any node, phrased as
-// "needs X on one node; the most free on any node is Y". "" if every kind fits.
-std::string ExplainPerNode(int k, const proto::Resources& per,
-                           const std::vector<NodeCapacity>& nodes) {
+// The first resource kind for which `k` processes do not fit on any node (whose most
+// free of each kind is `best`), phrased as "needs X on one node; the most free on any
+// node is Y". "" if every kind fits.
+std::string ExplainPerNode(int k, const proto::Resources& per, const ResourceMaxima& best) {
   struct Kind {
     std::string name;
     double need;
     double best;
   };
-  std::vector<Kind> kinds = {{"GPU", 1.0 * k * per.gpus(), 0},
-                             {"CPU", k * per.cpus(), 0},
-                             {"memory", 1.0 * k * per.memory_bytes(), 0}};
-  for (const auto& [name, need] : per.custom()) kinds.push_back({name, k * need, 0});
-  for (const auto& n : nodes) {
-    const auto& a = n.available;
-    kinds[0].best = std::max(kinds[0].best, 1.0 * a.gpus());
-    kinds[1].best = std::max(kinds[1].best, a.cpus());
-    kinds[2].best = std::max(kinds[2].best, 1.0 * a.memory_bytes());
-    for (size_t i = 3; i < kinds.size(); ++i) {
-      auto it = a.custom().find(kinds[i].name);
-      if (it != a.custom().end()) kinds[i].best = std::max(kinds[i].best, it->second);
-    }
+  std::vector<Kind> kinds = {{"GPU", 1.0 * k * per.gpus(), best.gpus},
+                             {"CPU", k * per.cpus(), best.cpus},
+                             {"memory", 1.0 * k * per.memory_bytes(), best.memory_bytes}};
+  for (const auto& [name, need] : per.custom()) {
+    auto it = best.custom.find(name);
+    kinds.push_back({name, k * need, it == best.custom.end() ? 0.0 : it->second});
   }
   for (const auto& kd : kinds) {
     if (kd.need > kEps && kd.need > kd.best + kEps) {
@@ -85,22 +81,60 @@ std::string ExplainPerNode(int k, const proto::Resources& per,
   return "";
 }
 
-void Assign(const NodeCapacity& node, int count, int group_rank, int* next_rank,
-            const proto::Resources& per, std::vector<proto::RankPlacement>* out) {
-  size_t gpu_cursor = 0;
-  for (int i = 0; i < count; ++i) {
-    proto::RankPlacement p;
-    p.set_rank((*next_rank)++);
-    p.set_node_id(node.node_id);
-    p.set_node_ip(node.node_ip);
-    p.set_local_rank(i);
-    p.set_group_rank(group_rank);
-    for (int g = 0; g < per.gpus(); ++g) p.add_gpu_ids(node.gpu_ids[gpu_cursor++]);
-    out->push_back(std::move(p));
+}  // namespace
+
+ResourceMaxima MaximaOf(const std::vector<const NodeCapacity*>& nodes) {
+  ResourceMaxima best;
+  for (const NodeCapacity* n : nodes) {
+    const auto& a = n->available;
+    best.gpus = std::max(best.gpus, 1.0 * a.gpus());
+    best.cpus = std::max(best.cpus, a.cpus());
+    best.memory_bytes = std::max(best.memory_bytes, 1.0 * a.memory_bytes());
+    for (const auto& [name, v] : a.custom()) {
+      double& b = best.custom[name];  // 0 if new: as for a node without the kind
+      b = std::max(b, v);
+    }
   }
+  return best;
 }
 
-}  // namespace
+std::string PlacementShortfall(const proto::JobSpec& spec, const ResourceMaxima& best,
+                               size_t nodes, long fit) {
+  const auto& per = spec.per_process();
+  if (spec.nproc_per_node() > 0) {
+    const int ppn = spec.nproc_per_node();
+    std::string per_node = ExplainPerNode(ppn, per, best);
+    if (!per_node.empty()) return per_node;
+    return absl::StrCat("needs ", spec.nproc() / ppn, " nodes with room for ", ppn,
+                        " processes (", DescribeResources(per), " each); ", fit, " of ", nodes,
+                        " nodes have that free now");
+  }
+  std::string per_node = ExplainPerNode(1, per, best);
+  if (!per_node.empty()) return per_node;
+  return absl::StrCat("needs ", spec.nproc(), " processes of ", DescribeResources(per),
+                      "; the free resources of all ", nodes, " nodes hold only ", fit);
+}
+
+std::vector<proto::RankPlacement> AssignRanks(
+    const proto::Resources& per, const std::vector<std::pair<const NodeCapacity*, int>>& counts) {
+  std::vector<proto::RankPlacement> out;
+  int next_rank = 0, group = 0;
+  for (const auto& [node, count] : counts) {
+    size_t gpu_cursor = 0;
+    for (int i = 0; i < count; ++i) {
+      proto::RankPlacement p;
+      p.set_rank(next_rank++);
+      p.set_node_id(node->node_id);
+      p.set_node_ip(node->node_ip);
+      p.set_local_rank(i);
+      p.set_group_rank(group);
+      for (int g = 0; g < per.gpus(); ++g) p.add_gpu_ids(node->gpu_ids[gpu_cursor++]);
+      out.push_back(std::move(p));
+    }
+    ++group;
+  }
+  return out;
+}
 
 void AddResources(proto::Resources* acc, const proto::Resources& r, int sign) {
   acc->set_cpus(acc->cpus() + sign * r.cpus());
@@ -200,84 +234,94 @@ std::string ValidateJobSpec(const proto::JobSpec& spec) {
 }
 
 PlacementResult PlaceGang(const proto::JobSpec& spec, const std::vector<NodeCapacity>& nodes) {
+  std::vector<const NodeCapacity*> view;
+  view.reserve(nodes.size());
+  for (const NodeCapacity& n : nodes) view.push_back(&n);
+  return PlaceGang(spec, view);
+}
+
+PlacementResult PlaceGang(const proto::JobSpec& spec,
+                          const std::vector<const NodeCapacity*>& nodes) {
   PlacementResult result;
   const auto& per = spec.per_process();
   const int nproc = spec.nproc();
   if (nodes.empty()) {
-    result.reason = "no nodes are alive; start a node agent (`drover start --address ...`)";
+    result.reason = kNoNodesAlive;
     return result;
   }
   std::vector<int> caps;
   caps.reserve(nodes.size());
-  for (const auto& n : nodes) caps.push_back(Capacity(n.available, per));
+  for (const NodeCapacity* n : nodes) caps.push_back(ProcessesThatFit(n->available, per));
+  std::vector<std::pair<const NodeCapacity*, int>> counts;  // in preference order
 
-  int next_rank = 0;
   if (spec.nproc_per_node() > 0) {
     const int ppn = spec.nproc_per_node();
-    const int nnodes = nproc / ppn;
-    std::vector<size_t> chosen;
-    for (size_t i = 0; i < nodes.size() && static_cast<int>(chosen.size()) < nnodes; ++i) {
-      if (caps[i] >= ppn) chosen.push_back(i);
+    const size_t nnodes = nproc / ppn;
+    for (size_t i = 0; i < nodes.size() && counts.size() < nnodes; ++i) {
+      if (caps[i] >= ppn) counts.emplace_back(nodes[i], ppn);
     }
-    if (static_cast<int>(chosen.size()) < nnodes) {
-      std::string per_node = ExplainPerNode(ppn, per, nodes);
-      if (!per_node.empty()) {
-        result.reason = per_node;
-      } else {
-        result.reason = absl::StrCat(
-            "needs ", nnodes, " nodes with room for ", ppn, " processes (",
-            DescribeResources(per), " each); ", chosen.size(), " of ", nodes.size(),
-            " nodes have that free now");
-      }
+    if (counts.size() < nnodes) {
+      result.reason = PlacementShortfall(spec, MaximaOf(nodes), nodes.size(),
+                                         static_cast<long>(counts.size()));
       return result;
     }
-    int group = 0;
-    for (size_t i : chosen) Assign(nodes[i], ppn, group++, &next_rank, per, &result.ranks);
+    result.ranks = AssignRanks(per, counts);
     result.ok = true;
     return result;
   }
 
-  std::vector<int> counts(nodes.size(), 0);
   long total_cap = 0;
   for (int c : caps) total_cap += c;
   if (total_cap < nproc) {
-    std::string per_node = ExplainPerNode(1, per, nodes);
-    result.reason =
-        !per_node.empty()
-            ? per_node
-            : absl::StrCat("needs ", nproc, " processes of ", DescribeResources(per),
-                           "; the free resources of all ", nodes.size(),
-                           " nodes hold only ", total_cap);
+    result.reason = PlacementShortfall(spec, MaximaOf(nodes), nodes.size(), total_cap);
     return result;
   }
+  std::vector<int> taken(nodes.size(), 0);
+  int left = nproc;
   if (spec.strategy() == proto::SPREAD) {
-    int left = nproc;
     while (left > 0) {
       for (size_t i = 0; i < nodes.size() && left > 0; ++i) {
-        if (counts[i] < caps[i]) {
-          ++counts[i];
+        if (taken[i] < caps[i]) {
+          ++taken[i];
           --left;
         }
       }
     }
   } else {
-    // PACK: biggest capacity first (fewest nodes), ties in preference order.
-    std::vector<size_t> order(nodes.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(),
-                     [&caps](size_t a, size_t b) { return caps[a] > caps[b]; });
-    int left = nproc;
-    for (size_t i : order) {
-      int take = std::min(left, caps[i]);
-      counts[i] = take;
+    // PACK: biggest capacity first (fewest nodes), ties in preference order. A gang
+    // that fits on a few nodes takes the first largest one at a time (one scan of the
+    // nodes each, the order a stable sort by capacity gives); bigger ones sort.
+    constexpr int kScans = 8;
+    for (int scan = 0; scan < kScans && left > 0; ++scan) {
+      size_t best = nodes.size();
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (taken[i] == 0 && caps[i] > 0 && (best == nodes.size() || caps[i] > caps[best])) {
+          best = i;
+        }
+      }
+      const int take = std::min(left, caps[best]);
+      taken[best] = take;
       left -= take;
-      if (left == 0) break;
+    }
+    if (left > 0) {
+      std::vector<size_t> order;
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (taken[i] == 0) order.push_back(i);
+      }
+      std::stable_sort(order.begin(), order.end(),
+                       [&caps](size_t a, size_t b) { return caps[a] > caps[b]; });
+      for (size_t i : order) {
+        int take = std::min(left, caps[i]);
+        taken[i] = take;
+        left -= take;
+        if (left == 0) break;
+      }
     }
   }
-  int group = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (counts[i] > 0) Assign(nodes[i], counts[i], group++, &next_rank, per, &result.ranks);
+    if (taken[i] > 0) counts.emplace_back(nodes[i], taken[i]);
   }
+  result.ranks = AssignRanks(per, counts);
   result.ok = true;
   return result;
 }

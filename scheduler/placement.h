@@ -6,7 +6,9 @@
 #ifndef DROVER_SCHEDULER_PLACEMENT_H_
 #define DROVER_SCHEDULER_PLACEMENT_H_
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proto/common.pb.h"
@@ -37,6 +39,35 @@ struct PlacementResult {
 // many each; otherwise PACK (fewest nodes) or SPREAD (round-robin) by spec.strategy().
 // REQUIRES: spec passed ValidateJobSpec.
 PlacementResult PlaceGang(const proto::JobSpec& spec, const std::vector<NodeCapacity>& nodes);
+// The same over pointers, so a caller can place on a view it did not copy.
+PlacementResult PlaceGang(const proto::JobSpec& spec,
+                          const std::vector<const NodeCapacity*>& nodes);
+
+// The pieces of PlaceGang, for a caller that keeps node capacities indexed instead of
+// scanning them (capacity_index.h) and must decide exactly as PlaceGang would:
+//
+// How many processes needing `per` fit into `avail` (INT_MAX if `per` needs nothing).
+int ProcessesThatFit(const proto::Resources& avail, const proto::Resources& per);
+// PlaceGang's reason when there are no nodes.
+inline constexpr char kNoNodesAlive[] =
+    "no nodes are alive; start a node agent (`drover start --address ...`)";
+// The most of each resource kind that any one node has available (0 if none has it).
+struct ResourceMaxima {
+  double gpus = 0;
+  double cpus = 0;
+  double memory_bytes = 0;
+  std::map<std::string, double> custom;
+};
+ResourceMaxima MaximaOf(const std::vector<const NodeCapacity*>& nodes);
+// PlaceGang's reason for not placing `spec` on `nodes` nodes whose most available of
+// each kind is `best`, given `fit`: with spec.nproc_per_node(), how many nodes have
+// room for that many processes; else how many processes fit on all of them together.
+// REQUIRES: `fit` is too few.
+std::string PlacementShortfall(const proto::JobSpec& spec, const ResourceMaxima& best,
+                               size_t nodes, long fit);
+// The ranks of a placement of `counts` processes on each node, nodes in group order.
+std::vector<proto::RankPlacement> AssignRanks(
+    const proto::Resources& per, const std::vector<std::pair<const NodeCapacity*, int>>& counts);
 
 // Checks a spec for errors a user can fix (empty command, zero processes, negative
 // resources, nproc not divisible by nproc_per_node...). Returns "" if valid, else

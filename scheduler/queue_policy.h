@@ -1,10 +1,11 @@
 // The queue and backfill policy: which pending jobs start now, where, and why the
 // others wait.
 //
-// Pure: no lock, no clock of its own (`now` is an input), no I/O. SchedulerCore gathers
-// the inputs under its lock (pending jobs, the ALIVE nodes' capacity and use, the
-// running jobs' time limits), calls PlanQueue and applies the decisions; the policy is
-// unit-tested directly (queue_policy_test.cc). Gang placement itself is PlaceGang
+// Pure: no lock, no clock of its own (`now` is an input), no I/O. SchedulerCore keeps
+// the pending jobs in a JobQueue and the nodes in a NodeTable (node_table.h), both
+// guarded by its lock, runs JobQueue::Plan after every change and applies what it is
+// told; the policy is unit-tested directly (queue_policy_test.cc), also through
+// PlanQueue, which plans once over plain vectors. Gang placement itself is PlaceGang
 // (placement.h); this unit decides the order and what each job may use.
 //
 // The policy (as Slurm's backfill, without runtime estimates beyond time limits):
@@ -17,17 +18,36 @@
 //     time limit among the jobs holding the claimed nodes; never, if one has none) may
 //     use the claimed resources meanwhile: limits are enforced, so it cannot delay the
 //     claiming job.
+//
+// How it scales (docs/scaling.md): jobs of one shape (the same per-process resources,
+// process count, layout and time limit) form a class, kept in submission order. Within
+// one pass, once a job of a class does not fit, no later job of that class can (room
+// only shrinks during a pass), so the rest of the class waits with the same reason
+// without being placed one by one; and a pass that follows only new submissions (no
+// resource, node or time change) looks at the new jobs alone. A pass therefore costs
+// one placement per job it starts and per class, not per queued job: 100,000 queued
+// jobs of a few shapes cost what a few do. And a placement on what is free costs what
+// changed since the last one, not a scan of every node: the classes of one shape
+// (per-process resources and processes per node) share a CapacityIndex
+// (capacity_index.h), for up to 32 shapes at once (the others' jobs scan). The one approximation: the waiting jobs of a
+// class share the reason of the first of them that did not fit (its numbers, such as
+// "the most free on any node is 2 CPUs", are those seen at that point of the pass).
 #ifndef DROVER_SCHEDULER_QUEUE_POLICY_H_
 #define DROVER_SCHEDULER_QUEUE_POLICY_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
 #include "proto/common.pb.h"
+#include "scheduler/capacity_index.h"
+#include "scheduler/node_table.h"
 #include "scheduler/placement.h"
 
 namespace drover {
@@ -35,22 +55,15 @@ namespace drover {
 // A job waiting to be placed.
 struct QueuedJob {
   std::string job_id;
-  // Not owned; must outlive the PlanQueue call. REQUIRES: passed ValidateJobSpec.
+  // Not owned; must outlive the job's stay in the queue (and a PlanQueue call).
+  // REQUIRES: passed ValidateJobSpec.
   const proto::JobSpec* spec = nullptr;
   // > 0: a gang waiting to start generation `restart_count` (goes first).
   int restart_count = 0;
   // Submission order (smaller: earlier).
   int64_t seq = 0;
-};
-
-// An ALIVE node: what it has and what running jobs hold of it.
-struct NodeUse {
-  std::string node_id;
-  std::string node_ip;
-  proto::Resources total;
-  proto::Resources used;
-  std::vector<int> gpu_ids;  // every GPU index of the node, ascending
-  std::set<int> used_gpus;
+  // The caller's handle for the job, handed back in JobQueue's callbacks.
+  void* ref = nullptr;
 };
 
 // A job that holds resources (running, or stopping but not yet reported gone).
@@ -72,6 +85,85 @@ struct Claim {
   absl::Time earliest_start = absl::InfiniteFuture();
 };
 
+// The pending jobs, by class, and the placement passes over them. Not thread-safe.
+class JobQueue {
+ public:
+  // What a pass tells its caller, in queue order. `start`: the job is placed at
+  // `ranks` and leaves the queue; the caller must record it in the NodeTable (its
+  // resources used, its hold) before returning, so the rest of the pass sees it.
+  // `wait`: the job waits, for `reason` (the caller may have been told the same before;
+  // a job whose reason did not change is mostly not told again). Neither may call
+  // Add or Remove.
+  struct Callbacks {
+    std::function<void(const QueuedJob& job, std::vector<proto::RankPlacement> ranks)> start;
+    std::function<void(const QueuedJob& job, const std::string& reason)> wait;
+  };
+
+  JobQueue();
+  ~JobQueue();
+  JobQueue(const JobQueue&) = delete;
+  JobQueue& operator=(const JobQueue&) = delete;
+
+  // Queues a job; the next pass decides it. REQUIRES: not queued.
+  void Add(const QueuedJob& job);
+  // Takes a job out (cancelled, or no longer pending); `job` as it was added. No-op if
+  // it is not queued.
+  void Remove(const QueuedJob& job);
+  // The next pass looks at every job again although the NodeTable did not change (time
+  // moved: borrowing and the reasons depend on it).
+  void Invalidate() { dirty_ = true; }
+  size_t size() const { return size_; }
+
+  // Starts what fits and tells the others why they wait. Looks at every class when the
+  // table (its version) changed, a job that went first or held the claim was added or
+  // removed, or Invalidate was called; otherwise only at the jobs added since the last
+  // pass; returns at once if there are none.
+  void Plan(NodeTable& nodes, absl::Time now, const Callbacks& callbacks);
+
+  // PlaceGang(spec, nodes.Total()): where the job would go if every node were empty
+  // (a claim), or why it can never run on these nodes. Remembered per class until
+  // the nodes' totals change. Valid until the next call.
+  const PlacementResult& Whole(const proto::JobSpec& spec, NodeTable& nodes);
+
+  // The claim of the last pass (job_id empty: none).
+  const Claim& claim() const { return claim_; }
+
+ private:
+  struct Class;
+  class Pass;
+  static constexpr size_t kMaxIndexes = 32;
+
+  // The index of a new class's shape: the one its shape has, a new one, or none if
+  // kMaxIndexes shapes have one and classes use them all.
+  std::shared_ptr<CapacityIndex> IndexFor(const std::string& shape, const proto::JobSpec& spec);
+
+  // Restarting gangs, by submission; each decided on its own.
+  std::map<int64_t, QueuedJob> restarts_;
+  // The other jobs, by class key.
+  absl::flat_hash_map<std::string, std::unique_ptr<Class>> classes_;
+  // Whole's answers by class key, for the totals of whole_version_.
+  absl::flat_hash_map<std::string, PlacementResult> whole_;
+  uint64_t whole_version_ = 0;
+  // Capacity indexes by shape key, shared with the classes of the shape, and kept
+  // after them (a stream of jobs of one shape into a cluster with room makes and ends
+  // a class per job): the least recently used one no class uses goes first.
+  struct SharedIndex {
+    std::shared_ptr<CapacityIndex> index;
+    uint64_t used = 0;
+  };
+  absl::flat_hash_map<std::string, SharedIndex> indexes_;
+  uint64_t index_uses_ = 0;
+  std::set<Class*> fresh_;  // classes with jobs added since the last pass
+  size_t size_ = 0;
+  bool dirty_ = true;
+  uint64_t table_version_ = 0;  // the table's version after the last pass
+  Claim claim_;
+  // The job holding claim_, if it belongs to a class (its key and seq): it was told a
+  // reason of its own.
+  std::string holder_key_;
+  int64_t holder_seq_ = -1;
+};
+
 // The decision for one pending job.
 struct QueueDecision {
   std::string job_id;
@@ -87,9 +179,10 @@ struct QueuePlan {
   Claim claim;                            // job_id empty if every job started or none can
 };
 
-// Decides the queue. `nodes` are the ALIVE nodes in placement preference order;
-// `holding` the jobs that hold resources now. Jobs started by this plan count as
-// holding (from `now`, by their own time limit) for later jobs of the same plan.
+// One pass over plain values (a JobQueue and a NodeTable made for it). `nodes` are the
+// ALIVE nodes in placement preference order; `holding` the jobs that hold resources
+// now. Jobs started by this plan count as holding (from `now`, by their own time limit)
+// for later jobs of the same plan.
 QueuePlan PlanQueue(std::vector<QueuedJob> pending, std::vector<NodeUse> nodes,
                     std::vector<HoldingJob> holding, absl::Time now);
 

@@ -2,6 +2,8 @@
 // waiting jobs are given. No scheduler, no clock: `now` is an argument.
 #include "scheduler/queue_policy.h"
 
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -165,6 +167,140 @@ TEST(QueuePolicyTest, FreeCapacitiesLeaveOutUsedAndClaimedResources) {
   EXPECT_EQ(totals[0].gpu_ids.size(), 4u);
 }
 
+
+// JobQueue across passes: what a pass looks at, and what it tells.
+class JobQueueTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cb_.start = [this](const QueuedJob& job, std::vector<proto::RankPlacement> ranks) {
+      for (const auto& p : ranks) {
+        table_.Use(p.node_id(), job.spec->per_process(), {}, +1);
+        used_[job.job_id].push_back(p.node_id());
+      }
+      started_.push_back(job.job_id);
+    };
+    cb_.wait = [this](const QueuedJob& job, const std::string& reason) {
+      ++told_;
+      reasons_[job.job_id] = reason;
+    };
+  }
+  void AddNode(const std::string& id, double cpus) {
+    proto::Resources r;
+    r.set_cpus(cpus);
+    table_.Set(id, "10.0.0.1", r, {}, order_++);
+    table_.SetAlive(id, true);
+  }
+  // Queues job `id` (submitted in the order of the calls) of `spec`.
+  void Add(const std::string& id, const proto::JobSpec& spec) {
+    specs_.push_back(std::make_unique<proto::JobSpec>(spec));
+    jobs_[id] = QueuedJob{id, specs_.back().get(), 0, seq_++, nullptr};
+    queue_.Add(jobs_[id]);
+  }
+  void Plan() {
+    started_.clear();
+    told_ = 0;
+    queue_.Plan(table_, kNow, cb_);
+  }
+  // The job `id` ends: what it used is free again.
+  void End(const std::string& id) {
+    for (const std::string& node : used_[id]) {
+      table_.Use(node, jobs_[id].spec->per_process(), {}, -1);
+    }
+    used_.erase(id);
+  }
+
+  NodeTable table_;
+  JobQueue queue_;
+  JobQueue::Callbacks cb_;
+  std::vector<std::unique_ptr<proto::JobSpec>> specs_;
+  std::map<std::string, QueuedJob> jobs_;
+  std::map<std::string, std::vector<std::string>> used_;
+  std::vector<std::string> started_;
+  std::map<std::string, std::string> reasons_;
+  int told_ = 0;
+  int64_t seq_ = 0, order_ = 0;
+};
+
+TEST_F(JobQueueTest, WaitingJobsOfOneShapeAreToldOnceAndStartInOrder) {
+  AddNode("n1", 2);
+  for (int i = 0; i < 100; ++i) Add("j" + std::to_string(i), Spec(1));
+  Plan();
+  EXPECT_EQ(started_, (std::vector<std::string>{"j0", "j1"}));
+  EXPECT_EQ(told_, 98);  // each waiting job once
+  EXPECT_EQ(queue_.claim().job_id, "j2");
+  EXPECT_TRUE(absl::StartsWith(reasons_["j50"], "needs 1 CPU on one node")) << reasons_["j50"];
+  // Nothing changed: nothing to do.
+  Plan();
+  EXPECT_TRUE(started_.empty());
+  EXPECT_EQ(told_, 0);
+  // A new job of the same shape is told why it waits; the others are not told again.
+  Add("late", Spec(1));
+  Plan();
+  EXPECT_TRUE(started_.empty());
+  EXPECT_EQ(told_, 1);
+  EXPECT_EQ(reasons_["late"], reasons_["j50"]);
+  // A slot frees: the oldest waiting job starts, and the rest hear nothing new.
+  End("j0");
+  Plan();
+  EXPECT_EQ(started_, std::vector<std::string>{"j2"});
+  EXPECT_LE(told_, 1);  // at most the job that held the claim before, again
+  EXPECT_EQ(queue_.claim().job_id, "j3");
+  EXPECT_EQ(queue_.size(), 98u);
+}
+
+TEST_F(JobQueueTest, JobsOfDifferentShapesStartInSubmissionOrderAcrossShapes) {
+  AddNode("n1", 4);
+  Add("big", Spec(4));
+  Add("a1", Spec(1));
+  Add("b1", Spec(2));
+  Add("a2", Spec(1));
+  Plan();
+  EXPECT_EQ(started_, std::vector<std::string>{"big"});
+  End("big");
+  Plan();
+  // In order a1, b1, a2 (1 + 2 + 1 CPUs): all fit, oldest first.
+  EXPECT_EQ(started_, (std::vector<std::string>{"a1", "b1", "a2"}));
+  EXPECT_EQ(queue_.size(), 0u);
+}
+
+TEST_F(JobQueueTest, WhenTheClaimingJobGoesTheNextOneClaimsAndTheOthersHearIt) {
+  AddNode("n1", 4);
+  Add("running", Spec(3));
+  Add("big", Spec(4));    // claims n1
+  Add("small", Spec(1));  // would fit in the 1 CPU left, which is claimed
+  Plan();
+  ASSERT_EQ(started_, std::vector<std::string>{"running"});
+  EXPECT_EQ(queue_.claim().job_id, "big");
+  EXPECT_TRUE(absl::StartsWith(reasons_["small"], "waiting behind big")) << reasons_["small"];
+  // big is cancelled: small takes the free CPU at the next pass.
+  queue_.Remove(jobs_["big"]);
+  Plan();
+  EXPECT_EQ(started_, std::vector<std::string>{"small"});
+  EXPECT_TRUE(queue_.claim().job_id.empty());
+}
+
+TEST_F(JobQueueTest, AFullPassTellsTheWholeShapeWhenItsReasonChanges) {
+  AddNode("n1", 4);
+  Add("first", Spec(4));
+  for (int i = 0; i < 10; ++i) Add("w" + std::to_string(i), Spec(4));
+  Plan();
+  ASSERT_EQ(started_, std::vector<std::string>{"first"});
+  const std::string before = reasons_["w5"];
+  // A second node of 2 CPUs: the reason's numbers stay (most free: 2 < 4 needed)...
+  AddNode("n2", 2);
+  Plan();
+  EXPECT_TRUE(started_.empty());
+  // ...a node big enough frees room for one, and the others' reason changes with it
+  // only if its words do.
+  AddNode("n3", 4);
+  Plan();
+  EXPECT_EQ(started_, std::vector<std::string>{"w0"});
+  EXPECT_EQ(queue_.claim().job_id, "w1");
+  EXPECT_FALSE(reasons_["w9"].empty());
+  EXPECT_EQ(reasons_["w9"], reasons_["w5"]);
+  EXPECT_NE(before, "");
+}
+
 TEST(QueuePolicyTest, PendingReasonClassesNameWhatPlanQueueSaid) {
   // From the policy's own words, so a change of wording fails here, not in a dashboard.
   std::vector<proto::JobSpec> specs = {Spec(4), Spec(8), Spec(2)};
@@ -186,6 +322,28 @@ TEST(QueuePolicyTest, PendingReasonClassesNameWhatPlanQueueSaid) {
   EXPECT_STREQ(PendingReasonClass("waiting to be placed"), "not_yet_scheduled");
   EXPECT_STREQ(PendingReasonClass("restart 1 of 2 waiting: no nodes are alive; start one"),
                "no_nodes");
+}
+
+TEST_F(JobQueueTest, ShapesBeyondTheIndexLimitArePlacedAlike) {
+  // More shapes than JobQueue keeps capacity indexes for (32): the rest scan the nodes,
+  // with the same decisions, in submission order across shapes.
+  AddNode("n1", 3);
+  for (int i = 0; i < 40; ++i) {
+    proto::JobSpec spec = Spec(1);
+    spec.mutable_per_process()->set_cpus(1 + i / 100.0);
+    Add("s" + std::to_string(i), spec);
+  }
+  Plan();
+  // 1.00 + 1.01 CPUs fit in 3; s2 (1.02) claims; the rest wait behind it.
+  EXPECT_EQ(started_, (std::vector<std::string>{"s0", "s1"}));
+  EXPECT_EQ(queue_.claim().job_id, "s2");
+  EXPECT_TRUE(absl::StartsWith(reasons_["s39"], "needs 1.39 CPUs on one node")) << reasons_["s39"];
+  // Room for all: the rest start, oldest first, those with an index and those without.
+  AddNode("n2", 100);
+  Plan();
+  ASSERT_EQ(started_.size(), 38u);
+  for (int i = 0; i < 38; ++i) EXPECT_EQ(started_[i], "s" + std::to_string(i + 2));
+  EXPECT_EQ(queue_.size(), 0u);
 }
 
 }  // namespace

@@ -26,12 +26,6 @@ std::string NewJobTag() {
   return tag;
 }
 
-std::vector<int> RanksOf(const proto::StartProcessesRequest& req) {
-  std::vector<int> ranks;
-  for (const auto& p : req.processes()) ranks.push_back(p.rank());
-  return ranks;
-}
-
 int64_t JobNumber(const std::string& id) {
   int64_t n = 0;
   auto dash = id.rfind('-');
@@ -67,8 +61,9 @@ absl::Status SchedulerCore::Start() {
     Job& job = jobs_[info.job_id()];
     job.info = std::move(info);
     job.seq = next_seq_++;
+    by_seq_.push_back(&job);
     if (!job.info.spec().idempotency_key().empty()) {
-      idempotency_[job.info.spec().idempotency_key()] = job.info.job_id();
+      idempotency_[job.info.spec().idempotency_key()] = &job;
     }
     if (job.info.driver() && !IsTerminal(job.info.state())) {
       // A driver's session does not survive the scheduler: its workers lost their
@@ -77,7 +72,10 @@ absl::Status SchedulerCore::Start() {
       ChangedLocked(job);
       continue;
     }
-    if (job.info.live_processes() == 0 && job.info.state() != proto::RUNNING) continue;
+    if (job.info.live_processes() == 0 && job.info.state() != proto::RUNNING) {
+      IndexLocked(job);
+      continue;
+    }
     // Reattach: the processes of the current generation may still run on their nodes.
     std::set<int> exited(job.info.exited_ranks().begin(), job.info.exited_ranks().end());
     for (const auto& p : job.info.placement()) {
@@ -89,20 +87,22 @@ absl::Status SchedulerCore::Start() {
         node.info.set_reason("known from a running job; waiting for its agent to re-register");
         node.last_heartbeat = now;
         node.order = static_cast<int64_t>(nodes_.size());
+        table_.Set(p.node_id(), p.node_ip(), proto::Resources(), {}, node.order);
       }
       Allocation a;
       a.node_id = p.node_id();
       a.res = job.info.spec().per_process();
       a.gpus.assign(p.gpu_ids().begin(), p.gpu_ids().end());
-      AddResources(&node.used, a.res, +1);
-      node.used_gpus.insert(a.gpus.begin(), a.gpus.end());
+      table_.Use(a.node_id, a.res, a.gpus, +1);
       job.allocs.push_back(std::move(a));
       if (!exited.count(p.rank())) job.live.insert(p.rank());
     }
     job.info.set_live_processes(static_cast<int>(job.live.size()));
+    ++job.allocs_gen;
     if (!IsTerminal(job.info.state()) && job.info.spec().time_limit_ms() > 0) {
       time_limited_.insert(job.info.job_id());
     }
+    IndexLocked(job);
   }
   DROVER_LOG(INFO) << "loaded " << jobs_.size() << " jobs from " << store_->Describe()
                    << "; new job ids are job-" << job_tag_ << "-N";
@@ -115,11 +115,20 @@ void SchedulerCore::Stop() {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
-    for (auto& [id, job] : jobs_) job.changed->SignalAll();
+    for (auto& [id, job] : jobs_) {
+      if (job.changed != nullptr) job.changed->SignalAll();
+    }
     objects_added_.SignalAll();
     monitor_wake_.SignalAll();
   }
   if (monitor_.joinable()) monitor_.join();
+  {
+    // Calls in flight end within their deadline; their reactions use the pool.
+    absl::MutexLock lock(&calls_mu_);
+    calls_closed_ = true;
+    calls_mu_.Await(absl::Condition(
+        +[](int64_t* in_flight) { return *in_flight == 0; }, &calls_in_flight_));
+  }
   outbound_.reset();
   persister_.Stop(/*grace=*/absl::Seconds(2));
 }
@@ -169,7 +178,9 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     node.info.mutable_gpu_names()->CopyFrom(req.gpu_names());
     node.info.mutable_warnings()->CopyFrom(req.warnings());
     node.info.set_metrics_address(req.metrics_address());
-    node.gpu_ids.assign(req.gpu_ids().begin(), req.gpu_ids().end());
+    table_.Set(id, req.node_ip(), req.total(),
+               std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), node.order);
+    table_.SetAlive(id, true);
     node.last_heartbeat = clock_->Now();
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "
                      << req.agent_address() << " ip " << req.node_ip() << " with "
@@ -190,110 +201,22 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
   return reply;
 }
 
-proto::HeartbeatReply SchedulerCore::Heartbeat(const proto::HeartbeatRequest& req) {
-  proto::HeartbeatReply reply;
-  Actions actions;
-  {
-    absl::MutexLock lock(&mu_);
-    Node* node = FindNodeLocked(req.node_id());
-    if (node == nullptr || node->info.state() != proto::ALIVE) {
-      reply.set_known(false);
-      return reply;
-    }
-    reply.set_known(true);
-    node->last_heartbeat = clock_->Now();
-    *node->info.mutable_object_store() = req.object_store();
-    ApplyProcessTableLocked(*node, req, /*reattach=*/false, &reply, &actions);
-    ScheduleLocked(&actions);
-  }
-  Dispatch(std::move(actions));
-  return reply;
-}
-
-void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRequest& report,
-                                            bool reattach, proto::HeartbeatReply* reply,
-                                            Actions* out) {
-  // (job, generation) -> all of its processes on this node have exited.
-  std::map<std::pair<std::string, int>, bool> groups;
-  std::set<std::pair<std::string, int>> stale_running;
-  std::map<std::string, std::set<int>> reported;  // job -> ranks of its current generation
-  for (const auto& p : report.processes()) {
-    auto key = std::make_pair(p.job_id(), p.generation());
-    auto [it, inserted] = groups.emplace(key, true);
-    Job* job = FindJobLocked(p.job_id());
-    if (p.running()) {
-      it->second = false;
-      bool current = job != nullptr && p.generation() == job->info.restart_count() &&
-                     job->live.count(p.rank()) > 0;
-      if (!current) stale_running.insert(key);
-    } else if (job != nullptr) {
-      proto::ExitInfo e = p.exit();
-      e.set_rank(p.rank());
-      e.set_generation(p.generation());
-      e.set_node_id(node.info.node_id());
-      HandleExitLocked(*job, e, out);
-    }
-    if (job != nullptr && p.generation() == job->info.restart_count()) {
-      reported[p.job_id()].insert(p.rank());
-    }
-  }
-  for (const auto& [key, all_exited] : groups) {
-    if (all_exited) {
-      auto* f = reply->add_forget();
-      f->set_job_id(key.first);
-      f->set_generation(key.second);
-    }
-  }
-  for (const auto& key : stale_running) {
-    Action a;
-    a.kind = Action::kStop;
-    a.job_id = key.first;
-    a.generation = key.second;
-    a.stop_address = node.info.agent_address();
-    out->push_back(std::move(a));
-  }
-  if (!reattach) return;
-  for (auto& [id, job] : jobs_) {
-    std::vector<int> lost;
-    for (const auto& p : job.info.placement()) {
-      if (p.node_id() == node.info.node_id() && job.live.count(p.rank()) &&
-          !reported[id].count(p.rank())) {
-        lost.push_back(p.rank());
-      }
-    }
-    FailRanksLocked(job, node.info.node_id(), lost,
-                    "is gone: its node agent restarted and no longer has the process", out);
-  }
-}
-
-void SchedulerCore::ReportExit(const proto::ReportExitRequest& req) {
-  Actions actions;
-  {
-    absl::MutexLock lock(&mu_);
-    Job* job = FindJobLocked(req.job_id());
-    if (job == nullptr) return;
-    proto::ExitInfo e = req.exit();
-    e.set_node_id(req.node_id());
-    HandleExitLocked(*job, e, &actions);
-    ScheduleLocked(&actions);
-  }
-  Dispatch(std::move(actions));
-}
-
 void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Actions* out) {
   DROVER_LOG(WARNING) << "node " << node.info.node_id() << " declared dead: " << reason;
+  notes_pending_ = true;
   node.info.set_state(proto::DEAD);
   node.info.set_reason(reason);
+  table_.SetAlive(node.info.node_id(), false);
   dead_nodes_.emplace_back(node.info.node_id(), reason);
   sessions_.Forget(node.info.node_id());  // a later close of its session means nothing
   // Its object store is unreachable: nobody should try to pull from it.
   objects_.RemoveNode(node.info.node_id());
-  for (auto& [id, job] : jobs_) {
+  for (Job* job : RunningJobsLocked()) {
     std::vector<int> lost;
-    for (const auto& p : job.info.placement()) {
-      if (p.node_id() == node.info.node_id() && job.live.count(p.rank())) lost.push_back(p.rank());
+    for (const auto& p : job->info.placement()) {
+      if (p.node_id() == node.info.node_id() && job->live.count(p.rank())) lost.push_back(p.rank());
     }
-    FailRanksLocked(job, node.info.node_id(), lost,
+    FailRanksLocked(*job, node.info.node_id(), lost,
                     absl::StrCat("was lost: its node was declared dead (", reason, ")"), out);
   }
 }
@@ -355,6 +278,8 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
         TimeOutLocked(*job, &actions);
         it = time_limited_.erase(it);
       }
+      // Time moved: backfill by time limit and the waiting jobs' reasons depend on it.
+      queue_.Invalidate();
       ScheduleLocked(&actions);
     }
     Dispatch(std::move(actions));
@@ -369,9 +294,8 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& sp
   if (!invalid.empty()) return absl::InvalidArgumentError(invalid);
   auto check = [&]() -> absl::Status {
     // Reject at once what could never fit on the nodes that exist.
-    auto totals = TotalCapacities(NodeUsesLocked());
-    if (!totals.empty()) {
-      PlacementResult never = PlaceGang(spec, totals);
+    if (!table_.Total().empty()) {
+      const PlacementResult& never = queue_.Whole(spec, table_);
       if (!never.ok) {
         return absl::FailedPreconditionError(absl::StrCat(
             "this job can never run on this cluster: ", never.reason,
@@ -405,7 +329,7 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CreateJob(
       if (!idempotency_key.empty()) {
         auto it = idempotency_.find(idempotency_key);
         if (it != idempotency_.end()) {
-          result = jobs_[it->second].info;  // a retry: answer as the first call would
+          result = it->second->info;  // a retry: answer as the first call would
           break;
         }
       }
@@ -416,9 +340,10 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CreateJob(
         std::string id = absl::StrCat("job-", job_tag_, "-", *n);
         Job& job = jobs_[id];
         job.seq = next_seq_++;
+        by_seq_.push_back(&job);
         job.info.set_job_id(id);
         job.info.set_submit_time_ms(absl::ToUnixMillis(clock_->Now()));
-        if (!idempotency_key.empty()) idempotency_[idempotency_key] = id;
+        if (!idempotency_key.empty()) idempotency_[idempotency_key] = &job;
         NoteLocked(job, TimelineEventOf(proto::TIMELINE_SUBMITTED, 0));
         fill(job, &actions);
         result = job.info;
@@ -442,58 +367,75 @@ absl::Status SchedulerCore::AwaitDurable(const std::string& job_id, const std::s
                                              s.message()));
 }
 
-std::vector<NodeUse> SchedulerCore::NodeUsesLocked() {
-  std::vector<const Node*> alive;
-  for (const auto& [id, n] : nodes_) {
-    if (n.info.state() == proto::ALIVE) alive.push_back(&n);
-  }
-  std::sort(alive.begin(), alive.end(),
-            [](const Node* a, const Node* b) { return a->order < b->order; });
-  std::vector<NodeUse> uses;
-  uses.reserve(alive.size());
-  for (const Node* n : alive) {
-    NodeUse u;
-    u.node_id = n->info.node_id();
-    u.node_ip = n->info.node_ip();
-    u.total = n->info.total();
-    u.used = n->used;
-    u.gpu_ids = n->gpu_ids;
-    u.used_gpus = n->used_gpus;
-    uses.push_back(std::move(u));
-  }
-  return uses;
+void SchedulerCore::ScheduleLocked(Actions* out) {
+  JobQueue::Callbacks cb;
+  cb.start = [this, out](const QueuedJob& q, std::vector<proto::RankPlacement> ranks)
+                 ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                   Job& job = *static_cast<Job*>(q.ref);
+                   job.queued = false;  // the queue let it go
+                   StartJobLocked(job, std::move(ranks), out);
+                 };
+  cb.wait = [this](const QueuedJob& q, const std::string& reason)
+                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                  Job& job = *static_cast<Job*>(q.ref);
+                  if (job.info.reason() == reason) return;
+                  job.info.set_reason(reason);
+                  ChangedLocked(job);
+                };
+  queue_.Plan(table_, clock_->Now(), cb);
+  TakeNotesLocked(&out->notes);
 }
 
-void SchedulerCore::ScheduleLocked(Actions* out) {
-  std::vector<QueuedJob> pending;
-  for (auto& [id, job] : jobs_) {
-    if (job.info.state() != proto::PENDING) continue;
-    pending.push_back({id, &job.info.spec(), job.info.restart_count(), job.seq});
-  }
-  if (pending.empty()) return;
-  std::vector<HoldingJob> holding;
-  for (const auto& [id, j] : jobs_) {
-    if (j.allocs.empty() || IsTerminal(j.info.state())) continue;  // ending: being stopped
-    HoldingJob h;
-    for (const Allocation& a : j.allocs) h.node_ids.push_back(a.node_id);
-    const int64_t limit_ms = j.info.spec().time_limit_ms();
-    if (limit_ms > 0 && j.info.state() == proto::RUNNING && !j.info.restarting()) {
-      h.ends_by = absl::FromUnixMillis(j.info.generation_start_ms()) +
-                  absl::Milliseconds(limit_ms);
+void SchedulerCore::IndexLocked(Job& job) {
+  const proto::JobState state = job.info.state();
+  const bool pending = state == proto::PENDING;
+  if (pending != job.queued) {
+    QueuedJob q{job.info.job_id(), &job.info.spec(), job.info.restart_count(), job.seq, &job};
+    if (pending) {
+      queue_.Add(q);
+    } else {
+      queue_.Remove(q);
     }
-    holding.push_back(std::move(h));
+    job.queued = pending;
   }
-  QueuePlan plan =
-      PlanQueue(std::move(pending), NodeUsesLocked(), std::move(holding), clock_->Now());
-  for (QueueDecision& d : plan.decisions) {
-    Job& job = jobs_[d.job_id];
-    if (d.start) {
-      StartJobLocked(job, std::move(d.ranks), out);
-    } else if (job.info.reason() != d.reason) {
-      job.info.set_reason(d.reason);
-      ChangedLocked(job);
+  // Its hold on its nodes until it ends at the latest (the queue's claims wait for it).
+  std::optional<absl::Time> hold;
+  if (!job.allocs.empty() && !IsTerminal(state)) {
+    hold = absl::InfiniteFuture();
+    const int64_t limit_ms = job.info.spec().time_limit_ms();
+    if (limit_ms > 0 && state == proto::RUNNING && !job.info.restarting()) {
+      hold = absl::FromUnixMillis(job.info.generation_start_ms()) + absl::Milliseconds(limit_ms);
     }
   }
+  if (hold != job.hold || (hold && job.hold_allocs != job.allocs_gen)) {
+    auto nodes = [](const std::vector<Allocation>& allocs) {
+      std::vector<std::string> ids;
+      for (const Allocation& a : allocs) ids.push_back(a.node_id);
+      return ids;
+    };
+    if (job.hold) table_.Hold(job.hold_nodes, *job.hold, -1);
+    job.hold_nodes = hold ? nodes(job.allocs) : std::vector<std::string>();
+    if (hold) table_.Hold(job.hold_nodes, *hold, +1);
+    job.hold = hold;
+    job.hold_allocs = job.allocs_gen;
+  }
+  if (job.live.empty()) {
+    running_.erase(job.info.job_id());
+  } else {
+    running_.insert(job.info.job_id());
+  }
+  if (job.counted_state != state) {
+    if (job.counted_state >= 0) --state_counts_[job.counted_state];
+    ++state_counts_[state];
+    job.counted_state = state;
+  }
+}
+
+std::vector<SchedulerCore::Job*> SchedulerCore::RunningJobsLocked() {
+  std::vector<Job*> jobs;
+  jobs.reserve(running_.size());
+  for (const std::string& id : running_) jobs.push_back(&jobs_[id]);
+  return jobs;
 }
 
 void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> ranks,
@@ -504,13 +446,12 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   job.info.clear_succeeded_ranks();
   job.live.clear();
   job.allocs.clear();
+  ++job.allocs_gen;
   std::map<std::string, proto::StartProcessesRequest> by_node;
   std::vector<std::string> node_order;
   for (auto& p : ranks) {
-    Node& node = nodes_[p.node_id()];
     Allocation a{p.node_id(), per, std::vector<int>(p.gpu_ids().begin(), p.gpu_ids().end())};
-    AddResources(&node.used, a.res, +1);
-    node.used_gpus.insert(a.gpus.begin(), a.gpus.end());
+    table_.Use(a.node_id, a.res, a.gpus, +1);
     job.allocs.push_back(std::move(a));
     job.live.insert(p.rank());
     auto [it, inserted] = by_node.emplace(p.node_id(), proto::StartProcessesRequest());
@@ -569,59 +510,6 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   out->push_back(std::move(a));
 }
 
-void SchedulerCore::RunLaunch(const Action& a) {
-  int master_port = 0;
-  for (size_t i = 0; i < a.starts.size(); ++i) {
-    proto::StartProcessesRequest req = a.starts[i].second;
-    req.set_master_port(master_port);  // 0 for the first (master) node: it picks one
-    auto port = agents_->StartProcesses(a.starts[i].first, req);
-    Actions more;
-    bool proceed = port.ok();
-    {
-      absl::MutexLock lock(&mu_);
-      Job* job = FindJobLocked(a.job_id);
-      if (job == nullptr || job->info.restart_count() != a.generation) return;
-      if (port.ok()) {  // this node's processes are spawned (`drover run`: "starting N/M")
-        job->info.set_started_processes(job->info.started_processes() + req.processes_size());
-        ChangedLocked(*job);
-      }
-      if (!port.ok()) {
-        FailRanksLocked(*job, a.node_ids[i], RanksOf(req),
-                        absl::StrCat("could not be started: ", port.status().message()), &more);
-        ScheduleLocked(&more);
-      } else {
-        NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a.generation,
-                                         a.node_ids[i], RanksOf(req)));
-        if (i == 0) {
-          master_port = *port;
-          job->info.set_master_port(master_port);
-          ChangedLocked(*job);
-        }
-      }
-    }
-    Dispatch(std::move(more));
-    if (!proceed) return;
-  }
-}
-
-void SchedulerCore::Dispatch(Actions actions) {
-  NotifyLeases();
-  for (auto& a : actions) {
-    outbound_->Post([this, a = std::move(a)] {
-      if (a.kind == Action::kLaunch) {
-        RunLaunch(a);
-        return;
-      }
-      proto::StopJobRequest stop;
-      stop.set_job_id(a.job_id);
-      stop.set_generation(a.generation);
-      stop.set_grace_ms(absl::ToInt64Milliseconds(options_.kill_grace));
-      absl::Status s = agents_->StopJob(a.stop_address, stop);
-      if (!s.ok()) DROVER_LOG(WARNING) << "stop " << a.job_id << ": " << s;
-    });
-  }
-}
-
 void SchedulerCore::StopJobLocked(Job& job, Actions* out) {
   std::set<std::string> nodes;
   for (const auto& p : job.info.placement()) {
@@ -650,20 +538,20 @@ void SchedulerCore::StopAfterFailureLocked(Job& job, Actions* out) {
 }
 
 void SchedulerCore::ReleaseLocked(Job& job) {
-  if (!job.allocs.empty()) freed_ = true;
-  for (const auto& a : job.allocs) {
-    auto it = nodes_.find(a.node_id);
-    if (it == nodes_.end()) continue;
-    AddResources(&it->second.used, a.res, -1);
-    for (int g : a.gpus) it->second.used_gpus.erase(g);
+  if (!job.allocs.empty()) {
+    freed_ = true;
+    notes_pending_ = true;
   }
+  for (const auto& a : job.allocs) table_.Use(a.node_id, a.res, a.gpus, -1);
   job.allocs.clear();
+  ++job.allocs_gen;
 }
 
 void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::string& reason,
                                  int exit_code) {
   kv_.DropJob(job.info.job_id());
   ended_jobs_.push_back(job.info.job_id());
+  notes_pending_ = true;
   job.info.set_state(state);
   job.info.set_reason(reason);
   job.info.set_exit_code(exit_code);
@@ -754,18 +642,16 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::GetJob(const std::string& job_id,
 }
 
 std::vector<proto::JobInfo> SchedulerCore::ListJobs(const proto::ListJobsRequest& req) {
-  absl::MutexLock lock(&mu_);
   std::set<int> states(req.states().begin(), req.states().end());
-  std::vector<const Job*> all;
-  for (const auto& [id, job] : jobs_) {
-    if (states.empty() || states.count(job.info.state())) all.push_back(&job);
-  }
-  std::sort(all.begin(), all.end(), [](const Job* a, const Job* b) { return a->seq > b->seq; });
   std::vector<proto::JobInfo> out;
-  for (const Job* j : all) {
-    if (req.limit() > 0 && static_cast<int>(out.size()) >= req.limit()) break;
-    out.push_back(j->info);
-  }
+  // Batched with the agents' reports: in its turn, however many of them there are.
+  RunBatched([&](Actions*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = by_seq_.rbegin(); it != by_seq_.rend(); ++it) {
+      if (req.limit() > 0 && static_cast<int>(out.size()) >= req.limit()) break;
+      const Job& j = **it;
+      if (states.empty() || states.count(j.info.state())) out.push_back(j.info);
+    }
+  });
   return out;
 }
 
@@ -811,30 +697,32 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CancelJob(const std::string& job_i
 }
 
 proto::GetClusterStatusReply SchedulerCore::ClusterStatus() {
-  absl::MutexLock lock(&mu_);
   proto::GetClusterStatusReply reply;
-  std::vector<const Node*> nodes;
-  for (const auto& [id, n] : nodes_) nodes.push_back(&n);
-  std::sort(nodes.begin(), nodes.end(),
-            [](const Node* a, const Node* b) { return a->order < b->order; });
-  for (const Node* n : nodes) *reply.add_nodes() = NodeViewLocked(*n);
-  for (int s = proto::JobState_MIN; s <= proto::JobState_MAX; ++s) {
-    (*reply.mutable_job_counts())[proto::JobState_Name(static_cast<proto::JobState>(s))] = 0;
-  }
-  for (const auto& [id, j] : jobs_) {
-    (*reply.mutable_job_counts())[proto::JobState_Name(j.info.state())]++;
-  }
-  reply.set_state_backend(store_->Describe());
-  reply.set_address(address_);
+  // Batched with the agents' reports: in its turn, however many of them there are.
+  RunBatched([&](Actions*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<const Node*> nodes;
+    for (const auto& [id, n] : nodes_) nodes.push_back(&n);
+    std::sort(nodes.begin(), nodes.end(),
+              [](const Node* a, const Node* b) { return a->order < b->order; });
+    for (const Node* n : nodes) *reply.add_nodes() = NodeViewLocked(*n);
+    for (int s = proto::JobState_MIN; s <= proto::JobState_MAX; ++s) {
+      (*reply.mutable_job_counts())[proto::JobState_Name(static_cast<proto::JobState>(s))] =
+          static_cast<int32_t>(state_counts_[s]);
+    }
+    reply.set_state_backend(store_->Describe());
+    reply.set_address(address_);
+  });
   return reply;
 }
 
 proto::NodeInfo SchedulerCore::NodeViewLocked(const Node& n) {
   proto::NodeInfo info = n.info;
-  *info.mutable_free() = SubtractResources(n.info.total(), n.used);
   info.clear_free_gpu_ids();
-  for (int g : n.gpu_ids) {
-    if (!n.used_gpus.count(g)) info.add_free_gpu_ids(g);
+  if (const NodeUse* use = table_.Find(n.info.node_id())) {
+    *info.mutable_free() = SubtractResources(n.info.total(), use->used);
+    for (int g : use->gpu_ids) {
+      if (!use->used_gpus.count(g)) info.add_free_gpu_ids(g);
+    }
   }
   info.set_last_heartbeat_ms(absl::ToUnixMillis(n.last_heartbeat));
   return info;
@@ -852,12 +740,14 @@ SchedulerCore::Job* SchedulerCore::FindJobLocked(const std::string& id) {
 
 void SchedulerCore::ChangedLocked(Job& job) {
   job.info.set_version(job.info.version() + 1);
-  job.changed->SignalAll();
+  if (job.changed != nullptr) job.changed->SignalAll();
   persister_.Put(job.info);
+  IndexLocked(job);
 }
 
 void SchedulerCore::SignalJobLocked(const std::string& job_id) {
-  if (Job* job = FindJobLocked(job_id)) job->changed->SignalAll();
+  Job* job = FindJobLocked(job_id);
+  if (job != nullptr && job->changed != nullptr) job->changed->SignalAll();
 }
 
 std::string SchedulerCore::NodeIpLocked(const std::string& node_id) {

@@ -2,7 +2,10 @@
 // failure handling and restarts. No gRPC server code lives here: the service
 // (scheduler_service.h) is a thin layer over these methods. The parts with one job
 // each live in their own units, and SchedulerCore wires them together:
-//   - queue_policy.h: which pending jobs start where, and why others wait (pure);
+//   - queue_policy.h: which pending jobs start where, and why others wait (pure; its
+//     JobQueue keeps the pending jobs by class so a pass costs what it starts, not
+//     what is queued);
+//   - node_table.h: the nodes' resources as placement reads them (pure);
 //   - placement.h: gang placement on node capacities (pure);
 //   - generation.h: how a generation's end is described and told (pure);
 //   - job_kv.h + scheduler_rendezvous.cc: the rendezvous KV and generation watches;
@@ -17,11 +20,15 @@
 //
 // Threading: every public method is thread-safe; one mutex guards all state. Calls to
 // agents and to the state store are never made under it: methods collect agent calls
-// and hand them to a small outbound thread pool, and job records go to the
-// JobPersister's thread. One monitor thread declares silent nodes dead, ends
+// and hand them to a small outbound thread pool (launches go out from there without
+// blocking it: StartProcessesAsync, whose reactions run on gRPC's threads), and job
+// records go to the JobPersister's thread. One monitor thread declares silent nodes dead, ends
 // generations past their time limit and stops failed gangs after the abort notice; it
 // also declares dead the nodes whose agent's session closed and stayed closed for the
-// session grace.
+// session grace. What agents report most (heartbeats, exits, launch replies) is applied
+// in batches (RunBatched, scheduler_agents.cc): a report that finds others waiting is
+// applied by the thread that holds the lock for them all, followed by one queue pass,
+// so a thousand agents' reports cost few lock hand-offs and passes, not one each.
 //
 // Time: every deadline and timestamp comes from SchedulerOptions::clock (the wall
 // clock by default; a FakeClock in tests).
@@ -33,6 +40,7 @@
 #define DROVER_SCHEDULER_SCHEDULER_CORE_H_
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -42,6 +50,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -54,6 +64,7 @@
 #include "scheduler/job_persister.h"
 #include "scheduler/job_timeline.h"
 #include "scheduler/lease_manager.h"
+#include "scheduler/node_table.h"
 #include "scheduler/object_directory.h"
 #include "scheduler/queue_policy.h"
 #include "scheduler/state_store.h"
@@ -183,10 +194,9 @@ class SchedulerCore {
  private:
   struct Node {
     proto::NodeInfo info;  // total, state, addresses; `free` filled on read
-    std::vector<int> gpu_ids;
-    proto::Resources used;
-    std::set<int> used_gpus;
-    int64_t order = 0;  // registration order, for stable placement preference
+    // Registration order, for stable placement preference. Its resources in use and
+    // its GPUs are in table_.
+    int64_t order = 0;
     absl::Time last_heartbeat;
   };
   struct Allocation {
@@ -205,7 +215,17 @@ class SchedulerCore {
     // WatchGeneration) wait on it (AwaitJobLocked), so a change wakes only that job's
     // waiters; a condition of mu_ would be re-evaluated at every unlock of mu_ by any
     // call, for every waiter of every job. Shared, so a waiter keeps it alive.
-    std::shared_ptr<absl::CondVar> changed = std::make_shared<absl::CondVar>();
+    // Made by the first wait (most jobs are never waited on). mutable: made by a reader.
+    mutable std::shared_ptr<absl::CondVar> changed;
+    // What the indexes (IndexLocked) hold of it: in queue_; a hold on its nodes in
+    // table_ (until when, and the allocations it was made for); counted in which state.
+    bool queued = false;
+    std::optional<absl::Time> hold;
+    std::vector<std::string> hold_nodes;
+    int64_t hold_allocs = 0;
+    int counted_state = -1;
+    // Moves whenever `allocs` is filled or cleared.
+    int64_t allocs_gen = 0;
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -217,7 +237,19 @@ class SchedulerCore {
     std::vector<std::string> node_ids;
     std::string stop_address;
   };
-  using Actions = std::vector<Action>;
+  // What the lease manager is told once the lock is released: jobs that ended (with
+  // their objects' ids by the agent address holding them), nodes declared dead (with
+  // why), whether resources were freed.
+  struct LeaseNotes {
+    std::vector<std::pair<std::string, std::map<std::string, std::vector<std::string>>>> ended;
+    std::vector<std::pair<std::string, std::string>> dead;
+    bool freed = false;
+  };
+  // The calls a locked section decided, made after it released the lock (Dispatch),
+  // and the lease manager's notes taken in the same section (no second locking).
+  struct Actions : std::vector<Action> {
+    LeaseNotes notes;
+  };
   class Book;
   static std::unique_ptr<ResourceBook> MakeBook(SchedulerCore* core);
 
@@ -228,12 +260,25 @@ class SchedulerCore {
   absl::StatusOr<proto::JobInfo> CreateJob(const std::string& idempotency_key,
                                            const std::function<absl::Status()>& check,
                                            const std::function<void(Job&, Actions*)>& fill);
-  // Tells the lease manager what changed since the last call (ended jobs, dead nodes,
-  // freed resources). Called by Dispatch, without mu_.
-  void NotifyLeases();
+  // Moves what the lease manager has not been told yet into `notes`.
+  void TakeNotesLocked(LeaseNotes* notes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells the lease manager `notes` and whatever else changed since it was last told
+  // (ended jobs, dead nodes, freed resources). Called by Dispatch, without mu_.
+  void NotifyLeases(LeaseNotes notes);
 
   void Dispatch(Actions actions);
-  void RunLaunch(const Action& a);
+  // Runs `apply` with mu_ held, batched with the other calls of RunBatched waiting at
+  // the time: one thread (the leader) takes mu_ for all of them, applies each, runs one
+  // queue pass (ScheduleLocked) and dispatches what they decided, then hands the lead to
+  // a call that came meanwhile. Returns once `apply` ran and its pass is done.
+  void RunBatched(absl::FunctionRef<void(Actions*)> apply);
+  static std::vector<int> RanksOf(const proto::StartProcessesRequest& req);
+  // Starts node `i` of a launch (the master first, with port 0; the others with the
+  // port it picked) without blocking; its reaction starts the next node.
+  void RunLaunch(std::shared_ptr<const Action> a, size_t i, int master_port);
+  // An outbound call (a launch, a stop) is over: its last reaction is done with the
+  // core. Stop() waits for every call dispatched to end so.
+  void EndCall();
   // Passes every min(200 ms, node_timeout / 4) from `started`, until Stop().
   void MonitorLoop(absl::Time started);
 
@@ -242,6 +287,7 @@ class SchedulerCore {
   template <typename Done>
   bool AwaitJobLocked(const Job& job, absl::Time deadline, Done done)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (job.changed == nullptr) job.changed = std::make_shared<absl::CondVar>();
     std::shared_ptr<absl::CondVar> changed = job.changed;
     while (!done()) {
       if (clock_->WaitWithDeadline(changed.get(), &mu_, deadline)) return done();  // timed out
@@ -255,14 +301,19 @@ class SchedulerCore {
   // Wakes the long polls of the job `job_id`, if it exists (its KV changed).
   void SignalJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // Runs the queue policy (queue_policy.h) over the pending jobs and applies its
-  // decisions: places the jobs it starts, records why the others wait.
+  // Runs a pass of the queue policy (queue_policy.h) if anything changed since the
+  // last one, and applies its decisions: places the jobs it starts, records why the
+  // others wait.
   void ScheduleLocked(Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Allocates `ranks` to `job`, marks it RUNNING and queues its launch.
   void StartJobLocked(Job& job, std::vector<proto::RankPlacement> ranks, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The ALIVE nodes in placement preference order (registration order).
-  std::vector<NodeUse> NodeUsesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings the indexes derived from a job's record up to date with it: the pending
+  // queue, its hold in the node table, the jobs with live ranks, the counts by state.
+  // Every change goes through ChangedLocked, which calls it.
+  void IndexLocked(Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The jobs with live ranks (a copy: failing their ranks changes the set).
+  std::vector<Job*> RunningJobsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleExitLocked(Job& job, const proto::ExitInfo& exit, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records that `ranks` of the job's current generation on `node_id` ended without an
@@ -315,7 +366,17 @@ class SchedulerCore {
   absl::Mutex mu_;
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> idempotency_ ABSL_GUARDED_BY(mu_);
+  // Idempotency key -> the job it made (jobs_ never drops a job).
+  absl::flat_hash_map<std::string, Job*> idempotency_ ABSL_GUARDED_BY(mu_);
+  // Indexes of jobs_ (IndexLocked keeps them): every job by submission order (ListJobs
+  // reads the newest without sorting them all), the pending jobs, the ids of the jobs
+  // with live ranks (what a lost node can touch), and how many are in each state.
+  std::deque<Job*> by_seq_ ABSL_GUARDED_BY(mu_);  // [seq]: seqs count from 0, none go
+  JobQueue queue_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> running_ ABSL_GUARDED_BY(mu_);
+  std::map<int, int64_t> state_counts_ ABSL_GUARDED_BY(mu_);
+  // Every known node's resources (ALIVE ones are placed on) and holds.
+  NodeTable table_ ABSL_GUARDED_BY(mu_);
   ObjectDirectory objects_ ABSL_GUARDED_BY(mu_);
   // Signalled (SignalAll) when copies are added to objects_, and by Stop(): wakes the
   // GetObjectLocations calls that wait for a holder (each re-checks its own object).
@@ -330,12 +391,26 @@ class SchedulerCore {
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Outbound calls dispatched and not ended (EndCall); none are dispatched once Stop()
+  // has closed them.
+  absl::Mutex calls_mu_;
+  int64_t calls_in_flight_ ABSL_GUARDED_BY(calls_mu_) = 0;
+  bool calls_closed_ ABSL_GUARDED_BY(calls_mu_) = false;
   absl::CondVar monitor_wake_;  // Stop() and a closed session wake the monitor
 
-  // For the lease manager (NotifyLeases): what happened since it was last told.
+  // RunBatched's calls: those waiting to be applied (in order of arrival), and whether
+  // one of them leads (takes mu_ for the others).
+  struct BatchedCall;
+  absl::Mutex batch_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::vector<BatchedCall*> batch_ ABSL_GUARDED_BY(batch_mu_);
+  bool batch_led_ ABSL_GUARDED_BY(batch_mu_) = false;
+
+  // For the lease manager (NotifyLeases): what happened since it was last told, and
+  // whether there is any (read without the lock first).
   std::vector<std::string> ended_jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> dead_nodes_ ABSL_GUARDED_BY(mu_);
   bool freed_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> notes_pending_{false};
   std::atomic<LeaseManager*> leases_{nullptr};
   std::unique_ptr<ResourceBook> book_;
 

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
@@ -131,6 +132,45 @@ class SchedulerCoreTest : public ::testing::Test {
   std::unique_ptr<SchedulerCore> core_;
 };
 
+// Heartbeats, exits and reads from many threads at once are applied in batches
+// (RunBatched): every report counts, each freed slot is filled, and every call returns.
+TEST_F(SchedulerCoreTest, ReportsFromManyThreadsAreAllApplied) {
+  std::vector<std::string> nodes;
+  for (int i = 0; i < 4; ++i) nodes.push_back(Register(absl::StrCat("10.0.0.", i + 1), 0));
+  std::vector<std::string> first;  // fill the 32 CPUs
+  for (int i = 0; i < 32; ++i) first.push_back(Submit(1, 0, 0).job_id());
+  for (int i = 0; i < 100; ++i) Submit(1, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 32; }));
+  std::map<std::string, std::string> node_of;  // job -> node
+  for (const auto& [address, req] : agents_->start_calls()) {
+    for (size_t n = 0; n < nodes.size(); ++n) {
+      if (address == absl::StrCat("10.0.0.", n + 1, ":7000")) node_of[req.job_id()] = nodes[n];
+    }
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = t; i < 32; i += 8) {
+        proto::HeartbeatRequest hb;
+        hb.set_node_id(nodes[i % nodes.size()]);
+        EXPECT_TRUE(core_->Heartbeat(hb).known());
+        Exit(node_of[first[i]], first[i], 0, 0);
+        EXPECT_EQ(core_->ClusterStatus().nodes_size(), 4);
+        proto::ListJobsRequest list;
+        list.set_limit(5);
+        EXPECT_EQ(core_->ListJobs(list).size(), 5u);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const std::string& id : first) EXPECT_EQ(Job(id).state(), proto::SUCCEEDED) << id;
+  auto counts = core_->ClusterStatus().job_counts();
+  EXPECT_EQ(counts["SUCCEEDED"], 32);
+  EXPECT_EQ(counts["RUNNING"], 32);  // each freed CPU taken by a queued job
+  EXPECT_EQ(counts["PENDING"], 68);
+  EXPECT_TRUE(WaitFor([&] { return agents_->starts() == 64; }));
+}
+
 TEST_F(SchedulerCoreTest, RegisterTwiceKeepsOneNode) {
   std::string id = Register("10.0.0.1", 2);
   EXPECT_EQ(Register("10.0.0.1", 2, id), id);
@@ -182,6 +222,40 @@ TEST_F(SchedulerCoreTest, ExitReportedTwiceCountsOnceAndGpusAreFreedOnlyWhenAllE
   j = Job(job.job_id());
   EXPECT_EQ(j.state(), proto::SUCCEEDED);
   EXPECT_EQ(core_->ClusterStatus().nodes(0).free().gpus(), 2);
+}
+
+// ListJobs and the job counts come from indexes kept as jobs change (not from a scan
+// and sort of every job): newest first, filtered by state, limited; counts by state.
+TEST_F(SchedulerCoreTest, ListsNewestFirstAndCountsJobsByState) {
+  std::string n1 = Register("10.0.0.1", 0);  // 8 CPUs
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(Submit(4, 0, 0).job_id());  // 2 run, 3 wait
+  ASSERT_TRUE(core_->CancelJob(ids[3]).ok());
+  proto::ListJobsRequest req;
+  req.set_limit(2);
+  auto newest = core_->ListJobs(req);
+  ASSERT_EQ(newest.size(), 2u);
+  EXPECT_EQ(newest[0].job_id(), ids[4]);
+  EXPECT_EQ(newest[1].job_id(), ids[3]);
+  req.add_states(proto::PENDING);
+  req.set_limit(0);
+  auto pending = core_->ListJobs(req);
+  ASSERT_EQ(pending.size(), 2u);
+  EXPECT_EQ(pending[0].job_id(), ids[4]);
+  EXPECT_EQ(pending[1].job_id(), ids[2]);
+  auto counts = core_->ClusterStatus().job_counts();
+  EXPECT_EQ(counts["RUNNING"], 2);
+  EXPECT_EQ(counts["PENDING"], 2);
+  EXPECT_EQ(counts["CANCELLED"], 1);
+  EXPECT_EQ(counts["SUCCEEDED"], 0);
+  // The first job ends: the oldest waiting one starts in its place.
+  for (int r = 0; r < 4; ++r) Exit(n1, ids[0], r, 0);
+  EXPECT_EQ(Job(ids[2]).state(), proto::RUNNING);
+  EXPECT_EQ(Job(ids[4]).state(), proto::PENDING);
+  counts = core_->ClusterStatus().job_counts();
+  EXPECT_EQ(counts["SUCCEEDED"], 1);
+  EXPECT_EQ(counts["RUNNING"], 2);
+  EXPECT_EQ(counts["PENDING"], 1);
 }
 
 // The oldest job that does not fit keeps what it will need: a later small job that

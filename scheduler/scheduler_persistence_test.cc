@@ -111,7 +111,8 @@ TEST(SchedulerPersistenceTest, ChangesWhileRedisIsDownStandAndAreStoredWhenItRet
     return StoredVersions(**reader) == want;
   }));
   EXPECT_EQ(want.size(), 2u);
-  EXPECT_TRUE(core.SubmitJob(OneProcess()).ok());
+  auto after = core.SubmitJob(OneProcess());
+  EXPECT_TRUE(after.ok()) << after.status();
   core.Stop();
 }
 

@@ -18,16 +18,15 @@ class SchedulerCore::Book : public ResourceBook {
                                               const proto::PlacementHint& hint,
                                               std::string* reason) override {
     absl::MutexLock lock(&core_->mu_);
-    std::vector<NodeUse> nodes = core_->NodeUsesLocked();
-    LeasePlacement p = PlaceLease(shape, hint, FreeCapacities(nodes), TotalCapacities(nodes));
+    NodeTable& table = core_->table_;
+    LeasePlacement p = PlaceLease(shape, hint, table.Free(), table.Total());
     if (!p.ok) {
       if (p.never) return absl::FailedPreconditionError(p.reason);
       *reason = p.reason;
       return std::optional<Grant>();
     }
     Node* node = core_->FindNodeLocked(p.node_id);
-    AddResources(&node->used, shape, +1);
-    node->used_gpus.insert(p.gpu_ids.begin(), p.gpu_ids.end());
+    table.Use(p.node_id, shape, p.gpu_ids, +1);
     Grant g;
     g.node_id = p.node_id;
     g.agent_address = node->info.agent_address();
@@ -40,11 +39,7 @@ class SchedulerCore::Book : public ResourceBook {
     Actions actions;
     {
       absl::MutexLock lock(&core_->mu_);
-      auto it = core_->nodes_.find(g.node_id);
-      if (it != core_->nodes_.end()) {
-        AddResources(&it->second.used, g.shape, -1);
-        for (int gpu : g.gpu_ids) it->second.used_gpus.erase(gpu);
-      }
+      core_->table_.Use(g.node_id, g.shape, g.gpu_ids, -1);
       // Pending jobs may fit now.
       core_->ScheduleLocked(&actions);
     }
@@ -77,16 +72,6 @@ class SchedulerCore::Book : public ResourceBook {
     return out;
   }
 
-  std::map<std::string, std::vector<std::string>> ObjectsWithPrefix(const std::string& prefix) override {
-    absl::MutexLock lock(&core_->mu_);
-    std::map<std::string, std::vector<std::string>> out;
-    for (auto& [node, id] : core_->objects_.WithPrefix(prefix)) {
-      Node* n = core_->FindNodeLocked(node);
-      if (n != nullptr && n->info.state() == proto::ALIVE) out[n->info.agent_address()].push_back(id);
-    }
-    return out;
-  }
-
   std::string SchedulerAddress() override {
     absl::MutexLock lock(&core_->mu_);
     return core_->address_;
@@ -102,22 +87,36 @@ std::unique_ptr<ResourceBook> SchedulerCore::MakeBook(SchedulerCore* core) {
 
 void SchedulerCore::SetLeaseManager(LeaseManager* leases) { leases_.store(leases); }
 
-void SchedulerCore::NotifyLeases() {
-  std::vector<std::string> ended;
-  std::vector<std::pair<std::string, std::string>> dead;
-  bool freed;
-  {
+void SchedulerCore::TakeNotesLocked(LeaseNotes* notes) {
+  for (std::string& job : ended_jobs_) {
+    // Its objects, to be deleted from the stores that hold them.
+    std::map<std::string, std::vector<std::string>> objects;
+    for (auto& [node, id] : objects_.WithPrefix(job + ".")) {
+      const Node* n = FindNodeLocked(node);
+      if (n != nullptr && n->info.state() == proto::ALIVE) {
+        objects[n->info.agent_address()].push_back(id);
+      }
+    }
+    notes->ended.emplace_back(std::move(job), std::move(objects));
+  }
+  ended_jobs_.clear();
+  for (auto& dead : dead_nodes_) notes->dead.push_back(std::move(dead));
+  dead_nodes_.clear();
+  notes->freed = notes->freed || freed_;
+  freed_ = false;
+  notes_pending_ = false;
+}
+
+void SchedulerCore::NotifyLeases(LeaseNotes notes) {
+  if (notes_pending_) {
     absl::MutexLock lock(&mu_);
-    ended.swap(ended_jobs_);
-    dead.swap(dead_nodes_);
-    freed = freed_;
-    freed_ = false;
+    TakeNotesLocked(&notes);
   }
   LeaseManager* leases = leases_.load();
   if (leases == nullptr) return;
-  for (const auto& [node, reason] : dead) leases->NodeDead(node, reason);
-  for (const std::string& job : ended) leases->JobEnded(job);
-  if (freed) leases->ResourcesFreed();
+  for (const auto& [node, reason] : notes.dead) leases->NodeDead(node, reason);
+  for (auto& [job, objects] : notes.ended) leases->JobEnded(job, std::move(objects));
+  if (notes.freed) leases->ResourcesFreed();
 }
 
 absl::StatusOr<std::string> SchedulerCore::RegisterDriver(const proto::RegisterDriverRequest& req) {

@@ -43,7 +43,11 @@ class StateStore {
   virtual bool InMemory() const { return false; }
 };
 
-std::unique_ptr<StateStore> NewMemoryStateStore();
+// Keeps everything in this process. With `keep_jobs` false it keeps only the counters
+// and drops job records (LoadJobs returns none): for a scheduler whose state ends with
+// its process and is never loaded back (drover-scheduler without --redis), where
+// keeping a copy of every record would only cost memory (docs/scaling.md).
+std::unique_ptr<StateStore> NewMemoryStateStore(bool keep_jobs = true);
 
 // Connects to Redis at host:port; every key is prefixed with `key_prefix` so several
 // clusters can share one server. Fails with UNAVAILABLE if Redis does not answer.

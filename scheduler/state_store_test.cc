@@ -196,6 +196,20 @@ INSTANTIATE_TEST_SUITE_P(Backends, StateStoreTest,
 // ---------------------------------------------------------------------------
 // Redis only: sharing, durability, failures.
 
+TEST(MemoryStateStoreTest, WithoutJobsKeepsCountersOnly) {
+  // drover-scheduler's store without --redis: nothing reloads job records.
+  std::unique_ptr<StateStore> store = NewMemoryStateStore(/*keep_jobs=*/false);
+  proto::JobInfo job;
+  job.set_job_id("job-1");
+  EXPECT_TRUE(store->PutJob(job).ok());
+  EXPECT_EQ(store->PutJob(proto::JobInfo()).code(), absl::StatusCode::kInvalidArgument);
+  auto loaded = store->LoadJobs();
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_TRUE(loaded->empty());
+  EXPECT_EQ(*store->ReserveIds("job", 10), 10);
+  EXPECT_EQ(*store->NextId("job"), 11);
+}
+
 TEST(RedisStateStoreTest, KeyPrefixesIsolateStoresOnOneServer) {
   auto server = RedisServer::Start(NewServerDir());
   ASSERT_TRUE(server.ok()) << server.status();

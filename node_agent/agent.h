@@ -68,7 +68,10 @@ struct AgentOptions {
   std::string node_ip;
   ResourceOverrides resources;
   DiscoveryPaths discovery;
-  // State directory; logs go to <dir>/logs. Created if missing.
+  // State directory; logs go to <dir>/logs. Created if missing. The node id the agent
+  // registered as is kept in <dir>/node-id: an agent started again on the same
+  // directory (after a crash or a kill) asks for the same id, so it is the same node
+  // and the output its jobs wrote there stays reachable (`drover logs`).
   std::string dir;
   absl::Duration kill_grace = absl::Seconds(5);
   // Logs of jobs with nothing running here, untouched for this long, are deleted
@@ -142,6 +145,10 @@ class NodeAgent {
   void OnExit(const std::string& job_id, const proto::ExitInfo& info);
   // The gang processes (not task workers) for registration and heartbeats.
   std::vector<proto::ProcessStatus> GangSnapshot();
+  // After a registration the scheduler asked for (it restarted, or had declared this
+  // node dead), a job's end may never have reached this node: stops the task workers
+  // of every job the scheduler says has ended (or no longer knows).
+  void StopWorkersOfEndedJobs();
   absl::Status StartWorkerPool();
   void WriteReadyFile();
   absl::Status StartObjectStore();
@@ -151,6 +158,8 @@ class NodeAgent {
   NodeResources resources_;
   std::string address_;
   std::string hostname_;
+  // <dir>/node-id as found at start: the id asked for until a registration succeeds.
+  std::string remembered_node_id_;
   // Before pm_: its exit callback counts here.
   std::unique_ptr<AgentMetrics> metrics_;
   std::string metrics_address_;

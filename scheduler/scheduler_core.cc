@@ -171,6 +171,7 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     node.info.set_metrics_address(req.metrics_address());
     node.gpu_ids.assign(req.gpu_ids().begin(), req.gpu_ids().end());
     node.last_heartbeat = clock_->Now();
+    node.registration = std::max(node.registration + 1, absl::ToUnixMicros(node.last_heartbeat));
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "
                      << req.agent_address() << " ip " << req.node_ip() << " with "
                      << DescribeResources(req.total());
@@ -183,6 +184,7 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     ApplyProcessTableLocked(node, report, /*reattach=*/known || reattach, &ignored, &actions);
     ScheduleLocked(&actions);
     reply.set_node_id(id);
+    reply.set_registration(node.registration);
     reply.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
     break;
   }
@@ -520,6 +522,7 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
     proc->set_local_rank(p.local_rank());
     proc->mutable_gpu_ids()->CopyFrom(p.gpu_ids());
     it->second.set_group_rank(p.group_rank());
+    it->second.set_node_registration(nodes_[p.node_id()].registration);
     *job.info.add_placement() = std::move(p);
   }
   const auto& spec = job.info.spec();

@@ -188,6 +188,9 @@ class SchedulerCore {
     std::set<int> used_gpus;
     int64_t order = 0;  // registration order, for stable placement preference
     absl::Time last_heartbeat;
+    // RegisterNodeReply.registration of its last registration (0 before one): starts
+    // sent to the node carry it, so an agent registered since refuses a late one.
+    int64_t registration = 0;
   };
   struct Allocation {
     std::string node_id;

@@ -731,5 +731,31 @@ TEST_F(SchedulerCoreTest, CancelEndsTheWatchAndUnknownJobsAreNotFound) {
             absl::StatusCode::kNotFound);
 }
 
+// Found by the chaos campaign: a StartProcesses held up by a cut link reached its agent
+// seconds after the scheduler had declared the node dead and failed the job, and the
+// agent started the dead generation's processes. Every start now carries the node's
+// registration, which moves with every registration, so an agent registered since can
+// refuse it (AgentServiceTest.RefusesAStartSentBeforeItRegisteredAgain).
+TEST_F(SchedulerCoreTest, StartsCarryTheRegistrationTheyWereSentUnder) {
+  proto::RegisterNodeRequest req;
+  req.set_agent_address("10.0.0.1:7000");
+  req.set_node_ip("10.0.0.1");
+  req.mutable_total()->set_cpus(8);
+  auto first = core_->RegisterNode(req);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GT(first->registration(), 0);
+  Submit(1, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  EXPECT_EQ(agents_->start_calls().at(0).second.node_registration(), first->registration());
+
+  req.set_node_id(first->node_id());  // the node registers again (after a cut, say)
+  auto again = core_->RegisterNode(req);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_GT(again->registration(), first->registration());
+  Submit(1, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 2; }));
+  EXPECT_EQ(agents_->start_calls().at(1).second.node_registration(), again->registration());
+}
+
 }  // namespace
 }  // namespace drover

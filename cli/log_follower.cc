@@ -136,7 +136,15 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     }
     for (const auto& n : nodes) {
       auto it = agent_address.find(n);
-      if (it == agent_address.end() || it->second.empty()) continue;
+      if (it == agent_address.end() || it->second.empty()) {
+        // Found by the chaos campaign: such output used to be left out without a word.
+        if (skipped.insert(n).second) {
+          std::cerr << "drover: " << n << " is not known to the scheduler (it restarted and "
+                    << "the node's agent has not registered since): the output its "
+                    << "processes wrote there is not shown\n";
+        }
+        continue;
+      }
       if (node_state[n] == NodeState::kDead) {
         // An earlier generation ran there; what it wrote stays on that machine.
         if (skipped.insert(n).second) {

@@ -1,0 +1,76 @@
+// Regression tests for what the chaos campaign found (docs/reliability.md), end to
+// end on a real cluster. Each is named after the bug it pins; the units that were
+// fixed have their own tests too (named in each comment).
+#include <signal.h>
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_cluster.h"
+
+namespace drover::testing {
+namespace {
+
+std::unique_ptr<TestCluster> StartCluster() {
+  TestClusterOptions o;
+  o.nodes = 2;
+  o.redis = true;  // jobs outlive the scheduler restarts below
+  auto c = TestCluster::Start(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? std::move(*c) : nullptr;
+}
+
+// A job with one process on each node, each printing its rank.
+JobInfo RunOnBothNodes(TestCluster& c) {
+  auto job = c.RunJob(TestCluster::JobOf({"/bin/sh", "-c", "echo line of rank $RANK"}, 2, 1),
+                      absl::Seconds(60));
+  EXPECT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state, JobState::kSucceeded) << job->reason;
+  return *job;
+}
+
+// A killed agent started again on its directory came back as a new node; once the
+// scheduler restarted (forgetting the old id), `drover logs` left out everything the
+// jobs of the old node had written, without a word, and exited 0. The agent now keeps
+// its node id in its directory (NodeAgentTest.AnAgentStartedAgainOnItsDirectoryIsTheSameNode).
+TEST(ChaosFindingsTest, LogsOfAKilledAgentsJobsAreShownAfterItIsStartedAgain) {
+  auto c = StartCluster();
+  ASSERT_NE(c, nullptr);
+  JobInfo job = RunOnBothNodes(*c);
+  const std::string node0 = c->agent_node_id(0);
+  c->SignalAgent(0, SIGKILL);
+  ASSERT_TRUE(c->RestartAgent(0).ok());
+  EXPECT_EQ(c->agent_node_id(0), node0) << "the agent came back as another node";
+  ASSERT_TRUE(c->RestartScheduler(SIGKILL).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    auto s = c->client().Status();
+    if (!s.ok()) return false;
+    int alive = 0;
+    for (const auto& n : s->nodes) alive += n.state == NodeState::kAlive;
+    return alive == 2;
+  }, absl::Seconds(30))) << c->DaemonLogs();
+  std::string out, err;
+  ASSERT_EQ(c->RunCli({"logs", job.job_id}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "[rank0]: line of rank 0")) << out << err;
+  EXPECT_TRUE(absl::StrContains(out, "[rank1]: line of rank 1")) << out << err;
+}
+
+// When a node's machine is really gone (its agent never returns), `drover logs` said
+// nothing about the output it could not show: it now names the node.
+TEST(ChaosFindingsTest, LogsSayWhichNodesOutputTheyCannotShow) {
+  auto c = StartCluster();
+  ASSERT_NE(c, nullptr);
+  JobInfo job = RunOnBothNodes(*c);
+  const std::string gone = c->agent_node_id(1);
+  c->SignalAgent(1, SIGKILL);
+  ASSERT_TRUE(c->RestartScheduler(SIGKILL).ok());
+  std::string out, err;
+  c->RunCli({"logs", job.job_id}, &out, &err);
+  EXPECT_TRUE(absl::StrContains(err, gone + " is not known to the scheduler")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "is not shown")) << err;
+}
+
+}  // namespace
+}  // namespace drover::testing

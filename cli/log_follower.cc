@@ -81,15 +81,23 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
   std::mutex mu;
   std::condition_variable finished_cv;  // signalled when `finished` becomes true
   std::map<std::string, std::thread> threads;  // node id -> streamer
+  // Node id -> its agent's address, refreshed when the job ends (an agent started
+  // again listens elsewhere). Written by this thread, read by streamers: under `mu`.
   std::map<std::string, std::string> agent_address;
   std::map<std::string, NodeState> node_state;
   std::set<std::string> skipped;  // dead nodes, said once
   absl::Status first_error;
 
-  auto streamer = [&](const std::string& node, const std::string& address) {
+  auto address_of = [&](const std::string& node) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = agent_address.find(node);
+    return it == agent_address.end() ? std::string() : it->second;
+  };
+  auto streamer = [&](const std::string& node) {
     std::map<std::pair<int, LogStream>, int64_t> offsets;  // (rank, stream) -> printed bytes
     for (bool last_pass = false;;) {
       last_pass = last_pass || finished.load() || (stop != nullptr && stop->load());
+      const std::string address = address_of(node);
       std::vector<LogOffset> from;
       for (const auto& [key, off] : offsets) from.push_back({key.first, key.second, off});
       absl::Status s = client.StreamLogs(
@@ -100,7 +108,10 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
             off = c.offset + c.data.size();
             printer.Write(c);
           },
-          stop, last_pass ? absl::Seconds(30) : absl::Hours(24 * 365));
+          // Following ends when the job does: a follow call waiting on an agent that
+          // died (its calls wait for it to come back) must not outlive the job (found by
+          // the chaos campaign: `drover run` never returned).
+          last_pass ? stop : &finished, last_pass ? absl::Seconds(30) : absl::Hours(24 * 365));
       if (last_pass) {
         // NOT_FOUND: the node never ran a process of this job (nothing to print).
         if (!s.ok() && !absl::IsNotFound(s)) {
@@ -116,6 +127,15 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     }
   };
 
+  auto refresh_nodes = [&]() -> absl::Status {
+    DROVER_ASSIGN_OR_RETURN(ClusterStatus status, client.Status());
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& n : status.nodes) {
+      agent_address[n.node_id] = n.agent_address;
+      node_state[n.node_id] = n.state;
+    }
+    return absl::OkStatus();
+  };
   auto start_streamers = [&](const JobInfo& j) -> absl::Status {
     // Every node that ever ran a process of the job (earlier generations may have run
     // elsewhere), and the current placement (for records from before nodes_used).
@@ -127,16 +147,9 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     if (nodes.empty()) return absl::OkStatus();
     bool missing = false;
     for (const auto& n : nodes) missing |= !agent_address.count(n);
-    if (missing) {
-      DROVER_ASSIGN_OR_RETURN(ClusterStatus status, client.Status());
-      for (const auto& n : status.nodes) {
-        agent_address[n.node_id] = n.agent_address;
-        node_state[n.node_id] = n.state;
-      }
-    }
+    if (missing) DROVER_RETURN_IF_ERROR(refresh_nodes());
     for (const auto& n : nodes) {
-      auto it = agent_address.find(n);
-      if (it == agent_address.end() || it->second.empty()) {
+      if (address_of(n).empty()) {
         // Found by the chaos campaign: such output used to be left out without a word.
         if (skipped.insert(n).second) {
           std::cerr << "drover: " << n << " is not known to the scheduler (it restarted and "
@@ -153,7 +166,7 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
         }
         continue;
       }
-      threads.emplace(n, std::thread(streamer, n, it->second));
+      threads.emplace(n, std::thread(streamer, n));
     }
     return absl::OkStatus();
   };
@@ -170,6 +183,8 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     job = std::move(*next);
     status = start_streamers(job);
   }
+  // The last passes read from where each node's agent is now.
+  if (follow) (void)refresh_nodes();
   {
     std::lock_guard<std::mutex> lock(mu);
     finished = true;

@@ -2,12 +2,16 @@
 // end on a real cluster. Each is named after the bug it pins; the units that were
 // fixed have their own tests too (named in each comment).
 #include <signal.h>
+#include <unistd.h>
+
+#include <future>
 
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/chaos/cluster_env.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
@@ -70,6 +74,36 @@ TEST(ChaosFindingsTest, LogsSayWhichNodesOutputTheyCannotShow) {
   c->RunCli({"logs", job.job_id}, &out, &err);
   EXPECT_TRUE(absl::StrContains(err, gone + " is not known to the scheduler")) << err;
   EXPECT_TRUE(absl::StrContains(err, "is not shown")) << err;
+}
+
+// `drover run` followed its job's output with calls that wait for an agent to answer;
+// when the agent was killed and started again (listening elsewhere), the follow call
+// to the old address waited forever, and `drover run` never returned though its job
+// had failed. Following now ends with the job, and the last pass reads from where the
+// node's agent is now, so the output written before the kill is printed too.
+TEST(ChaosFindingsTest, DroverRunReturnsWhenItsNodesAgentWasKilledAndStartedAgain) {
+  auto c = StartCluster();
+  ASSERT_NE(c, nullptr);
+  const std::string marker = absl::StrCat(c->dir(), "/started");
+  chaos::ClusterEnv env{c->address(), c->token_file(), c->dir() + "/home", c->dir()};
+  auto run = std::async(std::launch::async, [&] {
+    return chaos::RunWithCluster(
+        env,
+        {Runfile("cli/drover"), "run", "--nodes", "1", "--", "/bin/sh", "-c",
+         absl::StrCat("echo before the kill; touch ", marker, "; sleep 120")},
+        absl::Seconds(90));
+  });
+  ASSERT_TRUE(WaitFor([&] { return ::access(marker.c_str(), F_OK) == 0; }, absl::Seconds(30)));
+  // Whichever node runs it: kill both agents, then start them again.
+  c->SignalAgent(0, SIGKILL);
+  c->SignalAgent(1, SIGKILL);
+  ASSERT_TRUE(c->RestartAgent(0).ok());
+  ASSERT_TRUE(c->RestartAgent(1).ok());
+  chaos::RunResult r = run.get();
+  EXPECT_FALSE(r.timed_out) << "drover run did not return in 90 s; stderr: " << r.err;
+  EXPECT_EQ(r.exit, 1) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "[rank0]: before the kill")) << r.out << r.err;
+  EXPECT_LT(r.ended - r.started, absl::Seconds(60)) << r.err;
 }
 
 }  // namespace

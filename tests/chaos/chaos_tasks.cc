@@ -122,11 +122,6 @@ void Round(int round, bool with_store, Checker& check) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::Status init = drover::Init(argc, argv);
-  if (!init.ok()) {
-    std::cerr << "chaos_tasks: Init: " << init << std::endl;
-    return 1;
-  }
   std::string dir;
   int64_t rounds = 3;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -134,13 +129,22 @@ int main(int argc, char** argv) {
     if (flag == "--truth") {
       dir = argv[i + 1];
     } else if (flag != "--rounds" || !absl::SimpleAtoi(argv[i + 1], &rounds)) {
-      std::cerr << "usage: chaos_tasks --truth DIR [--rounds N]\n";
-      return 2;
+      dir.clear();
+      break;
     }
   }
+  absl::Status init = drover::Init(argc, argv);  // in a worker: serves, never returns
   if (dir.empty()) {
     std::cerr << "usage: chaos_tasks --truth DIR [--rounds N]\n";
     return 2;
+  }
+  if (!init.ok()) {
+    std::cerr << "chaos_tasks: Init: " << init << std::endl;
+    // Inside a job, the exit is part of the job's truth (its reason will name it).
+    if (const char* job = std::getenv("DROVER_JOB_ID"); job != nullptr) {
+      drover::chaos::TruthLog(dir, job, "driver").Exit(1, "Init: " + drover::chaos::Flat(init));
+    }
+    return 1;
   }
   std::cout << "chaos_tasks job " << drover::JobId() << std::endl;
   drover::chaos::TruthLog truth(dir, drover::JobId(), "driver");

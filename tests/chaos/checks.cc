@@ -21,6 +21,12 @@ void Report::Violated(const std::string& invariant, const std::string& detail) {
   counts_[invariant].violations.push_back(detail);
 }
 
+void Report::Note(const std::string& topic, const std::string& example) {
+  absl::MutexLock lock(&mu_);
+  auto& [n, first] = notes_[topic];
+  if (n++ == 0) first = example;
+}
+
 int Report::violations() const {
   absl::MutexLock lock(&mu_);
   int n = 0;
@@ -42,6 +48,9 @@ std::string Report::Summary(int max_each) const {
   std::string out = "invariants (held / violated):\n";
   for (const auto& [name, c] : counts_) {
     absl::StrAppend(&out, "  ", name, ": ", c.held, " / ", c.violations.size(), "\n");
+  }
+  for (const auto& [topic, note] : notes_) {
+    absl::StrAppend(&out, "note: ", topic, ": ", note.first, " (e.g. ", note.second, ")\n");
   }
   for (const auto& [name, c] : counts_) {
     for (size_t i = 0; i < c.violations.size() && static_cast<int>(i) < max_each; ++i) {

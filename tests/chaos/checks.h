@@ -41,6 +41,9 @@ class Report {
  public:
   void Held(const std::string& invariant, int n = 1);
   void Violated(const std::string& invariant, const std::string& detail);
+  // Something worth counting that breaks no invariant (e.g. a read refused because
+  // the store was full): printed with its count and first example.
+  void Note(const std::string& topic, const std::string& example);
   int violations() const;
   // Every invariant with its counts, then each violation (at most `max_each` per
   // invariant).
@@ -55,6 +58,7 @@ class Report {
   };
   mutable absl::Mutex mu_;
   std::map<std::string, Counts> counts_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::pair<int, std::string>> notes_ ABSL_GUARDED_BY(mu_);
 };
 
 struct CheckContext {

@@ -152,37 +152,38 @@ void FaultInjector::Stop(pid_t pid, const Fault& f, FaultRecord& r) {
 }
 
 void FaultInjector::WorkerFault(const Fault& f, FaultRecord& r) {
-  std::vector<Proc> procs;
-  // Between jobs nothing may run for a moment: wait a little for a target.
-  testing::WaitFor(
-      [&] {
-        procs = JobProcesses(cluster_.token_file());
-        procs.erase(std::remove_if(procs.begin(), procs.end(),
-                                   [](const Proc& p) { return p.launcher || p.state == 'T'; }),
-                    procs.end());
-        return !procs.empty();
-      },
-      absl::Seconds(10));
-  if (procs.empty()) {
-    r.note = "no job process ran for 10 s";
-    return;
+  // Between jobs nothing may run for a moment, and a process may exit between the scan
+  // and the signal: look again for a while.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  for (int attempt = 0; absl::Now() < give_up; ++attempt) {
+    std::vector<Proc> procs = JobProcesses(cluster_.token_file());
+    procs.erase(std::remove_if(procs.begin(), procs.end(),
+                               [](const Proc& p) { return p.launcher || p.state == 'T'; }),
+                procs.end());
+    if (procs.empty()) {
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    std::sort(procs.begin(), procs.end(), [](const Proc& a, const Proc& b) {
+      return std::tie(a.job, a.pid) < std::tie(b.job, b.pid);
+    });
+    const Proc& p = procs[(f.pick + attempt) % procs.size()];
+    r.job = p.job;
+    r.nodes = {p.node};
+    r.target = absl::StrCat(p.task_worker ? "task worker " : "rank ", Show(p), " on ", p.node);
+    if (f.kind == FaultKind::kStopWorker) {
+      if (::kill(p.pid, SIGSTOP) != 0) continue;  // gone meanwhile
+      r.injected = true;
+      absl::SleepFor(f.hold);
+      ::kill(p.pid, SIGCONT);
+      return;
+    }
+    if (::kill(p.pid, SIGKILL) == 0) {
+      r.injected = true;
+      return;
+    }
   }
-  std::sort(procs.begin(), procs.end(), [](const Proc& a, const Proc& b) {
-    return std::tie(a.job, a.pid) < std::tie(b.job, b.pid);
-  });
-  const Proc& p = procs[f.pick % procs.size()];
-  r.job = p.job;
-  r.nodes.insert(p.node);
-  r.target = absl::StrCat(p.task_worker ? "task worker " : "rank ", Show(p), " on ", p.node);
-  if (f.kind == FaultKind::kStopWorker) {
-    Stop(p.pid, f, r);
-    return;
-  }
-  if (::kill(p.pid, SIGKILL) == 0) {
-    r.injected = true;
-  } else {
-    r.note = absl::StrCat("SIGKILL: ", std::strerror(errno));
-  }
+  r.note = "no job process ran long enough to be hit in 10 s";
 }
 
 void FaultInjector::CutNode(const Fault& f, FaultRecord& r) {

@@ -123,7 +123,7 @@ JobSpec Workload::SpecOf(JobKind kind) const {
       spec.command = {w, "small", "--truth", t, "--lines", "300", "--line-ms", "100"};
       break;
     case JobKind::kObjects:
-      spec.command = {w, "objects", "--truth", t, "--count", "6", "--max-kib", "3072",
+      spec.command = {w, "objects", "--truth", t, "--count", "6", "--max-kib", "2048",
                       "--timeout-s", "15"};
       spec.nproc = 2;
       spec.nproc_per_node = 1;

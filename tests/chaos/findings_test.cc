@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "common/files.h"
 #include "tests/chaos/cluster_env.h"
 #include "tests/util/test_cluster.h"
 
@@ -104,6 +105,37 @@ TEST(ChaosFindingsTest, DroverRunReturnsWhenItsNodesAgentWasKilledAndStartedAgai
   EXPECT_EQ(r.exit, 1) << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "[rank0]: before the kill")) << r.out << r.err;
   EXPECT_LT(r.ended - r.started, absl::Seconds(60)) << r.err;
+}
+
+// A plain driver registering while Redis stalled got UNAVAILABLE ("the change stands,
+// is saved later: retry the call") and Init gave up: the driver exited, and its job,
+// registered all the same, stayed RUNNING with no driver to end it. Init now retries.
+TEST(ChaosFindingsTest, ADriverThatRegistersWhileRedisStallsRuns) {
+  auto c = StartCluster();
+  ASSERT_NE(c, nullptr);
+  const pid_t redis = c->redis()->pid();
+  ASSERT_EQ(::kill(redis, SIGSTOP), 0);
+  chaos::ClusterEnv env{c->address(), c->token_file(), c->dir() + "/home", c->dir()};
+  auto driver = std::async(std::launch::async, [&] {
+    return chaos::RunWithCluster(env,
+                                 {Runfile("tests/chaos/chaos_tasks"), "--truth",
+                                  c->dir() + "/truth", "--rounds", "1"},
+                                 absl::Seconds(90));
+  });
+  const std::string log = c->dir() + "/scheduler.log";
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(ReadFile(log).value_or(""), "registered: driver"); },
+                      absl::Seconds(30)));
+  // The fault's length (not a synchronization): longer than the scheduler waits for a
+  // stored record before it answers UNAVAILABLE (4 s).
+  absl::SleepFor(absl::Seconds(6));
+  ::kill(redis, SIGCONT);
+  chaos::RunResult r = driver.get();
+  EXPECT_EQ(r.exit, 0) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "round 0 errors 0")) << r.out << r.err;
+  EXPECT_TRUE(WaitFor([&] {
+    auto j = c->client().ListJobs({JobState::kRunning});
+    return j.ok() && j->empty();
+  })) << "a driver job stays RUNNING with no driver";
 }
 
 }  // namespace

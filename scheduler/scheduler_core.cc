@@ -317,6 +317,7 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
       }
       if (stopping_) return;
       const absl::Time now = clock_->Now();
+      ForgiveStallLocked(now, now - wake);
       wake = now + tick;
       ExpireAgentSessionsLocked(now, &actions);
       for (auto it = deferred_stops_.begin(); it != deferred_stops_.end();) {

@@ -297,6 +297,10 @@ class SchedulerCore {
   // before `now` (MonitorLoop; scheduler_sessions.cc).
   void ExpireAgentSessionsLocked(absl::Time now, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The monitor's pass came `late` after it was due: if that is a stall of this process
+  // (SIGSTOP, a frozen VM, swapping), it took no heartbeats meanwhile, so every node's
+  // silence is moved on by `late` (MonitorLoop; scheduler_sessions.cc).
+  void ForgiveStallLocked(absl::Time now, absl::Duration late) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::NodeInfo NodeViewLocked(const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Node* FindNodeLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* FindJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

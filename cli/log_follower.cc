@@ -2,8 +2,9 @@
 
 #include <unistd.h>
 
-#include <map>
+#include <algorithm>
 #include <condition_variable>
+#include <map>
 #include <iostream>
 #include <mutex>
 #include <set>
@@ -12,10 +13,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 
 namespace drover::cli {
 namespace {
+
+// How long following waits for a scheduler that cannot be reached before giving up.
+constexpr absl::Duration kSchedulerPatience = absl::Seconds(60);
 
 // Turns chunks into whole prefixed lines; thread-safe.
 class LinePrinter {
@@ -172,14 +177,28 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
   };
 
   absl::Status status = start_streamers(job);
-  while (status.ok() && follow && !finished.load()) {
-    if (IsTerminal(job.state) && job.live_processes == 0) break;
+  // While following, a scheduler that restarts or stalls for a while is waited for: the
+  // job runs on without it (found by the chaos campaign: `drover run` exited 1 saying it
+  // could not reach the scheduler while its job went on to succeed).
+  absl::Time unreachable_since = absl::InfiniteFuture();
+  while (follow && !finished.load()) {
+    if (absl::IsUnavailable(status) && absl::Now() - unreachable_since < kSchedulerPatience) {
+      if (unreachable_since == absl::InfiniteFuture()) {
+        std::cerr << "drover: " << status.message() << "; still waiting for " << job_id
+                  << " (it runs on without the scheduler)\n";
+      }
+      unreachable_since = std::min(unreachable_since, absl::Now());
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    } else if (!status.ok()) {
+      break;
+    } else {
+      unreachable_since = absl::InfiniteFuture();
+      if (IsTerminal(job.state) && job.live_processes == 0) break;
+    }
     if (stop != nullptr && stop->load()) break;
     auto next = client.GetJob(job_id, job.version, absl::Seconds(2));
-    if (!next.ok()) {
-      status = next.status();
-      break;
-    }
+    status = next.status();
+    if (!next.ok()) continue;
     job = std::move(*next);
     status = start_streamers(job);
   }

@@ -138,5 +138,65 @@ TEST(ChaosFindingsTest, ADriverThatRegistersWhileRedisStallsRuns) {
   })) << "a driver job stays RUNNING with no driver";
 }
 
+// A scheduler stalled (SIGSTOP here; a frozen VM or swapping in life) for longer than
+// the node timeout declared every healthy node dead on its first pass after it resumed,
+// before it read the heartbeats queued meanwhile, and failed every running job.
+TEST(ChaosFindingsTest, AStalledSchedulerDoesNotDeclareHealthyNodesDead) {
+  auto c = StartCluster();  // node timeout 5 s
+  ASSERT_NE(c, nullptr);
+  auto job = c->client().Submit(TestCluster::JobOf({"/bin/sleep", "60"}, 2, 1));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(WaitFor([&] { return ProcessesOfJob(job->job_id).size() >= 2; }));
+  ASSERT_EQ(::kill(c->scheduler_pid(), SIGSTOP), 0);
+  // The fault's length (not a synchronization): longer than the node timeout.
+  absl::SleepFor(absl::Seconds(7));
+  ::kill(c->scheduler_pid(), SIGCONT);
+  // A few heartbeat rounds after it resumed, nothing has died.
+  ASSERT_TRUE(WaitFor([&] {
+    auto j = c->client().GetJob(job->job_id);
+    return j.ok() && j->version > 0;
+  })) << c->DaemonLogs();
+  absl::Time until = absl::Now() + absl::Seconds(2);
+  while (absl::Now() < until) {
+    auto s = c->client().Status();
+    ASSERT_TRUE(s.ok()) << s.status();
+    for (const auto& n : s->nodes) {
+      ASSERT_EQ(n.state, NodeState::kAlive) << n.node_id << " was declared dead\n"
+                                             << c->DaemonLogs();
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  auto j = c->client().GetJob(job->job_id);
+  ASSERT_TRUE(j.ok()) << j.status();
+  EXPECT_EQ(j->state, JobState::kRunning) << j->reason;
+  ASSERT_TRUE(c->client().Cancel(job->job_id).ok());
+}
+
+// `drover run` gave up ("cannot reach the scheduler", exit 1) when the scheduler did
+// not answer one poll in time, while its job ran on and succeeded. It now waits for the
+// scheduler (up to a minute) and exits with the job's code, every line printed.
+TEST(ChaosFindingsTest, DroverRunRidesOutAStalledScheduler) {
+  auto c = StartCluster();
+  ASSERT_NE(c, nullptr);
+  const std::string marker = absl::StrCat(c->dir(), "/first-line");
+  chaos::ClusterEnv env{c->address(), c->token_file(), c->dir() + "/home", c->dir()};
+  auto run = std::async(std::launch::async, [&] {
+    return chaos::RunWithCluster(
+        env,
+        {Runfile("cli/drover"), "run", "--", "/bin/sh", "-c",
+         absl::StrCat("echo one; touch ", marker, "; sleep 12; echo two")},
+        absl::Seconds(90));
+  });
+  ASSERT_TRUE(WaitFor([&] { return ::access(marker.c_str(), F_OK) == 0; }, absl::Seconds(30)));
+  ASSERT_EQ(::kill(c->scheduler_pid(), SIGSTOP), 0);
+  // The fault's length: longer than a poll's deadline (5 s + its 2 s wait).
+  absl::SleepFor(absl::Seconds(9));
+  ::kill(c->scheduler_pid(), SIGCONT);
+  chaos::RunResult r = run.get();
+  EXPECT_EQ(r.exit, 0) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "[rank0]: one\n[rank0]: two\n")) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "still waiting for")) << r.err;
+}
+
 }  // namespace
 }  // namespace drover::testing

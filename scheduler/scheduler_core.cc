@@ -585,8 +585,7 @@ void SchedulerCore::RunLaunch(const Action& a) {
       Job* job = FindJobLocked(a.job_id);
       if (job == nullptr || job->info.restart_count() != a.generation) return;
       if (!port.ok()) {
-        FailRanksLocked(*job, a.node_ids[i], RanksOf(req),
-                        absl::StrCat("could not be started: ", port.status().message()), &more);
+        FailLaunchLocked(*job, a, i, port.status(), &more);
         ScheduleLocked(&more);
       } else {
         NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a.generation,
@@ -669,6 +668,21 @@ void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::str
   job.info.set_end_time_ms(absl::ToUnixMillis(clock_->Now()));
   NoteLocked(job, JobEndEvent(state, job.info.restart_count(), reason));
   DROVER_LOG(INFO) << job.info.job_id() << " " << proto::JobState_Name(state) << ": " << reason;
+}
+
+void SchedulerCore::FailLaunchLocked(Job& job, const Action& a, size_t i, const absl::Status& why,
+                                     Actions* out) {
+  FailRanksLocked(job, a.node_ids[i], RanksOf(a.starts[i].second),
+                  absl::StrCat("could not be started: ", why.message()), out);
+  // The nodes after it are never asked (they would need the master's port). Found by
+  // the chaos campaign: their ranks stayed "live" forever, so the job never ended (or
+  // ended FAILED with live processes) and their resources were never freed.
+  for (size_t k = i + 1; k < a.starts.size(); ++k) {
+    FailRanksLocked(job, a.node_ids[k], RanksOf(a.starts[k].second),
+                    absl::StrCat("was not started: the start on ", a.node_ids[i],
+                                 " failed before (", why.message(), ")"),
+                    out);
+  }
 }
 
 void SchedulerCore::FailRanksLocked(Job& job, const std::string& node_id,

@@ -293,6 +293,10 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeclareDeadLocked(Node& node, const std::string& reason, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The start of launch `a` failed on its node i (`why`): that node's ranks and those
+  // of the nodes after it, which are never asked, are failed.
+  void FailLaunchLocked(Job& job, const Action& a, size_t i, const absl::Status& why, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Declares dead the ALIVE nodes whose session closed options_.session_grace or more
   // before `now` (MonitorLoop; scheduler_sessions.cc).
   void ExpireAgentSessionsLocked(absl::Time now, Actions* out)

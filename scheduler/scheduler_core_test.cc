@@ -372,6 +372,27 @@ TEST_F(SchedulerCoreTest, UnreachableAgentFailsTheJobWithTheReason) {
   EXPECT_TRUE(absl::StrContains(Job(job.job_id()).reason(), "could not be started"));
 }
 
+// Found by the chaos campaign (a start held up by a cut link, then refused): when the
+// master node's start failed, the ranks of the other nodes, never started, stayed
+// "live": the job ended FAILED with live processes (or a restarting gang waited
+// forever) and their resources were never freed.
+TEST_F(SchedulerCoreTest, AFailedMasterStartEndsTheRanksTheOtherNodesNeverStarted) {
+  std::string n1 = Register("10.0.0.1", 0);
+  std::string n2 = Register("10.0.0.2", 0);
+  agents_->FailAddress("10.0.0.1:7000");
+  auto job = Submit(2, 1, 0);
+  ASSERT_TRUE(WaitFor([&] {
+    auto j = Job(job.job_id());
+    return j.state() == proto::FAILED && j.live_processes() == 0;
+  })) << Job(job.job_id()).DebugString();
+  ASSERT_EQ(Job(job.job_id()).placement(0).node_id(), n1) << "the master must be the failing node";
+  EXPECT_EQ(agents_->starts(), 1u) << "the second node was asked to start";
+  EXPECT_TRUE(absl::StrContains(Job(job.job_id()).reason(), "could not be started"))
+      << Job(job.job_id()).reason();
+  const proto::GetClusterStatusReply status = core_->ClusterStatus();  // not a temporary
+  for (const auto& n : status.nodes()) EXPECT_EQ(n.free().cpus(), 8) << n.node_id();
+}
+
 TEST_F(SchedulerCoreTest, SilentNodeIsDeclaredDead) {
   Make(absl::Milliseconds(300), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);

@@ -2,7 +2,10 @@
 // own workers (sdk/include/drover/task.h). Run as a plain program it is a driver job of
 // its own; under `drover run` it joins that job.
 //
-//   chaos_tasks --truth DIR [--rounds N]
+//   chaos_tasks --truth DIR [--rounds N] [--pause-ms MS]
+//
+// --pause-ms: a pause between rounds (longer than 200 ms, the owner's leases go back
+// in between, so each round asks for workers again).
 //
 // Each round: tasks spread over the nodes, an actor's calls in order, and inside a job
 // (where the driver has a node's store) a put read by tasks on other nodes and a
@@ -21,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "drover/task.h"
 #include "tests/chaos/truth.h"
 
@@ -124,18 +128,20 @@ void Round(int round, bool with_store, Checker& check) {
 int main(int argc, char** argv) {
   std::string dir;
   int64_t rounds = 3;
+  int64_t pause_ms = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--truth") {
       dir = argv[i + 1];
-    } else if (flag != "--rounds" || !absl::SimpleAtoi(argv[i + 1], &rounds)) {
+    } else if (!(flag == "--rounds" && absl::SimpleAtoi(argv[i + 1], &rounds)) &&
+               !(flag == "--pause-ms" && absl::SimpleAtoi(argv[i + 1], &pause_ms))) {
       dir.clear();
       break;
     }
   }
   absl::Status init = drover::Init(argc, argv);  // in a worker: serves, never returns
   if (dir.empty()) {
-    std::cerr << "usage: chaos_tasks --truth DIR [--rounds N]\n";
+    std::cerr << "usage: chaos_tasks --truth DIR [--rounds N] [--pause-ms MS]\n";
     return 2;
   }
   if (!init.ok()) {
@@ -152,6 +158,7 @@ int main(int argc, char** argv) {
   for (int round = 0; round < rounds; ++round) {
     Round(round, std::getenv("DROVER_OBJECT_STORE_SOCKET") != nullptr, check);
     truth.Say(absl::StrCat("tasks ", drover::JobId(), " round ", round, " errors ", check.errors()));
+    absl::SleepFor(absl::Milliseconds(pause_ms));
   }
   drover::Shutdown();
   if (check.wrong() > 0) truth.Exit(42, absl::StrCat(check.wrong(), " WRONG values"));

@@ -70,7 +70,17 @@ const FaultRecord* TouchedBy(const CheckContext& ctx, const JobRecord& r, const 
   for (const auto& p : j.placement) nodes.insert(p.node_id);
   for (const FaultRecord& f : ctx.faults) {
     if (!f.injected || f.start > end || f.end + ctx.settle < r.submitted) continue;
-    if (ClusterWide(f.fault.kind) || r.kind == JobKind::kTasks) return &f;
+    if (r.kind == JobKind::kTasks) return &f;
+    if (ClusterWide(f.fault.kind)) {
+      // A job whose processes never call the scheduler (small, failing: submitted, run,
+      // exited) must end as it would have: a scheduler or Redis fault may delay it, not
+      // change it. Gangs (rendezvous), objects (the directory), cancels and `drover
+      // run` (which follows the job) depend on the scheduler while they run.
+      const bool independent = r.how == "sdk" && (r.kind == JobKind::kSmall ||
+                                                   r.kind == JobKind::kFailing);
+      if (!independent) return &f;
+      continue;
+    }
     if (!f.job.empty()) {
       if (f.job == j.job_id) return &f;
       continue;

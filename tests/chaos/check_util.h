@@ -15,9 +15,11 @@ std::string Name(const JobRecord& r);
 std::string Tail(const std::string& s, size_t max = 400);
 
 // The first injected fault that could have changed how the job went, or null: one
-// that overlapped the job's life (widened by ctx.settle after the fault) and hit the
-// cluster as a whole (scheduler, Redis), a node the job used, or the job's own process.
-// Task drivers lease workers anywhere: any overlapping fault counts.
+// that overlapped the job's life (widened by ctx.settle after the fault) and hit a node
+// the job used, the job's own process, or the cluster as a whole (scheduler, Redis)
+// when the job depends on the scheduler while it runs (not so plain jobs submitted
+// through the SDK: those must end as they would have). Task drivers lease workers
+// anywhere: any overlapping fault counts.
 const FaultRecord* TouchedBy(const CheckContext& ctx, const JobRecord& r, const JobInfo& j);
 
 // Whether jobs of `kind` write truth files.

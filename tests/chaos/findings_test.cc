@@ -198,5 +198,38 @@ TEST(ChaosFindingsTest, DroverRunRidesOutAStalledScheduler) {
   EXPECT_TRUE(absl::StrContains(r.err, "still waiting for")) << r.err;
 }
 
+// A scheduler restart ends the drivers that were running (their sessions are gone); a
+// driver that went on submitting got "cannot get a worker: job ... has ended" as a
+// pending reason and each task waited out its Get's timeout (30 s here), so the driver
+// took many minutes to finish. Its tasks now fail at once with that reason.
+TEST(ChaosFindingsTest, TasksOfADriverWhoseJobEndedFailAtOnce) {
+  auto c = StartCluster();
+  ASSERT_NE(c, nullptr);
+  const std::string truth = c->dir() + "/truth";
+  chaos::ClusterEnv env{c->address(), c->token_file(), c->dir() + "/home", c->dir()};
+  auto driver = std::async(std::launch::async, [&] {
+    return chaos::RunWithCluster(
+        env,
+        {Runfile("tests/chaos/chaos_tasks"), "--truth", truth, "--rounds", "6", "--pause-ms", "500"},
+        absl::Seconds(90));
+  });
+  // Once it has results, the scheduler restarts under it.
+  ASSERT_TRUE(WaitFor([&] {
+    auto jobs = c->client().ListJobs({JobState::kRunning});
+    if (!jobs.ok() || jobs->empty()) return false;
+    return absl::StrContains(ReadFile(truth + "/" + jobs->front().job_id + "/driver.truth")
+                                 .value_or(""),
+                             "check ok round 0 add 0");
+  }, absl::Seconds(60))) << c->DaemonLogs();
+  ASSERT_TRUE(c->RestartScheduler(SIGKILL).ok());
+  const absl::Time restarted = absl::Now();
+  chaos::RunResult r = driver.get();
+  EXPECT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit, 0) << r.out << r.err;
+  EXPECT_LT(r.ended - restarted, absl::Seconds(60)) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "round 5 errors")) << r.out;
+  EXPECT_FALSE(absl::StrContains(r.out, "round 5 errors 0")) << "the restart came too late: " << r.out;
+}
+
 }  // namespace
 }  // namespace drover::testing

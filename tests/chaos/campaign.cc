@@ -129,8 +129,9 @@ void Campaign::InjectAll(const std::vector<Fault>& schedule, absl::Time t0) {
   for (const Fault& f : schedule) {
     absl::SleepFor(t0 + f.at - absl::Now());
     FaultRecord r = injector.Inject(f);
-    std::string line = absl::StrFormat("%s (at +%.1fs): %s", Describe(f),
-                                       absl::ToDoubleSeconds(r.start - t0), r.target);
+    std::string line = absl::StrFormat(
+        "%s (at +%.1fs, %s UTC): %s", Describe(f), absl::ToDoubleSeconds(r.start - t0),
+        absl::FormatTime("%H:%M:%E3S", r.start, absl::UTCTimeZone()), r.target);
     if (!r.injected) absl::StrAppend(&line, " NOT INJECTED");
     if (!r.note.empty()) absl::StrAppend(&line, " [", r.note, "]");
     if (!r.recovery.ok()) {
@@ -181,7 +182,7 @@ void Campaign::AfterFaults(Workload& workload, std::vector<JobRecord>& jobs) {
   CheckContext ctx;
   ctx.client = &workload.client();
   ctx.faults = faults_;
-  SettleJobs(ctx, absl::Now() + absl::Seconds(60), after, report_);
+  SettleJobs(ctx, absl::Now() + absl::Seconds(60), after, /*sweep=*/false, report_);
   // The after-jobs are checked with the rest (CheckOutcomes) too.
   for (const JobRecord& r : after) {
     const bool ok = r.how == "driver"
@@ -299,7 +300,7 @@ absl::StatusOr<CampaignResult> Campaign::Run() {
   ctx.drover = wo.drover;
   ctx.faults = faults_;
   Say(absl::StrCat("settling ", jobs.size(), " jobs"));
-  SettleJobs(ctx, absl::Now() + absl::Seconds(120), jobs, report_);
+  SettleJobs(ctx, absl::Now() + absl::Seconds(120), jobs, /*sweep=*/true, report_);
   Say("new work after the faults");
   AfterFaults(workload, jobs);
   Say("checking");

@@ -72,10 +72,10 @@ struct CheckContext {
 };
 
 // Waits (until `deadline`) for every recorded job to end, fills final_info, and checks
-// job-has-record and job-final-state, also for jobs of the cluster nobody recorded
-// (drivers, runs whose id was not printed).
+// job-has-record and job-final-state; with `sweep`, also for every other job of the
+// cluster (drivers that died before saying their id, runs whose id was not printed).
 void SettleJobs(const CheckContext& ctx, absl::Time deadline, std::vector<JobRecord>& jobs,
-                Report& report);
+                bool sweep, Report& report);
 
 // true-reason, untouched-as-intended, tasks-correct, objects-exact-or-clear (the
 // workers' own reads), run-output-complete, logs-complete.

@@ -31,6 +31,9 @@ namespace {
 constexpr auto kRegisterTimeout = std::chrono::milliseconds(5000);
 constexpr auto kHeartbeatTimeout = std::chrono::milliseconds(2000);
 constexpr auto kReportTimeout = std::chrono::milliseconds(2000);
+// How often the jobs of task workers are checked (StopWorkersOfEndedJobs): a job's end
+// does not reach the node when the scheduler restarted since its workers started.
+constexpr absl::Duration kWorkerCheck = absl::Seconds(5);
 constexpr absl::Duration kMinBackoff = absl::Milliseconds(100);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
 
@@ -298,11 +301,7 @@ absl::Status NodeAgent::StartWorkerPool() {
   return absl::OkStatus();
 }
 
-void NodeAgent::StopWorkersOfEndedJobs() {
-  std::set<std::string> jobs;
-  for (const auto& p : pm_->Snapshot()) {
-    if (p.running() && WorkerPool::IsWorkerGeneration(p.generation())) jobs.insert(p.job_id());
-  }
+void NodeAgent::StopWorkersOfEndedJobs(const std::set<std::string>& jobs) {
   if (jobs.empty()) return;
   auto stub = proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address));
   for (const std::string& job : jobs) {
@@ -433,7 +432,13 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
                    << " (heartbeat every " << reply.heartbeat_interval_ms() << " ms, "
                    << req.processes_size() << " process(es) held)";
   *logged_failure = false;
-  if (!first && task_reports_) task_reports_->Post([this] { StopWorkersOfEndedJobs(); });
+  if (!first && task_reports_) {
+    std::set<std::string> jobs;
+    for (const auto& p : pm_->Snapshot()) {
+      if (p.running() && WorkerPool::IsWorkerGeneration(p.generation())) jobs.insert(p.job_id());
+    }
+    task_reports_->Post([this, jobs] { StopWorkersOfEndedJobs(jobs); });
+  }
   session_->Registered(reply.node_id());  // writes the ready file once open
   return true;
 }
@@ -510,12 +515,18 @@ void NodeAgent::RegistrationLoop() {
   absl::Duration backoff = kMinBackoff;
   Clock* const clock = options_.clock;
   absl::Time next_prune = clock->Now();
+  absl::Time next_worker_check = clock->Now() + kWorkerCheck;
   for (;;) {
     // Timers run from when an attempt starts, not from when its RPC returns.
     const absl::Time attempt = clock->Now();
     if (options_.log_retention > absl::ZeroDuration() && attempt >= next_prune) {
       pm_->PruneLogs(options_.log_retention);
       next_prune = clock->Now() + std::min(absl::Hours(1), options_.log_retention);
+    }
+    if (registered && attempt >= next_worker_check && pool_ != nullptr) {
+      next_worker_check = attempt + kWorkerCheck;
+      std::set<std::string> jobs = pool_->JobsWithWorkers();
+      if (!jobs.empty()) task_reports_->Post([this, jobs] { StopWorkersOfEndedJobs(jobs); });
     }
     if (!registered) {
       registered = Register(stub.get(), &logged_failure);

@@ -145,10 +145,12 @@ class NodeAgent {
   void OnExit(const std::string& job_id, const proto::ExitInfo& info);
   // The gang processes (not task workers) for registration and heartbeats.
   std::vector<proto::ProcessStatus> GangSnapshot();
-  // After a registration the scheduler asked for (it restarted, or had declared this
-  // node dead), a job's end may never have reached this node: stops the task workers
-  // of every job the scheduler says has ended (or no longer knows).
-  void StopWorkersOfEndedJobs();
+  // A job's end may never have reached this node (the scheduler restarted and did not
+  // know of its workers here, or this node was cut off): stops the task workers of
+  // those of `jobs` the scheduler says have ended (or no longer knows). Run after a
+  // registration the scheduler asked for (every job with workers here) and every
+  // kWorkerCheck (the jobs of the worker pool's workers).
+  void StopWorkersOfEndedJobs(const std::set<std::string>& jobs);
   absl::Status StartWorkerPool();
   void WriteReadyFile();
   absl::Status StartObjectStore();

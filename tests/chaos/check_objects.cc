@@ -20,9 +20,11 @@ void JudgeRead(const std::string& id, const std::string& outcome, bool lost_ok,
     report.Held(kInvariant);
   } else if (absl::StartsWith(outcome, "MISMATCH")) {
     report.Violated(kInvariant, absl::StrCat(where, " read ", id, " with other bytes: ", outcome));
-  } else if (absl::StartsWith(outcome, "error RESOURCE_EXHAUSTED")) {
+  } else if (absl::StartsWith(outcome, "error RESOURCE_EXHAUSTED") ||
+             absl::StrContains(outcome, " to restore spilled object ")) {
     // A full store (memory and spill space) refuses to restore a spilled object until
-    // something is deleted: by design (docs/reliability.md), with a clear error.
+    // something is deleted: by design (docs/reliability.md), with a clear error; read
+    // from another node, the pull fails with the holder's refusal as its last error.
     report.Held(kInvariant);
     report.Note("reads refused by a full store", absl::StrCat(where, " ", id, ": ", outcome.substr(0, 200)));
   } else if (absl::StrContains(outcome, "(UNCLEAR)")) {

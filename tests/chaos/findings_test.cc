@@ -27,6 +27,11 @@ std::unique_ptr<TestCluster> StartCluster() {
   return c.ok() ? std::move(*c) : nullptr;
 }
 
+// How the CLI and drivers reach the cluster (chaos::RunWithCluster).
+chaos::ClusterEnv EnvOf(TestCluster& c) {
+  return {c.address(), c.token_file(), c.dir() + "/home", c.dir()};
+}
+
 // A job with one process on each node, each printing its rank.
 JobInfo RunOnBothNodes(TestCluster& c) {
   auto job = c.RunJob(TestCluster::JobOf({"/bin/sh", "-c", "echo line of rank $RANK"}, 2, 1),
@@ -86,7 +91,7 @@ TEST(ChaosFindingsTest, DroverRunReturnsWhenItsNodesAgentWasKilledAndStartedAgai
   auto c = StartCluster();
   ASSERT_NE(c, nullptr);
   const std::string marker = absl::StrCat(c->dir(), "/started");
-  chaos::ClusterEnv env{c->address(), c->token_file(), c->dir() + "/home", c->dir()};
+  const chaos::ClusterEnv env = EnvOf(*c);
   auto run = std::async(std::launch::async, [&] {
     return chaos::RunWithCluster(
         env,
@@ -115,7 +120,7 @@ TEST(ChaosFindingsTest, ADriverThatRegistersWhileRedisStallsRuns) {
   ASSERT_NE(c, nullptr);
   const pid_t redis = c->redis()->pid();
   ASSERT_EQ(::kill(redis, SIGSTOP), 0);
-  chaos::ClusterEnv env{c->address(), c->token_file(), c->dir() + "/home", c->dir()};
+  const chaos::ClusterEnv env = EnvOf(*c);
   auto driver = std::async(std::launch::async, [&] {
     return chaos::RunWithCluster(env,
                                  {Runfile("tests/chaos/chaos_tasks"), "--truth",
@@ -179,7 +184,7 @@ TEST(ChaosFindingsTest, DroverRunRidesOutAStalledScheduler) {
   auto c = StartCluster();
   ASSERT_NE(c, nullptr);
   const std::string marker = absl::StrCat(c->dir(), "/first-line");
-  chaos::ClusterEnv env{c->address(), c->token_file(), c->dir() + "/home", c->dir()};
+  const chaos::ClusterEnv env = EnvOf(*c);
   auto run = std::async(std::launch::async, [&] {
     return chaos::RunWithCluster(
         env,
@@ -206,7 +211,7 @@ TEST(ChaosFindingsTest, TasksOfADriverWhoseJobEndedFailAtOnce) {
   auto c = StartCluster();
   ASSERT_NE(c, nullptr);
   const std::string truth = c->dir() + "/truth";
-  chaos::ClusterEnv env{c->address(), c->token_file(), c->dir() + "/home", c->dir()};
+  const chaos::ClusterEnv env = EnvOf(*c);
   auto driver = std::async(std::launch::async, [&] {
     return chaos::RunWithCluster(
         env,
@@ -229,6 +234,34 @@ TEST(ChaosFindingsTest, TasksOfADriverWhoseJobEndedFailAtOnce) {
   EXPECT_LT(r.ended - restarted, absl::Seconds(60)) << r.out << r.err;
   EXPECT_TRUE(absl::StrContains(r.out, "round 5 errors")) << r.out;
   EXPECT_FALSE(absl::StrContains(r.out, "round 5 errors 0")) << "the restart came too late: " << r.out;
+}
+
+// A job that hosts a task driver ended after a scheduler restart: the restarted
+// scheduler did not know of the job's task workers (soft state), told no node, and the
+// workers ran on until their idle timeout (60 s). Agents now ask about the jobs of
+// their workers every few seconds.
+TEST(ChaosFindingsTest, TaskWorkersStopWhenTheirJobEndsAfterASchedulerRestart) {
+  auto c = StartCluster();
+  ASSERT_NE(c, nullptr);
+  const std::string truth = c->dir() + "/truth";
+  JobSpec spec = TestCluster::JobOf(
+      {Runfile("tests/chaos/chaos_tasks"), "--truth", truth, "--rounds", "1", "--pause-ms", "4000"},
+      1);
+  auto job = c->client().Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string driver_truth = truth + "/" + job->job_id + "/driver.truth";
+  // Round 0 is done and its workers are idle when the scheduler restarts; the driver
+  // exits during its pause, under the new scheduler.
+  ASSERT_TRUE(WaitFor([&] {
+    return absl::StrContains(ReadFile(driver_truth).value_or(""), "out tasks");
+  }, absl::Seconds(60))) << c->DaemonLogs();
+  ASSERT_FALSE(ProcessesOfJob(job->job_id).size() <= 1) << "no task workers ran";
+  ASSERT_TRUE(c->RestartScheduler(SIGKILL).ok());
+  auto ended = c->client().WaitJob(job->job_id, absl::Seconds(60));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state, JobState::kSucceeded) << ended->reason;
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job->job_id).empty(); }, absl::Seconds(20)))
+      << ProcessesOfJob(job->job_id).size() << " process(es) of the ended job still run";
 }
 
 }  // namespace

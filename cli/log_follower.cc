@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
-#include <map>
+#include <algorithm>
 #include <condition_variable>
+#include <iostream>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -11,10 +13,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 
 namespace drover::cli {
 namespace {
+
+// How long following waits for a scheduler that cannot be reached before giving up.
+constexpr absl::Duration kSchedulerPatience = absl::Seconds(60);
 
 // Turns chunks into whole prefixed lines; thread-safe. Lines go above `status_line`
 // (may be null).
@@ -100,15 +106,23 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
   std::mutex mu;
   std::condition_variable finished_cv;  // signalled when `finished` becomes true
   std::map<std::string, std::thread> threads;  // node id -> streamer
+  // Node id -> its agent's address, refreshed when the job ends (an agent started
+  // again listens elsewhere). Written by this thread, read by streamers: under `mu`.
   std::map<std::string, std::string> agent_address;
   std::map<std::string, NodeState> node_state;
   std::set<std::string> skipped;  // dead nodes, said once
   absl::Status first_error;
 
-  auto streamer = [&](const std::string& node, const std::string& address) {
+  auto address_of = [&](const std::string& node) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = agent_address.find(node);
+    return it == agent_address.end() ? std::string() : it->second;
+  };
+  auto streamer = [&](const std::string& node) {
     std::map<std::pair<int, LogStream>, int64_t> offsets;  // (rank, stream) -> printed bytes
     for (bool last_pass = false;;) {
       last_pass = last_pass || finished.load() || (stop != nullptr && stop->load());
+      const std::string address = address_of(node);
       std::vector<LogOffset> from;
       for (const auto& [key, off] : offsets) from.push_back({key.first, key.second, off});
       absl::Status s = client.StreamLogs(
@@ -119,7 +133,10 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
             off = c.offset + c.data.size();
             printer.Write(c);
           },
-          stop, last_pass ? absl::Seconds(30) : absl::Hours(24 * 365));
+          // Following ends when the job does: a follow call waiting on an agent that
+          // died (its calls wait for it to come back) must not outlive the job (found by
+          // the chaos campaign: `drover run` never returned).
+          last_pass ? stop : &finished, last_pass ? absl::Seconds(30) : absl::Hours(24 * 365));
       if (last_pass) {
         // NOT_FOUND: the node never ran a process of this job (nothing to print).
         if (!s.ok() && !absl::IsNotFound(s)) {
@@ -135,6 +152,15 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     }
   };
 
+  auto refresh_nodes = [&]() -> absl::Status {
+    DROVER_ASSIGN_OR_RETURN(ClusterStatus status, client.Status());
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& n : status.nodes) {
+      agent_address[n.node_id] = n.agent_address;
+      node_state[n.node_id] = n.state;
+    }
+    return absl::OkStatus();
+  };
   auto start_streamers = [&](const JobInfo& j) -> absl::Status {
     // Every node that ever ran a process of the job (earlier generations may have run
     // elsewhere), and the current placement (for records from before nodes_used).
@@ -146,16 +172,17 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     if (nodes.empty()) return absl::OkStatus();
     bool missing = false;
     for (const auto& n : nodes) missing |= !agent_address.count(n);
-    if (missing) {
-      DROVER_ASSIGN_OR_RETURN(ClusterStatus status, client.Status());
-      for (const auto& n : status.nodes) {
-        agent_address[n.node_id] = n.agent_address;
-        node_state[n.node_id] = n.state;
-      }
-    }
+    if (missing) DROVER_RETURN_IF_ERROR(refresh_nodes());
     for (const auto& n : nodes) {
-      auto it = agent_address.find(n);
-      if (it == agent_address.end() || it->second.empty()) continue;
+      if (address_of(n).empty()) {
+        // Found by the chaos campaign: such output used to be left out without a word.
+        if (skipped.insert(n).second) {
+          std::cerr << "drover: " << n << " is not known to the scheduler (it restarted and "
+                    << "the node's agent has not registered since): the output its "
+                    << "processes wrote there is not shown\n";
+        }
+        continue;
+      }
       if (node_state[n] == NodeState::kDead) {
         // An earlier generation ran there; what it wrote stays on that machine.
         if (skipped.insert(n).second) {
@@ -164,24 +191,40 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
         }
         continue;
       }
-      threads.emplace(n, std::thread(streamer, n, it->second));
+      threads.emplace(n, std::thread(streamer, n));
     }
     return absl::OkStatus();
   };
 
   absl::Status status = start_streamers(job);
-  while (status.ok() && follow && !finished.load()) {
-    if (IsTerminal(job.state) && job.live_processes == 0) break;
+  // While following, a scheduler that restarts or stalls for a while is waited for: the
+  // job runs on without it (found by the chaos campaign: `drover run` exited 1 saying it
+  // could not reach the scheduler while its job went on to succeed).
+  absl::Time unreachable_since = absl::InfiniteFuture();
+  while (follow && !finished.load()) {
+    if (absl::IsUnavailable(status) && absl::Now() - unreachable_since < kSchedulerPatience) {
+      if (unreachable_since == absl::InfiniteFuture()) {
+        std::cerr << "drover: " << status.message() << "; still waiting for " << job_id
+                  << " (it runs on without the scheduler)\n";
+      }
+      unreachable_since = std::min(unreachable_since, absl::Now());
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    } else if (!status.ok()) {
+      break;
+    } else {
+      unreachable_since = absl::InfiniteFuture();
+      if (IsTerminal(job.state) && job.live_processes == 0) break;
+    }
     if (stop != nullptr && stop->load()) break;
     auto next = client.GetJob(job_id, job.version, absl::Seconds(2));
-    if (!next.ok()) {
-      status = next.status();
-      break;
-    }
+    status = next.status();
+    if (!next.ok()) continue;
     job = std::move(*next);
     if (on_job) on_job(job);
     status = start_streamers(job);
   }
+  // The last passes read from where each node's agent is now.
+  if (follow) (void)refresh_nodes();
   {
     std::lock_guard<std::mutex> lock(mu);
     finished = true;

@@ -3,11 +3,16 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <set>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/files.h"
+#include "common/job_state.h"
 #include "common/metrics_http.h"
 #include "common/status_macros.h"
 #include "common/log.h"
@@ -27,6 +32,9 @@ namespace {
 constexpr auto kRegisterTimeout = std::chrono::milliseconds(5000);
 constexpr auto kHeartbeatTimeout = std::chrono::milliseconds(2000);
 constexpr auto kReportTimeout = std::chrono::milliseconds(2000);
+// How often the jobs of task workers are checked (StopWorkersOfEndedJobs): a job's end
+// does not reach the node when the scheduler restarted since its workers started.
+constexpr absl::Duration kWorkerCheck = absl::Seconds(5);
 constexpr absl::Duration kMinBackoff = absl::Milliseconds(100);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
 
@@ -53,6 +61,24 @@ uint64_t DefaultSpillCapacity(const std::string& dir) {
   struct statvfs vfs;
   if (::statvfs(dir.c_str(), &vfs) != 0) return 0;
   return static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize / 2;
+}
+
+std::string NodeIdPath(const std::string& dir) { return absl::StrCat(dir, "/node-id"); }
+
+// The node id an agent on `dir` registered as before ("" if none, or not an id).
+std::string ReadNodeIdFile(const std::string& dir) {
+  absl::StatusOr<std::string> text = ReadFile(NodeIdPath(dir));
+  if (!text.ok()) return "";
+  std::string id(absl::StripAsciiWhitespace(*text));
+  const bool valid = !id.empty() && id.size() <= 64 &&
+                     std::all_of(id.begin(), id.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+                     });
+  if (!valid) {
+    DROVER_LOG(WARNING) << NodeIdPath(dir) << " holds no node id; registering as a new node";
+    return "";
+  }
+  return id;
 }
 
 }  // namespace
@@ -125,6 +151,7 @@ absl::Status NodeAgent::Start() {
   DROVER_RETURN_IF_ERROR(MakeDirs(log_dir, 0700));
   hostname_ = Hostname();
   if (!options_.tls_ca.empty()) DROVER_RETURN_IF_ERROR(StartTls());
+  remembered_node_id_ = ReadNodeIdFile(options_.dir);
   if (options_.object_store) DROVER_RETURN_IF_ERROR(StartObjectStore());
 
   resources_ = DiscoverResources(options_.resources, options_.discovery);
@@ -315,6 +342,27 @@ absl::Status NodeAgent::StartWorkerPool() {
   return absl::OkStatus();
 }
 
+void NodeAgent::StopWorkersOfEndedJobs(const std::set<std::string>& jobs) {
+  if (jobs.empty()) return;
+  auto stub = proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address));
+  for (const std::string& job : jobs) {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, options_.token, kReportTimeout);
+    proto::GetJobRequest req;
+    req.set_job_id(job);
+    proto::GetJobReply reply;
+    grpc::Status s = stub->GetJob(&ctx, req, &reply);
+    const bool ended = s.ok() ? IsTerminal(reply.job().state())
+                              : s.error_code() == grpc::StatusCode::NOT_FOUND;
+    if (!ended) continue;
+    DROVER_LOG(WARNING) << "job " << job << " has ended ("
+                        << (s.ok() ? reply.job().reason() : s.error_message())
+                        << ") but its task workers still ran here: stopping them";
+    pool_->JobEnded(job);
+    pm_->Stop(job, -1, options_.kill_grace);
+  }
+}
+
 std::vector<proto::ProcessStatus> NodeAgent::GangSnapshot() {
   std::vector<proto::ProcessStatus> out;
   for (auto& p : pm_->Snapshot()) {
@@ -366,7 +414,8 @@ void NodeAgent::ReporterLoop() {
 
 bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   proto::RegisterNodeRequest req;
-  req.set_node_id(node_id());
+  const std::string known_id = node_id();
+  req.set_node_id(known_id.empty() ? remembered_node_id_ : known_id);
   req.set_hostname(hostname_);
   req.set_agent_address(address_);
   req.set_node_ip(options_.node_ip);
@@ -397,6 +446,16 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
     }
     return false;
   }
+  if (reply.node_id() != remembered_node_id_) {
+    if (absl::Status w = WriteFileAtomic(NodeIdPath(options_.dir), reply.node_id() + "\n");
+        w.ok()) {
+      remembered_node_id_ = reply.node_id();
+    } else {
+      DROVER_LOG(WARNING) << "cannot remember the node id: " << w
+                          << "; an agent started again on " << options_.dir
+                          << " will be a new node";
+    }
+  }
   bool first;
   {
     absl::MutexLock lock(&mu_);
@@ -408,6 +467,7 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   }
   pm_->SetNodeId(reply.node_id());
   service_->SetNodeId(reply.node_id());
+  service_->SetRegistration(reply.registration());
   workers_service_->SetNodeId(reply.node_id());
   if (transfer_) transfer_->SetNodeId(reply.node_id());
   if (object_reporter_) {
@@ -420,6 +480,13 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
                    << " (heartbeat every " << reply.heartbeat_interval_ms() << " ms, "
                    << req.processes_size() << " process(es) held)";
   *logged_failure = false;
+  if (!first && task_reports_) {
+    std::set<std::string> jobs;
+    for (const auto& p : pm_->Snapshot()) {
+      if (p.running() && WorkerPool::IsWorkerGeneration(p.generation())) jobs.insert(p.job_id());
+    }
+    task_reports_->Post([this, jobs] { StopWorkersOfEndedJobs(jobs); });
+  }
   session_->Registered(reply.node_id());  // writes the ready file once open
   return true;
 }
@@ -496,12 +563,18 @@ void NodeAgent::RegistrationLoop() {
   absl::Duration backoff = kMinBackoff;
   Clock* const clock = options_.clock;
   absl::Time next_prune = clock->Now();
+  absl::Time next_worker_check = clock->Now() + kWorkerCheck;
   for (;;) {
     // Timers run from when an attempt starts, not from when its RPC returns.
     const absl::Time attempt = clock->Now();
     if (options_.log_retention > absl::ZeroDuration() && attempt >= next_prune) {
       pm_->PruneLogs(options_.log_retention);
       next_prune = clock->Now() + std::min(absl::Hours(1), options_.log_retention);
+    }
+    if (registered && attempt >= next_worker_check && pool_ != nullptr) {
+      next_worker_check = attempt + kWorkerCheck;
+      std::set<std::string> jobs = pool_->JobsWithWorkers();
+      if (!jobs.empty()) task_reports_->Post([this, jobs] { StopWorkersOfEndedJobs(jobs); });
     }
     if (!registered) {
       registered = Register(stub.get(), &logged_failure);

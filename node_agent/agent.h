@@ -71,7 +71,10 @@ struct AgentOptions {
   std::string node_ip;
   ResourceOverrides resources;
   DiscoveryPaths discovery;
-  // State directory; logs go to <dir>/logs. Created if missing.
+  // State directory; logs go to <dir>/logs. Created if missing. The node id the agent
+  // registered as is kept in <dir>/node-id: an agent started again on the same
+  // directory (after a crash or a kill) asks for the same id, so it is the same node
+  // and the output its jobs wrote there stays reachable (`drover logs`).
   std::string dir;
   absl::Duration kill_grace = absl::Seconds(5);
   // Logs of jobs with nothing running here, untouched for this long, are deleted
@@ -152,6 +155,12 @@ class NodeAgent {
   void OnPull(const PullRecord& pull);
   // The gang processes (not task workers) for registration and heartbeats.
   std::vector<proto::ProcessStatus> GangSnapshot();
+  // A job's end may never have reached this node (the scheduler restarted and did not
+  // know of its workers here, or this node was cut off): stops the task workers of
+  // those of `jobs` the scheduler says have ended (or no longer knows). Run after a
+  // registration the scheduler asked for (every job with workers here) and every
+  // kWorkerCheck (the jobs of the worker pool's workers).
+  void StopWorkersOfEndedJobs(const std::set<std::string>& jobs);
   absl::Status StartWorkerPool();
   void WriteReadyFile();
   absl::Status StartObjectStore();
@@ -163,6 +172,8 @@ class NodeAgent {
   NodeResources resources_;
   std::string address_;
   std::string hostname_;
+  // <dir>/node-id as found at start: the id asked for until a registration succeeds.
+  std::string remembered_node_id_;
   // Before pm_: its exit callback counts here.
   std::unique_ptr<AgentMetrics> metrics_;
   std::string metrics_address_;

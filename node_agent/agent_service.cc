@@ -113,6 +113,16 @@ grpc::Status AgentService::StartProcesses(grpc::ServerContext* ctx,
   if (std::string err = Validate(*req); !err.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, err);
   }
+  // Found by the chaos campaign: a start held up by a cut link arrived seconds after
+  // the scheduler had given up on it (and failed the job), and ran its processes.
+  if (const int64_t now = registration_.load();
+      req->node_registration() != 0 && req->node_registration() < now) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("job ", req->job_id(), " generation ", req->generation(),
+                                     ": this start was sent before node ", NodeId(),
+                                     " registered again (registration ", req->node_registration(),
+                                     ", now ", now, "); the scheduler no longer waits for it"));
+  }
   int port = 0;
   absl::Status s = pm_->Start(*req, &port);
   if (!s.ok()) return ToGrpcStatus(s);

@@ -27,6 +27,9 @@ class AgentService final : public proto::NodeAgent::Service {
 
   // Named in error messages; set once the scheduler assigned it.
   void SetNodeId(const std::string& node_id);
+  // The agent's latest registration (RegisterNodeReply.registration): StartProcesses
+  // sent under an earlier one is refused (StartProcessesRequest.node_registration).
+  void SetRegistration(int64_t registration) { registration_ = registration; }
   // Makes following StreamLogs calls end promptly (agent shutdown).
   void BeginShutdown() { shutting_down_ = true; }
 
@@ -48,6 +51,7 @@ class AgentService final : public proto::NodeAgent::Service {
   ProcessManager* const pm_;
   const absl::Duration default_grace_;
   std::atomic<bool> shutting_down_{false};
+  std::atomic<int64_t> registration_{0};
   absl::Mutex mu_;
   std::string node_id_ ABSL_GUARDED_BY(mu_);
 };

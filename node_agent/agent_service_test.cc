@@ -159,6 +159,29 @@ TEST_F(AgentServiceTest, StartIsIdempotentAndPicksAPort) {
   }
 }
 
+// Found by the chaos campaign: a start held up by a cut link arrived after the node
+// had registered again (the scheduler had declared it dead and failed the job) and ran
+// the dead generation's processes. A start sent under an earlier registration is
+// refused; one sent under this registration, a later one (its reply not read yet) or
+// none (an older scheduler) runs.
+TEST_F(AgentServiceTest, RefusesAStartSentBeforeItRegisteredAgain) {
+  service_->SetRegistration(2000);
+  auto late = Request("job-late", "echo late");
+  late.set_node_registration(1000);
+  proto::StartProcessesReply reply;
+  grpc::Status s = Start(late, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("registered again"), std::string::npos) << s.error_message();
+  EXPECT_TRUE(pm_->Snapshot().empty()) << "the late start ran";
+
+  for (int64_t registration : {0, 2000, 3000}) {
+    auto req = Request(absl::StrCat("job-reg-", registration), "true");
+    req.set_node_registration(registration);
+    EXPECT_TRUE(Start(req, &reply).ok()) << registration;
+  }
+  EXPECT_EQ(pm_->Snapshot().size(), 3u);
+}
+
 TEST_F(AgentServiceTest, UnknownJobIsNotFound) {
   proto::StreamLogsRequest req;
   req.set_job_id("job-nobody");

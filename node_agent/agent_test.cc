@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <functional>
+#include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,6 +29,7 @@
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
 #include "node_agent/testing/fake_local_objects.h"
+#include "node_agent/worker_pool.h"
 
 namespace drover {
 namespace {
@@ -42,7 +45,7 @@ class FakeScheduler final : public proto::Scheduler::Service {
     if (auto s = CheckToken(*ctx, kToken); !s.ok()) return s;
     absl::MutexLock lock(&mu);
     registrations.push_back(*req);
-    reply->set_node_id(req->node_id().empty() ? "node-7" : req->node_id());
+    reply->set_node_id(req->node_id().empty() ? absl::StrCat("node-", next_id++) : req->node_id());
     reply->set_heartbeat_interval_ms(heartbeat_interval_ms);
     known = true;
     return grpc::Status::OK;
@@ -56,6 +59,16 @@ class FakeScheduler final : public proto::Scheduler::Service {
     for (const auto& f : forget) *reply->add_forget() = f;
     return grpc::Status::OK;
   }
+  grpc::Status GetJob(grpc::ServerContext* ctx, const proto::GetJobRequest* req,
+                      proto::GetJobReply* reply) override {
+    if (auto s = CheckToken(*ctx, kToken); !s.ok()) return s;
+    absl::MutexLock lock(&mu);
+    auto it = job_states.find(req->job_id());
+    if (it == job_states.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no such job");
+    reply->mutable_job()->set_job_id(req->job_id());
+    reply->mutable_job()->set_state(it->second);
+    return grpc::Status::OK;
+  }
   grpc::Status ReportExit(grpc::ServerContext* ctx, const proto::ReportExitRequest* req,
                           proto::ReportExitReply*) override {
     if (auto s = CheckToken(*ctx, kToken); !s.ok()) return s;
@@ -66,6 +79,8 @@ class FakeScheduler final : public proto::Scheduler::Service {
 
   absl::Mutex mu;
   int64_t heartbeat_interval_ms = 30;
+  int next_id = 7;  // ids given to agents that ask for none
+  std::map<std::string, proto::JobState> job_states;  // for GetJob
   bool known = true;
   std::vector<proto::JobGeneration> forget;
   std::vector<proto::RegisterNodeRequest> registrations;
@@ -254,6 +269,94 @@ TEST(NodeAgentTest, ShutdownStopsWorkers) {
   EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
   EXPECT_NE(::kill(pid, 0), 0);  // reaped: gone
   agent.reset();
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+// Found by the chaos campaign: an agent killed and started again on its directory
+// registered as a new node; the scheduler then had the old id as a dead (or, after a
+// scheduler restart, unknown) node, and `drover logs` no longer showed what the jobs
+// that ran there wrote, though the files were still in <dir>/logs.
+TEST(NodeAgentTest, AnAgentStartedAgainOnItsDirectoryIsTheSameNode) {
+  FakeScheduler sched;
+  int sched_port = *PickFreePort();
+  auto server = Serve(&sched, sched_port);
+  {
+    NodeAgent first(Options(sched_port, "agent-again"));
+    ASSERT_TRUE(first.Start().ok());
+    ASSERT_TRUE(first.WaitRegistered(absl::Seconds(15)));
+    EXPECT_EQ(first.node_id(), "node-7");
+  }
+  NodeAgent again(Options(sched_port, "agent-again"));
+  ASSERT_TRUE(again.Start().ok());
+  ASSERT_TRUE(again.WaitRegistered(absl::Seconds(15)));
+  EXPECT_EQ(again.node_id(), "node-7");
+  {
+    absl::MutexLock lock(&sched.mu);
+    ASSERT_EQ(sched.registrations.size(), 2u);
+    EXPECT_EQ(sched.registrations[1].node_id(), "node-7") << "it asked for a new id";
+  }
+  // Another directory is another node; a directory holding garbage asks for nothing.
+  NodeAgent other(Options(sched_port, "agent-other"));
+  ASSERT_TRUE(other.Start().ok());
+  ASSERT_TRUE(other.WaitRegistered(absl::Seconds(15)));
+  EXPECT_EQ(other.node_id(), "node-8");
+  AgentOptions bad = Options(sched_port, "agent-bad");
+  ASSERT_TRUE(MakeDirs(bad.dir).ok());
+  ASSERT_TRUE(WriteFileAtomic(bad.dir + "/node-id", "../../etc\n").ok());
+  NodeAgent fresh(bad);
+  ASSERT_TRUE(fresh.Start().ok());
+  ASSERT_TRUE(fresh.WaitRegistered(absl::Seconds(15)));
+  EXPECT_EQ(fresh.node_id(), "node-9");
+  EXPECT_EQ(ReadFile(bad.dir + "/node-id").value_or(""), "node-9\n");
+  fresh.Shutdown();
+  other.Shutdown();
+  again.Shutdown();
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+// Found by the chaos campaign: a driver's job ended while the scheduler was away (a
+// restarted scheduler fails the drivers it finds running) or while this node was cut
+// off, the node never heard of it, and the job's task workers ran on. After a
+// registration the scheduler asked for, the agent stops the workers of every job the
+// scheduler says has ended or does not know.
+TEST(NodeAgentTest, ReregistrationStopsTaskWorkersOfJobsThatEnded) {
+  FakeScheduler sched;
+  {
+    absl::MutexLock lock(&sched.mu);
+    sched.job_states["job-live"] = proto::RUNNING;
+    sched.job_states["job-failed"] = proto::FAILED;
+  }
+  int sched_port = *PickFreePort();
+  auto server = Serve(&sched, sched_port);
+  NodeAgent agent(Options(sched_port, "agent-workers"));
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(agent.WaitRegistered(absl::Seconds(15)));
+  int port = 0;
+  for (const std::string job : {"job-live", "job-failed", "job-unknown"}) {
+    proto::StartProcessesRequest req;
+    req.set_job_id(job);
+    req.set_generation(WorkerPool::kFirstWorkerGeneration);
+    req.set_task_worker(true);
+    req.add_command("sleep");
+    req.add_command("1000");
+    req.add_processes()->set_rank(0);
+    ASSERT_TRUE(agent.process_manager()->Start(req, &port).ok()) << job;
+  }
+  auto running = [&] {
+    std::set<std::string> jobs;
+    for (const auto& p : agent.process_manager()->Snapshot()) {
+      if (p.running()) jobs.insert(p.job_id());
+    }
+    return jobs;
+  };
+  ASSERT_EQ(running().size(), 3u);
+  {
+    absl::MutexLock lock(&sched.mu);
+    sched.known = false;  // as a restarted scheduler answers a heartbeat
+  }
+  EXPECT_TRUE(WaitFor([&] { return running() == std::set<std::string>{"job-live"}; }))
+      << running().size() << " job(s) still have workers";
+  agent.Shutdown();
   server->Shutdown(std::chrono::system_clock::now());
 }
 

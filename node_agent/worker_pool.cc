@@ -329,6 +329,15 @@ void WorkerPool::JobEnded(const std::string& job_id) {
   }
 }
 
+std::set<std::string> WorkerPool::JobsWithWorkers() {
+  absl::MutexLock l(&mu_);
+  std::set<std::string> jobs;
+  for (auto& [id, w] : workers_) {
+    if (!w->exit && w->state != State::kDead) jobs.insert(w->job_id);
+  }
+  return jobs;
+}
+
 WorkerPool::Counts WorkerPool::counts() {
   absl::MutexLock l(&mu_);
   Counts c;

@@ -23,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -92,6 +93,8 @@ class WorkerPool {
     int64_t reused = 0;
   };
   Counts counts();
+  // Jobs that have live workers here (the agent asks the scheduler whether they ended).
+  std::set<std::string> JobsWithWorkers();
   static bool IsWorkerGeneration(int generation) { return generation >= kFirstWorkerGeneration; }
   static constexpr int kFirstWorkerGeneration = 1 << 30;
 

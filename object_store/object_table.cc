@@ -1,5 +1,6 @@
 #include "object_store/object_table.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -488,8 +489,36 @@ struct ObjectTable::Impl {
 };
 
 
+namespace {
+
+// Removes the spill files (named by their object's id in hex) an earlier table left in
+// `dir`: a store killed by SIGKILL never removed them, and a new table cannot read them
+// (it starts empty), so they only took the spill space (found by the chaos campaign).
+void RemoveStaleSpillFiles(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  int removed = 0;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const bool spill_file =
+        !name.empty() && name.size() % 2 == 0 &&
+        std::all_of(name.begin(), name.end(),
+                    [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+    if (spill_file && ::unlinkat(::dirfd(d), name.c_str(), 0) == 0) ++removed;
+  }
+  ::closedir(d);
+  if (removed > 0) {
+    DROVER_LOG(WARNING) << "object table: removed " << removed << " spill file(s) of an earlier "
+                        << "store from " << dir << " (a new store starts empty)";
+  }
+}
+
+}  // namespace
+
 ObjectTable::ObjectTable(TableOptions options, ArenaIo* arena)
-    : impl_(std::make_unique<Impl>(std::move(options), arena)) {}
+    : impl_(std::make_unique<Impl>(std::move(options), arena)) {
+  if (!impl_->options.spill_dir.empty()) RemoveStaleSpillFiles(impl_->options.spill_dir);
+}
 
 ObjectTable::~ObjectTable() {
   // Spill files are only readable through this table: remove them with it.

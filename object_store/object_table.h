@@ -52,7 +52,9 @@ struct ObjectLocation {
 struct TableOptions {
   // Bytes of the arena the table may allocate from.
   uint64_t capacity = 0;
-  // Directory for spilled primary copies ("" disables spilling).
+  // Directory for spilled primary copies ("" disables spilling). Spill files an earlier
+  // table left there (a store killed by SIGKILL) are removed when the table is made:
+  // the new table starts empty and could not read them.
   std::string spill_dir;
   // Upper bound for bytes in the spill directory.
   uint64_t spill_capacity = 0;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -414,6 +415,22 @@ TEST_F(ObjectTableTest, SpilledObjectComesBackOnGet) {
   ASSERT_GE(table_->Stats().spilled_objects, 1u);
   ExpectCleanAfterDeleting({"a", "b", "c"});
   EXPECT_EQ(CountFiles(dir), 0);
+}
+
+// Found by the chaos campaign: a store killed by SIGKILL left its spill files, and the
+// store its agent started next (empty) never removed them: they filled the spill space.
+TEST_F(ObjectTableTest, ANewTableRemovesTheSpillFilesOfAnEarlierOne) {
+  std::string dir = TmpDir("stale");
+  Init(kMiB, dir, 10 * kMiB);
+  Put(1, "a", 600 * kKiB);
+  Put(1, "b", 600 * kKiB);  // spills a
+  ASSERT_EQ(CountFiles(dir), 1);
+  std::ofstream(dir + "/not-a-spill-file") << "someone else's";
+  table_.release();  // the store was killed: its destructor never ran (leaks the table)
+  Init(kMiB, dir, 10 * kMiB);
+  EXPECT_EQ(CountFiles(dir), 1) << "the earlier store's spill file is still there";
+  EXPECT_TRUE(FileExists(dir + "/not-a-spill-file"));
+  EXPECT_FALSE(table_->Contains("a"));
 }
 
 TEST_F(ObjectTableTest, LostSpillFileIsDataLossAndTheObjectIsDropped) {

@@ -159,9 +159,7 @@ void SchedulerCore::RunLaunch(std::shared_ptr<const Action> a, size_t i, int mas
           if (job == nullptr || job->info.restart_count() != a->generation || stopping_) {
             proceed = false;
           } else if (!port.ok()) {
-            FailRanksLocked(*job, a->node_ids[i], RanksOf(a->starts[i].second),
-                            absl::StrCat("could not be started: ", port.status().message()),
-                            out);
+            FailLaunchLocked(*job, *a, i, port.status(), out);
           } else {
             // This node's processes are spawned (`drover run`: "starting N/M").
             const auto& started = a->starts[i].second;

@@ -182,6 +182,7 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
                std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), node.order);
     table_.SetAlive(id, true);
     node.last_heartbeat = clock_->Now();
+    node.registration = std::max(node.registration + 1, absl::ToUnixMicros(node.last_heartbeat));
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "
                      << req.agent_address() << " ip " << req.node_ip() << " with "
                      << DescribeResources(req.total());
@@ -194,6 +195,7 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     ApplyProcessTableLocked(node, report, /*reattach=*/known || reattach, &ignored, &actions);
     ScheduleLocked(&actions);
     reply.set_node_id(id);
+    reply.set_registration(node.registration);
     reply.set_heartbeat_interval_ms(absl::ToInt64Milliseconds(options_.heartbeat_interval));
     break;
   }
@@ -238,6 +240,7 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
       }
       if (stopping_) return;
       const absl::Time now = clock_->Now();
+      ForgiveStallLocked(now, now - wake);
       wake = now + tick;
       ExpireAgentSessionsLocked(now, &actions);
       for (auto it = deferred_stops_.begin(); it != deferred_stops_.end();) {
@@ -461,6 +464,7 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
     proc->set_local_rank(p.local_rank());
     proc->mutable_gpu_ids()->CopyFrom(p.gpu_ids());
     it->second.set_group_rank(p.group_rank());
+    it->second.set_node_registration(nodes_[p.node_id()].registration);
     *job.info.add_placement() = std::move(p);
   }
   const auto& spec = job.info.spec();
@@ -558,6 +562,21 @@ void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::str
   job.info.set_end_time_ms(absl::ToUnixMillis(clock_->Now()));
   NoteLocked(job, JobEndEvent(state, job.info.restart_count(), reason));
   DROVER_LOG(INFO) << job.info.job_id() << " " << proto::JobState_Name(state) << ": " << reason;
+}
+
+void SchedulerCore::FailLaunchLocked(Job& job, const Action& a, size_t i, const absl::Status& why,
+                                     Actions* out) {
+  FailRanksLocked(job, a.node_ids[i], RanksOf(a.starts[i].second),
+                  absl::StrCat("could not be started: ", why.message()), out);
+  // The nodes after it are never asked (they would need the master's port). Found by
+  // the chaos campaign: their ranks stayed "live" forever, so the job never ended (or
+  // ended FAILED with live processes) and their resources were never freed.
+  for (size_t k = i + 1; k < a.starts.size(); ++k) {
+    FailRanksLocked(job, a.node_ids[k], RanksOf(a.starts[k].second),
+                    absl::StrCat("was not started: the start on ", a.node_ids[i],
+                                 " failed before (", why.message(), ")"),
+                    out);
+  }
 }
 
 void SchedulerCore::FailRanksLocked(Job& job, const std::string& node_id,

@@ -198,6 +198,9 @@ class SchedulerCore {
     // its GPUs are in table_.
     int64_t order = 0;
     absl::Time last_heartbeat;
+    // RegisterNodeReply.registration of its last registration (0 before one): starts
+    // sent to the node carry it, so an agent registered since refuses a late one.
+    int64_t registration = 0;
   };
   struct Allocation {
     std::string node_id;
@@ -341,10 +344,18 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeclareDeadLocked(Node& node, const std::string& reason, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The start of launch `a` failed on its node i (`why`): that node's ranks and those
+  // of the nodes after it, which are never asked, are failed.
+  void FailLaunchLocked(Job& job, const Action& a, size_t i, const absl::Status& why, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Declares dead the ALIVE nodes whose session closed options_.session_grace or more
   // before `now` (MonitorLoop; scheduler_sessions.cc).
   void ExpireAgentSessionsLocked(absl::Time now, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The monitor's pass came `late` after it was due: if that is a stall of this process
+  // (SIGSTOP, a frozen VM, swapping), it took no heartbeats meanwhile, so every node's
+  // silence is moved on by `late` (MonitorLoop; scheduler_sessions.cc).
+  void ForgiveStallLocked(absl::Time now, absl::Duration late) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   proto::NodeInfo NodeViewLocked(const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Node* FindNodeLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* FindJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

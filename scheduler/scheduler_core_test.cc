@@ -467,6 +467,27 @@ TEST_F(SchedulerCoreTest, UnreachableAgentFailsTheJobWithTheReason) {
   EXPECT_TRUE(absl::StrContains(Job(job.job_id()).reason(), "could not be started"));
 }
 
+// Found by the chaos campaign (a start held up by a cut link, then refused): when the
+// master node's start failed, the ranks of the other nodes, never started, stayed
+// "live": the job ended FAILED with live processes (or a restarting gang waited
+// forever) and their resources were never freed.
+TEST_F(SchedulerCoreTest, AFailedMasterStartEndsTheRanksTheOtherNodesNeverStarted) {
+  std::string n1 = Register("10.0.0.1", 0);
+  std::string n2 = Register("10.0.0.2", 0);
+  agents_->FailAddress("10.0.0.1:7000");
+  auto job = Submit(2, 1, 0);
+  ASSERT_TRUE(WaitFor([&] {
+    auto j = Job(job.job_id());
+    return j.state() == proto::FAILED && j.live_processes() == 0;
+  })) << Job(job.job_id()).DebugString();
+  ASSERT_EQ(Job(job.job_id()).placement(0).node_id(), n1) << "the master must be the failing node";
+  EXPECT_EQ(agents_->starts(), 1u) << "the second node was asked to start";
+  EXPECT_TRUE(absl::StrContains(Job(job.job_id()).reason(), "could not be started"))
+      << Job(job.job_id()).reason();
+  const proto::GetClusterStatusReply status = core_->ClusterStatus();  // not a temporary
+  for (const auto& n : status.nodes()) EXPECT_EQ(n.free().cpus(), 8) << n.node_id();
+}
+
 TEST_F(SchedulerCoreTest, SilentNodeIsDeclaredDead) {
   Make(absl::Milliseconds(300), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);
@@ -824,6 +845,32 @@ TEST_F(SchedulerCoreTest, CancelEndsTheWatchAndUnknownJobsAreNotFound) {
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
+}
+
+// Found by the chaos campaign: a StartProcesses held up by a cut link reached its agent
+// seconds after the scheduler had declared the node dead and failed the job, and the
+// agent started the dead generation's processes. Every start now carries the node's
+// registration, which moves with every registration, so an agent registered since can
+// refuse it (AgentServiceTest.RefusesAStartSentBeforeItRegisteredAgain).
+TEST_F(SchedulerCoreTest, StartsCarryTheRegistrationTheyWereSentUnder) {
+  proto::RegisterNodeRequest req;
+  req.set_agent_address("10.0.0.1:7000");
+  req.set_node_ip("10.0.0.1");
+  req.mutable_total()->set_cpus(8);
+  auto first = core_->RegisterNode(req);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_GT(first->registration(), 0);
+  Submit(1, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  EXPECT_EQ(agents_->start_calls().at(0).second.node_registration(), first->registration());
+
+  req.set_node_id(first->node_id());  // the node registers again (after a cut, say)
+  auto again = core_->RegisterNode(req);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_GT(again->registration(), first->registration());
+  Submit(1, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 2; }));
+  EXPECT_EQ(agents_->start_calls().at(1).second.node_registration(), again->registration());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // SchedulerCore's part of failure detection through agents' sessions: the table of
 // sessions (agent_sessions.h) and what the core does with it. Same class and lock as
-// scheduler_core.cc; the gRPC side is agent_session_hub.h.
+// scheduler_core.cc; the gRPC side is agent_session_hub.h. Also: a stalled scheduler
+// does not hold the nodes' silence meanwhile against them (ForgiveStallLocked).
+#include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -52,6 +54,17 @@ void SchedulerCore::ExpireAgentSessionsLocked(absl::Time now, Actions* out) {
                      " ago and opened no new session: the agent process exited or was killed"),
         out);
   }
+}
+
+void SchedulerCore::ForgiveStallLocked(absl::Time now, absl::Duration late) {
+  // Found by the chaos campaign: a scheduler stalled for longer than the node timeout
+  // declared every healthy node dead when it resumed, before the heartbeats queued
+  // meanwhile were read, and failed every job. Only with the real clock: a fake clock's
+  // jumps are a test's, not a stall.
+  if (clock_ != Clock::Real() || late <= options_.node_timeout / 4) return;
+  for (auto& [id, node] : nodes_) node.last_heartbeat = std::min(now, node.last_heartbeat + late);
+  DROVER_LOG(WARNING) << "the scheduler did not run for " << absl::FormatDuration(late)
+                      << " (stalled); the nodes' silence meanwhile is not held against them";
 }
 
 }  // namespace drover

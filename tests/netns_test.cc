@@ -9,12 +9,9 @@
 //
 // Needs root and iproute2 (`ip`), and write access to /var/run/netns: tagged "local"
 // so Bazel runs it outside the sandbox. Skips without root or `ip`. Traffic only ever
-// goes to the 10.213.<k>.0/24 addresses this test creates.
-#include <signal.h>
-#include <sys/wait.h>
+// goes to the 10.213.<k>.0/24 addresses this test creates (tests/util/netns_network.h).
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <future>
 #include <map>
@@ -23,15 +20,12 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "common/files.h"
-#include "common/spawn.h"
 #include "drover/json.h"
 #include "gtest/gtest.h"
+#include "tests/util/netns_network.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
@@ -42,177 +36,34 @@ std::string TestTmp() {
   return t ? t : "/tmp";
 }
 
-struct CmdResult {
-  int code = -1;       // exit code; 128+N if killed by signal N; -1 if it could not start
-  std::string output;  // stdout and stderr together
-};
-
-// Runs argv to completion and returns its exit code and output.
-CmdResult RunCmd(const std::vector<std::string>& argv) {
-  static int n = 0;
-  std::string out = absl::StrCat(TestTmp(), "/cmd-", getpid(), "-", n++, ".out");
-  ::unlink(out.c_str());
-  SpawnOptions o;
-  o.argv = argv;
-  o.stdout_path = o.stderr_path = out;
-  CmdResult r;
-  auto pid = Spawn(o);
-  if (!pid.ok()) {
-    r.output = std::string(pid.status().message());
-    return r;
-  }
-  int status = 0;
-  ::waitpid(*pid, &status, 0);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.output = ReadFile(out).value_or("");
-  ::unlink(out.c_str());
-  return r;
-}
-
-std::string FindIpTool() {
-  for (const char* p : {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"}) {
-    if (::access(p, X_OK) == 0) return p;
-  }
-  return "";
-}
-
-// Creates the bridge, two namespaces and their veth links in SetUp and removes them in
-// TearDown (also after a failure). Namespace names carry the pid; link names (at most 15
-// chars) carry pid % 100000, moved on if a live run holds them. SetUp first removes
-// what runs that died before their TearDown left behind (including an earlier process
-// with our pid).
+// Creates the bridge, two namespaces and their veth links (NetnsNetwork) in SetUp and
+// removes them in TearDown (also after a failure).
 class NetnsTest : public ::testing::Test {
  protected:
   static constexpr int kNodes = 2;
-  // Each namespace's end of its veth pair: the same name on every node, like eth0 on
-  // real machines (the pair is created with that end already inside the namespace).
-  static constexpr const char* kNodeIf = "drv0";
 
   void SetUp() override {
-    if (::geteuid() != 0) {
-      GTEST_SKIP() << "needs root to create network namespaces, veth pairs and a bridge";
-    }
-    ip_ = FindIpTool();
-    if (ip_.empty()) GTEST_SKIP() << "the `ip` tool (iproute2) is not installed";
-
-    const int pid = ::getpid();
-    RemoveStaleNetworks();
-    for (int i = 0; i < 100 && bridge_.empty(); ++i) {
-      const int tag = (pid + i) % 100000;
-      if (!LinkExists(LinkName("drvb", tag)) && !LinkExists(LinkName("drvh", tag, 0)) &&
-          !LinkExists(LinkName("drvh", tag, 1))) {
-        bridge_ = LinkName("drvb", tag);
-        for (int n = 0; n < kNodes; ++n) host_veth_.push_back(LinkName("drvh", tag, n));
-      }
-    }
-    ASSERT_FALSE(bridge_.empty()) << "drvb" << pid % 100000 << " and the next 99 names exist";
-    for (int i = 0; i < kNodes; ++i) netns_.push_back(NetnsName(pid, i));
-
-    // A /24 no other interface uses (a concurrent run may hold the one our pid maps to).
-    int k = -1;
-    for (int i = 0; i < 254 && k < 0; ++i) {
-      int candidate = (pid + i) % 254 + 1;
-      CmdResult r =
-          Ip({"-4", "-o", "addr", "show", "to", absl::StrCat("10.213.", candidate, ".0/24")});
-      ASSERT_EQ(r.code, 0) << r.output;
-      if (r.output.find_first_not_of(" \n") == std::string::npos) k = candidate;
-    }
-    ASSERT_GE(k, 0) << "every 10.213.*.0/24 subnet is in use on this machine";
-    subnet_ = absl::StrCat("10.213.", k, ".");
-    host_ip_ = subnet_ + "1";
-    for (int i = 0; i < kNodes; ++i) node_ip_.push_back(absl::StrCat(subnet_, 2 + i));
-
-    created_ = true;  // from here on TearDown removes whatever got created
-    std::vector<std::vector<std::string>> steps = {
-        {"link", "add", bridge_, "type", "bridge"},
-        {"addr", "add", host_ip_ + "/24", "dev", bridge_},
-        {"link", "set", bridge_, "up"},
-    };
-    for (int i = 0; i < kNodes; ++i) {
-      std::vector<std::vector<std::string>> node = {
-          {"netns", "add", netns_[i]},
-          {"link", "add", host_veth_[i], "type", "veth", "peer", "name", kNodeIf, "netns",
-           netns_[i]},
-          {"link", "set", host_veth_[i], "master", bridge_},
-          {"link", "set", host_veth_[i], "up"},
-          {"-n", netns_[i], "link", "set", "lo", "up"},
-          {"-n", netns_[i], "addr", "add", node_ip_[i] + "/24", "dev", kNodeIf},
-          {"-n", netns_[i], "link", "set", kNodeIf, "up"},
-      };
-      steps.insert(steps.end(), node.begin(), node.end());
-    }
-    for (const auto& args : steps) {
-      CmdResult r = Ip(args);
-      ASSERT_EQ(r.code, 0) << "ip " << absl::StrJoin(args, " ") << ": " << r.output;
-    }
+    auto net = NetnsNetwork::Create(kNodes);
+    if (absl::IsFailedPrecondition(net.status())) GTEST_SKIP() << net.status().message();
+    ASSERT_TRUE(net.ok()) << net.status();
+    net_ = std::move(*net);
+    ip_ = net_->ip_tool();
+    subnet_ = net_->subnet();
+    host_ip_ = net_->host_ip();
+    node_ip_ = net_->node_ips();
   }
 
   void TearDown() override {
     cluster_.reset();  // stop the daemons before their network goes away
-    if (!created_) return;
-    RemoveNetwork();
-    for (int i = 0; i < kNodes; ++i) {
-      EXPECT_NE(Ip({"netns", "pids", netns_[i]}).code, 0)
-          << "namespace " << netns_[i] << " left behind";
-    }
-    EXPECT_NE(Ip({"link", "show", bridge_}).code, 0) << "bridge " << bridge_ << " left behind";
-  }
-
-  static std::string NetnsName(int pid, int node) {
-    return absl::StrCat("drover-test-", pid, "-", std::string(1, static_cast<char>('a' + node)));
-  }
-  // "drvb12345" (the bridge), "drvh12345a" (node 0's host end).
-  static std::string LinkName(const std::string& kind, int tag, int node = -1) {
-    return absl::StrCat(kind, tag, node < 0 ? "" : std::string(1, static_cast<char>('a' + node)));
-  }
-  bool LinkExists(const std::string& name) { return Ip({"link", "show", name}).code == 0; }
-
-  CmdResult Ip(std::vector<std::string> args) {
-    args.insert(args.begin(), ip_);
-    return RunCmd(args);
-  }
-
-  // Best effort: each step may find nothing to remove. Deleting one end of a veth pair
-  // deletes both, so the links go at once instead of when the namespace is freed.
-  void RemoveNetwork() {
-    if (ip_.empty()) return;
-    for (const auto& v : host_veth_) Ip({"link", "del", v});
-    Ip({"link", "del", bridge_});
-    for (const auto& ns : netns_) Ip({"netns", "del", ns});
-  }
-
-  // Removes what runs killed before their TearDown (e.g. by a test timeout) left: the
-  // namespaces of pids that no longer exist, and their links unless a live run shares
-  // the link names (pid % 100000).
-  void RemoveStaleNetworks() {
-    const std::string prefix = "drover-test-";
-    const int self = ::getpid();  // namespaces with our pid are from an earlier process
-    std::set<int> dead;
-    std::set<int> live_tags;
-    for (absl::string_view line : absl::StrSplit(Ip({"netns", "list"}).output, '\n')) {
-      absl::string_view name = line.substr(0, line.find(' '));
-      if (!absl::ConsumePrefix(&name, prefix)) continue;
-      int pid = 0;
-      if (!absl::SimpleAtoi(name.substr(0, name.find('-')), &pid) || pid <= 0) continue;
-      if (pid != self && (::kill(pid, 0) == 0 || errno != ESRCH)) {
-        live_tags.insert(pid % 100000);
-      } else {
-        dead.insert(pid);
-      }
-    }
-    for (int pid : dead) {
-      if (!live_tags.count(pid % 100000)) {
-        for (int i = 0; i < kNodes; ++i) Ip({"link", "del", LinkName("drvh", pid % 100000, i)});
-        Ip({"link", "del", LinkName("drvb", pid % 100000)});
-      }
-      for (int i = 0; i < kNodes; ++i) Ip({"netns", "del", NetnsName(pid, i)});
-    }
+    if (net_ == nullptr) return;
+    net_->Remove();
+    EXPECT_FALSE(net_->AnythingLeft()) << "a namespace, veth or the bridge was left behind";
   }
 
   void StartCluster() {
     TestClusterOptions o;
     o.nodes = kNodes;
-    o.netns = netns_;
+    o.netns = net_->netns();
     o.scheduler_host = host_ip_;
     auto c = TestCluster::Start(o);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -226,13 +77,11 @@ class NetnsTest : public ::testing::Test {
     return ips;
   }
 
+  std::unique_ptr<NetnsNetwork> net_;
   std::string ip_;
-  std::string bridge_;
-  std::vector<std::string> host_veth_, netns_;
   std::string subnet_;  // "10.213.<k>."
   std::string host_ip_;
   std::vector<std::string> node_ip_;
-  bool created_ = false;
   std::unique_ptr<TestCluster> cluster_;
 };
 

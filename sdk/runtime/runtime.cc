@@ -47,6 +47,8 @@ constexpr size_t kInlineValueLimit = 100 * 1024;
 constexpr absl::Duration kLostRecheck = absl::Milliseconds(200);
 // How long one read of a value on another node waits for a node to hold it.
 constexpr absl::Duration kHolderWait = absl::Seconds(1);
+// How long a driver keeps asking a scheduler that cannot answer yet to register it.
+constexpr absl::Duration kRegisterPatience = absl::Seconds(60);
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -218,10 +220,25 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
   req.set_hostname(Hostname());
   req.set_pid(static_cast<int32_t>(::getpid()));
   req.set_request_id(rt->ctx.owner_tag);
-  grpc::ClientContext cctx;
-  PrepareContext(&cctx, rt->ctx.token);
   proto::RegisterDriverReply reply;
-  DROVER_RETURN_IF_ERROR(FromGrpcStatus(rt->ctx.leases->RegisterDriver(&cctx, req, &reply)));
+  // UNAVAILABLE (the scheduler could not store the job yet: it stands, and the same
+  // request id gets the same job) and DEADLINE_EXCEEDED (a stalled scheduler) are
+  // retried for a while. Giving up at once left the job registered and RUNNING with no
+  // driver to end it (found by the chaos campaign: a Redis stall during registration).
+  const absl::Time give_up = absl::Now() + kRegisterPatience;
+  for (absl::Duration pause = absl::Milliseconds(100);; pause = std::min(pause * 2, absl::Seconds(2))) {
+    grpc::ClientContext cctx;
+    PrepareContext(&cctx, rt->ctx.token);
+    cctx.set_wait_for_ready(true);
+    grpc::Status s = rt->ctx.leases->RegisterDriver(&cctx, req, &reply);
+    const bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    if (!transient || absl::Now() + pause >= give_up) {
+      DROVER_RETURN_IF_ERROR(FromGrpcStatus(s));
+      break;
+    }
+    absl::SleepFor(pause);
+  }
   rt->ctx.job_id = reply.job_id();
   // The session: held open for the driver's life. The scheduler ends the job when it
   // breaks, so a driver that dies (even by SIGKILL) releases everything it owned.

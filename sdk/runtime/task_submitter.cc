@@ -326,6 +326,20 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         --k->lease_requests;
         if (sock != nullptr) sock->Shutdown();
         return;
+      } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
+                 s.code() == absl::StatusCode::kInvalidArgument) {
+        // Refused for good (the job has ended, the request is wrong): the queued tasks
+        // fail now with why, instead of each waiting out its Get's timeout (found by the
+        // chaos campaign: a driver whose job a scheduler restart had ended hung for
+        // minutes on "not ready after 30s").
+        --k->lease_requests;
+        for (const auto& t : k->queue) {
+          by_result_.erase(t->result.get());
+          TheObjectTable().Fail(t->result, TaskError(*t, s.code(), absl::StrCat(
+                                                              "cannot get a worker: ", s.message())));
+        }
+        k->queue.clear();
+        return;
       } else {
         if (!s.ok()) {
           k->pending_reason = absl::StrCat("cannot get a worker: ", s.message());

@@ -40,6 +40,8 @@ class RedisServer {
   // "127.0.0.1:PORT".
   std::string address() const;
   bool running() const { return pid_ > 0; }
+  // The server's pid (-1 while stopped), e.g. to stall it with SIGSTOP.
+  pid_t pid() const { return pid_; }
 
   // Stops the server (SIGTERM, SIGKILL after 5 s) and reaps it. No-op if stopped.
   // Clients then see connection errors until Restart().

@@ -191,6 +191,19 @@ void TestCluster::SignalAgent(int i, int sig) {
   }
 }
 
+absl::Status TestCluster::RestartAgent(int i, absl::Duration timeout) {
+  if (agents_[i] > 0) {
+    return absl::FailedPreconditionError(absl::StrCat("agent ", i, " is still running"));
+  }
+  if (auto s = StartAgent(i); !s.ok()) return s;
+  if (!WaitFor([&] { return !agent_node_id(i).empty(); }, timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("agent ", i, " did not register again in ",
+                                                    absl::FormatDuration(timeout), "\n",
+                                                    DaemonLogs()));
+  }
+  return absl::OkStatus();
+}
+
 std::string TestCluster::agent_node_id(int i) const {
   auto text = ReadFile(absl::StrCat(dir_, "/agent-", i, ".ready"));
   return text.ok() ? JsonString(*text, "node_id") : "";

@@ -76,6 +76,11 @@ class TestCluster {
 
   // Sends `sig` to agent i and reaps it if it exits.
   void SignalAgent(int i, int sig);
+  // Starts agent i again (after SignalAgent stopped it) with the same directory and
+  // flags, and waits (at most `timeout`) until it has registered.
+  absl::Status RestartAgent(int i, absl::Duration timeout = absl::Seconds(30));
+  // The cluster's redis-server (null without TestClusterOptions::redis).
+  RedisServer* redis() { return redis_.get(); }
   // Stops the scheduler with `sig` (SIGKILL: it runs no code; SIGTERM: it shuts down
   // cleanly) and starts a new one on the same port and state.
   absl::Status RestartScheduler(int sig = SIGKILL);

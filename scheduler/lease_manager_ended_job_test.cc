@@ -1,0 +1,89 @@
+// LeaseManager against a fake node book and fake agents: a request that waits for room while its job ends.
+#include "scheduler/lease_manager.h"
+
+#include <atomic>
+#include <future>
+
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "tests/util/test_util.h"
+
+namespace drover {
+namespace {
+
+// One node with room for nothing until `fits`; the job runs while `running`.
+class FakeBook : public ResourceBook {
+ public:
+  absl::StatusOr<std::optional<Grant>> Reserve(const proto::Resources& shape,
+                                              const proto::PlacementHint&,
+                                              std::string* reason) override {
+    ++reserves;
+    if (!fits.load()) {
+      *reason = "no room";
+      return std::optional<Grant>();
+    }
+    return std::optional<Grant>(Grant{"node-1", "10.0.0.1:7000", shape, {}});
+  }
+  void Release(const Grant&) override {}
+  absl::Status CheckJobRunning(const std::string& job_id) override {
+    if (running.load()) return absl::OkStatus();
+    return absl::FailedPreconditionError("job " + job_id + " has ended");
+  }
+  std::vector<std::string> AliveAgents() override { return {"10.0.0.1:7000"}; }
+  // (No `override`: not every version of ResourceBook has it.)
+  std::map<std::string, std::vector<std::string>> ObjectsWithPrefix(const std::string&) {
+    return {};
+  }
+  std::string SchedulerAddress() override { return "10.0.0.9:5000"; }
+
+  std::atomic<bool> fits{false};
+  std::atomic<bool> running{true};
+  std::atomic<int> reserves{0};
+};
+
+class FakeWorkers : public WorkerClient {
+ public:
+  absl::StatusOr<proto::StartWorkerReply> StartWorker(const std::string&,
+                                                      const proto::StartWorkerRequest&) override {
+    ++starts;
+    proto::StartWorkerReply reply;
+    reply.set_worker_id("worker-1");
+    return reply;
+  }
+  absl::Status KillWorker(const std::string&, const proto::KillWorkerRequest&) override {
+    return absl::OkStatus();
+  }
+  absl::Status StopJob(const std::string&, const std::string&) override { return absl::OkStatus(); }
+  absl::Status DeleteObjects(const std::string&, const std::vector<std::string>&) override {
+    return absl::OkStatus();
+  }
+  std::atomic<int> starts{0};
+};
+
+// Found by the chaos campaign: a request that waited for room was granted after its
+// job had ended, and the agent started a worker for the ended job that nobody stopped.
+TEST(LeaseManagerTest, ARequestWaitingForRoomIsNotGrantedOnceItsJobHasEnded) {
+  FakeBook book;
+  auto workers = std::make_unique<FakeWorkers>();
+  FakeWorkers* w = workers.get();
+  LeaseManager leases(&book, std::move(workers));
+  proto::RequestLeaseRequest req;
+  req.set_job_id("job-1");
+  req.set_request_id("req-1");
+  req.set_owner("owner-1");
+  req.mutable_package()->set_hash("abc");
+  req.mutable_shape()->set_cpus(1);
+  req.set_wait_ms(30000);
+  auto reply = std::async(std::launch::async, [&] { return leases.RequestLease(req); });
+  ASSERT_TRUE(testing::WaitFor([&] { return book.reserves.load() >= 1; }));
+  book.running = false;  // the job ends while the request waits
+  book.fits = true;      // and room frees up
+  leases.ResourcesFreed();
+  absl::StatusOr<proto::RequestLeaseReply> r = reply.get();
+  EXPECT_EQ(w->starts.load(), 0) << "a worker was started for an ended job";
+  ASSERT_FALSE(r.ok() && r->granted()) << "granted a lease to an ended job";
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+}
+
+}  // namespace
+}  // namespace drover

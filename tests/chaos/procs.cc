@@ -1,0 +1,108 @@
+#include "tests/chaos/procs.h"
+
+#include <dirent.h>
+
+#include <cstdlib>
+#include <functional>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/files.h"
+
+namespace drover::chaos {
+namespace {
+
+bool ReadStat(pid_t pid, Proc* p) {
+  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return false;
+  const size_t open = stat->find('(');
+  const size_t close = stat->rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 4 > stat->size()) {
+    return false;
+  }
+  p->pid = pid;
+  p->comm = stat->substr(open + 1, close - open - 1);
+  p->state = (*stat)[close + 2];
+  p->ppid = std::atoi(stat->c_str() + close + 4);
+  p->launcher = p->comm == "drover-launch";
+  return true;
+}
+
+// Calls `fn` with each live process, its environment and its command line
+// (NUL-separated).
+void ForEachProcess(const std::function<void(Proc&, const std::string& env,
+                                             const std::string& cmdline)>& fn) {
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return;
+  while (dirent* e = ::readdir(d)) {
+    const pid_t pid = std::atoi(e->d_name);
+    Proc p;
+    if (pid <= 0 || !ReadStat(pid, &p) || p.state == 'Z') continue;
+    auto env = ReadFile(absl::StrCat("/proc/", pid, "/environ"));
+    auto cmd = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+    const std::string empty;
+    fn(p, env.ok() ? *env : empty, cmd.ok() ? *cmd : empty);
+  }
+  ::closedir(d);
+}
+
+// Fills job/task_worker from the environment; true if it names `token_file`.
+bool FromEnvironment(const std::string& env, const std::string& token_file, Proc* p) {
+  bool ours = false;
+  for (absl::string_view kv : absl::StrSplit(env, '\0')) {
+    if (absl::ConsumePrefix(&kv, "DROVER_JOB_ID=")) {
+      p->job = std::string(kv);
+    } else if (absl::ConsumePrefix(&kv, "DROVER_NODE_ID=")) {
+      p->node = std::string(kv);
+    } else if (absl::ConsumePrefix(&kv, "DROVER_TOKEN_FILE=")) {
+      ours = kv == token_file;
+    } else if (absl::StartsWith(kv, "DROVER_WORKER_ID=")) {
+      p->task_worker = true;
+    }
+  }
+  return ours;
+}
+
+}  // namespace
+
+std::vector<Proc> JobProcesses(const std::string& token_file) {
+  std::vector<Proc> out;
+  ForEachProcess([&](Proc& p, const std::string& env, const std::string&) {
+    if (FromEnvironment(env, token_file, &p) && !p.job.empty()) out.push_back(p);
+  });
+  return out;
+}
+
+std::vector<Proc> ClusterProcesses(const std::string& cluster_dir, const std::string& token_file) {
+  std::vector<Proc> out;
+  ForEachProcess([&](Proc& p, const std::string& env, const std::string& cmdline) {
+    if (FromEnvironment(env, token_file, &p) || absl::StrContains(cmdline, cluster_dir)) {
+      out.push_back(p);
+    }
+  });
+  return out;
+}
+
+std::vector<pid_t> ChildrenOf(pid_t parent, const std::string& comm_prefix) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = ::readdir(d)) {
+    const pid_t pid = std::atoi(e->d_name);
+    Proc p;
+    if (pid > 0 && ReadStat(pid, &p) && p.state != 'Z' && p.ppid == parent &&
+        absl::StartsWith(p.comm, comm_prefix)) {
+      out.push_back(pid);
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+std::string Show(const Proc& p) {
+  return absl::StrCat(p.pid, " (", p.comm, ", ", std::string(1, p.state),
+                      p.job.empty() ? "" : ", " + p.job, ")");
+}
+
+}  // namespace drover::chaos

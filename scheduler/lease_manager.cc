@@ -116,11 +116,6 @@ absl::StatusOr<LeaseManager::Lease> LeaseManager::Grant(
   {
     absl::MutexLock l(&mu_);
     if (stopped_) return absl::UnavailableError("the scheduler is stopping");
-    if (ended_jobs_.count(job_id) > 0) {
-      // A request that waited for room while its job ended (its driver died): a lease
-      // now would never be returned.
-      return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " has ended"));
-    }
     // Checked here, under mu_, not only when the request came: a request that waited
     // for room could otherwise be granted after its job ended (JobEnded had already
     // released the job's leases) and start a worker nobody would stop (found by the

@@ -94,14 +94,15 @@ bool WaitFor(Pred pred, absl::Duration timeout) {
 }
 
 // SIGTERM, then SIGKILL after `grace`; returns once the process is gone. Nothing if
-// `pid` is not (or no longer) the daemon `program`.
-void Terminate(pid_t pid, absl::string_view program, absl::Duration grace) {
-  if (!RunsDaemon(pid, program)) return;
+// `pid` is not (or no longer) the daemon `program`. Whether it was there to stop.
+bool Terminate(pid_t pid, absl::string_view program, absl::Duration grace) {
+  if (!RunsDaemon(pid, program)) return false;
   ::kill(pid, SIGTERM);
   if (!WaitFor([pid] { return !Alive(pid); }, grace)) {
     ::kill(pid, SIGKILL);
     WaitFor([pid] { return !Alive(pid); }, absl::Seconds(5));
   }
+  return true;
 }
 
 std::string LogTail(const std::string& path) {
@@ -351,13 +352,10 @@ int CmdDown(bool json) {
   int stopped = 0;
   // Agents first: each stops its workers (SIGTERM, grace, SIGKILL) before exiting.
   for (pid_t pid : record->agent_pids) {
-    stopped += RunsDaemon(pid, kAgentProgram);
-    Terminate(pid, kAgentProgram, absl::Seconds(30));
+    stopped += Terminate(pid, kAgentProgram, absl::Seconds(30));
   }
-  stopped += RunsDaemon(record->scheduler_pid, kSchedulerProgram);
-  Terminate(record->scheduler_pid, kSchedulerProgram, absl::Seconds(10));
-  stopped += RunsDaemon(record->redis_pid, kRedisProgram);
-  Terminate(record->redis_pid, kRedisProgram, absl::Seconds(10));
+  stopped += Terminate(record->scheduler_pid, kSchedulerProgram, absl::Seconds(10));
+  stopped += Terminate(record->redis_pid, kRedisProgram, absl::Seconds(10));
   ::unlink(ClusterFile().c_str());
   if (json) {
     std::cout << "{\"stopped\": " << stopped << "}\n";

@@ -1,10 +1,8 @@
 #include "node_agent/package_cache.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"

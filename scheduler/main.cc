@@ -118,19 +118,24 @@ int main(int argc, char** argv) {
     }
     // A Redis started beside the head (a service manager starts both at once) may not
     // listen yet: retry what may pass by itself, for --redis-wait-ms.
-    const absl::Time give_up = absl::Now() + absl::Milliseconds(redis_wait_ms);
+    const absl::Duration patience = absl::Milliseconds(redis_wait_ms);
+    const absl::Time give_up = absl::Now() + patience;
     auto r = drover::NewRedisStateStore(hp->host, hp->port, redis_prefix);
-    if (!r.ok() && absl::IsUnavailable(r.status()) && absl::Now() < give_up) {
-      DROVER_LOG(WARNING) << r.status().message() << "; waiting up to "
-                          << absl::FormatDuration(absl::Milliseconds(redis_wait_ms))
-                          << " for it (--redis-wait-ms)";
-      while (!r.ok() && absl::IsUnavailable(r.status()) && absl::Now() < give_up) {
-        absl::SleepFor(absl::Milliseconds(200));
-        r = drover::NewRedisStateStore(hp->host, hp->port, redis_prefix);
+    for (bool said = false; !r.ok() && absl::IsUnavailable(r.status()) && absl::Now() < give_up;
+         said = true) {
+      if (!said) {
+        DROVER_LOG(WARNING) << r.status().message() << "; waiting up to "
+                            << absl::FormatDuration(patience) << " for it (--redis-wait-ms)";
       }
+      absl::SleepFor(absl::Milliseconds(200));
+      r = drover::NewRedisStateStore(hp->host, hp->port, redis_prefix);
     }
     if (!r.ok()) {
-      std::cerr << "drover-scheduler: " << r.status().message() << "\n";
+      std::cerr << "drover-scheduler: " << r.status().message();
+      if (patience > absl::ZeroDuration()) {
+        std::cerr << " (waited " << absl::FormatDuration(patience) << ", --redis-wait-ms)";
+      }
+      std::cerr << "\n";
       return 2;
     }
     store = std::move(*r);

@@ -104,7 +104,8 @@ absl::Status LoaderCore::Start() {
   const int mode = static_cast<int>(options_.progress);
   if (std::unique_ptr<ProgressLine> line = LoaderLine(mode)) {
     bar_ = std::make_unique<ProgressBar>(options_.name, inputs_.batched ? "batches" : "items",
-                                         inputs_.count, std::move(line), Clock::Real());
+                                         inputs_.count, std::move(line), &PrintToStderr,
+                                         Clock::Real());
   }
   started_ = absl::Now();
   return absl::OkStatus();

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -22,13 +23,14 @@ ProgressMeter::Options MeterOptions(const std::string& name, const std::string& 
 }  // namespace
 
 ProgressBar::ProgressBar(std::string name, std::string unit, int64_t total,
-                         std::unique_ptr<ProgressLine> line, Clock* clock)
+                         std::unique_ptr<ProgressLine> line, Print print, Clock* clock)
     : name_(std::move(name)),
       unit_(std::move(unit)),
       clock_(clock),
       start_(clock->Now()),
       meter_(MeterOptions(name_, unit_, total, clock)),
-      line_(std::move(line)) {}
+      line_(std::move(line)),
+      print_(std::move(print)) {}
 
 void ProgressBar::Update(int64_t done) {
   if (line_ == nullptr) return;
@@ -40,10 +42,7 @@ void ProgressBar::Finish(int64_t done) {
   if (line_ == nullptr) return;
   line_->Clear();
   const std::string summary = Summary(name_, unit_, done, clock_->Now() - start_) + "\n";
-  line_->PrintAbove([&] {
-    ::fflush(stderr);
-    (void)!::write(STDERR_FILENO, summary.data(), summary.size());
-  });
+  line_->PrintAbove([&] { print_(summary); });
   line_.reset();
 }
 
@@ -56,11 +55,16 @@ std::string ProgressBar::Summary(const std::string& name, const std::string& uni
   return text;
 }
 
+void PrintToStderr(absl::string_view text) {
+  std::fflush(stderr);
+  (void)!::write(STDERR_FILENO, text.data(), text.size());
+}
+
 std::unique_ptr<ProgressLine> LoaderLine(int mode) {
   if (mode == 2) return nullptr;
   if (mode == 0) return ProgressLine::ForStderr();
   ProgressLine::Options o;  // asked for: on stderr whatever it is
-  o.write = [](absl::string_view s) { (void)!::write(STDERR_FILENO, s.data(), s.size()); };
+  o.write = &PrintToStderr;
   return std::make_unique<ProgressLine>(std::move(o));
 }
 

@@ -10,6 +10,7 @@
 #define DROVER_SDK_RUNTIME_PROGRESS_BAR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -21,9 +22,13 @@ namespace drover::internal {
 
 class ProgressBar {
  public:
-  // Draws on `line` (owned, not null). `unit` names what is counted.
+  // Writes whole lines of ordinary output to the terminal `line` draws on.
+  using Print = std::function<void(absl::string_view)>;
+
+  // Draws on `line` (owned, not null); the summary goes through `print`. `unit` names
+  // what is counted.
   ProgressBar(std::string name, std::string unit, int64_t total,
-              std::unique_ptr<ProgressLine> line, Clock* clock);
+              std::unique_ptr<ProgressLine> line, Print print, Clock* clock);
 
   // `done` of total now.
   void Update(int64_t done);
@@ -41,11 +46,14 @@ class ProgressBar {
   const absl::Time start_;
   ProgressMeter meter_;
   std::unique_ptr<ProgressLine> line_;  // null once finished
+  const Print print_;
 };
 
 // The line a loader with `mode` (0 auto, 1 on, 2 off) draws on stderr, or null: auto
 // means only when stderr is a terminal (ProgressLine::ForStderr's rules).
 std::unique_ptr<ProgressLine> LoaderLine(int mode);
+// Writes to stderr (the summary of a LoaderLine's bar).
+void PrintToStderr(absl::string_view text);
 
 }  // namespace drover::internal
 

@@ -21,7 +21,8 @@ TEST(ProgressBarTest, DrawsTheMeterThenLeavesTheSummary) {
   FakeClock clock;
   drover::testing::CapturedTerminal term;
   {
-    ProgressBar bar("data", "items", 100, term.Line(&clock), &clock);
+    ProgressBar bar("data", "items", 100, term.Line(&clock),
+                    [&term](absl::string_view s) { term.Write(s); }, &clock);
     bar.Update(1);
     clock.Advance(absl::Seconds(1));
     bar.Update(60);
@@ -33,8 +34,11 @@ TEST(ProgressBarTest, DrawsTheMeterThenLeavesTheSummary) {
     bar.Finish(100);
     bar.Finish(100);
   }
+  // The summary once, as a line of its own after the bar was erased.
   const std::string text = term.text();
-  EXPECT_EQ(text.find("data: 100 items in 2s"), text.rfind("data: 100 items in 2s")) << text;
+  const size_t summary = text.find("data: 100 items in 2s (50 items/s)\n");
+  ASSERT_NE(summary, std::string::npos) << text;
+  EXPECT_EQ(summary, text.rfind("data: 100 items in 2s")) << text;
 }
 
 TEST(ProgressBarTest, OffShowsNothingAndOnShowsEvenWithoutATerminal) {

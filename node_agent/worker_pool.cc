@@ -15,10 +15,9 @@
 #include "absl/time/clock.h"
 #include "common/exit_text.h"
 #include "common/files.h"
-#include "common/paths.h"
-#include "common/status_macros.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/status_macros.h"
 
 namespace drover {
 namespace {

@@ -11,6 +11,8 @@ PACKAGES=(
   libmsgpack-cxx-dev libssl-dev
   # metrics (/metrics) and the dashboard's HTTP server
   prometheus-cpp-dev libcpp-httplib-dev
+  # the Python module for PyTorch consumers (//python:drover)
+  pybind11-dev python3-dev
   # fuzzing (//bazel/fuzz: libFuzzer, ASan and UBSan runtimes, the symbolizer)
   clang-14 libclang-rt-14-dev libfuzzer-14-dev llvm-14
   # run and test

@@ -262,6 +262,12 @@ TEST_F(SystemdUnitsTest, CommandLinesRunACluster) {
 
   ASSERT_GT(Start("drover-redis.service"), 0);
   ASSERT_GT(Start("drover-scheduler.service"), 0);
+  // Units start at once (After= does not wait for readiness): an agent on the head's
+  // machine that starts before the head has written the token exits, and systemd's
+  // Restart=on-failure starts it again. The test starts it once, after the token.
+  const std::string token = dir_ + "/state/token";
+  ASSERT_TRUE(WaitFor([&] { return ::access(token.c_str(), R_OK) == 0; }, absl::Seconds(30)))
+      << Log("drover-scheduler.service");
   ASSERT_GT(Start("drover-agent.service"), 0);
   std::string out, err;
   auto alive_nodes = [&] {

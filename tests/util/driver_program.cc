@@ -31,6 +31,7 @@ pid_t StartDriver(const TestCluster& cluster, const std::string& binary,
   }
   o.env.push_back("DROVER_ADDRESS=" + cluster.address());
   o.env.push_back("DROVER_TOKEN_FILE=" + cluster.token_file());
+  if (!cluster.tls_ca().empty()) o.env.push_back("DROVER_TLS_CA=" + cluster.tls_ca());
   o.env.push_back("DROVER_HOME=" + cluster.dir() + "/home");
   o.stdout_path = base + ".out";
   o.stderr_path = base + ".err";

@@ -31,7 +31,7 @@ struct DriverRun {
 
 // Starts `binary args...` (a runfile path such as "tests/pipeline_program", or an
 // absolute path) with the
-// cluster's address and token in its environment (DROVER_* of the test's own
+// cluster's address, token and (TLS clusters) CA in its environment (DROVER_* of the test's own
 // environment removed); output goes to `base`.out and .err. Returns its pid.
 pid_t StartDriver(const TestCluster& cluster, const std::string& binary,
                   const std::vector<std::string>& args, const std::string& base);

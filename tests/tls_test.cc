@@ -31,21 +31,9 @@ int Mode(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;
 }
 
-class TlsClusterTest : public ::testing::Test {
+class TlsClusterTest : public TwoNodeClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    TestClusterOptions o;
-    o.nodes = 2;
-    o.cpus_per_node = 4;
-    o.tls = true;
-    auto c = TestCluster::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = c->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
+  static void SetUpTestSuite() { StartCluster(/*tls=*/true); }
 
   // Another cluster's CA and a member certificate of it (made once).
   static std::string OtherCluster() {
@@ -58,11 +46,7 @@ class TlsClusterTest : public ::testing::Test {
     }();
     return dir;
   }
-
-  static TestCluster* cluster_;
 };
-
-TestCluster* TlsClusterTest::cluster_ = nullptr;
 
 TEST_F(TlsClusterTest, AJobRunsAndItsOutputReachesTheCli) {
   std::string out, err;

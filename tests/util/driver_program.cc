@@ -77,10 +77,11 @@ DriverRun RunDriver(const TestCluster& cluster, const std::string& binary,
 
 TestCluster* TwoNodeClusterTest::cluster_ = nullptr;
 
-void TwoNodeClusterTest::SetUpTestSuite() {
+void TwoNodeClusterTest::StartCluster(bool tls) {
   TestClusterOptions o;
   o.nodes = 2;
   o.cpus_per_node = 4;
+  o.tls = tls;
   auto c = TestCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
   cluster_ = c->release();

@@ -44,11 +44,13 @@ DriverRun RunDriver(const TestCluster& cluster, const std::string& binary,
                     const std::vector<std::string>& args, absl::Duration timeout = absl::Seconds(120));
 
 // A fixture whose tests share one 2-node cluster (4 CPUs each), started before the
-// binary's first test and stopped after its last. One such fixture per test binary.
+// binary's first test and stopped after its last. One such fixture per test binary; a
+// derived fixture's own SetUpTestSuite may call StartCluster(true) for a TLS cluster.
 class TwoNodeClusterTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite();
+  static void SetUpTestSuite() { StartCluster(/*tls=*/false); }
   static void TearDownTestSuite();
+  static void StartCluster(bool tls);
   static TestCluster* cluster_;
 };
 

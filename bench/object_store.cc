@@ -519,6 +519,15 @@ void BenchPull(const std::string& tmp, int runs, bool tls, std::vector<std::stri
       tcp_tls.push_back(tcp_between(ta.get(), tb.get()));
     }
   }
+  // Every pull of `b` and of the TLS puller took the raw path (no fallback to gRPC).
+  for (Child* p : {b.get(), tb.get()}) {
+    if (p == nullptr) continue;
+    const std::vector<std::string> st = absl::StrSplit(p->Call("stats"), ' ');
+    if (std::stoi(st.at(0)) != runs + 1) {
+      Die(absl::StrCat("a puller's pulls did not all take the raw path: ", st.at(0), " of ",
+                       runs + 1));
+    }
+  }
   Report(lines, "pull_1GiB", Median(ours), "GB/s", Median(base), ours, base);
   Report(lines, "pull_1GiB_grpc", Median(grpc_only), "GB/s", Median(base_g), grpc_only, base_g);
   if (tls) {

@@ -21,6 +21,7 @@
 //         put ID BYTES        create ID (BYTES of a pattern) in the store, announce it
 //         fetch ID            ObjectTransfer::Fetch(ID); "ok <seconds> <bytes>"
 //         drop ID             delete the local copy
+//         stats               "ok <raw pulls> <raw reads served>" (ObjectTransferStats)
 //         sum ID              "ok <checksum>" of the local copy's data
 //         tcp_serve ID        listen on 127.0.0.1:0, print "ok <port>", then send the
 //                             object's bytes (from the arena) to one connection (TLS
@@ -249,6 +250,10 @@ std::string Command(Node& n, const std::string& line) {
     double sec = absl::ToDoubleSeconds(absl::Now() - t0);
     if (!r.ok()) return "err " + r.status().ToString();
     return absl::StrCat("ok ", sec, " ", r->size);
+  }
+  if (cmd == "stats") {
+    const ObjectTransferStats st = n.transfer->stats();
+    return absl::StrCat("ok ", st.raw_pulls, " ", st.raw_reads);
   }
   if (cmd == "drop") {
     in >> id;

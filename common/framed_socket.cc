@@ -64,6 +64,40 @@ absl::StatusOr<bool> FrameReader::Next(std::string_view* payload) {
   return true;
 }
 
+bool ReadAvailable(SocketStream& stream, FrameReader& reader, bool* read_wants_write) {
+  *read_wants_write = false;
+  for (;;) {
+    char* p = reader.WritePtr(kReadChunk);
+    IoWait wait;
+    absl::StatusOr<size_t> n = stream.ReadSome(p, kReadChunk, &wait);
+    if (!n.ok()) return false;
+    if (wait == IoWait::kWrite) *read_wants_write = true;
+    if (wait != IoWait::kNone) return true;
+    if (*n == 0) return false;
+    reader.Commit(*n);
+    // A short read drained a plain socket; OpenSSL may hold more of a record: read on.
+    if (*n < kReadChunk && !stream.tls()) return true;
+  }
+}
+
+bool WriteAvailable(SocketStream& stream, std::string* out) {
+  size_t off = 0;
+  bool ok = true;
+  while (off < out->size()) {
+    IoWait wait;
+    absl::StatusOr<size_t> n = stream.WriteSome(out->data() + off, out->size() - off, &wait);
+    if (!n.ok()) {
+      ok = false;
+      break;
+    }
+    off += *n;
+    // (kRead: a TLS write that must first read; the next read event lets it go on.)
+    if (wait != IoWait::kNone) break;
+  }
+  out->erase(0, off);
+  return ok;
+}
+
 void AppendFrame(const google::protobuf::MessageLite& msg, std::string* out) {
   const size_t n = msg.ByteSizeLong();
   const size_t at = out->size();

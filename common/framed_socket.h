@@ -100,6 +100,15 @@ class FramedSocket {
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
 };
 
+// For event loops over non-blocking sockets (a task worker's, a queue host's): reads
+// what `stream` has now into `reader` (on a TLS stream, until OpenSSL holds no more);
+// false once the stream ended or broke. Sets `*read_wants_write` when a TLS read (its
+// handshake) must wait until the socket is writable: the loop then watches for that and
+// reads again.
+bool ReadAvailable(SocketStream& stream, FrameReader& reader, bool* read_wants_write);
+// Writes what the socket takes of `out` now and erases that; false once it broke.
+bool WriteAvailable(SocketStream& stream, std::string* out);
+
 // Appends one frame (length + payload) to `out`.
 void AppendFrame(const google::protobuf::MessageLite& msg, std::string* out);
 

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -31,6 +33,11 @@ SocketStream::SocketStream(int fd) : fd_(fd), ssl_(nullptr) {}
 SocketStream::SocketStream(int fd, SSL* ssl, std::string peer)
     : fd_(fd), peer_(std::move(peer)), ssl_(ssl) {
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL, 0) | O_NONBLOCK);
+  // OpenSSL writes a record (16 KiB) per write(2): with Nagle's algorithm each one
+  // below the segment size waits for the ACK of the one before (a TLS pull ran at a
+  // third of its speed). Fails harmlessly on a socket that is not TCP.
+  int one = 1;
+  ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
 SocketStream::~SocketStream() {

@@ -37,9 +37,6 @@ namespace {
 constexpr char kCipherSuites[] =
     "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
 
-// OpenSSL's read buffer per connection (with read-ahead): fewer, larger reads.
-constexpr size_t kReadBuffer = 256 << 10;
-
 // Every certificate of a CA file (one CA, or several while a cluster moves to a new
 // one); each must be a CA.
 absl::StatusOr<std::vector<CertPtr>> ReadCaCerts(const std::string& pem, const std::string& path) {
@@ -80,9 +77,6 @@ SSL_CTX* NewContext(bool server, const std::vector<CertPtr>& cas, X509* cert, EV
   // like any EOF: every drover protocol on these sockets frames its own lengths, so a
   // cut short stream is seen anyway.
   SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
-  // Read many records per read(2), not a header and a body per 16 KiB record.
-  SSL_CTX_set_read_ahead(ctx, 1);
-  SSL_CTX_set_default_read_buffer_len(ctx, kReadBuffer);
   if (server) {
     // Connections are one-off (a transfer, a lease): no session tickets to resume.
     SSL_CTX_set_num_tickets(ctx, 0);

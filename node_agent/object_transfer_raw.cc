@@ -190,10 +190,17 @@ absl::Status SendRaw(SocketStream& conn, const uint8_t* data, int64_t size,
   *sent = 0;
   int64_t left = size;
   absl::Time last_progress = absl::Now();
+  // A TLS stream takes one record (16 KiB) per write: asking `cancelled` (a gRPC
+  // context's, which polls its completion queue) for each made a TLS pull 3x slower.
+  absl::Time next_check = absl::InfinitePast();
   while (left > 0) {
-    if (cancelled()) {
-      return absl::CancelledError(absl::StrCat("the reader of ", printable_id,
-                                               " went away after ", *sent, " bytes"));
+    const absl::Time now = absl::Now();
+    if (now >= next_check) {
+      if (cancelled()) {
+        return absl::CancelledError(absl::StrCat("the reader of ", printable_id,
+                                                 " went away after ", *sent, " bytes"));
+      }
+      next_check = now + kTick;
     }
     IoWait wait;
     absl::StatusOr<size_t> k =
@@ -207,9 +214,10 @@ absl::Status SendRaw(SocketStream& conn, const uint8_t* data, int64_t size,
       data += *k;
       left -= static_cast<int64_t>(*k);
       *sent += static_cast<int64_t>(*k);
-      last_progress = absl::Now();
+      last_progress = now;
       continue;
     }
+    next_check = absl::InfinitePast();  // about to wait: ask first
     if (absl::Now() - last_progress >= stall) {
       return absl::UnavailableError(absl::StrCat("the reader of ", printable_id,
                                                  " took nothing for ",

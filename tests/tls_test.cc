@@ -19,6 +19,7 @@
 #include "common/tls_ca.h"
 #include "gtest/gtest.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "tests/util/driver_program.h"
 #include "tests/util/prometheus_text.h"
 #include "tests/util/test_cluster.h"
 
@@ -30,21 +31,9 @@ int Mode(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;
 }
 
-class TlsClusterTest : public ::testing::Test {
+class TlsClusterTest : public TwoNodeClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    TestClusterOptions o;
-    o.nodes = 2;
-    o.cpus_per_node = 4;
-    o.tls = true;
-    auto c = TestCluster::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = c->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
+  static void SetUpTestSuite() { StartCluster(/*tls=*/true); }
 
   // Another cluster's CA and a member certificate of it (made once).
   static std::string OtherCluster() {
@@ -57,11 +46,7 @@ class TlsClusterTest : public ::testing::Test {
     }();
     return dir;
   }
-
-  static TestCluster* cluster_;
 };
-
-TestCluster* TlsClusterTest::cluster_ = nullptr;
 
 TEST_F(TlsClusterTest, AJobRunsAndItsOutputReachesTheCli) {
   std::string out, err;
@@ -78,17 +63,20 @@ TEST_F(TlsClusterTest, AJobRunsAndItsOutputReachesTheCli) {
 TEST_F(TlsClusterTest, TasksRunOnBothNodes) {
   const std::string a = cluster_->agent_node_id(0);
   const std::string b = cluster_->agent_node_id(1);
-  std::string out, err;
-  int rc = RunProgram({Runfile("tests/task_program"), "nodes", a, b},
-                      {"DROVER_ADDRESS=" + cluster_->address(),
-                       "DROVER_TOKEN_FILE=" + cluster_->token_file(),
-                       "DROVER_TLS_CA=" + cluster_->tls_ca(),
-                       "DROVER_HOME=" + cluster_->dir() + "/home"},
-                      cluster_->dir(), &out, &err);
-  ASSERT_EQ(rc, 0) << out << err << cluster_->DaemonLogs();
-  EXPECT_TRUE(absl::StrContains(out, "where_a=" + a)) << out;
-  EXPECT_TRUE(absl::StrContains(out, "where_b=" + b)) << out;
-  EXPECT_TRUE(absl::StrContains(out, "cross_node=ok")) << out;
+  DriverRun r = RunDriver(*cluster_, "tests/task_program", {"nodes", a, b});
+  ASSERT_EQ(r.code, 0) << r.All() << cluster_->DaemonLogs();
+  EXPECT_TRUE(absl::StartsWith(r.Get("where_a"), a)) << r.All();
+  EXPECT_TRUE(absl::StartsWith(r.Get("where_b"), b)) << r.All();
+  EXPECT_EQ(r.Get("cross_node"), "ok") << r.All();
+}
+
+// A queue's host serves producers on both nodes and the driver: TCP clients over TLS.
+TEST_F(TlsClusterTest, AQueueServesProducersOnBothNodes) {
+  DriverRun r = RunDriver(*cluster_, "tests/pipeline_program",
+                          {"queue_order", cluster_->agent_node_id(0), cluster_->agent_node_id(1)});
+  ASSERT_EQ(r.code, 0) << r.All() << cluster_->DaemonLogs();
+  EXPECT_EQ(r.Get("in_order"), "yes") << r.All();
+  EXPECT_EQ(r.Get("counts"), "500,500") << r.All();
 }
 
 // The pulled bytes take the direct (raw) TCP path, which in a TLS cluster is a TLS

@@ -84,7 +84,8 @@ QueueClient::QueueClient(RuntimeContext* ctx, std::shared_ptr<ActorState> actor,
 absl::StatusOr<std::unique_ptr<FramedSocket>> QueueClient::Connect() {
   const bool local = endpoint_.node_id == ctx_->node_id && !endpoint_.unix_path.empty();
   absl::StatusOr<std::unique_ptr<FramedSocket>> sock =
-      local ? FramedSocket::ConnectUnix(endpoint_.unix_path) : FramedSocket::ConnectTcp(endpoint_.tcp_address);
+      local ? FramedSocket::ConnectUnix(endpoint_.unix_path)
+            : FramedSocket::ConnectTcp(endpoint_.tcp_address, *ctx_->transport);
   if (!sock.ok()) return Lost(sock.status());
   SetNoDelay((*sock)->fd());
   proto::QueueRequest hello;

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "common/framed_socket.h"
 #include "common/log.h"
+#include "common/socket_stream.h"
 #include "common/status_macros.h"
 #include "drover/task.h"
 #include "sdk/runtime/context.h"
@@ -46,7 +47,7 @@ class QueueServer {
     std::vector<StoredRef> left;
     for (const proto::StoredObject& o : book_.Owned()) left.push_back(StoredRef{o.object_id(), o.node_id(), o.size()});
     if (!left.empty()) ctx_->store->Delete(left);
-    for (auto& [fd, c] : conns_) ::close(fd);
+    conns_.clear();  // each closes its socket
     for (int fd : {unix_fd_, tcp_fd_, wake_fd_, epoll_fd_}) {
       if (fd >= 0) ::close(fd);
     }
@@ -82,6 +83,8 @@ class QueueServer {
  private:
   struct Conn {
     uint64_t id = 0;
+    std::unique_ptr<SocketStream> stream;  // owns the socket (TLS for TCP clients of a TLS cluster)
+    bool read_wants_write = false;         // a TLS read (its handshake) waits to write
     FrameReader reader;
     std::string out;
     bool hello = false;
@@ -115,7 +118,12 @@ class QueueServer {
           continue;
         }
         if (events[i].events & EPOLLOUT) Flush(fd);
-        if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !ReadFrom(fd)) Close(fd);
+        auto it = conns_.find(fd);
+        const bool resume_read =
+            it != conns_.end() && it->second.read_wants_write && (events[i].events & EPOLLOUT);
+        if ((resume_read || (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) && !ReadFrom(fd)) {
+          Close(fd);
+        }
       }
       Send(book_.Expire(absl::Now()));
     }
@@ -126,25 +134,29 @@ class QueueServer {
       const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) return;
       SetNoDelay(fd);
-      conns_[fd].id = next_conn_++;
+      absl::StatusOr<std::unique_ptr<SocketStream>> stream =
+          listen_fd == tcp_fd_
+              ? ctx_->transport->ServerEnd(fd, absl::StrCat("a client of queue ", spec_.name))
+              : std::make_unique<SocketStream>(fd);
+      if (!stream.ok()) continue;  // ServerEnd closed it
+      Conn& c = conns_[fd];
+      c.id = next_conn_++;
+      c.stream = *std::move(stream);
       Watch(fd, EPOLLIN, EPOLL_CTL_ADD);
     }
+  }
+
+  // What `c` waits for: reads, and writes while it has output (or a TLS read waits).
+  uint32_t Events(const Conn& c) const {
+    return EPOLLIN | (!c.out.empty() || c.read_wants_write ? EPOLLOUT : 0);
   }
 
   // Reads and handles what `fd` has; false once it is closed or misbehaved.
   bool ReadFrom(int fd) {
     Conn& c = conns_[fd];
-    for (;;) {
-      char* p = c.reader.WritePtr(64 * 1024);
-      const ssize_t n = ::recv(fd, p, 64 * 1024, 0);
-      if (n == 0) return false;
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        return false;
-      }
-      c.reader.Commit(static_cast<size_t>(n));
-    }
+    const bool was_waiting = c.read_wants_write;
+    if (!ReadAvailable(*c.stream, c.reader, &c.read_wants_write)) return false;
+    if (was_waiting != c.read_wants_write) Watch(fd, Events(c), EPOLL_CTL_MOD);
     for (;;) {
       std::string_view payload;
       absl::StatusOr<bool> got = c.reader.Next(&payload);
@@ -218,18 +230,9 @@ class QueueServer {
   void Flush(int fd) {
     auto it = conns_.find(fd);
     if (it == conns_.end()) return;
-    std::string& out = it->second.out;
-    size_t off = 0;
-    while (off < out.size()) {
-      const ssize_t n = ::send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        break;  // EAGAIN: the rest when writable; an error: the read side notices
-      }
-      off += static_cast<size_t>(n);
-    }
-    out.erase(0, off);
-    Watch(fd, EPOLLIN | (out.empty() ? 0 : EPOLLOUT), EPOLL_CTL_MOD);
+    // The rest when writable; an error: the read side notices.
+    (void)WriteAvailable(*it->second.stream, &it->second.out);
+    Watch(fd, Events(it->second), EPOLL_CTL_MOD);
   }
 
   void Close(int fd) {
@@ -241,8 +244,7 @@ class QueueServer {
     }
     if (!dropped.empty()) ctx_->store->Delete(dropped);
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-    ::close(fd);
-    conns_.erase(it);
+    conns_.erase(it);  // closes the socket
   }
 
   const QueueSpec spec_;

@@ -358,22 +358,7 @@ void WorkerServer::Watch(const std::shared_ptr<Conn>& c, int op) {
 
 bool WorkerServer::ReadFrom(const std::shared_ptr<Conn>& c) {
   const bool was_waiting = c->read_wants_write;
-  c->read_wants_write = false;
-  for (;;) {
-    char* p = c->reader.WritePtr(64 * 1024);
-    IoWait wait;
-    absl::StatusOr<size_t> n = c->stream->ReadSome(p, 64 * 1024, &wait);
-    if (!n.ok()) {
-      if (c->stream->tls()) DROVER_LOG(DEBUG) << n.status();  // e.g. a refused certificate
-      return false;
-    }
-    if (wait == IoWait::kWrite) c->read_wants_write = true;
-    if (wait != IoWait::kNone) break;
-    if (*n == 0) return false;
-    c->reader.Commit(*n);
-    // A short read drained a plain socket; TLS may hold more of a record: read on.
-    if (*n < 64 * 1024 && !c->stream->tls()) break;
-  }
+  if (!ReadAvailable(*c->stream, c->reader, &c->read_wants_write)) return false;
   if (was_waiting != c->read_wants_write) Watch(c, EPOLL_CTL_MOD);
   for (;;) {
     std::string_view payload;
@@ -618,20 +603,11 @@ proto::TaskReply WorkerServer::Execute(const proto::TaskSpec& spec) {
 
 void WorkerServer::Flush(const std::shared_ptr<Conn>& c) {
   if (c->fd < 0) return;
-  size_t off = 0;
-  while (off < c->out.size()) {
-    IoWait wait;
-    absl::StatusOr<size_t> n = c->stream->WriteSome(c->out.data() + off, c->out.size() - off, &wait);
-    if (!n.ok()) {
-      c->out.clear();
-      c->closed = true;
-      return;
-    }
-    off += *n;
-    // (kRead: a TLS write that must first read; the next read event lets it go on.)
-    if (wait != IoWait::kNone) break;
+  if (!WriteAvailable(*c->stream, &c->out)) {
+    c->out.clear();
+    c->closed = true;
+    return;
   }
-  c->out.erase(0, off);
   Watch(c, EPOLL_CTL_MOD);
 }
 

@@ -32,6 +32,7 @@ pid_t StartDriver(const TestCluster& cluster, const std::string& binary,
   }
   o.env.push_back("DROVER_ADDRESS=" + cluster.address());
   o.env.push_back("DROVER_TOKEN_FILE=" + cluster.token_file());
+  if (!cluster.tls_ca().empty()) o.env.push_back("DROVER_TLS_CA=" + cluster.tls_ca());
   o.env.push_back("DROVER_HOME=" + cluster.dir() + "/home");
   o.env.insert(o.env.end(), env.begin(), env.end());
   o.stdout_path = base + ".out";
@@ -118,10 +119,11 @@ DriverRun BackgroundDriver::Finish(absl::Duration timeout) {
 
 TestCluster* TwoNodeClusterTest::cluster_ = nullptr;
 
-void TwoNodeClusterTest::SetUpTestSuite() {
+void TwoNodeClusterTest::StartCluster(bool tls) {
   TestClusterOptions o;
   o.nodes = 2;
   o.cpus_per_node = 4;
+  o.tls = tls;
   auto c = TestCluster::Start(o);
   ASSERT_TRUE(c.ok()) << c.status();
   cluster_ = c->release();

@@ -31,9 +31,9 @@ struct DriverRun {
 
 // Starts `binary args...` (a runfile path such as "tests/pipeline_program", or an
 // absolute path) with the
-// cluster's address and token in its environment (DROVER_* of the test's own
-// environment removed) and `env` (KEY=VALUE) added; output goes to `base`.out and
-// .err. Returns its pid.
+// cluster's address, token and (TLS clusters) CA in its environment (DROVER_* of the
+// test's own environment removed) and `env` (KEY=VALUE) added; output goes to
+// `base`.out and .err. Returns its pid.
 pid_t StartDriver(const TestCluster& cluster, const std::string& binary,
                   const std::vector<std::string>& args, const std::string& base,
                   const std::vector<std::string>& env = {});
@@ -72,11 +72,13 @@ class BackgroundDriver {
 };
 
 // A fixture whose tests share one 2-node cluster (4 CPUs each), started before the
-// binary's first test and stopped after its last. One such fixture per test binary.
+// binary's first test and stopped after its last. One such fixture per test binary; a
+// derived fixture's own SetUpTestSuite may call StartCluster(true) for a TLS cluster.
 class TwoNodeClusterTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite();
+  static void SetUpTestSuite() { StartCluster(/*tls=*/false); }
   static void TearDownTestSuite();
+  static void StartCluster(bool tls);
   static TestCluster* cluster_;
 };
 

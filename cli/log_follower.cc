@@ -21,6 +21,11 @@ namespace {
 
 // How long following waits for a scheduler that cannot be reached before giving up.
 constexpr absl::Duration kSchedulerPatience = absl::Seconds(60);
+// How long the last read of a node's output waits for its agent to answer (it resumes
+// from where it was after each attempt), and for one the scheduler has declared dead.
+constexpr absl::Duration kAgentPatience = absl::Seconds(30);
+constexpr absl::Duration kLastReadAttempt = absl::Seconds(5);
+constexpr absl::Duration kDeadAgentPatience = absl::Seconds(10);
 
 // Turns chunks into whole prefixed lines; thread-safe. Lines go above `status_line`
 // (may be null).
@@ -118,13 +123,27 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     auto it = agent_address.find(node);
     return it == agent_address.end() ? std::string() : it->second;
   };
+  auto refresh_nodes = [&]() -> absl::Status {
+    DROVER_ASSIGN_OR_RETURN(ClusterStatus status, client.Status());
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& n : status.nodes) {
+      agent_address[n.node_id] = n.agent_address;
+      node_state[n.node_id] = n.state;
+    }
+    return absl::OkStatus();
+  };
   auto streamer = [&](const std::string& node) {
     std::map<std::pair<int, LogStream>, int64_t> offsets;  // (rank, stream) -> printed bytes
+    // The last pass: since when the node's agent has not answered (nor sent anything),
+    // and since when the scheduler has called the node dead.
+    absl::Time unanswered_since = absl::InfiniteFuture();
+    absl::Time dead_since = absl::InfiniteFuture();
     for (bool last_pass = false;;) {
       last_pass = last_pass || finished.load() || (stop != nullptr && stop->load());
       const std::string address = address_of(node);
       std::vector<LogOffset> from;
       for (const auto& [key, off] : offsets) from.push_back({key.first, key.second, off});
+      bool printed = false;
       absl::Status s = client.StreamLogs(
           address, job_id, /*follow=*/!last_pass, from,
           [&](const LogChunk& c) {
@@ -132,12 +151,43 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
             if (c.offset + static_cast<int64_t>(c.data.size()) <= off) return;
             off = c.offset + c.data.size();
             printer.Write(c);
+            printed = true;
           },
           // Following ends when the job does: a follow call waiting on an agent that
           // died (its calls wait for it to come back) must not outlive the job (found by
-          // the chaos campaign: `drover run` never returned).
-          last_pass ? stop : &finished, last_pass ? absl::Seconds(30) : absl::Hours(24 * 365));
+          // the chaos campaign: `drover run` never returned). A last-pass read resumes
+          // from its offsets when its time is up.
+          last_pass ? stop : &finished, last_pass ? kLastReadAttempt : absl::Hours(24 * 365));
       if (last_pass) {
+        const bool stopped = stop != nullptr && stop->load();
+        // An agent that is down, stalled or cut off when the job ends (killed and
+        // starting again, say) still has the output on its disk: it is waited for, and
+        // read where it listens now, before the output is called missing (found by the
+        // chaos campaign: a killed agent's last lines never reached `drover run`).
+        if ((absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) && !stopped) {
+          const absl::Time now = absl::Now();
+          if (printed) unanswered_since = absl::InfiniteFuture();  // a long read: go on
+          if (unanswered_since == absl::InfiniteFuture()) {
+            unanswered_since = now;
+            if (!printed) {
+              printer.Note(absl::StrCat("drover: waiting up to ",
+                                        absl::FormatDuration(kAgentPatience), " for the agent of ",
+                                        node, " (", s.message(),
+                                        ") to read the job's last output there\n"));
+            }
+          }
+          (void)refresh_nodes();
+          std::unique_lock<std::mutex> lock(mu);
+          const bool dead = node_state[node] == NodeState::kDead;
+          dead_since = dead ? std::min(dead_since, now) : absl::InfiniteFuture();
+          // A node the scheduler has declared dead comes back only if its agent is
+          // started again (systemd does it in seconds): it is waited for less.
+          if (now - unanswered_since < kAgentPatience && now - dead_since < kDeadAgentPatience) {
+            finished_cv.wait_for(lock, std::chrono::milliseconds(250),
+                                 [&] { return stop != nullptr && stop->load(); });
+            continue;
+          }
+        }
         // NOT_FOUND: the node never ran a process of this job (nothing to print).
         if (!s.ok() && !absl::IsNotFound(s)) {
           std::lock_guard<std::mutex> lock(mu);
@@ -152,15 +202,6 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     }
   };
 
-  auto refresh_nodes = [&]() -> absl::Status {
-    DROVER_ASSIGN_OR_RETURN(ClusterStatus status, client.Status());
-    std::lock_guard<std::mutex> lock(mu);
-    for (const auto& n : status.nodes) {
-      agent_address[n.node_id] = n.agent_address;
-      node_state[n.node_id] = n.state;
-    }
-    return absl::OkStatus();
-  };
   auto start_streamers = [&](const JobInfo& j) -> absl::Status {
     // Every node that ever ran a process of the job (earlier generations may have run
     // elsewhere), and the current placement (for records from before nodes_used).

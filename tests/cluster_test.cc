@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "tests/util/driver_program.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
@@ -394,6 +395,31 @@ TEST_F(FailureDetectionTest, RestartedSchedulerKeepsItsNodesAndNoticesAKillAfter
   EXPECT_LT(absl::Now() - killed, absl::Milliseconds(2500)) << failed.reason;
   EXPECT_TRUE(absl::StrContains(failed.reason, "the agent process exited or was killed"))
       << failed.reason;
+}
+
+// The last read of a node's output (`drover logs`, and `drover run` once its job has
+// ended) waits for an agent that does not answer (stalled here; killed and starting
+// again in the chaos campaign, which found that its lines never reached `drover run`)
+// and resumes, instead of failing after one 30 s call.
+TEST_F(FailureDetectionTest, LastReadOfOutputWaitsForAnAgentThatDoesNotAnswer) {
+  StartCluster(Defaults());
+  dir_ = Tmp("last-read-waits");
+  auto done = Wait(Submit(ShellJob("echo first; echo last", 1)).job_id);
+  ASSERT_EQ(done.state, JobState::kSucceeded) << done.reason;
+  const int agent = AgentOf(done.placement[0].node_id);
+  cluster_->SignalAgent(agent, SIGSTOP);
+  const std::string base = dir_ + "/logs";
+  const pid_t logs = StartDriver(*cluster_, "cli/drover", {"logs", done.job_id}, base);
+  ASSERT_GT(logs, 0);
+  const bool noted = WaitFor(
+      [&] { return absl::StrContains(ReadDriverOutput(base).err, "waiting up to"); },
+      absl::Seconds(20));
+  cluster_->SignalAgent(agent, SIGCONT);
+  ASSERT_TRUE(noted) << ReadDriverOutput(base).All();
+  DriverRun r = FinishDriver(*cluster_, logs, base, absl::Seconds(60));
+  EXPECT_EQ(r.code, 0) << r.All();
+  EXPECT_TRUE(absl::StrContains(r.out, "first\n")) << r.All();
+  EXPECT_TRUE(absl::StrContains(r.out, "last\n")) << r.All();
 }
 
 TEST_F(ClusterTest, GangRestartsWithRestartCountUntilItSucceeds) {

@@ -180,7 +180,9 @@ TEST_F(TimelineTest, TasksActorCallsAndAPullShowTheWorkerAndNodeTheyRanOn) {
       EXPECT_TRUE(e.failed);
       EXPECT_NE(e.detail.find("bad input 7"), std::string::npos) << e.detail;
     }
-    if (e.name == "WorkerOf") EXPECT_TRUE(e.actor_id.empty());
+    if (e.name == "WorkerOf") {
+      EXPECT_TRUE(e.actor_id.empty());
+    }
   }
   std::vector<TimelineEvent> pulls;
   for (const auto& e : OfKind(t, TimelineEventKind::kPull)) {

@@ -7,25 +7,18 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/util/driver_program.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
 namespace {
 
-class ExamplesTasksTest : public ::testing::Test {
+class ExamplesTasksTest : public TwoNodeClusterTest {
  protected:
   static void SetUpTestSuite() {
-    TestClusterOptions o;
-    o.nodes = 2;
-    o.cpus_per_node = 4;
+    TestClusterOptions o = TwoNodes();
     o.gpus_per_node = 1;
-    auto c = TestCluster::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = c->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
+    StartCluster(o);
   }
   // Runs an example as a plain program against this cluster.
   int RunExample(const std::vector<std::string>& args, std::string* out, std::string* err) {
@@ -35,10 +28,8 @@ class ExamplesTasksTest : public ::testing::Test {
                             "DROVER_TOKEN_FILE=" + cluster_->token_file()},
                       cluster_->dir(), out, err);
   }
-  static TestCluster* cluster_;
 };
 
-TestCluster* ExamplesTasksTest::cluster_ = nullptr;
 
 TEST_F(ExamplesTasksTest, QuickstartRunsAsAPlainProgram) {
   std::string out, err;

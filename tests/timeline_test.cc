@@ -31,22 +31,14 @@ class Driver : public BackgroundDriver {
       : BackgroundDriver(*cluster, "tests/task_program", args, env) {}
 };
 
-class TimelineTest : public ::testing::Test {
+class TimelineTest : public TwoNodeClusterTest {
  protected:
   static constexpr int kReportedPerJob = 300;
 
   static void SetUpTestSuite() {
-    TestClusterOptions o;
-    o.nodes = 2;
-    o.cpus_per_node = 4;
+    TestClusterOptions o = TwoNodes();
     o.scheduler_args = {"--timeline-reported-per-job", absl::StrCat(kReportedPerJob)};
-    auto c = TestCluster::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = c->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
+    StartCluster(o);
   }
 
   // The job's timeline once `done` holds for it (or the last one read after `timeout`).
@@ -91,11 +83,7 @@ class TimelineTest : public ::testing::Test {
   }
 
   std::string Go(const std::string& name) { return absl::StrCat(cluster_->dir(), "/go-", name); }
-
-  static TestCluster* cluster_;
 };
-
-TestCluster* TimelineTest::cluster_ = nullptr;
 
 // "w-3@node-1" -> {"w-3", "node-1"}.
 std::pair<std::string, std::string> WorkerAndNode(const std::string& s) {

@@ -33,7 +33,11 @@ int Mode(const std::string& path) {
 
 class TlsClusterTest : public TwoNodeClusterTest {
  protected:
-  static void SetUpTestSuite() { StartCluster(/*tls=*/true); }
+  static void SetUpTestSuite() {
+    TestClusterOptions o = TwoNodes();
+    o.tls = true;
+    StartCluster(o);
+  }
 
   // Another cluster's CA and a member certificate of it (made once).
   static std::string OtherCluster() {

@@ -119,12 +119,15 @@ DriverRun BackgroundDriver::Finish(absl::Duration timeout) {
 
 TestCluster* TwoNodeClusterTest::cluster_ = nullptr;
 
-void TwoNodeClusterTest::StartCluster(bool tls) {
+TestClusterOptions TwoNodeClusterTest::TwoNodes() {
   TestClusterOptions o;
   o.nodes = 2;
   o.cpus_per_node = 4;
-  o.tls = tls;
-  auto c = TestCluster::Start(o);
+  return o;
+}
+
+void TwoNodeClusterTest::StartCluster(const TestClusterOptions& options) {
+  auto c = TestCluster::Start(options);
   ASSERT_TRUE(c.ok()) << c.status();
   cluster_ = c->release();
 }

@@ -73,12 +73,15 @@ class BackgroundDriver {
 
 // A fixture whose tests share one 2-node cluster (4 CPUs each), started before the
 // binary's first test and stopped after its last. One such fixture per test binary; a
-// derived fixture's own SetUpTestSuite may call StartCluster(true) for a TLS cluster.
+// derived fixture's own SetUpTestSuite may start it with other options (TLS, GPUs,
+// scheduler flags).
 class TwoNodeClusterTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { StartCluster(/*tls=*/false); }
+  static void SetUpTestSuite() { StartCluster(TwoNodes()); }
   static void TearDownTestSuite();
-  static void StartCluster(bool tls);
+  // 2 nodes with 4 CPUs each; a derived fixture's SetUpTestSuite changes what it needs.
+  static TestClusterOptions TwoNodes();
+  static void StartCluster(const TestClusterOptions& options);
   static TestCluster* cluster_;
 };
 

@@ -30,7 +30,6 @@ class ExamplesTasksTest : public TwoNodeClusterTest {
   }
 };
 
-
 TEST_F(ExamplesTasksTest, QuickstartRunsAsAPlainProgram) {
   std::string out, err;
   ASSERT_EQ(RunExample({"examples/tasks_quickstart"}, &out, &err), 0) << out << err;

@@ -13,7 +13,9 @@
 // callback (`done`) kept with its request, answered by that request's grant, by its
 // deadline (pending, with why) or when its job ends (dropped, with why). A returned
 // lease or freed node runs one pass, which costs the shapes waiting plus the grants,
-// never the requests waiting. Workers start on a small pool (`start_threads`); a
+// never the requests waiting. A request whose caller stopped asking (wait_ms passed
+// twice without a retry, as proto/lease.proto says) is forgotten when its turn comes,
+// not granted. Workers start on a small pool (`start_threads`); a
 // request granted while nobody waits keeps its answer until its owner asks again
 // (a lease nobody comes for within `request_memory` is returned).
 //
@@ -122,6 +124,10 @@ class LeaseManager {
  public:
   // The longest a call waits (wait_ms above it is taken as this).
   static constexpr int64_t kMaxWaitMs = 30000;
+  // A queued request nobody waits for is still granted this long after it was asked
+  // (or twice its wait_ms, if longer: proto/lease.proto); later, when its turn comes
+  // with room for it, it is forgotten instead (its caller gave up).
+  static constexpr absl::Duration kClaimWindow = absl::Seconds(2);
 
   // `book` must outlive this. `clock` defaults to the real one.
   LeaseManager(ResourceBook* book, std::unique_ptr<WorkerClient> workers, Clock* clock = nullptr,
@@ -201,6 +207,9 @@ class LeaseManager {
     bool delivered = false;              // its grant reached a caller
     int8_t start_failures = 0;           // for the back-off before it queues again
     absl::Time expires;                  // forgotten after this without a retry
+    // Granted only while its caller waits or until this (its last ask plus twice its
+    // wait, at least kClaimWindow): a request its caller gave up is not granted.
+    absl::Time claim_until;
     LeaseQueue::Entry* queued = nullptr; // while in the queue
     std::unique_ptr<proto::RequestLeaseReply> reply;  // kDone: the grant
     std::unique_ptr<std::string> note;   // why it waits, if not for room

@@ -296,5 +296,24 @@ TEST(LeaseQueueingTest, ALeaseNobodyCameForIsReturned) {
   leases.Stop();
 }
 
+// proto/lease.proto: a request is forgotten once wait_ms passed twice without a retry.
+// One whose caller gave up is not granted when its turn comes; the next one is.
+TEST(LeaseQueueingTest, ARequestItsCallerGaveUpIsForgottenNotGranted) {
+  FakeClock clock;
+  SlotBook book(4);
+  LeaseManager leases(&book, std::make_unique<StartingWorkers>(), &clock);
+  std::vector<std::string> held = Fill(leases);
+  ASSERT_FALSE(leases.RequestLease(Ask("gave-up"))->granted());  // wait 0, never again
+  clock.Advance(absl::Seconds(3));
+  ASSERT_FALSE(leases.RequestLease(Ask("asks-again"))->granted());
+  leases.ReturnLease(held[0], "done");
+  ASSERT_TRUE(testing::WaitFor([&] { return leases.counts().leases_granted == 5; }));
+  EXPECT_EQ(leases.counts().leases, 4);
+  EXPECT_EQ(leases.counts().pending_requests, 0);
+  auto r = leases.RequestLease(Ask("asks-again"));
+  ASSERT_TRUE(r.ok() && r->granted()) << r.status();
+  leases.Stop();
+}
+
 }  // namespace
 }  // namespace drover

@@ -61,7 +61,9 @@ void LeaseManager::RequestLease(const proto::RequestLeaseRequest& req, LeaseDone
       const absl::Time now = clock_->Now();
       ForgetLocked(now);
       auto [it, fresh] = requests_.try_emplace(req.request_id());
-      Request& r = it->second;
+      it->second.expires = now + std::max(options_.request_memory, 2 * wait);
+      it->second.claim_until = now + std::max(kClaimWindow, 2 * wait);
+      expiry_.emplace_back(it->second.expires, req.request_id());
       bool ok = true;
       if (fresh) {
         absl::StatusOr<LeaseQueue::Entry*> e = queue_.Push(&it->first, req);
@@ -70,15 +72,24 @@ void LeaseManager::RequestLease(const proto::RequestLeaseRequest& req, LeaseDone
           answers.Add(std::move(done), e.status());
           ok = false;
         } else {
-          r.queued = *e;
+          it->second.queued = *e;
           // Behind others of its shape it waits its turn: they do not fit either.
           if (LeaseQueue::IsHead(*e)) pass_needed_ = true;
           SettleLocked(&answers);
+          // The pass may have dropped it (its job ended meanwhile).
+          it = requests_.find(req.request_id());
+          if (it == requests_.end()) {
+            absl::Status why = book_->CheckJobRunning(req.job_id());
+            answers.Add(std::move(done), why.ok() ? absl::AbortedError(absl::StrCat(
+                                                        "lease request ", req.request_id(),
+                                                        " was dropped; ask again"))
+                                                  : why);
+            ok = false;
+          }
         }
       }
       if (ok) {
-        r.expires = now + std::max(options_.request_memory, 2 * wait);
-        expiry_.emplace_back(r.expires, req.request_id());
+        Request& r = it->second;
         if (r.state == Request::kDone) {
           r.delivered = true;
           answers.Add(std::move(done), *r.reply);
@@ -146,6 +157,7 @@ void LeaseManager::SettleLocked(Answers* answers) {
   pass_needed_ = false;
   std::vector<Start> starts;
   std::vector<std::pair<std::string, absl::Status>> dropped;
+  std::vector<std::string> forgotten;
   queue_.ForEachHead([&](LeaseQueue::Entry& e) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const proto::PlacementHint hint = LeaseQueue::HintOf(e);
     std::optional<ResourceBook::Grant> g = book_->TryReserve(e.cls->shape, hint);
@@ -158,6 +170,14 @@ void LeaseManager::SettleLocked(Answers* answers) {
       return LeaseQueue::Offer::kDropped;
     }
     Request& r = requests_[*e.request_id];
+    if (r.waiters.empty() && clock_->Now() > r.claim_until) {
+      // Its caller gave up (wait_ms passed twice without a retry): forgotten, not
+      // granted a lease nobody would use. Only when its turn comes with room: a pass
+      // never walks the requests that wait.
+      book_->Release(*g);
+      forgotten.push_back(*e.request_id);
+      return LeaseQueue::Offer::kDropped;
+    }
     const Lease& lease = NewLeaseLocked(*g, e.job_id, e.owner, "");
     r.queued = nullptr;
     r.state = Request::kStarting;
@@ -178,6 +198,12 @@ void LeaseManager::SettleLocked(Answers* answers) {
     auto it = requests_.find(id);
     if (it != requests_.end()) it->second.queued = nullptr;  // the pass took it out
     DropLocked(id, why, answers);
+  }
+  for (const std::string& id : forgotten) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    it->second.queued = nullptr;
+    requests_.erase(it);
   }
   if (!starts.empty()) ++room_version_;
   for (Start& s : starts) starts_.Post([this, s = std::move(s)]() mutable { RunStart(std::move(s)); });

@@ -55,7 +55,7 @@ struct Flags {
   double window_s = 10;
   int submit_threads = 8;
   int lease_cycles = 20000;
-  int pending_leases = 100000;
+  int pending_leases = 1000000;
   int waiting_leases = 1000;
   int load_clients = 100;
   double load_s = 60;
@@ -126,8 +126,11 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
   char tmpl[] = "/tmp/drover-scale-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) Fatal("mkdtemp failed");
   const std::string dir = tmpl;
-  auto scheduler = SchedulerProcess::Start(binary, dir,
-                                           {"--heartbeat-ms", absl::StrCat(f.heartbeat_ms)});
+  // Queued lease requests are remembered for the whole run (a million take minutes to
+  // queue; by default one not asked about for a minute is forgotten).
+  auto scheduler = SchedulerProcess::Start(
+      binary, dir,
+      {"--heartbeat-ms", absl::StrCat(f.heartbeat_ms), "--lease-request-memory-ms", "3600000"});
   if (!scheduler.ok()) Fatal(std::string(scheduler.status().message()));
   SchedulerProcess& s = **scheduler;
   g_scheduler = s.pid();
@@ -300,10 +303,11 @@ int main(int argc, char** argv) {
                  "leases granted and returned (0: no lease figures)")
       ->check(CLI::Range(0, 10000000));
   app.add_option("--pending-leases", f.pending_leases,
-                 "lease requests answered pending in a full cluster")
+                 "lease requests queued (answered pending at once) in a full cluster")
       ->check(CLI::Range(1, 10000000));
   app.add_option("--waiting-leases", f.waiting_leases,
-                 "lease requests waiting at once for a full cluster")
+                 "lease requests waiting in their RPC at once for a full cluster (and "
+                 "leases returned to grant them)")
       ->check(CLI::Range(1, 20000));
   app.add_flag("--keep", f.keep, "keep each run's directory (the scheduler's log)");
   CLI11_PARSE(app, argc, argv);

@@ -120,6 +120,98 @@ struct AsyncAsk {
   proto::RequestLeaseReply reply;
 };
 
+// Requests "<prefix><from>" .. "<prefix><from + count - 1>", each waiting up to 30 s
+// in its RPC; which were granted, and when the last was.
+class Waits {
+ public:
+  Waits(Leases& leases, const std::string& prefix, int from, int count) : count_(count) {
+    for (int i = from; i < from + count; ++i) {
+      auto ask = std::make_unique<AsyncAsk>();
+      PrepareContext(&ask->ctx, leases.token(), std::chrono::seconds(45));
+      ask->req = leases.Ask(absl::StrCat(prefix, i), absl::Seconds(30));
+      AsyncAsk* a = ask.get();
+      leases.stub()->async()->RequestLease(&a->ctx, &a->req, &a->reply, [this, a](grpc::Status s) {
+        absl::MutexLock l(&mu_);
+        if (s.ok() && a->reply.granted()) {
+          last_grant_ = absl::Now();
+          got_.push_back(a->reply.lease_id());
+        }
+        ++answered_;
+      });
+      asks_.push_back(std::move(ask));
+    }
+  }
+  ~Waits() {
+    for (auto& a : asks_) a->ctx.TryCancel();
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(this, &Waits::Done));
+  }
+  // Waits up to `timeout` for every answer.
+  bool AllAnswered(absl::Duration timeout) {
+    absl::MutexLock l(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(this, &Waits::Done), timeout);
+  }
+  std::vector<std::string> got() {
+    absl::MutexLock l(&mu_);
+    return got_;
+  }
+  absl::Time last_grant() {
+    absl::MutexLock l(&mu_);
+    return last_grant_;
+  }
+
+ private:
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return answered_ == count_; }
+
+  const int count_;
+  std::vector<std::unique_ptr<AsyncAsk>> asks_;
+  mutable absl::Mutex mu_;
+  int answered_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> got_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_grant_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+// Returns held[from .. from + count) at once (the cluster is full, `waits` wait) and
+// reports how fast and at what CPU the waiting requests got them; the leases granted
+// take the returned ones' places in `held`.
+bool GrantByReturning(SchedulerProcess& scheduler, Leases& leases, const LeaseBenchOptions& o,
+                      std::vector<std::string>& held, int from, Waits& waits,
+                      const std::string& name, int count) {
+  // What the scheduler spends meanwhile anyway (heartbeats), to tell the grants' cost.
+  const absl::Duration c0 = scheduler.CpuTime();
+  const absl::Time t0 = absl::Now();
+  absl::SleepFor(absl::Seconds(2));
+  const double idle = absl::FDivDuration(scheduler.CpuTime() - c0, absl::Now() - t0);
+  const absl::Time released = absl::Now();
+  const absl::Duration c1 = scheduler.CpuTime();
+  Run back = Parallel(count, o.threads, [&](int i) { return leases.Return(held[from + i]); });
+  if (!back.error.empty()) {
+    Note(name + ": returning leases: " + back.error);
+    return false;
+  }
+  if (!waits.AllAnswered(absl::Seconds(40))) {
+    Note(name + ": not every waiting request was answered in 40 s");
+    return false;
+  }
+  const absl::Duration cpu = scheduler.CpuTime() - c1;
+  const absl::Duration span = absl::Now() - released;
+  std::vector<std::string> got = waits.got();
+  const double secs = absl::ToDoubleSeconds(waits.last_grant() - released);
+  const double n = static_cast<double>(std::max<size_t>(1, got.size()));
+  const double per_grant = absl::ToDoubleMicroseconds(cpu) / n;
+  const double net = (absl::ToDoubleMicroseconds(cpu) - idle * absl::ToDoubleMicroseconds(span)) / n;
+  Bench(name + "_granted_per_s", o.nodes, got.size() / std::max(secs, 1e-3), "leases/s");
+  Bench(name + "_cpu_per_grant", o.nodes, per_grant, "us");
+  Bench(name + "_cpu_per_grant_net", o.nodes, net, "us");
+  Note(absl::StrFormat("%s: %d of %d waiting requests granted %.3f s after %d leases came back; "
+                       "%.0f us of scheduler CPU per lease returned and granted again (%.0f us "
+                       "beyond its idle %.2f cores over the %.2f s)",
+                       name, got.size(), count, secs, count, per_grant, net, idle,
+                       absl::ToDoubleSeconds(span)));
+  for (size_t i = 0; i < got.size() && static_cast<int>(i) < count; ++i) held[from + i] = got[i];
+  return static_cast<int>(got.size()) == count;
+}
+
 }  // namespace
 
 bool RunLeaseBench(SchedulerProcess& scheduler, const LeaseBenchOptions& o) {
@@ -147,7 +239,7 @@ bool RunLeaseBench(SchedulerProcess& scheduler, const LeaseBenchOptions& o) {
                        DescribeLatencies(cycles.ms),
                        absl::ToDoubleMicroseconds(scheduler.CpuTime() - c0) / o.cycles));
 
-  // Fill the cluster with leases held, then ask for more: answered pending, remembered.
+  // Fill the cluster with leases held.
   std::vector<std::string> held(o.slots);
   Run fill = Parallel(o.slots, o.threads, [&](int i) -> absl::Status {
     auto granted = leases.Request(absl::StrCat("hold-", i), absl::Seconds(10));
@@ -160,92 +252,74 @@ bool RunLeaseBench(SchedulerProcess& scheduler, const LeaseBenchOptions& o) {
     Note("filling the cluster with leases: " + fill.error);
     return false;
   }
+  const int waiting = std::min(o.waiting, o.slots);
+
+  // `waiting` requests wait in their RPC (queued at the scheduler, no thread each), then
+  // as many leases come back: each grants the oldest waiting request. Queued first
+  // (wait 0), so that they are in order and all there before the leases come back.
+  const int threads_before = scheduler.Threads();
+  const int64_t rss_before = scheduler.RssBytes();
+  Run queue_them = Parallel(waiting, o.threads, [&](int i) -> absl::Status {
+    return leases.Request(absl::StrCat("waiting-", i), absl::ZeroDuration()).status();
+  });
+  if (!queue_them.error.empty()) {
+    Note("queueing the waiting requests: " + queue_them.error);
+    return false;
+  }
+  Waits first(leases, "waiting-", 0, waiting);
+  absl::SleepFor(absl::Seconds(1));  // for the calls to arrive (they are answered anyway)
+  Note(absl::StrFormat("%d requests waiting in their RPC hold %d more scheduler threads and "
+                       "%.1f MiB",
+                       waiting, scheduler.Threads() - threads_before,
+                       (scheduler.RssBytes() - rss_before) / 1048576.0));
+  Bench("waiting_leases", o.nodes, waiting, "requests");
+  if (!GrantByReturning(scheduler, leases, o, held, 0, first, "waiting_leases", waiting)) return false;
+
+  // A queue: `pending` requests answered "queued" at once (wait 0), remembered.
   const int64_t rss_full = scheduler.RssBytes();
-  Run pending = Parallel(o.pending, o.threads, [&](int i) -> absl::Status {
-    auto answer = leases.Request(absl::StrCat("pending-", i), absl::ZeroDuration());
+  // The first `waiting` one after the other (they are the queue's oldest, asked again
+  // below), the rest in parallel.
+  auto queue_one = [&](int i) -> absl::Status {
+    auto answer = leases.Request(absl::StrCat("queued-", i), absl::ZeroDuration());
     if (!answer.ok()) return answer.status();
     if (answer->granted()) return absl::InternalError("granted in a full cluster");
     return absl::OkStatus();
-  });
+  };
+  Run pending = Parallel(waiting, 1, queue_one);
+  if (pending.error.empty()) {
+    Run rest = Parallel(o.pending - waiting, o.threads,
+                        [&](int i) { return queue_one(waiting + i); });
+    pending.ms.insert(pending.ms.end(), rest.ms.begin(), rest.ms.end());
+    pending.wall += rest.wall;
+    pending.error = rest.error;
+  }
   if (!pending.error.empty()) {
-    Note("pending requests: " + pending.error);
+    Note("queued requests: " + pending.error);
     return false;
   }
-  Bench("pending_leases_per_s", o.nodes, o.pending / absl::ToDoubleSeconds(pending.wall),
+  Bench("queued_leases_per_s", o.nodes, o.pending / absl::ToDoubleSeconds(pending.wall),
         "requests/s");
-  Bench("rss_per_pending_lease", o.nodes,
-        static_cast<double>(scheduler.RssBytes() - rss_full) / o.pending, "bytes");
-  Note(absl::StrCat(o.pending, " requests answered pending and remembered: ",
-                    DescribeLatencies(pending.ms)));
-
-  // Requests that wait in their RPC: a scheduler thread each.
-  const int threads_before = scheduler.Threads();
-  const int64_t rss_before = scheduler.RssBytes();
-  std::vector<std::unique_ptr<AsyncAsk>> asks;
-  std::atomic<int> granted{0}, answered{0};
-  absl::Mutex mu;
-  absl::Time last_grant = absl::InfinitePast();
-  std::vector<std::string> got;
-  for (int i = 0; i < o.waiting; ++i) {
-    auto ask = std::make_unique<AsyncAsk>();
-    PrepareContext(&ask->ctx, leases.token(), std::chrono::seconds(45));
-    ask->req = leases.Ask(absl::StrCat("waiting-", i), absl::Seconds(30));
-    AsyncAsk* a = ask.get();
-    leases.stub()->async()->RequestLease(&a->ctx, &a->req, &a->reply, [&, a](grpc::Status s) {
-      absl::MutexLock l(&mu);
-      if (s.ok() && a->reply.granted()) {
-        ++granted;
-        last_grant = absl::Now();
-        got.push_back(a->reply.lease_id());
-      }
-      ++answered;
-    });
-    asks.push_back(std::move(ask));
-  }
-  // Until each holds a scheduler thread (or 20 s: then as many as did).
-  for (absl::Time deadline = absl::Now() + absl::Seconds(20);
-       scheduler.Threads() < threads_before + o.waiting && absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  const int waiting = scheduler.Threads() - threads_before;
-  const double idle = [&] {
-    const absl::Duration c = scheduler.CpuTime();
-    absl::SleepFor(absl::Seconds(2));
-    return absl::FDivDuration(scheduler.CpuTime() - c, absl::Seconds(2));
-  }();
-  Bench("waiting_leases", o.nodes, waiting, "requests");
-  Note(absl::StrFormat("%d requests waiting hold %d more scheduler threads and %.1f MiB; the "
-                       "scheduler uses %.2f cores meanwhile",
-                       o.waiting, waiting, (scheduler.RssBytes() - rss_before) / 1048576.0,
-                       idle));
-  // The held leases come back at once: how fast do the waiting requests get them?
-  const absl::Time released = absl::Now();
-  const absl::Duration c1 = scheduler.CpuTime();
-  Run back = Parallel(o.slots, o.threads, [&](int i) { return leases.Return(held[i]); });
-  for (absl::Time deadline = absl::Now() + absl::Seconds(40);
-       answered.load() < o.waiting && absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  const int64_t rss_queued = scheduler.RssBytes();
+  Bench("rss_per_queued_lease", o.nodes, static_cast<double>(rss_queued - rss_full) / o.pending,
+        "bytes");
+  Note(absl::StrFormat("%d requests queued: %s; scheduler RSS %.0f MiB (+%.0f MiB), %d threads",
+                       o.pending, DescribeLatencies(pending.ms), rss_queued / 1048576.0,
+                       (rss_queued - rss_full) / 1048576.0, scheduler.Threads()));
   {
-    absl::MutexLock l(&mu);
-    const double secs = absl::ToDoubleSeconds(last_grant - released);
-    Bench("waiting_leases_granted_per_s", o.nodes, granted / std::max(secs, 1e-3), "leases/s");
-    Note(absl::StrFormat("%d of %d waiting requests granted %.2f s after %d leases came back "
-                         "(%.0f us of scheduler CPU per grant)",
-                         granted.load(), o.waiting, secs, o.slots,
-                         absl::ToDoubleMicroseconds(scheduler.CpuTime() - c1) /
-                             std::max(1, granted.load())));
+    const double idle = [&] {
+      const absl::Duration c = scheduler.CpuTime();
+      absl::SleepFor(absl::Seconds(2));
+      return absl::FDivDuration(scheduler.CpuTime() - c, absl::Seconds(2));
+    }();
+    Note(absl::StrFormat("with %d queued the scheduler uses %.2f cores idle", o.pending, idle));
   }
-  for (absl::Time deadline = absl::Now() + absl::Seconds(40);
-       answered.load() < o.waiting && absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(10));
+  // The oldest `waiting` of the queue ask again and wait (a long poll each), and as many
+  // leases come back: grants with the whole queue behind them.
+  Waits heads(leases, "queued-", 0, waiting);
+  if (!GrantByReturning(scheduler, leases, o, held, 0, heads, "queued_leases", waiting)) {
+    return false;
   }
-  if (answered.load() < o.waiting) {
-    for (auto& a : asks) a->ctx.TryCancel();
-    while (answered.load() < o.waiting) absl::SleepFor(absl::Milliseconds(10));
-  }
-  Parallel(static_cast<int>(got.size()), o.threads, [&](int i) { return leases.Return(got[i]); });
-  return back.error.empty();
+  return true;
 }
 
 }  // namespace drover::bench

@@ -14,14 +14,8 @@
 namespace drover {
 namespace {
 
-constexpr int64_t kMaxWaitMs = 30000;
-// A request nobody asked about again for this long is forgotten (its lease stays).
-constexpr absl::Duration kRequestMemory = absl::Seconds(60);
 // How long an actor placement waits between tries when nothing fits.
 constexpr absl::Duration kActorRetry = absl::Seconds(1);
-// Back-off after a node failed to start a worker (doubling up to the max).
-constexpr absl::Duration kStartRetry = absl::Milliseconds(100);
-constexpr absl::Duration kStartRetryMax = absl::Seconds(2);
 
 class GrpcWorkerClient : public WorkerClient {
  public:
@@ -66,45 +60,118 @@ class GrpcWorkerClient : public WorkerClient {
   StubCache<proto::Workers> stubs_;
 };
 
-bool ValidShape(const proto::Resources& r, std::string* why) {
-  if (r.cpus() < 0 || r.gpus() < 0 || r.memory_bytes() < 0) {
-    *why = "resources must not be negative";
-    return false;
-  }
-  for (const auto& [k, v] : r.custom()) {
-    if (v < 0) {
-      *why = absl::StrCat("custom resource '", k, "' must not be negative");
-      return false;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 std::unique_ptr<WorkerClient> NewGrpcWorkerClient(const std::string& token) {
   return std::make_unique<GrpcWorkerClient>(token);
 }
 
-LeaseManager::LeaseManager(ResourceBook* book, std::unique_ptr<WorkerClient> workers, Clock* clock)
-    : book_(book), workers_(std::move(workers)), clock_(clock != nullptr ? clock : Clock::Real()) {}
+LeaseManager::LeaseManager(ResourceBook* book, std::unique_ptr<WorkerClient> workers, Clock* clock,
+                           LeaseManagerOptions options)
+    : book_(book),
+      workers_(std::move(workers)),
+      clock_(clock != nullptr ? clock : Clock::Real()),
+      options_(options),
+      queue_(options.max_queued),
+      starts_(std::max(1, options.start_threads)) {
+  timer_ = std::thread([this] { TimerLoop(); });
+}
 
 LeaseManager::~LeaseManager() { Stop(); }
 
 void LeaseManager::Stop() {
+  Answers answers;
   {
     absl::MutexLock l(&mu_);
     stopped_ = true;
+    for (auto& [id, w] : waiters_) {
+      auto r = requests_.find(w.request_id);
+      if (r != requests_.end()) r->second.waiters.clear();
+      answers.Add(std::move(w.done), absl::UnavailableError("the scheduler is stopping; ask again"));
+    }
+    waiters_.clear();
+    deadlines_.clear();
     freed_.SignalAll();
     changed_.SignalAll();
+    timer_cv_.Signal();
   }
+  answers.Run();
   stop_cv_.SignalAll();
+  if (timer_.joinable()) timer_.join();
   placing_.Close();
   placing_.Wait();
 }
 
 void LeaseManager::StartPlacing(const std::string& actor_id) {
   placing_.Spawn([this, actor_id] { PlaceActor(actor_id); });
+}
+
+LeaseManager::Lease& LeaseManager::NewLeaseLocked(const ResourceBook::Grant& grant,
+                                                  const std::string& job_id,
+                                                  const std::string& owner,
+                                                  const std::string& actor_id) {
+  const std::string id = absl::StrCat("lease-", next_lease_++);
+  Lease& lease = leases_[id];
+  lease.id = id;
+  lease.job_id = job_id;
+  lease.owner = owner;
+  lease.grant = grant;
+  lease.actor_id = actor_id;
+  jobs_with_workers_.insert(job_id);
+  return lease;
+}
+
+proto::StartWorkerRequest LeaseManager::StartRequest(const Lease& lease,
+                                                     const proto::PackageRef& package,
+                                                     const proto::ActorCreation* actor) {
+  proto::StartWorkerRequest req;
+  req.set_lease_id(lease.id);
+  req.set_job_id(lease.job_id);
+  req.set_owner(lease.owner);
+  *req.mutable_package() = package;
+  *req.mutable_shape() = lease.grant.shape;
+  for (int g : lease.grant.gpu_ids) req.add_gpu_ids(g);
+  if (actor != nullptr) *req.mutable_actor() = *actor;
+  req.set_scheduler_address(book_->SchedulerAddress());
+  return req;
+}
+
+absl::StatusOr<LeaseManager::Lease> LeaseManager::StartedLocked(
+    const Lease& lease, const absl::StatusOr<proto::StartWorkerReply>& started, bool actor,
+    bool* retry) {
+  *retry = false;
+  auto it = leases_.find(lease.id);
+  if (!started.ok()) {
+    if (it != leases_.end()) ReleaseLocked(lease.id);
+    // The node is unreachable: another one may do. Anything else is the program's
+    // problem (it would fail the same way everywhere).
+    *retry = started.status().code() == absl::StatusCode::kUnavailable && !actor;
+    return absl::Status(started.status().code(),
+                        absl::StrCat("node ", lease.grant.node_id, ": ", started.status().message()));
+  }
+  if (it == leases_.end()) {
+    // Released while starting (the node died, the job ended): the worker goes too.
+    proto::KillWorkerRequest kill;
+    kill.set_worker_id(started->worker_id());
+    kill.set_reason("its lease ended while it started");
+    background_.Post([this, agent = lease.grant.agent_address, kill] {
+      workers_->KillWorker(agent, kill).IgnoreError();
+    });
+    *retry = true;
+    return absl::UnavailableError("the lease ended while its worker started");
+  }
+  it->second.worker_id = started->worker_id();
+  it->second.unix_path = started->unix_path();
+  it->second.tcp_address = started->tcp_address();
+  it->second.started = true;
+  ++leases_granted_;
+  proto::TimelineEvent e = TimelineEventOf(proto::TIMELINE_LEASE_GRANTED, 0, lease.grant.node_id,
+                                           {}, started->reused() ? "a warm worker" : "a new worker");
+  e.set_lease_id(lease.id);
+  e.set_worker_id(started->worker_id());
+  e.set_actor_id(lease.actor_id);
+  NoteLocked(lease.job_id, std::move(e));
+  return it->second;
 }
 
 absl::StatusOr<LeaseManager::Lease> LeaseManager::Grant(
@@ -134,142 +201,19 @@ absl::StatusOr<LeaseManager::Lease> LeaseManager::Grant(
       *retry = true;
       return absl::UnavailableError(reason);
     }
-    lease.id = absl::StrCat("lease-", next_lease_++);
-    lease.job_id = job_id;
-    lease.owner = owner;
-    lease.grant = **g;
-    if (actor != nullptr) lease.actor_id = actor->actor_id();
-    leases_[lease.id] = lease;
-    jobs_with_workers_.insert(job_id);
+    lease = NewLeaseLocked(**g, job_id, owner, actor != nullptr ? actor->actor_id() : "");
   }
-  proto::StartWorkerRequest req;
-  req.set_lease_id(lease.id);
-  req.set_job_id(job_id);
-  req.set_owner(owner);
-  *req.mutable_package() = package;
-  *req.mutable_shape() = shape;
-  for (int g : lease.grant.gpu_ids) req.add_gpu_ids(g);
-  if (actor != nullptr) *req.mutable_actor() = *actor;
-  req.set_scheduler_address(book_->SchedulerAddress());
-  absl::StatusOr<proto::StartWorkerReply> started = workers_->StartWorker(lease.grant.agent_address, req);
-  absl::MutexLock l(&mu_);
-  auto it = leases_.find(lease.id);
-  if (!started.ok()) {
-    if (it != leases_.end()) ReleaseLocked(lease.id);
-    // The node is unreachable: another one may do. Anything else is the program's
-    // problem (it would fail the same way everywhere).
-    *retry = started.status().code() == absl::StatusCode::kUnavailable && actor == nullptr;
-    return absl::Status(started.status().code(),
-                        absl::StrCat("node ", lease.grant.node_id, ": ", started.status().message()));
-  }
-  if (it == leases_.end()) {
-    // Released while starting (the node died, the job ended): the worker goes too.
-    proto::KillWorkerRequest kill;
-    kill.set_worker_id(started->worker_id());
-    kill.set_reason("its lease ended while it started");
-    workers_->KillWorker(lease.grant.agent_address, kill).IgnoreError();
-    *retry = true;
-    return absl::UnavailableError("the lease ended while its worker started");
-  }
-  it->second.worker_id = started->worker_id();
-  it->second.unix_path = started->unix_path();
-  it->second.tcp_address = started->tcp_address();
-  it->second.started = true;
-  ++leases_granted_;
-  proto::TimelineEvent e = TimelineEventOf(proto::TIMELINE_LEASE_GRANTED, 0, lease.grant.node_id,
-                                           {}, started->reused() ? "a warm worker" : "a new worker");
-  e.set_lease_id(lease.id);
-  e.set_worker_id(started->worker_id());
-  e.set_actor_id(lease.actor_id);
-  NoteLocked(job_id, std::move(e));
-  return it->second;
-}
-
-absl::StatusOr<proto::RequestLeaseReply> LeaseManager::RequestLease(const proto::RequestLeaseRequest& req) {
-  if (req.job_id().empty() || req.request_id().empty()) {
-    return absl::InvalidArgumentError("RequestLease needs a job id and a request id");
-  }
-  if (req.package().hash().empty()) {
-    return absl::InvalidArgumentError("RequestLease needs the program's package (hash)");
-  }
-  std::string why;
-  if (!ValidShape(req.shape(), &why)) return absl::InvalidArgumentError(why);
-  DROVER_RETURN_IF_ERROR(book_->CheckJobRunning(req.job_id()));
-  const absl::Time deadline =
-      clock_->Now() + absl::Milliseconds(std::clamp<int64_t>(req.wait_ms(), 0, kMaxWaitMs));
+  absl::StatusOr<proto::StartWorkerReply> started =
+      workers_->StartWorker(lease.grant.agent_address, StartRequest(lease, package, actor));
+  Answers answers;
+  absl::StatusOr<Lease> out;
   {
     absl::MutexLock l(&mu_);
-    const absl::Time now = clock_->Now();
-    // Forget the requests not asked again for kRequestMemory: the oldest first, as
-    // they were asked (a request asked again since has a later entry).
-    while (!expiry_.empty() && expiry_.front().first < now) {
-      auto it = requests_.find(expiry_.front().second);
-      if (it != requests_.end() && it->second.expires < now) {
-        if (!it->second.starting) {
-          requests_.erase(it);
-        } else {
-          expiry_.emplace_back(now + kRequestMemory, it->first);  // look again later
-        }
-      }
-      expiry_.pop_front();
-    }
-    Request& r = requests_[req.request_id()];
-    r.expires = now + kRequestMemory;
-    expiry_.emplace_back(r.expires, req.request_id());
-    while (r.starting && !stopped_) {
-      if (clock_->WaitWithDeadline(&freed_, &mu_, deadline)) break;
-    }
-    if (r.reply) return *r.reply;
-    if (r.starting) {
-      proto::RequestLeaseReply pending;
-      pending.set_pending_reason("its worker is starting");
-      return pending;
-    }
-    r.starting = true;
+    out = StartedLocked(lease, started, actor != nullptr, retry);
+    SettleLocked(&answers);
   }
-  std::string pending_reason;
-  absl::Duration backoff = kStartRetry;
-  for (;;) {
-    bool retry = false;
-    pending_reason.clear();
-    absl::StatusOr<Lease> lease = Grant(req.shape(), req.hint(), req.job_id(), req.owner(),
-                                        req.package(), nullptr, &pending_reason, &retry);
-    const bool start_failed = !lease.ok() && retry && pending_reason.empty();
-    absl::MutexLock l(&mu_);
-    Request& r = requests_[req.request_id()];
-    if (lease.ok()) {
-      proto::RequestLeaseReply reply;
-      reply.set_granted(true);
-      reply.set_lease_id(lease->id);
-      reply.set_node_id(lease->grant.node_id);
-      reply.set_worker_id(lease->worker_id);
-      reply.set_unix_path(lease->unix_path);
-      reply.set_tcp_address(lease->tcp_address);
-      reply.set_agent_address(lease->grant.agent_address);
-      r.reply = reply;
-      r.starting = false;
-      freed_.SignalAll();
-      return reply;
-    }
-    if (!retry || clock_->Now() >= deadline || stopped_) {
-      r.starting = false;
-      freed_.SignalAll();
-      if (!retry) return lease.status();
-      proto::RequestLeaseReply pending;
-      pending.set_pending_reason(pending_reason);
-      return pending;
-    }
-    if (start_failed) {
-      // A node did not answer StartWorker: another may (or this one, later); not at once.
-      pending_reason = std::string(lease.status().message());
-      clock_->WaitWithDeadline(&stop_cv_, &mu_, std::min(deadline, clock_->Now() + backoff));
-      backoff = std::min(backoff * 2, kStartRetryMax);
-      continue;
-    }
-    ++waiting_;
-    clock_->WaitWithDeadline(&freed_, &mu_, deadline);
-    --waiting_;
-  }
+  answers.Run();
+  return out;
 }
 
 void LeaseManager::NoteLocked(const std::string& job_id, proto::TimelineEvent e) {
@@ -290,24 +234,47 @@ void LeaseManager::ReleaseLocked(const std::string& lease_id, const std::string&
   }
   book_->Release(it->second.grant);
   leases_.erase(it);
-  freed_.SignalAll();
+  pass_needed_ = true;
+  ++room_version_;
+  if (actors_waiting_ > 0) freed_.SignalAll();
 }
 
 void LeaseManager::ReturnLease(const std::string& lease_id, const std::string& reason) {
-  absl::MutexLock l(&mu_);
-  auto it = leases_.find(lease_id);
-  if (it == leases_.end() || !it->second.actor_id.empty()) return;  // actors' leases end with them
-  DROVER_LOG(DEBUG) << "lease " << lease_id << " returned: " << reason;
-  ReleaseLocked(lease_id, reason);
+  Answers answers;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = leases_.find(lease_id);
+    if (it == leases_.end() || !it->second.actor_id.empty()) return;  // actors' end with them
+    DROVER_LOG(DEBUG) << "lease " << lease_id << " returned: " << reason;
+    ReleaseLocked(lease_id, reason);
+    SettleLocked(&answers);
+  }
+  answers.Run();
 }
 
 void LeaseManager::ResourcesFreed() {
-  absl::MutexLock l(&mu_);
-  freed_.SignalAll();
+  Answers answers;
+  {
+    absl::MutexLock l(&mu_);
+    pass_needed_ = true;
+    ++room_version_;
+    if (actors_waiting_ > 0) freed_.SignalAll();
+    SettleLocked(&answers);
+  }
+  answers.Run();
 }
 
 void LeaseManager::WorkerExited(const proto::ReportWorkerExitRequest& req) {
-  absl::MutexLock l(&mu_);
+  Answers answers;
+  {
+    absl::MutexLock l(&mu_);
+    WorkerExitedLocked(req);
+    SettleLocked(&answers);
+  }
+  answers.Run();
+}
+
+void LeaseManager::WorkerExitedLocked(const proto::ReportWorkerExitRequest& req) {
   auto it = leases_.find(req.lease_id());
   std::string actor_id = req.actor_id();
   if (it != leases_.end()) {
@@ -332,7 +299,16 @@ void LeaseManager::WorkerExited(const proto::ReportWorkerExitRequest& req) {
 }
 
 void LeaseManager::NodeDead(const std::string& node_id, const std::string& reason) {
-  absl::MutexLock l(&mu_);
+  Answers answers;
+  {
+    absl::MutexLock l(&mu_);
+    NodeDeadLocked(node_id, reason);
+    SettleLocked(&answers);
+  }
+  answers.Run();
+}
+
+void LeaseManager::NodeDeadLocked(const std::string& node_id, const std::string& reason) {
   std::vector<std::string> lost;
   for (const auto& [id, lease] : leases_) {
     if (lease.grant.node_id == node_id) lost.push_back(id);
@@ -350,11 +326,24 @@ void LeaseManager::NodeDead(const std::string& node_id, const std::string& reaso
 
 void LeaseManager::JobEnded(const std::string& job_id,
                             std::map<std::string, std::vector<std::string>> objects) {
-  std::vector<std::pair<std::string, proto::KillWorkerRequest>> kills;
   bool had_workers = false;
+  Answers answers;
   {
     absl::MutexLock l(&mu_);
     had_workers = jobs_with_workers_.erase(job_id) > 0;
+    // Its queued requests are dropped, their callers told why.
+    std::vector<std::string> dropped = queue_.RemoveJob(job_id);
+    if (!dropped.empty()) {
+      absl::Status why = book_->CheckJobRunning(job_id);
+      if (why.ok()) why = absl::FailedPreconditionError(absl::StrCat("job ", job_id, " has ended"));
+      for (const std::string& id : dropped) {
+        auto r = requests_.find(id);
+        if (r != requests_.end()) r->second.queued = nullptr;
+        DropLocked(id, absl::FailedPreconditionError(absl::StrCat(
+                           why.message(), "; its queued lease request ", id, " was dropped")),
+                   &answers);
+      }
+    }
     for (auto& [id, a] : actors_) {
       if (a.info.job_id() != job_id || a.info.state() == proto::ACTOR_DEAD) continue;
       a.killed = true;
@@ -368,7 +357,9 @@ void LeaseManager::JobEnded(const std::string& job_id,
       if (lease.job_id == job_id) ended.push_back(id);
     }
     for (const std::string& id : ended) ReleaseLocked(id, "its job ended");
+    SettleLocked(&answers);
   }
+  answers.Run();
   // Every node: the job's workers (leased, idle in the warm pool, actors) stop there,
   // and the objects its processes made go from the stores.
   if (had_workers) {
@@ -416,8 +407,7 @@ absl::StatusOr<proto::ActorInfo> LeaseManager::CreateActor(const proto::CreateAc
   if (req.package().hash().empty()) {
     return absl::InvalidArgumentError("CreateActor needs the program's package (hash)");
   }
-  std::string why;
-  if (!ValidShape(req.shape(), &why)) return absl::InvalidArgumentError(why);
+  DROVER_RETURN_IF_ERROR(ValidateLeaseShape(req.shape()));
   if (req.max_restarts() < 0) return absl::InvalidArgumentError("max_restarts must not be negative");
   DROVER_RETURN_IF_ERROR(book_->CheckJobRunning(req.job_id()));
   {
@@ -475,6 +465,7 @@ void LeaseManager::PlaceActor(const std::string& actor_id) {
         kill.set_worker_id(lease->worker_id);
         kill.set_reason("its actor was killed while it was created");
         ReleaseLocked(lease->id);
+        timer_cv_.Signal();  // the timer's thread runs the grant pass
         background_.Post([this, agent, kill] { workers_->KillWorker(agent, kill).IgnoreError(); });
         return;
       }
@@ -502,7 +493,9 @@ void LeaseManager::PlaceActor(const std::string& actor_id) {
       a.info.set_pending_reason(pending_reason);
       ChangedLocked(a);
     }
+    ++actors_waiting_;
     clock_->WaitWithDeadline(&freed_, &mu_, clock_->Now() + kActorRetry);
+    --actors_waiting_;
   }
 }
 
@@ -590,7 +583,8 @@ LeaseManager::Counts LeaseManager::counts() {
   absl::MutexLock l(&mu_);
   Counts c;
   c.leases = static_cast<int>(leases_.size());
-  c.pending_requests = waiting_;
+  c.pending_requests = static_cast<int>(queue_.size() + retries_.size()) + starting_;
+  c.waiting_calls = static_cast<int>(waiters_.size());
   c.leases_granted = leases_granted_;
   c.leases_ended = leases_ended_;
   for (const auto& [id, a] : actors_) {

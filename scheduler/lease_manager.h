@@ -8,23 +8,38 @@
 // tasks straight to it. The lease ends when the owner disconnects from the worker (the
 // agent reports it), when the worker dies, or when the job ends.
 //
+// Requests that do not fit wait in a queue (lease_queue.h: FIFO per shape, a grant pass
+// serves the oldest that fit), not in threads: a call that waits for its grant is a
+// callback (`done`) kept with its request, answered by that request's grant, by its
+// deadline (pending, with why) or when its job ends (dropped, with why). A returned
+// lease or freed node runs one pass, which costs the shapes waiting plus the grants,
+// never the requests waiting. A request whose caller stopped asking (wait_ms passed
+// twice without a retry, as proto/lease.proto says) is forgotten when its turn comes,
+// not granted. Workers start on a small pool (`start_threads`); a
+// request granted while nobody waits keeps its answer until its owner asks again
+// (a lease nobody comes for within `request_memory` is returned).
+//
 // Actors are leases for life, kept here with their records: created by placing a lease
 // whose worker runs the actor's factory; restarted on another lease after their worker
 // dies (max_restarts); dead when killed, when their job ends or when restarts run out,
 // with the reason every caller gets.
 //
 // Threading: one mutex guards leases, requests and actors. Calls to agents (StartWorker,
-// KillWorker, StopJob) are made without it, from the calling RPC thread or a small
-// pool. Lock order: this mutex before the ResourceBook's. Thread-safe.
+// KillWorker, StopJob) are made without it, from small pools (actors' from their
+// placing thread). Callers' `done` run without it. A timer thread answers waits at
+// their deadlines. Lock order: this mutex before the ResourceBook's. Thread-safe.
 #ifndef DROVER_SCHEDULER_LEASE_MANAGER_H_
 #define DROVER_SCHEDULER_LEASE_MANAGER_H_
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -36,6 +51,7 @@
 #include "common/thread_pool.h"
 #include "proto/lease.grpc.pb.h"
 #include "scheduler/job_timeline.h"
+#include "scheduler/lease_queue.h"
 
 namespace drover {
 
@@ -55,6 +71,18 @@ class ResourceBook {
   virtual absl::StatusOr<std::optional<Grant>> Reserve(const proto::Resources& shape,
                                                       const proto::PlacementHint& hint,
                                                       std::string* reason) = 0;
+  // Reserve without working out why not (the grant pass's way: a refusal must not cost
+  // a scan of the nodes): nullopt if nothing fits now, or ever.
+  virtual std::optional<Grant> TryReserve(const proto::Resources& shape,
+                                          const proto::PlacementHint& hint) {
+    std::string reason;
+    absl::StatusOr<std::optional<Grant>> g = Reserve(shape, hint, &reason);
+    return g.ok() ? *std::move(g) : std::nullopt;
+  }
+  // Why `shape` does not fit now, for a request's pending reason.
+  virtual std::string Explain(const proto::Resources& shape, const proto::PlacementHint& hint) {
+    return "waiting for a node with room";
+  }
   // Gives back what Reserve took (no-op for a node that is gone).
   virtual void Release(const Grant& grant) = 0;
   // OK while the job exists and has not ended; else why.
@@ -80,15 +108,44 @@ class WorkerClient {
 
 std::unique_ptr<WorkerClient> NewGrpcWorkerClient(const std::string& token);
 
+struct LeaseManagerOptions {
+  // Lease requests queued at most; beyond, RequestLease is refused RESOURCE_EXHAUSTED.
+  // A queued request costs ~0.5 KB of scheduler memory (docs/scaling.md), so the
+  // default bounds the queue near 1 GB.
+  size_t max_queued = 2'000'000;
+  // A request nobody asked about for this long is forgotten: out of the queue if it
+  // waits, and a lease granted to it that nobody came for is returned.
+  absl::Duration request_memory = absl::Seconds(60);
+  // Workers started at once (StartWorker calls in flight).
+  int start_threads = 32;
+};
+
 class LeaseManager {
  public:
+  // The longest a call waits (wait_ms above it is taken as this).
+  static constexpr int64_t kMaxWaitMs = 30000;
+  // A queued request nobody waits for is still granted this long after it was asked
+  // (or twice its wait_ms, if longer: proto/lease.proto); later, when its turn comes
+  // with room for it, it is forgotten instead (its caller gave up).
+  static constexpr absl::Duration kClaimWindow = absl::Seconds(2);
+
   // `book` must outlive this. `clock` defaults to the real one.
-  LeaseManager(ResourceBook* book, std::unique_ptr<WorkerClient> workers, Clock* clock = nullptr);
+  LeaseManager(ResourceBook* book, std::unique_ptr<WorkerClient> workers, Clock* clock = nullptr,
+               LeaseManagerOptions options = {});
   ~LeaseManager();
   LeaseManager(const LeaseManager&) = delete;
   LeaseManager& operator=(const LeaseManager&) = delete;
 
-  // Blocks up to req.wait_ms() for a worker (see proto/lease.proto).
+  using LeaseDone = std::function<void(absl::StatusOr<proto::RequestLeaseReply>)>;
+  // Asks for a worker (see proto/lease.proto): queues the request (or finds it again by
+  // its id) and calls `done` exactly once, without this object's lock, from this call or
+  // from another thread: with the grant, as soon as its worker runs; with pending (and
+  // why) once req.wait_ms() passed (at once for 0) while it waits in the queue; or with
+  // an error: INVALID_ARGUMENT, FAILED_PRECONDITION (the job ended; its queued requests
+  // are dropped), RESOURCE_EXHAUSTED (the queue is full), UNAVAILABLE (stopping). No
+  // thread waits meanwhile.
+  void RequestLease(const proto::RequestLeaseRequest& req, LeaseDone done);
+  // The same, blocking until `done` would be called.
   absl::StatusOr<proto::RequestLeaseReply> RequestLease(const proto::RequestLeaseRequest& req);
   void ReturnLease(const std::string& lease_id, const std::string& reason);
   void WorkerExited(const proto::ReportWorkerExitRequest& req);
@@ -108,11 +165,11 @@ class LeaseManager {
   void JobEnded(const std::string& job_id,
                 std::map<std::string, std::vector<std::string>> objects);
 
-  // Counts for status, metrics and tests: leases held now, requests waiting for one,
-  // actors by state (pending counts restarting ones too), leases granted and ended
-  // since start.
+  // Counts for status, metrics and tests: leases held now, requests waiting for one
+  // (queued or starting), calls waiting for an answer, actors by state (pending counts
+  // restarting ones too), leases granted and ended since start.
   struct Counts {
-    int leases = 0, pending_requests = 0, actors_alive = 0, actors_pending = 0;
+    int leases = 0, pending_requests = 0, waiting_calls = 0, actors_alive = 0, actors_pending = 0;
     int actors_restarting = 0, actors_dead = 0;
     int64_t leases_granted = 0, leases_ended = 0;
   };
@@ -143,11 +200,45 @@ class LeaseManager {
     std::string actor_id;  // set for an actor's lease
     bool started = false;
   };
+  // A lease request, from its first call until it is forgotten.
   struct Request {
-    std::string lease_id;                // once granted
+    enum State : uint8_t { kQueued, kStarting, kDone };
+    State state = kQueued;
+    bool delivered = false;              // its grant reached a caller
+    int8_t start_failures = 0;           // for the back-off before it queues again
     absl::Time expires;                  // forgotten after this without a retry
-    std::optional<proto::RequestLeaseReply> reply;
-    bool starting = false;               // StartWorker in progress
+    // Granted only while its caller waits or until this (its last ask plus twice its
+    // wait, at least kClaimWindow): a request its caller gave up is not granted.
+    absl::Time claim_until;
+    LeaseQueue::Entry* queued = nullptr; // while in the queue
+    std::unique_ptr<proto::RequestLeaseReply> reply;  // kDone: the grant
+    std::unique_ptr<std::string> note;   // why it waits, if not for room
+    std::vector<uint64_t> waiters;       // calls waiting for it (ids in waiters_)
+  };
+  // A call waiting for its request's answer.
+  struct Waiter {
+    LeaseDone done;
+    std::string request_id;
+    absl::Time deadline;
+    bool hold = false;  // answered when its worker has started, not at the deadline
+  };
+  // Answers to give once the lock is released.
+  struct Answers {
+    std::vector<std::pair<LeaseDone, absl::StatusOr<proto::RequestLeaseReply>>> calls;
+    void Add(LeaseDone done, absl::StatusOr<proto::RequestLeaseReply> r) {
+      calls.emplace_back(std::move(done), std::move(r));
+    }
+    void Run();
+  };
+  // A queued request granted by a pass, whose worker is being started.
+  struct Start {
+    std::string request_id;
+    std::string lease_id;
+    ResourceBook::Grant grant;
+    std::string job_id, owner;
+    proto::PlacementHint hint;
+    std::shared_ptr<const proto::PackageRef> package;
+    uint64_t seq = 0;
   };
   struct Actor {
     proto::ActorInfo info;
@@ -157,11 +248,42 @@ class LeaseManager {
     int told_state = -1;                 // the state the timeline last heard of
   };
 
-  // Reserves and starts a worker for `job`; returns the lease or why not.
+  // Reserves and starts a worker for `job`, in this thread (actors); returns the lease
+  // or why not.
   absl::StatusOr<Lease> Grant(const proto::Resources& shape, const proto::PlacementHint& hint,
                               const std::string& job_id, const std::string& owner,
                               const proto::PackageRef& package, const proto::ActorCreation* actor,
                               std::string* pending_reason, bool* retry);
+  // A lease record for `grant`, not started yet.
+  Lease& NewLeaseLocked(const ResourceBook::Grant& grant, const std::string& job_id,
+                        const std::string& owner, const std::string& actor_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  proto::StartWorkerRequest StartRequest(const Lease& lease, const proto::PackageRef& package,
+                                         const proto::ActorCreation* actor);
+  // Records how StartWorker went for `lease`: the started lease, or why not (`*retry`:
+  // another node or a later try may do).
+  absl::StatusOr<Lease> StartedLocked(const Lease& lease,
+                                      const absl::StatusOr<proto::StartWorkerReply>& started,
+                                      bool actor, bool* retry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs a grant pass over the queue if something may fit now.
+  void SettleLocked(Answers* answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts a granted request's worker (on starts_), then answers its callers.
+  void RunStart(Start s);
+  // Ends a request with `why` (an error) for every caller waiting for it, and forgets it.
+  void DropLocked(const std::string& request_id, const absl::Status& why, Answers* answers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers every caller waiting for `r` with `reply` (or its error).
+  void AnswerLocked(Request& r, const absl::StatusOr<proto::RequestLeaseReply>& reply,
+                    Answers* answers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string PendingReasonLocked(const Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Forgets the requests not asked about for request_memory.
+  void ForgetLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers waits whose deadline passed and queues again requests whose back-off ended.
+  void TimerLoop();
+  void WorkerExitedLocked(const proto::ReportWorkerExitRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void NodeDeadLocked(const std::string& node_id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends a lease; `why` goes to the timeline.
   void ReleaseLocked(const std::string& lease_id, const std::string& why = "")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -183,12 +305,25 @@ class LeaseManager {
   ThreadPool background_{4};
   ThreadGroup placing_;  // PlaceActor threads (each may wait long for resources)
 
+  const LeaseManagerOptions options_;
+
   absl::Mutex mu_;
-  absl::CondVar freed_;    // resources freed, leases returned
+  absl::CondVar freed_;    // resources freed, leases returned (actors' placing threads)
+  absl::CondVar timer_cv_; // an earlier deadline, or stopping
   absl::CondVar changed_;  // an actor's record changed
   absl::CondVar stop_cv_;  // Stop (back-offs wait on it)
   std::map<std::string, Lease> leases_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Request> requests_ ABSL_GUARDED_BY(mu_);
+  LeaseQueue queue_ ABSL_GUARDED_BY(mu_);
+  bool pass_needed_ ABSL_GUARDED_BY(mu_) = false;
+  // Moves when room may have changed: cached pending reasons are then worked out again.
+  uint64_t room_version_ ABSL_GUARDED_BY(mu_) = 1;
+  int starting_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<absl::Time, uint64_t>> deadlines_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_waiter_ ABSL_GUARDED_BY(mu_) = 1;
+  // Requests whose start failed (a node did not answer), by when they queue again.
+  std::multimap<absl::Time, Start> retries_ ABSL_GUARDED_BY(mu_);
   // (expires, request id) of each RequestLease call, in call order: when to forget
   // requests_ without a scan of them all per call.
   std::deque<std::pair<absl::Time, std::string>> expiry_ ABSL_GUARDED_BY(mu_);
@@ -199,8 +334,11 @@ class LeaseManager {
   int64_t leases_granted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_ended_ ABSL_GUARDED_BY(mu_) = 0;
   JobTimeline* timeline_ = nullptr;
-  int waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  int actors_waiting_ ABSL_GUARDED_BY(mu_) = 0;  // PlaceActor threads waiting on freed_
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread timer_;
+  // Last: its closures use the fields above, so it is destroyed (drained) first.
+  ThreadPool starts_;
 
 };
 

@@ -5,9 +5,8 @@
 #include "absl/strings/str_cat.h"
 
 namespace drover {
-namespace {
 
-bool Fits(const proto::Resources& shape, const NodeCapacity& n) {
+bool LeaseFits(const proto::Resources& shape, const NodeCapacity& n) {
   const proto::Resources& a = n.available;
   if (shape.cpus() > a.cpus() + 1e-9 || shape.memory_bytes() > a.memory_bytes() ||
       shape.gpus() > static_cast<int>(n.gpu_ids.size())) {
@@ -20,6 +19,35 @@ bool Fits(const proto::Resources& shape, const NodeCapacity& n) {
   return true;
 }
 
+namespace {
+
+// PlaceLease's order of nodes: the soft-affinity node, then by data bytes, then (spread)
+// by free CPUs; stable, so view order among equals.
+struct HintOrder {
+  const proto::PlacementHint& hint;
+  uint64_t Data(const NodeCapacity* n) const {
+    auto it = hint.data_bytes().find(n->node_id);
+    return it == hint.data_bytes().end() ? 0 : it->second;
+  }
+  bool operator()(const NodeCapacity* a, const NodeCapacity* b) const {
+    const bool pa = a->node_id == hint.node_id(), pb = b->node_id == hint.node_id();
+    if (pa != pb) return pa;
+    if (Data(a) != Data(b)) return Data(a) > Data(b);
+    if (hint.spread()) return a->available.cpus() > b->available.cpus();
+    return false;
+  }
+};
+
+bool Hard(const proto::PlacementHint& hint) { return !hint.node_id().empty() && !hint.soft(); }
+
+LeasePlacement PlacedOn(const proto::Resources& shape, const NodeCapacity& n) {
+  LeasePlacement out;
+  out.ok = true;
+  out.node_id = n.node_id;
+  out.gpu_ids.assign(n.gpu_ids.begin(), n.gpu_ids.begin() + shape.gpus());
+  return out;
+}
+
 }  // namespace
 
 LeasePlacement PlaceLease(const proto::Resources& shape, const proto::PlacementHint& hint,
@@ -28,35 +56,21 @@ LeasePlacement PlaceLease(const proto::Resources& shape, const proto::PlacementH
   LeasePlacement out;
   std::vector<const NodeCapacity*> order;
   for (const NodeCapacity& n : free) {
-    if (!hint.node_id().empty() && !hint.soft() && n.node_id != hint.node_id()) continue;
+    if (Hard(hint) && n.node_id != hint.node_id()) continue;
     order.push_back(&n);
   }
-  auto data = [&](const NodeCapacity* n) -> uint64_t {
-    auto it = hint.data_bytes().find(n->node_id);
-    return it == hint.data_bytes().end() ? 0 : it->second;
-  };
-  std::stable_sort(order.begin(), order.end(), [&](const NodeCapacity* a, const NodeCapacity* b) {
-    const bool pa = a->node_id == hint.node_id(), pb = b->node_id == hint.node_id();
-    if (pa != pb) return pa;
-    if (data(a) != data(b)) return data(a) > data(b);
-    if (hint.spread()) return a->available.cpus() > b->available.cpus();
-    return false;
-  });
+  std::stable_sort(order.begin(), order.end(), HintOrder{hint});
   for (const NodeCapacity* n : order) {
-    if (!Fits(shape, *n)) continue;
-    out.ok = true;
-    out.node_id = n->node_id;
-    out.gpu_ids.assign(n->gpu_ids.begin(), n->gpu_ids.begin() + shape.gpus());
-    return out;
+    if (LeaseFits(shape, *n)) return PlacedOn(shape, *n);
   }
   // Why not: could it ever fit?
   bool ever = false;
   for (const NodeCapacity& n : total) {
-    if (!hint.node_id().empty() && !hint.soft() && n.node_id != hint.node_id()) continue;
-    ever = ever || Fits(shape, n);
+    if (Hard(hint) && n.node_id != hint.node_id()) continue;
+    ever = ever || LeaseFits(shape, n);
   }
   const std::string need = DescribeResources(shape);
-  if (!hint.node_id().empty() && !hint.soft() &&
+  if (Hard(hint) &&
       std::none_of(total.begin(), total.end(), [&](const NodeCapacity& n) { return n.node_id == hint.node_id(); })) {
     out.never = true;
     out.reason = absl::StrCat("needs node ", hint.node_id(), ", which is not alive");
@@ -73,6 +87,85 @@ LeasePlacement PlaceLease(const proto::Resources& shape, const proto::PlacementH
                             " is ", most_cpus, " CPUs and ", most_gpus, " GPUs",
                             hint.node_id().empty() || hint.soft() ? "" : absl::StrCat(" (on ", hint.node_id(), ")"));
   return out;
+}
+
+void LeasePlacer::Index::Set(int i, const NodeCapacity& n) {
+  const bool fits = LeaseFits(shape_, n);
+  if (fits_[i]) {
+    in_order_.erase(i);
+    by_cpus_.erase({-cpus_[i], i});
+  }
+  fits_[i] = fits;
+  cpus_[i] = n.available.cpus();
+  if (fits) {
+    in_order_.insert(i);
+    by_cpus_.emplace(-cpus_[i], i);
+  }
+}
+
+void LeasePlacer::Index::Sync(NodeTable& table) {
+  const std::vector<NodeCapacity>& free = table.Free();
+  const bool caught_up = table.Changes(&cursor_, [&](int i) {
+    if (i >= 0 && static_cast<size_t>(i) < fits_.size()) Set(i, free[i]);
+  });
+  if (caught_up && fits_.size() == free.size()) return;
+  // Every node again (a rebuild of the views, or a reader far behind).
+  fits_.assign(free.size(), 0);
+  cpus_.assign(free.size(), 0);
+  in_order_.clear();
+  by_cpus_.clear();
+  for (size_t i = 0; i < free.size(); ++i) Set(static_cast<int>(i), free[i]);
+}
+
+LeasePlacer::Index& LeasePlacer::IndexFor(const proto::Resources& shape) {
+  std::string key = shape.SerializeAsString();
+  auto it = indexes_.find(key);
+  if (it == indexes_.end()) {
+    if (indexes_.size() >= kMaxShapes) {
+      auto oldest = std::min_element(indexes_.begin(), indexes_.end(), [](const auto& a, const auto& b) {
+        return a.second->last_use < b.second->last_use;
+      });
+      indexes_.erase(oldest);
+    }
+    it = indexes_.emplace(std::move(key), std::make_unique<Index>(shape)).first;
+  }
+  it->second->last_use = ++uses_;
+  return *it->second;
+}
+
+LeasePlacement LeasePlacer::Place(const proto::Resources& shape, const proto::PlacementHint& hint,
+                                  NodeTable& table, bool explain) {
+  Index& index = IndexFor(shape);
+  index.Sync(table);
+  const std::vector<NodeCapacity>& free = table.Free();
+  auto refuse = [&] {
+    if (explain) return PlaceLease(shape, hint, free, table.Total());
+    return LeasePlacement();
+  };
+  if (Hard(hint)) {
+    const int i = table.ViewIndex(hint.node_id());
+    return index.Fits(i) ? PlacedOn(shape, free[i]) : refuse();
+  }
+  // The nodes the hint names come first, in PlaceLease's order; the rest by the index.
+  std::vector<const NodeCapacity*> named;
+  auto name = [&](const std::string& node_id) {
+    const int i = table.ViewIndex(node_id);
+    if (i >= 0 && std::find(named.begin(), named.end(), &free[i]) == named.end()) {
+      named.push_back(&free[i]);
+    }
+  };
+  if (!hint.node_id().empty()) name(hint.node_id());
+  for (const auto& [node_id, bytes] : hint.data_bytes()) {
+    if (bytes > 0) name(node_id);
+  }
+  std::sort(named.begin(), named.end());  // view order (free is one vector), then stable
+  std::stable_sort(named.begin(), named.end(), HintOrder{hint});
+  for (const NodeCapacity* n : named) {
+    if (LeaseFits(shape, *n)) return PlacedOn(shape, *n);
+  }
+  // The named nodes did not fit, so they are not in the index's sets.
+  const int i = hint.spread() ? index.MostCpus() : index.First();
+  return i >= 0 ? PlacedOn(shape, free[i]) : refuse();
 }
 
 }  // namespace drover

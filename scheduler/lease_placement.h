@@ -1,12 +1,19 @@
-// Where a worker lease goes: one process of a resource shape on one node. A pure
-// function over node capacities (as placement.h is for gangs), unit-tested alone.
+// Where a worker lease goes: one process of a resource shape on one node. PlaceLease is
+// a pure function over node capacities (as placement.h is for gangs), unit-tested alone;
+// LeasePlacer answers the same from per-shape indexes that follow a NodeTable's change
+// log, so that a grant costs what changed since the last one, not a scan of every node.
 #ifndef DROVER_SCHEDULER_LEASE_PLACEMENT_H_
 #define DROVER_SCHEDULER_LEASE_PLACEMENT_H_
 
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "proto/lease.pb.h"
+#include "scheduler/node_table.h"
 #include "scheduler/placement.h"
 
 namespace drover {
@@ -29,6 +36,55 @@ struct LeasePlacement {
 LeasePlacement PlaceLease(const proto::Resources& shape, const proto::PlacementHint& hint,
                           const std::vector<NodeCapacity>& free,
                           const std::vector<NodeCapacity>& total);
+
+// Whether one process of `shape` fits in `n` (PlaceLease's test).
+bool LeaseFits(const proto::Resources& shape, const NodeCapacity& n);
+
+// PlaceLease(shape, hint, table.Free(), table.Total()), answered from an index per
+// shape: the ALIVE nodes one process of the shape fits on, in view order (packing) and
+// by free CPUs (spread), kept up to date from the table's change log. The hint's few
+// named nodes (soft affinity, data) are tried first, as PlaceLease orders them. When
+// nothing fits, `explain` false answers !ok without a reason (no scan); true asks
+// PlaceLease for the reason and whether it could ever fit (a scan).
+//
+// Checked against PlaceLease on random changing tables (lease_placement_test.cc).
+// Keeps at most kMaxShapes indexes (the least recently used go). Not thread-safe: used
+// under the lock of the table's owner.
+class LeasePlacer {
+ public:
+  static constexpr size_t kMaxShapes = 64;
+
+  LeasePlacement Place(const proto::Resources& shape, const proto::PlacementHint& hint,
+                       NodeTable& table, bool explain);
+
+ private:
+  class Index {
+   public:
+    explicit Index(const proto::Resources& shape) : shape_(shape) {}
+    void Sync(NodeTable& table);
+    bool Fits(int i) const { return i >= 0 && static_cast<size_t>(i) < fits_.size() && fits_[i]; }
+    // The first node that fits in view order (-1: none).
+    int First() const { return in_order_.empty() ? -1 : *in_order_.begin(); }
+    // The node with the most free CPUs that fits, the first in view order of equals.
+    int MostCpus() const { return by_cpus_.empty() ? -1 : by_cpus_.begin()->second; }
+    uint64_t last_use = 0;
+
+   private:
+    void Set(int i, const NodeCapacity& n);
+
+    const proto::Resources shape_;
+    NodeTable::Cursor cursor_;
+    std::vector<char> fits_;     // by view index
+    std::vector<double> cpus_;   // the free CPUs by_cpus_ holds each fitting node at
+    std::set<int> in_order_;     // fitting nodes, view order
+    std::set<std::pair<double, int>> by_cpus_;  // (-free CPUs, index) of fitting nodes
+  };
+
+  Index& IndexFor(const proto::Resources& shape);
+
+  std::map<std::string, std::unique_ptr<Index>> indexes_;  // by serialized shape
+  uint64_t uses_ = 0;
+};
 
 }  // namespace drover
 

@@ -1,6 +1,9 @@
 #include "scheduler/lease_placement.h"
 
+#include <random>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace drover {
@@ -77,6 +80,118 @@ TEST(LeasePlacementTest, SaysWhyNotAndWhetherEver) {
   EXPECT_TRUE(huge.never);
   EXPECT_TRUE(absl::StrContains(huge.reason, "1000")) << huge.reason;
   EXPECT_TRUE(absl::StrContains(huge.reason, "8")) << huge.reason;
+}
+
+std::string Describe(const LeasePlacement& p) {
+  if (!p.ok) return absl::StrCat("no", p.never ? " (never): " : ": ", p.reason);
+  std::string out = absl::StrCat("on ", p.node_id, " gpus");
+  for (int g : p.gpu_ids) absl::StrAppend(&out, " ", g);
+  return out;
+}
+
+// LeasePlacer against PlaceLease on a table that changes between placements (leases
+// taken and given back, nodes leaving and joining), with every kind of hint.
+TEST(LeasePlacerTest, PlacesAsPlaceLeaseWhileTheTableChanges) {
+  std::mt19937 rng(5);
+  NodeTable table;
+  std::vector<std::string> ids;
+  auto add = [&](int i) {
+    proto::Resources r;
+    r.set_cpus(2 + i % 7);
+    r.set_gpus(i % 4 == 0 ? 2 : 0);
+    r.set_memory_bytes(int64_t{8 + i % 3} << 30);
+    if (i % 3 == 0) (*r.mutable_custom())["disk"] = 2;
+    std::vector<int> gpus;
+    for (int g = 0; g < r.gpus(); ++g) gpus.push_back(g);
+    const std::string id = absl::StrCat("n", i);
+    table.Set(id, absl::StrCat("10.0.0.", i), r, gpus, i);
+    table.SetAlive(id, true);
+    ids.push_back(id);
+  };
+  for (int i = 0; i < 30; ++i) add(i);
+  std::vector<proto::Resources> shapes = {Shape(1), Shape(2), Shape(0.5), Shape(1, 1), Shape(3),
+                                          Shape(9), Shape(0)};
+  shapes[2].set_memory_bytes(int64_t{5} << 30);
+  (*shapes[4].mutable_custom())["disk"] = 1;
+  struct Held {
+    std::string node;
+    proto::Resources shape;
+    std::vector<int> gpus;
+  };
+  std::vector<Held> held;
+  LeasePlacer placer;
+  int placed = 0, refused = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const proto::Resources& shape = shapes[rng() % shapes.size()];
+    proto::PlacementHint hint;
+    switch (rng() % 5) {
+      case 0: break;
+      case 1: hint.set_spread(true); break;
+      case 2:
+        hint.set_node_id(rng() % 8 == 0 ? "gone" : ids[rng() % ids.size()]);
+        hint.set_soft(rng() % 2 == 0);
+        break;
+      case 3:
+        for (int k = rng() % 4; k > 0; --k) {
+          (*hint.mutable_data_bytes())[ids[rng() % ids.size()]] = rng() % 3 * 1000;
+        }
+        hint.set_spread(rng() % 2 == 0);
+        break;
+      default:
+        hint.set_node_id(ids[rng() % ids.size()]);
+        hint.set_soft(true);
+        (*hint.mutable_data_bytes())[ids[rng() % ids.size()]] = 5;
+        break;
+    }
+    const bool explain = rng() % 2 == 0;
+    LeasePlacement scan = PlaceLease(shape, hint, table.Free(), table.Total());
+    LeasePlacement fast = placer.Place(shape, hint, table, explain);
+    if (explain || scan.ok) {
+      ASSERT_EQ(Describe(fast), Describe(scan)) << step << " " << shape.ShortDebugString() << " "
+                                                << hint.ShortDebugString();
+    } else {
+      ASSERT_FALSE(fast.ok) << step;
+    }
+    if (scan.ok) {
+      ++placed;
+      table.Use(scan.node_id, shape, scan.gpu_ids, +1);
+      held.push_back({scan.node_id, shape, scan.gpu_ids});
+    } else {
+      ++refused;
+    }
+    for (int f = rng() % 3; f > 0 && !held.empty(); --f) {
+      const size_t i = rng() % held.size();
+      table.Use(held[i].node, held[i].shape, held[i].gpus, -1);
+      held.erase(held.begin() + static_cast<long>(i));
+    }
+    if (step % 700 == 350) {
+      // A node leaves and another joins: the views are rebuilt, the indexes read again.
+      table.SetAlive(ids[rng() % ids.size()], false);
+      add(static_cast<int>(ids.size()));
+    }
+  }
+  EXPECT_GT(placed, 500);
+  EXPECT_GT(refused, 500);
+}
+
+// More shapes than the placer keeps indexes for: the least recently used go, and the
+// answers stay right.
+TEST(LeasePlacerTest, ManyShapesStillPlaceRight) {
+  NodeTable table;
+  proto::Resources r;
+  r.set_cpus(1000);
+  table.Set("a", "10.0.0.1", r, {}, 0);
+  table.SetAlive("a", true);
+  LeasePlacer placer;
+  for (int round = 0; round < 2; ++round) {
+    for (size_t k = 1; k <= LeasePlacer::kMaxShapes + 10; ++k) {
+      LeasePlacement p = placer.Place(Shape(static_cast<double>(k)), {}, table, true);
+      ASSERT_TRUE(p.ok) << k << ": " << p.reason;
+      table.Use("a", Shape(static_cast<double>(k)), {}, +1);
+      table.Use("a", Shape(static_cast<double>(k)), {}, -1);
+    }
+  }
+  EXPECT_FALSE(placer.Place(Shape(1001), {}, table, true).ok);
 }
 
 }  // namespace

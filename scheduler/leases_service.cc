@@ -41,14 +41,21 @@ grpc::Status LeasesService::DriverSession(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
-grpc::Status LeasesService::RequestLease(grpc::ServerContext* ctx,
-                                         const proto::RequestLeaseRequest* req,
-                                         proto::RequestLeaseReply* reply) {
-  if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
-  absl::StatusOr<proto::RequestLeaseReply> r = leases_->RequestLease(*req);
-  if (!r.ok()) return ToGrpcStatus(r.status());
-  *reply = *std::move(r);
-  return grpc::Status::OK;
+grpc::ServerUnaryReactor* LeasesService::RequestLease(grpc::CallbackServerContext* ctx,
+                                                      const proto::RequestLeaseRequest* req,
+                                                      proto::RequestLeaseReply* reply) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) {
+    reactor->Finish(s);
+    return reactor;
+  }
+  // Answered once, maybe before this returns, maybe from the thread of its grant.
+  leases_->RequestLease(*req, [reactor, reply](absl::StatusOr<proto::RequestLeaseReply> r) {
+    if (!r.ok()) return reactor->Finish(ToGrpcStatus(r.status()));
+    *reply = *std::move(r);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
 }
 
 grpc::Status LeasesService::ReturnLease(grpc::ServerContext* ctx, const proto::ReturnWorkerLeaseRequest* req,

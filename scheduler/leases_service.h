@@ -1,5 +1,7 @@
 // The scheduler's Leases gRPC service (proto/lease.proto): token check, then the lease
 // manager (leases, actors), the package store, and driver jobs in the core.
+// RequestLease is a callback method: a call waiting for its lease holds no thread (the
+// lease manager answers it when its request is granted or its wait ends).
 #ifndef DROVER_SCHEDULER_LEASES_SERVICE_H_
 #define DROVER_SCHEDULER_LEASES_SERVICE_H_
 
@@ -13,20 +15,25 @@
 
 namespace drover {
 
-class LeasesService final : public proto::Leases::Service {
+class LeasesService final
+    : public proto::Leases::WithCallbackMethod_RequestLease<proto::Leases::Service> {
  public:
   // All three must outlive the service.
   LeasesService(SchedulerCore* core, LeaseManager* leases, PackageStore* packages, std::string token)
       : core_(core), leases_(leases), packages_(packages), token_(std::move(token)) {}
-  // Ends open driver sessions promptly (shutdown).
-  void BeginShutdown() { stopping_ = true; }
+  // Ends open driver sessions promptly, and answers waiting lease requests (shutdown).
+  void BeginShutdown() {
+    stopping_ = true;
+    leases_->Stop();
+  }
 
   grpc::Status RegisterDriver(grpc::ServerContext* ctx, const proto::RegisterDriverRequest* req,
                               proto::RegisterDriverReply* reply) override;
   grpc::Status DriverSession(grpc::ServerContext* ctx, const proto::DriverSessionRequest* req,
                              grpc::ServerWriter<proto::DriverNotice>* writer) override;
-  grpc::Status RequestLease(grpc::ServerContext* ctx, const proto::RequestLeaseRequest* req,
-                            proto::RequestLeaseReply* reply) override;
+  grpc::ServerUnaryReactor* RequestLease(grpc::CallbackServerContext* ctx,
+                                         const proto::RequestLeaseRequest* req,
+                                         proto::RequestLeaseReply* reply) override;
   grpc::Status ReturnLease(grpc::ServerContext* ctx, const proto::ReturnWorkerLeaseRequest* req,
                            proto::ReturnWorkerLeaseReply* reply) override;
   grpc::Status ReportWorkerExit(grpc::ServerContext* ctx, const proto::ReportWorkerExitRequest* req,

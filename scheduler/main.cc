@@ -51,6 +51,8 @@ int main(int argc, char** argv) {
               ready_file, package_dir, tls_dir;
   int port = 0, metrics_port = 0;
   drover::TimelineLimits timeline_limits;
+  drover::LeaseManagerOptions lease_options;
+  int64_t lease_request_memory_ms = absl::ToInt64Milliseconds(lease_options.request_memory);
   int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000,
           abort_notice_ms = 3000, session_grace_ms = 1000, redis_wait_ms = 30000;
   app.add_option("--bind", bind, "IP address to listen on (0.0.0.0 for all)");
@@ -79,6 +81,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{10}, int64_t{60000}));
   app.add_option("--kill-grace-ms", kill_grace_ms, "SIGTERM to SIGKILL grace for workers")
       ->check(CLI::Range(int64_t{0}, int64_t{600000}));
+  app.add_option("--max-queued-leases", lease_options.max_queued,
+                 "task lease requests queued at most (~0.5 KB each); beyond, requests are "
+                 "refused RESOURCE_EXHAUSTED")
+      ->check(CLI::Range(size_t{1}, size_t{100000000}));
+  app.add_option("--lease-request-memory-ms", lease_request_memory_ms,
+                 "forget a task lease request nobody asked about for this long (a queued "
+                 "one leaves the queue; an unclaimed granted lease is returned)")
+      ->check(CLI::Range(int64_t{1000}, int64_t{86400000}));
   app.add_option("--abort-notice-ms", abort_notice_ms,
                  "after a failure, how long processes that watch their job generation "
                  "(collective groups) get to abort and exit on their own before SIGTERM")
@@ -152,7 +162,9 @@ int main(int argc, char** argv) {
   options.timeline = &timeline;
   auto core = std::make_unique<drover::SchedulerCore>(options, std::move(store),
                                                       drover::NewGrpcAgentClient(*token));
-  drover::LeaseManager leases(core->resource_book(), drover::NewGrpcWorkerClient(*token));
+  lease_options.request_memory = absl::Milliseconds(lease_request_memory_ms);
+  drover::LeaseManager leases(core->resource_book(), drover::NewGrpcWorkerClient(*token),
+                              options.clock, lease_options);
   leases.SetTimeline(&timeline);
   drover::SchedulerMetrics metrics(core.get(), &leases);
   timeline.SetListener(metrics.TimelineListener());

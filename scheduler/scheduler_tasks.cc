@@ -19,12 +19,27 @@ class SchedulerCore::Book : public ResourceBook {
                                               std::string* reason) override {
     absl::MutexLock lock(&core_->mu_);
     NodeTable& table = core_->table_;
-    LeasePlacement p = PlaceLease(shape, hint, table.Free(), table.Total());
+    LeasePlacement p = placer_.Place(shape, hint, table, /*explain=*/true);
     if (!p.ok) {
       if (p.never) return absl::FailedPreconditionError(p.reason);
       *reason = p.reason;
       return std::optional<Grant>();
     }
+    return GrantLocked(shape, std::move(p));
+  }
+
+  std::optional<Grant> TryReserve(const proto::Resources& shape,
+                                  const proto::PlacementHint& hint) override {
+    absl::MutexLock lock(&core_->mu_);
+    // From the per-shape indexes: a grant costs what changed, not a scan of the nodes.
+    LeasePlacement p = placer_.Place(shape, hint, core_->table_, /*explain=*/false);
+    if (!p.ok) return std::nullopt;
+    return GrantLocked(shape, std::move(p));
+  }
+
+  // Takes `p` (placed) on the table. REQUIRES: core_->mu_ held.
+  Grant GrantLocked(const proto::Resources& shape, LeasePlacement p) {
+    NodeTable& table = core_->table_;
     Node* node = core_->FindNodeLocked(p.node_id);
     table.Use(p.node_id, shape, p.gpu_ids, +1);
     Grant g;
@@ -32,7 +47,15 @@ class SchedulerCore::Book : public ResourceBook {
     g.agent_address = node->info.agent_address();
     g.shape = shape;
     g.gpu_ids = std::move(p.gpu_ids);
-    return std::optional<Grant>(std::move(g));
+    return g;
+  }
+
+  std::string Explain(const proto::Resources& shape, const proto::PlacementHint& hint) override {
+    absl::MutexLock lock(&core_->mu_);
+    NodeTable& table = core_->table_;
+    LeasePlacement p = PlaceLease(shape, hint, table.Free(), table.Total());
+    if (p.ok) return "waiting for its turn in the queue of lease requests";
+    return p.never ? absl::StrCat(p.reason, "; waiting for a node that has it") : p.reason;
   }
 
   void Release(const Grant& g) override {
@@ -79,6 +102,7 @@ class SchedulerCore::Book : public ResourceBook {
 
  private:
   SchedulerCore* const core_;
+  LeasePlacer placer_;  // guarded by core_->mu_
 };
 
 std::unique_ptr<ResourceBook> SchedulerCore::MakeBook(SchedulerCore* core) {

@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
+#include "scheduler/testing/lease_fakes.h"
 #include "tests/util/test_util.h"
 
 namespace drover {
@@ -39,25 +40,6 @@ class FakeBook : public ResourceBook {
   std::atomic<bool> fits{false};
   std::atomic<bool> running{true};
   std::atomic<int> reserves{0};
-};
-
-class FakeWorkers : public WorkerClient {
- public:
-  absl::StatusOr<proto::StartWorkerReply> StartWorker(const std::string&,
-                                                      const proto::StartWorkerRequest&) override {
-    ++starts;
-    proto::StartWorkerReply reply;
-    reply.set_worker_id("worker-1");
-    return reply;
-  }
-  absl::Status KillWorker(const std::string&, const proto::KillWorkerRequest&) override {
-    return absl::OkStatus();
-  }
-  absl::Status StopJob(const std::string&, const std::string&) override { return absl::OkStatus(); }
-  absl::Status DeleteObjects(const std::string&, const std::vector<std::string>&) override {
-    return absl::OkStatus();
-  }
-  std::atomic<int> starts{0};
 };
 
 // Found by the chaos campaign: a request that waited for room was granted after its

@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
+#include "scheduler/testing/lease_fakes.h"
 #include "tests/util/test_util.h"
 
 namespace drover {
@@ -27,23 +28,6 @@ class RoomyBook : public ResourceBook {
   std::string SchedulerAddress() override { return "10.0.0.9:7070"; }
 };
 
-class StartingWorkers : public WorkerClient {
- public:
-  absl::StatusOr<proto::StartWorkerReply> StartWorker(const std::string&,
-                                                      const proto::StartWorkerRequest& req) override {
-    proto::StartWorkerReply reply;
-    reply.set_worker_id(absl::StrCat("worker-", req.lease_id()));
-    return reply;
-  }
-  absl::Status KillWorker(const std::string&, const proto::KillWorkerRequest&) override {
-    return absl::OkStatus();
-  }
-  absl::Status StopJob(const std::string&, const std::string&) override { return absl::OkStatus(); }
-  absl::Status DeleteObjects(const std::string&, const std::vector<std::string>&) override {
-    return absl::OkStatus();
-  }
-};
-
 proto::RequestLeaseRequest Ask(const std::string& request_id) {
   proto::RequestLeaseRequest req;
   req.set_job_id("job-1");
@@ -56,7 +40,7 @@ proto::RequestLeaseRequest Ask(const std::string& request_id) {
 TEST(LeaseManagerTest, ARequestIsRememberedForAMinuteAfterItWasLastAsked) {
   FakeClock clock;
   RoomyBook book;
-  LeaseManager leases(&book, std::make_unique<StartingWorkers>(), &clock);
+  LeaseManager leases(&book, std::make_unique<FakeWorkers>(), &clock);
   auto first = leases.RequestLease(Ask("a"));
   ASSERT_TRUE(first.ok() && first->granted()) << first.status();
   // Asked again within the minute (a retry): the same lease, however many others came.
@@ -180,7 +164,7 @@ std::vector<std::string> Fill(LeaseManager& leases) {
 
 TEST(LeaseQueueingTest, WaitingRequestsAreGrantedInOrderOneCallerPerReturnedLease) {
   SlotBook book(4);
-  LeaseManager leases(&book, std::make_unique<StartingWorkers>());
+  LeaseManager leases(&book, std::make_unique<FakeWorkers>());
   std::vector<std::string> held = Fill(leases);
   Answers answers;
   constexpr int kWaiting = 1000;
@@ -212,7 +196,7 @@ TEST(LeaseQueueingTest, WaitingRequestsAreGrantedInOrderOneCallerPerReturnedLeas
 TEST(LeaseQueueingTest, AWaitEndsPendingAtItsDeadlineAndTheRequestKeepsItsPlace) {
   FakeClock clock;
   SlotBook book(4);
-  LeaseManager leases(&book, std::make_unique<StartingWorkers>(), &clock);
+  LeaseManager leases(&book, std::make_unique<FakeWorkers>(), &clock);
   std::vector<std::string> held = Fill(leases);
   Answers answers;
   proto::RequestLeaseRequest first = AskWaiting("first");
@@ -241,7 +225,7 @@ TEST(LeaseQueueingTest, AWaitEndsPendingAtItsDeadlineAndTheRequestKeepsItsPlace)
 
 TEST(LeaseQueueingTest, AnEndedJobsQueuedRequestsAreDroppedWithWhy) {
   SlotBook book(4);
-  LeaseManager leases(&book, std::make_unique<StartingWorkers>());
+  LeaseManager leases(&book, std::make_unique<FakeWorkers>());
   std::vector<std::string> held = Fill(leases);
   Answers answers;
   for (const char* id : {"a1", "a2"}) leases.RequestLease(AskWaiting(id, "job-a"), answers.For(id));
@@ -270,7 +254,7 @@ TEST(LeaseQueueingTest, AFullQueueRefusesWithResourceExhausted) {
   SlotBook book(4);
   LeaseManagerOptions options;
   options.max_queued = 3;
-  LeaseManager leases(&book, std::make_unique<StartingWorkers>(), nullptr, options);
+  LeaseManager leases(&book, std::make_unique<FakeWorkers>(), nullptr, options);
   Fill(leases);
   for (int i = 0; i < 3; ++i) ASSERT_FALSE(leases.RequestLease(Ask(absl::StrCat("q", i)))->granted());
   auto refused = leases.RequestLease(Ask("q3"));
@@ -285,7 +269,7 @@ TEST(LeaseQueueingTest, AFullQueueRefusesWithResourceExhausted) {
 TEST(LeaseQueueingTest, ALeaseNobodyCameForIsReturned) {
   FakeClock clock;
   SlotBook book(4);
-  LeaseManager leases(&book, std::make_unique<StartingWorkers>(), &clock);
+  LeaseManager leases(&book, std::make_unique<FakeWorkers>(), &clock);
   std::vector<std::string> held = Fill(leases);
   ASSERT_FALSE(leases.RequestLease(Ask("gone"))->granted());  // its caller goes away
   leases.ReturnLease(held[0], "done");
@@ -301,7 +285,7 @@ TEST(LeaseQueueingTest, ALeaseNobodyCameForIsReturned) {
 TEST(LeaseQueueingTest, ARequestItsCallerGaveUpIsForgottenNotGranted) {
   FakeClock clock;
   SlotBook book(4);
-  LeaseManager leases(&book, std::make_unique<StartingWorkers>(), &clock);
+  LeaseManager leases(&book, std::make_unique<FakeWorkers>(), &clock);
   std::vector<std::string> held = Fill(leases);
   ASSERT_FALSE(leases.RequestLease(Ask("gave-up"))->granted());  // wait 0, never again
   clock.Advance(absl::Seconds(3));

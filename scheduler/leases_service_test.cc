@@ -14,29 +14,13 @@
 #include "common/rpc.h"
 #include "gtest/gtest.h"
 #include "scheduler/testing/core_fakes.h"
+#include "scheduler/testing/lease_fakes.h"
 #include "tests/util/test_util.h"
 
 namespace drover {
 namespace {
 
 constexpr char kToken[] = "leases-service-test";
-
-class Workers : public WorkerClient {
- public:
-  absl::StatusOr<proto::StartWorkerReply> StartWorker(const std::string&,
-                                                      const proto::StartWorkerRequest& req) override {
-    proto::StartWorkerReply reply;
-    reply.set_worker_id(absl::StrCat("worker-", req.lease_id()));
-    return reply;
-  }
-  absl::Status KillWorker(const std::string&, const proto::KillWorkerRequest&) override {
-    return absl::OkStatus();
-  }
-  absl::Status StopJob(const std::string&, const std::string&) override { return absl::OkStatus(); }
-  absl::Status DeleteObjects(const std::string&, const std::vector<std::string>&) override {
-    return absl::OkStatus();
-  }
-};
 
 int Threads() {
   int n = 0;
@@ -60,7 +44,7 @@ TEST(LeasesServiceTest, WaitingCallsHoldNoThreadAndEndWithTheirDriver) {
   auto core = std::make_unique<SchedulerCore>(o, NewMemoryStateStore(),
                                               std::make_unique<testing::FakeAgents>());
   ASSERT_TRUE(core->Start().ok());
-  LeaseManager leases(core->resource_book(), std::make_unique<Workers>());
+  LeaseManager leases(core->resource_book(), std::make_unique<FakeWorkers>());
   core->SetLeaseManager(&leases);
   PackageStore packages(absl::StrCat(getenv("TEST_TMPDIR"), "/packages"));
   LeasesService service(core.get(), &leases, &packages, kToken);

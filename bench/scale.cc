@@ -72,7 +72,8 @@ void KillSchedulerAndExit(int sig) {
   ::raise(sig);
 }
 
-[[noreturn]] void Die(const std::string& msg) {
+// Says why and ends the benchmark, and its scheduler with it.
+[[noreturn]] void Fail(const std::string& msg) {
   std::cerr << "scale: " << msg << "\n";
   const pid_t pid = g_scheduler.load();
   if (pid > 0) ::kill(pid, SIGKILL);
@@ -106,8 +107,8 @@ template <typename Done>
 void WaitUntil(Done done, absl::Duration timeout, const std::string& what,
                SchedulerProcess& scheduler) {
   for (absl::Time deadline = absl::Now() + timeout; !done();) {
-    if (absl::Now() >= deadline) Die(what + " did not happen in time\n" + scheduler.LogTail());
-    if (!scheduler.Running()) Die("the scheduler exited\n" + scheduler.LogTail());
+    if (absl::Now() >= deadline) Fail(what + " did not happen in time\n" + scheduler.LogTail());
+    if (!scheduler.Running()) Fail("the scheduler exited\n" + scheduler.LogTail());
     absl::SleepFor(absl::Milliseconds(20));
   }
 }
@@ -118,21 +119,21 @@ void ReportProbe(const std::string& phase, int nodes, const LatencyProbe::Sample
                     s.errors.count ? "; " + s.errors.Describe() : ""));
   Bench(absl::StrCat("jobs_p99_", phase), nodes, Percentile(s.jobs_ms, 0.99), "ms");
   Bench(absl::StrCat("status_p99_", phase), nodes, Percentile(s.status_ms, 0.99), "ms");
-  if (s.errors.count > 0) Die(absl::StrCat(phase, ": probe ", s.errors.Describe()));
+  if (s.errors.count > 0) Fail(absl::StrCat(phase, ": probe ", s.errors.Describe()));
 }
 
 void RunScale(const std::string& binary, const Flags& f, int nodes) {
   std::cout << "--- " << nodes << " nodes" << std::endl;
   char tmpl[] = "/tmp/drover-scale-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp failed");
+  if (::mkdtemp(tmpl) == nullptr) Fail("mkdtemp failed");
   const std::string dir = tmpl;
   auto scheduler = SchedulerProcess::Start(binary, dir,
                                            {"--heartbeat-ms", absl::StrCat(f.heartbeat_ms)});
-  if (!scheduler.ok()) Die(std::string(scheduler.status().message()));
+  if (!scheduler.ok()) Fail(std::string(scheduler.status().message()));
   SchedulerProcess& s = **scheduler;
   g_scheduler = s.pid();
   auto client = Client::Connect({s.address(), s.token_file()});
-  if (!client.ok()) Die(std::string(client.status().message()));
+  if (!client.ok()) Fail(std::string(client.status().message()));
   const int64_t rss_empty = s.RssBytes();
 
   // register
@@ -144,10 +145,10 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
   const absl::Time t0 = absl::Now();
   const absl::Duration c0 = s.CpuTime();
   auto fleet_or = SimFleet::Start(fo);
-  if (!fleet_or.ok()) Die(std::string(fleet_or.status().message()));
+  if (!fleet_or.ok()) Fail(std::string(fleet_or.status().message()));
   SimFleet& fleet = **fleet_or;
   if (absl::Status r = fleet.WaitReady(absl::Minutes(2)); !r.ok()) {
-    Die(absl::StrCat(r.message(), "\n", s.LogTail()));
+    Fail(absl::StrCat(r.message(), "\n", s.LogTail()));
   }
   Bench("register", nodes, absl::ToDoubleSeconds(absl::Now() - t0), "s");
   Note(absl::StrFormat("registration used %.2f s of scheduler CPU",
@@ -163,7 +164,7 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
   // heartbeat, full tables
   const int slots = static_cast<int>(nodes * f.cpus_per_node);
   SubmitResult fill = SubmitMany(**client, SimJob(-1), slots, f.submit_threads);
-  if (fill.errors.count > 0) Die("fill: " + fill.errors.Describe());
+  if (fill.errors.count > 0) Fail("fill: " + fill.errors.Describe());
   WaitUntil([&] { return fleet.stats().running == slots; }, absl::Minutes(5),
             absl::StrCat(slots, " filling jobs running"), s);
   fleet.TakeHeartbeatLatencies();
@@ -177,7 +178,7 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
   probe.Take();
   const int64_t rss_full = s.RssBytes();
   SubmitResult queued = SubmitMany(**client, SimJob(0), f.queued, f.submit_threads);
-  if (queued.errors.count > 0) Die("queue: " + queued.errors.Describe());
+  if (queued.errors.count > 0) Fail("queue: " + queued.errors.Describe());
   const int64_t rss_queued = s.RssBytes();
   Bench("submit_rate", nodes, f.queued / absl::ToDoubleSeconds(queued.wall), "jobs/s");
   Note(absl::StrCat("submit latency ", DescribeLatencies(queued.latency_ms)));
@@ -238,7 +239,7 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
     // Jobs that exit at once: the cluster runs them as fast as the scheduler places.
     LoadResult load = RunLoad({s.address(), s.token_file()}, SimJob(0), f.load_clients,
                               absl::Seconds(f.load_s));
-    if (load.errors.count > 0) Die("load: " + load.errors.Describe());
+    if (load.errors.count > 0) Fail("load: " + load.errors.Describe());
     Bench("load_submits_per_s", nodes,
           load.job_ids.size() / absl::ToDoubleSeconds(load.wall), "jobs/s");
     Bench("load_submit_p99", nodes, Percentile(load.submit_ms, 0.99), "ms");
@@ -250,7 +251,7 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
         absl::Minutes(3) + absl::Milliseconds(static_cast<int64_t>(load.job_ids.size()));
     if (absl::Status ran = CheckEverySubmissionRan(**client, load, before, to_run);
         !ran.ok()) {
-      Die(absl::StrCat("load: ", ran.message()));
+      Fail(absl::StrCat("load: ", ran.message()));
     }
     Note(absl::StrCat("none lost: ", load.job_ids.size(), " submissions, as many jobs, all "
                       "SUCCEEDED"));
@@ -266,7 +267,7 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
     lo.cycles = f.lease_cycles;
     lo.pending = f.pending_leases;
     lo.waiting = f.waiting_leases;
-    if (!RunLeaseBench(s, lo)) Die("the lease benchmark failed\n" + s.LogTail());
+    if (!RunLeaseBench(s, lo)) Fail("the lease benchmark failed\n" + s.LogTail());
   }
   fleet.Stop();
   g_scheduler = -1;
@@ -311,11 +312,11 @@ int main(int argc, char** argv) {
   std::vector<int> counts;
   for (absl::string_view n : absl::StrSplit(f.nodes, ',')) {
     int v = 0;
-    if (!absl::SimpleAtoi(n, &v) || v < 1) Die(absl::StrCat("--nodes: bad count '", n, "'"));
+    if (!absl::SimpleAtoi(n, &v) || v < 1) Fail(absl::StrCat("--nodes: bad count '", n, "'"));
     counts.push_back(v);
   }
   const std::string root = FindRunfilesRoot(argv[0], "scheduler");
-  if (root.empty()) Die("cannot find drover-scheduler in the runfiles; run `bazel run -c opt //bench:scale`");
+  if (root.empty()) Fail("cannot find drover-scheduler in the runfiles; run `bazel run -c opt //bench:scale`");
   std::cout << "machine: " << CpuModel() << ", " << sysconf(_SC_NPROCESSORS_ONLN)
             << " CPUs; load average at start: ";
   double load[3] = {0, 0, 0};

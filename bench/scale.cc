@@ -72,6 +72,7 @@ void KillSchedulerAndExit(int sig) {
   ::raise(sig);
 }
 
+// Says why and ends the benchmark, and its scheduler with it.
 [[noreturn]] void Fatal(const std::string& msg) {
   std::cerr << "scale: " << msg << "\n";
   const pid_t pid = g_scheduler.load();

@@ -240,7 +240,11 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
     }
   }
   for (const auto& [key, all_exited] : groups) {
-    if (all_exited) {
+    // Not before the job's record is saved: a scheduler restarted before that reloads
+    // the record from before the exits, and needs the agent to report them again
+    // (found by the chaos campaign: a SUCCEEDED job, its end unsaved, came back as
+    // FAILED "its node agent restarted and no longer has the process").
+    if (all_exited && persister_.Saved(key.first)) {
       auto* f = reply->add_forget();
       f->set_job_id(key.first);
       f->set_generation(key.second);

@@ -173,7 +173,10 @@ void Campaign::AfterFaults(Workload& workload, std::vector<JobRecord>& jobs) {
   spec.nproc = options_.nodes;
   spec.nproc_per_node = 1;
   spec.name = "chaos-readback";
-  std::vector<JobRecord> after = {workload.SubmitAndWait(JobKind::kReadback, spec),
+  // Each object no node holds costs its 3 s timeout (16 at a time): a long run's
+  // read-back takes minutes.
+  std::vector<JobRecord> after = {workload.SubmitAndWait(JobKind::kReadback, spec,
+                                                         absl::Minutes(20)),
                                   workload.DroverRun(JobKind::kEcho, {"--", "/bin/echo", "after-chaos"},
                                                      0, "after-chaos"),
                                   workload.SubmitAndWait(JobKind::kGang,

@@ -14,7 +14,7 @@
 //       across nodes and checks each byte (a mismatch exits 42). All but every fourth
 //       object are deleted at the end (the stores would otherwise only ever fill).
 //   chaos_worker readback --truth DIR --list FILE [--timeout-s T]
-//       Reads back every object of FILE ("ID SIZE" lines), 8 at a time.
+//       Reads back every object of FILE ("ID SIZE" lines), 16 at a time.
 //
 // Exit codes: 0 done, 1 a cluster operation failed (recorded with its error), 2 bad
 // arguments, 3 no truth file, 42 a wrong value (the campaign's violation), other codes
@@ -227,7 +227,7 @@ int Readback(const Args& a, TruthLog& truth) {
   std::atomic<size_t> next{0};
   std::atomic<bool> wrong{false};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
+  for (int t = 0; t < 16; ++t) {
     threads.emplace_back([&] {
       for (size_t i; (i = next++) < items.size();) {
         if (!ReadBack(**objects, truth, items[i].first, items[i].second,

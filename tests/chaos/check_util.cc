@@ -115,7 +115,10 @@ void CheckRunOutput(const CheckContext& ctx, const JobRecord& r, const JobInfo& 
                                  JobStateName(j.state), "); its stderr: ", Tail(r.cli_err)));
     return;
   }
-  if (r.cli_exit != j.exit_code) {
+  // Whether it followed the job to its end: it printed the job's summary line.
+  const bool followed =
+      absl::StrContains(r.cli_err, absl::StrCat("drover: ", j.job_id, " ", JobStateName(j.state)));
+  if (r.cli_exit != j.exit_code || !followed) {
     // Allowed only when a fault explains it and the CLI said what went wrong.
     const bool said = absl::StrContains(r.cli_err, "drover: ");
     if (r.cli_exit == 0 || !said || TouchedBy(ctx, r, j) == nullptr) {

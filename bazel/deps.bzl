@@ -11,7 +11,8 @@ Labels such as `@system//:absl` in drover's BUILD files resolve in the *main*
 workspace, so the main workspace must declare these repositories, under these names:
 
   @system         Debian's Abseil, gRPC, protobuf, hiredis, OpenSSL, msgpack and
-                  GoogleTest as cc_library targets (link flags from pkg-config).
+                  GoogleTest as cc_library targets (link flags from pkg-config; static,
+                  or shared under //bazel:shared_system_libs), and Python's headers.
   @local_cuda     the CUDA Toolkit's headers under /usr/local/cuda (fetched only when
                   a GPU target is built).
   @rules_cc, @rules_java, @remote_coverage_tools
@@ -53,7 +54,13 @@ def drover_dependencies():
             name = stand_in,
             marker = Label("//third_party/%s:WORKSPACE" % stand_in),
         )
-    _maybe(system_libs, name = "system")
+    shared = Label("//bazel:shared_system_libs")
+    _maybe(
+        system_libs,
+        name = "system",
+        # A label string that means drover's repository from inside @system.
+        shared_setting = "@%s//%s:%s" % (shared.workspace_name, shared.package, shared.name),
+    )
     _maybe(
         native.new_local_repository,
         name = "local_cuda",

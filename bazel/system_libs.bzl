@@ -35,6 +35,16 @@ _SHARED_LIBS = {
     "httplib": ["cpp-httplib"],
 }
 
+# Headers outside the compiler's search path: name -> pkg-config module. Each becomes a
+# cc_library over a symlink to the module's first include directory (Bazel accepts only
+# declared headers, and include paths inside the repository). A module that is not
+# installed gives an empty library: only what includes its headers fails to build.
+_HEADER_LIBS = {
+    # Python.h for the Python module (//python:drover); it links no libpython (the
+    # interpreter that imports the module has those symbols).
+    "python": "python3",
+}
+
 def _dedup(flags):
     seen = {}
     out = []
@@ -77,16 +87,39 @@ def _system_libs_impl(ctx):
         "",
     ]
     for name, (modules, extra) in _LIBS.items():
-        flags = []
+        static = []
+        shared = []
         if modules:
             res = ctx.execute(["pkg-config", "--static", "--libs"] + modules)
-            if res.return_code != 0:
-                fail("pkg-config failed for %s: %s\nRun drover's scripts/setup.sh to install the system packages." % (name, res.stderr))
-            flags = _static_flags(_dedup(res.stdout.strip().split(" ")))
-        flags = flags + extra
+            dyn = ctx.execute(["pkg-config", "--libs"] + modules)
+            if res.return_code != 0 or dyn.return_code != 0:
+                fail("pkg-config failed for %s: %s\nRun drover's scripts/setup.sh to install the system packages." % (name, res.stderr + dyn.stderr))
+            static = _static_flags(_dedup(res.stdout.strip().split(" ")))
+            shared = _dedup(dyn.stdout.strip().split(" "))
         lines.append("cc_library(")
         lines.append('    name = "%s",' % name)
-        lines.append("    linkopts = %s," % repr(flags))
+        if modules:
+            # Shared objects where the whole link must be position-independent (the
+            # Python module, built through //bazel:python.bzl's transition): Debian's
+            # archives of Abseil, protobuf and re2 use thread-local storage in a way
+            # only an executable may (R_X86_64_TPOFF32), so they cannot go into a .so.
+            lines.append("    linkopts = select({")
+            lines.append('        "%s": %s,' % (ctx.attr.shared_setting, repr(shared + extra)))
+            lines.append('        "//conditions:default": %s,' % repr(static + extra))
+            lines.append("    }),")
+        else:
+            lines.append("    linkopts = %s," % repr(extra))
+        lines.append(")")
+        lines.append("")
+    for name, module in _HEADER_LIBS.items():
+        res = ctx.execute(["pkg-config", "--cflags-only-I", module])
+        dirs = [f[2:] for f in res.stdout.strip().split(" ") if f.startswith("-I")] if res.return_code == 0 else []
+        lines.append("cc_library(")
+        lines.append('    name = "%s",' % name)
+        if dirs:
+            ctx.symlink(dirs[0], name + "_include")
+            lines.append('    hdrs = glob(["%s_include/**/*.h"]),' % name)
+            lines.append('    includes = ["%s_include"],' % name)
         lines.append(")")
         lines.append("")
     for name, modules in _SHARED_LIBS.items():
@@ -106,6 +139,11 @@ def _system_libs_impl(ctx):
 
 system_libs = repository_rule(
     implementation = _system_libs_impl,
+    attrs = {
+        # The config_setting (of drover's repository) under which libraries link as
+        # shared objects: "@//bazel:shared_system_libs" in drover's own workspace.
+        "shared_setting": attr.string(mandatory = True),
+    },
     local = True,
     environ = ["PKG_CONFIG_PATH"],
 )

@@ -6,8 +6,46 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 namespace drover::bench {
+namespace {
+std::string& BenchName() {
+  static std::string* name = new std::string("bench");
+  return *name;
+}
+}  // namespace
+
+void SetBenchName(const std::string& name) { BenchName() = name; }
+
+void Die(const std::string& msg) {
+  std::cerr << "bench/" << BenchName() << ": " << msg << "\n";
+  std::exit(1);
+}
+
+void Line(const std::string& line) { std::cout << line << "\n" << std::flush; }
+
+std::string SetUpClusterRun(const char* argv0) {
+  const std::string root = FindRunfilesRoot(argv0, "scheduler");
+  if (root.empty()) Die("cannot find the runfiles; run it with `bazel run -c opt //bench:" + BenchName() + "`");
+  ::setenv("TEST_SRCDIR", root.c_str(), 1);
+  ::setenv("TEST_WORKSPACE", "drover", 1);
+  std::string tmpl = "/tmp/drover-bench-" + BenchName() + "-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp");
+  ::setenv("TEST_TMPDIR", tmpl.c_str(), 1);
+  return tmpl;
+}
+
+void FinishClusterRun(const std::string& tmp, bool keep) {
+  if (keep) return;
+  std::error_code ec;
+  std::filesystem::remove_all(tmp, ec);
+}
+
+std::string MachineLine() {
+  return "machine: " + std::to_string(::sysconf(_SC_NPROCESSORS_ONLN)) + " CPUs, " + CpuModel() + ", " +
+         std::to_string(static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) >> 20) + " MiB RAM";
+}
 
 std::string CpuModel() {
   std::ifstream in("/proc/cpuinfo");

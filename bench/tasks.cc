@@ -91,18 +91,6 @@ namespace {
 
 using testing::TestCluster;
 
-[[noreturn]] void Die(const std::string& msg) {
-  std::cerr << "bench/tasks: " << msg << "\n";
-  std::exit(1);
-}
-
-template <typename T>
-T Must(absl::StatusOr<T> v, const std::string& what) {
-  if (!v.ok()) Die(absl::StrCat(what, ": ", v.status().ToString()));
-  return *std::move(v);
-}
-
-void Line(const std::string& line) { std::cout << line << "\n" << std::flush; }
 
 void Rate(const std::string& name, double ours, double base, double pipelined) {
   Line(absl::StrFormat("BENCH %s %.0f /s baseline=%.0f ratio=%.2f pipelined_echo=%.0f", name, ours,
@@ -290,22 +278,13 @@ int Main(int argc, char** argv) {
   app.add_flag("--echo-tcp", echo_tcp)->group("");
   app.add_flag("--spawn-only", spawn_only)->group("");
   CLI11_PARSE(app, argc, argv);
+  SetBenchName("tasks");
   if (spawn_only) return 0;
   if (echo_tcp || !echo_unix.empty()) return EchoServer(echo_tcp ? "" : echo_unix);
   signal(SIGPIPE, SIG_IGN);
-  std::string root = FindRunfilesRoot(argv[0], "scheduler");
-  if (root.empty()) Die("cannot find the runfiles; run it with `bazel run -c opt //bench:tasks`");
-  ::setenv("TEST_SRCDIR", root.c_str(), 1);
-  ::setenv("TEST_WORKSPACE", "drover", 1);
-  char tmpl[] = "/tmp/drover-bench-tasks-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) Die("mkdtemp");
-  const std::string tmp = tmpl;
-  ::setenv("TEST_TMPDIR", tmp.c_str(), 1);
+  const std::string tmp = SetUpClusterRun(argv[0]);
 
-  std::cout << "drover tasks benchmark: 2-node local cluster (4 CPUs each)\n"
-            << "machine: " << ::sysconf(_SC_NPROCESSORS_ONLN) << " CPUs, " << CpuModel() << ", "
-            << (static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) >> 20)
-            << " MiB RAM\n" << std::flush;
+  std::cout << "drover tasks benchmark: 2-node local cluster (4 CPUs each)\n" << MachineLine() << "\n" << std::flush;
   {
     testing::TestClusterOptions o;
     o.nodes = 2;
@@ -430,10 +409,7 @@ int Main(int argc, char** argv) {
     std::cout << absl::StrFormat("  (a 1 MiB put inside a worker: %.1f us)\n", wput.ok() ? *wput : -1.0);
     Shutdown();
   }
-  if (!flags.keep) {
-    std::error_code ec;
-    std::filesystem::remove_all(tmp, ec);
-  }
+  FinishClusterRun(tmp, flags.keep);
   return 0;
 }
 

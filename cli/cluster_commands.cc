@@ -17,15 +17,18 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "cli/cluster_file.h"
 #include "cli/commands.h"
 #include "cli/job_spec.h"
+#include "cli/status_line.h"
 #include "cli/table.h"
 #include "common/auth.h"
 #include "common/files.h"
 #include "common/net.h"
 #include "common/paths.h"
+#include "common/progress_line.h"
 #include "common/spawn.h"
 #include "common/status_macros.h"
 #include "drover/client.h"
@@ -42,6 +45,27 @@ bool Alive(pid_t pid) {
   if (::waitpid(pid, &status, WNOHANG) == pid) return false;
   return ::kill(pid, 0) == 0;
 }
+
+// The program `pid` was started as: the file name of its argv[0] up to the first space
+// (redis-server retitles itself "redis-server 127.0.0.1:PORT"); "" if unknown.
+std::string ProgramOf(pid_t pid) {
+  auto cmdline = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+  if (!cmdline.ok()) return "";
+  std::string argv0 = cmdline->substr(0, cmdline->find_first_of(std::string(" \0", 2)));
+  const size_t slash = argv0.rfind('/');
+  return slash == std::string::npos ? argv0 : argv0.substr(slash + 1);
+}
+
+// True if `pid` runs and is the daemon `program` that the cluster file recorded. A pid
+// from a cluster file that outlived its daemons (a reboot, a crash) may belong to an
+// unrelated process by now, which must never be signalled.
+bool RunsDaemon(pid_t pid, absl::string_view program) {
+  return Alive(pid) && ProgramOf(pid) == program;
+}
+
+constexpr absl::string_view kSchedulerProgram = "drover-scheduler";
+constexpr absl::string_view kAgentProgram = "drover-agent";
+constexpr absl::string_view kRedisProgram = "redis-server";
 
 // True once something accepts TCP connections at 127.0.0.1:port.
 bool Accepts(int port) {
@@ -69,9 +93,10 @@ bool WaitFor(Pred pred, absl::Duration timeout) {
   return pred();
 }
 
-// SIGTERM, then SIGKILL after `grace`; returns once the process is gone.
-void Terminate(pid_t pid, absl::Duration grace) {
-  if (!Alive(pid)) return;
+// SIGTERM, then SIGKILL after `grace`; returns once the process is gone. Nothing if
+// `pid` is not (or no longer) the daemon `program`.
+void Terminate(pid_t pid, absl::string_view program, absl::Duration grace) {
+  if (!RunsDaemon(pid, program)) return;
   ::kill(pid, SIGTERM);
   if (!WaitFor([pid] { return !Alive(pid); }, grace)) {
     ::kill(pid, SIGKILL);
@@ -119,7 +144,7 @@ int CmdUp(const UpFlags& f, bool json) {
   const std::string home = DroverHome();
   const std::string dir = home + "/cluster";
   if (auto existing = ReadClusterFile(); existing.ok()) {
-    if (Alive(existing->scheduler_pid)) {
+    if (RunsDaemon(existing->scheduler_pid, kSchedulerProgram)) {
       return Fail(absl::StrCat("a cluster is already running here (scheduler pid ",
                                existing->scheduler_pid, " at ",
                                existing->address.empty() ? "?" : existing->address,
@@ -139,19 +164,35 @@ int CmdUp(const UpFlags& f, bool json) {
   auto save = [&record]() {
     return WriteFileAtomic(ClusterFile(), record.dump(2) + "\n", 0600);
   };
+  // On a terminal, what `up` waits for, on a status line (erased when done).
+  std::unique_ptr<ProgressLine> line = ProgressLine::ForStderr();
+  auto show = [&line](const std::string& text) {
+    if (line != nullptr) line->Show(text);
+  };
   auto abort_up = [&](const std::string& msg) {
-    for (auto& p : record["agent_pids"]) Terminate(p.get<int>(), absl::Seconds(5));
-    Terminate(record.value("scheduler_pid", 0), absl::Seconds(5));
-    Terminate(record.value("redis_pid", 0), absl::Seconds(5));
+    line.reset();
+    for (auto& p : record["agent_pids"]) Terminate(p.get<int>(), kAgentProgram, absl::Seconds(5));
+    Terminate(record.value("scheduler_pid", 0), kSchedulerProgram, absl::Seconds(5));
+    Terminate(record.value("redis_pid", 0), kRedisProgram, absl::Seconds(5));
     ::unlink(ClusterFile().c_str());
     return Fail(msg);
   };
   const bool progress = !json;
+  // A line of its own on stderr (above the status line).
+  auto say = [&line, progress](const std::string& text) {
+    if (!progress) return;
+    if (line == nullptr) {
+      std::cerr << text << "\n";
+    } else {
+      line->PrintAbove([&] { std::cerr << text << "\n"; });
+    }
+  };
 
   std::string redis_address;
   if (f.redis) {
     auto port = PickFreePort("127.0.0.1");
     if (!port.ok()) return Fail(std::string(port.status().message()));
+    show("drover: starting redis-server");
     SpawnOptions o;
     o.argv = {"redis-server", "--port", absl::StrCat(*port), "--bind", "127.0.0.1", "--dir", dir,
               "--appendonly", "yes", "--save", "", "--daemonize", "no"};
@@ -172,7 +213,7 @@ int CmdUp(const UpFlags& f, bool json) {
       return abort_up(absl::StrCat("redis-server did not start; its log (", dir,
                                    "/redis.log) ends with:\n", LogTail(dir + "/redis.log")));
     }
-    if (progress) std::cerr << "drover: redis-server at " << redis_address << "\n";
+    say("drover: redis-server at " + redis_address);
   }
 
   const std::string scheduler_bin = FindDroverBinary("drover-scheduler");
@@ -195,6 +236,7 @@ int CmdUp(const UpFlags& f, bool json) {
   }
   so.stdout_path = so.stderr_path = dir + "/scheduler.log";
   so.new_session = true;
+  show("drover: starting the scheduler");
   auto spid = Spawn(so);
   if (!spid.ok()) return abort_up(std::string(spid.status().message()));
   record["scheduler_pid"] = *spid;
@@ -217,7 +259,7 @@ int CmdUp(const UpFlags& f, bool json) {
   }
   record["address"] = address;
   if (!save().ok()) return abort_up("cannot write " + ClusterFile());
-  if (progress) std::cerr << "drover: scheduler at " << address << "\n";
+  say("drover: scheduler at " + address);
 
   for (int i = 0; i < f.nodes; ++i) {
     SpawnOptions ao;
@@ -247,6 +289,8 @@ int CmdUp(const UpFlags& f, bool json) {
   auto client = Client::Connect({address, token_file});
   if (!client.ok()) return abort_up(std::string(client.status().message()));
   ClusterStatus status;
+  const absl::Time agents_started = absl::Now();
+  int shown = -1;  // the count on the status line
   ok = WaitFor(
       [&] {
         auto s = (*client)->Status();
@@ -254,9 +298,15 @@ int CmdUp(const UpFlags& f, bool json) {
         int alive = 0;
         for (const auto& n : s->nodes) alive += n.state == NodeState::kAlive;
         status = *s;
+        if (line != nullptr) {  // a new count at once, the time at most every 100 ms
+          const std::string text = NodesComingUp(alive, f.nodes, absl::Now() - agents_started);
+          alive != shown ? line->Show(text) : line->Update(text);
+          shown = alive;
+        }
         return alive >= f.nodes;
       },
       absl::Seconds(f.timeout_s));
+  line.reset();
   if (!ok) {
     return abort_up(absl::StrCat("only ", status.nodes.size(), " of ", f.nodes,
                                  " node agents registered in time; the first agent's log ends "
@@ -290,13 +340,13 @@ int CmdDown(bool json) {
   int stopped = 0;
   // Agents first: each stops its workers (SIGTERM, grace, SIGKILL) before exiting.
   for (pid_t pid : record->agent_pids) {
-    stopped += Alive(pid);
-    Terminate(pid, absl::Seconds(30));
+    stopped += RunsDaemon(pid, kAgentProgram);
+    Terminate(pid, kAgentProgram, absl::Seconds(30));
   }
-  for (pid_t pid : {record->scheduler_pid, record->redis_pid}) {
-    stopped += Alive(pid);
-    Terminate(pid, absl::Seconds(10));
-  }
+  stopped += RunsDaemon(record->scheduler_pid, kSchedulerProgram);
+  Terminate(record->scheduler_pid, kSchedulerProgram, absl::Seconds(10));
+  stopped += RunsDaemon(record->redis_pid, kRedisProgram);
+  Terminate(record->redis_pid, kRedisProgram, absl::Seconds(10));
   ::unlink(ClusterFile().c_str());
   if (json) {
     std::cout << "{\"stopped\": " << stopped << "}\n";
@@ -315,10 +365,12 @@ struct StartFlags {
   std::string redis;
   std::string advertise;
   int num_gpus = -1;    // -1: the GPUs found
+  std::vector<int> gpu_ids;  // agent: exactly these devices (wins over num_gpus)
   double num_cpus = 0;  // 0: all
   std::string node_ip;
   std::string memory;
   std::vector<std::string> resources;
+  std::string dir;  // agent: its state directory (logs); empty: the agent's default
 };
 
 int ExecOrFail(const std::vector<std::string>& argv) {
@@ -369,6 +421,8 @@ int CmdStart(const StartFlags& f, const GlobalOptions& g) {
   std::vector<std::string> argv = {bin, "--scheduler", f.address, "--token-file", token_file,
                                    "--port", absl::StrCat(f.port)};
   if (f.num_gpus >= 0) argv.insert(argv.end(), {"--num-gpus", absl::StrCat(f.num_gpus)});
+  if (!f.gpu_ids.empty()) argv.insert(argv.end(), {"--gpu-ids", absl::StrJoin(f.gpu_ids, ",")});
+  if (!f.dir.empty()) argv.insert(argv.end(), {"--dir", f.dir});
   if (f.num_cpus > 0) argv.insert(argv.end(), {"--num-cpus", absl::StrCat(f.num_cpus)});
   if (!f.node_ip.empty()) argv.insert(argv.end(), {"--node-ip", f.node_ip});
   if (!f.bind.empty()) argv.insert(argv.end(), {"--bind-ip", f.bind});
@@ -424,6 +478,15 @@ void AddClusterCommands(CLI::App& app, GlobalOptions& g, int* rc) {
                     "non-loopback address)");
   start->add_option("--num-gpus", sf.num_gpus, "agent: declare this many GPUs")
       ->check(CLI::NonNegativeNumber);
+  start->add_option("--gpu-ids", sf.gpu_ids,
+                    "agent: offer exactly these GPU device indices (2,3: those a batch "
+                    "system such as Slurm assigned; workers get them in "
+                    "CUDA_VISIBLE_DEVICES)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  start->add_option("--dir", sf.dir,
+                    "agent: state directory, where job logs are kept (default: a new "
+                    "$DROVER_HOME/agent-<pid>); give a fixed one under a service manager");
   start->add_option("--num-cpus", sf.num_cpus, "agent: offer this many CPUs")
       ->check(CLI::PositiveNumber);
   start->add_option("--memory", sf.memory, "agent: offer this much memory (512M, 4G)");

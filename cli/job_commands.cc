@@ -15,7 +15,9 @@
 #include "cli/commands.h"
 #include "cli/job_spec.h"
 #include "cli/log_follower.h"
+#include "cli/status_line.h"
 #include "cli/table.h"
+#include "common/progress_line.h"
 #include "common/status_macros.h"
 #include "drover/client.h"
 #include "drover/json.h"
@@ -116,6 +118,10 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
   }
   const std::string id = job->job_id;
   if (!quiet) std::cerr << "drover: submitted " << id << "\n";
+  // On a terminal (not with --quiet), the job's phase on a status line below its
+  // output; nothing of it on a pipe or in a file.
+  std::unique_ptr<ProgressLine> line = quiet ? nullptr : ProgressLine::ForStderr();
+  auto phase = std::make_unique<JobStatusLine>(line.get());
   // Ctrl-C (or SIGTERM) cancels the job; SIGUSR2 from this thread ends the watcher
   // at once when the job is over (no polling delay on the way out).
   sigaddset(&sigs, SIGUSR2);
@@ -124,16 +130,24 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
     for (;;) {
       int sig = 0;
       if (sigwait(&sigs, &sig) != 0 || sig == SIGUSR2) return;
-      std::cerr << "drover: cancelling " << id << "\n";
+      const std::string note = absl::StrCat("drover: cancelling ", id, "\n");
+      if (line != nullptr) {
+        line->PrintAbove([&] { std::cerr << note; });
+      } else {
+        std::cerr << note;
+      }
       (void)(*client)->Cancel(id);
     }
   });
-  auto final_job = PrintJobLogs(**client, id, /*follow=*/true, /*prefix=*/true, nullptr);
+  auto final_job = PrintJobLogs(**client, id, /*follow=*/true, /*prefix=*/true, nullptr,
+                                line.get(), [&](const JobInfo& j) { phase->Update(j); });
   if (final_job.ok() && !(IsTerminal(final_job->state) && final_job->live_processes == 0)) {
     final_job = (*client)->WaitJob(id, absl::Hours(24 * 365));
   }
   pthread_kill(signals.native_handle(), SIGUSR2);
   signals.join();
+  phase.reset();  // erases the status line before the summary
+  line.reset();
   if (!final_job.ok()) return Fail(final_job.status());
   if (g.json) {
     std::cout << ToJson(*final_job) << "\n";

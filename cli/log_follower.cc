@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <condition_variable>
 #include <map>
-#include <iostream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -22,10 +21,12 @@ namespace {
 // How long following waits for a scheduler that cannot be reached before giving up.
 constexpr absl::Duration kSchedulerPatience = absl::Seconds(60);
 
-// Turns chunks into whole prefixed lines; thread-safe.
+// Turns chunks into whole prefixed lines; thread-safe. Lines go above `status_line`
+// (may be null).
 class LinePrinter {
  public:
-  explicit LinePrinter(bool prefix) : prefix_(prefix) {}
+  LinePrinter(bool prefix, ProgressLine* status_line)
+      : prefix_(prefix), status_line_(status_line) {}
   ~LinePrinter() { Flush(); }
 
   void Write(const LogChunk& c) {
@@ -39,6 +40,12 @@ class LinePrinter {
     }
     buf.erase(0, start);
     Emit(c.stream, out);
+  }
+
+  // A line of the CLI's own on stderr, between the job's lines.
+  void Note(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Emit(LogStream::kStderr, line);
   }
 
   void Flush() {
@@ -57,17 +64,26 @@ class LinePrinter {
     if (prefix_) absl::StrAppend(out, "[rank", rank, "]: ");
     out->append(line);
   }
-  static void Emit(LogStream stream, const std::string& s) {
+  void Emit(LogStream stream, const std::string& s) {
+    if (s.empty()) return;
     int fd = stream == LogStream::kStderr ? STDERR_FILENO : STDOUT_FILENO;
-    size_t done = 0;
-    while (done < s.size()) {
-      ssize_t n = ::write(fd, s.data() + done, s.size() - done);
-      if (n <= 0) return;
-      done += n;
+    auto write_all = [&] {
+      size_t done = 0;
+      while (done < s.size()) {
+        ssize_t n = ::write(fd, s.data() + done, s.size() - done);
+        if (n <= 0) return;
+        done += n;
+      }
+    };
+    if (status_line_ == nullptr) {
+      write_all();
+    } else {
+      status_line_->PrintAbove(write_all);
     }
   }
 
   const bool prefix_;
+  ProgressLine* const status_line_;
   std::mutex mu_;
   std::map<std::pair<int, LogStream>, std::string> partial_;
 };
@@ -75,9 +91,12 @@ class LinePrinter {
 }  // namespace
 
 absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, bool follow,
-                                     bool prefix, const std::atomic<bool>* stop) {
-  LinePrinter printer(prefix);
+                                     bool prefix, const std::atomic<bool>* stop,
+                                     ProgressLine* status_line,
+                                     const std::function<void(const JobInfo&)>& on_job) {
+  LinePrinter printer(prefix, status_line);
   DROVER_ASSIGN_OR_RETURN(JobInfo job, client.GetJob(job_id));
+  if (on_job) on_job(job);
 
   // One thread per node the job has been placed on. Each streams that node's output,
   // resuming from its own offsets, until the job has ended everywhere (`finished`);
@@ -157,17 +176,17 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
       if (address_of(n).empty()) {
         // Found by the chaos campaign: such output used to be left out without a word.
         if (skipped.insert(n).second) {
-          std::cerr << "drover: " << n << " is not known to the scheduler (it restarted and "
-                    << "the node's agent has not registered since): the output its "
-                    << "processes wrote there is not shown\n";
+          printer.Note(absl::StrCat("drover: ", n, " is not known to the scheduler (it restarted "
+                                    "and the node's agent has not registered since): the "
+                                    "output its processes wrote there is not shown\n"));
         }
         continue;
       }
       if (node_state[n] == NodeState::kDead) {
         // An earlier generation ran there; what it wrote stays on that machine.
         if (skipped.insert(n).second) {
-          std::cerr << "drover: " << n << " is dead: the output its processes wrote there ("
-                    << "an earlier generation's) is not shown\n";
+          printer.Note(absl::StrCat("drover: ", n, " is dead: the output its processes wrote "
+                                    "there (an earlier generation's) is not shown\n"));
         }
         continue;
       }
@@ -184,8 +203,8 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
   while (follow && !finished.load()) {
     if (absl::IsUnavailable(status) && absl::Now() - unreachable_since < kSchedulerPatience) {
       if (unreachable_since == absl::InfiniteFuture()) {
-        std::cerr << "drover: " << status.message() << "; still waiting for " << job_id
-                  << " (it runs on without the scheduler)\n";
+        printer.Note(absl::StrCat("drover: ", status.message(), "; still waiting for ", job_id,
+                                  " (it runs on without the scheduler)\n"));
       }
       unreachable_since = std::min(unreachable_since, absl::Now());
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -200,6 +219,7 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     status = next.status();
     if (!next.ok()) continue;
     job = std::move(*next);
+    if (on_job) on_job(job);
     status = start_streamers(job);
   }
   // The last passes read from where each node's agent is now.

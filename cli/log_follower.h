@@ -4,9 +4,11 @@
 #define DROVER_CLI_LOG_FOLLOWER_H_
 
 #include <atomic>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/progress_line.h"
 #include "drover/client.h"
 
 namespace drover::cli {
@@ -14,8 +16,13 @@ namespace drover::cli {
 // Prints everything the job has written so far (follow = false), or keeps printing
 // until the job has ended and all its output is out (follow = true), across restarts.
 // Returns the job's last record. `stop` (may be null) ends following early.
+// `status_line` (may be null): a terminal's status line, erased while output lines
+// are printed and drawn again below them. `on_job` (may be null) gets every record of
+// the job that following sees.
 absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, bool follow,
-                                     bool prefix, const std::atomic<bool>* stop);
+                                     bool prefix, const std::atomic<bool>* stop,
+                                     ProgressLine* status_line = nullptr,
+                                     const std::function<void(const JobInfo&)>& on_job = nullptr);
 
 }  // namespace drover::cli
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/human_format.h"
 
 namespace drover::cli {
 
@@ -36,20 +37,9 @@ void Table::Print(std::ostream& out, size_t max_width) const {
   for (const auto& r : rows_) line(r);
 }
 
-std::string HumanBytes(double b) {
-  if (b >= (1LL << 40)) return absl::StrFormat("%.1f TiB", b / (1LL << 40));
-  if (b >= (1LL << 30)) return absl::StrFormat("%.1f GiB", b / (1LL << 30));
-  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
-  return absl::StrFormat("%.0f B", b);
-}
+std::string HumanBytes(double b) { return drover::HumanBytes(b); }
 
-std::string HumanDuration(int64_t ms) {
-  if (ms < 0) ms = 0;
-  int64_t s = ms / 1000;
-  if (s < 60) return absl::StrFormat("%ds", s);
-  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
-  return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
-}
+std::string HumanDuration(int64_t ms) { return drover::HumanDuration(absl::Milliseconds(ms)); }
 
 std::string GpuModels(const std::vector<std::string>& names) {
   std::vector<std::pair<std::string, int>> counts;

@@ -20,7 +20,7 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-// "3.2 GiB", "512.0 MiB".
+// "3.2 GiB", "512.0 MiB" (common/human_format.h).
 std::string HumanBytes(double bytes);
 // "42s", "3m12s", "2h05m".
 std::string HumanDuration(int64_t ms);

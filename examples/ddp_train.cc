@@ -1,5 +1,5 @@
 // Data-parallel training in plain C++ over a drover collective group: a small MLP
-// (16 -> 32 tanh -> 1, float32 weights) fit with SGD to a deterministic synthetic
+// (examples/mlp.h: 16 -> 32 tanh -> 1, float32 weights) fit with SGD to a deterministic synthetic
 // regression task. Every rank generates the same global batch for a step, takes its
 // slice (by RANK), and the gradients are summed over the group every step, so N ranks
 // follow the same trajectory as one process fed the same global batches.
@@ -58,21 +58,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "drover/collective.h"
+#include "examples/mlp.h"
 
 namespace {
 
 using drover::CollectiveGroup;
 using drover::DType;
 using drover::ReduceOp;
-
-constexpr int kIn = 16;
-constexpr int kHidden = 32;
-// W1 [kHidden][kIn], b1 [kHidden], w2 [kHidden], b2.
-constexpr int kW1 = 0;
-constexpr int kB1 = kW1 + kHidden * kIn;
-constexpr int kW2 = kB1 + kHidden;
-constexpr int kB2 = kW2 + kHidden;
-constexpr int kParams = kB2 + 1;
+using namespace drover::examples;  // NOLINT(build/namespaces): the model (mlp.h)
 
 int g_rank = 0;
 
@@ -148,67 +141,6 @@ int64_t EnvInt(const char* name, int64_t fallback) {
   if (v == nullptr || !*v) return fallback;
   if (!absl::SimpleAtoi(v, &out)) Die(absl::StrCat(name, " is not an integer: '", v, "'"));
   return out;
-}
-
-// splitmix64: every random number is a pure function of its coordinates.
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-// Uniform in [-1, 1).
-float Uniform(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) {
-  uint64_t h = Mix(Mix(Mix(Mix(seed) ^ a) ^ b) ^ c);
-  return static_cast<float>(static_cast<double>(h >> 40) / static_cast<double>(1ull << 23) - 1.0);
-}
-
-// Sample `index` of step `step`: x uniform in [-1,1)^16, y a fixed smooth function of x
-// plus a little noise.
-void Sample(uint64_t seed, int64_t step, int64_t index, float* x, float* y) {
-  double dot = 0, quad = 0;
-  for (int j = 0; j < kIn; ++j) {
-    x[j] = Uniform(seed, 1, static_cast<uint64_t>(step), static_cast<uint64_t>(index) * kIn + j);
-    double a = Uniform(seed, 2, 0, j);  // the teacher's weights
-    dot += a * x[j];
-    quad += (j % 2 ? 0.1 : -0.1) * x[j] * x[j];
-  }
-  *y = static_cast<float>(std::sin(dot) + quad +
-                          0.01 * Uniform(seed, 3, static_cast<uint64_t>(step), index));
-}
-
-void InitWeights(uint64_t seed, std::vector<float>& w) {
-  w.assign(kParams, 0.0f);
-  for (int i = 0; i < kHidden * kIn; ++i) {
-    w[kW1 + i] = Uniform(seed, 4, 0, i) / std::sqrt(float(kIn));
-  }
-  for (int i = 0; i < kHidden; ++i) {
-    w[kW2 + i] = Uniform(seed, 5, 0, i) / std::sqrt(float(kHidden));
-  }
-}
-
-// Adds d(0.5 * (f(x) - y)^2)/dw * scale to grad (double) and returns the sample's loss
-// 0.5 * (f(x) - y)^2. The forward and backward passes are float32, so a sample's
-// gradient is bitwise the same whichever rank computes it.
-double Accumulate(const std::vector<float>& w, const float* x, float y, double scale,
-                  std::vector<double>& grad) {
-  float h[kHidden];
-  float out = w[kB2];
-  for (int k = 0; k < kHidden; ++k) {
-    float z = w[kB1 + k];
-    for (int j = 0; j < kIn; ++j) z += w[kW1 + k * kIn + j] * x[j];
-    h[k] = std::tanh(z);
-    out += w[kW2 + k] * h[k];
-  }
-  float err = out - y;
-  grad[kB2] += scale * err;
-  for (int k = 0; k < kHidden; ++k) {
-    grad[kW2 + k] += scale * (err * h[k]);
-    float dz = err * w[kW2 + k] * (1.0f - h[k] * h[k]);
-    grad[kB1 + k] += scale * dz;
-    for (int j = 0; j < kIn; ++j) grad[kW1 + k * kIn + j] += scale * (dz * x[j]);
-  }
-  return 0.5 * static_cast<double>(err) * err;
 }
 
 // Checkpoint file: "DDPCKPT1", int64 step, int64 params, double loss of the last step,
@@ -355,7 +287,7 @@ int main(int argc, char** argv) {
     double local_loss = 0;
     for (int64_t i = lo; i < hi; ++i) {
       Sample(flags.seed, step, i, x, &y);
-      local_loss += Accumulate(w, x, y, scale, buf);
+      local_loss += Accumulate(w.data(), x, y, scale, buf.data());
     }
     buf[kParams] = local_loss * scale;
     if (group) {

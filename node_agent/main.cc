@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,12 @@ int main(int argc, char** argv) {
   auto* gpus_opt =
       app.add_option("--num-gpus", num_gpus, "Declare N GPUs (named \"declared\") instead of "
                                              "discovering them");
+  std::vector<int> gpu_ids;
+  auto* gpu_ids_opt = app.add_option(
+      "--gpu-ids", gpu_ids,
+      "Offer exactly these GPUs, by device index as workers' CUDA_VISIBLE_DEVICES names "
+      "them (e.g. 2,3: the GPUs Slurm assigned); wins over --num-gpus")
+      ->delimiter(',');
   auto* mem_opt = app.add_option("--memory-bytes", memory_bytes, "Override the memory size");
   app.add_option("--resource", custom, "Custom resource NAME=VALUE (repeatable)");
   app.add_option("--dir", o.dir,
@@ -101,6 +108,17 @@ int main(int argc, char** argv) {
       return 2;
     }
     o.resources.num_gpus = num_gpus;
+  }
+  if (gpu_ids_opt->count() > 0) {
+    std::set<int> seen;
+    for (int id : gpu_ids) {
+      if (id < 0 || !seen.insert(id).second) {
+        std::cerr << "drover-agent: --gpu-ids must list distinct device indices >= 0 (got "
+                  << id << ")\n";
+        return 2;
+      }
+    }
+    o.resources.gpu_ids = gpu_ids;
   }
   if (mem_opt->count() > 0) {
     if (memory_bytes <= 0) {

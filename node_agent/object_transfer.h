@@ -51,6 +51,7 @@
 #define DROVER_NODE_AGENT_OBJECT_TRANSFER_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -104,6 +105,11 @@ class ObjectTransfer {
   absl::StatusOr<FetchResult> Fetch(const std::string& id, absl::Time deadline,
                                     bool wait_for_holder = false) {
     return puller_.Fetch(id, deadline, wait_for_holder);
+  }
+
+  // How far the pull of `id` running now has come; nullopt if none runs.
+  std::optional<ObjectPuller::Progress> PullProgress(const std::string& id) {
+    return puller_.PullProgress(id);
   }
 
   // Cancels running pulls (their Fetches return UNAVAILABLE) and refuses new ones.

@@ -126,7 +126,7 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::Fetch(const std::string&
     }
     return pull->result;
   }
-  absl::StatusOr<FetchResult> result = RunPull(id, deadline);
+  absl::StatusOr<FetchResult> result = RunPull(id, deadline, pull.get());
   {
     absl::MutexLock lock(&mu_);
     pulls_.erase(id);
@@ -136,8 +136,17 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::Fetch(const std::string&
   return result;
 }
 
+std::optional<ObjectPuller::Progress> ObjectPuller::PullProgress(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = pulls_.find(id);
+  if (it == pulls_.end()) return std::nullopt;
+  const Pull& pull = *it->second;
+  return Progress{pull.received.load(), pull.total.load(), pull.source};
+}
+
 absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::RunPull(const std::string& id,
-                                                                    absl::Time deadline) {
+                                                                    absl::Time deadline,
+                                                                    Pull* pull) {
   // Already here (checked by the leader only, so a copy sealed by a pull that just
   // finished is seen).
   if (local_->Contains(id)) {
@@ -162,6 +171,12 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::RunPull(const std::strin
       return absl::DeadlineExceededError(absl::StrJoin(failures, "; "));
     }
     Attempt attempt;
+    attempt.pull = pull;
+    {
+      absl::MutexLock lock(&mu_);
+      pull->source = h.node_id;
+      pull->received = 0;
+    }
     absl::Status s = PullFrom(h, id, deadline, &attempt);
     if (s.ok()) {
       {
@@ -316,6 +331,7 @@ absl::Status ObjectPuller::PullOnce(const Holder& h, const std::string& id,
         break;
       }
       total = chunk.total_size;
+      attempt->pull->total = total;
       auto view = local_->CreateSecondary(id, total, chunk.metadata);
       if (!view.ok()) {
         local_error = view.status();
@@ -334,6 +350,7 @@ absl::Status ObjectPuller::PullOnce(const Holder& h, const std::string& id,
     // The one copy of the pulled bytes: from the received slices into the store.
     if (n > 0) chunk.data.Take(dst + received, static_cast<size_t>(n));
     received += n;
+    attempt->pull->received = received;
     message.Clear();
     if (chunk.raw_port != 0) {
       if (raw_ip.empty() || chunk.raw_port < 0 || chunk.raw_port > 65535 ||
@@ -351,7 +368,7 @@ absl::Status ObjectPuller::PullOnce(const Holder& h, const std::string& id,
       absl::Status rs = ReceiveRaw(raw_ip, static_cast<int>(chunk.raw_port), chunk.raw_token,
                                    dst, total, deadline, options_.raw_connect_timeout,
                                    options_.keepalive_time + options_.keepalive_timeout, stop_,
-                                   &got, &connected);
+                                   &got, &connected, &attempt->pull->received);
       received += got;
       if (!rs.ok()) {
         raw_error = std::string(rs.message());

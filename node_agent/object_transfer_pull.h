@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,6 +42,12 @@ class ObjectPuller {
     // Node the copy came from; this node's id if it was already here.
     std::string source_node;
   };
+  // How far a running pull has come (GetFetchProgress).
+  struct Progress {
+    int64_t received_bytes = 0;  // of the current attempt
+    int64_t total_bytes = 0;     // 0 until the holder said
+    std::string source_node;     // the current attempt's holder
+  };
 
   // `node`: this node's id in the scheduler, under which copies are reported (not
   // until it is set) and whose entry in the directory is skipped. It must outlive this.
@@ -52,6 +59,9 @@ class ObjectPuller {
   // See ObjectTransfer::Fetch.
   absl::StatusOr<FetchResult> Fetch(const std::string& id, absl::Time deadline,
                                     bool wait_for_holder = false);
+
+  // The progress of the pull of `id` running now; nullopt if none runs.
+  std::optional<Progress> PullProgress(const std::string& id);
 
   // Cancels running pulls (their Fetches return UNAVAILABLE) and refuses new ones.
   // Idempotent.
@@ -65,6 +75,11 @@ class ObjectPuller {
   struct Pull {
     absl::Notification done;
     absl::StatusOr<FetchResult> result;  // written before `done` is notified
+    // Progress, written by the pulling thread as bytes arrive and read by
+    // PullProgress. The current attempt's bytes in the store, and the object's size.
+    std::atomic<int64_t> received{0};
+    std::atomic<int64_t> total{0};
+    std::string source;  // the current attempt's holder; guarded by ObjectPuller::mu_
   };
   struct Holder {
     std::string node_id;
@@ -78,9 +93,11 @@ class ObjectPuller {
     // The holder's raw offer came but no raw connection could be made (nothing was
     // received over it): the same holder may be asked for chunks instead.
     bool raw_unreachable = false;
+    // The pull's progress counters, kept current as bytes arrive.
+    Pull* pull = nullptr;
   };
 
-  absl::StatusOr<FetchResult> RunPull(const std::string& id, absl::Time deadline);
+  absl::StatusOr<FetchResult> RunPull(const std::string& id, absl::Time deadline, Pull* pull);
   // One attempt from one holder, over raw TCP if possible, else over gRPC. On failure
   // the partial copy is aborted.
   absl::Status PullFrom(const Holder& holder, const std::string& id, absl::Time deadline,

@@ -206,7 +206,8 @@ absl::Status SendRaw(int fd, const uint8_t* data, int64_t size, absl::Duration s
 absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& token,
                         uint8_t* dst, int64_t want, absl::Time deadline,
                         absl::Duration connect_timeout, absl::Duration stall,
-                        const std::atomic<bool>& stop, int64_t* got, bool* connected) {
+                        const std::atomic<bool>& stop, int64_t* got, bool* connected,
+                        std::atomic<int64_t>* progress) {
   *got = 0;
   *connected = false;
   const bool v6 = ip.find(':') != std::string::npos;
@@ -263,6 +264,7 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
                        static_cast<size_t>(std::min<int64_t>(want - *got, kRawIoBytes)), 0);
     if (k > 0) {
       *got += k;
+      if (progress != nullptr) *progress = *got;
       last_progress = absl::Now();
       continue;
     }

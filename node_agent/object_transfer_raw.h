@@ -77,11 +77,13 @@ absl::Status SendRaw(int fd, const uint8_t* data, int64_t size, absl::Duration s
 // `token`, and receives `want` bytes into `dst`; `*got` counts them, `*connected` says
 // whether the connection and the token got through. UNAVAILABLE if the connection
 // cannot be made or breaks, the holder closes it early, nothing comes for `stall`, or
-// `stop` is set; DEADLINE_EXCEEDED at the deadline.
+// `stop` is set; DEADLINE_EXCEEDED at the deadline. `progress` (may be null) follows
+// `*got` for readers on other threads.
 absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& token,
                         uint8_t* dst, int64_t want, absl::Time deadline,
                         absl::Duration connect_timeout, absl::Duration stall,
-                        const std::atomic<bool>& stop, int64_t* got, bool* connected);
+                        const std::atomic<bool>& stop, int64_t* got, bool* connected,
+                        std::atomic<int64_t>* progress = nullptr);
 
 }  // namespace drover
 

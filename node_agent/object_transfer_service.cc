@@ -1,5 +1,6 @@
 #include "node_agent/object_transfer_service.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "common/status.h"
 #include "grpcpp/support/method_handler.h"
@@ -11,6 +12,18 @@ grpc::Status NoStore() {
   return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                       "this node runs no object store (start the agent with one to serve or "
                       "fetch objects)");
+}
+
+// What FetchObject and GetFetchProgress check first: the token, a store here, an id.
+grpc::Status Admit(const grpc::ServerContext& ctx, const std::string& token, bool has_store,
+                   const std::string& object_id, const char* rpc) {
+  if (grpc::Status s = CheckToken(ctx, token); !s.ok()) return s;
+  if (!has_store) return NoStore();
+  if (object_id.empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat(rpc, " needs an object id"));
+  }
+  return grpc::Status::OK;
 }
 
 }  // namespace
@@ -52,10 +65,9 @@ grpc::Status ObjectTransferService::RawReadObject(
 grpc::Status ObjectTransferService::FetchObject(grpc::ServerContext* ctx,
                                                 const proto::FetchObjectRequest* req,
                                                 proto::FetchObjectReply* reply) {
-  if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
-  if (transfer_ == nullptr) return NoStore();
-  if (req->object_id().empty()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "FetchObject needs an object id");
+  if (grpc::Status s = Admit(*ctx, token_, transfer_ != nullptr, req->object_id(), "FetchObject");
+      !s.ok()) {
+    return s;
   }
   if (req->timeout_ms() < 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -70,6 +82,24 @@ grpc::Status ObjectTransferService::FetchObject(grpc::ServerContext* ctx,
   if (!r.ok()) return ToGrpcStatus(r.status());
   reply->set_size(r->size);
   reply->set_source_node(r->source_node);
+  return grpc::Status::OK;
+}
+
+grpc::Status ObjectTransferService::GetFetchProgress(grpc::ServerContext* ctx,
+                                                     const proto::GetFetchProgressRequest* req,
+                                                     proto::GetFetchProgressReply* reply) {
+  if (grpc::Status s =
+          Admit(*ctx, token_, transfer_ != nullptr, req->object_id(), "GetFetchProgress");
+      !s.ok()) {
+    return s;
+  }
+  std::optional<ObjectPuller::Progress> p = transfer_->PullProgress(req->object_id());
+  reply->set_pulling(p.has_value());
+  if (p) {
+    reply->set_received_bytes(p->received_bytes);
+    reply->set_total_bytes(p->total_bytes);
+    reply->set_source_node(p->source_node);
+  }
   return grpc::Status::OK;
 }
 

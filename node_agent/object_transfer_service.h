@@ -27,6 +27,9 @@ class ObjectTransferService final : public proto::ObjectTransfer::Service {
   // ObjectChunks are written as raw grpc::ByteBuffers that point into the pinned object.
   grpc::Status FetchObject(grpc::ServerContext* ctx, const proto::FetchObjectRequest* req,
                            proto::FetchObjectReply* reply) override;
+  grpc::Status GetFetchProgress(grpc::ServerContext* ctx,
+                                const proto::GetFetchProgressRequest* req,
+                                proto::GetFetchProgressReply* reply) override;
 
  private:
   grpc::Status RawReadObject(

@@ -197,6 +197,17 @@ class ObjectTransferTest : public ::testing::Test {
     return nodes_.back().get();
   }
 
+  // A holder of `id` (`total` bytes, announced) that sends its first `chunks` chunks
+  // and then stalls; `*service` is its StallingHolder.
+  Node* AddStallingHolder(const std::string& id, int64_t total, int chunks,
+                          StallingHolder** service) {
+    auto stalling = std::make_unique<StallingHolder>(total, chunks);
+    *service = stalling.get();
+    Node* n = AddNode(-1, std::move(stalling));
+    Announce(n, id, total);
+    return n;
+  }
+
   // Tells the directory that `n` holds `id` (`size` bytes).
   void Announce(Node* n, const std::string& id, int64_t size) {
     proto::AddObjectLocationsRequest req;
@@ -313,11 +324,9 @@ TEST_F(ObjectTransferTest, ConcurrentFetchesOfOneObjectShareOneStream) {
 }
 
 TEST_F(ObjectTransferTest, HolderDyingMidTransferFailsClearlyAndAbortsThePartialCopy) {
-  auto stalling = std::make_unique<StallingHolder>(64 * kMiB, 2);
-  StallingHolder* holder_service = stalling.get();
-  Node* holder = AddNode(-1, std::move(stalling));
+  StallingHolder* holder_service = nullptr;
+  Node* holder = AddStallingHolder("obj-doomed", 64 * kMiB, 2, &holder_service);
   Node* b = AddNode();
-  Announce(holder, "obj-doomed", 64 * kMiB);
 
   grpc::Status result;
   absl::Time failed_at;
@@ -351,6 +360,51 @@ TEST_F(ObjectTransferTest, HolderDyingMidTransferFailsClearlyAndAbortsThePartial
       << msg;
   EXPECT_EQ(b->store->Count(), 0);  // aborted
   EXPECT_EQ(b->store->used(), 0);
+}
+
+TEST_F(ObjectTransferTest, GetFetchProgressFollowsARunningPull) {
+  StallingHolder* holder_service = nullptr;
+  Node* holder = AddStallingHolder("obj-slow", 64 * kMiB, 2, &holder_service);
+  Node* b = AddNode();
+  // GetFetchProgress on b; its status is the pair's first.
+  auto progress = [&](const std::string& id, const std::string& token = kToken) {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token);
+    proto::GetFetchProgressRequest req;
+    req.set_object_id(id);
+    proto::GetFetchProgressReply reply;
+    grpc::Status s = b->stub->GetFetchProgress(&ctx, req, &reply);
+    return std::make_pair(s, reply);
+  };
+  EXPECT_FALSE(progress("obj-slow").second.pulling()) << "no pull has started";
+
+  std::thread fetcher([&] {
+    proto::FetchObjectReply reply;
+    Fetch(b, "obj-slow", &reply, std::chrono::milliseconds(60000));
+  });
+  absl::Cleanup join = [&] {
+    holder->Kill();
+    fetcher.join();
+  };
+  ASSERT_TRUE(holder_service->WaitStalled(absl::Seconds(10)));
+  // Two 4 MiB chunks of 64 MiB have arrived, from the stalling holder.
+  proto::GetFetchProgressReply mid;
+  ASSERT_TRUE(testing::WaitFor([&] {
+    mid = progress("obj-slow").second;
+    return mid.received_bytes() == 8 * kMiB;
+  })) << mid.DebugString();
+  EXPECT_TRUE(mid.pulling());
+  EXPECT_EQ(mid.total_bytes(), 64 * kMiB);
+  EXPECT_EQ(mid.source_node(), holder->node_id);
+  EXPECT_FALSE(progress("obj-other").second.pulling());
+  EXPECT_EQ(progress("obj-slow", "wrong-token").first.error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(progress("").first.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  holder->Kill();
+  fetcher.join();
+  std::move(join).Cancel();
+  EXPECT_FALSE(progress("obj-slow").second.pulling()) << "the pull failed: none runs";
 }
 
 TEST_F(ObjectTransferTest, HolderDyingMidTransferFailsOverToTheNextHolder) {

@@ -347,8 +347,9 @@ std::vector<std::string> ProcessManager::BuildEnv(const proto::StartProcessesReq
   int local_world = req.local_world_size() > 0 ? req.local_world_size() : num_procs;
   int groups = (req.world_size() + local_world - 1) / std::max(local_world, 1);
   auto set = [&env](const std::string& k, const auto& v) { env[k] = absl::StrCat(v); };
-  if (req.task_worker()) {
-    // Not a rank of a gang: only drover's own variables and its GPUs.
+  // What every process gets, a gang's rank or a task worker: its GPUs, drover's own
+  // variables, and the agent's overrides last.
+  auto finish = [&]() {
     set("CUDA_VISIBLE_DEVICES", absl::StrJoin(spec.gpu_ids(), ","));
     if (env.find("OMP_NUM_THREADS") == env.end()) set("OMP_NUM_THREADS", 1);
     set("DROVER_JOB_ID", req.job_id());
@@ -361,7 +362,9 @@ std::vector<std::string> ProcessManager::BuildEnv(const proto::StartProcessesReq
     out.reserve(env.size());
     for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));
     return out;
-  }
+  };
+  // A task worker is not a rank of a gang: no torchrun variables.
+  if (req.task_worker()) return finish();
   set("RANK", spec.rank());
   set("LOCAL_RANK", spec.local_rank());
   set("WORLD_SIZE", req.world_size());
@@ -376,8 +379,6 @@ std::vector<std::string> ProcessManager::BuildEnv(const proto::StartProcessesReq
   set("TORCHELASTIC_RESTART_COUNT", req.generation());
   set("TORCHELASTIC_MAX_RESTARTS", req.max_restarts());
   set("TORCHELASTIC_RUN_ID", req.job_id());
-  set("CUDA_VISIBLE_DEVICES", absl::StrJoin(spec.gpu_ids(), ","));
-  if (env.find("OMP_NUM_THREADS") == env.end()) set("OMP_NUM_THREADS", 1);
   // Make Gloo and NCCL use the node's address rather than whatever the hostname
   // resolves to (often 127.0.x.1), unless the user chose an interface.
   if (!options_.socket_ifname.empty()) {
@@ -385,18 +386,9 @@ std::vector<std::string> ProcessManager::BuildEnv(const proto::StartProcessesReq
       if (env.find(k) == env.end()) set(k, options_.socket_ifname);
     }
   }
-  set("DROVER_JOB_ID", req.job_id());
-  set("DROVER_NODE_ID", node_id);
   set("DROVER_RANK", spec.rank());
   set("DROVER_GENERATION", req.generation());
-  set("DROVER_SCHEDULER_ADDRESS", req.scheduler_address());
-  set("DROVER_TOKEN_FILE", options_.token_file);
-  set("DROVER_AGENT_PID", ::getpid());
-  for (const auto& [k, v] : agent_env) env[k] = v;
-  std::vector<std::string> out;
-  out.reserve(env.size());
-  for (const auto& [k, v] : env) out.push_back(absl::StrCat(k, "=", v));
-  return out;
+  return finish();
 }
 
 absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& req,

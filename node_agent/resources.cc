@@ -180,7 +180,9 @@ NodeResources DiscoverResources(const ResourceOverrides& o, const DiscoveryPaths
   if (auto text = ReadFile(paths.meminfo); text.ok()) meminfo_total = ParseMemTotal(*text);
   r.total.set_memory_bytes(o.memory_bytes ? *o.memory_bytes : meminfo_total);
 
-  if (o.num_gpus) {
+  if (o.gpu_ids) {
+    r.gpu_names.assign(o.gpu_ids->size(), "declared");
+  } else if (o.num_gpus) {
     for (int i = 0; i < *o.num_gpus; ++i) r.gpu_names.push_back("declared");
   } else {
     std::optional<std::vector<GpuInfo>> gpus;
@@ -194,7 +196,11 @@ NodeResources DiscoverResources(const ResourceOverrides& o, const DiscoveryPaths
     }
   }
   r.total.set_gpus(static_cast<int>(r.gpu_names.size()));
-  for (int i = 0; i < static_cast<int>(r.gpu_names.size()); ++i) r.gpu_ids.push_back(i);
+  if (o.gpu_ids) {
+    r.gpu_ids = *o.gpu_ids;
+  } else {
+    for (int i = 0; i < static_cast<int>(r.gpu_names.size()); ++i) r.gpu_ids.push_back(i);
+  }
   for (const auto& [name, value] : o.custom) (*r.total.mutable_custom())[name] = value;
 
   // Host checks compare /dev/shm with the machine's real RAM, not an override.

@@ -25,6 +25,10 @@ struct ResourceOverrides {
   std::optional<int64_t> memory_bytes;
   // Declared GPUs (named "declared"): how GPU scheduling is tested without a GPU.
   std::optional<int> num_gpus;
+  // The GPUs this node offers by device index, as workers' CUDA_VISIBLE_DEVICES names
+  // them (e.g. those a batch system assigned: Slurm's CUDA_VISIBLE_DEVICES); declared,
+  // not discovered. Wins over num_gpus.
+  std::optional<std::vector<int>> gpu_ids;
   std::map<std::string, double> custom;
 };
 

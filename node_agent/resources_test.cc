@@ -24,6 +24,16 @@ std::string TmpPath(const std::string& name) {
   return std::string(dir ? dir : "/tmp") + "/" + name;
 }
 
+// A machine with nothing to discover: no meminfo, no GPUs, no NVML, limits untouched.
+DiscoveryPaths NothingToDiscover() {
+  DiscoveryPaths paths;
+  paths.meminfo = TmpPath("no-such-meminfo");
+  paths.nvidia_gpus_dir = TmpPath("no-such-dir");
+  paths.use_nvml = false;
+  paths.adjust_nofile = false;
+  return paths;
+}
+
 TEST(ResourcesTest, ParsesMemTotal) {
   EXPECT_EQ(ParseMemTotal("MemTotal:       16384 kB\nMemFree: 1 kB\n"), 16384 * 1024);
   EXPECT_EQ(ParseMemTotal("MemFree: 1 kB\n"), 0);
@@ -57,11 +67,7 @@ TEST(ResourcesTest, DiscoversFromFakeProcTree) {
 }
 
 TEST(ResourcesTest, OverridesWin) {
-  DiscoveryPaths paths;
-  paths.meminfo = TmpPath("no-such-meminfo");
-  paths.nvidia_gpus_dir = TmpPath("no-such-dir");
-  paths.use_nvml = false;
-  paths.adjust_nofile = false;
+  const DiscoveryPaths paths = NothingToDiscover();
   ResourceOverrides o;
   o.num_cpus = 3;
   o.memory_bytes = 5 * kGiB;
@@ -74,6 +80,18 @@ TEST(ResourcesTest, OverridesWin) {
   EXPECT_EQ(r.gpu_ids, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(r.gpu_names, std::vector<std::string>(4, "declared"));
   EXPECT_EQ(r.total.custom().at("ssd"), 2);
+}
+
+TEST(ResourcesTest, GpuIdsDeclareTheDevicesWorkersAreGiven) {
+  const DiscoveryPaths paths = NothingToDiscover();
+  ResourceOverrides o;
+  o.num_gpus = 8;  // gpu_ids win
+  o.gpu_ids = std::vector<int>{2, 3};
+  NodeResources r = DiscoverResources(o, paths);
+  EXPECT_EQ(r.total.gpus(), 2);
+  EXPECT_EQ(r.gpu_ids, (std::vector<int>{2, 3}));
+  o.gpu_ids = std::vector<int>{};
+  EXPECT_EQ(DiscoverResources(o, paths).total.gpus(), 0);
 }
 
 TEST(ResourcesTest, NoGpusWithoutDriver) {

@@ -56,6 +56,13 @@ absl::StatusOr<ReadView> StoreLocalObjects::Acquire(const std::string& id) {
     }
     return ref.status();
   }
+  if (ref->is_mutable()) {
+    // A SharedTensor: written in place by its holders on this node; a copy elsewhere
+    // would be a torn, stale snapshot.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "object ", id, " is mutable (a SharedTensor): it lives on its node only and is "
+        "never copied to another; take a snapshot (SharedTensor::Snapshot) to move its data"));
+  }
   ReadView view;
   view.data = ref->data().data();
   view.size = static_cast<int64_t>(ref->data().size());

@@ -1,7 +1,5 @@
 #include "node_agent/store_supervisor.h"
 
-#include "common/paths.h"
-
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,8 +16,8 @@
 #include "absl/time/clock.h"
 #include "common/files.h"
 #include "common/log.h"
-#include "common/spawn.h"
 #include "common/paths.h"
+#include "common/spawn.h"
 
 namespace drover {
 namespace {

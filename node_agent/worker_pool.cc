@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -14,10 +15,9 @@
 #include "absl/time/clock.h"
 #include "common/exit_text.h"
 #include "common/files.h"
-#include "common/paths.h"
-#include "common/status_macros.h"
 #include "common/log.h"
 #include "common/paths.h"
+#include "common/status_macros.h"
 
 namespace drover {
 namespace {
@@ -198,6 +198,11 @@ absl::StatusOr<proto::StartWorkerReply> WorkerPool::StartWorker(const proto::Sta
     const bool ready = AwaitLocked(deadline, [&] {
       return w->control_fd >= 0 || !w->start_error.empty() || w->exit.has_value();
     });
+    if (w->exit && w->start_error.empty()) {
+      // Its reason, sent just before it exited, may still be on the way.
+      AwaitLocked(std::min(deadline, absl::Now() + absl::Milliseconds(500)),
+                  [&] { return !w->start_error.empty(); });
+    }
     if (!w->start_error.empty()) {
       Stop(*w, "refused to start");
       return absl::FailedPreconditionError(absl::StrCat("worker ", w->id, " of job ", req.job_id(),
@@ -467,14 +472,20 @@ void WorkerPool::Loop() {
         }
         const proto::WorkerRegister& r = msg.register_();
         auto wit = workers_.find(r.worker_id());
-        if (wit == workers_.end() || wit->second->control_fd >= 0 || wit->second->exit) {
+        if (wit == workers_.end() || wit->second->control_fd >= 0) {
           closed = true;
           break;
         }
         w = wit->second.get();
         if (!r.error().empty()) {
+          // Kept even when the exit was seen first: a worker that refuses sends why,
+          // then exits, and its exit report can overtake this message.
           w->start_error = r.error();
           changed_.SignalAll();
+          closed = true;
+          break;
+        }
+        if (w->exit) {
           closed = true;
           break;
         }

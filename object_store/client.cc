@@ -78,6 +78,7 @@ ObjectRef& ObjectRef::operator=(ObjectRef&& other) noexcept {
     id_ = std::move(other.id_);
     data_ = other.data_;
     metadata_ = other.metadata_;
+    mutable_ = other.mutable_;
     other.conn_.reset();
     other.data_ = {};
     other.metadata_ = {};
@@ -91,6 +92,7 @@ void ObjectRef::Reset() {
   conn_.reset();
   data_ = {};
   metadata_ = {};
+  mutable_ = false;
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path) {
@@ -106,10 +108,12 @@ Client::~Client() = default;
 
 const uint8_t* Client::arena_base() const { return conn_->base(); }
 uint64_t Client::arena_capacity() const { return conn_->capacity(); }
+int Client::arena_fd() const { return conn_->arena_fd(); }
 uint64_t Client::client_id() const { return conn_->client_id(); }
 
 absl::StatusOr<MutableObject> Client::Create(const ObjectId& id, uint64_t data_size,
-                                             absl::string_view metadata, bool secondary) {
+                                             absl::string_view metadata, bool secondary,
+                                             bool mutable_object) {
   internal::Connection& c = *conn_;
   absl::MutexLock lock(&c.mu());
   auto* r = c.NewRequestLocked().mutable_create();
@@ -117,6 +121,7 @@ absl::StatusOr<MutableObject> Client::Create(const ObjectId& id, uint64_t data_s
   r->set_data_size(data_size);
   r->set_metadata(metadata.data(), metadata.size());
   r->set_secondary(secondary);
+  r->set_mutable_object(mutable_object);
   DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, absl::ZeroDuration()));
   const proto::ObjectLocation& loc = reply->create().location();
   DROVER_RETURN_IF_ERROR(CheckLocation(loc, c.capacity()));
@@ -125,6 +130,7 @@ absl::StatusOr<MutableObject> Client::Create(const ObjectId& id, uint64_t data_s
   out.data = absl::Span<uint8_t>(c.mutable_base() + loc.offset() + loc.data_offset(),
                                  loc.data_size());
   out.metadata = absl::Span<const uint8_t>(c.base() + loc.offset(), loc.metadata_size());
+  out.mutable_object = loc.mutable_object();
   return out;
 }
 
@@ -139,17 +145,18 @@ absl::Status Client::Seal(const ObjectId& id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ObjectRef> Client::SealKeepingReference(const MutableObject& obj) {
+absl::StatusOr<ObjectRef> Client::SealKeepingReference(const MutableObject& object) {
   internal::Connection& c = *conn_;
   absl::MutexLock lock(&c.mu());
-  c.NewRequestLocked().mutable_seal()->set_id(obj.id);
+  c.NewRequestLocked().mutable_seal()->set_id(object.id);
   DROVER_RETURN_IF_ERROR(CallChecked(c, absl::ZeroDuration()).status());
-  // The creator's reference stays: the ref releases it.
+  // The creator's reference (taken by Create) is the ref's from here on.
   ObjectRef ref;
   ref.conn_ = conn_;
-  ref.id_ = obj.id;
-  ref.data_ = obj.data;
-  ref.metadata_ = obj.metadata;
+  ref.id_ = object.id;
+  ref.data_ = object.data;
+  ref.metadata_ = object.metadata;
+  ref.mutable_ = object.mutable_object;
   return ref;
 }
 
@@ -287,6 +294,7 @@ absl::StatusOr<ObjectRef> Client::Get(const ObjectId& id, absl::Duration timeout
     ref.id_ = id;
     status = CheckLocation(g.location(), c.capacity());
     if (status.ok()) SetSpans(c.base(), g.location(), &ref.data_, &ref.metadata_);
+    ref.mutable_ = g.location().mutable_object();
   }
   if (!status.ok()) return status;  // ~ObjectRef releases, outside the lock
   return ref;
@@ -321,6 +329,7 @@ absl::StatusOr<std::vector<ObjectRef>> Client::Get(const std::vector<ObjectId>& 
       ref.conn_ = conn_;
       ref.id_ = ids[i];
       absl::Status s = CheckLocation(res.location(), c.capacity());
+      ref.mutable_ = res.location().mutable_object();
       if (s.ok()) {
         SetSpans(c.base(), res.location(), &ref.data_, &ref.metadata_);
       } else if (status.ok()) {

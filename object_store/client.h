@@ -62,6 +62,7 @@ struct MutableObject {
   ObjectId id;
   absl::Span<uint8_t> data;              // writable, in the shared arena, 64-byte aligned
   absl::Span<const uint8_t> metadata;    // already written by the store
+  bool mutable_object = false;           // created with Create(..., mutable_object)
 };
 
 // A reference to a sealed object, pinning it in the store (never evicted, spilled or
@@ -86,6 +87,14 @@ class ObjectRef {
   absl::string_view metadata_view() const {
     return absl::string_view(reinterpret_cast<const char*>(metadata_.data()), metadata_.size());
   }
+  // True for a mutable object (Client::Create with mutable_object): its holders may
+  // write its data in place, through mutable_data(), while they hold a reference.
+  bool is_mutable() const { return mutable_; }
+  // The data, writable: only for a mutable object (empty otherwise).
+  absl::Span<uint8_t> mutable_data() const {
+    if (!mutable_) return {};
+    return absl::Span<uint8_t>(const_cast<uint8_t*>(data_.data()), data_.size());
+  }
   // Releases the reference now. The ref becomes invalid.
   void Reset();
 
@@ -95,6 +104,7 @@ class ObjectRef {
   ObjectId id_;
   absl::Span<const uint8_t> data_;
   absl::Span<const uint8_t> metadata_;
+  bool mutable_ = false;
 };
 
 // The store's counters (see proto/object_store.proto StoreStats).
@@ -129,17 +139,20 @@ class Client {
   // Allocates an unsealed object of `data_size` bytes with `metadata` in front of it
   // and returns its writable span. Follow with Seal (or Abort). `secondary` marks a
   // copy of an object whose primary lives on another node (pulled copies): under
-  // memory pressure it is evicted rather than spilled.
+  // memory pressure it is evicted rather than spilled. `mutable_object` makes an object
+  // that stays writable by its holders after the seal (see CreateRequest in
+  // proto/object_store.proto); INVALID_ARGUMENT with `secondary`.
   absl::StatusOr<MutableObject> Create(const ObjectId& id, uint64_t data_size,
                                        absl::string_view metadata = {},
-                                       bool secondary = false);
+                                       bool secondary = false, bool mutable_object = false);
   // Makes the object immutable and visible to every Get, and drops the creator's
   // reference (Get it to keep reading it pinned).
   absl::Status Seal(const ObjectId& id);
   // Seals as Seal does but keeps the creator's reference, returned as a ref over the
-  // object's bytes (one round trip where Seal + Get take two): for a creator that goes
-  // on reading what it wrote. REQUIRES: `obj` is what Create returned for this client.
-  absl::StatusOr<ObjectRef> SealKeepingReference(const MutableObject& obj);
+  // object's bytes (one round trip where Seal + Get take two), pinned where it was
+  // written: for a creator that goes on reading what it wrote.
+  // REQUIRES: `object` came from Create on this client and is neither sealed nor aborted.
+  absl::StatusOr<ObjectRef> SealKeepingReference(const MutableObject& object);
   // Frees an unsealed object this client created.
   absl::Status Abort(const ObjectId& id);
   // Writes the object and seals it: visible to every client once Put returns, with no
@@ -197,6 +210,10 @@ class Client {
   // in the arena").
   const uint8_t* arena_base() const;
   uint64_t arena_capacity() const;
+  // The arena's descriptor (this client's own: valid while the client lives, closed
+  // with it), to map the same memory a second time with other protections: the Python
+  // module maps it read-only so that writes through views of sealed objects fault.
+  int arena_fd() const;
   // The id the store assigned to this connection.
   uint64_t client_id() const;
 

@@ -529,7 +529,8 @@ ObjectTable::~ObjectTable() {
 
 absl::StatusOr<ObjectLocation> ObjectTable::Create(ClientId client, const ObjectId& id,
                                                    uint64_t data_size,
-                                                   const std::string& metadata, bool primary) {
+                                                   const std::string& metadata, bool primary,
+                                                   bool mutable_object) {
   Impl& t = *impl_;
   if (id.empty() || id.size() > kMaxIdBytes) {
     return absl::InvalidArgumentError(absl::StrCat("object id must be 1..", kMaxIdBytes,
@@ -545,9 +546,14 @@ absl::StatusOr<ObjectLocation> ObjectTable::Create(ClientId client, const Object
         " metadata bytes ", data_size + metadata_size == 0 ? "is empty" : "does not fit",
         " in the object store of ", capacity, " bytes (", Bytes(capacity), ")"));
   }
+  if (mutable_object && !primary) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "object ", ShowId(id), ": a mutable object lives on one node; it cannot be a secondary copy"));
+  }
   if (const Impl::Object* existing = t.Find(id)) return t.AlreadyExists(existing, id);
   ObjectLocation loc;
   loc.metadata_size = metadata_size;
+  loc.mutable_object = mutable_object;
   loc.data_offset = data_offset;
   loc.data_size = data_size;
   auto off = t.AllocateWithPressure(loc.data_offset + data_size, id, nullptr);

@@ -45,6 +45,8 @@ struct ObjectLocation {
   uint64_t data_offset = 0;
   uint64_t data_size = 0;
   uint64_t metadata_size = 0;
+  // Created mutable (Create's `mutable_object`): holders may write it after the seal.
+  bool mutable_object = false;
 };
 
 struct TableOptions {
@@ -103,10 +105,15 @@ class ObjectTable {
   // `client`, with one reference held by it. `primary` is false for copies pulled from
   // another node (evicted rather than spilled). The metadata is copied into the arena
   // here; the client writes the data. INVALID_ARGUMENT for an id outside 1..64 bytes or
-  // an empty object or one larger than the arena; ALREADY_EXISTS also while a deleted
-  // object of that id is still referenced.
+  // an empty object or one larger than the arena, or a mutable secondary copy;
+  // ALREADY_EXISTS also while a deleted object of that id is still referenced.
+  // `mutable_object` marks an object its holders keep writing after the seal (a
+  // drover::SharedTensor): the table treats it as any primary object (pinned while
+  // referenced); its locations say it is mutable, so readers (and the agents, which
+  // never copy one to another node) can tell.
   absl::StatusOr<ObjectLocation> Create(ClientId client, const ObjectId& id, uint64_t data_size,
-                                        const std::string& metadata, bool primary = true);
+                                        const std::string& metadata, bool primary = true,
+                                        bool mutable_object = false);
   // Makes the object immutable and visible to Get. Only its creator may seal it.
   absl::Status Seal(ClientId client, const ObjectId& id);
   // Frees an unsealed object (its creator gave up).

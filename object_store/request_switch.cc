@@ -63,6 +63,7 @@ void ToProto(const ObjectLocation& loc, proto::ObjectLocation* out) {
   out->set_data_offset(loc.data_offset);
   out->set_data_size(loc.data_size);
   out->set_metadata_size(loc.metadata_size);
+  out->set_mutable_object(loc.mutable_object);
 }
 
 // Says why a Get's result is missing: absent or unsealed (its code says which, from
@@ -195,7 +196,7 @@ absl::Status RequestSwitch::HandleCreate(StoreConn& c, const proto::CreateReques
   }
   DROVER_ASSIGN_OR_RETURN(const ObjectLocation loc,
                           table_.Create(c.id, r.id(), r.data_size(), r.metadata(),
-                                        !r.secondary()));
+                                        !r.secondary(), r.mutable_object()));
   if (r.inline_put()) DROVER_RETURN_IF_ERROR(FinishInlinePut(c.id, r.id(), loc, r.data()));
   ToProto(loc, reply_.mutable_create()->mutable_location());
   return absl::OkStatus();

@@ -240,6 +240,49 @@ TEST(StoreIntegrationTest, DeleteAndRefsPinObjects) {
   EXPECT_FALSE(*(*c)->Contains("x"));
 }
 
+// A mutable object (the store side of drover::SharedTensor): visible after its seal,
+// written in place by every holder, pinned while held, freed when the last holder
+// lets go after its delete; ordinary objects stay read-only and say so.
+TEST(StoreIntegrationTest, MutableObjectsAreWrittenInPlaceByEveryHolder) {
+  StoreProcess store(64 * kMiB);
+  auto owner = Client::Connect(store.socket());
+  auto other = Client::Connect(store.socket());
+  ASSERT_TRUE(owner.ok() && other.ok());
+  auto created = (*owner)->Create("shared", 4096, "hdr", /*secondary=*/false, /*mutable_object=*/true);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_TRUE(created->mutable_object);
+  auto kept = (*owner)->SealKeepingReference(*created);
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(kept->is_mutable());
+  EXPECT_EQ(kept->data().data(), created->data.data());  // pinned where it was written
+  auto held = (*other)->Get("shared", absl::Seconds(1));
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_TRUE(held->is_mutable());
+  EXPECT_EQ(held->metadata_view(), "hdr");
+  // Both write; both see both writes (the same pages).
+  kept->mutable_data()[0] = 7;
+  held->mutable_data()[4095] = 9;
+  EXPECT_EQ(held->data()[0], 7);
+  EXPECT_EQ(kept->data()[4095], 9);
+  // Ordinary objects are not writable through a ref.
+  ASSERT_TRUE((*owner)->Put("plain", std::string(100, 'p')).ok());
+  auto plain = (*other)->Get("plain", absl::Seconds(1));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->is_mutable());
+  EXPECT_TRUE(plain->mutable_data().empty());
+  // A mutable secondary copy is refused.
+  EXPECT_EQ((*owner)->Create("bad", 64, "", /*secondary=*/true, /*mutable_object=*/true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Delete hides it at once; the memory stays until the last holder releases.
+  ASSERT_TRUE((*owner)->Delete("shared").ok());
+  EXPECT_FALSE(*(*other)->Contains("shared"));
+  kept->Reset();
+  EXPECT_EQ(held->data()[0], 7);
+  EXPECT_EQ(MustStats(**other).objects, 2u);
+  held->Reset();
+  EXPECT_TRUE(WaitFor([&] { return MustStats(**other).objects == 1; }));
+}
+
 TEST(StoreIntegrationTest, PastCapacityObjectsSpillAndComeBackByteForByte) {
   StoreProcess store(64 * kMiB, /*with_spill=*/true, /*spill_capacity=*/1024 * kMiB);
   auto c = Client::Connect(store.socket());

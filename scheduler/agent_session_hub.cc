@@ -34,8 +34,7 @@ class AgentSessionHub::Session : public grpc::ServerWriteReactor<proto::AgentSes
 
   // The agent's side went away. If the hub ended the stream first, that end stands.
   void OnCancel() override {
-    if (!TakeFinish()) return;
-    hub_->Cancelled(this);
+    if (!hub_->Cancelled(this)) return;
     Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the agent's side closed the session"));
   }
 
@@ -44,7 +43,6 @@ class AgentSessionHub::Session : public grpc::ServerWriteReactor<proto::AgentSes
     delete this;
   }
 
- private:
   // True for the one caller that gets to finish the stream.
   bool TakeFinish() {
     absl::MutexLock lock(&mu_);
@@ -53,6 +51,7 @@ class AgentSessionHub::Session : public grpc::ServerWriteReactor<proto::AgentSes
     return true;
   }
 
+ private:
   AgentSessionHub* const hub_;
   const std::string node_id_;
   proto::AgentSessionNotice notice_;  // written once; must live until OnDone
@@ -111,10 +110,14 @@ int AgentSessionHub::open_sessions() {
   return n;
 }
 
-void AgentSessionHub::Cancelled(Session* s) {
+bool AgentSessionHub::Cancelled(Session* s) {
+  // Under the hub's lock from the take to the core's notice: open_sessions() never
+  // counts a session as ended before the core knows its grace has started.
   absl::MutexLock lock(&mu_);
-  if (shutting_down_) return;  // a stopping scheduler loses no node
-  core_->AgentSessionClosed(s->node_id(), s->id());
+  if (!s->TakeFinish()) return false;
+  // A stopping scheduler loses no node.
+  if (!shutting_down_) core_->AgentSessionClosed(s->node_id(), s->id());
+  return true;
 }
 
 void AgentSessionHub::Done(Session* s) {

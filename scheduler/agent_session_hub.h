@@ -60,9 +60,9 @@ class AgentSessionHub {
 
  private:
   class Session;
-  // The session's agent side went away: tells the core, unless it was replaced or the
-  // hub is shutting down.
-  void Cancelled(Session* s);
+  // The session's agent side went away: ends it and tells the core, unless the hub
+  // ended it first (replaced, shut down). False if the session had ended already.
+  bool Cancelled(Session* s);
   // gRPC is done with the session; it is deleted after.
   void Done(Session* s);
 

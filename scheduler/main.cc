@@ -7,7 +7,10 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/auth.h"
 #include "common/daemon.h"
 #include "common/paths.h"
@@ -39,7 +42,7 @@ int main(int argc, char** argv) {
               ready_file, package_dir;
   int port = 0, metrics_port = 0;
   int64_t node_timeout_ms = 10000, heartbeat_ms = 500, kill_grace_ms = 5000,
-          abort_notice_ms = 3000, session_grace_ms = 1000;
+          abort_notice_ms = 3000, session_grace_ms = 1000, redis_wait_ms = 30000;
   app.add_option("--bind", bind, "IP address to listen on (0.0.0.0 for all)");
   app.add_option("--port", port, "TCP port (0 picks a free one)")->check(CLI::Range(0, 65535));
   app.add_option("--metrics-port", metrics_port,
@@ -52,6 +55,10 @@ int main(int argc, char** argv) {
       ->default_str("$DROVER_HOME/token");
   app.add_option("--redis", redis, "HOST:PORT of Redis for durable state (default: in memory)");
   app.add_option("--redis-prefix", redis_prefix, "key prefix in Redis");
+  app.add_option("--redis-wait-ms", redis_wait_ms,
+                 "at start, wait this long for a Redis that does not answer yet (started "
+                 "beside the head, restarting) before giving up; 0 gives up at once")
+      ->check(CLI::Range(int64_t{0}, int64_t{3600000}));
   app.add_option("--node-timeout-ms", node_timeout_ms, "declare a silent node dead after this")
       ->check(CLI::Range(int64_t{100}, int64_t{3600000}));
   app.add_option("--session-grace-ms", session_grace_ms,
@@ -88,7 +95,19 @@ int main(int argc, char** argv) {
       std::cerr << "drover-scheduler: --redis: " << hp.status().message() << "\n";
       return 2;
     }
+    // A Redis started beside the head (a service manager starts both at once) may not
+    // listen yet: retry what may pass by itself, for --redis-wait-ms.
+    const absl::Time give_up = absl::Now() + absl::Milliseconds(redis_wait_ms);
     auto r = drover::NewRedisStateStore(hp->host, hp->port, redis_prefix);
+    if (!r.ok() && absl::IsUnavailable(r.status()) && absl::Now() < give_up) {
+      DROVER_LOG(WARNING) << r.status().message() << "; waiting up to "
+                          << absl::FormatDuration(absl::Milliseconds(redis_wait_ms))
+                          << " for it (--redis-wait-ms)";
+      while (!r.ok() && absl::IsUnavailable(r.status()) && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(200));
+        r = drover::NewRedisStateStore(hp->host, hp->port, redis_prefix);
+      }
+    }
     if (!r.ok()) {
       std::cerr << "drover-scheduler: " << r.status().message() << "\n";
       return 2;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
+#include "common/hashed_file.h"
 #include "common/log.h"
 #include "common/sha256.h"
 
@@ -46,51 +47,18 @@ absl::Status PackageStore::Put(grpc::ServerReader<proto::PackageChunk>* reader) 
     return absl::OkStatus();
   }
   if (absl::Status s = MakeDirs(dir_, 0700); !s.ok()) return s;
-  const std::string tmp = absl::StrCat(PathOf(hash), ".part.", counter.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", std::strerror(errno)));
-  uint64_t written = 0;
+  absl::StatusOr<HashedFileWriter> file = HashedFileWriter::Create(
+      PathOf(hash), absl::StrCat(PathOf(hash), ".part.", counter.fetch_add(1)), 0600);
+  if (!file.ok()) return file.status();
   absl::Status failure;
   do {
-    if (chunk.offset() != written) {
-      failure = absl::InvalidArgumentError(absl::StrCat("package ", hash, ": chunk at offset ",
-                                                        chunk.offset(), " after ", written, " bytes"));
-      break;
-    }
-    if (written + chunk.data().size() > max_bytes_) {
-      failure = absl::InvalidArgumentError(absl::StrCat("package ", hash, " exceeds ", max_bytes_, " bytes"));
-      break;
-    }
-    const std::string& d = chunk.data();
-    for (size_t off = 0; off < d.size();) {
-      ssize_t n = ::write(fd, d.data() + off, d.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        failure = absl::ResourceExhaustedError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-        break;
-      }
-      off += static_cast<size_t>(n);
-    }
-    written += d.size();
+    failure = file->Append(chunk.offset(), chunk.data(), max_bytes_);
   } while (failure.ok() && reader->Read(&chunk));
-  ::close(fd);
-  if (failure.ok()) {
-    absl::StatusOr<std::string> got = Sha256File(tmp);
-    if (!got.ok()) {
-      failure = got.status();
-    } else if (*got != hash) {
-      failure = absl::DataLossError(absl::StrCat("package upload announced as ", hash, " hashes to ", *got,
-                                                 " (", written, " bytes); not stored"));
-    }
-  }
-  if (failure.ok() && ::rename(tmp.c_str(), PathOf(hash).c_str()) != 0) {
-    failure = absl::InternalError(absl::StrCat("cannot rename ", tmp, ": ", std::strerror(errno)));
-  }
+  if (failure.ok()) failure = file->Commit(hash);
   if (!failure.ok()) {
-    ::unlink(tmp.c_str());
-    return failure;
+    return absl::Status(failure.code(), absl::StrCat("package upload ", hash, ": ", failure.message(), "; not stored"));
   }
-  DROVER_LOG(INFO) << "stored package " << hash.substr(0, 12) << " (" << written << " bytes)";
+  DROVER_LOG(INFO) << "stored package " << hash.substr(0, 12) << " (" << file->written() << " bytes)";
   return absl::OkStatus();
 }
 

@@ -534,6 +534,7 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   job.info.set_state(proto::RUNNING);
   job.info.set_master_addr(job.info.placement(0).node_ip());
   job.info.set_master_port(0);
+  job.info.set_started_processes(0);
   job.info.set_live_processes(static_cast<int>(job.live.size()));
   job.info.clear_root_cause();
   const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
@@ -588,6 +589,10 @@ void SchedulerCore::RunLaunch(const Action& a) {
       absl::MutexLock lock(&mu_);
       Job* job = FindJobLocked(a.job_id);
       if (job == nullptr || job->info.restart_count() != a.generation) return;
+      if (port.ok()) {  // this node's processes are spawned (`drover run`: "starting N/M")
+        job->info.set_started_processes(job->info.started_processes() + req.processes_size());
+        ChangedLocked(*job);
+      }
       if (!port.ok()) {
         FailLaunchLocked(*job, a, i, port.status(), &more);
         ScheduleLocked(&more);

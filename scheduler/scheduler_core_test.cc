@@ -145,6 +145,27 @@ TEST_F(SchedulerCoreTest, SubmitWithSameKeyTwiceCreatesOneJob) {
   EXPECT_EQ(core_->ListJobs({}).size(), 1u);
 }
 
+TEST_F(SchedulerCoreTest, StartedProcessesCountTheRanksOfNodesWhoseStartReturned) {
+  Register("10.0.0.1", 0);
+  Register("10.0.0.2", 0);
+  auto job = Submit(4, 2, 0);
+  EXPECT_EQ(job.started_processes(), 0);
+  ASSERT_TRUE(WaitFor([&] { return Job(job.job_id()).started_processes() == 4; }));
+  EXPECT_EQ(agents_->starts(), 2u);
+
+  // A node whose start fails adds nothing; the nodes started before it still count.
+  agents_->FailAddress("10.0.0.2:7000");
+  auto second = Submit(4, 2, 0);
+  ASSERT_TRUE(WaitFor([&] { return Job(second.job_id()).state() == proto::FAILED; }));
+  auto calls = agents_->start_calls();
+  std::vector<std::string> order;
+  for (const auto& [address, req] : calls) {
+    if (req.job_id() == second.job_id()) order.push_back(address);
+  }
+  ASSERT_FALSE(order.empty());
+  EXPECT_EQ(Job(second.job_id()).started_processes(), order[0] == "10.0.0.2:7000" ? 0 : 2);
+}
+
 TEST_F(SchedulerCoreTest, ExitReportedTwiceCountsOnceAndGpusAreFreedOnlyWhenAllExited) {
   std::string n1 = Register("10.0.0.1", 2);
   auto job = Submit(2, 2, 1);

@@ -11,12 +11,16 @@ PACKAGES=(
   libmsgpack-cxx-dev libssl-dev
   # metrics (/metrics) and the dashboard's HTTP server
   prometheus-cpp-dev libcpp-httplib-dev
+  # the Python module for PyTorch consumers (//python:drover)
+  pybind11-dev python3-dev
   # fuzzing (//bazel/fuzz: libFuzzer, ASan and UBSan runtimes, the symbolizer)
   clang-14 libclang-rt-14-dev libfuzzer-14-dev llvm-14
   # run and test
   redis-server iproute2 procps python3 python3-torch
   # the dashboard's browser test (tests/dashboard)
   chromium
+  # test deploy/: systemd-analyze (systemd), a local Slurm (tests/deploy_slurm_test.cc)
+  systemd slurmctld slurmd slurm-client munge
 )
 
 missing=()
@@ -35,6 +39,15 @@ else
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   echo "setup: installed ${#missing[@]} packages"
+  # Debian enables the Slurm daemons it just installed; the tests start their own (with
+  # their own config), so a machine that had no Slurm keeps none running.
+  if [ -d /run/systemd/system ]; then
+    for unit in slurmd slurmctld; do
+      if [[ " ${missing[*]} " == *" $unit "* ]]; then
+        $SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
+      fi
+    done
+  fi
 fi
 
 # The dashboard's browser test (tests/dashboard_browser_test) drives Debian's chromium

@@ -191,6 +191,7 @@ proto::JobInfo ToProto(const JobInfo& j) {
   SetRepeated(out.mutable_succeeded_ranks(), j.succeeded_ranks);
   SetRepeated(out.mutable_exited_ranks(), j.exited_ranks);
   out.set_live_processes(j.live_processes);
+  out.set_started_processes(j.started_processes);
   out.set_restarting(j.restarting);
   out.set_version(j.version);
   out.set_exit_code(j.exit_code);
@@ -217,6 +218,7 @@ JobInfo FromProto(const proto::JobInfo& j) {
   out.succeeded_ranks = ToVector<int>(j.succeeded_ranks());
   out.exited_ranks = ToVector<int>(j.exited_ranks());
   out.live_processes = j.live_processes();
+  out.started_processes = j.started_processes();
   out.restarting = j.restarting();
   out.version = j.version();
   out.exit_code = j.exit_code();

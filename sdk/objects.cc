@@ -9,11 +9,14 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
+#include "common/clock.h"
+#include "common/progress_line.h"
 #include "common/rpc.h"
 #include "common/status.h"
 #include "grpcpp/client_context.h"
 #include "proto/node_agent.grpc.pb.h"
 #include "sdk/internal/objects_internal.h"
+#include "sdk/internal/pull_progress.h"
 #include "sdk/internal/tensor_internal.h"
 
 namespace drover {
@@ -65,9 +68,15 @@ struct Objects::Impl {
                          const absl::Status& last_fetch) const;
   // Objects::Get with the store's reference.
   absl::StatusOr<object_store::ObjectRef> Get(const std::string& id, absl::Duration timeout);
+  // The bar of a pull of `id` (null without a terminal).
+  std::unique_ptr<internal::PullProgress> PullBar(const std::string& id);
 
   std::unique_ptr<object_store::Client> store;
   std::unique_ptr<Agent> agent;  // null: this node only
+  // Long pulls' progress bars: on stderr when it is a terminal, else none.
+  std::unique_ptr<ProgressLine> progress_line = ProgressLine::ForStderr();
+  Clock* progress_clock = Clock::Real();
+  internal::PullProgressOptions progress_options;
 };
 
 Objects::Objects(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -136,6 +145,23 @@ std::unique_ptr<PendingFetch> Objects::Impl::StartFetch(const std::string& id,
   return fetch;
 }
 
+std::unique_ptr<internal::PullProgress> Objects::Impl::PullBar(const std::string& id) {
+  if (progress_line == nullptr || agent == nullptr) return nullptr;
+  Agent* a = agent.get();
+  return std::make_unique<internal::PullProgress>(
+      progress_line.get(), progress_clock, progress_options, id,
+      [a, id]() -> absl::StatusOr<internal::FetchProgress> {
+        grpc::ClientContext ctx;
+        PrepareContext(&ctx, a->token, std::chrono::milliseconds(1000));
+        proto::GetFetchProgressRequest req;
+        req.set_object_id(id);
+        proto::GetFetchProgressReply reply;
+        DROVER_RETURN_IF_ERROR(FromGrpcStatus(a->stub->GetFetchProgress(&ctx, req, &reply)));
+        return internal::FetchProgress{reply.pulling(), reply.received_bytes(),
+                                       reply.total_bytes(), reply.source_node()};
+      });
+}
+
 absl::Status Objects::Impl::NotInTime(const std::string& id, absl::Duration timeout,
                                       const absl::Status& last_fetch) const {
   return absl::DeadlineExceededError(absl::StrCat(
@@ -150,6 +176,7 @@ absl::StatusOr<object_store::ObjectRef> Objects::Impl::Get(const std::string& id
   absl::StatusOr<object_store::ObjectRef> ref = store->Get(id, absl::ZeroDuration());
   // The agent's fetch (none without an agent), and when to start the next one.
   std::unique_ptr<PendingFetch> fetch;
+  std::unique_ptr<internal::PullProgress> bar;  // on a terminal, once a fetch started
   absl::Time next_fetch = absl::InfinitePast();
   absl::Duration pause = absl::Milliseconds(10);  // before a failed fetch is retried
   absl::Status last;
@@ -186,8 +213,10 @@ absl::StatusOr<object_store::ObjectRef> Objects::Impl::Get(const std::string& id
     const absl::Time now = absl::Now();
     if (now >= deadline) return NotInTime(id, timeout, last);
     if (agent != nullptr && fetch == nullptr && now >= next_fetch) {
+      if (bar == nullptr) bar = PullBar(id);  // first: its 1 s counts from the fetch's start
       fetch = StartFetch(id, deadline);
     }
+    if (bar != nullptr && fetch != nullptr) bar->Tick();
     // Wait for the object's seal here: a put on this node, or the agent's pull, ends
     // the wait at once. In turns, so that a failed fetch is retried.
     absl::Time until = std::min(deadline, now + kStoreWaitTurn);
@@ -220,6 +249,13 @@ object_store::Client& ObjectsAccess::Store(Objects& objects) { return *objects.i
 absl::StatusOr<object_store::ObjectRef> ObjectsAccess::Get(Objects& objects, const std::string& id,
                                                            absl::Duration timeout) {
   return objects.impl_->Get(id, timeout);
+}
+
+void ObjectsAccess::ShowPullProgress(Objects& objects, std::unique_ptr<ProgressLine> line,
+                                     Clock* clock, PullProgressOptions options) {
+  objects.impl_->progress_line = std::move(line);
+  objects.impl_->progress_clock = clock;
+  objects.impl_->progress_options = options;
 }
 
 }  // namespace internal

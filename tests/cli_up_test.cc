@@ -1,12 +1,14 @@
 // `drover up` / `drover down` as a user runs them: a local cluster with nothing else to
 // install or start, state in memory or (with --redis) in a redis-server it starts.
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <cstdlib>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
+#include "common/spawn.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/util/test_cluster.h"
@@ -133,6 +135,37 @@ TEST_F(CliUpTest, JobIdsAreNewAfterDownAndUpAndNoJobShowsAnothersOutput) {
   // The new cluster does not know the old job: no output of anyone else's under its id.
   EXPECT_NE(Drover({"logs", first}, &out, &err), 0) << out;
   EXPECT_FALSE(absl::StrContains(out, "first")) << out;
+}
+
+// A cluster file that outlived its daemons (a reboot, a crash) names pids that may
+// belong to unrelated processes by now: `down` must not signal them, and `up` must not
+// take them for a running cluster.
+TEST_F(CliUpTest, StalePidsOfOtherProgramsAreNeverSignalled) {
+  SpawnOptions o;
+  o.argv = {"sleep", "600"};
+  auto bystander = Spawn(o);
+  ASSERT_TRUE(bystander.ok()) << bystander.status();
+  const pid_t pid = *bystander;
+  nlohmann::json stale = {{"address", "127.0.0.1:1"},
+                          {"scheduler_pid", pid},
+                          {"redis_pid", pid},
+                          {"agent_pids", {pid}}};
+  ASSERT_TRUE(WriteFileAtomic(home_ + "/cluster.json", stale.dump(), 0600).ok());
+  std::string out, err;
+  EXPECT_EQ(Drover({"down"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(out, "stopped 0 daemons")) << out;
+  EXPECT_EQ(kill(pid, 0), 0) << "drover down signalled an unrelated process";
+  int status = 0;
+  EXPECT_EQ(waitpid(pid, &status, WNOHANG), 0);
+
+  ASSERT_TRUE(WriteFileAtomic(home_ + "/cluster.json", stale.dump(), 0600).ok());
+  EXPECT_EQ(Drover({"up", "--nodes", "1"}, &out, &err), 0) << out << err;
+  EXPECT_EQ(kill(pid, 0), 0);
+  EXPECT_EQ(Drover({"down"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(out, "stopped 2 daemons")) << out;
+  EXPECT_EQ(kill(pid, 0), 0);
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
 }
 
 }  // namespace

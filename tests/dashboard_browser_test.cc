@@ -65,7 +65,7 @@ TEST(DashboardBrowserTest, PagesShowTheNodesJobsRootCauseAndLiveUpdates) {
       scratch, &out, &err);
   std::cout << out << err;
   std::filesystem::remove_all(scratch);
-  EXPECT_EQ(rc, 0) << out << err << cluster.DaemonLogs();
+  ASSERT_EQ(rc, 0) << out << err << cluster.DaemonLogs();
   auto done = cluster.client().WaitJob(running->job_id, absl::Seconds(30));
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->state, JobState::kSucceeded);

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "tests/util/program_output.h"
 #include "drover/task.h"
 
 namespace {
@@ -137,26 +138,15 @@ DROVER_REMOTE(Sum, Add, Greet, Nothing, WhereAmI, Blob, Checksum, Throws, Fails,
 
 namespace {
 
+using drover::testing::Expect;
+using drover::testing::Print;
+
 // task_program_other is this file built with another value: another binary, another
 // build id (tests of workers that refuse a build that is not their driver's).
 #ifndef DROVER_TASK_PROGRAM_VARIANT
 #define DROVER_TASK_PROGRAM_VARIANT 1
 #endif
 [[maybe_unused]] volatile int variant = DROVER_TASK_PROGRAM_VARIANT;
-
-int failures = 0;
-
-template <typename T>
-void Expect(bool ok, const std::string& what, const T& got) {
-  if (!ok) {
-    ++failures;
-    std::cout << "FAIL " << what << ": got " << got << std::endl;
-  }
-}
-
-void Print(const std::string& key, const std::string& value) {
-  std::cout << key << "=" << value << std::endl;
-}
 
 std::string Err(const absl::Status& s) { return std::string(s.message()); }
 
@@ -199,8 +189,8 @@ int Basic() {
   Expect(w.ready.size() == 1 && w.ready[0].id() == mixed[1].id(), "Wait returns the fast one first",
          w.ready.size());
   phase("wait");
-  Print("basic", failures == 0 ? "ok" : "failed");
-  return failures == 0 ? 0 : 1;
+  Print("basic", drover::testing::ProgramFailures() == 0 ? "ok" : "failed");
+  return drover::testing::ProgramFailures() == 0 ? 0 : 1;
 }
 
 int Errors() {
@@ -258,7 +248,7 @@ int Nodes(const std::string& a, const std::string& b) {
   auto got = drover::Get(sum_b);
   Expect(got.ok() && *got == want, "checksum across nodes", got.ok() ? std::to_string(*got) : Err(got.status()));
   Print("cross_node", got.ok() && *got == want ? "ok" : "failed");
-  return failures == 0 ? 0 : 1;
+  return drover::testing::ProgramFailures() == 0 ? 0 : 1;
 }
 
 int Actors() {

@@ -21,88 +21,24 @@
 #include "proto/scheduler.grpc.pb.h"
 #include "common/spawn.h"
 #include "gtest/gtest.h"
+#include "tests/util/driver_program.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
 namespace {
 
-struct DriverRun {
-  int code = -1;
-  std::string out;
-  std::string err;
-  std::map<std::string, std::string> kv;  // key=value lines (the first line of each value)
-  std::string Get(const std::string& k) const {
-    auto it = kv.find(k);
-    return it == kv.end() ? "<missing " + k + ">" : it->second;
-  }
-};
-
-class TasksTest : public ::testing::Test {
+class TasksTest : public TwoNodeClusterTest {
  protected:
-  static void SetUpTestSuite() {
-    TestClusterOptions o;
-    o.nodes = 2;
-    o.cpus_per_node = 4;
-    auto c = TestCluster::Start(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = c->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-
   // Starts the program as a driver of this cluster; returns its pid.
   pid_t Start(const std::vector<std::string>& args, const std::string& base,
               const std::string& binary = "") {
-    SpawnOptions o;
-    o.argv = {binary.empty() ? Runfile("tests/task_program") : binary};
-    o.argv.insert(o.argv.end(), args.begin(), args.end());
-    for (char** e = environ; *e; ++e) {
-      absl::string_view kv(*e);
-      if (absl::StartsWith(kv, "DROVER_")) continue;
-      o.env.push_back(*e);
-    }
-    o.env.push_back("DROVER_ADDRESS=" + cluster_->address());
-    o.env.push_back("DROVER_TOKEN_FILE=" + cluster_->token_file());
-    o.env.push_back("DROVER_HOME=" + cluster_->dir() + "/home");
-    o.stdout_path = base + ".out";
-    o.stderr_path = base + ".err";
-    auto pid = Spawn(o);
-    EXPECT_TRUE(pid.ok()) << pid.status();
-    return pid.ok() ? *pid : -1;
+    return StartDriver(*cluster_, binary.empty() ? "tests/task_program" : binary, args, base);
   }
-
   DriverRun Finish(pid_t pid, const std::string& base, absl::Duration timeout) {
-    DriverRun r;
-    int status = 0;
-    const bool done = WaitFor([&] { return ::waitpid(pid, &status, WNOHANG) == pid; }, timeout);
-    if (!done) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-    }
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = ReadFile(base + ".out").value_or("");
-    r.err = ReadFile(base + ".err").value_or("");
-    std::string key;
-    for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
-      size_t eq = line.find('=');
-      if (eq != absl::string_view::npos && eq > 0 && line.find(' ') > eq) {
-        key = std::string(line.substr(0, eq));
-        r.kv[key] = std::string(line.substr(eq + 1));
-      } else if (!key.empty() && !line.empty()) {
-        absl::StrAppend(&r.kv[key], "\n", line);  // a multi-line value (stderr tails)
-      }
-    }
-    if (!done) ADD_FAILURE() << "the driver did not finish in time; its output:\n" << r.out << r.err
-                             << cluster_->DaemonLogs();
-    return r;
+    return FinishDriver(*cluster_, pid, base, timeout);
   }
-
   DriverRun RunProgram(const std::vector<std::string>& args, absl::Duration timeout = absl::Seconds(120)) {
-    static int n = 0;
-    const std::string base = absl::StrCat(cluster_->dir(), "/driver-", ++n);
-    return Finish(Start(args, base), base, timeout);
+    return RunDriver(*cluster_, "tests/task_program", args, timeout);
   }
 
   // The nodes the scheduler's directory lists for an object.
@@ -119,10 +55,7 @@ class TasksTest : public ::testing::Test {
     return out;
   }
 
-  static TestCluster* cluster_;
 };
-
-TestCluster* TasksTest::cluster_ = nullptr;
 
 TEST_F(TasksTest, TasksRunAndRefsResolve) {
   DriverRun r = RunProgram({"basic"});

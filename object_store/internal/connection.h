@@ -66,6 +66,7 @@ class Connection {
   const uint8_t* base() const { return reinterpret_cast<const uint8_t*>(arena_->base()); }
   uint8_t* mutable_base() const { return reinterpret_cast<uint8_t*>(arena_->base()); }
   uint64_t capacity() const { return arena_->capacity(); }
+  int arena_fd() const { return arena_->fd(); }
   // The id the store assigned to this connection.
   uint64_t client_id() const { return client_id_; }
 

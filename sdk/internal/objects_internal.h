@@ -8,11 +8,15 @@
 #ifndef DROVER_SDK_INTERNAL_OBJECTS_INTERNAL_H_
 #define DROVER_SDK_INTERNAL_OBJECTS_INTERNAL_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
+#include "common/progress_line.h"
 #include "object_store/client.h"
+#include "sdk/internal/pull_progress.h"
 
 namespace drover {
 
@@ -27,6 +31,10 @@ struct ObjectsAccess {
   // returning the pinned reference itself.
   static absl::StatusOr<object_store::ObjectRef> Get(Objects& objects, const std::string& id,
                                                      absl::Duration timeout);
+  // Long pulls' bars go to `line` (null: none), timed by `clock`, instead of to a
+  // terminal on stderr. For tests. REQUIRES: no Get is running.
+  static void ShowPullProgress(Objects& objects, std::unique_ptr<ProgressLine> line,
+                               Clock* clock, PullProgressOptions options);
 };
 
 }  // namespace internal

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "object_store/client.h"
 
 namespace drover::internal {
@@ -13,6 +15,13 @@ namespace drover::internal {
 object_store::Client* LocalStore();
 // A fresh object id of this process ("<job>.<owner>.<n>").
 std::string NewObjectId();
+// Object `id` of this cluster, pinned in this node's store (pulled here first if it is
+// on another node), waiting up to `timeout` for it to appear. FAILED_PRECONDITION
+// without drover::Init; NOT_FOUND at once, not after the timeout, for an id the runtime
+// made ("<job>.<owner>.<n>") whose job this cluster never ran (an object of another
+// cluster) or that has ended (its objects were freed); DEADLINE_EXCEEDED naming the
+// object otherwise. For the Python module's get_tensor.
+absl::StatusOr<object_store::ObjectRef> GetObject(const std::string& id, absl::Duration timeout);
 
 }  // namespace drover::internal
 

@@ -61,8 +61,6 @@ struct TensorAccess {
   }
 };
 
-
-
 }  // namespace drover::internal
 
 #endif  // DROVER_SDK_INTERNAL_TENSOR_INTERNAL_H_

@@ -93,6 +93,7 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       *req.mutable_package() = ctx_->package;
       req.mutable_hint()->set_node_id(o.node_id);
       req.mutable_hint()->set_soft(o.soft_affinity);
+      req.mutable_hint()->set_spread(o.spread);  // SetSpread holds for actors too
       req.set_max_restarts(o.max_restarts);
       req.set_request_id(a->id);
       grpc::ClientContext cctx;
@@ -396,6 +397,25 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
       a->changed_.WaitWithTimeout(&a->mu_, absl::Milliseconds(20));  // creation in flight
       continue;
     }
+    Update(a, *info);
+  }
+}
+
+absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    int64_t after = 0;
+    {
+      absl::MutexLock l(&a->mu_);
+      if (!a->dead_.ok()) return a->dead_;
+      if (a->known_) after = a->info_.version();
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(absl::StrCat("actor ", a->id, " is not dead"));
+    }
+    absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", after, std::min(left, kPollWait));
+    if (!info.ok()) return info.status();
     Update(a, *info);
   }
 }

@@ -73,6 +73,10 @@ class ActorClient {
   std::shared_ptr<ActorState> FromId(const std::string& id);
   absl::Status Kill(const std::shared_ptr<ActorState>& actor);
   absl::Status WaitReady(const std::shared_ptr<ActorState>& actor, absl::Duration timeout);
+  // Waits up to `timeout` for the actor to be dead and returns why (its worker's exit
+  // code or signal and stderr tail); DEADLINE_EXCEEDED if it is still alive. For
+  // clients of services an actor hosts that saw their connection break.
+  absl::Status WaitDead(const std::shared_ptr<ActorState>& actor, absl::Duration timeout);
   // Fails queued calls and closes connections; joins threads.
   void Shutdown();
 

@@ -41,6 +41,9 @@ struct RuntimeContext {
   std::string NewObjectId();
 };
 
+// The context of the initialized runtime, or null (before Init, after Shutdown).
+RuntimeContext* CurrentRuntimeContext();
+
 // A task (or actor call, or actor creation) as its owner keeps it until it is done.
 struct TaskRecord {
   // The registered function and the name shown in errors.

@@ -10,12 +10,17 @@
 #include <iostream>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
+#include "common/job_state.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/rpc.h"
@@ -69,22 +74,35 @@ class Runtime {
   absl::Mutex nodes_mu;
   absl::Time nodes_read ABSL_GUARDED_BY(nodes_mu) = absl::InfinitePast();
   std::map<std::string, std::pair<bool, std::string>> nodes ABSL_GUARDED_BY(nodes_mu);  // alive, why not
+  std::map<std::string, std::string> agents ABSL_GUARDED_BY(nodes_mu);  // node id -> agent address
+
+  // Reads the scheduler's node table if the copy is older than 100 ms.
+  void RefreshNodes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(nodes_mu) {
+    if (absl::Now() - nodes_read <= absl::Milliseconds(100)) return;
+    grpc::ClientContext cctx;
+    PrepareContext(&cctx, ctx.token, std::chrono::milliseconds(5000));
+    proto::GetClusterStatusReply reply;
+    if (!scheduler->GetClusterStatus(&cctx, proto::GetClusterStatusRequest(), &reply).ok()) return;
+    nodes.clear();
+    for (const proto::NodeInfo& n : reply.nodes()) {
+      nodes[n.node_id()] = {n.state() == proto::ALIVE, n.reason()};
+      agents[n.node_id()] = n.agent_address();
+    }
+    nodes_read = absl::Now();
+  }
+
+  // The address of `node_id`'s agent ("" if the scheduler does not know the node).
+  std::string AgentOf(const std::string& node_id) {
+    absl::MutexLock l(&nodes_mu);
+    RefreshNodes();
+    auto it = agents.find(node_id);
+    return it == agents.end() ? "" : it->second;
+  }
 
   // True (with why) if `node_id` is dead or unknown to the scheduler.
   bool NodeGone(const std::string& node_id, std::string* why) {
     absl::MutexLock l(&nodes_mu);
-    if (absl::Now() - nodes_read > absl::Milliseconds(100)) {
-      grpc::ClientContext cctx;
-      PrepareContext(&cctx, ctx.token);
-      proto::GetClusterStatusReply reply;
-      if (scheduler->GetClusterStatus(&cctx, proto::GetClusterStatusRequest(), &reply).ok()) {
-        nodes.clear();
-        for (const proto::NodeInfo& n : reply.nodes()) {
-          nodes[n.node_id()] = {n.state() == proto::ALIVE, n.reason()};
-        }
-        nodes_read = absl::Now();
-      }
-    }
+    RefreshNodes();
     auto it = nodes.find(node_id);
     if (it == nodes.end()) {
       *why = "the scheduler does not know it";
@@ -290,10 +308,21 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
     ctx.package.set_build_id(Env("DROVER_EXPECTED_BUILD_ID"));
     for (int i = 0; i < argc; ++i) ctx.package.add_argv(argv[i]);
   } else {
-    absl::StatusOr<proto::PackageRef> pkg = PreparePackage(ctx.leases.get(), ctx.token, argc, argv);
+    std::vector<std::string> args;
+    if (!options.worker_program.empty()) {
+      args.push_back(options.worker_program);
+      args.insert(args.end(), options.worker_args.begin(), options.worker_args.end());
+    } else {
+      args.assign(argv, argv + argc);
+    }
+    absl::StatusOr<proto::PackageRef> pkg = PreparePackage(ctx.leases.get(), ctx.token, options.worker_program, args);
     if (!pkg.ok()) return pkg.status();
     ctx.package = *std::move(pkg);
   }
+  // Objects on nodes this process has no lease on are deleted through the agent the
+  // scheduler lists for their node.
+  Runtime* raw = rt.get();
+  ctx.store->set_agent_resolver([raw](const std::string& node_id) { return raw->AgentOf(node_id); });
   rt->submitter = std::make_unique<TaskSubmitter>(&rt->ctx);
   rt->actors = std::make_unique<ActorClient>(&rt->ctx);
   return rt;
@@ -302,6 +331,11 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
 void ShutdownAtExit() { drover::Shutdown(); }
 
 }  // namespace
+
+RuntimeContext* CurrentRuntimeContext() {
+  Runtime* rt = ActiveRuntime();
+  return rt == nullptr ? nullptr : &rt->ctx;
+}
 
 CodecContext* RuntimeCodecContext() {
   static StoreCodecContext* ctx = new StoreCodecContext();
@@ -464,6 +498,43 @@ object_store::Client* LocalStore() {
   return rt == nullptr ? nullptr : rt->ctx.store->store();
 }
 
+absl::StatusOr<object_store::ObjectRef> GetObject(const std::string& id, absl::Duration timeout) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+  const absl::Time deadline = absl::Now() + timeout;
+  // An id the runtime made names its job ("<job>.<owner>.<n>", NewObjectId): if this
+  // cluster never ran that job, the object is another cluster's and will never appear
+  // here; if the job ended, its objects were freed with it. Either way, say so now
+  // rather than after the timeout.
+  const std::vector<std::string> parts = absl::StrSplit(id, '.');
+  if (parts.size() == 3 && absl::StartsWith(parts[0], "job-") && parts[0] != rt->ctx.job_id) {
+    grpc::ClientContext cctx;
+    PrepareContext(&cctx, rt->ctx.token, std::chrono::milliseconds(5000));
+    proto::GetJobRequest req;
+    req.set_job_id(parts[0]);
+    proto::GetJobReply reply;
+    absl::Status s = FromGrpcStatus(rt->scheduler->GetJob(&cctx, req, &reply));
+    if (s.code() == absl::StatusCode::kNotFound) {
+      return absl::NotFoundError(absl::StrCat(
+          "object ", id, " belongs to job ", parts[0], ", which this cluster (scheduler at ",
+          rt->ctx.scheduler_address, ") has never run: it is another cluster's, and objects never leave "
+          "their cluster; read it from a process of that cluster"));
+    }
+    if (s.ok() && IsTerminal(reply.job().state())) {
+      return absl::NotFoundError(absl::StrCat("object ", id, " belongs to job ", parts[0], ", which has ended (",
+                                              proto::JobState_Name(reply.job().state()),
+                                              "): its objects were freed with it"));
+    }
+  }
+  absl::StatusOr<object_store::ObjectRef> ref = rt->ctx.store->GetRef(id, "", deadline);
+  if (ref.status().code() == absl::StatusCode::kDeadlineExceeded) {
+    return absl::DeadlineExceededError(absl::StrCat("object ", id, " did not appear on any node of this cluster ",
+                                                    "within ", absl::FormatDuration(timeout), ": ",
+                                                    ref.status().message()));
+  }
+  return ref;
+}
+
 std::shared_ptr<ActorState> CreateActor(const std::string& factory_key, const CallOptions& options,
                                         std::vector<TaskArgument> args) {
   Runtime* rt = ActiveRuntime();
@@ -508,6 +579,12 @@ absl::Status WaitActorReady(const std::shared_ptr<ActorState>& actor, absl::Dura
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
   return rt->actors->WaitReady(actor, timeout);
+}
+
+absl::Status WaitActorDead(const std::shared_ptr<ActorState>& actor, absl::Duration timeout) {
+  Runtime* rt = ActiveRuntime();
+  if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
+  return rt->actors->WaitDead(actor, timeout);
 }
 
 }  // namespace internal

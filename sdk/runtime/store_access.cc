@@ -96,6 +96,10 @@ void StoreAccess::Delete(const std::vector<StoredRef>& objects) {
   }
   for (auto& [node, ids] : remote) {
     proto::Workers::Stub* stub = WorkersOf(node);
+    if (stub == nullptr && resolver_) {
+      NoteAgent(node, resolver_(node));
+      stub = WorkersOf(node);
+    }
     if (stub == nullptr) continue;  // unknown node: its copies go with its job
     auto req = std::make_shared<proto::DeleteObjectsRequest>();
     for (auto& id : ids) req->add_object_ids(std::move(id));

@@ -6,6 +6,7 @@
 #ifndef DROVER_SDK_RUNTIME_STORE_ACCESS_H_
 #define DROVER_SDK_RUNTIME_STORE_ACCESS_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +50,11 @@ class StoreAccess {
 
   // Records where a node's agent is (learned from leases) for deletes there.
   void NoteAgent(const std::string& node_id, const std::string& address);
+  // How to find the agent of a node not noted yet ("" if unknown): asked by Delete.
+  // Set once, before use.
+  void set_agent_resolver(std::function<std::string(const std::string& node_id)> resolver) {
+    resolver_ = std::move(resolver);
+  }
   // The Workers stub of a node's agent (null if unknown).
   proto::Workers::Stub* WorkersOf(const std::string& node_id);
   proto::Workers::Stub* WorkersAt(const std::string& agent_address);
@@ -60,6 +66,7 @@ class StoreAccess {
   const std::string agent_address_;
   const std::string token_;
   std::unique_ptr<proto::ObjectTransfer::Stub> transfer_;  // this node's agent
+  std::function<std::string(const std::string&)> resolver_;
 
   absl::Mutex mu_;
   std::map<std::string, std::string> agents_ ABSL_GUARDED_BY(mu_);  // node id -> address

@@ -5,7 +5,9 @@
 //   header: the store's tensor header (object_store/tensor.h, DRTN v1): dtype, shape,
 //           strides, storage offset, byte order and the size of its storage;
 //   mode 0: body = the storage's bytes (small tensors, or no runtime);
-//   mode 1: body = [object id, node id, size]: a store object holding the storage.
+//   mode 1: body = [object id, node id, size]: a store object holding the storage
+//           (put while encoding, sealed in place from drover::AllocateInStore or a
+//           task worker's draft, or one already in a store).
 // Everything decoded is checked (DecodeTensorHeader validates the header against the
 // bytes it will view), so a bad payload is an error, never an out-of-bounds view.
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,7 @@
 #include "object_store/tensor.h"
 #include "sdk/internal/tensor_internal.h"
 #include "sdk/runtime/store_draft.h"
+#include "sdk/runtime/store_tensor.h"
 
 namespace drover::internal {
 namespace {
@@ -48,8 +51,20 @@ std::string EncodeTensorExt(const Tensor& t) {
     pk.pack(r.node_id);
     pk.pack(r.size);
   };
+  const StoreObjectStorage* owned = StoreObjectStorage::Of(storage);
   const auto* draft = dynamic_cast<const StoreDraft*>(TensorAccess::StorageObject(storage));
-  if (ctx != nullptr && draft != nullptr && !draft->in_store() && SealDraftsScope::Active()) {
+  if (ctx != nullptr && owned != nullptr) {
+    // An object this process wrote (sealed here, in place: no copy) or owns: the value
+    // takes it over (see store_tensor.h).
+    absl::StatusOr<StoreObjectStorage::Sent> sent = owned->Send();
+    if (!sent.ok()) {
+      throw DecodeError(absl::StrCat("cannot seal the ", t.Describe(), " tensor in store object ",
+                                     storage.object_id(), ": ", sent.status().message()));
+    }
+    if (sent->owned && ctx->collected != nullptr) ctx->collected->push_back(sent->where);
+    if (ctx->keepalive != nullptr) ctx->keepalive->push_back(std::make_shared<const Tensor>(t));
+    pack_stored(sent->where);
+  } else if (ctx != nullptr && draft != nullptr && !draft->in_store() && SealDraftsScope::Active()) {
     // Made by this task in the store: sealed where it is, no copy. Whoever receives the
     // value owns the object (it is listed like one this encoding put).
     absl::StatusOr<StoredRef> r = draft->Seal();
@@ -98,7 +113,9 @@ Tensor DecodeTensorExt(const char* data, size_t size) {
   Buffer storage;
   if (mode.type == msgpack::type::POSITIVE_INTEGER && mode.via.u64 == 0 &&
       body.type == msgpack::type::BIN) {
-    storage = Buffer::CopyOf(absl::string_view(body.via.bin.ptr, body.via.bin.size));
+    const absl::string_view bytes(body.via.bin.ptr, body.via.bin.size);
+    CodecContext* ctx = CodecContext::Current();
+    storage = ctx != nullptr ? ctx->InlineBuffer(bytes) : Buffer::CopyOf(bytes);
   } else if (mode.type == msgpack::type::POSITIVE_INTEGER && mode.via.u64 == 1 &&
              body.type == msgpack::type::ARRAY && body.via.array.size == 3) {
     StoredRef r;

@@ -8,8 +8,11 @@
 
 #include "drover/client.h"              // IWYU pragma: export
 #include "drover/collective.h"          // IWYU pragma: export
+#include "drover/data_loader.h"         // IWYU pragma: export
 #include "drover/json.h"                // IWYU pragma: export
 #include "drover/objects.h"             // IWYU pragma: export
+#include "drover/queue.h"               // IWYU pragma: export
+#include "drover/shared_tensor.h"       // IWYU pragma: export
 #include "drover/task.h"                // IWYU pragma: export
 #include "drover/tensor.h"              // IWYU pragma: export
 #include "drover/tensor_collectives.h"  // IWYU pragma: export

@@ -58,6 +58,14 @@ struct InitOptions {
   std::string token_file;
   // Files the workers need beside the binary are not shipped; the workers run in the
   // driver's working directory when it exists on their node.
+  //
+  // The program the workers run: empty for this binary (the usual case). A process that
+  // is not itself a drover C++ program (the Python module, python/drover_module.cc)
+  // names a C++ binary built with the SDK, whose registered functions (DROVER_REMOTE)
+  // its DataLoaders call; it is shipped to the nodes like this binary would be, and
+  // started with `worker_args` (its path is argv[0]).
+  std::string worker_program;
+  std::vector<std::string> worker_args;
 };
 
 // Connects this process to the cluster: inside a drover job (drover run/submit) as a

@@ -112,6 +112,7 @@ struct JobInfo {
   std::vector<int> succeeded_ranks;  // ranks of the generation that exited with 0
   std::vector<int> exited_ranks;     // ranks of the generation whose exit is recorded
   int live_processes = 0;            // processes of the generation still alive
+  int started_processes = 0;         // processes of the generation spawned so far
   bool restarting = false;           // the gang is being stopped before a restart
   int64_t version = 0;               // moves on every change (Client::GetJob can wait)
   // What `drover run` returns: 0 on success, the root cause's code (128 + signal for

@@ -81,6 +81,9 @@ class CodecContext {
   virtual absl::StatusOr<ValueView> Load(const StoredRef& ref) = 0;
   // Decoding: the data of a store object as a Buffer pinning it (zero copy).
   virtual absl::StatusOr<Buffer> LoadBuffer(const StoredRef& ref) = 0;
+  // Decoding: the storage of a tensor that travelled inline (a copy of `bytes`; a
+  // context may put it into the store instead, see DataLoader's pin_memory).
+  virtual Buffer InlineBuffer(absl::string_view bytes) { return Buffer::CopyOf(bytes); }
   // This node's id (tensors already in this node's store are referred to by id).
   virtual std::string node_id() = 0;
   // The context of this thread (set by ScopedCodecContext).

@@ -84,6 +84,8 @@ const std::string& ActorId(const ActorState& actor);
 absl::Status KillActor(const std::shared_ptr<ActorState>& actor);
 // Waits up to `timeout` for the actor to be created: OK when ALIVE, the cause when dead.
 absl::Status WaitActorReady(const std::shared_ptr<ActorState>& actor, absl::Duration timeout);
+// Waits up to `timeout` for the actor to be dead: why it died, or DEADLINE_EXCEEDED.
+absl::Status WaitActorDead(const std::shared_ptr<ActorState>& actor, absl::Duration timeout);
 
 }  // namespace internal
 }  // namespace drover

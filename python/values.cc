@@ -1,0 +1,196 @@
+#include "python/values.h"
+
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "python/torch_view.h"
+
+namespace drover::python {
+namespace {
+
+// Deeper values are refused: a C++ input is never nested this far, and a cycle
+// (a list containing itself) must end somewhere.
+constexpr int kMaxDepth = 64;
+
+struct StringWriter {
+  std::string* s;
+  void write(const char* data, size_t n) { s->append(data, n); }
+};
+using Packer = msgpack::packer<StringWriter>;
+
+absl::Status Refuse(const std::string& where, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(where.empty() ? "the value" : "element " + where, " ", what));
+}
+
+absl::Status Pack(py::handle v, Packer& pk, const std::string& where, int depth) {
+  if (depth > kMaxDepth) return Refuse(where, absl::StrCat("is nested deeper than ", kMaxDepth, " levels"));
+  if (v.is_none()) {
+    pk.pack_nil();
+  } else if (PyBool_Check(v.ptr())) {
+    if (v.ptr() == Py_True) {
+      pk.pack_true();
+    } else {
+      pk.pack_false();
+    }
+  } else if (PyFloat_Check(v.ptr())) {
+    pk.pack_double(PyFloat_AsDouble(v.ptr()));
+  } else if (PyIndex_Check(v.ptr())) {  // int, and numpy's integers
+    py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
+    if (!i) throw py::error_already_set();
+    int overflow = 0;
+    const long long s = PyLong_AsLongLongAndOverflow(i.ptr(), &overflow);
+    if (overflow == 0) {
+      pk.pack(static_cast<int64_t>(s));
+    } else {
+      const unsigned long long u = PyLong_AsUnsignedLongLong(i.ptr());
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return Refuse(where, "is an int outside the 64-bit range");
+      }
+      pk.pack(static_cast<uint64_t>(u));
+    }
+  } else if (PyUnicode_Check(v.ptr())) {
+    Py_ssize_t n = 0;
+    const char* s = PyUnicode_AsUTF8AndSize(v.ptr(), &n);
+    if (s == nullptr) throw py::error_already_set();
+    pk.pack_str(static_cast<uint32_t>(n));
+    pk.pack_str_body(s, static_cast<uint32_t>(n));
+  } else if (PyBytes_Check(v.ptr()) || PyByteArray_Check(v.ptr())) {
+    const std::string b = PyBytes_Check(v.ptr()) ? std::string(py::reinterpret_borrow<py::bytes>(v))
+                                                 : std::string(PyByteArray_AsString(v.ptr()),
+                                                               static_cast<size_t>(PyByteArray_Size(v.ptr())));
+    pk.pack_bin(static_cast<uint32_t>(b.size()));
+    pk.pack_bin_body(b.data(), static_cast<uint32_t>(b.size()));
+  } else if (PyList_Check(v.ptr()) || PyTuple_Check(v.ptr())) {
+    py::sequence seq = py::reinterpret_borrow<py::sequence>(v);
+    pk.pack_array(static_cast<uint32_t>(seq.size()));
+    for (size_t i = 0; i < seq.size(); ++i) {
+      DROVER_RETURN_IF_ERROR(Pack(seq[i], pk, absl::StrCat(where, "[", i, "]"), depth + 1));
+    }
+  } else if (PyDict_Check(v.ptr())) {
+    py::dict d = py::reinterpret_borrow<py::dict>(v);
+    pk.pack_map(static_cast<uint32_t>(d.size()));
+    for (auto [key, value] : d) {
+      const std::string at = absl::StrCat(where, "[", std::string(py::repr(key)), "]");
+      DROVER_RETURN_IF_ERROR(Pack(key, pk, at + " (its key)", depth + 1));
+      DROVER_RETURN_IF_ERROR(Pack(value, pk, at, depth + 1));
+    }
+  } else {
+    return Refuse(where, absl::StrCat(
+        "is a ", std::string(py::str(py::type::handle_of(v).attr("__qualname__"))),
+        ", which the module cannot send (None, bool, int, float, str, bytes, and lists, tuples and dicts of "
+        "them: the module consumes tensors, it does not make them)"));
+  }
+  return absl::OkStatus();
+}
+
+// The drover objects of a value's extensions, depth first.
+void CollectExts(const msgpack::object& o, std::vector<Received::Ext>& out) {
+  switch (o.type) {
+    case msgpack::type::ARRAY:
+      for (uint32_t i = 0; i < o.via.array.size; ++i) CollectExts(o.via.array.ptr[i], out);
+      break;
+    case msgpack::type::MAP:
+      for (uint32_t i = 0; i < o.via.map.size; ++i) {
+        CollectExts(o.via.map.ptr[i].key, out);
+        CollectExts(o.via.map.ptr[i].val, out);
+      }
+      break;
+    case msgpack::type::EXT:
+      switch (o.via.ext.type()) {
+        case internal::kTensorExtType:
+          out.emplace_back(internal::DecodeTensorExt(o.via.ext.data(), o.via.ext.size));
+          break;
+        case internal::kSharedTensorExtType:
+          out.emplace_back(internal::DecodeSharedTensor(o.via.ext.data(), o.via.ext.size));
+          break;
+        case internal::kQueueExtType:
+          out.emplace_back(internal::DecodeQueue(o.via.ext.data(), o.via.ext.size));
+          break;
+        default:
+          throw internal::DecodeError(absl::StrCat("a value of msgpack extension type ", int{o.via.ext.type()},
+                                                   ", which the Python module cannot read"));
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+py::object Build(const msgpack::object& o, Received& r, size_t& next) {
+  switch (o.type) {
+    case msgpack::type::NIL:
+      return py::none();
+    case msgpack::type::BOOLEAN:
+      return py::bool_(o.via.boolean);
+    case msgpack::type::POSITIVE_INTEGER:
+      return py::int_(o.via.u64);
+    case msgpack::type::NEGATIVE_INTEGER:
+      return py::int_(o.via.i64);
+    case msgpack::type::FLOAT32:
+    case msgpack::type::FLOAT64:
+      return py::float_(o.via.f64);
+    case msgpack::type::STR: {
+      PyObject* s = PyUnicode_DecodeUTF8(o.via.str.ptr, o.via.str.size, "surrogateescape");
+      if (s == nullptr) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(s);
+    }
+    case msgpack::type::BIN:
+      return py::bytes(o.via.bin.ptr, o.via.bin.size);
+    case msgpack::type::ARRAY: {
+      py::list l(o.via.array.size);
+      for (uint32_t i = 0; i < o.via.array.size; ++i) l[i] = Build(o.via.array.ptr[i], r, next);
+      return std::move(l);
+    }
+    case msgpack::type::MAP: {
+      py::dict d;
+      for (uint32_t i = 0; i < o.via.map.size; ++i) {
+        py::object key = Build(o.via.map.ptr[i].key, r, next);
+        d[key] = Build(o.via.map.ptr[i].val, r, next);
+      }
+      return std::move(d);
+    }
+    case msgpack::type::EXT: {
+      Received::Ext& ext = r.exts.at(next++);
+      if (auto* t = std::get_if<Tensor>(&ext)) return TorchView(std::move(*t));
+      if (auto* s = std::get_if<SharedTensor>(&ext)) return TorchView(std::move(*s));
+      return py::cast(QueueHandle{std::get<std::shared_ptr<internal::QueueClient>>(ext)});
+    }
+  }
+  throw py::value_error("a value of an unknown msgpack type");
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> PackPython(py::handle value) {
+  std::string out;
+  StringWriter w{&out};
+  Packer pk(w);
+  DROVER_RETURN_IF_ERROR(Pack(value, pk, "", 0));
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Received>> Receive(const internal::OwnedValue& value) {
+  auto r = std::make_unique<Received>();
+  r->view = value.view;
+  DROVER_RETURN_IF_ERROR(internal::Unpack(r->view.bytes, &r->handle));
+  // Objects the value owns and no tensor takes are freed when the context goes.
+  std::unique_ptr<internal::CodecContext> owning;
+  if (!value.owned.empty() || value.pin) owning = internal::NewOwningContext(value.owned, value.pin);
+  internal::ScopedCodecContext scope(owning != nullptr ? owning.get() : internal::RuntimeCodecContext());
+  try {
+    CollectExts(r->handle.get(), r->exts);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  return r;
+}
+
+py::object ToPython(Received& received) {
+  size_t next = 0;
+  return Build(received.handle.get(), received, next);
+}
+
+}  // namespace drover::python

@@ -1,0 +1,65 @@
+// Values between Python and drover's wire form (msgpack, sdk/include/drover/internal/
+// codec.h), for the Python module: Python inputs of a DataLoader packed for the C++
+// functions that take them, and received values (queue items, loader results) made
+// into Python objects whose tensors are torch views of the store (torch_view.h).
+//
+// Receiving takes two steps so that the GIL is not held while waiting: Receive decodes
+// the value's extensions into drover objects (tensors pulled from other nodes, shared
+// tensors attached, queues found; this may block), then ToPython builds the Python
+// objects (quick; needs the GIL).
+//
+// Thread safety: PackPython and ToPython need the GIL; Receive must run without it
+// (it may wait on the network) and uses no Python object.
+#ifndef DROVER_PYTHON_VALUES_H_
+#define DROVER_PYTHON_VALUES_H_
+
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+
+#include "absl/status/statusor.h"
+#include "drover/internal/codec.h"
+#include "drover/internal/pipeline_api.h"
+#include "drover/shared_tensor.h"
+#include "drover/tensor.h"
+
+namespace drover::python {
+
+namespace py = pybind11;
+
+// The msgpack bytes of `value`: None, bool, int (64-bit), float, str, bytes, and lists,
+// tuples and dicts of them. A list or tuple packs as an array, which a C++ struct with
+// MSGPACK_DEFINE(a, b, ...) reads field by field: (step, lo, hi, seed) is a BatchSpec.
+// INVALID_ARGUMENT naming the type (and where in the value) for anything else.
+absl::StatusOr<std::string> PackPython(py::handle value);
+
+// A received value with the drover objects its extensions stand for, in the order
+// they appear in the value (depth first).
+struct Received {
+  using Ext = std::variant<Tensor, SharedTensor, std::shared_ptr<internal::QueueClient>>;
+  internal::ValueView view;  // keeps the bytes the handle points into
+  msgpack::object_handle handle;
+  std::vector<Ext> exts;
+};
+
+// Decodes `value`, taking over the store objects it owns (the tensors made from them
+// free them when the last view goes). INVALID_ARGUMENT for an extension Python cannot
+// read or a tensor that does not decode (the objects are freed then too).
+absl::StatusOr<std::unique_ptr<Received>> Receive(const internal::OwnedValue& value);
+
+// The Python object: None, bool, int, float, str, bytes, list (msgpack arrays: C++
+// vectors, tuples and structs), dict, torch.Tensor (drover tensors and shared tensors,
+// torch_view.h), drover.Queue. Raises a Python exception on failure.
+py::object ToPython(Received& received);
+
+// What drover.Queue wraps (the module registers the class; ToPython casts to it).
+struct QueueHandle {
+  std::shared_ptr<internal::QueueClient> client;
+};
+
+}  // namespace drover::python
+
+#endif  // DROVER_PYTHON_VALUES_H_

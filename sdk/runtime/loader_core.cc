@@ -1,0 +1,380 @@
+#include "sdk/runtime/loader_core.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/clock.h"
+#include "common/status_macros.h"
+#include "object_store/device_copier.h"
+#include "sdk/runtime/store_tensor.h"
+
+namespace drover {
+namespace internal {
+namespace {
+
+// The work a call should carry, so that fast items do not each pay a call.
+constexpr int64_t kWorkPerCallUs = 2000;
+
+object_store::DeviceCopier* ProcessCopier() {
+  static object_store::DeviceCopier* copier = object_store::NewHostCopier().release();
+  return copier;
+}
+
+}  // namespace
+
+LoaderCore::LoaderCore(RuntimeContext* ctx, LoaderInputs inputs, std::string function, std::string factory,
+                       LoaderOptions options)
+    : ctx_(ctx),
+      inputs_(std::move(inputs)),
+      function_(std::move(function)),
+      factory_(std::move(factory)),
+      options_(std::move(options)) {}
+
+int64_t LoaderCore::ChunkSize() const {
+  const int64_t most = std::max(1, options_.prefetch / 2);
+  if (runs_ == 0) return 1;
+  const int64_t mean_us = std::max<int64_t>(1, run_us_total_ / runs_);
+  return std::clamp<int64_t>((kWorkPerCallUs + mean_us - 1) / mean_us, 1, most);
+}
+
+LoaderCore::~LoaderCore() {
+  for (Worker& w : workers_) (void)Kill(w.handle);
+  // Results made and never taken: nobody will free their objects but us.
+  std::vector<StoredRef> left;
+  for (auto& [pos, m] : made_) left.insert(left.end(), m.value.owned.begin(), m.value.owned.end());
+  if (!left.empty()) ctx_->store->Delete(left);
+}
+
+std::string LoaderCore::Describe(int64_t position) const {
+  if (inputs_.batch_size <= 0) return absl::StrCat("item ", inputs_.first_index + position);
+  const int64_t first = position * inputs_.batch_size;
+  const int64_t last = std::min(inputs_.items, first + inputs_.batch_size) - 1;
+  return absl::StrCat("batch ", position, " (items ", inputs_.first_index + first, "..",
+                      inputs_.first_index + last, ")");
+}
+
+absl::Status LoaderCore::DecodeError(int64_t position, const absl::Status& error) {
+  return absl::Status(error.code(), absl::StrCat("loader '", options_.name, "': ", Describe(position),
+                                                 ": its result does not decode: ", error.message()));
+}
+
+absl::Status LoaderCore::Start() {
+  if (options_.num_workers < 1 || options_.prefetch < 1 || options_.max_retries < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loader '", options_.name, "': num_workers and prefetch must be at least 1 and max_retries at "
+        "least 0 (got ", options_.num_workers, ", ", options_.prefetch, ", ", options_.max_retries, ")"));
+  }
+  if (inputs_.batched != (options_.batch_size > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loader '", options_.name, "': ", function_,
+        inputs_.batched ? " takes a batch (a std::vector of inputs): set batch_size > 0"
+                        : " takes one input: batch_size must be 0 (or take a std::vector of inputs)"));
+  }
+  for (int64_t i = 0; i < options_.num_workers; ++i) {
+    LoaderWorkerSpec spec;
+    spec.function = function_;
+    spec.factory = factory_;
+    spec.info = WorkerInfo{i, options_.num_workers, options_.seed, options_.name};
+    auto actor = Actor(MakeLoaderWorker).SetResources(options_.resources).SetMaxRestarts(options_.max_retries);
+    if (!options_.node_id.empty()) {
+      actor.SetNodeAffinity(options_.node_id);
+    } else {
+      actor.SetSpread(options_.spread);
+    }
+    workers_.push_back(Worker{actor.Remote(std::move(spec))});
+  }
+  const absl::Time deadline = absl::Now() + options_.start_timeout;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    absl::Status s = workers_[i].handle.WaitReady(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("loader '", options_.name, "': worker ", i,
+                                                 " did not start: ", s.message()));
+    }
+  }
+  if (options_.pin_memory && ctx_->store->store() != nullptr && ProcessCopier()->HasDevice()) {
+    object_store::Client* store = ctx_->store->store();
+    DROVER_RETURN_IF_ERROR(ProcessCopier()->RegisterHostMemory(const_cast<uint8_t*>(store->arena_base()),
+                                                               store->arena_capacity()));
+  }
+  const int mode = static_cast<int>(options_.progress);
+  if (std::unique_ptr<ProgressLine> line = LoaderLine(mode)) {
+    bar_ = std::make_unique<ProgressBar>(options_.name, inputs_.batched ? "batches" : "items",
+                                         inputs_.count, std::move(line), Clock::Real());
+  }
+  started_ = absl::Now();
+  return absl::OkStatus();
+}
+
+void LoaderCore::Failed(int64_t position, absl::Status error) {
+  if (options_.on_error == LoaderOptions::OnError::kSkip) {
+    skipped_.push_back(SkippedItem{position, std::move(error)});
+    return;
+  }
+  made_[position] = Made{std::move(error), {}};
+  arrival_.push_back(position);
+}
+
+absl::Status LoaderCore::Dispatch() {
+  const int64_t window = static_cast<int64_t>(options_.num_workers) * options_.prefetch;
+  for (;;) {
+    Worker* best = nullptr;
+    size_t best_index = 0;
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = workers_[i];
+      if (w.dead || w.in_flight >= options_.prefetch) continue;
+      if (best == nullptr || w.in_flight < best->in_flight) {
+        best = &w;
+        best_index = i;
+      }
+    }
+    if (best == nullptr) break;
+    std::vector<LoaderCall> calls;
+    std::vector<int64_t> positions;
+    const int64_t chunk = ChunkSize();
+    while (static_cast<int64_t>(positions.size()) < chunk &&
+           best->in_flight + static_cast<int64_t>(positions.size()) < options_.prefetch) {
+      int64_t pos;
+      bool alone = false;  // an item suspected of killing its worker runs in a call of its own
+      if (!retry_.empty()) {
+        alone = solo_.count(retry_.front()) > 0;
+        if (alone && !positions.empty()) break;
+        pos = retry_.front();
+        retry_.pop_front();
+        solo_.erase(pos);
+      } else if (next_position_ < inputs_.count && Admitted() < window) {
+        pos = next_position_++;
+      } else {
+        break;
+      }
+      absl::StatusOr<EncodedValue> input = inputs_.encode(pos);
+      if (!input.ok()) {
+        Failed(pos, absl::Status(input.status().code(), absl::StrCat(Describe(pos), ": its input does not encode: ",
+                                                                    input.status().message())));
+        continue;
+      }
+      calls.push_back(LoaderCall{pos, std::move(input->bytes), ItemSeed(options_.seed, pos)});
+      positions.push_back(pos);
+      if (alone) break;
+    }
+    if (positions.empty()) break;
+    best->in_flight += static_cast<int64_t>(positions.size());
+    const uint64_t seq = next_seq_++;
+    best->outstanding.push_back(seq);
+    calls_.push_back(Call{seq, best_index, std::move(positions),
+                          best->handle.Task(&LoaderWorker::Run).Remote(std::move(calls))});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LoaderCore::Collect() {
+  if (calls_.empty()) {
+    if (!retry_.empty() || next_position_ < inputs_.count) {
+      // Work is left but no worker takes it: every one is dead.
+      return stopped_ = absl::AbortedError(absl::StrCat("loader '", options_.name, "': all ", workers_.size(),
+                                                        " workers are dead; the last: ", last_death_.message()));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<std::shared_ptr<RefState>> states;
+  for (const Call& c : calls_) states.push_back(c.ref.state());
+  WaitRefs(states, 1, absl::InfiniteDuration());
+  std::vector<size_t> done = WaitRefs(states, static_cast<int>(states.size()), absl::ZeroDuration());
+  std::sort(done.rbegin(), done.rend());
+  std::vector<Call> finished;
+  for (size_t i : done) {
+    finished.push_back(std::move(calls_[i]));
+    calls_.erase(calls_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+  for (Call& c : finished) {
+    Worker& w = workers_[c.worker];
+    w.in_flight -= static_cast<int64_t>(c.positions.size());
+    const bool was_running = !w.outstanding.empty() && w.outstanding.front() == c.seq;
+    w.outstanding.erase(std::find(w.outstanding.begin(), w.outstanding.end(), c.seq));
+    absl::StatusOr<std::vector<LoaderOutcome>> v = Get(c.ref, absl::ZeroDuration());
+    if (v.ok()) {
+      TakeOutcomes(c, *std::move(v));
+    } else {
+      CallFailed(c, was_running, v.status());
+    }
+  }
+  return absl::OkStatus();
+}
+
+void LoaderCore::TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outcomes) {
+  std::map<int64_t, bool> expected;
+  for (int64_t p : call.positions) expected[p] = false;
+  for (LoaderOutcome& o : outcomes) {
+    auto it = expected.find(o.position);
+    if (it == expected.end() || it->second) continue;  // not asked for: ignore
+    it->second = true;
+    run_us_total_ += o.run_us;
+    ++runs_;
+    if (o.code != 0) {
+      Failed(o.position, absl::Status(static_cast<absl::StatusCode>(o.code),
+                                      absl::StrCat("loader '", options_.name, "': ", Describe(o.position), " (on ",
+                                                   o.node, ", worker ", call.worker, "): ", o.message)));
+      continue;
+    }
+    Made m;
+    auto bytes = std::make_shared<const std::string>(std::move(o.value));
+    m.value.view = ValueView{*bytes, bytes};
+    m.value.pin = options_.pin_memory;
+    for (const WireRef& r : o.owned) m.value.owned.push_back(StoredRef{r.object_id, r.node_id, r.size});
+    made_[o.position] = std::move(m);
+    arrival_.push_back(o.position);
+  }
+  for (auto& [p, seen] : expected) {
+    if (!seen) Failed(p, absl::InternalError(absl::StrCat(Describe(p), ": its worker returned no outcome for it")));
+  }
+}
+
+void LoaderCore::CallFailed(const Call& call, bool was_running, const absl::Status& error) {
+  Worker& w = workers_[call.worker];
+  last_death_ = error;
+  // Dead for good (restarts used up)? Then it takes no more calls.
+  absl::Status alive = WaitActorReady(w.handle.state(), absl::ZeroDuration());
+  if (!alive.ok() && alive.code() != absl::StatusCode::kDeadlineExceeded) w.dead = true;
+  const bool charge = was_running && call.positions.size() == 1;
+  for (int64_t p : call.positions) {
+    if (charge && ++attempts_[p] > options_.max_retries) {
+      Failed(p, absl::Status(error.code(), absl::StrCat("loader '", options_.name, "': ", Describe(p),
+                                                        ": its worker died ", attempts_[p], " times running it; the last time: ",
+                                                        error.message())));
+      continue;
+    }
+    if (was_running && !charge) solo_.insert(p);
+    retry_.push_back(p);
+    ++retried_;
+  }
+}
+
+bool LoaderCore::TakeReady(int64_t* position, Made* made) {
+  if (options_.ordered) {
+    for (const SkippedItem& s : skipped_) {
+      if (s.position == next_ordered_) {
+        ++next_ordered_;
+        return TakeReady(position, made);
+      }
+    }
+    auto it = made_.find(next_ordered_);
+    if (it == made_.end()) return false;
+    *position = it->first;
+    *made = std::move(it->second);
+    made_.erase(it);
+    ++next_ordered_;
+    return true;
+  }
+  while (!arrival_.empty()) {
+    auto it = made_.find(arrival_.front());
+    arrival_.pop_front();
+    if (it == made_.end()) continue;
+    *position = it->first;
+    *made = std::move(it->second);
+    made_.erase(it);
+    return true;
+  }
+  return false;
+}
+
+absl::StatusOr<LoaderResult> LoaderCore::Next() {
+  if (!stopped_.ok()) return stopped_;
+  for (;;) {
+    int64_t position = 0;
+    Made made;
+    if (TakeReady(&position, &made)) {
+      if (!made.error.ok()) {
+        stopped_ = made.error;
+        if (bar_) bar_->Finish(delivered_);
+        return stopped_;
+      }
+      ++delivered_;
+      if (bar_) bar_->Update(delivered_);
+      return LoaderResult{position, std::move(made.value)};
+    }
+    if (delivered_ + static_cast<int64_t>(skipped_.size()) >= inputs_.count) {
+      if (bar_) bar_->Finish(delivered_);
+      return absl::OutOfRangeError(absl::StrCat("loader '", options_.name, "' is done: ", delivered_,
+                                                " delivered, ", skipped_.size(), " skipped"));
+    }
+    DROVER_RETURN_IF_ERROR(Dispatch());
+    DROVER_RETURN_IF_ERROR(Collect());
+  }
+}
+
+LoaderProgress LoaderCore::progress() const {
+  LoaderProgress p;
+  p.total = inputs_.count;
+  p.delivered = delivered_;
+  p.skipped = static_cast<int64_t>(skipped_.size());
+  p.retried = retried_;
+  p.in_flight = Admitted() - static_cast<int64_t>(made_.size());
+  const double secs = absl::ToDoubleSeconds(absl::Now() - started_);
+  p.items_per_second = secs > 0 ? static_cast<double>(delivered_) / secs : 0;
+  return p;
+}
+
+absl::StatusOr<std::shared_ptr<LoaderCore>> StartLoader(LoaderInputs inputs, const std::string& function_key,
+                                                        const std::string& factory_key,
+                                                        const LoaderOptions& options) {
+  if (CurrentRuntimeContext() == nullptr) return absl::FailedPreconditionError("a DataLoader needs drover::Init first");
+  const FunctionInfo* fn = FindFunctionByKey(function_key);
+  const FunctionInfo* factory = factory_key.empty() ? nullptr : FindFunctionByKey(factory_key);
+  if (fn == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("loader '", options.name, "': ", DescribeUnregistered(function_key),
+                                                   " is not registered: add it to DROVER_REMOTE(...)"));
+  }
+  if (!factory_key.empty() && (factory == nullptr || *factory->cls != *fn->cls)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loader '", options.name, "': ", factory == nullptr ? DescribeUnregistered(factory_key) : factory->name,
+        factory == nullptr ? " is not registered: add it to DROVER_REMOTE(...)"
+                           : absl::StrCat(" makes a ", TypeName(*factory->cls), ", not the class of ", fn->name)));
+  }
+  return StartLoaderByName(std::move(inputs), fn->name, factory == nullptr ? "" : factory->name, options);
+}
+
+absl::StatusOr<std::shared_ptr<LoaderCore>> StartLoaderByName(LoaderInputs inputs, const std::string& function,
+                                                              const std::string& factory,
+                                                              const LoaderOptions& options) {
+  RuntimeContext* ctx = CurrentRuntimeContext();
+  if (ctx == nullptr) return absl::FailedPreconditionError("a DataLoader needs drover::Init first");
+  if (function.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("loader '", options.name, "': no function named"));
+  }
+  auto core = std::make_shared<LoaderCore>(ctx, std::move(inputs), function, factory, options);
+  DROVER_RETURN_IF_ERROR(core->Start());
+  return core;
+}
+
+absl::StatusOr<LoaderResult> LoaderNext(LoaderCore& core) { return core.Next(); }
+absl::Status LoaderDecodeError(LoaderCore& core, int64_t position, const absl::Status& error) {
+  return core.DecodeError(position, error);
+}
+std::vector<SkippedItem> LoaderSkipped(const LoaderCore& core) { return core.skipped(); }
+LoaderProgress LoaderProgressOf(const LoaderCore& core) { return core.progress(); }
+
+}  // namespace internal
+
+uint64_t ItemSeed(uint64_t seed, int64_t position) {
+  // splitmix64 of (seed, position).
+  uint64_t x = seed ^ (static_cast<uint64_t>(position) * 0x9e3779b97f4a7c15ull);
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+absl::Status CopyToDevice(const Tensor& t, int device, void* dst) {
+  if (!t.is_contiguous()) {
+    return absl::FailedPreconditionError(absl::StrCat("CopyToDevice of a non-contiguous ", t.Describe(),
+                                                      " tensor: Clone() it first"));
+  }
+  object_store::DeviceBuffer buf{device, dst};
+  return internal::ProcessCopier()->FromHost(t.raw_data(), &buf, t.nbytes());
+}
+
+}  // namespace drover

@@ -1,0 +1,120 @@
+// LoaderCore: the consumer's side of a drover::DataLoader, without the types: it starts
+// the worker actors (loader_worker.h), hands them chunks of positions within the
+// prefetch window, collects their outcomes, retries the items of workers that died,
+// orders or not, applies the error policy, and draws the progress line. The template
+// in data_loader.h decodes what Next returns.
+//
+// Dispatch: at most num_workers * prefetch positions are admitted (sent, running, or
+// made and not yet returned by Next); each worker holds at most `prefetch` of them, and
+// the least loaded live worker gets the next call. A call carries about 2 ms of work
+// (by the items' measured run time; one item until it is known), at most prefetch/2
+// items, so a worker always has its next call queued and fast items do not pay a call
+// each. Retries go before new positions.
+//
+// Thread safety: none; the loader's one consumer thread calls it (outcomes complete on
+// the runtime's threads, and Next waits for them).
+#ifndef DROVER_SDK_RUNTIME_LOADER_CORE_H_
+#define DROVER_SDK_RUNTIME_LOADER_CORE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <set>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "drover/data_loader.h"
+#include "drover/task.h"
+#include "sdk/runtime/context.h"
+#include "sdk/runtime/loader_worker.h"
+#include "sdk/runtime/progress_bar.h"
+
+namespace drover::internal {
+
+class LoaderCore {
+ public:
+  LoaderCore(RuntimeContext* ctx, LoaderInputs inputs, std::string function, std::string factory,
+             LoaderOptions options);
+  ~LoaderCore();
+  LoaderCore(const LoaderCore&) = delete;
+  LoaderCore& operator=(const LoaderCore&) = delete;
+
+  // Starts the workers and waits (up to start_timeout) until they are ready.
+  absl::Status Start();
+  absl::StatusOr<LoaderResult> Next();
+
+  // "item 17", or "batch 3 (items 96..127)".
+  std::string Describe(int64_t position) const;
+  absl::Status DecodeError(int64_t position, const absl::Status& error);
+  std::vector<SkippedItem> skipped() const { return skipped_; }
+  LoaderProgress progress() const;
+
+ private:
+  struct Worker {
+    ActorHandle<LoaderWorker> handle;
+    int64_t in_flight = 0;
+    bool dead = false;
+    // Its calls not answered yet, oldest first: the front one is the one running.
+    std::deque<uint64_t> outstanding;
+  };
+  struct Call {
+    uint64_t seq = 0;
+    size_t worker = 0;
+    std::vector<int64_t> positions;
+    ObjectRef<std::vector<LoaderOutcome>> ref;
+  };
+  // A made (or failed) position waiting for Next.
+  struct Made {
+    absl::Status error;  // the item's (kStop), if it failed
+    OwnedValue value;
+  };
+
+  // Sends calls until the window or the workers are full.
+  absl::Status Dispatch();
+  // Waits for at least one call to finish and takes in its outcomes.
+  absl::Status Collect();
+  void TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outcomes);
+  // The call failed as a whole: its worker died (or is dead for good). Only the call
+  // that was running is charged, and only if it held one item; the items of a running
+  // call of several run again one by one (so the one that kills its worker is found),
+  // and calls queued behind it run again uncharged.
+  void CallFailed(const Call& call, bool was_running, const absl::Status& error);
+  void Failed(int64_t position, absl::Status error);
+  // The next deliverable position, if any (and takes it out).
+  bool TakeReady(int64_t* position, Made* made);
+  void Deliver();
+  int64_t Admitted() const { return next_position_ - delivered_ - static_cast<int64_t>(skipped_.size()); }
+
+  RuntimeContext* const ctx_;
+  const LoaderInputs inputs_;
+  const std::string function_;
+  const std::string factory_;
+  const LoaderOptions options_;
+  // Items per call now (ChunkSize), from the mean run time of the items so far.
+  int64_t ChunkSize() const;
+  int64_t run_us_total_ = 0;
+  int64_t runs_ = 0;
+  std::vector<Worker> workers_;
+  std::vector<Call> calls_;
+  std::deque<int64_t> retry_;
+  std::set<int64_t> solo_;  // retries to run alone
+  uint64_t next_seq_ = 1;
+  int64_t next_position_ = 0;
+  int64_t next_ordered_ = 0;  // ordered: the position Next returns next
+  std::map<int64_t, Made> made_;
+  std::deque<int64_t> arrival_;  // unordered: made positions in the order they finished
+  std::map<int64_t, int> attempts_;
+  std::vector<SkippedItem> skipped_;
+  int64_t delivered_ = 0;
+  int64_t retried_ = 0;
+  absl::Status stopped_;  // kStop: the error every later Next returns
+  absl::Status last_death_;  // why the last call failed as a whole
+  absl::Time started_;
+  std::unique_ptr<ProgressBar> bar_;
+};
+
+}  // namespace drover::internal
+
+#endif  // DROVER_SDK_RUNTIME_LOADER_CORE_H_

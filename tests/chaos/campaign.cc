@@ -255,9 +255,13 @@ void Campaign::Finish(const std::vector<JobRecord>& jobs) {
   for (const std::string& why : refusals) absl::StrAppend(&s, "  not created: ", why, "\n");
   absl::StrAppend(&s, report_.Summary());
   result_.violations = report_.violations();
+  result_.unknown_violations = report_.unknown_violations();
   result_.violated = report_.Violations();
-  absl::StrAppend(&s, result_.violations == 0 ? "every invariant held\n"
-                                              : absl::StrCat(result_.violations, " violation(s)\n"));
+  absl::StrAppend(&s, result_.violations == 0
+                         ? "every invariant held\n"
+                         : absl::StrCat(result_.violations, " violation(s), ",
+                                        result_.violations - result_.unknown_violations,
+                                        " of them of known issues (docs/reliability.md)\n"));
   result_.summary = s;
   log_ << s << std::flush;
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -50,6 +51,7 @@ TruthLog::TruthLog(const std::string& dir, const std::string& job, const std::st
     std::cerr << "chaos: cannot record the truth: " << made << std::endl;
     std::_Exit(3);
   }
+  Record(absl::StrCat("start ", ::getpid()));
 }
 
 TruthLog::~TruthLog() {
@@ -102,7 +104,9 @@ ProcessTruth ParseTruth(const std::string& job, const std::string& name, absl::s
     }
   }
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::ConsumePrefix(&line, "out ")) {
+    if (absl::StartsWith(line, "start ")) {
+      ++t.starts;
+    } else if (absl::ConsumePrefix(&line, "out ")) {
       t.out.emplace_back(line);
     } else if (absl::ConsumePrefix(&line, "exit ")) {
       auto [code, why] = IdAndRest(line);

@@ -3,6 +3,8 @@
 //
 // A process appends records to its own file, <truth dir>/<job>/<name>.truth (name:
 // "g<generation>-r<rank>" for a rank, or any word for a driver), one per line:
+//   start PID            written when the process opens its file (a second one: the
+//                        same rank of the same generation ran again)
 //   out TEXT             TEXT went to stdout (recorded after its write returned, so the
 //                        line is in the log file the agent serves)
 //   exit CODE WHY        the process is about to exit with CODE
@@ -67,6 +69,7 @@ struct ProcessTruth {
   int generation = -1;
   int rank = -1;
   std::vector<std::string> out;  // lines written to stdout, in order
+  int starts = 0;  // "start" records: more than one, the process ran more than once
   std::optional<int> exit_code;
   std::string exit_why;
   // Object records, by id: "put SIZE", "put-failed ...", "got ok", ...

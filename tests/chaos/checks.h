@@ -17,7 +17,8 @@
 //   no-leaked-processes / no-leaked-shm / no-leaked-spill   after the cluster stops
 //   serves-new-job        after the faults, new jobs, tasks and objects work
 //
-//   job-runs-once         no rank of a generation runs twice (KNOWN to be violated:
+//   starts-exactly-once   every placed rank starts once: not twice, and not never (a
+//                         start lost with a killed scheduler) (KNOWN to be violated:
 //                         docs/reliability.md)
 //
 // Report collects, per invariant, how many times it held and each violation.

@@ -15,6 +15,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "common/files.h"
 
 namespace drover::chaos {
@@ -60,7 +61,7 @@ TruthLog::~TruthLog() {
 
 void TruthLog::Say(const std::string& text) {
   WriteAll(STDOUT_FILENO, text + "\n");
-  Record("out " + text);
+  Record(absl::StrCat("out ", absl::ToUnixMillis(absl::Now()), " ", text));
 }
 
 void TruthLog::Record(const std::string& record) { WriteAll(fd_, record + "\n"); }
@@ -107,7 +108,11 @@ ProcessTruth ParseTruth(const std::string& job, const std::string& name, absl::s
     if (absl::StartsWith(line, "start ")) {
       ++t.starts;
     } else if (absl::ConsumePrefix(&line, "out ")) {
-      t.out.emplace_back(line);
+      auto [ms, text] = IdAndRest(line);
+      int64_t at = 0;
+      (void)absl::SimpleAtoi(ms, &at);
+      t.out_ms.push_back(at);
+      t.out.push_back(text);
     } else if (absl::ConsumePrefix(&line, "exit ")) {
       auto [code, why] = IdAndRest(line);
       int c = 0;

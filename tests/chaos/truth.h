@@ -5,8 +5,8 @@
 // "g<generation>-r<rank>" for a rank, or any word for a driver), one per line:
 //   start PID            written when the process opens its file (a second one: the
 //                        same rank of the same generation ran again)
-//   out TEXT             TEXT went to stdout (recorded after its write returned, so the
-//                        line is in the log file the agent serves)
+//   out MS TEXT          TEXT went to stdout at Unix time MS (recorded after its write
+//                        returned, so the line is in the log file the agent serves)
 //   exit CODE WHY        the process is about to exit with CODE
 //   put ID SIZE          object ID (SIZE bytes, Content(ID, SIZE)) was put
 //   put-failed ID CODE MESSAGE
@@ -40,7 +40,7 @@ class TruthLog {
   TruthLog& operator=(const TruthLog&) = delete;
 
   // Writes `text` and a newline to stdout (whole, retrying short writes), then
-  // records "out TEXT".
+  // records "out MS TEXT".
   void Say(const std::string& text);
   // Appends one record (a line without its newline).
   void Record(const std::string& record);
@@ -68,7 +68,8 @@ struct ProcessTruth {
   std::string name;  // "g0-r1", ...
   int generation = -1;
   int rank = -1;
-  std::vector<std::string> out;  // lines written to stdout, in order
+  std::vector<std::string> out;   // lines written to stdout, in order
+  std::vector<int64_t> out_ms;     // when each was written (Unix milliseconds)
   int starts = 0;  // "start" records: more than one, the process ran more than once
   std::optional<int> exit_code;
   std::string exit_why;

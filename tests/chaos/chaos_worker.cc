@@ -14,7 +14,8 @@
 //       across nodes and checks each byte (a mismatch exits 42). All but every fourth
 //       object are deleted at the end (the stores would otherwise only ever fill).
 //   chaos_worker readback --truth DIR --list FILE [--timeout-s T]
-//       Reads back every object of FILE ("ID SIZE" lines), 16 at a time.
+//       Reads back every object of FILE ("ID SIZE" lines), 16 at a time; one that
+//       does not come in T seconds gets 30 more.
 //
 // Exit codes: 0 done, 1 a cluster operation failed (recorded with its error), 2 bad
 // arguments, 3 no truth file, 42 a wrong value (the campaign's violation), other codes
@@ -140,10 +141,14 @@ size_t ObjectSize(const std::string& id, int64_t max_kib) {
 }
 
 // Reads `id` and checks `size` bytes of ObjectContent; records the outcome.
-// Returns false on a mismatch.
+// Returns false on a mismatch. With `retry`, a read that times out is tried once more
+// for that long before it is recorded (a busy machine, a restore from spill).
 bool ReadBack(drover::Objects& objects, TruthLog& truth, const std::string& id, size_t size,
-              absl::Duration timeout) {
+              absl::Duration timeout, absl::Duration retry = absl::ZeroDuration()) {
   auto got = objects.Get(id, timeout);
+  if (!got.ok() && absl::IsDeadlineExceeded(got.status()) && retry > absl::ZeroDuration()) {
+    got = objects.Get(id, retry);
+  }
   if (!got.ok()) {
     truth.Record(absl::StrCat("got ", id, " error ", Flat(got.status()),
                               ClearError(got.status()) ? "" : " (UNCLEAR)"));
@@ -231,7 +236,7 @@ int Readback(const Args& a, TruthLog& truth) {
     threads.emplace_back([&] {
       for (size_t i; (i = next++) < items.size();) {
         if (!ReadBack(**objects, truth, items[i].first, items[i].second,
-                      absl::Seconds(a.timeout_s))) {
+                      absl::Seconds(a.timeout_s), absl::Seconds(30))) {
           wrong = true;
         }
       }

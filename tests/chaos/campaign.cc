@@ -164,8 +164,14 @@ void Campaign::AfterFaults(Workload& workload, std::vector<JobRecord>& jobs) {
   std::vector<LiveObject> objects = LiveObjects(truth_dir_, jobs);
   const std::string list = dir_ + "/readback.list";
   {
+    // The third column says whether a fault may have lost the object: those get no
+    // second chance to come (a lost object costs a timeout).
+    CheckContext faults;
+    faults.faults = faults_;
     std::ofstream out(list);
-    for (const LiveObject& o : objects) out << o.id << " " << o.size << "\n";
+    for (const LiveObject& o : objects) {
+      out << o.id << " " << o.size << " " << LoseableOn(faults, o.node, o.put_after) << "\n";
+    }
   }
   JobSpec spec = workload.SpecOf(JobKind::kSmall);
   spec.command = {testing::Runfile("tests/chaos/chaos_worker"), "readback", "--truth", truth_dir_,

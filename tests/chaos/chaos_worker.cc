@@ -14,8 +14,9 @@
 //       across nodes and checks each byte (a mismatch exits 42). All but every fourth
 //       object are deleted at the end (the stores would otherwise only ever fill).
 //   chaos_worker readback --truth DIR --list FILE [--timeout-s T]
-//       Reads back every object of FILE ("ID SIZE" lines), 16 at a time; one that
-//       does not come in T seconds gets 30 more.
+//       Reads back every object of FILE ("ID SIZE LOSEABLE" lines), 16 at a time; one
+//       that does not come in T seconds gets 30 more unless LOSEABLE is 1 (a fault may
+//       have lost it).
 //
 // Exit codes: 0 done, 1 a cluster operation failed (recorded with its error), 2 bad
 // arguments, 3 no truth file, 42 a wrong value (the campaign's violation), other codes
@@ -223,10 +224,16 @@ int ObjectsMode(const Args& a, TruthLog& truth) {
 
 int Readback(const Args& a, TruthLog& truth) {
   std::ifstream in(a.list);
-  std::vector<std::pair<std::string, size_t>> items;
+  struct Item {
+    std::string id;
+    size_t size;
+    bool loseable;
+  };
+  std::vector<Item> items;
   std::string id;
   size_t size;
-  while (in >> id >> size) items.emplace_back(id, size);
+  int loseable;
+  while (in >> id >> size >> loseable) items.push_back({id, size, loseable != 0});
   auto objects = drover::Objects::FromEnvironment();
   if (!objects.ok()) truth.Exit(1, Flat(objects.status()));
   std::atomic<size_t> next{0};
@@ -235,8 +242,8 @@ int Readback(const Args& a, TruthLog& truth) {
   for (int t = 0; t < 16; ++t) {
     threads.emplace_back([&] {
       for (size_t i; (i = next++) < items.size();) {
-        if (!ReadBack(**objects, truth, items[i].first, items[i].second,
-                      absl::Seconds(a.timeout_s), absl::Seconds(30))) {
+        if (!ReadBack(**objects, truth, items[i].id, items[i].size, absl::Seconds(a.timeout_s),
+                      items[i].loseable ? absl::ZeroDuration() : absl::Seconds(30))) {
           wrong = true;
         }
       }

@@ -101,6 +101,9 @@ struct LiveObject {
   absl::Time put_after;  // the putting job's submission
 };
 std::vector<LiveObject> LiveObjects(const std::string& truth_dir, const std::vector<JobRecord>& jobs);
+// Whether a fault could have destroyed the copies of objects put on `node` after
+// `since`: its store or its agent killed.
+bool LoseableOn(const CheckContext& ctx, const std::string& node, absl::Time since);
 // The read-back job's records: every live object read on every node, exact or lost
 // with a clear error to a fault that could lose it.
 void CheckReadback(const CheckContext& ctx, const std::vector<LiveObject>& objects,

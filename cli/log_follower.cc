@@ -218,9 +218,9 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
       if (address_of(n).empty()) {
         // Found by the chaos campaign: such output used to be left out without a word.
         if (skipped.insert(n).second) {
-          std::cerr << "drover: " << n << " is not known to the scheduler (it restarted and "
-                    << "the node's agent has not registered since): the output its "
-                    << "processes wrote there is not shown\n";
+          printer.Note(absl::StrCat("drover: ", n, " is not known to the scheduler (it restarted "
+                                    "and the node's agent has not registered since): the "
+                                    "output its processes wrote there is not shown\n"));
         }
         continue;
       }
@@ -245,8 +245,8 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
   while (follow && !finished.load()) {
     if (absl::IsUnavailable(status) && absl::Now() - unreachable_since < kSchedulerPatience) {
       if (unreachable_since == absl::InfiniteFuture()) {
-        std::cerr << "drover: " << status.message() << "; still waiting for " << job_id
-                  << " (it runs on without the scheduler)\n";
+        printer.Note(absl::StrCat("drover: ", status.message(), "; still waiting for ", job_id,
+                                  " (it runs on without the scheduler)\n"));
       }
       unreachable_since = std::min(unreachable_since, absl::Now());
       std::this_thread::sleep_for(std::chrono::milliseconds(500));

@@ -488,6 +488,45 @@ TEST_F(SchedulerCoreTest, AFailedMasterStartEndsTheRanksTheOtherNodesNeverStarte
   for (const auto& n : status.nodes()) EXPECT_EQ(n.free().cpus(), 8) << n.node_id();
 }
 
+// Found by the chaos campaign: agents were told to forget a job's exited processes as
+// soon as the job ended, before its record was saved (write-behind); a scheduler
+// killed in between reloaded the record from before the exits, the agent no longer
+// reported them, and a job that had SUCCEEDED came back FAILED ("its node agent
+// restarted and no longer has the process"). Forgetting waits for the save.
+TEST_F(SchedulerCoreTest, AgentsForgetExitsOnlyOnceTheJobsEndIsSaved) {
+  class FlakyStore : public SharedStore {
+   public:
+    using SharedStore::SharedStore;
+    absl::Status PutJob(const proto::JobInfo& j) override {
+      if (down.load()) return absl::UnavailableError("down");
+      return SharedStore::PutJob(j);
+    }
+    std::atomic<bool> down{false};
+  };
+  core_.reset();
+  auto flaky = std::make_unique<FlakyStore>(store_.get());
+  FlakyStore* store = flaky.get();
+  auto agents = std::make_unique<FakeAgents>();
+  agents_ = agents.get();
+  core_ = std::make_unique<SchedulerCore>(SchedulerOptions{}, std::move(flaky), std::move(agents));
+  ASSERT_TRUE(core_->Start().ok());
+  std::string n1 = Register("10.0.0.1", 0);
+  auto job = Submit(1, 0, 0);
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  store->down = true;
+  Exit(n1, job.job_id(), 0, 0);
+  ASSERT_EQ(Job(job.job_id()).state(), proto::SUCCEEDED);
+  proto::HeartbeatRequest hb;
+  hb.set_node_id(n1);
+  auto* p = hb.add_processes();
+  p->set_job_id(job.job_id());
+  p->set_rank(0);
+  p->set_running(false);
+  EXPECT_EQ(core_->Heartbeat(hb).forget_size(), 0) << "forgotten before the end was saved";
+  store->down = false;
+  EXPECT_TRUE(WaitFor([&] { return core_->Heartbeat(hb).forget_size() == 1; }, absl::Seconds(20)));
+}
+
 TEST_F(SchedulerCoreTest, SilentNodeIsDeclaredDead) {
   Make(absl::Milliseconds(300), /*fake=*/true);
   std::string n1 = Register("10.0.0.1", 0);

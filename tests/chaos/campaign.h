@@ -47,6 +47,7 @@ struct CampaignResult {
   std::map<std::string, int> not_injected;  // fault kind -> count (no target, no permission)
   std::vector<std::string> substitutes;     // what ran instead of what, and why
   int violations = 0;
+  int unknown_violations = 0;  // of invariants no documented known issue violates
   std::map<std::string, std::vector<std::string>> violated;  // invariant -> details
   std::string summary;                      // what was printed at the end
 };

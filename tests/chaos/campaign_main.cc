@@ -4,8 +4,8 @@
 //   bazel run //tests/chaos:campaign -- --seed 1234 --seconds 90   # replays seed 1234
 //
 // Run as root for network namespaces, spill tmpfs mounts and a private /dev/shm.
-// Exit 0 if every invariant held, 1 if any was violated, 2 if the cluster would not
-// start.
+// Exit 0 if every invariant held (but those of known issues, reported and marked), 1 if
+// any other was violated, 2 if the cluster would not start.
 #include <CLI/CLI.hpp>
 #include <iostream>
 
@@ -43,5 +43,6 @@ int main(int argc, char** argv) {
     std::cerr << "chaos: the campaign could not run: " << result.status() << std::endl;
     return 2;
   }
-  return result->violations == 0 ? 0 : 1;
+  // Known issues (docs/reliability.md) are reported, marked, and do not fail the run.
+  return result->unknown_violations == 0 ? 0 : 1;
 }

@@ -14,7 +14,9 @@
 //       across nodes and checks each byte (a mismatch exits 42). All but every fourth
 //       object are deleted at the end (the stores would otherwise only ever fill).
 //   chaos_worker readback --truth DIR --list FILE [--timeout-s T]
-//       Reads back every object of FILE ("ID SIZE" lines), 8 at a time.
+//       Reads back every object of FILE ("ID SIZE LOSEABLE" lines), 16 at a time; one
+//       that does not come in T seconds gets 30 more unless LOSEABLE is 1 (a fault may
+//       have lost it).
 //
 // Exit codes: 0 done, 1 a cluster operation failed (recorded with its error), 2 bad
 // arguments, 3 no truth file, 42 a wrong value (the campaign's violation), other codes
@@ -140,10 +142,14 @@ size_t ObjectSize(const std::string& id, int64_t max_kib) {
 }
 
 // Reads `id` and checks `size` bytes of ObjectContent; records the outcome.
-// Returns false on a mismatch.
+// Returns false on a mismatch. With `retry`, a read that times out is tried once more
+// for that long before it is recorded (a busy machine, a restore from spill).
 bool ReadBack(drover::Objects& objects, TruthLog& truth, const std::string& id, size_t size,
-              absl::Duration timeout) {
+              absl::Duration timeout, absl::Duration retry = absl::ZeroDuration()) {
   auto got = objects.Get(id, timeout);
+  if (!got.ok() && absl::IsDeadlineExceeded(got.status()) && retry > absl::ZeroDuration()) {
+    got = objects.Get(id, retry);
+  }
   if (!got.ok()) {
     truth.Record(absl::StrCat("got ", id, " error ", Flat(got.status()),
                               ClearError(got.status()) ? "" : " (UNCLEAR)"));
@@ -218,20 +224,26 @@ int ObjectsMode(const Args& a, TruthLog& truth) {
 
 int Readback(const Args& a, TruthLog& truth) {
   std::ifstream in(a.list);
-  std::vector<std::pair<std::string, size_t>> items;
+  struct Item {
+    std::string id;
+    size_t size;
+    bool loseable;
+  };
+  std::vector<Item> items;
   std::string id;
   size_t size;
-  while (in >> id >> size) items.emplace_back(id, size);
+  int loseable;
+  while (in >> id >> size >> loseable) items.push_back({id, size, loseable != 0});
   auto objects = drover::Objects::FromEnvironment();
   if (!objects.ok()) truth.Exit(1, Flat(objects.status()));
   std::atomic<size_t> next{0};
   std::atomic<bool> wrong{false};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
+  for (int t = 0; t < 16; ++t) {
     threads.emplace_back([&] {
       for (size_t i; (i = next++) < items.size();) {
-        if (!ReadBack(**objects, truth, items[i].first, items[i].second,
-                      absl::Seconds(a.timeout_s))) {
+        if (!ReadBack(**objects, truth, items[i].id, items[i].size, absl::Seconds(a.timeout_s),
+                      items[i].loseable ? absl::ZeroDuration() : absl::Seconds(30))) {
           wrong = true;
         }
       }

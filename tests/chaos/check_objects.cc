@@ -38,8 +38,8 @@ void JudgeRead(const std::string& id, const std::string& outcome, bool lost_ok,
   }
 }
 
-// Whether a fault could have destroyed the copies of objects put on `node` after
-// `since`: its store or its agent killed.
+}  // namespace
+
 bool LoseableOn(const CheckContext& ctx, const std::string& node, absl::Time since) {
   for (const FaultRecord& f : ctx.faults) {
     if (!f.injected || f.end < since) continue;
@@ -50,8 +50,6 @@ bool LoseableOn(const CheckContext& ctx, const std::string& node, absl::Time sin
   }
   return false;
 }
-
-}  // namespace
 
 void CheckObjectJob(const CheckContext& ctx, const JobRecord& r, const JobInfo& j,
                     const std::vector<ProcessTruth>& truth, Report& report) {

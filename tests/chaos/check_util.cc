@@ -26,15 +26,20 @@ std::multiset<std::string> Lines(const std::string& text) {
 
 // What a process recorded as written to stdout, as `drover run`/`drover logs` prefix
 // it, that `printed` lacks (at most a few, for the message).
+// Only lines written before `until` count (a process on a node cut off may write on
+// after its job was declared failed: `drover run` cannot wait for those).
 std::vector<std::string> Missing(const std::vector<ProcessTruth>& truth, const JobRecord& r,
-                                 const std::string& printed, int* expected) {
+                                 const std::string& printed, int* expected,
+                                 absl::Time until = absl::InfiniteFuture()) {
   std::multiset<std::string> have = Lines(printed);
   std::vector<std::string> missing;
   *expected = 0;
   for (const ProcessTruth& t : truth) {
     const int rank = r.kind == JobKind::kTasks ? 0 : t.rank;
     if (rank < 0) continue;  // a plain driver: not a process of the job
-    for (const std::string& line : t.out) {
+    for (size_t i = 0; i < t.out.size(); ++i) {
+      const std::string& line = t.out[i];
+      if (absl::FromUnixMillis(t.out_ms[i]) > until) continue;
       ++*expected;
       auto it = have.find(absl::StrCat("[rank", rank, "]: ", line));
       if (it != have.end()) {
@@ -115,7 +120,10 @@ void CheckRunOutput(const CheckContext& ctx, const JobRecord& r, const JobInfo& 
                                  JobStateName(j.state), "); its stderr: ", Tail(r.cli_err)));
     return;
   }
-  if (r.cli_exit != j.exit_code) {
+  // Whether it followed the job to its end: it printed the job's summary line.
+  const bool followed =
+      absl::StrContains(r.cli_err, absl::StrCat("drover: ", j.job_id, " ", JobStateName(j.state)));
+  if (r.cli_exit != j.exit_code || !followed) {
     // Allowed only when a fault explains it and the CLI said what went wrong.
     const bool said = absl::StrContains(r.cli_err, "drover: ");
     if (r.cli_exit == 0 || !said || TouchedBy(ctx, r, j) == nullptr) {
@@ -129,7 +137,8 @@ void CheckRunOutput(const CheckContext& ctx, const JobRecord& r, const JobInfo& 
     return;
   }
   int expected = 0;
-  std::vector<std::string> missing = Missing(truth, r, r.cli_out, &expected);
+  std::vector<std::string> missing =
+      Missing(truth, r, r.cli_out, &expected, j.end_time.value_or(absl::InfiniteFuture()));
   if (!missing.empty()) {
     report.Violated("run-output-complete",
                     absl::StrCat(name, ": drover run exited ", r.cli_exit, " without printing ",

@@ -27,6 +27,17 @@ void Report::Note(const std::string& topic, const std::string& example) {
   if (n++ == 0) first = example;
 }
 
+bool KnownIssue(const std::string& invariant) { return invariant == "starts-exactly-once"; }
+
+int Report::unknown_violations() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [name, c] : counts_) {
+    if (!KnownIssue(name)) n += static_cast<int>(c.violations.size());
+  }
+  return n;
+}
+
 int Report::violations() const {
   absl::MutexLock lock(&mu_);
   int n = 0;
@@ -47,7 +58,11 @@ std::string Report::Summary(int max_each) const {
   absl::MutexLock lock(&mu_);
   std::string out = "invariants (held / violated):\n";
   for (const auto& [name, c] : counts_) {
-    absl::StrAppend(&out, "  ", name, ": ", c.held, " / ", c.violations.size(), "\n");
+    absl::StrAppend(&out, "  ", name, ": ", c.held, " / ", c.violations.size(),
+                    KnownIssue(name) && !c.violations.empty()
+                        ? " (a known issue: docs/reliability.md)"
+                        : "",
+                    "\n");
   }
   for (const auto& [topic, note] : notes_) {
     absl::StrAppend(&out, "note: ", topic, ": ", note.first, " (e.g. ", note.second, ")\n");
@@ -115,6 +130,29 @@ void SettleJobs(const CheckContext& ctx, absl::Time deadline, std::vector<JobRec
 }
 
 namespace {
+
+// A job FAILED because "its node agent ... no longer has the process" for a rank that
+// never started (it recorded no start), with a scheduler killed during the job's life
+// and no restart of that node's agent: the start was lost in the crash (the known
+// issue of docs/reliability.md).
+bool LostStart(const CheckContext& ctx, const JobRecord& r, const JobInfo& j,
+               const std::vector<ProcessTruth>& truth) {
+  if (j.state != JobState::kFailed || !j.root_cause ||
+      !absl::StrContains(j.root_cause->error, "no longer has the process")) {
+    return false;
+  }
+  const ExitInfo& e = *j.root_cause;
+  const ProcessTruth* t = TruthOf(truth, e.generation, e.rank, r.kind);
+  if (!HasTruth(r.kind) || (t != nullptr && t->starts > 0)) return false;
+  const absl::Time end = std::max(r.returned, j.end_time.value_or(r.returned));
+  bool scheduler_killed = false;
+  for (const FaultRecord& f : ctx.faults) {
+    if (!f.injected || f.start > end || f.end + ctx.settle < r.submitted) continue;
+    if (f.fault.kind == FaultKind::kKillAgent && f.nodes.count(e.node_id)) return false;
+    scheduler_killed |= f.fault.kind == FaultKind::kKillScheduler;
+  }
+  return scheduler_killed;
+}
 
 // Whether the job's final record is explained: see checks.h (true-reason).
 void CheckReason(const CheckContext& ctx, const JobRecord& r, const JobInfo& j,
@@ -245,9 +283,33 @@ void CheckOutcomes(const CheckContext& ctx, const std::vector<JobRecord>& jobs, 
     }
     if (!r.final_info || !IsTerminal(r.final_info->state)) continue;  // job-final-state said so
     const JobInfo& j = *r.final_info;
+    // starts-exactly-once: a rank of a generation that ran twice (the cluster forgot its first
+    // run: see docs/reliability.md). What the first run wrote is then out of the
+    // cluster's sight, so the output checks would only repeat this finding.
+    bool ran_twice = false;
+    for (const ProcessTruth& t : truth) {
+      if (t.starts > 1) {
+        ran_twice = true;
+        report.Violated("starts-exactly-once",
+                        absl::StrCat(Name(r), ": ", t.name, " ran ", t.starts,
+                                     " times (the job ended ", JobStateName(j.state), ")"));
+      }
+    }
+    // ... or a start lost: the rank never started (no truth), the scheduler was killed
+    // meanwhile and no agent restart explains "no longer has the process".
+    if (!ran_twice && LostStart(ctx, r, j, truth)) {
+      report.Violated("starts-exactly-once",
+                      absl::StrCat(Name(r), ": rank ", j.root_cause->rank,
+                                   " never started (its start was lost when the scheduler was "
+                                   "killed), and the job ended FAILED: ",
+                                   j.reason));
+      continue;
+    }
+    if (!ran_twice && !truth.empty()) report.Held("starts-exactly-once");
     CheckReason(ctx, r, j, truth, report);
     CheckUntouched(ctx, r, j, report);
     if (r.kind == JobKind::kObjects) CheckObjectJob(ctx, r, j, truth, report);
+    if (ran_twice) continue;
     if (r.how == "cli") CheckRunOutput(ctx, r, j, truth, report);
     CheckLogs(ctx, r, j, truth, report);
   }

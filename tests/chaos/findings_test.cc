@@ -253,7 +253,7 @@ TEST(ChaosFindingsTest, TaskWorkersStopWhenTheirJobEndsAfterASchedulerRestart) {
   // Round 0 is done and its workers are idle when the scheduler restarts; the driver
   // exits during its pause, under the new scheduler.
   ASSERT_TRUE(WaitFor([&] {
-    return absl::StrContains(ReadFile(driver_truth).value_or(""), "out tasks");
+    return absl::StrContains(ReadFile(driver_truth).value_or(""), " round 0 errors ");
   }, absl::Seconds(60))) << c->DaemonLogs();
   ASSERT_FALSE(ProcessesOfJob(job->job_id).size() <= 1) << "no task workers ran";
   ASSERT_TRUE(c->RestartScheduler(SIGKILL).ok());

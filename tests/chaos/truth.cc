@@ -9,11 +9,13 @@
 #include <cstring>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "common/files.h"
 
 namespace drover::chaos {
@@ -50,6 +52,7 @@ TruthLog::TruthLog(const std::string& dir, const std::string& job, const std::st
     std::cerr << "chaos: cannot record the truth: " << made << std::endl;
     std::_Exit(3);
   }
+  Record(absl::StrCat("start ", ::getpid()));
 }
 
 TruthLog::~TruthLog() {
@@ -58,7 +61,7 @@ TruthLog::~TruthLog() {
 
 void TruthLog::Say(const std::string& text) {
   WriteAll(STDOUT_FILENO, text + "\n");
-  Record("out " + text);
+  Record(absl::StrCat("out ", absl::ToUnixMillis(absl::Now()), " ", text));
 }
 
 void TruthLog::Record(const std::string& record) { WriteAll(fd_, record + "\n"); }
@@ -102,8 +105,14 @@ ProcessTruth ParseTruth(const std::string& job, const std::string& name, absl::s
     }
   }
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::ConsumePrefix(&line, "out ")) {
-      t.out.emplace_back(line);
+    if (absl::StartsWith(line, "start ")) {
+      ++t.starts;
+    } else if (absl::ConsumePrefix(&line, "out ")) {
+      auto [ms, text] = IdAndRest(line);
+      int64_t at = 0;
+      (void)absl::SimpleAtoi(ms, &at);
+      t.out_ms.push_back(at);
+      t.out.push_back(text);
     } else if (absl::ConsumePrefix(&line, "exit ")) {
       auto [code, why] = IdAndRest(line);
       int c = 0;

@@ -3,8 +3,10 @@
 //
 // A process appends records to its own file, <truth dir>/<job>/<name>.truth (name:
 // "g<generation>-r<rank>" for a rank, or any word for a driver), one per line:
-//   out TEXT             TEXT went to stdout (recorded after its write returned, so the
-//                        line is in the log file the agent serves)
+//   start PID            written when the process opens its file (a second one: the
+//                        same rank of the same generation ran again)
+//   out MS TEXT          TEXT went to stdout at Unix time MS (recorded after its write
+//                        returned, so the line is in the log file the agent serves)
 //   exit CODE WHY        the process is about to exit with CODE
 //   put ID SIZE          object ID (SIZE bytes, Content(ID, SIZE)) was put
 //   put-failed ID CODE MESSAGE
@@ -38,7 +40,7 @@ class TruthLog {
   TruthLog& operator=(const TruthLog&) = delete;
 
   // Writes `text` and a newline to stdout (whole, retrying short writes), then
-  // records "out TEXT".
+  // records "out MS TEXT".
   void Say(const std::string& text);
   // Appends one record (a line without its newline).
   void Record(const std::string& record);
@@ -66,7 +68,9 @@ struct ProcessTruth {
   std::string name;  // "g0-r1", ...
   int generation = -1;
   int rank = -1;
-  std::vector<std::string> out;  // lines written to stdout, in order
+  std::vector<std::string> out;   // lines written to stdout, in order
+  std::vector<int64_t> out_ms;     // when each was written (Unix milliseconds)
+  int starts = 0;  // "start" records: more than one, the process ran more than once
   std::optional<int> exit_code;
   std::string exit_why;
   // Object records, by id: "put SIZE", "put-failed ...", "got ok", ...

@@ -136,7 +136,7 @@ JobSpec Workload::SpecOf(JobKind kind) const {
   return spec;
 }
 
-JobRecord Workload::SubmitAndWait(JobKind kind, JobSpec spec) {
+JobRecord Workload::SubmitAndWait(JobKind kind, JobSpec spec, absl::Duration wait) {
   JobRecord r;
   r.kind = kind;
   r.how = "sdk";
@@ -167,7 +167,7 @@ JobRecord Workload::SubmitAndWait(JobKind kind, JobSpec spec) {
       c = client_->Cancel(r.job_id);
     }
   }
-  (void)client_->WaitJob(r.job_id, options_.job_timeout);
+  (void)client_->WaitJob(r.job_id, wait > absl::ZeroDuration() ? wait : options_.job_timeout);
   r.returned = absl::Now();
   Keep(r);
   return r;

@@ -54,7 +54,9 @@ class Workload {
 
   // One piece of work on the calling thread (after the faults; also used by Start's
   // threads). Each returns its record (also kept in Records()).
-  JobRecord SubmitAndWait(JobKind kind, JobSpec spec);
+  // `wait`: how long to wait for the job's end (default WorkloadOptions::job_timeout).
+  JobRecord SubmitAndWait(JobKind kind, JobSpec spec,
+                          absl::Duration wait = absl::ZeroDuration());
   JobRecord DroverRun(JobKind kind, const std::vector<std::string>& args, int expected_exit,
                       const std::string& echo_token = "");
   JobRecord PlainDriver();

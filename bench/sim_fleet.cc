@@ -69,6 +69,10 @@ class SimFleet::Impl {
                               const proto::StartProcessesRequest& req,
                               proto::StartProcessesReply* reply);
   grpc::Status StopJob(const grpc::CallbackServerContext& ctx, const proto::StopJobRequest& req);
+  void CountBatch() {
+    absl::MutexLock l(&mu_);
+    ++stats_.start_batches;
+  }
   grpc::Status StartWorker(const grpc::CallbackServerContext& ctx,
                            const proto::StartWorkerRequest& req, proto::StartWorkerReply* reply);
   grpc::Status DescribeNode(const grpc::CallbackServerContext& ctx,
@@ -196,6 +200,25 @@ class SimFleet::Impl::AgentService final : public proto::NodeAgent::CallbackServ
                                            proto::StartProcessesReply* reply) override {
     auto* r = ctx->DefaultReactor();
     r->Finish(fleet_->StartProcesses(*ctx, *req, reply));
+    return r;
+  }
+  grpc::ServerUnaryReactor* StartProcessesBatch(grpc::CallbackServerContext* ctx,
+                                                const proto::StartProcessesBatchRequest* req,
+                                                proto::StartProcessesBatchReply* reply) override {
+    auto* r = ctx->DefaultReactor();
+    grpc::Status status;
+    if (fleet_->NodeOf(*ctx, &status) >= 0) {
+      fleet_->CountBatch();
+      for (const auto& start : req->starts()) {
+        proto::StartProcessesReply one;
+        grpc::Status s = fleet_->StartProcesses(*ctx, start, &one);
+        proto::StartResult* result = reply->add_results();
+        result->set_code(static_cast<int32_t>(s.error_code()));
+        result->set_message(s.error_message());
+        result->set_master_port(one.master_port());
+      }
+    }
+    r->Finish(status);
     return r;
   }
   grpc::ServerUnaryReactor* StopJob(grpc::CallbackServerContext* ctx,

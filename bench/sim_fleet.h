@@ -6,7 +6,7 @@
 // stream open, sends a Heartbeat with its whole process table every interval the
 // scheduler asked for, reports each exit at once (ReportExit) and re-registers when a
 // heartbeat says it is unknown. It serves the NodeAgent service (StartProcesses,
-// StopJob) and the task layer's Workers service (StartWorker, KillWorker, ...) on a
+// StartProcessesBatch, StopJob) and the task layer's Workers service (StartWorker, KillWorker, ...) on a
 // loopback port of its own. Nothing is spawned: a "process" is an entry in its node's
 // table that exits with code 0 after its job's run time (the job's environment
 // variable SIM_RUNTIME_MS, else SimFleetOptions::runtime; negative: until StopJob or
@@ -53,7 +53,8 @@ struct SimFleetStats {
   int64_t heartbeats = 0;        // answered
   int64_t heartbeat_errors = 0;  // failed (deadline, unavailable, ...)
   int64_t unknown_replies = 0;   // heartbeats answered `known = false`
-  int64_t start_calls = 0;       // StartProcesses served
+  int64_t start_calls = 0;       // starts served (StartProcesses, or one of a batch)
+  int64_t start_batches = 0;     // StartProcessesBatch calls served
   int64_t processes_started = 0;
   int64_t exits_reported = 0;  // ReportExit answered OK
   int64_t report_errors = 0;

@@ -1,6 +1,7 @@
 // SchedulerCore's traffic with the agents: what they report (heartbeats with their
 // process tables, exits, launch replies), applied in batches (RunBatched), and the calls
 // made to them (launches, stops: Dispatch).
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "scheduler/scheduler_core.h"
@@ -147,37 +148,75 @@ void SchedulerCore::ReportExit(const proto::ReportExitRequest& req) {
   });
 }
 
+bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::StatusOr<int>& port,
+                                     int* master_port, Actions* out) {
+  Job* job = FindJobLocked(a.job_id);
+  if (job == nullptr || job->info.restart_count() != a.generation || stopping_) return false;
+  if (!port.ok()) {
+    FailLaunchLocked(*job, a, i, port.status(), out);
+    return false;
+  }
+  // This node's processes are spawned (`drover run`: "starting N/M").
+  const auto& started = a.starts[i].second;
+  job->info.set_started_processes(job->info.started_processes() + started.processes_size());
+  NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a.generation, a.node_ids[i],
+                                   RanksOf(started)));
+  if (i == 0) {
+    *master_port = *port;
+    job->info.set_master_port(*master_port);
+  }
+  ChangedLocked(*job);
+  return i + 1 < a.starts.size();
+}
+
 void SchedulerCore::RunLaunch(std::shared_ptr<const Action> a, size_t i, int master_port) {
   proto::StartProcessesRequest req = a->starts[i].second;
   req.set_master_port(master_port);  // 0 for the first (master) node: it picks one
   agents_->StartProcessesAsync(
       a->starts[i].first, req, [this, a, i, master_port](absl::StatusOr<int> port) {
-        bool proceed = port.ok() && i + 1 < a->starts.size();
+        bool proceed = false;
         int next_port = master_port;
         RunBatched([&](Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          Job* job = FindJobLocked(a->job_id);
-          if (job == nullptr || job->info.restart_count() != a->generation || stopping_) {
-            proceed = false;
-          } else if (!port.ok()) {
-            FailLaunchLocked(*job, *a, i, port.status(), out);
-          } else {
-            // This node's processes are spawned (`drover run`: "starting N/M").
-            const auto& started = a->starts[i].second;
-            job->info.set_started_processes(job->info.started_processes() +
-                                            started.processes_size());
-            NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a->generation,
-                                             a->node_ids[i], RanksOf(started)));
-            if (i == 0) {
-              next_port = *port;
-              job->info.set_master_port(next_port);
-            }
-            ChangedLocked(*job);
-          }
+          proceed = ApplyStartLocked(*a, i, port, &next_port, out);
         });
         if (proceed) {
           RunLaunch(a, i + 1, next_port);
         } else {
           EndCall();  // last: Stop() may go on once this returns
+        }
+      });
+}
+
+void SchedulerCore::RunLaunches(std::vector<std::shared_ptr<const Action>> launches) {
+  if (launches.size() == 1) {
+    RunLaunch(std::move(launches[0]), 0, 0);
+    return;
+  }
+  // The first (master) node of each launch, all on one agent: one call, one batch of
+  // replies; each launch then goes on to its other nodes on its own.
+  std::vector<proto::StartProcessesRequest> reqs;
+  reqs.reserve(launches.size());
+  for (const auto& a : launches) {
+    reqs.push_back(a->starts[0].second);
+    reqs.back().set_master_port(0);
+  }
+  const std::string address = launches[0]->starts[0].first;
+  agents_->StartProcessesBatchAsync(
+      address, std::move(reqs),
+      [this, launches = std::move(launches)](std::vector<absl::StatusOr<int>> ports) {
+        std::vector<int> next_ports(launches.size(), 0);
+        std::vector<char> proceed(launches.size(), 0);
+        RunBatched([&](Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          for (size_t k = 0; k < launches.size(); ++k) {
+            proceed[k] = ApplyStartLocked(*launches[k], 0, ports[k], &next_ports[k], out);
+          }
+        });
+        for (size_t k = 0; k < launches.size(); ++k) {
+          if (proceed[k]) {
+            RunLaunch(launches[k], 1, next_ports[k]);
+          } else {
+            EndCall();
+          }
         }
       });
 }
@@ -189,19 +228,25 @@ void SchedulerCore::EndCall() {
 
 void SchedulerCore::Dispatch(Actions actions) {
   NotifyLeases(std::move(actions.notes));
+  // Launches by the agent of their first node, in the order decided.
+  std::vector<std::pair<std::string, std::vector<std::shared_ptr<const Action>>>> launches;
+  absl::flat_hash_map<std::string, size_t> by_agent;
   for (Action& action : actions) {
     {
       absl::MutexLock lock(&calls_mu_);
       if (calls_closed_) return;  // stopping
       ++calls_in_flight_;
     }
+    auto a = std::make_shared<const Action>(std::move(action));
+    if (a->kind == Action::kLaunch) {
+      auto [it, added] = by_agent.emplace(a->starts[0].first, launches.size());
+      if (added) launches.emplace_back(a->starts[0].first, std::vector<std::shared_ptr<const Action>>{});
+      launches[it->second].second.push_back(std::move(a));
+      continue;
+    }
     // From the pool: a client without a non-blocking path (tests') blocks it, not the
     // caller, which may be serving an RPC.
-    outbound_->Post([this, a = std::make_shared<const Action>(std::move(action))] {
-      if (a->kind == Action::kLaunch) {
-        RunLaunch(a, 0, 0);
-        return;
-      }
+    outbound_->Post([this, a = std::move(a)] {
       proto::StopJobRequest stop;
       stop.set_job_id(a->job_id);
       stop.set_generation(a->generation);
@@ -211,6 +256,9 @@ void SchedulerCore::Dispatch(Actions actions) {
         EndCall();
       });
     });
+  }
+  for (auto& [agent, group] : launches) {
+    outbound_->Post([this, group = std::move(group)]() mutable { RunLaunches(std::move(group)); });
   }
 }
 

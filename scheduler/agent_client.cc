@@ -31,7 +31,7 @@ void AgentClient::StartProcessesBatchAsync(
   }
   pending->done = std::move(done);
   for (size_t i = 0; i < reqs.size(); ++i) {
-    StartProcessesAsync(agent_address, reqs[i], [pending, i](absl::StatusOr<int> port) {
+    StartProcessesAsync(agent_address, std::move(reqs[i]), [pending, i](absl::StatusOr<int> port) {
       std::vector<absl::StatusOr<int>> all;
       {
         absl::MutexLock lock(&pending->mu);
@@ -60,10 +60,10 @@ class GrpcAgentClient : public AgentClient {
     return reply.master_port();
   }
 
-  void StartProcessesAsync(const std::string& address, const proto::StartProcessesRequest& req,
+  void StartProcessesAsync(const std::string& address, proto::StartProcessesRequest req,
                            std::function<void(absl::StatusOr<int>)> done) override {
     Send<proto::StartProcessesReply>(
-        address, req, std::chrono::seconds(10),
+        address, std::move(req), std::chrono::seconds(10),
         [](proto::NodeAgent::Stub* stub, grpc::ClientContext* ctx,
            const proto::StartProcessesRequest* r, proto::StartProcessesReply* reply,
            std::function<void(grpc::Status)> cb) {

@@ -30,7 +30,7 @@ class AgentClient {
   // of the client's (gRPC's, for the real one). These defaults block, calling the
   // blocking method and then `done` on the caller's thread.
   virtual void StartProcessesAsync(const std::string& agent_address,
-                                   const proto::StartProcessesRequest& req,
+                                   proto::StartProcessesRequest req,
                                    std::function<void(absl::StatusOr<int>)> done) {
     done(StartProcesses(agent_address, req));
   }

@@ -140,11 +140,16 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
 
 void SchedulerCore::ReportExit(const proto::ReportExitRequest& req) {
   RunBatched([&](Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Job* job = FindJobLocked(req.job_id());
-    if (job == nullptr) return;
-    proto::ExitInfo e = req.exit();
-    e.set_node_id(req.node_id());
-    HandleExitLocked(*job, e, out);
+    auto apply = [&](const std::string& job_id, const proto::ExitInfo& exit)
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                       Job* job = FindJobLocked(job_id);
+                       if (job == nullptr) return;
+                       proto::ExitInfo e = exit;
+                       e.set_node_id(req.node_id());
+                       HandleExitLocked(*job, e, out);
+                     };
+    if (!req.job_id().empty()) apply(req.job_id(), req.exit());
+    for (const auto& e : req.exits()) apply(e.job_id(), e.exit());
   });
 }
 
@@ -157,10 +162,10 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
     return false;
   }
   // This node's processes are spawned (`drover run`: "starting N/M").
-  const auto& started = a.starts[i].second;
-  job->info.set_started_processes(job->info.started_processes() + started.processes_size());
+  job->info.set_started_processes(job->info.started_processes() +
+                                  static_cast<int>(a.ranks[i].size()));
   NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a.generation, a.node_ids[i],
-                                   RanksOf(started)));
+                                   a.ranks[i]));
   if (i == 0) {
     *master_port = *port;
     job->info.set_master_port(*master_port);
@@ -169,11 +174,12 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
   return i + 1 < a.starts.size();
 }
 
-void SchedulerCore::RunLaunch(std::shared_ptr<const Action> a, size_t i, int master_port) {
-  proto::StartProcessesRequest req = a->starts[i].second;
+void SchedulerCore::RunLaunch(std::shared_ptr<Action> a, size_t i, int master_port) {
+  // Sent once: moved out (the action keeps the start's node and ranks).
+  proto::StartProcessesRequest req = std::move(a->starts[i].second);
   req.set_master_port(master_port);  // 0 for the first (master) node: it picks one
   agents_->StartProcessesAsync(
-      a->starts[i].first, req, [this, a, i, master_port](absl::StatusOr<int> port) {
+      a->starts[i].first, std::move(req), [this, a, i, master_port](absl::StatusOr<int> port) {
         bool proceed = false;
         int next_port = master_port;
         RunBatched([&](Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -187,7 +193,7 @@ void SchedulerCore::RunLaunch(std::shared_ptr<const Action> a, size_t i, int mas
       });
 }
 
-void SchedulerCore::RunLaunches(std::vector<std::shared_ptr<const Action>> launches) {
+void SchedulerCore::RunLaunches(std::vector<std::shared_ptr<Action>> launches) {
   if (launches.size() == 1) {
     RunLaunch(std::move(launches[0]), 0, 0);
     return;
@@ -197,7 +203,7 @@ void SchedulerCore::RunLaunches(std::vector<std::shared_ptr<const Action>> launc
   std::vector<proto::StartProcessesRequest> reqs;
   reqs.reserve(launches.size());
   for (const auto& a : launches) {
-    reqs.push_back(a->starts[0].second);
+    reqs.push_back(std::move(a->starts[0].second));  // sent once (see RunLaunch)
     reqs.back().set_master_port(0);
   }
   const std::string address = launches[0]->starts[0].first;
@@ -229,7 +235,7 @@ void SchedulerCore::EndCall() {
 void SchedulerCore::Dispatch(Actions actions) {
   NotifyLeases(std::move(actions.notes));
   // Launches by the agent of their first node, in the order decided.
-  std::vector<std::pair<std::string, std::vector<std::shared_ptr<const Action>>>> launches;
+  std::vector<std::pair<std::string, std::vector<std::shared_ptr<Action>>>> launches;
   absl::flat_hash_map<std::string, size_t> by_agent;
   for (Action& action : actions) {
     {
@@ -237,10 +243,10 @@ void SchedulerCore::Dispatch(Actions actions) {
       if (calls_closed_) return;  // stopping
       ++calls_in_flight_;
     }
-    auto a = std::make_shared<const Action>(std::move(action));
+    auto a = std::make_shared<Action>(std::move(action));
     if (a->kind == Action::kLaunch) {
       auto [it, added] = by_agent.emplace(a->starts[0].first, launches.size());
-      if (added) launches.emplace_back(a->starts[0].first, std::vector<std::shared_ptr<const Action>>{});
+      if (added) launches.emplace_back(a->starts[0].first, std::vector<std::shared_ptr<Action>>{});
       launches[it->second].second.push_back(std::move(a));
       continue;
     }

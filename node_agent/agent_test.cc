@@ -74,8 +74,7 @@ class FakeScheduler final : public proto::Scheduler::Service {
     if (auto s = CheckToken(*ctx, kToken); !s.ok()) return s;
     absl::MutexLock lock(&mu);
     exits.push_back(*req);
-    mu.Await(absl::Condition(
-        +[](bool* hold) { return !*hold; }, &hold_reports));
+    mu.Await(absl::Condition(+[](bool* hold) { return !*hold; }, &hold_reports));
     return grpc::Status::OK;
   }
 
@@ -241,7 +240,9 @@ TEST(NodeAgentTest, ExitsThatComeWhileAReportIsOutGoTogether) {
     absl::MutexLock lock(&sched.mu);
     if (sched.heartbeats.empty()) return -1;
     int n = 0;
-    for (const auto& p : sched.heartbeats.back().processes()) n += p.job_id() == job && !p.running();
+    for (const auto& p : sched.heartbeats.back().processes()) {
+      n += p.job_id() == job && !p.running();
+    }
     return n;
   };
   // The first exit's report is held by the scheduler...

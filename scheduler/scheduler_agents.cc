@@ -240,13 +240,13 @@ void SchedulerCore::Dispatch(Actions actions) {
   for (Action& action : actions) {
     {
       absl::MutexLock lock(&calls_mu_);
-      if (calls_closed_) return;  // stopping
+      if (calls_closed_) break;  // stopping; the launches counted so far still go
       ++calls_in_flight_;
     }
     auto a = std::make_shared<Action>(std::move(action));
     if (a->kind == Action::kLaunch) {
       auto [it, added] = by_agent.emplace(a->starts[0].first, launches.size());
-      if (added) launches.emplace_back(a->starts[0].first, std::vector<std::shared_ptr<Action>>{});
+      if (added) launches.push_back({a->starts[0].first, {}});
       launches[it->second].second.push_back(std::move(a));
       continue;
     }

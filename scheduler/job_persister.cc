@@ -76,6 +76,11 @@ absl::Status JobPersister::AwaitStored(const std::string& job_id, absl::Duration
   return absl::OkStatus();
 }
 
+bool JobPersister::Stored(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  return queued_.count(job_id) == 0 && in_flight_ != job_id;
+}
+
 absl::Status JobPersister::Health() {
   absl::MutexLock lock(&mu_);
   if (clock_->Now() - failing_since_ > kDownAfter) {

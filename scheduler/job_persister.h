@@ -71,6 +71,9 @@ class JobPersister {
   // record Put before the call is stored). UNAVAILABLE, naming the store and its last
   // error, if that does not happen in time.
   absl::Status AwaitStored(const std::string& job_id, absl::Duration timeout);
+  // True if no record of `job_id` is queued or being written (every record Put before
+  // the call is stored). Never waits.
+  bool Stored(const std::string& job_id);
   // UNAVAILABLE if the store has failed every call for longer than kDownAfter (it is
   // down: refuse new work at once rather than accept what cannot be saved); else OK.
   absl::Status Health();

@@ -231,10 +231,10 @@ void RunScale(const std::string& binary, const Flags& f, int nodes) {
       },
       absl::Minutes(5), "every job SUCCEEDED", s);
   Note(absl::StrFormat(
-      "fleet: %d heartbeats (%d failed, %d unknown), %d exits reported (%d failed), "
-      "%d registrations",
+      "fleet: %d heartbeats (%d failed, %d unknown), %d exits reported in %d ReportExit "
+      "calls (%d failed), %d registrations, %d starts (%d StartProcessesBatch calls)",
       st.heartbeats, st.heartbeat_errors, st.unknown_replies, st.exits_reported,
-      st.report_errors, st.registrations));
+      st.report_calls, st.report_errors, st.registrations, st.start_calls, st.start_batches));
 
   // load
   if (f.load_clients > 0) {

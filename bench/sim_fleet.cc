@@ -69,6 +69,10 @@ class SimFleet::Impl {
                               const proto::StartProcessesRequest& req,
                               proto::StartProcessesReply* reply);
   grpc::Status StopJob(const grpc::CallbackServerContext& ctx, const proto::StopJobRequest& req);
+  void CountBatch() {
+    absl::MutexLock l(&mu_);
+    ++stats_.start_batches;
+  }
   grpc::Status StartWorker(const grpc::CallbackServerContext& ctx,
                            const proto::StartWorkerRequest& req, proto::StartWorkerReply* reply);
   grpc::Status DescribeNode(const grpc::CallbackServerContext& ctx,
@@ -87,8 +91,9 @@ class SimFleet::Impl {
     std::unique_ptr<proto::Scheduler::Stub> stub;
     bool registering = false;
     bool heartbeat_in_flight = false;
-    // Exits to report, one call at a time and in order (as an agent's reporter thread).
-    std::deque<proto::ReportExitRequest> reports;
+    // Exits to report (job id, exit), one call at a time carrying all held, in order
+    // (as an agent's reporter thread).
+    std::deque<std::pair<std::string, proto::ExitInfo>> reports;
     bool report_in_flight = false;
     bool session_open = false;
     std::shared_ptr<Session> session;  // the newest, until its OnDone
@@ -196,6 +201,25 @@ class SimFleet::Impl::AgentService final : public proto::NodeAgent::CallbackServ
                                            proto::StartProcessesReply* reply) override {
     auto* r = ctx->DefaultReactor();
     r->Finish(fleet_->StartProcesses(*ctx, *req, reply));
+    return r;
+  }
+  grpc::ServerUnaryReactor* StartProcessesBatch(grpc::CallbackServerContext* ctx,
+                                                const proto::StartProcessesBatchRequest* req,
+                                                proto::StartProcessesBatchReply* reply) override {
+    auto* r = ctx->DefaultReactor();
+    grpc::Status status;
+    if (fleet_->NodeOf(*ctx, &status) >= 0) {
+      fleet_->CountBatch();
+      for (const auto& start : req->starts()) {
+        proto::StartProcessesReply one;
+        grpc::Status s = fleet_->StartProcesses(*ctx, start, &one);
+        proto::StartResult* result = reply->add_results();
+        result->set_code(static_cast<int32_t>(s.error_code()));
+        result->set_message(s.error_message());
+        result->set_master_port(one.master_port());
+      }
+    }
+    r->Finish(status);
     return r;
   }
   grpc::ServerUnaryReactor* StopJob(grpc::CallbackServerContext* ctx,
@@ -346,11 +370,7 @@ void SimFleet::Impl::ExitLocked(int node, const JobGen& job, proto::ProcessStatu
   --stats_.running;
   // Without a node id (or once stopping) the heartbeats carry it, as an agent's table does.
   if (n.node_id.empty() || stopping_) return;
-  proto::ReportExitRequest req;
-  req.set_node_id(n.node_id);
-  req.set_job_id(job.first);
-  *req.mutable_exit() = std::move(exit);
-  n.reports.push_back(std::move(req));
+  n.reports.emplace_back(job.first, std::move(exit));
   ReportLocked(node, out);
 }
 
@@ -360,18 +380,27 @@ void SimFleet::Impl::ReportLocked(int node, Outgoing* out) {
   n.report_in_flight = true;
   auto* call = new Call<proto::ReportExitRequest, proto::ReportExitReply>;
   PrepareContext(&call->ctx, options_.token);
-  call->req = std::move(n.reports.front());
-  n.reports.pop_front();
+  // Every exit held, in one call (as an agent's reporter sends them).
+  call->req.set_node_id(n.node_id);
+  for (auto& [job_id, exit] : n.reports) {
+    proto::ExitReport* e = call->req.add_exits();
+    e->set_job_id(std::move(job_id));
+    *e->mutable_exit() = std::move(exit);
+  }
+  const int64_t exits = static_cast<int64_t>(n.reports.size());
+  n.reports.clear();
   CallStarted();
   proto::Scheduler::Stub* stub = n.stub.get();
-  out->push_back([this, stub, call, node] {
+  out->push_back([this, stub, call, node, exits] {
     stub->async()->ReportExit(&call->ctx, &call->req, &call->reply,
-                              [this, call, node](grpc::Status s) {
+                              [this, call, node, exits](grpc::Status s) {
                                 Outgoing next;
                                 {
                                   absl::MutexLock l(&mu_);
                                   // Unreported exits ride the heartbeats (as an agent's do).
-                                  ++(s.ok() ? stats_.exits_reported : stats_.report_errors);
+                                  (s.ok() ? stats_.exits_reported : stats_.report_errors) +=
+                                      exits;
+                                  ++stats_.report_calls;
                                   nodes_[node].report_in_flight = false;
                                   ReportLocked(node, &next);
                                   CallDoneLocked();

@@ -4,13 +4,15 @@
 // Each simulated node speaks the agents' real RPCs over its own connection to the
 // scheduler, as a drover-agent does: it registers (RegisterNode), holds an AgentSession
 // stream open, sends a Heartbeat with its whole process table every interval the
-// scheduler asked for, reports each exit at once (ReportExit) and re-registers when a
-// heartbeat says it is unknown. It serves the NodeAgent service (StartProcesses,
-// StopJob) and the task layer's Workers service (StartWorker, KillWorker, ...) on a
-// loopback port of its own. Nothing is spawned: a "process" is an entry in its node's
-// table that exits with code 0 after its job's run time (the job's environment
-// variable SIM_RUNTIME_MS, else SimFleetOptions::runtime; negative: until StopJob or
-// Release), and StartWorker answers at once with a worker that does not exist.
+// scheduler asked for, reports each exit at once (ReportExit; the exits that came while
+// its last call was out go together in the next) and re-registers when a heartbeat
+// says it is unknown. It serves the NodeAgent service (StartProcesses,
+// StartProcessesBatch, StopJob) and the task layer's Workers service (StartWorker,
+// KillWorker, ...) on a loopback port of its own. Nothing is spawned: a "process" is an
+// entry in its node's table that exits with code 0 after its job's run time (the job's
+// environment variable SIM_RUNTIME_MS, else SimFleetOptions::runtime; negative: until
+// StopJob or Release), and StartWorker answers at once with a worker that does not
+// exist.
 //
 // One gRPC server (callback API, no thread per call) listens on every node's port; a
 // call is told apart by its :authority, the address the scheduler dialled. Calls to
@@ -53,10 +55,12 @@ struct SimFleetStats {
   int64_t heartbeats = 0;        // answered
   int64_t heartbeat_errors = 0;  // failed (deadline, unavailable, ...)
   int64_t unknown_replies = 0;   // heartbeats answered `known = false`
-  int64_t start_calls = 0;       // StartProcesses served
+  int64_t start_calls = 0;       // starts served (StartProcesses, or one of a batch)
+  int64_t start_batches = 0;     // StartProcessesBatch calls served
   int64_t processes_started = 0;
-  int64_t exits_reported = 0;  // ReportExit answered OK
-  int64_t report_errors = 0;
+  int64_t exits_reported = 0;  // exits in ReportExit calls answered OK
+  int64_t report_errors = 0;   // exits in ReportExit calls that failed
+  int64_t report_calls = 0;    // ReportExit calls answered
   int64_t stop_calls = 0;
   int64_t worker_starts = 0;  // StartWorker served
   int running = 0;            // processes running now, on every node

@@ -32,6 +32,9 @@ namespace {
 constexpr auto kRegisterTimeout = std::chrono::milliseconds(5000);
 constexpr auto kHeartbeatTimeout = std::chrono::milliseconds(2000);
 constexpr auto kReportTimeout = std::chrono::milliseconds(2000);
+// Exits sent in one ReportExit at most (a node that reaps thousands at once sends a
+// few calls).
+constexpr size_t kMaxExitsPerReport = 512;
 // How often the jobs of task workers are checked (StopWorkersOfEndedJobs): a job's end
 // does not reach the node when the scheduler restarted since its workers started.
 constexpr absl::Duration kWorkerCheck = absl::Seconds(5);
@@ -385,31 +388,50 @@ void NodeAgent::OnExit(const std::string& job_id, const proto::ExitInfo& info) {
 void NodeAgent::ReporterLoop() {
   auto stub = proto::Scheduler::NewStub(MakeChannel(options_.scheduler_address));
   for (;;) {
-    std::pair<std::string, proto::ExitInfo> item;
+    // Every exit held now, in one call: those that came while the last call was out.
+    std::deque<std::pair<std::string, proto::ExitInfo>> items;
     std::string node_id;
     {
       absl::MutexLock lock(&mu_);
       while (!stop_ && reports_.empty()) cv_.Wait(&mu_);
       if (reports_.empty()) return;  // stopping, nothing left
-      item = std::move(reports_.front());
-      reports_.pop_front();
+      const size_t n = std::min(reports_.size(), kMaxExitsPerReport);
+      items.assign(std::make_move_iterator(reports_.begin()),
+                   std::make_move_iterator(reports_.begin() + n));
+      reports_.erase(reports_.begin(), reports_.begin() + n);
       node_id = node_id_;
     }
-    if (node_id.empty()) continue;  // not registered: heartbeats will carry it
-    proto::ReportExitRequest req;
-    req.set_node_id(node_id);
-    req.set_job_id(item.first);
-    *req.mutable_exit() = item.second;
+    if (node_id.empty()) continue;  // not registered: heartbeats will carry them
+    proto::ReportExitRequest req = ExitReportOf(node_id, std::move(items));
     grpc::ClientContext ctx;
     PrepareContext(&ctx, options_.token, kReportTimeout);
     proto::ReportExitReply reply;
     grpc::Status s = stub->ReportExit(&ctx, req, &reply);
     if (!s.ok()) {
-      DROVER_LOG(WARNING) << "ReportExit for job " << item.first << " rank "
-                          << item.second.rank() << " failed (" << s.error_message()
-                          << "); the next heartbeat carries it";
+      DROVER_LOG(WARNING) << "ReportExit for job " << req.job_id() << " rank "
+                          << req.exit().rank() << " and " << req.exits_size()
+                          << " more exits failed (" << s.error_message()
+                          << "); the next heartbeat carries them";
     }
   }
+}
+
+proto::ReportExitRequest ExitReportOf(const std::string& node_id,
+                                      std::deque<std::pair<std::string, proto::ExitInfo>> items) {
+  proto::ReportExitRequest req;
+  req.set_node_id(node_id);
+  for (auto& [job_id, exit] : items) {
+    if (req.job_id().empty()) {
+      // The first where a scheduler without ReportExitRequest.exits looks for it.
+      req.set_job_id(std::move(job_id));
+      *req.mutable_exit() = std::move(exit);
+      continue;
+    }
+    proto::ExitReport* e = req.add_exits();
+    e->set_job_id(std::move(job_id));
+    *e->mutable_exit() = std::move(exit);
+  }
+  return req;
 }
 
 bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {

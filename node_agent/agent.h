@@ -9,8 +9,9 @@
 //     re-registering with the same node id when the scheduler no longer knows us;
 //   - with the object store enabled: the store supervisor (store_supervisor.h) and the
 //     object reporter (object_reporter.h), each one thread;
-//   - the reporter: sends ReportExit for every reaped process as soon as it happens
-//     (if that fails, the next heartbeat carries the same facts);
+//   - the reporter: sends ReportExit for every reaped process as soon as it happens,
+//     the exits that came while a call was out together in the next one (if that
+//     fails, the next heartbeat carries the same facts);
 //   - the HTTP server (common/http_server.h): Prometheus' /metrics (agent_metrics.h),
 //     behind the cluster token, on its own port (--metrics-port);
 //   - the session (scheduler_session.h): holds Scheduler.AgentSession open, opened
@@ -211,6 +212,12 @@ class NodeAgent {
   int64_t heartbeat_interval_ms_ ABSL_GUARDED_BY(mu_) = 1000;
   std::deque<std::pair<std::string, proto::ExitInfo>> reports_ ABSL_GUARDED_BY(mu_);
 };
+
+// One ReportExit carrying `items` (job id, exit) of node `node_id`, in order: the first
+// in ReportExitRequest.job_id/exit (where a scheduler without `exits` reads it), the
+// others in `exits`.
+proto::ReportExitRequest ExitReportOf(const std::string& node_id,
+                                      std::deque<std::pair<std::string, proto::ExitInfo>> items);
 
 // The default state directory: $DROVER_HOME or ~/.drover, then /agent-<pid>.
 std::string DefaultAgentDir();

@@ -110,24 +110,42 @@ grpc::Status AgentService::StartProcesses(grpc::ServerContext* ctx,
                                           const proto::StartProcessesRequest* req,
                                           proto::StartProcessesReply* reply) {
   if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
-  if (std::string err = Validate(*req); !err.empty()) {
+  int port = 0;
+  if (grpc::Status s = StartOne(*req, &port); !s.ok()) return s;
+  reply->set_master_port(port);
+  return grpc::Status::OK;
+}
+
+grpc::Status AgentService::StartProcessesBatch(grpc::ServerContext* ctx,
+                                               const proto::StartProcessesBatchRequest* req,
+                                               proto::StartProcessesBatchReply* reply) {
+  if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
+  for (const auto& start : req->starts()) {
+    int port = 0;
+    grpc::Status s = StartOne(start, &port);
+    proto::StartResult* r = reply->add_results();
+    r->set_code(static_cast<int32_t>(s.error_code()));
+    r->set_message(s.error_message());
+    if (s.ok()) r->set_master_port(port);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AgentService::StartOne(const proto::StartProcessesRequest& req, int* port) {
+  if (std::string err = Validate(req); !err.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, err);
   }
   // Found by the chaos campaign: a start held up by a cut link arrived seconds after
   // the scheduler had given up on it (and failed the job), and ran its processes.
   if (const int64_t now = registration_.load();
-      req->node_registration() != 0 && req->node_registration() < now) {
+      req.node_registration() != 0 && req.node_registration() < now) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("job ", req->job_id(), " generation ", req->generation(),
+                        absl::StrCat("job ", req.job_id(), " generation ", req.generation(),
                                      ": this start was sent before node ", NodeId(),
-                                     " registered again (registration ", req->node_registration(),
+                                     " registered again (registration ", req.node_registration(),
                                      ", now ", now, "); the scheduler no longer waits for it"));
   }
-  int port = 0;
-  absl::Status s = pm_->Start(*req, &port);
-  if (!s.ok()) return ToGrpcStatus(s);
-  reply->set_master_port(port);
-  return grpc::Status::OK;
+  return ToGrpcStatus(pm_->Start(req, port));
 }
 
 grpc::Status AgentService::StopJob(grpc::ServerContext* ctx, const proto::StopJobRequest* req,

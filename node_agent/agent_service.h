@@ -36,6 +36,10 @@ class AgentService final : public proto::NodeAgent::Service {
   grpc::Status StartProcesses(grpc::ServerContext* ctx,
                               const proto::StartProcessesRequest* req,
                               proto::StartProcessesReply* reply) override;
+  // Each start as StartProcesses would handle it, in order, each answered on its own.
+  grpc::Status StartProcessesBatch(grpc::ServerContext* ctx,
+                                   const proto::StartProcessesBatchRequest* req,
+                                   proto::StartProcessesBatchReply* reply) override;
   grpc::Status StopJob(grpc::ServerContext* ctx, const proto::StopJobRequest* req,
                        proto::StopJobReply* reply) override;
   grpc::Status StreamLogs(grpc::ServerContext* ctx, const proto::StreamLogsRequest* req,
@@ -46,6 +50,8 @@ class AgentService final : public proto::NodeAgent::Service {
 
  private:
   std::string NodeId();
+  // One start, checked (token aside): its status and, when OK, the MASTER_PORT used.
+  grpc::Status StartOne(const proto::StartProcessesRequest& req, int* port);
 
   const std::string token_;
   ProcessManager* const pm_;

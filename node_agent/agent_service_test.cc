@@ -1,14 +1,17 @@
-// The NodeAgent service over a real gRPC server, with real processes.
+// The NodeAgent service over a real gRPC server, with real processes; and the
+// scheduler's client of it (scheduler/agent_client.h).
 #include "node_agent/agent_service.h"
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/rpc.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
@@ -17,6 +20,7 @@
 #include "tests/util/test_util.h"
 #include "node_agent/process_manager.h"
 #include "proto/node_agent.grpc.pb.h"
+#include "scheduler/agent_client.h"
 
 namespace drover {
 namespace {
@@ -39,7 +43,8 @@ class AgentServiceTest : public ::testing::Test {
     b.RegisterService(service_.get());
     server_ = b.BuildAndStart();
     ASSERT_GT(port, 0);
-    stub_ = proto::NodeAgent::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+    address_ = absl::StrCat("127.0.0.1:", port);
+    stub_ = proto::NodeAgent::NewStub(MakeChannel(address_));
   }
   void TearDown() override {
     pm_->StopAllAndWait(absl::Milliseconds(100));
@@ -92,6 +97,7 @@ class AgentServiceTest : public ::testing::Test {
   std::unique_ptr<AgentService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<proto::NodeAgent::Stub> stub_;
+  std::string address_;
 };
 
 TEST_F(AgentServiceTest, RejectsCallsWithoutTheToken) {
@@ -180,6 +186,112 @@ TEST_F(AgentServiceTest, RefusesAStartSentBeforeItRegisteredAgain) {
     EXPECT_TRUE(Start(req, &reply).ok()) << registration;
   }
   EXPECT_EQ(pm_->Snapshot().size(), 3u);
+}
+
+// Several starts in one call: each answered as its own StartProcesses call would be,
+// a refused one not stopping the others, a repeated one started once.
+TEST_F(AgentServiceTest, BatchAnswersEachStartOnItsOwn) {
+  service_->SetRegistration(2000);
+  proto::StartProcessesBatchRequest batch;
+  *batch.add_starts() = Request("job-b1", "sleep 1000");
+  auto late = Request("job-b2", "echo late");
+  late.set_node_registration(1000);
+  *batch.add_starts() = late;
+  auto bad = Request("job-b3", "true");
+  bad.clear_command();
+  *batch.add_starts() = bad;
+  *batch.add_starts() = Request("job-b4", "sleep 1000", 2);
+  *batch.add_starts() = Request("job-b1", "sleep 1000");  // a retry of the first
+  proto::StartProcessesBatchReply reply;
+  {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, kToken);
+    ASSERT_TRUE(stub_->StartProcessesBatch(&ctx, batch, &reply).ok());
+  }
+  ASSERT_EQ(reply.results_size(), 5);
+  EXPECT_EQ(reply.results(0).code(), 0) << reply.results(0).message();
+  EXPECT_GT(reply.results(0).master_port(), 0);
+  EXPECT_EQ(reply.results(1).code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
+  EXPECT_NE(reply.results(1).message().find("registered again"), std::string::npos)
+      << reply.results(1).message();
+  EXPECT_EQ(reply.results(2).code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_NE(reply.results(2).message().find("command is empty"), std::string::npos)
+      << reply.results(2).message();
+  EXPECT_EQ(reply.results(3).code(), 0) << reply.results(3).message();
+  EXPECT_EQ(reply.results(4).code(), 0) << reply.results(4).message();
+  EXPECT_EQ(reply.results(4).master_port(), reply.results(0).master_port());
+  EXPECT_TRUE(pm_->JobActive("job-b1"));
+  EXPECT_FALSE(pm_->JobActive("job-b2"));
+  EXPECT_TRUE(pm_->JobActive("job-b4"));
+  EXPECT_EQ(pm_->Snapshot().size(), 3u);  // job-b1's rank and job-b4's two
+
+  proto::StartProcessesBatchRequest other;
+  *other.add_starts() = Request("job-b5", "true");
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, "wrong");
+  EXPECT_EQ(stub_->StartProcessesBatch(&ctx, other, &reply).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_FALSE(pm_->JobActive("job-b5"));
+}
+
+// The scheduler's client (GrpcAgentClient): the starts of one agent in one
+// StartProcessesBatch call; to an agent without it (an older one, answering
+// UNIMPLEMENTED), one StartProcesses call each. The same answers either way.
+TEST_F(AgentServiceTest, SchedulerClientBatchesAndFallsBackForOlderAgents) {
+  // An older agent: the same processes, but no StartProcessesBatch.
+  class OlderAgent final : public proto::NodeAgent::Service {
+   public:
+    explicit OlderAgent(AgentService* real) : real_(real) {}
+    grpc::Status StartProcesses(grpc::ServerContext* ctx, const proto::StartProcessesRequest* req,
+                                proto::StartProcessesReply* reply) override {
+      ++calls;
+      return real_->StartProcesses(ctx, req, reply);
+    }
+    std::atomic<int> calls{0};
+
+   private:
+    AgentService* const real_;
+  };
+  OlderAgent older(service_.get());
+  grpc::ServerBuilder b;
+  int port = 0;
+  b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  b.RegisterService(&older);
+  std::unique_ptr<grpc::Server> older_server = b.BuildAndStart();
+  ASSERT_GT(port, 0);
+
+  std::unique_ptr<AgentClient> client = NewGrpcAgentClient(kToken);
+  const std::string addresses[] = {address_, absl::StrCat("127.0.0.1:", port)};
+  for (int round = 0; round < 4; ++round) {
+    const std::string& address = addresses[round % 2];
+    auto bad = Request(absl::StrCat("job-c", round, "-bad"), "true");
+    bad.clear_command();
+    std::vector<proto::StartProcessesRequest> reqs = {
+        Request(absl::StrCat("job-c", round, "-a"), "sleep 1000"), bad,
+        Request(absl::StrCat("job-c", round, "-b"), "sleep 1000")};
+    absl::Notification answered;
+    std::vector<absl::StatusOr<int>> results;
+    client->StartProcessesBatchAsync(address, std::move(reqs),
+                                     [&](std::vector<absl::StatusOr<int>> r) {
+                                       results = std::move(r);
+                                       answered.Notify();
+                                     });
+    ASSERT_TRUE(answered.WaitForNotificationWithTimeout(absl::Seconds(30))) << address;
+    ASSERT_EQ(results.size(), 3u) << address;
+    ASSERT_TRUE(results[0].ok()) << results[0].status();
+    EXPECT_GT(*results[0], 0);
+    EXPECT_EQ(results[1].status().code(), absl::StatusCode::kInvalidArgument) << address;
+    EXPECT_NE(results[1].status().message().find("node agent " + address), std::string::npos)
+        << results[1].status();
+    EXPECT_NE(results[1].status().message().find("command is empty"), std::string::npos)
+        << results[1].status();
+    EXPECT_TRUE(results[2].ok()) << results[2].status();
+    EXPECT_TRUE(pm_->JobActive(absl::StrCat("job-c", round, "-a")));
+    EXPECT_TRUE(pm_->JobActive(absl::StrCat("job-c", round, "-b")));
+  }
+  // Rounds 1 and 3 went to the older agent, one call per start.
+  EXPECT_EQ(older.calls.load(), 6);
+  older_server->Shutdown(std::chrono::system_clock::now());
 }
 
 TEST_F(AgentServiceTest, UnknownJobIsNotFound) {

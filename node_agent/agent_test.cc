@@ -74,6 +74,7 @@ class FakeScheduler final : public proto::Scheduler::Service {
     if (auto s = CheckToken(*ctx, kToken); !s.ok()) return s;
     absl::MutexLock lock(&mu);
     exits.push_back(*req);
+    mu.Await(absl::Condition(+[](bool* hold) { return !*hold; }, &hold_reports));
     return grpc::Status::OK;
   }
 
@@ -86,6 +87,7 @@ class FakeScheduler final : public proto::Scheduler::Service {
   std::vector<proto::RegisterNodeRequest> registrations;
   std::vector<proto::HeartbeatRequest> heartbeats;
   std::vector<proto::ReportExitRequest> exits;
+  bool hold_reports = false;  // ReportExit answers once this is false again
 };
 
 std::unique_ptr<grpc::Server> Serve(FakeScheduler* s, int port) {
@@ -210,6 +212,77 @@ TEST(NodeAgentTest, RegistersLateHeartbeatsReportsExitsAndReregisters) {
 
 // The agent's timers follow its clock: with a fake one, heartbeats go out exactly when
 // the interval the scheduler gave (10 s) has passed on it, and no real time is waited.
+// Exits that come while a ReportExit is out go together in the next one: the first in
+// job_id/exit (where an older scheduler reads it), the others in `exits`.
+TEST(NodeAgentTest, ExitsThatComeWhileAReportIsOutGoTogether) {
+  int sched_port = *PickFreePort();
+  FakeScheduler sched;
+  sched.hold_reports = true;
+  auto server = Serve(&sched, sched_port);
+  NodeAgent agent(Options(sched_port, "agent-batch"));
+  ASSERT_TRUE(agent.Start().ok());
+  ASSERT_TRUE(agent.WaitRegistered(absl::Seconds(15)));
+  auto stub = proto::NodeAgent::NewStub(MakeChannel(agent.address()));
+  auto start = [&](const std::string& job, int nproc) {
+    proto::StartProcessesRequest req;
+    req.set_job_id(job);
+    req.add_command("sh");
+    req.add_command("-c");
+    req.add_command("exit $((10 + RANK))");
+    req.set_world_size(nproc);
+    for (int r = 0; r < nproc; ++r) req.add_processes()->set_rank(r);
+    proto::StartProcessesReply reply;
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, kToken);
+    return stub->StartProcesses(&ctx, req, &reply);
+  };
+  auto exits_of = [&](const std::string& job) {
+    absl::MutexLock lock(&sched.mu);
+    if (sched.heartbeats.empty()) return -1;
+    int n = 0;
+    for (const auto& p : sched.heartbeats.back().processes()) {
+      n += p.job_id() == job && !p.running();
+    }
+    return n;
+  };
+  // The first exit's report is held by the scheduler...
+  ASSERT_TRUE(start("job-1", 1).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock lock(&sched.mu);
+    return sched.exits.size() == 1;
+  }));
+  // ... while three more processes exit.
+  ASSERT_TRUE(start("job-2", 3).ok());
+  ASSERT_TRUE(WaitFor([&] { return exits_of("job-2") == 3; }));
+  {
+    absl::MutexLock lock(&sched.mu);
+    sched.hold_reports = false;
+  }
+  std::map<int, int> codes;  // job-2's rank -> exit code, over every report
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock lock(&sched.mu);
+    codes.clear();
+    for (size_t i = 1; i < sched.exits.size(); ++i) {
+      const auto& r = sched.exits[i];
+      EXPECT_EQ(r.node_id(), "node-7");
+      EXPECT_EQ(r.job_id(), "job-2") << "the first exit of a report goes in job_id/exit";
+      codes[r.exit().rank()] = r.exit().exit_code();
+      for (const auto& e : r.exits()) {
+        EXPECT_EQ(e.job_id(), "job-2");
+        codes[e.exit().rank()] = e.exit().exit_code();
+      }
+    }
+    return codes.size() == 3;
+  }));
+  EXPECT_EQ(codes, (std::map<int, int>{{0, 10}, {1, 11}, {2, 12}}));
+  absl::MutexLock lock(&sched.mu);
+  // Reaped together, reported in one call (two if one exit was queued only after the
+  // reporter had taken the others), never one call each.
+  EXPECT_LE(sched.exits.size(), 3u);
+  EXPECT_EQ(sched.exits[0].job_id(), "job-1");
+  EXPECT_EQ(sched.exits[0].exits_size(), 0);
+}
+
 TEST(NodeAgentTest, HeartbeatsAndReregistrationFollowTheClock) {
   FakeScheduler sched;
   sched.heartbeat_interval_ms = 10000;

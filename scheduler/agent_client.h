@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -29,10 +30,16 @@ class AgentClient {
   // of the client's (gRPC's, for the real one). These defaults block, calling the
   // blocking method and then `done` on the caller's thread.
   virtual void StartProcessesAsync(const std::string& agent_address,
-                                   const proto::StartProcessesRequest& req,
+                                   proto::StartProcessesRequest req,
                                    std::function<void(absl::StatusOr<int>)> done) {
     done(StartProcesses(agent_address, req));
   }
+  // Several starts to one agent in one call (StartProcessesBatch): `done` gets each
+  // start's result, in order, as StartProcessesAsync would. The default makes one
+  // StartProcessesAsync call per start and answers once all are answered.
+  virtual void StartProcessesBatchAsync(
+      const std::string& agent_address, std::vector<proto::StartProcessesRequest> reqs,
+      std::function<void(std::vector<absl::StatusOr<int>>)> done);
   virtual void StopJobAsync(const std::string& agent_address, const proto::StopJobRequest& req,
                             std::function<void(absl::Status)> done) {
     done(StopJob(agent_address, req));

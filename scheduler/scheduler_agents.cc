@@ -1,6 +1,7 @@
 // SchedulerCore's traffic with the agents: what they report (heartbeats with their
 // process tables, exits, launch replies), applied in batches (RunBatched), and the calls
 // made to them (launches, stops: Dispatch).
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "scheduler/scheduler_core.h"
@@ -142,45 +143,89 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
 
 void SchedulerCore::ReportExit(const proto::ReportExitRequest& req) {
   RunBatched([&](Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    Job* job = FindJobLocked(req.job_id());
-    if (job == nullptr) return;
-    proto::ExitInfo e = req.exit();
-    e.set_node_id(req.node_id());
-    HandleExitLocked(*job, e, out);
+    auto apply = [&](const std::string& job_id, const proto::ExitInfo& exit)
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                       Job* job = FindJobLocked(job_id);
+                       if (job == nullptr) return;
+                       proto::ExitInfo e = exit;
+                       e.set_node_id(req.node_id());
+                       HandleExitLocked(*job, e, out);
+                     };
+    if (!req.job_id().empty()) apply(req.job_id(), req.exit());
+    for (const auto& e : req.exits()) apply(e.job_id(), e.exit());
   });
 }
 
-void SchedulerCore::RunLaunch(std::shared_ptr<const Action> a, size_t i, int master_port) {
-  proto::StartProcessesRequest req = a->starts[i].second;
+bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::StatusOr<int>& port,
+                                     int* master_port, Actions* out) {
+  Job* job = FindJobLocked(a.job_id);
+  if (job == nullptr || job->info.restart_count() != a.generation || stopping_) return false;
+  if (!port.ok()) {
+    FailLaunchLocked(*job, a, i, port.status(), out);
+    return false;
+  }
+  // This node's processes are spawned (`drover run`: "starting N/M").
+  job->info.set_started_processes(job->info.started_processes() +
+                                  static_cast<int>(a.ranks[i].size()));
+  NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a.generation, a.node_ids[i],
+                                   a.ranks[i]));
+  if (i == 0) {
+    *master_port = *port;
+    job->info.set_master_port(*master_port);
+  }
+  ChangedLocked(*job);
+  return i + 1 < a.starts.size();
+}
+
+void SchedulerCore::RunLaunch(std::shared_ptr<Action> a, size_t i, int master_port) {
+  // Sent once: moved out (the action keeps the start's node and ranks).
+  proto::StartProcessesRequest req = std::move(a->starts[i].second);
   req.set_master_port(master_port);  // 0 for the first (master) node: it picks one
   agents_->StartProcessesAsync(
-      a->starts[i].first, req, [this, a, i, master_port](absl::StatusOr<int> port) {
-        bool proceed = port.ok() && i + 1 < a->starts.size();
+      a->starts[i].first, std::move(req), [this, a, i, master_port](absl::StatusOr<int> port) {
+        bool proceed = false;
         int next_port = master_port;
         RunBatched([&](Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          Job* job = FindJobLocked(a->job_id);
-          if (job == nullptr || job->info.restart_count() != a->generation || stopping_) {
-            proceed = false;
-          } else if (!port.ok()) {
-            FailLaunchLocked(*job, *a, i, port.status(), out);
-          } else {
-            // This node's processes are spawned (`drover run`: "starting N/M").
-            const auto& started = a->starts[i].second;
-            job->info.set_started_processes(job->info.started_processes() +
-                                            started.processes_size());
-            NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a->generation,
-                                             a->node_ids[i], RanksOf(started)));
-            if (i == 0) {
-              next_port = *port;
-              job->info.set_master_port(next_port);
-            }
-            ChangedLocked(*job);
-          }
+          proceed = ApplyStartLocked(*a, i, port, &next_port, out);
         });
         if (proceed) {
           RunLaunch(a, i + 1, next_port);
         } else {
           EndCall();  // last: Stop() may go on once this returns
+        }
+      });
+}
+
+void SchedulerCore::RunLaunches(std::vector<std::shared_ptr<Action>> launches) {
+  if (launches.size() == 1) {
+    RunLaunch(std::move(launches[0]), 0, 0);
+    return;
+  }
+  // The first (master) node of each launch, all on one agent: one call, one batch of
+  // replies; each launch then goes on to its other nodes on its own.
+  std::vector<proto::StartProcessesRequest> reqs;
+  reqs.reserve(launches.size());
+  for (const auto& a : launches) {
+    reqs.push_back(std::move(a->starts[0].second));  // sent once (see RunLaunch)
+    reqs.back().set_master_port(0);
+  }
+  const std::string address = launches[0]->starts[0].first;
+  agents_->StartProcessesBatchAsync(
+      address, std::move(reqs),
+      [this, launches = std::move(launches)](std::vector<absl::StatusOr<int>> ports) {
+        std::vector<int> next_ports(launches.size(), 0);
+        std::vector<char> proceed(launches.size(), 0);
+        RunBatched([&](Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          for (size_t k = 0; k < launches.size(); ++k) {
+            proceed[k] = ApplyStartLocked(*launches[k], 0, ports[k], &next_ports[k], out);
+          }
+        });
+        for (size_t k = 0; k < launches.size(); ++k) {
+          if (proceed[k]) {
+            RunLaunch(launches[k], 1, next_ports[k]);
+          } else {
+            EndCall();
+          }
         }
       });
 }
@@ -192,19 +237,25 @@ void SchedulerCore::EndCall() {
 
 void SchedulerCore::Dispatch(Actions actions) {
   NotifyLeases(std::move(actions.notes));
+  // Launches by the agent of their first node, in the order decided.
+  std::vector<std::pair<std::string, std::vector<std::shared_ptr<Action>>>> launches;
+  absl::flat_hash_map<std::string, size_t> by_agent;
   for (Action& action : actions) {
     {
       absl::MutexLock lock(&calls_mu_);
-      if (calls_closed_) return;  // stopping
+      if (calls_closed_) break;  // stopping; the launches counted so far still go
       ++calls_in_flight_;
+    }
+    auto a = std::make_shared<Action>(std::move(action));
+    if (a->kind == Action::kLaunch) {
+      auto [it, added] = by_agent.emplace(a->starts[0].first, launches.size());
+      if (added) launches.push_back({a->starts[0].first, {}});
+      launches[it->second].second.push_back(std::move(a));
+      continue;
     }
     // From the pool: a client without a non-blocking path (tests') blocks it, not the
     // caller, which may be serving an RPC.
-    outbound_->Post([this, a = std::make_shared<const Action>(std::move(action))] {
-      if (a->kind == Action::kLaunch) {
-        RunLaunch(a, 0, 0);
-        return;
-      }
+    outbound_->Post([this, a = std::move(a)] {
       proto::StopJobRequest stop;
       stop.set_job_id(a->job_id);
       stop.set_generation(a->generation);
@@ -214,6 +265,9 @@ void SchedulerCore::Dispatch(Actions actions) {
         EndCall();
       });
     });
+  }
+  for (auto& [agent, group] : launches) {
+    outbound_->Post([this, group = std::move(group)]() mutable { RunLaunches(std::move(group)); });
   }
 }
 

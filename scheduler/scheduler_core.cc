@@ -504,7 +504,8 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
     req.set_master_addr(job.info.master_addr());
     req.set_max_restarts(spec.max_restarts());
     req.set_scheduler_address(address_);
-    NoteLocked(job, TimelineEventOf(proto::TIMELINE_PLACED, a.generation, node_id, RanksOf(req)));
+    a.ranks.push_back(RanksOf(req));
+    NoteLocked(job, TimelineEventOf(proto::TIMELINE_PLACED, a.generation, node_id, a.ranks.back()));
     a.starts.emplace_back(nodes_[node_id].info.agent_address(), std::move(req));
     a.node_ids.push_back(node_id);
   }
@@ -566,13 +567,13 @@ void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::str
 
 void SchedulerCore::FailLaunchLocked(Job& job, const Action& a, size_t i, const absl::Status& why,
                                      Actions* out) {
-  FailRanksLocked(job, a.node_ids[i], RanksOf(a.starts[i].second),
+  FailRanksLocked(job, a.node_ids[i], a.ranks[i],
                   absl::StrCat("could not be started: ", why.message()), out);
   // The nodes after it are never asked (they would need the master's port). Found by
   // the chaos campaign: their ranks stayed "live" forever, so the job never ended (or
   // ended FAILED with live processes) and their resources were never freed.
   for (size_t k = i + 1; k < a.starts.size(); ++k) {
-    FailRanksLocked(job, a.node_ids[k], RanksOf(a.starts[k].second),
+    FailRanksLocked(job, a.node_ids[k], a.ranks[k],
                     absl::StrCat("was not started: the start on ", a.node_ids[i],
                                  " failed before (", why.message(), ")"),
                     out);

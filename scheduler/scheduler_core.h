@@ -235,9 +235,12 @@ class SchedulerCore {
     enum Kind { kLaunch, kStop } kind;
     std::string job_id;
     int generation = 0;
-    // kStop: one agent address. kLaunch: per node, in group order (master first).
+    // kStop: one agent address. kLaunch: per node, in group order (master first). A
+    // start's request is moved out when it is sent (RunLaunch, RunLaunches): read
+    // node_ids and ranks, which stay.
     std::vector<std::pair<std::string, proto::StartProcessesRequest>> starts;
     std::vector<std::string> node_ids;
+    std::vector<std::vector<int>> ranks;  // per node, its start's ranks
     std::string stop_address;
   };
   // What the lease manager is told once the lock is released: jobs that ended (with
@@ -278,7 +281,16 @@ class SchedulerCore {
   static std::vector<int> RanksOf(const proto::StartProcessesRequest& req);
   // Starts node `i` of a launch (the master first, with port 0; the others with the
   // port it picked) without blocking; its reaction starts the next node.
-  void RunLaunch(std::shared_ptr<const Action> a, size_t i, int master_port);
+  void RunLaunch(std::shared_ptr<Action> a, size_t i, int master_port);
+  // Starts the first node of launches whose first node is the same agent: one
+  // StartProcessesBatch call (RunLaunch for a single launch); each launch then goes on
+  // to its other nodes with RunLaunch.
+  void RunLaunches(std::vector<std::shared_ptr<Action>> launches);
+  // Applies the answer to node `i`'s start of launch `a` (FailLaunchLocked if it
+  // failed). True if the launch goes on to node i + 1 (with `*master_port`, set from
+  // the master's answer).
+  bool ApplyStartLocked(const Action& a, size_t i, const absl::StatusOr<int>& port,
+                        int* master_port, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An outbound call (a launch, a stop) is over: its last reaction is done with the
   // core. Stop() waits for every call dispatched to end so.
   void EndCall();

@@ -116,5 +116,58 @@ TEST(SchedulerPersistenceTest, ChangesWhileRedisIsDownStandAndAreStoredWhenItRet
   core.Stop();
 }
 
+// An agent is told to forget a job generation only once the job's record with its
+// exits is stored: a scheduler restarted from Redis before that would find the job
+// RUNNING and its processes gone (found by the chaos campaign).
+TEST(SchedulerPersistenceTest, AgentsForgetAJobOnlyOnceItsEndIsStored) {
+  auto server = RedisServer::Start(testing::TestTmpDir() + "/redis-forget", /*appendonly=*/true);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto store = NewRedisStateStore((*server)->host(), (*server)->port(), "f:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  FakeClock clock;
+  SchedulerOptions o;
+  o.clock = &clock;
+  o.node_timeout = absl::Hours(1);
+  o.durable_wait = absl::Seconds(1);
+  SchedulerCore core(o, std::move(*store), std::make_unique<NoAgents>());
+  ASSERT_TRUE(core.Start().ok());
+  proto::RegisterNodeRequest reg;
+  reg.set_agent_address("10.0.0.1:7000");
+  reg.set_node_ip("10.0.0.1");
+  reg.mutable_total()->set_cpus(8);
+  auto node = core.RegisterNode(reg);
+  ASSERT_TRUE(node.ok()) << node.status();
+  auto job = core.SubmitJob(OneProcess());
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  proto::HeartbeatRequest hb;
+  hb.set_node_id(node->node_id());
+  proto::ProcessStatus* p = hb.add_processes();
+  p->set_job_id(job->job_id());
+  p->set_rank(0);
+  p->set_running(false);
+  p->mutable_exit()->set_exit_code(0);
+  auto forgets = [](const proto::HeartbeatReply& r, const std::string& id) {
+    for (const auto& f : r.forget()) {
+      if (f.job_id() == id) return true;
+    }
+    return false;
+  };
+  (*server)->Stop();
+  proto::HeartbeatReply reply = core.Heartbeat(hb);
+  ASSERT_TRUE(reply.known());
+  ASSERT_EQ(core.ListJobs({})[0].state(), proto::SUCCEEDED);
+  EXPECT_FALSE(forgets(reply, job->job_id())) << "forgotten before its end was stored";
+  clock.Advance(absl::Seconds(2));
+  EXPECT_FALSE(forgets(core.Heartbeat(hb), job->job_id()));
+
+  ASSERT_TRUE((*server)->Restart().ok());
+  EXPECT_TRUE(WaitFor([&] {
+    clock.Advance(absl::Seconds(2));  // past the store's longest back-off
+    return forgets(core.Heartbeat(hb), job->job_id());
+  }));
+  core.Stop();
+}
+
 }  // namespace
 }  // namespace drover

@@ -51,8 +51,11 @@ grpc::Status SchedulerService::ReportExit(grpc::ServerContext* ctx,
                                           const proto::ReportExitRequest* req,
                                           proto::ReportExitReply*) {
   DROVER_CHECK_TOKEN(ctx);
-  if (req->node_id().empty() || req->job_id().empty()) {
-    return Invalid("ReportExit needs node_id and job_id");
+  if (req->node_id().empty() || (req->job_id().empty() && req->exits().empty())) {
+    return Invalid("ReportExit needs node_id and job_id (or exits)");
+  }
+  for (const auto& e : req->exits()) {
+    if (e.job_id().empty()) return Invalid("ReportExit: an entry of exits has no job_id");
   }
   core_->ReportExit(*req);
   return grpc::Status::OK;

@@ -9,6 +9,8 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -637,8 +639,21 @@ TEST_F(ClusterTest, BadInputGetsClearErrorsAndNothingCrashes) {
     req.set_job_id(missing.job_id);
     req.mutable_exit()->set_rank(12345);
     req.mutable_exit()->set_exit_code(9);
+    req.add_exits()->set_job_id("job-999");
     proto::ReportExitReply reply;
     EXPECT_TRUE(scheduler->ReportExit(&ctx, req, &reply).ok());
+  }
+  for (bool entry : {false, true}) {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token);
+    proto::ReportExitRequest req;  // no job_id, and no exits or one without a job id
+    req.set_node_id("node-1");
+    if (entry) req.add_exits()->mutable_exit()->set_rank(3);
+    proto::ReportExitReply reply;
+    auto s = scheduler->ReportExit(&ctx, req, &reply);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << entry;
+    EXPECT_TRUE(absl::StrContains(s.error_message(), entry ? "has no job_id" : "needs node_id"))
+        << s.error_message();
   }
   {
     grpc::ClientContext ctx;
@@ -798,6 +813,51 @@ TEST_F(ClusterTest, SchedulerRestartedOnRedisKeepsEveryJobAndReattaches) {
   EXPECT_EQ(finished.state, JobState::kSucceeded) << finished.reason;
   auto then = Wait(waiting.job_id);
   EXPECT_EQ(then.state, JobState::kSucceeded) << then.reason;
+}
+
+// Jobs placed in one queue pass on one node start through one StartProcessesBatch
+// call, and exits that come together reach the scheduler in one ReportExit: each job
+// still gets its own start, output, exit code and reason.
+TEST_F(ClusterTest, JobsStartedAndEndedTogetherEachKeepTheirOwnOutcome) {
+  TestClusterOptions o;
+  o.nodes = 1;
+  o.cpus_per_node = 4;
+  StartCluster(o);
+  std::string dir = Tmp("together");
+  auto hold = Submit(
+      ShellJob(absl::StrCat("while [ ! -e ", dir, "/release ]; do sleep 0.02; done"), 4));
+  WaitUntil(hold.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
+  // Four one-CPU jobs wait for the node; they start in the pass that frees it, and
+  // each waits for the others to have started, so that they end together.
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back(Submit(ShellJob(absl::StrCat("touch ", dir, "/started-", i,
+                                               "; while [ $(ls ", dir,
+                                               " | grep -c started-) -lt 4 ]; do sleep 0.02; "
+                                               "done; echo job ", i, " says hi; exit ", i),
+                                  1))
+                      .job_id);
+  }
+  for (const auto& id : ids) {
+    WaitUntil(id, [](const auto& j) {
+      return j.state == JobState::kPending && !j.reason.empty();
+    });
+  }
+  std::ofstream(dir + "/release").put('x');
+  EXPECT_EQ(Wait(hold.job_id).state, JobState::kSucceeded);
+  for (int i = 0; i < 4; ++i) {
+    auto done = Wait(ids[i]);
+    EXPECT_EQ(done.state, i == 0 ? JobState::kSucceeded : JobState::kFailed) << done.reason;
+    EXPECT_EQ(done.exit_code, i) << done.reason;
+    std::string out, err;
+    EXPECT_EQ(cluster_->RunCli({"logs", ids[i]}, &out, &err), 0) << err;
+    EXPECT_TRUE(absl::StrContains(out, absl::StrCat("job ", i, " says hi"))) << out;
+    for (int other = 0; other < 4; ++other) {
+      if (other != i) {
+        EXPECT_FALSE(absl::StrContains(out, absl::StrCat("job ", other, " says"))) << out;
+      }
+    }
+  }
 }
 
 }  // namespace

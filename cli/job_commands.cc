@@ -254,7 +254,9 @@ int CmdCancel(const GlobalOptions& g, const std::vector<std::string>& ids) {
 }
 
 int CmdStatus(const GlobalOptions& g) {
-  auto client = Connect(g);
+  auto cluster = ResolveCluster(g.address, g.token_file, g.tls_ca);
+  if (!cluster.ok()) return Fail(cluster.status());
+  auto client = Client::Connect(*cluster);
   if (!client.ok()) return Fail(client.status());
   auto s = (*client)->Status();
   if (!s.ok()) return Fail(s.status());
@@ -286,15 +288,20 @@ int CmdStatus(const GlobalOptions& g) {
   } else {
     t.Print(std::cout, 100);
   }
-  std::cout << "\nmetrics (Prometheus; send the cluster token as \"Authorization: Bearer\"):\n";
+  // A TLS cluster serves them over HTTPS.
+  const bool tls = !cluster->tls_ca_file.empty();
+  const char* scheme = tls ? "https" : "http";
+  std::cout << "\nmetrics (Prometheus; send the cluster token as \"Authorization: Bearer\""
+            << (tls ? "; HTTPS: check it with the cluster CA and server name \"drover\"" : "")
+            << "):\n";
   std::cout << "  scheduler  "
             << (s->metrics_address.empty() ? std::string("none")
-                                           : absl::StrCat("http://", s->metrics_address, "/metrics"))
+                                           : absl::StrCat(scheme, "://", s->metrics_address, "/metrics"))
             << "\n";
   for (const auto& n : s->nodes) {
     std::cout << "  " << n.node_id << std::string(n.node_id.size() < 10 ? 11 - n.node_id.size() : 1, ' ')
               << (n.metrics_address.empty() ? std::string("none")
-                                            : absl::StrCat("http://", n.metrics_address, "/metrics"))
+                                            : absl::StrCat(scheme, "://", n.metrics_address, "/metrics"))
               << "\n";
   }
   if (!s->metrics_address.empty()) {

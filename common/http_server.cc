@@ -12,23 +12,28 @@
 
 namespace drover {
 
-HttpServer::HttpServer(std::string token, int threads) : token_(std::move(token)) {
-  server_.new_task_queue = [threads] {
+HttpServer::HttpServer(std::string token, int threads, HttpsFiles https)
+    : token_(std::move(token)),
+      https_(!https.cert.empty()),
+      server_(https_ ? std::unique_ptr<httplib::Server>(std::make_unique<httplib::SSLServer>(
+                           https.cert.c_str(), https.key.c_str()))
+                     : std::make_unique<httplib::Server>()) {
+  server_->new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<size_t>(std::max(1, threads)));
   };
   // A browser keeps connections open and each one holds a pool thread while it idles:
   // let idle ones go soon, so a few tabs and a scraper never starve each other.
-  server_.set_keep_alive_timeout(1);
-  server_.set_read_timeout(5, 0);
-  server_.set_write_timeout(5, 0);
-  server_.set_payload_max_length(1 << 20);
+  server_->set_keep_alive_timeout(1);
+  server_->set_read_timeout(5, 0);
+  server_->set_write_timeout(5, 0);
+  server_->set_payload_max_length(1 << 20);
   // httplib's default also sets SO_REUSEPORT, which would let a second daemon bind a
   // port in use without an error.
-  server_.set_socket_options([](int sock) {
+  server_->set_socket_options([](int sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  server_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  server_->set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (std::find(public_paths_.begin(), public_paths_.end(), req.path) != public_paths_.end() ||
         CarriesToken(req, token_) || (also_allowed_ && also_allowed_(req))) {
       return httplib::Server::HandlerResponse::Unhandled;  // on to the route
@@ -51,21 +56,25 @@ void HttpServer::SetAuthorizer(Authorizer also_allowed) { also_allowed_ = std::m
 void HttpServer::AddPublicPath(const std::string& path) { public_paths_.push_back(path); }
 
 absl::StatusOr<int> HttpServer::Start(const std::string& bind_ip, int port) {
+  if (!server_->is_valid()) {
+    return absl::FailedPreconditionError(
+        "cannot serve HTTPS: the daemon's TLS certificate or key did not load");
+  }
   int bound = port;
   bool ok;
   if (port == 0) {
-    bound = server_.bind_to_any_port(bind_ip);
+    bound = server_->bind_to_any_port(bind_ip);
     ok = bound > 0;
   } else {
-    ok = server_.bind_to_port(bind_ip, port);
+    ok = server_->bind_to_port(bind_ip, port);
   }
   if (!ok) {
     return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", bind_ip, ":", port,
                                                " (in use? pick another --metrics-port)"));
   }
-  thread_ = std::thread([this] { server_.listen_after_bind(); });
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
   // Until it runs, a Stop() would not reach the listening loop.
-  for (int i = 0; i < 5000 && !server_.is_running(); ++i) {
+  for (int i = 0; i < 5000 && !server_->is_running(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return bound;
@@ -73,7 +82,7 @@ absl::StatusOr<int> HttpServer::Start(const std::string& bind_ip, int port) {
 
 void HttpServer::Stop() {
   if (!thread_.joinable()) return;
-  server_.stop();
+  server_->stop();
   thread_.join();
 }
 

@@ -7,6 +7,10 @@
 // given by the owner accepts it (the dashboard's session cookie). Anything else gets
 // 401 before any handler runs; the token never travels in a URL.
 //
+// In a TLS cluster it serves HTTPS with the daemon's own certificate (the cluster CA
+// signed it for the name "drover": scrapers check it with the CA and that server
+// name); a plain-text request to it then fails in the handshake.
+//
 // Threading: handlers run on a fixed pool of `threads` threads of the server; Start
 // returns once the socket listens, Stop closes it and joins the pool. Routes are added
 // before Start. Keep handlers short: a slow one holds a pool thread.
@@ -14,6 +18,7 @@
 #define DROVER_COMMON_HTTP_SERVER_H_
 
 #include <functional>
+#include <memory>
 #include <memory>
 #include <string>
 #include <thread>
@@ -23,12 +28,18 @@
 
 namespace drover {
 
+// The daemon's certificate and key (PEM files) for HTTPS; empty: plain HTTP.
+struct HttpsFiles {
+  std::string cert;
+  std::string key;
+};
+
 class HttpServer {
  public:
   // Extra ways in besides the token header (e.g. a session cookie); may be empty.
   using Authorizer = std::function<bool(const httplib::Request&)>;
 
-  explicit HttpServer(std::string token, int threads = 4);
+  explicit HttpServer(std::string token, int threads = 4, HttpsFiles https = {});
   // Calls Stop().
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
@@ -38,7 +49,9 @@ class HttpServer {
   void SetAuthorizer(Authorizer also_allowed);
   void AddPublicPath(const std::string& path);
   // Where routes are added (Get, Post, ...). REQUIRES: before Start.
-  httplib::Server& routes() { return server_; }
+  httplib::Server& routes() { return *server_; }
+  // "https" or "http", for the URLs the daemon prints.
+  const char* scheme() const { return https_ ? "https" : "http"; }
 
   // Listens on `bind_ip`:`port` (0: a free port) and serves on a thread of its own.
   // Returns the port. UNAVAILABLE naming the address when it cannot listen.
@@ -53,7 +66,8 @@ class HttpServer {
   const std::string token_;
   Authorizer also_allowed_;
   std::vector<std::string> public_paths_;
-  httplib::Server server_;
+  const bool https_;
+  std::unique_ptr<httplib::Server> server_;  // an httplib::SSLServer with HTTPS
   std::thread thread_;
 };
 

@@ -559,12 +559,15 @@ absl::Status NodeAgent::StartMetrics() {
   sources.transfer = transfer_.get();
   metrics_->SetSources(std::move(sources));
   if (options_.metrics_port < 0) return absl::OkStatus();
-  http_ = std::make_unique<HttpServer>(options_.token, /*threads=*/2);
+  // HTTPS in a TLS cluster, with the certificate the head issued this agent.
+  const TlsFiles& tls = ProcessTransport()->files();
+  http_ = std::make_unique<HttpServer>(options_.token, /*threads=*/2, HttpsFiles{tls.cert, tls.key});
   ServeMetrics(http_.get(), metrics_->Sources());
   DROVER_ASSIGN_OR_RETURN(int port, http_->Start(options_.bind_ip, options_.metrics_port));
   metrics_address_ =
       HttpHostPort(IsWildcard(options_.bind_ip) ? options_.node_ip : options_.bind_ip, port);
-  DROVER_LOG(INFO) << "metrics at http://" << metrics_address_ << "/metrics";
+  DROVER_LOG(INFO) << "metrics at " << http_->scheme() << "://" << metrics_address_
+                   << "/metrics";
   return absl::OkStatus();
 }
 

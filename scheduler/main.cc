@@ -210,7 +210,9 @@ int main(int argc, char** argv) {
     DROVER_LOG(INFO) << "advertising " << host << " (pass --advertise HOST:PORT to choose)";
   }
   // /metrics and the dashboard, before the gRPC server: CreateDashboardLogin names it.
-  drover::HttpServer http(*token, /*threads=*/8);
+  // HTTPS in a TLS cluster, with the scheduler's certificate.
+  const drover::TlsFiles& tls_files = drover::ProcessTransport()->files();
+  drover::HttpServer http(*token, /*threads=*/8, {tls_files.cert, tls_files.key});
   drover::DashboardAuth dashboard(options.clock);
   std::string http_address;
   if (metrics_port >= 0) {
@@ -226,7 +228,7 @@ int main(int argc, char** argv) {
       http_host = hp->host;
     }
     http_address = drover::HttpHostPort(http_host, *http_port);
-    service.SetHttp(&dashboard, http_address);
+    service.SetHttp(&dashboard, http_address, http.scheme());
   }
   grpc::ServerBuilder builder;
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> timing;
@@ -246,8 +248,8 @@ int main(int argc, char** argv) {
       advertise.empty() ? absl::StrCat(host, ":", selected_port) : advertise;
   core->SetAddress(address);
   if (!http_address.empty()) {
-    DROVER_LOG(INFO) << "metrics at http://" << http_address
-                     << "/metrics, dashboard at http://" << http_address
+    DROVER_LOG(INFO) << "metrics at " << http.scheme() << "://" << http_address
+                     << "/metrics, dashboard at " << http.scheme() << "://" << http_address
                      << "/ (`drover dashboard` prints a login link)";
   }
   DROVER_LOG(INFO) << "serving at " << address << " (state: "

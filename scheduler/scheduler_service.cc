@@ -159,7 +159,7 @@ grpc::Status SchedulerService::CreateDashboardLogin(grpc::ServerContext* ctx,
   }
   absl::Time expires;
   const std::string code = dashboard_->NewCode(&expires);
-  reply->set_url(absl::StrCat("http://", http_address_, "/login?code=", code));
+  reply->set_url(absl::StrCat(http_scheme_, "://", http_address_, "/login?code=", code));
   reply->set_expires_ms(absl::ToUnixMillis(expires));
   return grpc::Status::OK;
 }

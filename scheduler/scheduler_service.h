@@ -30,12 +30,13 @@ class SchedulerService final
 
   // Where GetJobTimeline reads (null: NOT_FOUND for every job), and the dashboard that
   // CreateDashboardLogin makes links to (null: FAILED_PRECONDITION) at `http_address`
-  // (host:port, also GetClusterStatus's metrics_address). Not owned; must outlive the
-  // service. REQUIRES: before serving.
+  // (host:port, also GetClusterStatus's metrics_address) over `scheme` ("http" or
+  // "https"). Not owned; must outlive the service. REQUIRES: before serving.
   void SetTimeline(JobTimeline* timeline) { timeline_ = timeline; }
-  void SetHttp(DashboardAuth* dashboard, std::string http_address) {
+  void SetHttp(DashboardAuth* dashboard, std::string http_address, std::string scheme = "http") {
     dashboard_ = dashboard;
     http_address_ = std::move(http_address);
+    http_scheme_ = std::move(scheme);
   }
   // The cluster CA that IssueCertificate signs with (null: the cluster does not use
   // TLS). Not owned; must outlive the service. REQUIRES: before serving.
@@ -96,6 +97,7 @@ class SchedulerService final
   JobTimeline* timeline_ = nullptr;
   DashboardAuth* dashboard_ = nullptr;
   std::string http_address_;
+  std::string http_scheme_ = "http";
   const CertificateAuthority* ca_ = nullptr;
 };
 

@@ -92,7 +92,7 @@ TEST_F(TlsClusterTest, AnObjectPutOnOneNodeIsPulledToTheOther) {
     if (!status.ok()) return -1.0;
     const std::string token = ReadTokenFile(cluster_->token_file()).value_or("");
     for (const auto& n : status->nodes) {
-      auto e = Scrape(n.metrics_address, token);
+      auto e = Scrape(n.metrics_address, token, cluster_->tls_ca());
       if (!e.ok()) return -1.0;
       sum += std::max(0.0, e->Sum("drover_object_raw_transfers_total", {{"direction", "pulled"}}));
     }
@@ -107,6 +107,34 @@ TEST_F(TlsClusterTest, AnObjectPutOnOneNodeIsPulledToTheOther) {
   ASSERT_EQ(rc, 0) << out << err << cluster_->DaemonLogs();
   EXPECT_TRUE(absl::StrContains(out, "[rank1]: got tls-8mib 8388608 bytes")) << out;
   EXPECT_GE(raw_pulls(), before + 1) << cluster_->DaemonLogs();
+}
+
+// /metrics (and the dashboard, on the scheduler's port) are served over HTTPS with the
+// daemon's certificate: a scraper that checks it with the cluster CA reads them, one
+// that trusts another CA or speaks plain HTTP gets nothing; `drover status` and the
+// dashboard's login link say https.
+TEST_F(TlsClusterTest, MetricsAndTheDashboardAreServedOverHttps) {
+  auto status = cluster_->client().Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  const std::string token = ReadTokenFile(cluster_->token_file()).value_or("");
+  std::vector<std::string> daemons = {status->metrics_address};
+  for (const auto& n : status->nodes) daemons.push_back(n.metrics_address);
+  for (const std::string& at : daemons) {
+    ASSERT_FALSE(at.empty());
+    auto e = Scrape(at, token, cluster_->tls_ca());
+    ASSERT_TRUE(e.ok()) << at << ": " << e.status();
+    EXPECT_FALSE(e->samples.empty()) << at;
+    EXPECT_FALSE(Scrape(at, token).ok()) << at << " answered plain HTTP";
+    EXPECT_FALSE(Scrape(at, token, OtherCluster() + "/ca.crt").ok())
+        << at << " passed the check of another cluster's CA";
+  }
+  std::string out, err;
+  ASSERT_EQ(cluster_->RunCli({"status"}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "https://" + status->metrics_address + "/metrics")) << out;
+  auto login = cluster_->client().CreateDashboardLogin();
+  ASSERT_TRUE(login.ok()) << login.status();
+  EXPECT_TRUE(absl::StartsWith(login->url, "https://" + status->metrics_address + "/login?code="))
+      << login->url;
 }
 
 TEST_F(TlsClusterTest, APlainTextClientIsToldTheClusterUsesTls) {

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "httplib.h"
+#include "openssl/pem.h"
+#include "openssl/x509.h"
 
 namespace drover::testing {
 namespace {
@@ -124,18 +126,40 @@ absl::StatusOr<Exposition> ParseExposition(const std::string& text) {
   return out;
 }
 
-absl::StatusOr<Exposition> Scrape(const std::string& host_port, const std::string& token) {
-  httplib::Client client("http://" + host_port);
+absl::StatusOr<Exposition> Scrape(const std::string& host_port, const std::string& token,
+                                   const std::string& ca_file) {
+  // HTTPS: connect to the name the cluster's certificates carry ("drover"), mapped to
+  // the daemon's host, so that the check of the name passes as Prometheus' does with
+  // `server_name: drover`.
+  const size_t colon = host_port.rfind(':');
+  const std::string host = host_port.substr(0, colon);
+  const std::string url = ca_file.empty() ? "http://" + host_port
+                                          : "https://drover" + host_port.substr(colon);
+  httplib::Client client(url);
+  if (!ca_file.empty()) {
+    client.set_hostname_addr_map({{"drover", host}});
+    // (httplib 0.11's set_ca_cert_path fails to load it here: SSLLoadingCerts.)
+    X509_STORE* store = X509_STORE_new();
+    if (BIO* bio = BIO_new_file(ca_file.c_str(), "r")) {
+      while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+        X509_STORE_add_cert(store, cert);
+        X509_free(cert);
+      }
+      BIO_free(bio);
+    }
+    client.set_ca_cert_store(store);  // owned by the client
+    client.enable_server_certificate_verification(true);
+  }
   client.set_connection_timeout(5, 0);
   client.set_read_timeout(10, 0);
   auto res = client.Get("/metrics", {{"Authorization", "Bearer " + token}});
   if (!res) {
-    return absl::UnavailableError(absl::StrCat("GET http://", host_port, "/metrics: ",
-                                               httplib::to_string(res.error())));
+    return absl::UnavailableError(absl::StrCat("GET ", url, "/metrics (", host_port,
+                                               "): ", httplib::to_string(res.error())));
   }
   if (res->status != 200) {
     return absl::FailedPreconditionError(
-        absl::StrCat("GET http://", host_port, "/metrics: HTTP ", res->status, ": ", res->body));
+        absl::StrCat("GET ", url, "/metrics: HTTP ", res->status, ": ", res->body));
   }
   return ParseExposition(res->body);
 }

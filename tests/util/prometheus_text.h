@@ -31,8 +31,10 @@ struct Exposition {
 // INVALID_ARGUMENT naming the line that breaks the format.
 absl::StatusOr<Exposition> ParseExposition(const std::string& text);
 
-// GETs http://`host_port`/metrics with the token and parses it.
-absl::StatusOr<Exposition> Scrape(const std::string& host_port, const std::string& token);
+// GETs http://`host_port`/metrics with the token and parses it; with `ca_file` (a TLS
+// cluster's CA), https:// instead, checking the daemon's certificate against it.
+absl::StatusOr<Exposition> Scrape(const std::string& host_port, const std::string& token,
+                                  const std::string& ca_file = "");
 
 }  // namespace drover::testing
 

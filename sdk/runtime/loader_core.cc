@@ -194,12 +194,17 @@ absl::Status LoaderCore::Collect() {
   for (Call& c : finished) {
     Worker& w = workers_[c.worker];
     w.in_flight -= static_cast<int64_t>(c.positions.size());
-    const bool was_running = !w.outstanding.empty() && w.outstanding.front() == c.seq;
+    // The oldest call a worker holds is the one it runs, unless the worker already died
+    // running an older one (whose failure came first and left this one at the front).
+    const bool was_running = !w.outstanding.empty() && w.outstanding.front() == c.seq &&
+                             queued_behind_death_.erase(c.seq) == 0;
+    queued_behind_death_.erase(c.seq);
     w.outstanding.erase(std::find(w.outstanding.begin(), w.outstanding.end(), c.seq));
     absl::StatusOr<std::vector<LoaderOutcome>> v = Get(c.ref, absl::ZeroDuration());
     if (v.ok()) {
       TakeOutcomes(c, *std::move(v));
     } else {
+      if (was_running) queued_behind_death_.insert(w.outstanding.begin(), w.outstanding.end());
       CallFailed(c, was_running, v.status());
     }
   }

@@ -100,6 +100,9 @@ class LoaderCore {
   std::vector<Call> calls_;
   std::deque<int64_t> retry_;
   std::set<int64_t> solo_;  // retries to run alone
+  // Calls that were queued on a worker behind the call it died running: when they fail
+  // too, the death is not theirs (they are not charged, and may share a call).
+  std::set<uint64_t> queued_behind_death_;
   uint64_t next_seq_ = 1;
   int64_t next_position_ = 0;
   int64_t next_ordered_ = 0;  // ordered: the position Next returns next

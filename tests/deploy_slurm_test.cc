@@ -382,8 +382,12 @@ TEST_F(SlurmTest, EndingTheAllocationStopsTheProgramTheAgentsAndTheirWorkers) {
       << absl::StrJoin(ProcessesMentioning(work), "\n");
   EXPECT_TRUE(WaitFor([&] { return access(work.c_str(), F_OK) != 0; }, absl::Seconds(30)))
       << work << " is left behind\n" << ReadFile(output).value_or("");
-  EXPECT_TRUE(absl::StrContains(ReadFile(output).value_or(""), "stopping the program and the cluster"))
-      << ReadFile(output).value_or("");
+  // The script heard the signal first, or the program did (Slurm signals the step's
+  // processes one by one) and the script stopped the cluster when it ended.
+  const std::string said = ReadFile(output).value_or("");
+  EXPECT_TRUE(absl::StrContains(said, "stopping the program and the cluster") ||
+              absl::StrContains(said, "the program exited with 143; stopping the cluster"))
+      << said;
 }
 
 }  // namespace

@@ -64,10 +64,12 @@ int LatePut(drover::Objects& objects, int rank, const std::string& id, int64_t l
     return 0;
   }
   if (rank != 1) return Fail(absl::StrCat("unexpected RANK ", rank));
+  // Read before the announcement: rank 0 may see it, wait and put before this rank runs
+  // again after its own put returns (the put is then < N ms after a later reading).
+  const int64_t started_us = NowUs();
   if (auto s = objects.Put(waiting_id, "1"); !s.ok()) {
     return Fail(absl::StrCat("Put ", waiting_id, ": ", s.ToString()));
   }
-  const int64_t started_us = NowUs();
   auto got = objects.Get(id, timeout);
   const int64_t returned_us = NowUs();
   if (!got.ok()) return Fail(absl::StrCat("Get ", id, ": ", got.status().ToString()));

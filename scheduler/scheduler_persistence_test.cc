@@ -50,98 +50,100 @@ std::map<std::string, int64_t> StoredVersions(StateStore& store) {
   return out;
 }
 
-TEST(SchedulerPersistenceTest, ChangesWhileRedisIsDownStandAndAreStoredWhenItReturns) {
-  auto server = RedisServer::Start(testing::TestTmpDir() + "/redis-down", /*appendonly=*/true);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto store = NewRedisStateStore((*server)->host(), (*server)->port(), "t:");
-  ASSERT_TRUE(store.ok()) << store.status();
-  FakeClock clock;
-  SchedulerOptions o;
-  o.clock = &clock;
-  o.node_timeout = absl::Hours(1);
-  o.durable_wait = absl::Seconds(1);
-  SchedulerCore core(o, std::move(*store), std::make_unique<NoAgents>());
-  ASSERT_TRUE(core.Start().ok());
-  proto::RegisterNodeRequest reg;
-  reg.set_agent_address("10.0.0.1:7000");
-  reg.set_node_ip("10.0.0.1");
-  reg.mutable_total()->set_cpus(8);
-  ASSERT_TRUE(core.RegisterNode(reg).ok());
-  auto first = core.SubmitJob(OneProcess());
+// A SchedulerCore over a real redis-server (append-only file on), on a FakeClock, with
+// one 8-CPU node registered.
+class SchedulerPersistenceTest : public ::testing::Test {
+ protected:
+  void StartCore(const std::string& name, const std::string& prefix) {
+    auto server = RedisServer::Start(testing::TestTmpDir() + "/" + name, /*appendonly=*/true);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    auto store = NewRedisStateStore(server_->host(), server_->port(), prefix);
+    ASSERT_TRUE(store.ok()) << store.status();
+    SchedulerOptions o;
+    o.clock = &clock_;
+    o.node_timeout = absl::Hours(1);
+    o.durable_wait = absl::Seconds(1);
+    core_ = std::make_unique<SchedulerCore>(o, std::move(*store), std::make_unique<NoAgents>());
+    ASSERT_TRUE(core_->Start().ok());
+    proto::RegisterNodeRequest reg;
+    reg.set_agent_address("10.0.0.1:7000");
+    reg.set_node_ip("10.0.0.1");
+    reg.mutable_total()->set_cpus(8);
+    auto node = core_->RegisterNode(reg);
+    ASSERT_TRUE(node.ok()) << node.status();
+    node_id_ = node->node_id();
+  }
+  void TearDown() override {
+    if (core_) core_->Stop();
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<RedisServer> server_;
+  std::unique_ptr<SchedulerCore> core_;
+  std::string node_id_;
+};
+
+TEST_F(SchedulerPersistenceTest, ChangesWhileRedisIsDownStandAndAreStoredWhenItReturns) {
+  ASSERT_NO_FATAL_FAILURE(StartCore("redis-down", "t:"));
+  auto first = core_->SubmitJob(OneProcess());
   ASSERT_TRUE(first.ok()) << first.status();
 
-  (*server)->Stop();
+  server_->Stop();
   // A submission while Redis is down: the job is created and placed (ids are reserved
   // ahead), but the reply cannot promise it is stored; it says so when the durability
   // wait ends.
   absl::StatusOr<proto::JobInfo> second;
   std::atomic<bool> answered{false};
   std::thread submitter([&] {
-    second = core.SubmitJob(OneProcess());
+    second = core_->SubmitJob(OneProcess());
     answered = true;
   });
-  EXPECT_TRUE(WaitFor([&] { return core.ListJobs({}).size() == 2; }));
+  EXPECT_TRUE(WaitFor([&] { return core_->ListJobs({}).size() == 2; }));
   // Time passes until the wait ends (its deadline is set when the thread gets there).
   EXPECT_TRUE(WaitFor([&] {
-    clock.Advance(absl::Milliseconds(100));
+    clock_.Advance(absl::Milliseconds(100));
     return answered.load();
   }));
   submitter.join();
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
   EXPECT_TRUE(absl::StrContains(second.status().message(),
-                                absl::StrCat("redis 127.0.0.1:", (*server)->port())))
+                                absl::StrCat("redis 127.0.0.1:", server_->port())))
       << second.status();
   // Down for longer than JobPersister::kDownAfter: new submissions fail at once.
-  clock.Advance(JobPersister::kDownAfter + absl::Seconds(1));
+  clock_.Advance(JobPersister::kDownAfter + absl::Seconds(1));
   ASSERT_TRUE(WaitFor([&] {
-    auto refused = core.SubmitJob(OneProcess());
+    auto refused = core_->SubmitJob(OneProcess());
     return !refused.ok() && absl::StrContains(refused.status().message(), "failed every call");
   }));
-  EXPECT_EQ(core.ListJobs({}).size(), 2u);
+  EXPECT_EQ(core_->ListJobs({}).size(), 2u);
 
   // Redis returns (with its AOF): every change is stored, newest version of each job.
-  ASSERT_TRUE((*server)->Restart().ok());
-  auto reader = NewRedisStateStore((*server)->host(), (*server)->port(), "t:");
+  ASSERT_TRUE(server_->Restart().ok());
+  auto reader = NewRedisStateStore(server_->host(), server_->port(), "t:");
   ASSERT_TRUE(reader.ok()) << reader.status();
   std::map<std::string, int64_t> want;
   ASSERT_TRUE(WaitFor([&] {
-    clock.Advance(absl::Seconds(2));  // past the store's longest back-off
+    clock_.Advance(absl::Seconds(2));  // past the store's longest back-off
     want.clear();
-    for (const auto& j : core.ListJobs({})) want[j.job_id()] = j.version();
+    for (const auto& j : core_->ListJobs({})) want[j.job_id()] = j.version();
     return StoredVersions(**reader) == want;
   }));
   EXPECT_EQ(want.size(), 2u);
-  auto after = core.SubmitJob(OneProcess());
+  auto after = core_->SubmitJob(OneProcess());
   EXPECT_TRUE(after.ok()) << after.status();
-  core.Stop();
-}
+  }
 
 // An agent is told to forget a job generation only once the job's record with its
 // exits is stored: a scheduler restarted from Redis before that would find the job
 // RUNNING and its processes gone (found by the chaos campaign).
-TEST(SchedulerPersistenceTest, AgentsForgetAJobOnlyOnceItsEndIsStored) {
-  auto server = RedisServer::Start(testing::TestTmpDir() + "/redis-forget", /*appendonly=*/true);
-  ASSERT_TRUE(server.ok()) << server.status();
-  auto store = NewRedisStateStore((*server)->host(), (*server)->port(), "f:");
-  ASSERT_TRUE(store.ok()) << store.status();
-  FakeClock clock;
-  SchedulerOptions o;
-  o.clock = &clock;
-  o.node_timeout = absl::Hours(1);
-  o.durable_wait = absl::Seconds(1);
-  SchedulerCore core(o, std::move(*store), std::make_unique<NoAgents>());
-  ASSERT_TRUE(core.Start().ok());
-  proto::RegisterNodeRequest reg;
-  reg.set_agent_address("10.0.0.1:7000");
-  reg.set_node_ip("10.0.0.1");
-  reg.mutable_total()->set_cpus(8);
-  auto node = core.RegisterNode(reg);
-  ASSERT_TRUE(node.ok()) << node.status();
-  auto job = core.SubmitJob(OneProcess());
+TEST_F(SchedulerPersistenceTest, AgentsForgetAJobOnlyOnceItsEndIsStored) {
+  ASSERT_NO_FATAL_FAILURE(StartCore("redis-forget", "f:"));
+  auto job = core_->SubmitJob(OneProcess());
   ASSERT_TRUE(job.ok()) << job.status();
 
   proto::HeartbeatRequest hb;
-  hb.set_node_id(node->node_id());
+  hb.set_node_id(node_id_);
   proto::ProcessStatus* p = hb.add_processes();
   p->set_job_id(job->job_id());
   p->set_rank(0);
@@ -153,21 +155,20 @@ TEST(SchedulerPersistenceTest, AgentsForgetAJobOnlyOnceItsEndIsStored) {
     }
     return false;
   };
-  (*server)->Stop();
-  proto::HeartbeatReply reply = core.Heartbeat(hb);
+  server_->Stop();
+  proto::HeartbeatReply reply = core_->Heartbeat(hb);
   ASSERT_TRUE(reply.known());
-  ASSERT_EQ(core.ListJobs({})[0].state(), proto::SUCCEEDED);
+  ASSERT_EQ(core_->ListJobs({})[0].state(), proto::SUCCEEDED);
   EXPECT_FALSE(forgets(reply, job->job_id())) << "forgotten before its end was stored";
-  clock.Advance(absl::Seconds(2));
-  EXPECT_FALSE(forgets(core.Heartbeat(hb), job->job_id()));
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_FALSE(forgets(core_->Heartbeat(hb), job->job_id()));
 
-  ASSERT_TRUE((*server)->Restart().ok());
+  ASSERT_TRUE(server_->Restart().ok());
   EXPECT_TRUE(WaitFor([&] {
-    clock.Advance(absl::Seconds(2));  // past the store's longest back-off
-    return forgets(core.Heartbeat(hb), job->job_id());
+    clock_.Advance(absl::Seconds(2));  // past the store's longest back-off
+    return forgets(core_->Heartbeat(hb), job->job_id());
   }));
-  core.Stop();
-}
+  }
 
 }  // namespace
 }  // namespace drover

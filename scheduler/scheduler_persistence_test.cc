@@ -132,7 +132,7 @@ TEST_F(SchedulerPersistenceTest, ChangesWhileRedisIsDownStandAndAreStoredWhenItR
   EXPECT_EQ(want.size(), 2u);
   auto after = core_->SubmitJob(OneProcess());
   EXPECT_TRUE(after.ok()) << after.status();
-  }
+}
 
 // An agent is told to forget a job generation only once the job's record with its
 // exits is stored: a scheduler restarted from Redis before that would find the job
@@ -168,7 +168,7 @@ TEST_F(SchedulerPersistenceTest, AgentsForgetAJobOnlyOnceItsEndIsStored) {
     clock_.Advance(absl::Seconds(2));  // past the store's longest back-off
     return forgets(core_->Heartbeat(hb), job->job_id());
   }));
-  }
+}
 
 }  // namespace
 }  // namespace drover

@@ -264,7 +264,9 @@ void ServeDashboard(HttpServer* server, DashboardSources s) {
   });
   server->AddPublicPath("/login");
   httplib::Server& r = server->routes();
-  r.Get("/login", [auth](const httplib::Request& req, httplib::Response& res) {
+  // Over HTTPS (a TLS cluster) the browser sends the session cookie only over HTTPS.
+  const bool secure = std::string(server->scheme()) == "https";
+  r.Get("/login", [auth, secure](const httplib::Request& req, httplib::Response& res) {
     std::optional<std::string> session =
         auth->Redeem(req.has_param("code") ? req.get_param_value("code") : "");
     if (!session) {
@@ -278,7 +280,8 @@ void ServeDashboard(HttpServer* server, DashboardSources s) {
     res.set_header("Set-Cookie",
                    absl::StrCat(kDashboardCookie, "=", *session,
                                 "; Path=/; HttpOnly; SameSite=Strict; Max-Age=",
-                                absl::ToInt64Seconds(auth->options().session_ttl)));
+                                absl::ToInt64Seconds(auth->options().session_ttl),
+                                secure ? "; Secure" : ""));
     res.set_redirect("/", 303);
   });
   for (size_t i = 0; i < kDashboardAssetsCount; ++i) {

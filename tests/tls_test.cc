@@ -135,6 +135,14 @@ TEST_F(TlsClusterTest, MetricsAndTheDashboardAreServedOverHttps) {
   ASSERT_TRUE(login.ok()) << login.status();
   EXPECT_TRUE(absl::StartsWith(login->url, "https://" + status->metrics_address + "/login?code="))
       << login->url;
+  // The link logs in over HTTPS, and the session cookie is for HTTPS only.
+  const std::string path = login->url.substr(login->url.find("/login?"));
+  HttpGetResult in = HttpGet(status->metrics_address, path, {}, cluster_->tls_ca());
+  ASSERT_TRUE(in.status.ok()) << in.status;
+  EXPECT_EQ(in.code, 303) << in.body;
+  auto cookie = in.headers.find("Set-Cookie");
+  ASSERT_NE(cookie, in.headers.end());
+  EXPECT_TRUE(absl::StrContains(cookie->second, "; Secure")) << cookie->second;
 }
 
 TEST_F(TlsClusterTest, APlainTextClientIsToldTheClusterUsesTls) {

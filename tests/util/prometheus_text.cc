@@ -126,16 +126,19 @@ absl::StatusOr<Exposition> ParseExposition(const std::string& text) {
   return out;
 }
 
-absl::StatusOr<Exposition> Scrape(const std::string& host_port, const std::string& token,
-                                   const std::string& ca_file) {
+HttpGetResult HttpGet(const std::string& host_port, const std::string& path,
+                      const std::map<std::string, std::string>& headers,
+                      const std::string& ca_file) {
   // HTTPS: connect to the name the cluster's certificates carry ("drover"), mapped to
   // the daemon's host, so that the check of the name passes as Prometheus' does with
   // `server_name: drover`.
   const size_t colon = host_port.rfind(':');
   const std::string host = host_port.substr(0, colon);
-  const std::string url = ca_file.empty() ? "http://" + host_port
-                                          : "https://drover" + host_port.substr(colon);
-  httplib::Client client(url);
+  HttpGetResult out;
+  out.url = (ca_file.empty() ? "http://" + host_port : "https://drover" + host_port.substr(colon)) +
+            path;
+  httplib::Client client(ca_file.empty() ? "http://" + host_port
+                                         : "https://drover" + host_port.substr(colon));
   if (!ca_file.empty()) {
     client.set_hostname_addr_map({{"drover", host}});
     // (httplib 0.11's set_ca_cert_path fails to load it here: SSLLoadingCerts.)
@@ -152,16 +155,27 @@ absl::StatusOr<Exposition> Scrape(const std::string& host_port, const std::strin
   }
   client.set_connection_timeout(5, 0);
   client.set_read_timeout(10, 0);
-  auto res = client.Get("/metrics", {{"Authorization", "Bearer " + token}});
+  httplib::Headers h(headers.begin(), headers.end());
+  auto res = client.Get(path.c_str(), h);
   if (!res) {
-    return absl::UnavailableError(absl::StrCat("GET ", url, "/metrics (", host_port,
-                                               "): ", httplib::to_string(res.error())));
+    out.status = absl::UnavailableError(absl::StrCat("GET ", out.url, " (", host_port,
+                                                     "): ", httplib::to_string(res.error())));
+    return out;
   }
-  if (res->status != 200) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("GET ", url, "/metrics: HTTP ", res->status, ": ", res->body));
+  out.code = res->status;
+  out.body = res->body;
+  for (const auto& [k, v] : res->headers) out.headers.emplace(k, v);
+  return out;
+}
+
+absl::StatusOr<Exposition> Scrape(const std::string& host_port, const std::string& token,
+                                  const std::string& ca_file) {
+  HttpGetResult r = HttpGet(host_port, "/metrics", {{"Authorization", "Bearer " + token}}, ca_file);
+  if (!r.status.ok()) return r.status;
+  if (r.code != 200) {
+    return absl::FailedPreconditionError(absl::StrCat("GET ", r.url, ": HTTP ", r.code, ": ", r.body));
   }
-  return ParseExposition(res->body);
+  return ParseExposition(r.body);
 }
 
 }  // namespace drover::testing

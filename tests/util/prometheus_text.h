@@ -31,6 +31,20 @@ struct Exposition {
 // INVALID_ARGUMENT naming the line that breaks the format.
 absl::StatusOr<Exposition> ParseExposition(const std::string& text);
 
+// A GET of http://`host_port``path` (with `ca_file`, a TLS cluster's CA: https://,
+// checking the daemon's certificate against it and the name "drover"). `status` is
+// not OK only if no answer came.
+struct HttpGetResult {
+  absl::Status status;
+  std::string url;
+  int code = 0;
+  std::string body;
+  std::multimap<std::string, std::string> headers;
+};
+HttpGetResult HttpGet(const std::string& host_port, const std::string& path,
+                      const std::map<std::string, std::string>& headers,
+                      const std::string& ca_file = "");
+
 // GETs http://`host_port`/metrics with the token and parses it; with `ca_file` (a TLS
 // cluster's CA), https:// instead, checking the daemon's certificate against it.
 absl::StatusOr<Exposition> Scrape(const std::string& host_port, const std::string& token,

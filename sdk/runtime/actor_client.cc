@@ -39,7 +39,7 @@ std::shared_ptr<ActorState> ActorClient::FromId(const std::string& id) {
   std::weak_ptr<ActorState>& slot = actors_[id];
   std::shared_ptr<ActorState> a = slot.lock();
   if (a == nullptr) {
-    a = std::make_shared<ActorState>(this, id);
+    a = std::make_shared<ActorState>(id);
     slot = a;
   }
   return a;

@@ -33,7 +33,7 @@ class ActorClient;
 
 class ActorState {
  public:
-  ActorState(ActorClient* client, std::string id) : id(std::move(id)), client_(client) {}
+  explicit ActorState(std::string id) : id(std::move(id)) {}
   const std::string id;
 
  private:
@@ -43,7 +43,6 @@ class ActorState {
     bool resolved = false;
     absl::Status error;  // an argument failed
   };
-  ActorClient* const client_;
   // Held while taking calls off the queue and sending them, so they leave in order. The
   // reader never takes it, so a send that blocks cannot stop replies from being read.
   absl::Mutex send_mu_ ABSL_ACQUIRED_BEFORE(mu_);

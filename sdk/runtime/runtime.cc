@@ -552,7 +552,7 @@ std::shared_ptr<ActorState> CreateActor(const std::string& factory_key, const Ca
                                         std::vector<TaskArgument> args) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) {
-    auto a = std::make_shared<ActorState>(nullptr, "uninitialized");
+    auto a = std::make_shared<ActorState>("uninitialized");
     return a;
   }
   return rt->actors->Create(factory_key, options, std::move(args));
@@ -576,7 +576,7 @@ absl::StatusOr<std::shared_ptr<ActorState>> LookupActor(const std::string& name,
 
 std::shared_ptr<ActorState> ActorFromId(const std::string& actor_id) {
   Runtime* rt = ActiveRuntime();
-  if (rt == nullptr) return std::make_shared<ActorState>(nullptr, actor_id);
+  if (rt == nullptr) return std::make_shared<ActorState>(actor_id);
   return rt->actors->FromId(actor_id);
 }
 

@@ -290,19 +290,16 @@ int CmdStatus(const GlobalOptions& g) {
   }
   // A TLS cluster serves them over HTTPS.
   const bool tls = !cluster->tls_ca_file.empty();
-  const char* scheme = tls ? "https" : "http";
+  auto metrics_url = [scheme = tls ? "https" : "http"](const std::string& address) {
+    return address.empty() ? std::string("none") : absl::StrCat(scheme, "://", address, "/metrics");
+  };
   std::cout << "\nmetrics (Prometheus; send the cluster token as \"Authorization: Bearer\""
             << (tls ? "; HTTPS: check it with the cluster CA and server name \"drover\"" : "")
             << "):\n";
-  std::cout << "  scheduler  "
-            << (s->metrics_address.empty() ? std::string("none")
-                                           : absl::StrCat(scheme, "://", s->metrics_address, "/metrics"))
-            << "\n";
+  std::cout << "  scheduler  " << metrics_url(s->metrics_address) << "\n";
   for (const auto& n : s->nodes) {
     std::cout << "  " << n.node_id << std::string(n.node_id.size() < 10 ? 11 - n.node_id.size() : 1, ' ')
-              << (n.metrics_address.empty() ? std::string("none")
-                                            : absl::StrCat(scheme, "://", n.metrics_address, "/metrics"))
-              << "\n";
+              << metrics_url(n.metrics_address) << "\n";
   }
   if (!s->metrics_address.empty()) {
     std::cout << "dashboard: `drover dashboard` prints a login link\n";

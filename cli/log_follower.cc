@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <condition_variable>
-#include <iostream>
 #include <map>
 #include <mutex>
 #include <set>
@@ -111,8 +110,8 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
   std::mutex mu;
   std::condition_variable finished_cv;  // signalled when `finished` becomes true
   std::map<std::string, std::thread> threads;  // node id -> streamer
-  // Node id -> its agent's address, refreshed when the job ends (an agent started
-  // again listens elsewhere). Written by this thread, read by streamers: under `mu`.
+  // Node id -> its agent's address and state, refreshed when the job ends (an agent
+  // started again listens elsewhere) and by a streamer waiting for its agent: under `mu`.
   std::map<std::string, std::string> agent_address;
   std::map<std::string, NodeState> node_state;
   std::set<std::string> skipped;  // dead nodes, said once
@@ -122,6 +121,11 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     std::lock_guard<std::mutex> lock(mu);
     auto it = agent_address.find(node);
     return it == agent_address.end() ? std::string() : it->second;
+  };
+  auto is_dead = [&](const std::string& node) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = node_state.find(node);
+    return it != node_state.end() && it->second == NodeState::kDead;
   };
   auto refresh_nodes = [&]() -> absl::Status {
     DROVER_ASSIGN_OR_RETURN(ClusterStatus status, client.Status());
@@ -177,8 +181,8 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
             }
           }
           (void)refresh_nodes();
+          const bool dead = is_dead(node);
           std::unique_lock<std::mutex> lock(mu);
-          const bool dead = node_state[node] == NodeState::kDead;
           dead_since = dead ? std::min(dead_since, now) : absl::InfiniteFuture();
           // A node the scheduler has declared dead comes back only if its agent is
           // started again (systemd does it in seconds): it is waited for less.
@@ -212,7 +216,10 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     }
     if (nodes.empty()) return absl::OkStatus();
     bool missing = false;
-    for (const auto& n : nodes) missing |= !agent_address.count(n);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const auto& n : nodes) missing |= !agent_address.count(n);
+    }
     if (missing) DROVER_RETURN_IF_ERROR(refresh_nodes());
     for (const auto& n : nodes) {
       if (address_of(n).empty()) {
@@ -224,7 +231,7 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
         }
         continue;
       }
-      if (node_state[n] == NodeState::kDead) {
+      if (is_dead(n)) {
         // An earlier generation ran there; what it wrote stays on that machine.
         if (skipped.insert(n).second) {
           printer.Note(absl::StrCat("drover: ", n, " is dead: the output its processes wrote "

@@ -14,10 +14,10 @@ namespace drover {
 
 HttpServer::HttpServer(std::string token, int threads, HttpsFiles https)
     : token_(std::move(token)),
-      https_(!https.cert.empty()),
-      server_(https_ ? std::unique_ptr<httplib::Server>(std::make_unique<httplib::SSLServer>(
-                           https.cert.c_str(), https.key.c_str()))
-                     : std::make_unique<httplib::Server>()) {
+      https_(std::move(https)),
+      server_(this->https() ? std::unique_ptr<httplib::Server>(std::make_unique<httplib::SSLServer>(
+                                  https_.cert.c_str(), https_.key.c_str()))
+                            : std::make_unique<httplib::Server>()) {
   server_->new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<size_t>(std::max(1, threads)));
   };
@@ -57,8 +57,10 @@ void HttpServer::AddPublicPath(const std::string& path) { public_paths_.push_bac
 
 absl::StatusOr<int> HttpServer::Start(const std::string& bind_ip, int port) {
   if (!server_->is_valid()) {
-    return absl::FailedPreconditionError(
-        "cannot serve HTTPS: the daemon's TLS certificate or key did not load");
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot serve HTTPS with the certificate ", https_.cert, " and the key ", https_.key,
+        ": OpenSSL could not load them as a matching pair (unreadable, not PEM, or not each "
+        "other's); issue the daemon's certificate again, or run it with --metrics-port -1"));
   }
   int bound = port;
   bool ok;

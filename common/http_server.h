@@ -19,7 +19,6 @@
 
 #include <functional>
 #include <memory>
-#include <memory>
 #include <string>
 #include <thread>
 
@@ -50,8 +49,9 @@ class HttpServer {
   void AddPublicPath(const std::string& path);
   // Where routes are added (Get, Post, ...). REQUIRES: before Start.
   httplib::Server& routes() { return *server_; }
+  bool https() const { return !https_.cert.empty(); }
   // "https" or "http", for the URLs the daemon prints.
-  const char* scheme() const { return https_ ? "https" : "http"; }
+  const char* scheme() const { return https() ? "https" : "http"; }
 
   // Listens on `bind_ip`:`port` (0: a free port) and serves on a thread of its own.
   // Returns the port. UNAVAILABLE naming the address when it cannot listen.
@@ -66,7 +66,7 @@ class HttpServer {
   const std::string token_;
   Authorizer also_allowed_;
   std::vector<std::string> public_paths_;
-  const bool https_;
+  const HttpsFiles https_;
   std::unique_ptr<httplib::Server> server_;  // an httplib::SSLServer with HTTPS
   std::thread thread_;
 };

@@ -265,7 +265,7 @@ void ServeDashboard(HttpServer* server, DashboardSources s) {
   server->AddPublicPath("/login");
   httplib::Server& r = server->routes();
   // Over HTTPS (a TLS cluster) the browser sends the session cookie only over HTTPS.
-  const bool secure = std::string(server->scheme()) == "https";
+  const bool secure = server->https();
   r.Get("/login", [auth, secure](const httplib::Request& req, httplib::Response& res) {
     std::optional<std::string> session =
         auth->Redeem(req.has_param("code") ? req.get_param_value("code") : "");

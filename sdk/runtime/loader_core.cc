@@ -196,9 +196,9 @@ absl::Status LoaderCore::Collect() {
     w.in_flight -= static_cast<int64_t>(c.positions.size());
     // The oldest call a worker holds is the one it runs, unless the worker already died
     // running an older one (whose failure came first and left this one at the front).
-    const bool was_running = !w.outstanding.empty() && w.outstanding.front() == c.seq &&
-                             queued_behind_death_.erase(c.seq) == 0;
-    queued_behind_death_.erase(c.seq);
+    const bool behind_death = queued_behind_death_.erase(c.seq) > 0;
+    const bool was_running =
+        !behind_death && !w.outstanding.empty() && w.outstanding.front() == c.seq;
     w.outstanding.erase(std::find(w.outstanding.begin(), w.outstanding.end(), c.seq));
     absl::StatusOr<std::vector<LoaderOutcome>> v = Get(c.ref, absl::ZeroDuration());
     if (v.ok()) {

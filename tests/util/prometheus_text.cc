@@ -134,11 +134,11 @@ HttpGetResult HttpGet(const std::string& host_port, const std::string& path,
   // `server_name: drover`.
   const size_t colon = host_port.rfind(':');
   const std::string host = host_port.substr(0, colon);
+  const std::string base =
+      ca_file.empty() ? "http://" + host_port : "https://drover" + host_port.substr(colon);
   HttpGetResult out;
-  out.url = (ca_file.empty() ? "http://" + host_port : "https://drover" + host_port.substr(colon)) +
-            path;
-  httplib::Client client(ca_file.empty() ? "http://" + host_port
-                                         : "https://drover" + host_port.substr(colon));
+  out.url = base + path;
+  httplib::Client client(base);
   if (!ca_file.empty()) {
     client.set_hostname_addr_map({{"drover", host}});
     // (httplib 0.11's set_ca_cert_path fails to load it here: SSLLoadingCerts.)

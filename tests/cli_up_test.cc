@@ -332,6 +332,29 @@ TEST_F(CliUpRestartTest, UpBringsBackADeadHeadOrAgentInPlaceAndJobsRunOn) {
   // directory, as the same node; the job on the other node runs on and finishes.
   const std::string flag2 = home_ + "/go-2", pid_file2 = home_ + "/job-2.pid";
   const std::string job2 = SubmitWaiting(flag2, pid_file2);
+
+  // The whole head dies, its Redis with it: both come back, Redis on its port with its
+  // data and password, and the job runs on.
+  now = Record();
+  const pid_t scheduler2 = now["scheduler_pid"];
+  ASSERT_EQ(kill(redis, SIGKILL), 0);
+  ASSERT_EQ(kill(scheduler2, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return Gone(redis) && Gone(scheduler2); }, absl::Seconds(10)));
+  ASSERT_EQ(Drover({"up", "--nodes", "2", "--redis"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "redis-server (dead), scheduler (dead)")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "restarted redis-server")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "scheduler (pid")) << err;
+  now = Record();
+  EXPECT_EQ(now["redis"], first["redis"]);
+  EXPECT_EQ(now["address"], address);
+  const pid_t redis2 = now["redis_pid"];
+  EXPECT_NE(redis2, redis);
+  ExpectOneSetOfDaemons(2);
+  EXPECT_EQ(StateOf(job), "SUCCEEDED") << "a job that ended before is remembered";
+  EXPECT_TRUE(WaitFor([&] { return StateOf(job2) == "RUNNING"; }, absl::Seconds(20)))
+      << Job(job2).dump();
+  EXPECT_FALSE(Gone(PidIn(pid_file2)));
+
   const nlohmann::json j2 = Job(job2);
   ASSERT_EQ(j2["placement"].size(), 1u) << j2.dump();
   const int busy = AgentOf(j2["placement"][0]["node_id"]);
@@ -368,7 +391,7 @@ TEST_F(CliUpRestartTest, UpBringsBackADeadHeadOrAgentInPlaceAndJobsRunOn) {
   by_hand.stdout_path = by_hand.stderr_path = home_ + "/by-hand.log";
   auto hand = Spawn(by_hand);
   ASSERT_TRUE(hand.ok()) << hand.status();
-  const std::vector<pid_t> all = {Record()["scheduler_pid"], redis, *hand,
+  const std::vector<pid_t> all = {Record()["scheduler_pid"], redis2, *hand,
                                   Record()["agent_pids"][1 - idle], job3_pid};
   ASSERT_EQ(Drover({"down"}, &out, &err), 0) << out << err;
   int status_code = 0;

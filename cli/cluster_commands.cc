@@ -306,6 +306,18 @@ Liveness Survey(const ClusterRecord& r) {
   return l;
 }
 
+// If the record is that of a `drover start --head` head (no daemon of `drover up`)
+// whose scheduler runs: a sentence saying so; else "".
+std::string StartedHead(const ClusterRecord& r) {
+  if (r.scheduler_pid != 0 || !r.scheduler_argv.empty() ||
+      !RunsDaemon(r.head_pid, kSchedulerProgram)) {
+    return "";
+  }
+  return absl::StrCat("a head started by `drover start --head` runs here (scheduler pid ",
+                      r.head_pid, " at ", r.address.empty() ? "?" : r.address, ", recorded in ",
+                      ClusterFile(), ")");
+}
+
 // "scheduler (pid 12)" / "scheduler (dead)".
 std::string Described(const std::string& name, pid_t pid) {
   return pid != 0 ? absl::StrCat(name, " (pid ", pid, ")") : absl::StrCat(name, " (dead)");
@@ -490,6 +502,10 @@ int CmdUp(const UpFlags& f, bool json) {
   const std::string dir = home + "/cluster";
   // Never a second cluster over live daemons of the first: bring back what is dead.
   if (auto existing = ReadClusterFile(); existing.ok()) {
+    if (std::string head = StartedHead(*existing); !head.empty()) {
+      return Fail(absl::StrCat(head, "; `drover up` would start a second cluster over it: "
+                               "use another DROVER_HOME, or stop that head first"));
+    }
     const Liveness live = Survey(*existing);
     if (live.any()) return RepairCluster(*existing, live, f, json);
     if (!json) {
@@ -726,6 +742,11 @@ int CmdDown(bool json) {
                                "; nothing to stop (start one with `drover up`)"));
     }
     return Fail(record.status());
+  }
+  if (std::string head = StartedHead(*record); !head.empty()) {
+    return Fail(absl::StrCat(head, "; `drover down` stops what `drover up` started: stop "
+                             "it where it was started (`systemctl stop drover-scheduler`, or "
+                             "SIGTERM to pid ", record->head_pid, ")"));
   }
   // Every daemon of the cluster: the recorded pids that still run their daemon, and any
   // other process running a daemon on the cluster's directory (brought back by hand).

@@ -84,7 +84,7 @@ absl::StatusOr<ClusterRecord> ParseClusterRecord(const std::string& text,
     }
   }
   for (auto [key, out] : {std::pair{"scheduler_pid", &r.scheduler_pid},
-                          std::pair{"redis_pid", &r.redis_pid}}) {
+                          std::pair{"redis_pid", &r.redis_pid}, std::pair{"pid", &r.head_pid}}) {
     if (auto it = j.find(key); it != j.end()) {
       DROVER_ASSIGN_OR_RETURN(*out, Pid(*it, path, key));
     }

@@ -22,6 +22,9 @@ struct ClusterRecord {
   pid_t scheduler_pid = 0;  // 0: none recorded
   pid_t redis_pid = 0;
   std::vector<pid_t> agent_pids;
+  // The scheduler's own pid ("pid"), which it writes into its ready file: the whole
+  // record of a `drover start --head` head, whose ready file is cluster.json.
+  pid_t head_pid = 0;
   // What `drover up` needs to bring a dead daemon back in place (absent in records of
   // `drover start --head` and of older versions): the cluster's directory, the Redis
   // it started (address, password file) and each daemon's command line as started,

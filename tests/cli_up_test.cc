@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <hiredis/hiredis.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -401,6 +402,38 @@ TEST_F(CliUpRestartTest, UpBringsBackADeadHeadOrAgentInPlaceAndJobsRunOn) {
   }
   EXPECT_TRUE(ProcessesNaming(home_ + "/").empty())
       << absl::StrJoin(ProcessesNaming(home_ + "/"), "\n");
+}
+
+// A DROVER_HOME whose cluster.json is a `drover start --head` head's (its ready file):
+// while that head runs, `up` starts no second cluster over it and `down` does not
+// forget it (before, `up` overwrote its record and `down` removed it).
+TEST_F(CliUpTest, UpAndDownLeaveAStartedHeadAlone) {
+  SpawnOptions o;
+  o.argv = {Runfile("cli/drover"), "start", "--head", "--bind", "127.0.0.1", "--port", "0"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "DROVER_") || absl::StartsWith(*e, "DROVER_BIN_DIR=")) {
+      o.env.push_back(*e);
+    }
+  }
+  o.env.push_back("DROVER_HOME=" + home_);
+  o.stdout_path = o.stderr_path = home_ + "/head.log";
+  auto head = Spawn(o);
+  ASSERT_TRUE(head.ok()) << head.status();
+  ASSERT_TRUE(WaitFor([&] { return FileSize(home_ + "/cluster.json") > 0; }, absl::Seconds(30)))
+      << ReadFile(home_ + "/head.log").value_or("");
+  std::string out, err;
+  EXPECT_NE(Drover({"up", "--nodes", "1"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "drover start --head")) << err;
+  EXPECT_NE(Drover({"down"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, absl::StrCat("SIGTERM to pid ", *head))) << err;
+  EXPECT_EQ(kill(*head, 0), 0);
+  EXPECT_EQ(CountDaemons("drover-agent", home_ + "/"), 0);
+  ASSERT_TRUE(ReadFile(home_ + "/cluster.json").ok());
+  kill(*head, SIGTERM);
+  int status = 0;
+  EXPECT_EQ(waitpid(*head, &status, 0), *head);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ::unlink((home_ + "/cluster.json").c_str());
 }
 
 // Issue 19, item 5: the Redis of `drover up --redis` has a generated password that no

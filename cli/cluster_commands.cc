@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -443,10 +444,34 @@ int RepairCluster(const ClusterRecord& r, const Liveness& live, const UpFlags& f
     restarted.push_back(absl::StrCat("scheduler (pid ", p, ", ", got, ")"));
   }
 
+  auto client = Client::Connect({r.address, r.token_file, r.tls_ca});
+  if (!client.ok()) return Fail(client.status());
+  // A restarted agent is the node of its directory (`<dir>/node-id`). The scheduler may
+  // still show that node ALIVE at its dead agent's address for a moment (the loss is
+  // declared after a grace): it is back once it shows another address.
+  std::map<std::string, std::string> coming_back;  // node id -> the dead agent's address
+  auto node_of = [](const std::vector<std::string>& argv) -> std::string {
+    for (size_t k = 0; k + 1 < argv.size(); ++k) {
+      if (argv[k] == "--dir") {
+        auto id = ReadFile(argv[k + 1] + "/node-id");
+        return id.ok() ? std::string(absl::StripAsciiWhitespace(*id)) : "";
+      }
+    }
+    return "";
+  };
+  absl::StatusOr<ClusterStatus> before = (*client)->Status();
   nlohmann::json agent_pids = nlohmann::json::array();
   for (size_t i = 0; i < nodes; ++i) {
     pid_t p = live.agents[i];
     if (p == 0) {
+      if (std::string id = node_of(r.agent_argvs[i]); !id.empty()) {
+        coming_back[id] = "";
+        if (before.ok()) {
+          for (const auto& n : before->nodes) {
+            if (n.node_id == id) coming_back[id] = n.agent_address;
+          }
+        }
+      }
       auto pid = spawn(r.agent_argvs[i], log_of(absl::StrCat("agent-", i)));
       if (!pid.ok()) return Fail(pid.status());
       p = *pid;
@@ -459,8 +484,6 @@ int RepairCluster(const ClusterRecord& r, const Liveness& live, const UpFlags& f
 
   // Every node ALIVE again: the agents of a restarted scheduler re-register (their
   // nodes show RECONNECTING until then), a restarted agent registers as its node.
-  auto client = Client::Connect({r.address, r.token_file, r.tls_ca});
-  if (!client.ok()) return Fail(client.status());
   ClusterStatus status;
   int alive = 0;
   bool ok = WaitFor(
@@ -469,8 +492,17 @@ int RepairCluster(const ClusterRecord& r, const Liveness& live, const UpFlags& f
         if (!st.ok()) return false;
         status = *st;
         alive = 0;
-        for (const auto& n : st->nodes) alive += n.state == NodeState::kAlive;
-        return alive >= static_cast<int>(nodes);
+        size_t back = 0;
+        for (const auto& n : st->nodes) {
+          if (n.state != NodeState::kAlive) continue;
+          auto it = coming_back.find(n.node_id);
+          if (it != coming_back.end() && !it->second.empty() && n.agent_address == it->second) {
+            continue;  // still the dead agent's registration
+          }
+          ++alive;
+          back += it != coming_back.end();
+        }
+        return alive >= static_cast<int>(nodes) && back == coming_back.size();
       },
       absl::Seconds(f.timeout_s));
   if (!ok) {

@@ -1,8 +1,10 @@
 // drover up | down | start
 //
 // `up` starts a whole local cluster (scheduler + N agents, optionally redis-server) as
-// background daemons and records them in $DROVER_HOME/cluster.json; `down` stops
-// what that file lists. `start` runs one daemon in the foreground for real
+// background daemons and records them in $DROVER_HOME/cluster.json; over a recorded
+// cluster of which something still runs, it brings back only the dead daemons, in
+// place. `down` stops every daemon of the cluster: those the file lists and any other
+// running on the cluster's directory. `start` runs one daemon in the foreground for real
 // multi-machine clusters (one head, one agent per machine).
 #include <dirent.h>
 #include <signal.h>

@@ -444,6 +444,11 @@ int RepairCluster(const ClusterRecord& r, const Liveness& live, const UpFlags& f
                                LogTail(log_of("scheduler"))));
     }
     restarted.push_back(absl::StrCat("scheduler (pid ", p, ", ", got, ")"));
+    if (r.redis.empty()) {
+      say("drover: this cluster keeps its state in memory: the jobs of the scheduler that "
+          "died are lost and their processes stopped (`drover up --redis` keeps jobs "
+          "running across a head restart)");
+    }
   }
 
   auto client = Client::Connect({r.address, r.token_file, r.tls_ca});

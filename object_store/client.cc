@@ -239,6 +239,12 @@ absl::StatusOr<MutableObject> Client::CreateOn(Link& link, const ObjectId& id,
 }
 
 absl::Status Client::LostBeforeSeal(Link& link, const ObjectId& id, absl::Status s) {
+  if (s.code() == absl::StatusCode::kNotFound && reconnects() > 0) {
+    // Most likely created on the connection before the last reconnect.
+    return absl::NotFoundError(absl::StrCat(
+        s.message(), " (this client connected again to a restarted object store: an object "
+        "created before the restart was lost with the old store; create it again)"));
+  }
   if (s.ok() || !link.conn->broken()) return s;
   return absl::UnavailableError(absl::StrCat(
       "object ", id, " was being written when the connection to the object store broke (",

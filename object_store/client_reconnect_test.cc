@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <thread>
@@ -62,6 +63,8 @@ TEST(ClientReconnectTest, CallsWaitForARestartedStoreAndGoOn) {
   absl::StatusOr<ObjectRef> held = c.Get("large", absl::ZeroDuration());
   ASSERT_TRUE(held.ok()) << held.status();
 
+  absl::StatusOr<MutableObject> draft = c.Create("draft", 1000);
+  ASSERT_TRUE(draft.ok()) << draft.status();
   store.Kill(SIGKILL);
   // The store comes back while the next put waits for it.
   std::atomic<bool> calling{false};
@@ -86,6 +89,11 @@ TEST(ClientReconnectTest, CallsWaitForARestartedStoreAndGoOn) {
   EXPECT_FALSE(lost.ok());
   EXPECT_EQ(std::vector<uint8_t>(held->data().begin(), held->data().end()), large);
   held->Reset();
+  // An object being written when the store died cannot be sealed, and the error says why.
+  std::fill(draft->data.begin(), draft->data.end(), 7);  // its span is still mapped
+  absl::Status sealed = c.Seal("draft");
+  EXPECT_EQ(sealed.code(), absl::StatusCode::kNotFound) << sealed;
+  EXPECT_TRUE(absl::StrContains(sealed.message(), "restarted object store")) << sealed;
 }
 
 TEST(ClientReconnectTest, AStoreThatStaysAwayGetsAClearUnavailable) {

@@ -39,20 +39,23 @@ pack() {
   bazel build -c opt "${targets[@]}" || die "bazel build failed"
   local out
   out=$(bazel info -c opt bazel-bin) || die "bazel info failed"
-  rm -rf "$PACK"
-  mkdir -p "$PACK/bin" "$PACK/lib" "$PACK/testing"
+  # Staged outside the tree, then one gzip'd tar in gpu_pack/ (the binaries hold gRPC,
+  # protobuf and Abseil statically, ~15 MB each stripped: 73 MB loose, ~30 MB packed).
+  local STAGE
+  STAGE=$(mktemp -d /tmp/gpu_pack_stage.XXXXXX)/pack
+  mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/testing"
   for t in "${bins[@]}"; do
-    install -m 0755 "$out/${t%%:*}/${t##*:}" "$PACK/bin/"
+    install -m 0755 "$out/${t%%:*}/${t##*:}" "$STAGE/bin/"
   done
-  install -m 0755 "$out/node_agent/libfake_nvml.so" "$out/gpu/libfake_cuda.so" "$PACK/testing/"
-  strip --strip-unneeded "$PACK"/bin/* "$PACK"/testing/*.so
+  install -m 0755 "$out/node_agent/libfake_nvml.so" "$out/gpu/libfake_cuda.so" "$STAGE/testing/"
+  strip --strip-unneeded "$STAGE"/bin/* "$STAGE"/testing/*.so
   # What the binaries link beyond glibc and the driver: carried, found through $ORIGIN.
   # glibc's own libraries come from the machine (its glibc is at least as new: Ubuntu 24.04
   # there, Debian 12 here); libstdc++ and libgcc_s travel so that a machine with an
   # older GCC runtime works too.
   local base='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libnss_.*|libanl|libmvec)\.so'
   local lib path name
-  local queue=("$PACK"/bin/*)
+  local queue=("$STAGE"/bin/*)
   local seen=" "
   while ((${#queue[@]})); do
     local f=${queue[0]}
@@ -63,37 +66,43 @@ pack() {
       case "$name" in libcuda.so*|libnvidia-*|libcudart*|libnccl*) continue ;; esac
       [[ "$seen" == *" $name "* ]] && continue
       seen+="$name "
-      cp -L "$path" "$PACK/lib/$name"
-      chmod 0644 "$PACK/lib/$name"
-      queue+=("$PACK/lib/$name")
+      cp -L "$path" "$STAGE/lib/$name"
+      chmod 0644 "$STAGE/lib/$name"
+      queue+=("$STAGE/lib/$name")
     done < <(ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
   done
-  strip --strip-unneeded "$PACK"/lib/*.so* 2>/dev/null
-  for f in "$PACK"/bin/*; do
+  strip --strip-unneeded "$STAGE"/lib/*.so* 2>/dev/null
+  for f in "$STAGE"/bin/*; do
     # drover-launch is static; patchelf refuses it and it needs nothing.
     if readelf -d "$f" 2>/dev/null | grep -q NEEDED; then
       patchelf --set-rpath '$ORIGIN/../lib' "$f" || die "patchelf $f"
     fi
   done
-  for f in "$PACK"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f" || die "patchelf $f"; done
+  for f in "$STAGE"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f" || die "patchelf $f"; done
   # Nothing may still resolve outside the pack but glibc (and no CUDA at all).
   local missing=0
-  for f in "$PACK"/bin/* "$PACK"/lib/*; do
+  for f in "$STAGE"/bin/* "$STAGE"/lib/*; do
     while read -r name path; do
       [[ "$name" =~ $base ]] && continue
-      if [[ "$path" != "$PACK/lib/"* ]]; then
+      path=$(realpath -m "$path")
+      if [[ "$path" != "$(realpath "$STAGE")/lib/"* ]]; then
         echo "gpu_check.sh: $f still takes $name from $path" >&2
         missing=1
       fi
     done < <(ldd "$f" 2>/dev/null | awk '$2 == "=>" {print $1, $3}')
   done
   ((missing == 0)) || die "some libraries are not in the pack"
+  rm -rf "$PACK"
+  mkdir -p "$PACK"
+  tar -C "$STAGE" -czf "$PACK/pack.tar.gz" bin lib testing || die "tar failed"
   {
-    echo "commit $(git rev-parse HEAD 2>/dev/null)$(git diff --quiet 2>/dev/null || echo ' (with local changes)')"
+    echo "commit $(git rev-parse HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
     echo "built $(date -u +%FT%TZ) on $(. /etc/os-release; echo "$PRETTY_NAME"), -c opt, stripped"
     echo "glibc $(ldd --version | head -1 | awk '{print $NF}')"
-    (cd "$PACK" && du -b bin/* lib/* testing/* | awk '{printf "%10d %s\n", $1, $2}')
+    echo "pack.tar.gz holds (bytes):"
+    (cd "$STAGE" && du -b bin/* lib/* testing/* | awk '{printf "%10d %s\n", $1, $2}')
   } > "$PACK/MANIFEST"
+  rm -rf "$(dirname "$STAGE")"
   local size tree
   size=$(du -sb "$PACK" | awk '{print $1}')
   tree=$( (git ls-files -z; git ls-files -z --others --exclude-standard) | du -cb --files0-from=- 2>/dev/null | tail -1 | awk '{print $1}')
@@ -132,10 +141,13 @@ find_lib() {  # find_lib NAME DIR...
 run() {
   local stand_in=0
   [[ "${1:-}" == "--stand-in" ]] && stand_in=1
-  [[ -x "$PACK/bin/drover" ]] || die "no $PACK/bin/drover: run 'scripts/gpu_check.sh pack' on a build machine and carry gpu_pack"
-  export PATH="$PACK/bin:$PATH"
+  [[ -f "$PACK/pack.tar.gz" ]] || die "no $PACK/pack.tar.gz: run 'scripts/gpu_check.sh pack' on a build machine and carry gpu_pack"
   local work
   work=$(mktemp -d /tmp/gpucheck.XXXXXX)
+  PK="$work/pack"
+  mkdir -p "$PK"
+  tar -C "$PK" -xzf "$PACK/pack.tar.gz" || die "cannot unpack $PACK/pack.tar.gz"
+  export PATH="$PK/bin:$PATH"
   export DROVER_HOME="$work/home"
   mkdir -p "$DROVER_HOME"
   LOG="$work/log"
@@ -148,10 +160,10 @@ run() {
   # ---- the machine
   local smi=0 gpus=0 names="" mems="" uuids=""
   if ((stand_in)); then
-    export DROVER_NVML_LIBRARY="$PACK/testing/libfake_nvml.so"
+    export DROVER_NVML_LIBRARY="$PK/testing/libfake_nvml.so"
     export DROVER_FAKE_NVML_DEVICES="NVIDIA H100 80GB HBM3|85520809984|GPU-0a0a0a0a-0000-0000-0000-000000000000"
-    export DROVER_CUDA_RUNTIME_LIBRARY="$PACK/testing/libfake_cuda.so"
-    export DROVER_NCCL_LIBRARY="$PACK/testing/libfake_cuda.so"
+    export DROVER_CUDA_RUNTIME_LIBRARY="$PK/testing/libfake_cuda.so"
+    export DROVER_NCCL_LIBRARY="$PK/testing/libfake_cuda.so"
     export DROVER_FAKE_CUDA_DEVICES=1
     gpus=1 names="NVIDIA H100 80GB HBM3" mems=81559 uuids="GPU-0a0a0a0a-0000-0000-0000-000000000000"
     note "stand-in: NVML and CUDA/NCCL are gpu_pack/testing's stand-ins, no GPU is used"
@@ -184,7 +196,7 @@ run() {
     timeout 20 "$b" --help >/dev/null 2>&1 || bad+=" $b($?)"
   done
   if [[ -z "$bad" ]]; then res PASS pack_starts "drover, drover-scheduler, drover-agent, drover-object-store, drover-gpucheck --help"
-  else res FAIL pack_starts "failed:$bad; ldd: $(ldd "$PACK/bin/drover" 2>&1 | grep 'not found' | head -3 | tr '\n' ' ')"; fi
+  else res FAIL pack_starts "failed:$bad; ldd: $(ldd "$PK/bin/drover" 2>&1 | grep 'not found' | head -3 | tr '\n' ' ')"; fi
 
   # ---- CUDA runtime and NCCL: which were loaded
   local info
@@ -256,13 +268,16 @@ run() {
   if [[ "$seen_count" == "$gpus" && "$seen" == "$want" ]]; then res PASS nvml_discovery "$gpus GPU(s): $seen"
   else res FAIL nvml_discovery "scheduler counts $seen_count, agent log says '$seen', nvidia-smi '$want'"; fi
   local model=${an[0]}
-  if grep -q "${gpus}/${gpus} ${gpus}x ${model}" <<<"$st_text"; then
-    res PASS status_shows_gpus "$(grep -o "${gpus}/${gpus} ${gpus}x ${model}" <<<"$st_text" | head -1)"
+  # One GPU shows as "1/1 <model>", several as "N/N Nx <model>".
+  local shown
+  shown=$(grep -oE "${gpus}/${gpus} (${gpus}x )?${model}" <<<"$st_text" | head -1)
+  if [[ -n "$shown" && ( $gpus == 1 || "$shown" == *"${gpus}x "* ) ]]; then
+    res PASS status_shows_gpus "drover status: GPUS FREE/TOTAL $shown"
   else res FAIL status_shows_gpus "drover status: $(tr '\n' ' ' <<<"$st_text" | cut -c1-300)"; fi
 
   # ---- a job with gpus=1 sees exactly its device
   local out probe cvd
-  out=$(timeout 60 drover run --nproc 1 --gpus-per-proc 1 -- "$PACK/bin/drover-gpucheck" probe 2>&1)
+  out=$(timeout 60 drover run --nproc 1 --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" probe 2>&1)
   probe=$(grep -o 'PROBE .*' <<<"$out" | head -1)
   check_probe job_gpu_pinning "$probe" "$out"
 
@@ -288,13 +303,13 @@ run() {
   for size in 1048576 1073741824; do
     label=$([[ $size == 1048576 ]] && echo 1MiB || echo 1GiB)
     if ((stand_in)) && [[ $size == 1073741824 ]]; then size=$((64 << 20)); label=1GiB; fi
-    out=$(timeout 180 drover run --nproc 1 --gpus-per-proc 1 -- "$PACK/bin/drover-gpucheck" copier "$size" 2>&1)
+    out=$(timeout 180 drover run --nproc 1 --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" copier "$size" 2>&1)
     put=$(grep -o 'PUT bytes=.*' <<<"$out" | head -1)
     get=$(grep -o 'GET bytes=.*' <<<"$out" | head -1)
     note "$put"
     note "$get"
     if [[ "$(kv exact "$get")" == yes ]]; then
-      res PASS "copier_$label" "$size bytes device -> store -> device in another process, exact; put $(kv put_gbps "$put") GB/s, get $(kv get_gbps "$get") GB/s$( ((stand_in)) && echo ' (stand-in: 64 MiB, host memory)')"
+      res PASS "copier_$label" "$size bytes device -> store -> device in another process, exact; put $(kv put_gbps "$put") GB/s, get $(kv get_gbps "$get") GB/s$( ((stand_in)) && echo " (stand-in: host memory as the device$([[ $label == 1GiB ]] && echo ', 64 MiB instead of 1 GiB'))")"
     else res FAIL "copier_$label" "${get:-$(tail -3 <<<"$out" | tr '\n' ' ')}"; fi
   done
   if ((stand_in)); then
@@ -311,7 +326,7 @@ run() {
   fi
 
   # ---- NCCL: one rank per GPU (NCCL refuses two ranks on one GPU)
-  out=$(timeout 180 drover run --nproc "$gpus" --gpus-per-proc 1 -- "$PACK/bin/drover-gpucheck" nccl 2>&1)
+  out=$(timeout 180 drover run --nproc "$gpus" --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" nccl 2>&1)
   rc=$?
   local ranks_ok
   ranks_ok=$(grep -c 'NCCL rank=.* exact=yes' <<<"$out")
@@ -329,7 +344,7 @@ run() {
   else
     local kd="$work/kill"
     mkdir -p "$kd"
-    out=$(timeout 180 drover run --nproc "$gpus" --gpus-per-proc 1 -- "$PACK/bin/drover-gpucheck" nccl-kill "$kd" 2>&1)
+    out=$(timeout 180 drover run --nproc "$gpus" --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" nccl-kill "$kd" 2>&1)
     local killed_at worst=0 bad_ranks="" r f code at
     killed_at=$(sed -n 's/^killed_at_ms=//p' "$kd/rank1.txt" 2>/dev/null)
     for ((r = 0; r < gpus; r++)); do
@@ -366,7 +381,7 @@ run() {
   out=$(timeout 60 drover down 2>&1)
   note "drover down: $(tr '\n' ' ' <<<"$out" | cut -c1-120)"
   local left procs
-  left=$(pgrep -f "$PACK/bin/drover" | tr '\n' ' ')
+  left=$(pgrep -f "$PK/bin/drover" | tr '\n' ' ')
   if ((smi)); then
     sleep 1
     procs=$(timeout 30 nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2>&1)

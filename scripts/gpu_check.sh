@@ -23,6 +23,10 @@ set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 PACK="$ROOT/gpu_pack"
+# Where `run` unpacks the pack. Fixed, because it is also the binaries' second rpath
+# entry: a task program (drover-gpucheck) is shipped to the agents' package cache as
+# the binary alone, where $ORIGIN/../lib is not the pack's lib/.
+UNPACKED=/tmp/drover-gpu-pack
 
 die() { echo "gpu_check.sh: $*" >&2; exit 2; }
 
@@ -49,11 +53,16 @@ pack() {
   done
   install -m 0755 "$out/node_agent/libfake_nvml.so" "$out/gpu/libfake_cuda.so" "$STAGE/testing/"
   strip --strip-unneeded "$STAGE"/bin/* "$STAGE"/testing/*.so
-  # What the binaries link beyond glibc and the driver: carried, found through $ORIGIN.
-  # glibc's own libraries come from the machine (its glibc is at least as new: Ubuntu 24.04
-  # there, Debian 12 here); libstdc++ and libgcc_s travel so that a machine with an
-  # older GCC runtime works too.
-  local base='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libnss_.*|libanl|libmvec)\.so'
+  # What the binaries link beyond glibc, the GCC runtime and the driver: carried in lib/,
+  # found through an rpath of $ORIGIN/../lib. glibc comes from the machine (the binaries
+  # need GLIBC_2.34 at most), and so do libstdc++ and libgcc_s (GLIBCXX_3.4.30, GCC 12+):
+  # copies travel in gccrt/, off the rpath, because Debian 12's libstdc++ needs glibc
+  # 2.36; `run` puts them on LD_LIBRARY_PATH only if the machine's are missing or too old.
+  local base='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libutil|libnss_.*|libanl|libmvec|libstdc\+\+|libgcc_s)\.so'
+  mkdir -p "$STAGE/gccrt"
+  cp -L "$(g++ -print-file-name=libstdc++.so.6)" "$(gcc -print-file-name=libgcc_s.so.1)" "$STAGE/gccrt/" || die "no libstdc++"
+  chmod 0644 "$STAGE"/gccrt/*
+  strip --strip-unneeded "$STAGE"/gccrt/*
   local lib path name
   local queue=("$STAGE"/bin/*)
   local seen=" "
@@ -75,7 +84,7 @@ pack() {
   for f in "$STAGE"/bin/*; do
     # drover-launch is static; patchelf refuses it and it needs nothing.
     if readelf -d "$f" 2>/dev/null | grep -q NEEDED; then
-      patchelf --set-rpath '$ORIGIN/../lib' "$f" || die "patchelf $f"
+      patchelf --set-rpath "\$ORIGIN/../lib:$UNPACKED/lib" "$f" || die "patchelf $f"
     fi
   done
   for f in "$STAGE"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f" || die "patchelf $f"; done
@@ -94,13 +103,13 @@ pack() {
   ((missing == 0)) || die "some libraries are not in the pack"
   rm -rf "$PACK"
   mkdir -p "$PACK"
-  tar -C "$STAGE" -czf "$PACK/pack.tar.gz" bin lib testing || die "tar failed"
+  tar -C "$STAGE" -czf "$PACK/pack.tar.gz" bin lib gccrt testing || die "tar failed"
   {
     echo "commit $(git rev-parse HEAD 2>/dev/null)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
     echo "built $(date -u +%FT%TZ) on $(. /etc/os-release; echo "$PRETTY_NAME"), -c opt, stripped"
     echo "glibc $(ldd --version | head -1 | awk '{print $NF}')"
     echo "pack.tar.gz holds (bytes):"
-    (cd "$STAGE" && du -b bin/* lib/* testing/* | awk '{printf "%10d %s\n", $1, $2}')
+    (cd "$STAGE" && du -b bin/* lib/* gccrt/* testing/* | awk '{printf "%10d %s\n", $1, $2}')
   } > "$PACK/MANIFEST"
   rm -rf "$(dirname "$STAGE")"
   local size tree
@@ -144,7 +153,8 @@ run() {
   [[ -f "$PACK/pack.tar.gz" ]] || die "no $PACK/pack.tar.gz: run 'scripts/gpu_check.sh pack' on a build machine and carry gpu_pack"
   local work
   work=$(mktemp -d /tmp/gpucheck.XXXXXX)
-  PK="$work/pack"
+  PK="$UNPACKED"
+  rm -rf "$PK"
   mkdir -p "$PK"
   tar -C "$PK" -xzf "$PACK/pack.tar.gz" || die "cannot unpack $PACK/pack.tar.gz"
   export PATH="$PK/bin:$PATH"
@@ -191,6 +201,10 @@ run() {
   fi
 
   # ---- the pack starts here (no library missing)
+  if ! drover --help >/dev/null 2>&1 && LD_LIBRARY_PATH="$PK/gccrt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" drover --help >/dev/null 2>&1; then
+    export LD_LIBRARY_PATH="$PK/gccrt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    note "this machine's libstdc++ is missing or older than GCC 12's: using the pack's (gccrt/)"
+  fi
   local bad="" b
   for b in drover drover-scheduler drover-agent drover-object-store drover-gpucheck; do
     timeout 20 "$b" --help >/dev/null 2>&1 || bad+=" $b($?)"
@@ -205,14 +219,14 @@ run() {
     local sp cudart
     sp=$("${py:-python3}" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
     local dirs=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-13*/lib64)
-    for d in $sp; do dirs+=("$d/nvidia/cu13/lib" "$d/nvidia/cuda_runtime/lib"); done
+    for d in $sp; do dirs+=("$d/nvidia/cu13/lib" "$d/nvidia/cuda_runtime/lib" "$d"/nvidia/*/lib "$d/torch/lib"); done
     if cudart=$(find_lib 'libcudart.so.13*' "${dirs[@]}"); then export DROVER_CUDA_RUNTIME_LIBRARY="$cudart"; fi
   fi
   if ((!stand_in)) && grep -q "^INFO nccl .*could not be loaded" <<<"$info"; then
     local sp nccl
     sp=$("${py:-python3}" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
     local dirs=(/usr/local/cuda/lib64 /usr/lib/x86_64-linux-gnu)
-    for d in $sp; do dirs+=("$d/nvidia/nccl/lib" "$d/nvidia/cu13/lib"); done
+    for d in $sp; do dirs+=("$d/nvidia/nccl/lib" "$d/nvidia/cu13/lib" "$d"/nvidia/*/lib "$d/torch/lib"); done
     if nccl=$(find_lib 'libnccl.so.2*' "${dirs[@]}"); then export DROVER_NCCL_LIBRARY="$nccl"; fi
   fi
   [[ -n "${DROVER_CUDA_RUNTIME_LIBRARY:-}${DROVER_NCCL_LIBRARY:-}" ]] && info=$(timeout 60 drover-gpucheck info 2>&1)
@@ -257,7 +271,8 @@ run() {
   st_text=$(timeout 30 drover status 2>&1)
   alog=$(find "$DROVER_HOME" -name 'agent-0.log' | head -1)
   local seen_count seen
-  seen_count=$("${py:-python3}" -c 'import json,sys; d=json.load(sys.stdin); print(sum(n["total"]["gpus"] for n in d["nodes"]))' <<<"$st" 2>/dev/null || echo "?")
+  # Sum of every node's total GPUs in the JSON (no python needed).
+  seen_count=$(tr -d '\n' <<<"$st" | grep -oE '"total": *\{[^}]*\}' | grep -oE '"gpus": *[0-9]+' | awk -F: '{n += $2} END {print n + 0}')
   seen=$(grep -o 'GPU [0-9]*: .*' "$alog" 2>/dev/null | sed 's/^GPU [0-9]*: //' | paste -sd';')
   local want i ok=1 IFS_save=$IFS
   IFS=';' read -r -a an <<<"$names"; IFS=';' read -r -a am <<<"$mems"; IFS=';' read -r -a au <<<"$uuids"
@@ -380,8 +395,12 @@ run() {
   # ---- after drover down: no drover process left on the GPU
   out=$(timeout 60 drover down 2>&1)
   note "drover down: $(tr '\n' ' ' <<<"$out" | cut -c1-120)"
-  local left procs
-  left=$(pgrep -f "$PK/bin/drover" | tr '\n' ' ')
+  local left="" procs
+  local p e
+  for p in /proc/[0-9]*; do
+    e=$(readlink "$p/exe" 2>/dev/null) || continue
+    [[ "$e" == "$PK/bin/"* ]] && left+="${p#/proc/}($(basename "$e")) "
+  done
   if ((smi)); then
     sleep 1
     procs=$(timeout 30 nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2>&1)

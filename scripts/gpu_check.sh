@@ -137,6 +137,15 @@ field() { sed -n "s/^$1 //p" <<<"$2" | head -1; }
 # The value of name=value in a line.
 kv() { tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p" | head -1; }
 
+# A step's timeout: its own limit, cut to what is left of the run's budget (RUN_BUDGET
+# seconds from the start, default 450), so that a hung step cannot push the summary past
+# 8 minutes; at least 5 s.
+T() {
+  local left=$((${RUN_BUDGET:-450} - (SECONDS - T0)))
+  ((left < 5)) && left=5
+  echo $(($1 < left ? $1 : left))
+}
+
 # The first file matching a name under the given roots (shallow globs, never a whole-disk walk).
 find_lib() {  # find_lib NAME DIR...
   local name=$1 d f
@@ -163,6 +172,7 @@ run() {
   LOG="$work/log"
   [[ -n "${OUT:-}" && -d "${OUT:-}" ]] && LOG="$OUT/gpu_check"
   local t0=$SECONDS
+  T0=$SECONDS
   local py
   py=$(command -v python3 || true)
   echo "gpucheck: $(date -u +%FT%TZ) on $(uname -srm); pack: $(head -1 "$PACK/MANIFEST" 2>/dev/null)"
@@ -180,7 +190,7 @@ run() {
   elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     smi=1
     local q
-    q=$(timeout 30 nvidia-smi --query-gpu=name,memory.total,uuid,driver_version --format=csv,noheader,nounits)
+    q=$(timeout $(T 30) nvidia-smi --query-gpu=name,memory.total,uuid,driver_version --format=csv,noheader,nounits)
     gpus=$(grep -c . <<<"$q")
     names=$(cut -d, -f1 <<<"$q" | sed 's/^ *//' | paste -sd';')
     mems=$(cut -d, -f2 <<<"$q" | tr -d ' ' | paste -sd';')
@@ -207,14 +217,14 @@ run() {
   fi
   local bad="" b
   for b in drover drover-scheduler drover-agent drover-object-store drover-gpucheck; do
-    timeout 20 "$b" --help >/dev/null 2>&1 || bad+=" $b($?)"
+    timeout $(T 20) "$b" --help >/dev/null 2>&1 || bad+=" $b($?)"
   done
   if [[ -z "$bad" ]]; then res PASS pack_starts "drover, drover-scheduler, drover-agent, drover-object-store, drover-gpucheck --help"
   else res FAIL pack_starts "failed:$bad; ldd: $(ldd "$PK/bin/drover" 2>&1 | grep 'not found' | head -3 | tr '\n' ' ')"; fi
 
   # ---- CUDA runtime and NCCL: which were loaded
   local info
-  info=$(timeout 60 drover-gpucheck info 2>&1)
+  info=$(timeout $(T 60) drover-gpucheck info 2>&1)
   if ((!stand_in)) && grep -q "^INFO cuda .*could not be loaded" <<<"$info"; then
     local sp cudart
     sp=$("${py:-python3}" -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
@@ -229,7 +239,7 @@ run() {
     for d in $sp; do dirs+=("$d/nvidia/nccl/lib" "$d/nvidia/cu13/lib" "$d"/nvidia/*/lib "$d/torch/lib"); done
     if nccl=$(find_lib 'libnccl.so.2*' "${dirs[@]}"); then export DROVER_NCCL_LIBRARY="$nccl"; fi
   fi
-  [[ -n "${DROVER_CUDA_RUNTIME_LIBRARY:-}${DROVER_NCCL_LIBRARY:-}" ]] && info=$(timeout 60 drover-gpucheck info 2>&1)
+  [[ -n "${DROVER_CUDA_RUNTIME_LIBRARY:-}${DROVER_NCCL_LIBRARY:-}" ]] && info=$(timeout $(T 60) drover-gpucheck info 2>&1)
   local rc_info=$?
   sed 's/^/  /' <<<"$info"
   local cuda_line nccl_line
@@ -258,7 +268,7 @@ run() {
   # whole arena with CUDA, as the DataLoader does, pins all of it)
   export DROVER_OBJECT_STORE_MEMORY=$((4 << 30))
   local up
-  if ! up=$(timeout 90 drover up --nodes 1 --timeout 60 2>&1); then
+  if ! up=$(timeout $(T 90) drover up --nodes 1 --timeout $(T 60) 2>&1); then
     res FAIL cluster_up "drover up: $(tail -5 <<<"$up" | tr '\n' ' ')"
     summary "$t0"
     return
@@ -267,8 +277,8 @@ run() {
 
   # ---- NVML discovery: count from the scheduler, name/memory/UUID from the agent's log
   local st st_text alog
-  st=$(timeout 30 drover status --json 2>&1)
-  st_text=$(timeout 30 drover status 2>&1)
+  st=$(timeout $(T 30) drover status --json 2>&1)
+  st_text=$(timeout $(T 30) drover status 2>&1)
   alog=$(find "$DROVER_HOME" -name 'agent-0.log' | head -1)
   local seen_count seen
   # Sum of every node's total GPUs in the JSON (no python needed).
@@ -292,12 +302,12 @@ run() {
 
   # ---- a job with gpus=1 sees exactly its device
   local out probe cvd
-  out=$(timeout 60 drover run --nproc 1 --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" probe 2>&1)
+  out=$(timeout $(T 60) drover run --nproc 1 --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" probe 2>&1)
   probe=$(grep -o 'PROBE .*' <<<"$out" | head -1)
   check_probe job_gpu_pinning "$probe" "$out"
 
   # ---- a task with gpus=1 (and the DataLoader's pin_memory into CopyToDevice)
-  out=$(timeout 120 drover-gpucheck tasks 2>&1)
+  out=$(timeout $(T 120) drover-gpucheck tasks 2>&1)
   probe=$(grep -o 'TASK .*' <<<"$out" | head -1 | sed 's/^TASK/PROBE/')
   check_probe task_gpu_pinning "$probe" "$out"
   local loader
@@ -307,7 +317,7 @@ run() {
   else res FAIL dataloader_pin_memory "${loader:-$(tail -3 <<<"$out" | tr '\n' ' ')}"; fi
 
   # ---- more GPUs than the machine has: refused
-  out=$(timeout 60 drover run --nproc 1 --gpus-per-proc $((gpus + 1)) -- /bin/true 2>&1)
+  out=$(timeout $(T 60) drover run --nproc 1 --gpus-per-proc $((gpus + 1)) -- /bin/true 2>&1)
   local rc=$?
   if [[ $rc != 0 && $rc != 124 ]] && grep -q "can never run on this cluster" <<<"$out"; then
     res PASS too_many_gpus_refused "exit $rc: $(grep -o 'can never run.*' <<<"$out" | head -1 | cut -c1-160)"
@@ -318,7 +328,7 @@ run() {
   for size in 1048576 1073741824; do
     label=$([[ $size == 1048576 ]] && echo 1MiB || echo 1GiB)
     if ((stand_in)) && [[ $size == 1073741824 ]]; then size=$((64 << 20)); label=1GiB; fi
-    out=$(timeout 180 drover run --nproc 1 --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" copier "$size" 2>&1)
+    out=$(timeout $(T 180) drover run --nproc 1 --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" copier "$size" 2>&1)
     put=$(grep -o 'PUT bytes=.*' <<<"$out" | head -1)
     get=$(grep -o 'GET bytes=.*' <<<"$out" | head -1)
     note "$put"
@@ -341,7 +351,7 @@ run() {
   fi
 
   # ---- NCCL: one rank per GPU (NCCL refuses two ranks on one GPU)
-  out=$(timeout 180 drover run --nproc "$gpus" --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" nccl 2>&1)
+  out=$(timeout $(T 180) drover run --nproc "$gpus" --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" nccl 2>&1)
   rc=$?
   local ranks_ok
   ranks_ok=$(grep -c 'NCCL rank=.* exact=yes' <<<"$out")
@@ -359,7 +369,7 @@ run() {
   else
     local kd="$work/kill"
     mkdir -p "$kd"
-    out=$(timeout 180 drover run --nproc "$gpus" --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" nccl-kill "$kd" 2>&1)
+    out=$(timeout $(T 180) drover run --nproc "$gpus" --gpus-per-proc 1 -- "$PK/bin/drover-gpucheck" nccl-kill "$kd" 2>&1)
     local killed_at worst=0 bad_ranks="" r f code at
     killed_at=$(sed -n 's/^killed_at_ms=//p' "$kd/rank1.txt" 2>/dev/null)
     for ((r = 0; r < gpus; r++)); do
@@ -377,13 +387,13 @@ run() {
   fi
 
   # ---- PyTorch DDP with backend nccl under drover, against one process
-  if [[ -z "$py" ]] || ! timeout 120 "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  if [[ -z "$py" ]] || ! timeout $(T 120) "$py" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     res SKIP ddp_nccl "python3 with a CUDA-enabled torch that sees a GPU is not here"
   else
-    out=$(timeout 240 drover run --nproc "$gpus" --gpus-per-proc 1 -- "$py" "$ROOT/tests/gpu/ddp_check.py" 2>&1)
+    out=$(timeout $(T 240) drover run --nproc "$gpus" --gpus-per-proc 1 -- "$py" "$ROOT/tests/gpu/ddp_check.py" 2>&1)
     rc=$?
     local local_out l1 l2
-    local_out=$(CUDA_VISIBLE_DEVICES=0 timeout 120 "$py" "$ROOT/tests/gpu/ddp_check.py" --local 2>&1)
+    local_out=$(CUDA_VISIBLE_DEVICES=0 timeout $(T 120) "$py" "$ROOT/tests/gpu/ddp_check.py" --local 2>&1)
     l1=$(grep -o 'final_loss=.*' <<<"$out" | head -1 | cut -d= -f2)
     l2=$(grep -o 'final_loss=.*' <<<"$local_out" | head -1 | cut -d= -f2)
     note "$(grep -o 'ddp_check world=.*' <<<"$out" | head -1)"
@@ -393,7 +403,7 @@ run() {
   fi
 
   # ---- after drover down: no drover process left on the GPU
-  out=$(timeout 60 drover down 2>&1)
+  out=$(timeout $(T 60) drover down 2>&1)
   note "drover down: $(tr '\n' ' ' <<<"$out" | cut -c1-120)"
   local left="" procs
   local p e
@@ -403,7 +413,7 @@ run() {
   done
   if ((smi)); then
     sleep 1
-    procs=$(timeout 30 nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2>&1)
+    procs=$(timeout $(T 30) nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2>&1)
     if ! grep -qiE 'drover|ddp_check' <<<"$procs" && [[ -z "$left" ]]; then
       res PASS no_gpu_process_after_down "nvidia-smi compute apps: ${procs:-none}"
     else res FAIL no_gpu_process_after_down "nvidia-smi: $(tr '\n' ' ' <<<"$procs"); drover pids left: ${left:-none}"; fi

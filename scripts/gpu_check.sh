@@ -13,8 +13,11 @@
 #                                        (gpu_pack/testing/) instead of the driver's; the
 #                                        checks that need a real device say SKIP and why
 #
-# With the device tool: run(command="bash scripts/gpu_check.sh run", carry=["gpu_pack"]).
-# The whole run is bounded (each check has its own timeout; about 8 minutes at most).
+# With the device tool (one call; the pack must be made first, here):
+#   run(command="set -o pipefail; bash scripts/gpu_check.sh run 2>&1 | tee $OUT/gpu_check.log",
+#       carry=["gpu_pack"], timeout_s=540)
+# The whole run is bounded (each step has a timeout within a 450 s budget). With a FAIL,
+# the cluster's logs come back as $OUT/cluster_logs.tar.gz.
 # CUDA and NCCL come from the GPU machine: drover loads libcudart and libnccl with
 # dlopen; when the default search (/usr/local/cuda/lib64, ldconfig) finds none, this
 # script looks in PyTorch's site-packages and exports DROVER_CUDA_RUNTIME_LIBRARY /
@@ -403,6 +406,7 @@ run() {
   fi
 
   # ---- after drover down: no drover process left on the GPU
+  keep_logs
   out=$(timeout $(T 60) drover down 2>&1)
   note "drover down: $(tr '\n' ' ' <<<"$out" | cut -c1-120)"
   local left="" procs
@@ -414,8 +418,9 @@ run() {
   if ((smi)); then
     sleep 1
     procs=$(timeout $(T 30) nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader 2>&1)
-    if ! grep -qiE 'drover|ddp_check' <<<"$procs" && [[ -z "$left" ]]; then
-      res PASS no_gpu_process_after_down "nvidia-smi compute apps: ${procs:-none}"
+    # This machine runs nothing else on its GPU: any compute process left is ours.
+    if [[ -z "$(tr -d ' \n' <<<"$procs")" && -z "$left" ]]; then
+      res PASS no_gpu_process_after_down "nvidia-smi lists no compute process; no drover daemon left"
     else res FAIL no_gpu_process_after_down "nvidia-smi: $(tr '\n' ' ' <<<"$procs"); drover pids left: ${left:-none}"; fi
   else
     res SKIP no_gpu_process_after_down "no nvidia-smi (stand-in); drover processes left: ${left:-none}"
@@ -444,13 +449,24 @@ check_probe() {
   else res FAIL "$name" "$probe (nvidia-smi: GPU $cvd is ${want_uuid:-unknown})"; fi
 }
 
+# With a FAIL so far and $OUT set (the device tool), the cluster's logs go back too
+# (drover down deletes them).
+KEPT=0
+keep_logs() {
+  ((FAIL > 0 && KEPT == 0)) && [[ -n "${OUT:-}" && -d "${OUT:-}" && -d "$DROVER_HOME" ]] &&
+    tar -C "$DROVER_HOME" -czf "$OUT/cluster_logs.tar.gz" --exclude=packages . 2>/dev/null && KEPT=1
+  return 0
+}
+
 summary() {
   local t0=$1
+  keep_logs
   local line="GPUCHECK SUMMARY pass=$PASS fail=$FAIL skip=$SKIP seconds=$((SECONDS - t0))"
   echo "$line"
   [[ -n "$LOG" ]] && echo "$line" >> "$LOG.results"
   # A cluster left by a failed step: stop it (our own processes only).
   drover down >/dev/null 2>&1
+  [[ -n "${GPUCHECK_KEEP:-}" ]] || rm -rf "$work"
 }
 
 case "${1:-}" in

@@ -322,8 +322,11 @@ int Copier(size_t bytes) {
   if (absl::Status sealed = (*client)->Seal(id); !sealed.ok()) return Fail("PUT", sealed);
   double d2h = 0, h2d = 0;
   if (absl::Status b = Baseline(g, *dev, bytes, &d2h, &h2d); !b.ok()) return Fail("PUT", b);
-  std::printf("PUT bytes=%zu put_gbps=%.2f pinned_d2h_gbps=%.2f pinned_h2d_gbps=%.2f registered=%s\n",
-              bytes, put_gbps, d2h, h2d, reg.ok() ? "yes" : std::string(reg.message()).c_str());
+  std::printf("PUT bytes=%zu put_gbps=%.2f pinned_d2h_gbps=%.2f pinned_h2d_gbps=%.2f arena_mib=%llu "
+              "registered=%s\n",
+              bytes, put_gbps, d2h, h2d,
+              static_cast<unsigned long long>((*client)->arena_capacity() >> 20),
+              reg.ok() ? "yes" : std::string(reg.message()).c_str());
   std::fflush(stdout);
   (void)g.rt->Free(0, *dev);
   // The reader: another process (this binary), given the object's id.

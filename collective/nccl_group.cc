@@ -40,28 +40,28 @@ class NcclGroup : public internal::GroupBase {
   NcclGroup(GroupOptions options, const gpu::CudaApi* cu, const gpu::NcclApi* nc, ncclComm_t comm,
             cudaStream_t stream, float* scratch)
       : GroupBase(std::move(options), "NCCL"),
-        cu(cu),
-        nc(nc),
+        cu_(cu),
+        nc_(nc),
         comm_(comm),
         stream_(stream),
         scratch_(scratch) {}
 
   ~NcclGroup() override {
     StopWatching();
-    cu->cudaSetDevice(options_.device);
+    cu_->cudaSetDevice(options_.device);
     if (comm_ != nullptr) {
       // A healthy communicator is finalized; a broken one was aborted already.
-      nc->ncclCommDestroy(comm_);
+      nc_->ncclCommDestroy(comm_);
     }
-    if (scratch_ != nullptr) cu->cudaFree(scratch_);
-    if (stream_ != nullptr) cu->cudaStreamDestroy(stream_);
+    if (scratch_ != nullptr) cu_->cudaFree(scratch_);
+    if (stream_ != nullptr) cu_->cudaStreamDestroy(stream_);
   }
 
   absl::Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op) override {
     auto t = NcclType(type);
     if (!t.ok()) return t.status();
     return Run("AllReduce", [&] {
-      return nc->ncclAllReduce(buf, buf, count, *t, NcclOp(op), comm_, stream_);
+      return nc_->ncclAllReduce(buf, buf, count, *t, NcclOp(op), comm_, stream_);
     });
   }
   absl::Status Broadcast(void* buf, size_t count, DataType type, int root) override {
@@ -71,7 +71,7 @@ class NcclGroup : public internal::GroupBase {
     auto t = NcclType(type);
     if (!t.ok()) return t.status();
     return Run("Broadcast", [&] {
-      return nc->ncclBroadcast(buf, buf, count, *t, root, comm_, stream_);
+      return nc_->ncclBroadcast(buf, buf, count, *t, root, comm_, stream_);
     });
   }
   absl::Status AllGather(const void* in, void* out, size_t count_per_rank,
@@ -79,7 +79,7 @@ class NcclGroup : public internal::GroupBase {
     auto t = NcclType(type);
     if (!t.ok()) return t.status();
     return Run("AllGather", [&] {
-      return nc->ncclAllGather(in, out, count_per_rank, *t, comm_, stream_);
+      return nc_->ncclAllGather(in, out, count_per_rank, *t, comm_, stream_);
     });
   }
   absl::Status ReduceScatter(const void* in, void* out, size_t count_per_rank, DataType type,
@@ -87,12 +87,12 @@ class NcclGroup : public internal::GroupBase {
     auto t = NcclType(type);
     if (!t.ok()) return t.status();
     return Run("ReduceScatter", [&] {
-      return nc->ncclReduceScatter(in, out, count_per_rank, *t, NcclOp(op), comm_, stream_);
+      return nc_->ncclReduceScatter(in, out, count_per_rank, *t, NcclOp(op), comm_, stream_);
     });
   }
   absl::Status Barrier() override {
     return Run("Barrier", [&] {
-      return nc->ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
+      return nc_->ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
   }
   absl::Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) override {
@@ -100,7 +100,7 @@ class NcclGroup : public internal::GroupBase {
       return Invalid("Send", absl::StrCat("peer ", peer, " tag ", tag, " (NCCL has no tags)"));
     }
     return Run(absl::StrCat("Send to rank ", peer), [&] {
-      return nc->ncclSend(buf, bytes, ncclUint8, peer, comm_, stream_);
+      return nc_->ncclSend(buf, bytes, ncclUint8, peer, comm_, stream_);
     });
   }
   absl::Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override {
@@ -108,7 +108,7 @@ class NcclGroup : public internal::GroupBase {
       return Invalid("Recv", absl::StrCat("peer ", peer, " tag ", tag, " (NCCL has no tags)"));
     }
     return Run(absl::StrCat("Recv from rank ", peer), [&] {
-      return nc->ncclRecv(buf, bytes, ncclUint8, peer, comm_, stream_);
+      return nc_->ncclRecv(buf, bytes, ncclUint8, peer, comm_, stream_);
     });
   }
 
@@ -119,8 +119,8 @@ class NcclGroup : public internal::GroupBase {
   void AbortTransport(const absl::Status&) override {
     absl::MutexLock lock(&comm_mu_);
     if (comm_ != nullptr) {
-      cu->cudaSetDevice(options_.device);
-      nc->ncclCommAbort(comm_);
+      cu_->cudaSetDevice(options_.device);
+      nc_->ncclCommAbort(comm_);
       comm_ = nullptr;
     }
   }
@@ -130,7 +130,7 @@ class NcclGroup : public internal::GroupBase {
     {
       absl::MutexLock lock(&comm_mu_);
       if (comm_ != nullptr) {
-        nc->ncclCommAbort(comm_);
+        nc_->ncclCommAbort(comm_);
         comm_ = nullptr;
       }
     }
@@ -141,7 +141,7 @@ class NcclGroup : public internal::GroupBase {
   // an error, the group is aborted, or the timeout passes.
   absl::Status Run(const std::string& op, const std::function<ncclResult_t()>& enqueue) {
     if (absl::Status s = Usable(op); !s.ok()) return s;
-    cu->cudaSetDevice(options_.device);
+    cu_->cudaSetDevice(options_.device);
     const absl::Time deadline = absl::Now() + options_.timeout;
     ncclResult_t r;
     std::string last;
@@ -151,11 +151,11 @@ class NcclGroup : public internal::GroupBase {
         return Fail(op, absl::AbortedError(absl::StrCat(Where(op), ": the communicator was aborted")));
       }
       r = enqueue();
-      if (r != ncclSuccess && r != ncclInProgress) last = nc->ncclGetLastError(comm_);
+      if (r != ncclSuccess && r != ncclInProgress) last = nc_->ncclGetLastError(comm_);
     }
     if (r != ncclSuccess && r != ncclInProgress) {
       return Break(op, absl::UnavailableError(
-                           absl::StrCat(Where(op), ": ", nc->ncclGetErrorString(r), " ", last)));
+                           absl::StrCat(Where(op), ": ", nc_->ncclGetErrorString(r), " ", last)));
     }
     while (true) {
       ncclResult_t async = ncclSuccess;
@@ -164,20 +164,20 @@ class NcclGroup : public internal::GroupBase {
         if (comm_ == nullptr) {
           return Fail(op, absl::AbortedError(absl::StrCat(Where(op), ": the communicator was aborted")));
         }
-        nc->ncclCommGetAsyncError(comm_, &async);
-        if (async != ncclSuccess && async != ncclInProgress) last = nc->ncclGetLastError(comm_);
+        nc_->ncclCommGetAsyncError(comm_, &async);
+        if (async != ncclSuccess && async != ncclInProgress) last = nc_->ncclGetLastError(comm_);
       }
       if (async != ncclSuccess && async != ncclInProgress) {
         return Break(op, absl::UnavailableError(absl::StrCat(
                              Where(op), ": a peer failed or a connection broke: ",
-                             nc->ncclGetErrorString(async), " ", last)));
+                             nc_->ncclGetErrorString(async), " ", last)));
       }
       if (async == ncclSuccess) {
-        cudaError_t q = cu->cudaStreamQuery(stream_);
+        cudaError_t q = cu_->cudaStreamQuery(stream_);
         if (q == cudaSuccess) return absl::OkStatus();
         if (q != cudaErrorNotReady) {
           return Break(op, absl::InternalError(
-                               absl::StrCat(Where(op), ": CUDA error ", cu->cudaGetErrorName(q))));
+                               absl::StrCat(Where(op), ": CUDA error ", cu_->cudaGetErrorName(q))));
         }
       }
       if (absl::Now() > deadline) {
@@ -191,8 +191,8 @@ class NcclGroup : public internal::GroupBase {
   }
 
   // The loaded libraries (immutable tables, alive for the process).
-  const gpu::CudaApi* const cu;
-  const gpu::NcclApi* const nc;
+  const gpu::CudaApi* const cu_;
+  const gpu::NcclApi* const nc_;
   absl::Mutex comm_mu_;
   ncclComm_t comm_ ABSL_GUARDED_BY(comm_mu_);
   cudaStream_t stream_;

@@ -1,8 +1,5 @@
 #include "collective/nccl_group.h"
 
-#include <cuda_runtime.h>
-#include <nccl.h>
-
 #include <cstring>
 #include <thread>
 
@@ -11,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "collective/group_internal.h"
 #include "collective/kv_store.h"
+#include "gpu/cuda_library.h"
 
 namespace drover::collective {
 namespace {
@@ -39,25 +37,31 @@ ncclRedOp_t NcclOp(ReduceOp op) {
 
 class NcclGroup : public internal::GroupBase {
  public:
-  NcclGroup(GroupOptions options, ncclComm_t comm, cudaStream_t stream, float* scratch)
-      : GroupBase(std::move(options), "NCCL"), comm_(comm), stream_(stream), scratch_(scratch) {}
+  NcclGroup(GroupOptions options, const gpu::CudaApi* cu, const gpu::NcclApi* nc, ncclComm_t comm,
+            cudaStream_t stream, float* scratch)
+      : GroupBase(std::move(options), "NCCL"),
+        cu_(cu),
+        nc_(nc),
+        comm_(comm),
+        stream_(stream),
+        scratch_(scratch) {}
 
   ~NcclGroup() override {
     StopWatching();
-    cudaSetDevice(options_.device);
+    cu_->cudaSetDevice(options_.device);
     if (comm_ != nullptr) {
       // A healthy communicator is finalized; a broken one was aborted already.
-      ncclCommDestroy(comm_);
+      nc_->ncclCommDestroy(comm_);
     }
-    if (scratch_ != nullptr) cudaFree(scratch_);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (scratch_ != nullptr) cu_->cudaFree(scratch_);
+    if (stream_ != nullptr) cu_->cudaStreamDestroy(stream_);
   }
 
   absl::Status AllReduce(void* buf, size_t count, DataType type, ReduceOp op) override {
     auto t = NcclType(type);
     if (!t.ok()) return t.status();
     return Run("AllReduce", [&] {
-      return ncclAllReduce(buf, buf, count, *t, NcclOp(op), comm_, stream_);
+      return nc_->ncclAllReduce(buf, buf, count, *t, NcclOp(op), comm_, stream_);
     });
   }
   absl::Status Broadcast(void* buf, size_t count, DataType type, int root) override {
@@ -67,7 +71,7 @@ class NcclGroup : public internal::GroupBase {
     auto t = NcclType(type);
     if (!t.ok()) return t.status();
     return Run("Broadcast", [&] {
-      return ncclBroadcast(buf, buf, count, *t, root, comm_, stream_);
+      return nc_->ncclBroadcast(buf, buf, count, *t, root, comm_, stream_);
     });
   }
   absl::Status AllGather(const void* in, void* out, size_t count_per_rank,
@@ -75,7 +79,7 @@ class NcclGroup : public internal::GroupBase {
     auto t = NcclType(type);
     if (!t.ok()) return t.status();
     return Run("AllGather", [&] {
-      return ncclAllGather(in, out, count_per_rank, *t, comm_, stream_);
+      return nc_->ncclAllGather(in, out, count_per_rank, *t, comm_, stream_);
     });
   }
   absl::Status ReduceScatter(const void* in, void* out, size_t count_per_rank, DataType type,
@@ -83,12 +87,12 @@ class NcclGroup : public internal::GroupBase {
     auto t = NcclType(type);
     if (!t.ok()) return t.status();
     return Run("ReduceScatter", [&] {
-      return ncclReduceScatter(in, out, count_per_rank, *t, NcclOp(op), comm_, stream_);
+      return nc_->ncclReduceScatter(in, out, count_per_rank, *t, NcclOp(op), comm_, stream_);
     });
   }
   absl::Status Barrier() override {
     return Run("Barrier", [&] {
-      return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
+      return nc_->ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
   }
   absl::Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) override {
@@ -96,7 +100,7 @@ class NcclGroup : public internal::GroupBase {
       return Invalid("Send", absl::StrCat("peer ", peer, " tag ", tag, " (NCCL has no tags)"));
     }
     return Run(absl::StrCat("Send to rank ", peer), [&] {
-      return ncclSend(buf, bytes, ncclUint8, peer, comm_, stream_);
+      return nc_->ncclSend(buf, bytes, ncclUint8, peer, comm_, stream_);
     });
   }
   absl::Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override {
@@ -104,7 +108,7 @@ class NcclGroup : public internal::GroupBase {
       return Invalid("Recv", absl::StrCat("peer ", peer, " tag ", tag, " (NCCL has no tags)"));
     }
     return Run(absl::StrCat("Recv from rank ", peer), [&] {
-      return ncclRecv(buf, bytes, ncclUint8, peer, comm_, stream_);
+      return nc_->ncclRecv(buf, bytes, ncclUint8, peer, comm_, stream_);
     });
   }
 
@@ -115,8 +119,8 @@ class NcclGroup : public internal::GroupBase {
   void AbortTransport(const absl::Status&) override {
     absl::MutexLock lock(&comm_mu_);
     if (comm_ != nullptr) {
-      cudaSetDevice(options_.device);
-      ncclCommAbort(comm_);
+      cu_->cudaSetDevice(options_.device);
+      nc_->ncclCommAbort(comm_);
       comm_ = nullptr;
     }
   }
@@ -126,7 +130,7 @@ class NcclGroup : public internal::GroupBase {
     {
       absl::MutexLock lock(&comm_mu_);
       if (comm_ != nullptr) {
-        ncclCommAbort(comm_);
+        nc_->ncclCommAbort(comm_);
         comm_ = nullptr;
       }
     }
@@ -137,7 +141,7 @@ class NcclGroup : public internal::GroupBase {
   // an error, the group is aborted, or the timeout passes.
   absl::Status Run(const std::string& op, const std::function<ncclResult_t()>& enqueue) {
     if (absl::Status s = Usable(op); !s.ok()) return s;
-    cudaSetDevice(options_.device);
+    cu_->cudaSetDevice(options_.device);
     const absl::Time deadline = absl::Now() + options_.timeout;
     ncclResult_t r;
     std::string last;
@@ -147,11 +151,11 @@ class NcclGroup : public internal::GroupBase {
         return Fail(op, absl::AbortedError(absl::StrCat(Where(op), ": the communicator was aborted")));
       }
       r = enqueue();
-      if (r != ncclSuccess && r != ncclInProgress) last = ncclGetLastError(comm_);
+      if (r != ncclSuccess && r != ncclInProgress) last = nc_->ncclGetLastError(comm_);
     }
     if (r != ncclSuccess && r != ncclInProgress) {
       return Break(op, absl::UnavailableError(
-                           absl::StrCat(Where(op), ": ", ncclGetErrorString(r), " ", last)));
+                           absl::StrCat(Where(op), ": ", nc_->ncclGetErrorString(r), " ", last)));
     }
     while (true) {
       ncclResult_t async = ncclSuccess;
@@ -160,20 +164,20 @@ class NcclGroup : public internal::GroupBase {
         if (comm_ == nullptr) {
           return Fail(op, absl::AbortedError(absl::StrCat(Where(op), ": the communicator was aborted")));
         }
-        ncclCommGetAsyncError(comm_, &async);
-        if (async != ncclSuccess && async != ncclInProgress) last = ncclGetLastError(comm_);
+        nc_->ncclCommGetAsyncError(comm_, &async);
+        if (async != ncclSuccess && async != ncclInProgress) last = nc_->ncclGetLastError(comm_);
       }
       if (async != ncclSuccess && async != ncclInProgress) {
         return Break(op, absl::UnavailableError(absl::StrCat(
                              Where(op), ": a peer failed or a connection broke: ",
-                             ncclGetErrorString(async), " ", last)));
+                             nc_->ncclGetErrorString(async), " ", last)));
       }
       if (async == ncclSuccess) {
-        cudaError_t q = cudaStreamQuery(stream_);
+        cudaError_t q = cu_->cudaStreamQuery(stream_);
         if (q == cudaSuccess) return absl::OkStatus();
         if (q != cudaErrorNotReady) {
           return Break(op, absl::InternalError(
-                               absl::StrCat(Where(op), ": CUDA error ", cudaGetErrorName(q))));
+                               absl::StrCat(Where(op), ": CUDA error ", cu_->cudaGetErrorName(q))));
         }
       }
       if (absl::Now() > deadline) {
@@ -186,6 +190,9 @@ class NcclGroup : public internal::GroupBase {
     }
   }
 
+  // The loaded libraries (immutable tables, alive for the process).
+  const gpu::CudaApi* const cu_;
+  const gpu::NcclApi* const nc_;
   absl::Mutex comm_mu_;
   ncclComm_t comm_ ABSL_GUARDED_BY(comm_mu_);
   cudaStream_t stream_;
@@ -219,6 +226,14 @@ absl::StatusOr<std::unique_ptr<Group>> NewNcclGroup(const GroupOptions& options,
         "device ", options.device, " outside the ", *devices, " visible devices")));
   }
   if (absl::Status s = internal::ValidateOptions(options); !s.ok()) return s;
+  // Both libraries before any rendezvous, so that a missing one fails at once, naming
+  // where it was looked for.
+  absl::StatusOr<const gpu::CudaApi*> cuda = gpu::LoadCudaRuntime();
+  if (!cuda.ok()) return absl::FailedPreconditionError(where(cuda.status().message()));
+  absl::StatusOr<const gpu::NcclApi*> nccl = gpu::LoadNccl();
+  if (!nccl.ok()) return absl::FailedPreconditionError(where(nccl.status().message()));
+  const gpu::CudaApi* cu = *cuda;
+  const gpu::NcclApi* nc = *nccl;
   auto kv = internal::ConnectKv(options);
   if (!kv.ok()) return kv.status();
   auto prefix = internal::JoinPrefix(**kv, options);
@@ -227,9 +242,9 @@ absl::StatusOr<std::unique_ptr<Group>> NewNcclGroup(const GroupOptions& options,
   ncclUniqueId id;
   const std::string key = *prefix + "nccl_unique_id";
   if (options.rank == 0) {
-    ncclResult_t r = ncclGetUniqueId(&id);
+    ncclResult_t r = nc->ncclGetUniqueId(&id);
     if (r != ncclSuccess) {
-      return absl::InternalError(where(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r))));
+      return absl::InternalError(where(absl::StrCat("ncclGetUniqueId: ", nc->ncclGetErrorString(r))));
     }
     if (absl::Status s = (*kv)->Set(key, std::string(id.internal, sizeof(id.internal)));
         !s.ok()) {
@@ -244,42 +259,42 @@ absl::StatusOr<std::unique_ptr<Group>> NewNcclGroup(const GroupOptions& options,
     std::memcpy(id.internal, (*v)->data(), sizeof(id.internal));
   }
 
-  if (cudaError_t e = cudaSetDevice(options.device); e != cudaSuccess) {
+  if (cudaError_t e = cu->cudaSetDevice(options.device); e != cudaSuccess) {
     return absl::FailedPreconditionError(
-        where(absl::StrCat("cudaSetDevice(", options.device, "): ", cudaGetErrorName(e))));
+        where(absl::StrCat("cudaSetDevice(", options.device, "): ", cu->cudaGetErrorName(e))));
   }
   cudaStream_t stream = nullptr;
   float* scratch = nullptr;
-  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
-      cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float)) != cudaSuccess) {
-    if (stream) cudaStreamDestroy(stream);
+  if (cu->cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+      cu->cudaMalloc(reinterpret_cast<void**>(&scratch), sizeof(float)) != cudaSuccess) {
+    if (stream) cu->cudaStreamDestroy(stream);
     return absl::InternalError(where("creating the stream or scratch buffer failed"));
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t comm = nullptr;
-  ncclResult_t r = ncclCommInitRankConfig(&comm, options.size, id, options.rank, &config);
+  ncclResult_t r = nc->ncclCommInitRankConfig(&comm, options.size, id, options.rank, &config);
   const absl::Time deadline = absl::Now() + options.timeout;
   ncclResult_t state = r;
   while (r == ncclSuccess || r == ncclInProgress) {
-    ncclCommGetAsyncError(comm, &state);
+    nc->ncclCommGetAsyncError(comm, &state);
     if (state != ncclInProgress) break;
     if (absl::Now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (state != ncclSuccess) {
-    if (comm != nullptr) ncclCommAbort(comm);
-    cudaFree(scratch);
-    cudaStreamDestroy(stream);
+    if (comm != nullptr) nc->ncclCommAbort(comm);
+    cu->cudaFree(scratch);
+    cu->cudaStreamDestroy(stream);
     if (state == ncclInProgress) {
       return absl::DeadlineExceededError(where(absl::StrCat(
           "ncclCommInitRank did not complete within ", absl::FormatDuration(options.timeout),
           "; did every rank create the group?")));
     }
     return absl::UnavailableError(
-        where(absl::StrCat("ncclCommInitRank: ", ncclGetErrorString(state))));
+        where(absl::StrCat("ncclCommInitRank: ", nc->ncclGetErrorString(state))));
   }
-  return std::unique_ptr<Group>(new NcclGroup(options, comm, stream, scratch));
+  return std::unique_ptr<Group>(new NcclGroup(options, cu, nc, comm, stream, scratch));
 }
 
 namespace {

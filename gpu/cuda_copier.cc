@@ -94,4 +94,11 @@ std::unique_ptr<object_store::DeviceCopier> NewCudaCopier(std::unique_ptr<GpuRun
   return std::make_unique<CudaCopier>(std::move(runtime));
 }
 
+namespace {
+// Linking this library makes the CUDA copier the process's (object_store::
+// ProcessDeviceCopier): it touches CUDA only when a device buffer is first copied.
+std::unique_ptr<object_store::DeviceCopier> MakeProcessCopier() { return NewCudaCopier(); }
+const bool kRegistered = object_store::RegisterProcessDeviceCopier(&MakeProcessCopier);
+}  // namespace
+
 }  // namespace drover

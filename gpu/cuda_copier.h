@@ -9,6 +9,10 @@
 // (and RegisterHostMemory) fails at once with FAILED_PRECONDITION saying why; the
 // device probe is done once and remembered.
 //
+// Linking it (alwayslink) also makes the CUDA copier this process's copier
+// (object_store::ProcessDeviceCopier), which the SDK's CopyToDevice and DataLoader
+// pin_memory use.
+//
 // Thread safety: safe to call from several threads (as GpuRuntime is).
 #ifndef DROVER_GPU_CUDA_COPIER_H_
 #define DROVER_GPU_CUDA_COPIER_H_

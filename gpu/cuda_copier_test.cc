@@ -162,5 +162,20 @@ TEST(CudaCopierTest, FakeWithoutDeviceFailsEveryDeviceCall) {
   EXPECT_EQ(log.device_count_calls, 1);
 }
 
+// Linking //gpu:cuda_copier makes it the process's copier, the one the SDK's
+// CopyToDevice and DataLoader pin_memory use (they had the host-only copier for good).
+TEST(CudaCopierTest, LinkingItMakesItTheProcessCopier) {
+  object_store::DeviceCopier* copier = object_store::ProcessDeviceCopier();
+  ASSERT_NE(copier, nullptr);
+  EXPECT_THAT(copier->Describe(), HasSubstr("CUDA copier"));
+  EXPECT_EQ(copier, object_store::ProcessDeviceCopier());
+  // Host buffers still copy without touching CUDA.
+  const char in[] = "host to host";
+  char out[sizeof(in)] = {};
+  DeviceBuffer dst{kHostDevice, out};
+  ASSERT_TRUE(copier->FromHost(in, &dst, sizeof(in)).ok());
+  EXPECT_STREQ(out, in);
+}
+
 }  // namespace
 }  // namespace drover

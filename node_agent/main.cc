@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
   auto* store_mem_opt = app.add_option(
       "--object-store-memory", object_store_memory,
       "Bytes of shared memory for this node's object store (default: the store chooses, "
-      "min(30% of RAM, what /dev/shm can hold))");
+      "min(30% of RAM, what /dev/shm can hold)); DROVER_OBJECT_STORE_MEMORY sets it too, "
+      "for agents that `drover up` starts")->envname("DROVER_OBJECT_STORE_MEMORY");
   app.add_option("--tls-ca", o.tls_ca,
                  "TLS cluster: the cluster CA's certificate (a copy of the head's "
                  "tls/ca.crt); the agent gets its own certificate from the head at start");

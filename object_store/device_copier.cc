@@ -62,4 +62,22 @@ absl::Status CheckCopyArgs(const char* what, int device, const void* device_ptr,
 
 std::unique_ptr<DeviceCopier> NewHostCopier() { return std::make_unique<HostCopier>(); }
 
+namespace {
+// A function-local static: registration runs in other files' static initializers.
+std::unique_ptr<DeviceCopier> (*&ProcessFactory())() {
+  static std::unique_ptr<DeviceCopier> (*factory)() = &NewHostCopier;
+  return factory;
+}
+}  // namespace
+
+bool RegisterProcessDeviceCopier(std::unique_ptr<DeviceCopier> (*factory)()) {
+  ProcessFactory() = factory;
+  return true;
+}
+
+DeviceCopier* ProcessDeviceCopier() {
+  static DeviceCopier* copier = ProcessFactory()().release();
+  return copier;
+}
+
 }  // namespace drover::object_store

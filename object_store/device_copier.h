@@ -66,6 +66,14 @@ class DeviceCopier {
 // with FAILED_PRECONDITION. RegisterHostMemory is a no-op.
 std::unique_ptr<DeviceCopier> NewHostCopier();
 
+// This process's copier, made at first use and never destroyed: the implementation a
+// linked library registered (linking //gpu:cuda_copier registers the CUDA copier), else
+// the host copier. The SDK's CopyToDevice and DataLoader pin_memory go through it.
+DeviceCopier* ProcessDeviceCopier();
+// Sets the factory ProcessDeviceCopier uses. Call from a static initializer, before any
+// use; returns true (for `static const bool registered = ...`).
+bool RegisterProcessDeviceCopier(std::unique_ptr<DeviceCopier> (*factory)());
+
 // Checks the parts of a copy request every implementation rejects the same way:
 // null pointers with bytes > 0 and device < -1 (INVALID_ARGUMENT). `what` names the
 // call ("ToHost") for the message.

@@ -1,8 +1,10 @@
 // A stand-in for the CUDA runtime and NCCL entry points drover calls (gpu/cuda_runtime.cc,
 // fill_kernel.cu's launch, collective/nccl_group.cc), for tests on machines without a
-// GPU. Loaded with LD_PRELOAD, its definitions take the place of libcudart's and
-// libnccl's, so drover's real call sites run and their error handling can be checked.
-// "Device memory" is host memory. Set by the environment, read at every call:
+// GPU. drover loads it in place of libcudart and libnccl (DROVER_CUDA_RUNTIME_LIBRARY and
+// DROVER_NCCL_LIBRARY name it; fake_cuda_main.cc also preloads it so that tests can find
+// its helpers with dlsym), so drover's real call sites run and their error handling can
+// be checked. "Device memory" is host memory; the fill kernel runs on the host. Set by
+// the environment, read at every call:
 //
 //   DROVER_FAKE_CUDA_DEVICES  devices cudaGetDeviceCount reports (default 1)
 //   DROVER_FAKE_CUDA_FAIL     "call=code,..." calls that return the error `code`, e.g.
@@ -36,10 +38,22 @@ struct Dim3 {
 // As in CUDA, a failed launch is also this thread's last error (cudaGetLastError).
 thread_local int last_error = 0;
 
-int Launch() {
+// The handle cudaLibraryGetKernel gives for drover_fill_float.
+char fill_kernel_handle;
+
+int Launch(const void* kernel, void** args) {
   const int e = FailureOf("cudaLaunchKernel");
-  if (e != 0) last_error = e;
-  return e;
+  if (e != 0) {
+    last_error = e;
+    return e;
+  }
+  if (kernel == &fill_kernel_handle) {
+    float* p = *static_cast<float**>(args[0]);
+    const size_t n = *static_cast<size_t*>(args[1]);
+    const float v = *static_cast<float*>(args[2]);
+    for (size_t i = 0; i < n; ++i) p[i] = v;
+  }
+  return 0;
 }
 
 struct FakeComm {
@@ -103,22 +117,41 @@ int cudaGetLastError() {
   last_error = 0;
   return e;
 }
-// A kernel launch (<<<...>>>): the configuration is pushed, then the stub launches.
-unsigned __cudaPushCallConfiguration(Dim3, Dim3, size_t, void*) { return 0; }
-int __cudaPopCallConfiguration(Dim3* grid, Dim3* block, size_t* shared, void* stream) {
-  *grid = Dim3{1, 1, 1};
-  *block = Dim3{1, 1, 1};
-  *shared = 0;
-  *static_cast<void**>(stream) = nullptr;
+int cudaDriverGetVersion(int* v) {
+  *v = 13000;
   return 0;
 }
-// CUDA 13's launch stubs look the kernel up, then launch it.
-int __cudaGetKernel(void** kernel, const void* function) {
-  *kernel = const_cast<void*>(function);
+int cudaMallocHost(void** p, size_t bytes) {
+  if (int e = FailureOf("cudaMallocHost")) return e;
+  *p = std::malloc(bytes == 0 ? 1 : bytes);
   return 0;
 }
-int __cudaLaunchKernel(void*, Dim3, Dim3, void**, size_t, void*) { return Launch(); }
-int cudaLaunchKernel(const void*, Dim3, Dim3, void**, size_t, void*) { return Launch(); }
+int cudaFreeHost(void* p) {
+  std::free(p);
+  return 0;
+}
+int cudaMemset(void* p, int value, size_t bytes) {
+  if (int e = FailureOf("cudaMemset")) return e;
+  std::memset(p, value, bytes);
+  return 0;
+}
+// Properties are not faked: callers must cope with the call failing.
+int cudaGetDeviceProperties(void*, int) { return 801; }  // cudaErrorNotSupported
+// The fill kernel's fat binary: accepted as loaded; only drover_fill_float exists in it.
+int cudaLibraryLoadData(void** library, const void*, void*, void*, unsigned, void*, void*,
+                        unsigned) {
+  if (int e = FailureOf("cudaLibraryLoadData")) return e;
+  *library = &fill_kernel_handle;
+  return 0;
+}
+int cudaLibraryGetKernel(void** kernel, void*, const char* name) {
+  if (std::strcmp(name, "drover_fill_float") != 0) return 500;  // cudaErrorSymbolNotFound
+  *kernel = &fill_kernel_handle;
+  return 0;
+}
+int cudaLaunchKernel(const void* kernel, Dim3, Dim3, void** args, size_t, void*) {
+  return Launch(kernel, args);
+}
 const char* cudaGetErrorName(int e) {
   switch (e) {
     case 0: return "cudaSuccess";
@@ -127,9 +160,11 @@ const char* cudaGetErrorName(int e) {
     case 35: return "cudaErrorInsufficientDriver";
     case 100: return "cudaErrorNoDevice";
     case 209: return "cudaErrorNoKernelImageForDevice";
+    case 500: return "cudaErrorSymbolNotFound";
     case 600: return "cudaErrorNotReady";
     case 700: return "cudaErrorIllegalAddress";
     case 719: return "cudaErrorLaunchFailure";
+    case 801: return "cudaErrorNotSupported";
     default: return "cudaErrorUnknown";
   }
 }

@@ -20,10 +20,8 @@ namespace {
 // The work a call should carry, so that fast items do not each pay a call.
 constexpr int64_t kWorkPerCallUs = 2000;
 
-object_store::DeviceCopier* ProcessCopier() {
-  static object_store::DeviceCopier* copier = object_store::NewHostCopier().release();
-  return copier;
-}
+// CUDA where the program linked //gpu:cuda_copier, else host memory only.
+object_store::DeviceCopier* ProcessCopier() { return object_store::ProcessDeviceCopier(); }
 
 }  // namespace
 

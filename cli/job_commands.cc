@@ -91,6 +91,10 @@ void PrintJobSummary(const JobInfo& j) {
   }
 }
 
+// How long `drover run`'s last read of a node's output waits for the agent of a node
+// the scheduler calls dead (one started again at once is still read).
+constexpr absl::Duration kDeadAgentPatienceInRun = absl::Seconds(1);
+
 int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool quiet) {
   auto spec = BuildSpec(f, g.command);
   if (!spec.ok()) return Fail(spec.status(), kUsageError);
@@ -140,8 +144,21 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
       (void)(*client)->Cancel(id);
     }
   });
+  // Output that cannot be read (a node that died with the job, say) is named after the
+  // job's outcome, never instead of it; a node the scheduler calls dead is waited for
+  // only briefly, so the outcome comes within 2 s of the job's end.
+  std::vector<std::string> unread;
   auto final_job = PrintJobLogs(**client, id, /*follow=*/true, /*prefix=*/true, nullptr,
-                                line.get(), [&](const JobInfo& j) { phase->Update(j); });
+                                line.get(), [&](const JobInfo& j) { phase->Update(j); },
+                                &unread, kDeadAgentPatienceInRun);
+  if (!final_job.ok()) {
+    // Following failed (the scheduler stayed away, say): the outcome, if it can be had,
+    // still comes first.
+    unread.push_back(absl::StrCat("the job's output could not be followed: ",
+                                  final_job.status().message()));
+    auto now = (*client)->GetJob(id);
+    if (now.ok()) final_job = std::move(now);
+  }
   if (final_job.ok() && !(IsTerminal(final_job->state) && final_job->live_processes == 0)) {
     final_job = (*client)->WaitJob(id, absl::Hours(24 * 365));
   }
@@ -149,12 +166,19 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
   signals.join();
   phase.reset();  // erases the status line before the summary
   line.reset();
-  if (!final_job.ok()) return Fail(final_job.status());
+  auto print_unread = [&] {
+    for (const auto& u : unread) std::cerr << "drover: " << u << "\n";
+  };
+  if (!final_job.ok()) {
+    print_unread();
+    return Fail(final_job.status());
+  }
   if (g.json) {
     std::cout << ToJson(*final_job) << "\n";
   } else if (!quiet || final_job->state != JobState::kSucceeded) {
     PrintJobSummary(*final_job);
   }
+  print_unread();
   return final_job->exit_code;
 }
 
@@ -222,9 +246,11 @@ int CmdJob(const GlobalOptions& g, const std::string& id) {
 int CmdLogs(const GlobalOptions& g, const std::string& id, bool follow, bool no_prefix) {
   auto client = Connect(g);
   if (!client.ok()) return Fail(client.status());
-  auto j = PrintJobLogs(**client, id, follow, !no_prefix, nullptr);
+  std::vector<std::string> unread;
+  auto j = PrintJobLogs(**client, id, follow, !no_prefix, nullptr, nullptr, nullptr, &unread);
+  for (const auto& u : unread) std::cerr << "drover: " << u << "\n";
   if (!j.ok()) return Fail(j.status());
-  return 0;
+  return unread.empty() ? 0 : 1;
 }
 
 int CmdCancel(const GlobalOptions& g, const std::vector<std::string>& ids) {

@@ -424,6 +424,57 @@ TEST_F(FailureDetectionTest, LastReadOfOutputWaitsForAnAgentThatDoesNotAnswer) {
   EXPECT_TRUE(absl::StrContains(r.out, "last\n")) << r.All();
 }
 
+// `drover run` of a 2-node job whose agent on one node is SIGKILLed: the job fails at
+// once (the closed connection), and `drover run` says so - FAILED, the root cause -
+// and exits with the job's code within 2 s of the end, naming the node whose output it
+// could not read after the reason (it used to wait ~15 s and print only "logs from
+// node agent ...: Deadline Exceeded").
+TEST_F(FailureDetectionTest, RunWhoseAgentIsKilledSaysWhyItsJobFailed) {
+  StartCluster(Defaults());
+  dir_ = Tmp("run-agent-killed");
+  const std::string base = dir_ + "/run";
+  const pid_t run = StartDriver(
+      *cluster_, "cli/drover",
+      {"run", "--nodes", "2", "--nproc-per-node", "1", "--", "/bin/sh", "-c",
+       absl::StrCat("echo hello-$RANK; echo $$ > ", dir_, "/up-$RANK.tmp; mv ", dir_,
+                    "/up-$RANK.tmp ", dir_, "/up-$RANK; exec sleep 300")},
+      base);
+  ASSERT_GT(run, 0);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return access((dir_ + "/up-0").c_str(), F_OK) == 0 &&
+               access((dir_ + "/up-1").c_str(), F_OK) == 0;
+      },
+      absl::Seconds(30)))
+      << ReadDriverOutput(base).All() << cluster_->DaemonLogs();
+  auto jobs = cluster_->client().ListJobs();
+  ASSERT_TRUE(jobs.ok() && jobs->size() == 1) << jobs.status();
+  const JobInfo running =
+      WaitUntil(jobs->front().job_id, [](const JobInfo& j) { return j.state == JobState::kRunning; });
+  ASSERT_EQ(running.placement.size(), 2u);
+  const std::string victim_node = running.placement[1].node_id;
+  cluster_->SignalAgent(AgentOf(victim_node), SIGKILL);
+  const JobInfo failed = Wait(running.job_id);
+  ASSERT_EQ(failed.state, JobState::kFailed) << failed.reason;
+  ASSERT_TRUE(failed.end_time.has_value());
+  DriverRun r = FinishDriver(*cluster_, run, base, absl::Seconds(60));
+  const absl::Duration after_end = absl::Now() - *failed.end_time;
+  std::cout << "FIGURE run_exit_after_job_end_ms " << absl::ToInt64Milliseconds(after_end)
+            << std::endl;
+  EXPECT_EQ(r.code, failed.exit_code & 0xff) << r.All();
+  // Within 2 s of the end; the slack is for a loaded CI machine (it was ~15 s).
+  EXPECT_LT(after_end, absl::Seconds(4)) << r.All();
+  const size_t outcome = r.err.find(running.job_id + " FAILED: ");
+  ASSERT_NE(outcome, std::string::npos) << r.All();
+  EXPECT_NE(r.err.find("the agent process exited or was killed", outcome), std::string::npos)
+      << r.All();
+  // What it could not read is named after the reason.
+  const size_t unread = r.err.find("processes on " + victim_node + " is not shown");
+  EXPECT_NE(unread, std::string::npos) << r.All();
+  EXPECT_GT(unread, outcome) << r.All();
+  EXPECT_TRUE(absl::StrContains(r.out, "[rank0]: hello-0")) << r.All();
+}
+
 TEST_F(ClusterTest, GangRestartsWithRestartCountUntilItSucceeds) {
   StartCluster();
   auto spec = ShellJob(

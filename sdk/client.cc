@@ -5,6 +5,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -22,6 +23,9 @@
 namespace drover {
 
 namespace {
+
+// The status payload that carries AcceptedJobId.
+constexpr char kAcceptedJobPayload[] = "drover/accepted-job";
 
 // A string field of a small JSON object file ("" if absent or unreadable).
 std::string JsonField(const std::string& json, const std::string& key) {
@@ -137,6 +141,12 @@ absl::Status Annotate(const std::string& address, const grpc::Status& s,
 
 }  // namespace
 
+std::optional<std::string> AcceptedJobId(const absl::Status& submit_error) {
+  auto id = submit_error.GetPayload(kAcceptedJobPayload);
+  if (!id) return std::nullopt;
+  return std::string(*id);
+}
+
 absl::StatusOr<JobInfo> Client::Submit(const JobSpec& spec) {
   proto::SubmitJobRequest req;
   *req.mutable_spec() = internal::ToProto(spec);
@@ -145,12 +155,27 @@ absl::StatusOr<JobInfo> Client::Submit(const JobSpec& spec) {
     req.mutable_spec()->set_idempotency_key(GenerateToken().substr(0, 24));
   }
   proto::SubmitJobReply reply;
+  std::string accepted;  // the job a failed call made anyway
   grpc::Status s = WithRetry([&] {
     grpc::ClientContext ctx;
     PrepareClientContext(&ctx, token_);
-    return stubs_->scheduler->SubmitJob(&ctx, req, &reply);
+    grpc::Status st = stubs_->scheduler->SubmitJob(&ctx, req, &reply);
+    const auto& trailers = ctx.GetServerTrailingMetadata();
+    if (auto it = trailers.find("x-drover-accepted-job"); it != trailers.end()) {
+      accepted.assign(it->second.data(), it->second.size());
+    }
+    return st;
   });
-  if (!s.ok()) return Annotate(address_, s, *stubs_->transport);
+  if (!s.ok()) {
+    absl::Status status = Annotate(address_, s, *stubs_->transport);
+    if (!accepted.empty()) {
+      status = absl::Status(status.code(),
+                            absl::StrCat(status.message(), " (its request id: \"",
+                                         req.spec().idempotency_key(), "\")"));
+      status.SetPayload(kAcceptedJobPayload, absl::Cord(accepted));
+    }
+    return status;
+  }
   return internal::FromProto(reply.job());
 }
 

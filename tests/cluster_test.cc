@@ -869,6 +869,68 @@ TEST_F(ClusterTest, SchedulerRestartedOnRedisKeepsEveryJobAndReattaches) {
 // Jobs placed in one queue pass on one node start through one StartProcessesBatch
 // call, and exits that come together reach the scheduler in one ReportExit: each job
 // still gets its own start, output, exit code and reason.
+// A submit's request id (`--request-id`, the SDK's idempotency key) makes one job, however
+// often the submit is sent: a second submit with it answers the first job, also after a
+// scheduler restart (the id is saved with the job in Redis), and the job runs once.
+TEST_F(ClusterTest, SubmitsWithTheSameRequestIdMakeOneJobAcrossSchedulerRestarts) {
+  TestClusterOptions o;
+  o.redis = true;
+  StartCluster(o);
+  const std::string dir = Tmp("request-id");
+  const std::vector<std::string> submit = {
+      "submit", "--request-id", "nightly-42", "--", "/bin/sh", "-c",
+      absl::StrCat("echo ran >> ", dir, "/runs")};
+  std::string first, second, err;
+  ASSERT_EQ(cluster_->RunCli(submit, &first, &err), 0) << err;
+  ASSERT_EQ(cluster_->RunCli(submit, &second, &err), 0) << err;
+  const std::string id(absl::StripAsciiWhitespace(first));
+  EXPECT_EQ(second, first);
+  EXPECT_EQ(Wait(id).state, JobState::kSucceeded);
+  ASSERT_TRUE(cluster_->RestartScheduler(SIGKILL).ok()) << cluster_->DaemonLogs();
+  std::string third;
+  ASSERT_EQ(cluster_->RunCli(submit, &third, &err), 0) << err << cluster_->DaemonLogs();
+  EXPECT_EQ(third, first);
+  EXPECT_EQ(Wait(id).state, JobState::kSucceeded);
+  auto jobs = cluster_->client().ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(ReadFile(dir + "/runs").value_or(""), "ran\n");
+}
+
+// Redis stalls while a job is submitted: the job is made and runs, but its record
+// cannot be saved. The answer says that it stands and how to retry without running it
+// twice (it used to say "retry the call", and a retry made a second job); the retry
+// with the same request id answers the same job, which runs once.
+TEST_F(ClusterTest, SubmitWhileRedisStallsSaysTheJobStandsAndARetryReturnsIt) {
+  TestClusterOptions o;
+  o.redis = true;
+  StartCluster(o);
+  const std::string dir = Tmp("submit-redis-stalled");
+  const std::vector<std::string> submit = {
+      "submit", "--request-id", "stalled-1", "--", "/bin/sh", "-c",
+      absl::StrCat("echo ran >> ", dir, "/runs")};
+  const pid_t redis = cluster_->redis()->pid();
+  ASSERT_GT(redis, 0);
+  ASSERT_EQ(::kill(redis, SIGSTOP), 0);
+  std::string out, err;
+  const int rc = cluster_->RunCli(submit, &out, &err);
+  ::kill(redis, SIGCONT);
+  const std::string id(absl::StripAsciiWhitespace(out));
+  ASSERT_EQ(rc, 0) << out << err;
+  ASSERT_TRUE(absl::StartsWith(id, "job-")) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, id + " was accepted and will run")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "--request-id stalled-1")) << err;
+  EXPECT_FALSE(absl::StrContains(err, "retry the call")) << err;
+  std::string again;
+  ASSERT_EQ(cluster_->RunCli(submit, &again, &err), 0) << err;
+  EXPECT_EQ(again, out);
+  EXPECT_EQ(Wait(id).state, JobState::kSucceeded);
+  auto jobs = cluster_->client().ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_EQ(jobs->size(), 1u);
+  EXPECT_EQ(ReadFile(dir + "/runs").value_or(""), "ran\n");
+}
+
 TEST_F(ClusterTest, JobsStartedAndEndedTogetherEachKeepTheirOwnOutcome) {
   TestClusterOptions o;
   o.nodes = 1;

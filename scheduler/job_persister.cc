@@ -70,7 +70,7 @@ absl::Status JobPersister::AwaitStored(const std::string& job_id, absl::Duration
   while (queued_.count(job_id) > 0 || in_flight_ == job_id) {
     if (stopped_ || clock_->WaitWithDeadline(&cv_, &mu_, deadline)) {
       if (queued_.count(job_id) == 0 && in_flight_ != job_id) break;
-      return UnavailableLocked(absl::StrCat("its record is not saved yet"),
+      return UnavailableLocked(absl::StrCat("job ", job_id, " is not saved"),
                                "the scheduler keeps trying to save it in the background");
     }
   }

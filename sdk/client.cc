@@ -91,7 +91,25 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClusterAddress& cl
                           TransportSecurity::Load(TlsFiles{cluster.tls_ca_file, "", ""}));
   std::unique_ptr<Client> c(new Client(cluster.address, std::move(token)));
   c->stubs_->transport = std::move(transport);
-  c->stubs_->scheduler = proto::Scheduler::NewStub(MakeChannel(c->address_, *c->stubs_->transport));
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(c->address_, *c->stubs_->transport);
+  c->stubs_->scheduler = proto::Scheduler::NewStub(channel);
+  // A client that cannot speak the scheduler's transport (no CA for a TLS cluster,
+  // another cluster's CA, TLS to a plain-text one) is told why within ~1 s: its calls
+  // would wait for a channel that never becomes ready until their deadline (5 s) and
+  // only then ask why. The connection is one the first call makes anyway; a scheduler
+  // that is down or slow to answer is left to the calls, which wait for it.
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(1);
+  for (grpc_connectivity_state st = channel->GetState(/*try_to_connect=*/true);
+       st != GRPC_CHANNEL_READY; st = channel->GetState(/*try_to_connect=*/true)) {
+    if (st == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      std::string why = TransportMismatch(c->address_, *c->stubs_->transport);
+      if (!why.empty()) {
+        return absl::UnavailableError(absl::StrCat("cannot talk to the scheduler: ", why));
+      }
+      break;
+    }
+    if (!channel->WaitForStateChange(st, deadline)) break;
+  }
   return c;
 }
 

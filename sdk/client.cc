@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -14,6 +15,7 @@
 #include "common/files.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "common/status_macros.h"
 #include "common/tls.h"
 #include "nlohmann/json.hpp"
 #include "proto/node_agent.grpc.pb.h"
@@ -165,7 +167,63 @@ std::optional<std::string> AcceptedJobId(const absl::Status& submit_error) {
   return std::string(*id);
 }
 
+namespace {
+
+// The offset of the first byte of `s` that is not part of valid UTF-8, or npos.
+size_t InvalidUtf8At(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return i;
+    }
+    const uint32_t cp =
+        n == 1 ? c
+        : n == 2 ? ((c & 0x1f) << 6) | (s[i + 1] & 0x3f)
+        : n == 3 ? ((c & 0x0f) << 12) | ((s[i + 1] & 0x3f) << 6) | (s[i + 2] & 0x3f)
+                 : ((c & 0x07) << 18) | ((s[i + 1] & 0x3f) << 12) | ((s[i + 2] & 0x3f) << 6) |
+                       (s[i + 3] & 0x3f);
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) {
+      return i;
+    }
+    i += n;
+  }
+  return std::string::npos;
+}
+
+// A job spec's text travels as protobuf strings, which must be UTF-8: other bytes are
+// refused here, naming where they are (they made the scheduler drop the call, and the
+// CLI print an empty "drover: " line after a libprotobuf error).
+absl::Status CheckUtf8(const JobSpec& spec) {
+  auto check = [](const std::string& what, const std::string& s) -> absl::Status {
+    const size_t at = InvalidUtf8At(s);
+    if (at == std::string::npos) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " \"", absl::CHexEscape(s), "\" is not valid UTF-8 (byte ", at,
+        "): a job's command, name, directory and environment travel as UTF-8 text; give "
+        "such bytes to the program another way (a file it reads, an escape it decodes)"));
+  };
+  for (size_t i = 0; i < spec.command.size(); ++i) {
+    DROVER_RETURN_IF_ERROR(check(
+        i == 0 ? std::string("the command") : absl::StrCat("argument ", i, " of the command"),
+        spec.command[i]));
+  }
+  DROVER_RETURN_IF_ERROR(check("the job name", spec.name));
+  DROVER_RETURN_IF_ERROR(check("the working directory", spec.cwd));
+  for (const auto& [k, v] : spec.env) {
+    DROVER_RETURN_IF_ERROR(check("the environment variable name", k));
+    DROVER_RETURN_IF_ERROR(check(absl::StrCat("the value of ", k), v));
+  }
+  return check("the request id", spec.idempotency_key);
+}
+
+}  // namespace
+
 absl::StatusOr<JobInfo> Client::Submit(const JobSpec& spec) {
+  DROVER_RETURN_IF_ERROR(CheckUtf8(spec));
   proto::SubmitJobRequest req;
   *req.mutable_spec() = internal::ToProto(spec);
   // Retry-safe: the same key returns the same job if a retry reaches the scheduler twice.

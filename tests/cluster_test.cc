@@ -744,6 +744,27 @@ TEST_F(ClusterTest, BadInputGetsClearErrorsAndNothingCrashes) {
 // exited with 105 and the like while the CLI's other usage errors exited with 2. Every
 // number out of its range is refused with a message naming the flag, submits nothing,
 // and every usage error exits with 2.
+// Bytes that are not UTF-8 in a command's arguments are refused before anything is
+// sent, naming the argument (they gave a libprotobuf error and an empty "drover: "
+// line), and the scheduler goes on.
+TEST_F(ClusterTest, NonUtf8ArgumentsAreRefusedNamingTheArgument) {
+  StartCluster();
+  std::string out, err;
+  int rc = cluster_->RunCli({"submit", "--", "/bin/echo", "ok", "caf\xe9"}, &out, &err);
+  EXPECT_EQ(rc, 2) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "argument 2 of the command \"caf\\xe9\" is not valid UTF-8"))
+      << err;
+  EXPECT_FALSE(absl::StrContains(err, "libprotobuf")) << err;
+  EXPECT_FALSE(absl::StrContains(err, "drover: \n")) << err;
+  auto jobs = cluster_->client().ListJobs();
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  EXPECT_TRUE(jobs->empty());
+  // Valid UTF-8 beyond ASCII runs as given.
+  rc = cluster_->RunCli({"run", "--", "/bin/echo", "caf\xc3\xa9"}, &out, &err);
+  EXPECT_EQ(rc, 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "caf\xc3\xa9\n")) << out;
+}
+
 TEST_F(ClusterTest, OutOfRangeNumbersAreUsageErrorsThatSubmitNothing) {
   StartCluster();
   struct Case {

@@ -129,8 +129,9 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
     // stands, so this is no failure of the submit; say so, and how to retry safely.
     const std::string accepted = *AcceptedJobId(job.status());
     std::cerr << "drover: " << job.status().message() << "\ndrover: " << accepted
-              << " stands: do not submit it again, or only as `drover submit --request-id "
-              << spec->idempotency_key << " ...` (that returns " << accepted
+              << " stands: do not submit it again, or only as `drover "
+              << (run ? "run" : "submit") << " --request-id " << spec->idempotency_key
+              << " ...` (that returns " << accepted
               << " and waits for it to be saved); `drover job " << accepted
               << "` shows it\n";
     job = (*client)->GetJob(accepted);

@@ -159,15 +159,17 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
       last_pass = last_pass || finished.load() || (stop != nullptr && stop->load());
       const std::string address = address_of(node);
       // A node the scheduler calls dead (its agent killed, say) is waited for only
-      // `dead_agent_patience`, each attempt included: `drover run` says how its job
-      // ended within 2 s of the end even when a node of it died (it waited 15 s and
-      // then printed only the read error).
-      absl::Duration attempt = kLastReadAttempt;
+      // `dead_agent_patience`, each attempt included, so that `drover run` can say how
+      // its job ended within 2 s of the end. Attempts are no longer than that patience
+      // either: an agent killed as the job ends is not called dead yet (a 1 s grace),
+      // and a call to it waits out its whole deadline. A long read is cut into attempts
+      // that resume from the offsets.
+      absl::Duration attempt =
+          std::min(kLastReadAttempt, std::max(dead_agent_patience, kShortestAttempt));
       if (last_pass && is_dead(node)) {
         const absl::Time now = absl::Now();
         dead_since = std::min(dead_since, now);
-        attempt = std::clamp(dead_since + dead_agent_patience - now, kShortestAttempt,
-                             kLastReadAttempt);
+        attempt = std::clamp(dead_since + dead_agent_patience - now, kShortestAttempt, attempt);
       }
       std::vector<LogOffset> from;
       for (const auto& [key, off] : offsets) from.push_back({key.first, key.second, off});

@@ -519,7 +519,8 @@ TEST_F(ClusterTest, LogsShowEveryGenerationOnWhicheverNodeItRan) {
   ASSERT_TRUE(other_now.ok()) << other_now.status();
   ASSERT_NE(node0, other_now->placement[0].node_id);
   std::ofstream(dir + "/release").put('x');
-  EXPECT_EQ(Wait(other.job_id).state, JobState::kSucceeded);
+  const JobInfo other_done = Wait(other.job_id);
+  EXPECT_EQ(other_done.state, JobState::kSucceeded) << other_done.reason;
   std::ofstream(dir + "/fail").put('x');
   auto done = Wait(job.job_id);
   ASSERT_EQ(done.state, JobState::kSucceeded) << done.reason;

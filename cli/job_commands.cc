@@ -283,11 +283,9 @@ int CmdJob(const GlobalOptions& g, const std::string& id) {
 int CmdLogs(const GlobalOptions& g, const std::string& id, bool follow, bool no_prefix) {
   auto client = Connect(g);
   if (!client.ok()) return Fail(client.status());
-  std::vector<std::string> unread;
-  auto j = PrintJobLogs(**client, id, follow, !no_prefix, nullptr, nullptr, nullptr, &unread);
-  for (const auto& u : unread) std::cerr << "drover: " << u << "\n";
+  auto j = PrintJobLogs(**client, id, follow, !no_prefix, nullptr);
   if (!j.ok()) return Fail(j.status());
-  return unread.empty() ? 0 : 1;
+  return 0;
 }
 
 int CmdCancel(const GlobalOptions& g, const std::vector<std::string>& ids) {

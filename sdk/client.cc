@@ -198,11 +198,14 @@ size_t InvalidUtf8At(const std::string& s) {
 // refused here, naming where they are (they made the scheduler drop the call, and the
 // CLI print an empty "drover: " line after a libprotobuf error).
 absl::Status CheckUtf8(const JobSpec& spec) {
-  auto check = [](const std::string& what, const std::string& s) -> absl::Status {
+  // An environment value is not shown: it may be a secret.
+  auto check = [](const std::string& what, const std::string& s,
+                  bool show = true) -> absl::Status {
     const size_t at = InvalidUtf8At(s);
     if (at == std::string::npos) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " \"", absl::CHexEscape(s), "\" is not valid UTF-8 (byte ", at,
+        what, show ? absl::StrCat(" \"", absl::CHexEscape(s), "\"") : "",
+        " is not valid UTF-8 (byte ", at,
         "): a job's command, name, directory and environment travel as UTF-8 text; give "
         "such bytes to the program another way (a file it reads, an escape it decodes)"));
   };
@@ -215,7 +218,7 @@ absl::Status CheckUtf8(const JobSpec& spec) {
   DROVER_RETURN_IF_ERROR(check("the working directory", spec.cwd));
   for (const auto& [k, v] : spec.env) {
     DROVER_RETURN_IF_ERROR(check("the environment variable name", k));
-    DROVER_RETURN_IF_ERROR(check(absl::StrCat("the value of ", k), v));
+    DROVER_RETURN_IF_ERROR(check(absl::StrCat("the value of ", k), v, /*show=*/false));
   }
   return check("the request id", spec.idempotency_key);
 }

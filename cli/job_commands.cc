@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
+#include <random>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -57,6 +58,9 @@ void AddJobFlags(CLI::App* cmd, JobFlags& f) {
                   "stop the job and fail it (exit 124) if a generation runs longer (90s, 2h)");
   cmd->add_option("--env,-e", f.env, "KEY=VALUE for every process (repeatable)");
   cmd->add_option("--cwd", f.cwd, "working directory on the nodes (default: the current one)");
+  cmd->add_option("--request-id", f.request_id,
+                  "this submit's id: a submit with the id of an earlier one returns that "
+                  "job instead of running a second (default: a fresh one)");
 }
 
 std::string NodesOf(const JobInfo& j) {
@@ -91,9 +95,26 @@ void PrintJobSummary(const JobInfo& j) {
   }
 }
 
+// How long `drover run`'s last read of a node's output waits for the agent of a node
+// the scheduler calls dead (one started again at once is still read).
+constexpr absl::Duration kDeadAgentPatienceInRun = absl::Seconds(1);
+
+// Random, so that two submits never share one by chance.
+std::string NewRequestId() {
+  std::random_device rd;
+  return absl::StrCat("cli-", absl::Hex(rd(), absl::kZeroPad8), absl::Hex(rd(), absl::kZeroPad8),
+                      absl::Hex(rd(), absl::kZeroPad8));
+}
+
+// `drover submit|run` when the scheduler could not be reached or could not save: as
+// EX_TEMPFAIL, "try again later".
+constexpr int kUnavailableExit = 75;
+
 int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool quiet) {
   auto spec = BuildSpec(f, g.command);
   if (!spec.ok()) return Fail(spec.status(), kUsageError);
+  // The request id is the CLI's own, so that it can tell the user how to retry safely.
+  if (spec->idempotency_key.empty()) spec->idempotency_key = NewRequestId();
   auto client = Connect(g);
   if (!client.ok()) return Fail(client.status());
   // Ctrl-C in `drover run` cancels the job, like srun.
@@ -103,7 +124,27 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
   sigaddset(&sigs, SIGTERM);
   if (run) pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   auto job = (*client)->Submit(*spec);
-  if (!job.ok()) return Fail(job.status(), kUsageError);
+  if (!job.ok() && AcceptedJobId(job.status())) {
+    // Made and will run, but not saved yet (the scheduler's Redis is down): the job
+    // stands, so this is no failure of the submit; say so, and how to retry safely.
+    const std::string accepted = *AcceptedJobId(job.status());
+    std::cerr << "drover: " << job.status().message() << "\ndrover: " << accepted
+              << " stands: do not submit it again, or only as `drover "
+              << (run ? "run" : "submit") << " --request-id " << spec->idempotency_key
+              << " ...` (that returns " << accepted
+              << " and waits for it to be saved); `drover job " << accepted
+              << "` shows it\n";
+    job = (*client)->GetJob(accepted);
+  }
+  if (!job.ok()) {
+    if (absl::IsUnavailable(job.status())) {
+      std::cerr << "drover: " << job.status().message() << "\ndrover: a retry with "
+                << "`--request-id " << spec->idempotency_key
+                << "` is safe: it never makes a second job\n";
+      return kUnavailableExit;
+    }
+    return Fail(job.status(), kUsageError);
+  }
   if (!run) {
     if (g.json) {
       std::cout << ToJson(*job) << "\n";
@@ -140,8 +181,21 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
       (void)(*client)->Cancel(id);
     }
   });
+  // Output that cannot be read (a node that died with the job, say) is named after the
+  // job's outcome, never instead of it; a node the scheduler calls dead is waited for
+  // only briefly, so the outcome comes within 2 s of the job's end.
+  std::vector<std::string> unread;
   auto final_job = PrintJobLogs(**client, id, /*follow=*/true, /*prefix=*/true, nullptr,
-                                line.get(), [&](const JobInfo& j) { phase->Update(j); });
+                                line.get(), [&](const JobInfo& j) { phase->Update(j); },
+                                &unread, kDeadAgentPatienceInRun);
+  if (!final_job.ok()) {
+    // Following failed (the scheduler stayed away, say): the outcome, if it can be had,
+    // still comes first.
+    unread.push_back(absl::StrCat("the job's output could not be followed: ",
+                                  final_job.status().message()));
+    auto now = (*client)->GetJob(id);
+    if (now.ok()) final_job = std::move(now);
+  }
   if (final_job.ok() && !(IsTerminal(final_job->state) && final_job->live_processes == 0)) {
     final_job = (*client)->WaitJob(id, absl::Hours(24 * 365));
   }
@@ -149,12 +203,19 @@ int CmdSubmitOrRun(const GlobalOptions& g, const JobFlags& f, bool run, bool qui
   signals.join();
   phase.reset();  // erases the status line before the summary
   line.reset();
-  if (!final_job.ok()) return Fail(final_job.status());
+  auto print_unread = [&] {
+    for (const auto& u : unread) std::cerr << "drover: " << u << "\n";
+  };
+  if (!final_job.ok()) {
+    print_unread();
+    return Fail(final_job.status());
+  }
   if (g.json) {
     std::cout << ToJson(*final_job) << "\n";
   } else if (!quiet || final_job->state != JobState::kSucceeded) {
     PrintJobSummary(*final_job);
   }
+  print_unread();
   return final_job->exit_code;
 }
 

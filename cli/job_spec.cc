@@ -104,6 +104,16 @@ absl::StatusOr<JobSpec> BuildSpec(const JobFlags& f, const std::vector<std::stri
   }
   spec.command = cmd;
   spec.name = f.name;
+  if (!f.request_id.empty()) {
+    const bool printable = std::all_of(f.request_id.begin(), f.request_id.end(), [](char c) {
+      return c > ' ' && c < 127;
+    });
+    if (!printable || f.request_id.size() > 128) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--request-id '", f.request_id, "': use at most 128 printable characters, no spaces"));
+    }
+    spec.idempotency_key = f.request_id;
+  }
   DROVER_RETURN_IF_ERROR(AtLeast("--nproc", f.nproc, 1, "a job needs at least 1 process"));
   DROVER_RETURN_IF_ERROR(AtLeast("--nodes", f.nodes, 1, "a job runs on at least 1 node"));
   DROVER_RETURN_IF_ERROR(AtLeast("--nproc-per-node", f.nproc_per_node, 1,

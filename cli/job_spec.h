@@ -28,6 +28,8 @@ struct JobFlags {
   std::string time_limit;  // "90s", "30m", "2h", "1h30m"; empty: none
   std::vector<std::string> env;
   std::string cwd;
+  // The submit's request id (JobSpec::idempotency_key); empty: the CLI makes one.
+  std::string request_id;
 };
 
 // "512M", "4G", "1.5GiB", "1000" -> bytes. INVALID_ARGUMENT naming the input otherwise

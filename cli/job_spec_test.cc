@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "cli/table.h"
 #include "gtest/gtest.h"
 
@@ -142,6 +143,20 @@ TEST(BuildSpecTest, RefusesOutOfRangeNumbers) {
   f.max_restarts = 0;
   f.resources = {"ssd=0"};
   EXPECT_TRUE(BuildSpec(f, {"/bin/true"}).ok());
+}
+
+TEST(BuildSpecTest, RequestIdBecomesTheIdempotencyKeyAndBadOnesAreNamed) {
+  JobFlags f;
+  f.request_id = "nightly-42";
+  auto spec = BuildSpec(f, {"x"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->idempotency_key, "nightly-42");
+  for (const std::string bad : {std::string("a b"), std::string(129, 'x'), std::string("\x01")}) {
+    f.request_id = bad;
+    auto refused = BuildSpec(f, {"x"});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_TRUE(absl::StrContains(refused.status().message(), "--request-id")) << refused.status();
+  }
 }
 
 TEST(TableTest, AlignsColumnsAndCutsLongCells) {

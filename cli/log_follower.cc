@@ -24,7 +24,8 @@ constexpr absl::Duration kSchedulerPatience = absl::Seconds(60);
 // from where it was after each attempt), and for one the scheduler has declared dead.
 constexpr absl::Duration kAgentPatience = absl::Seconds(30);
 constexpr absl::Duration kLastReadAttempt = absl::Seconds(5);
-constexpr absl::Duration kDeadAgentPatience = absl::Seconds(10);
+// The shortest attempt: a connection to an agent that is back takes well under it.
+constexpr absl::Duration kShortestAttempt = absl::Milliseconds(300);
 
 // Turns chunks into whole prefixed lines; thread-safe. Lines go above `status_line`
 // (may be null).
@@ -98,7 +99,9 @@ class LinePrinter {
 absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, bool follow,
                                      bool prefix, const std::atomic<bool>* stop,
                                      ProgressLine* status_line,
-                                     const std::function<void(const JobInfo&)>& on_job) {
+                                     const std::function<void(const JobInfo&)>& on_job,
+                                     std::vector<std::string>* unread,
+                                     absl::Duration dead_agent_patience) {
   LinePrinter printer(prefix, status_line);
   DROVER_ASSIGN_OR_RETURN(JobInfo job, client.GetJob(job_id));
   if (on_job) on_job(job);
@@ -116,6 +119,16 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
   std::map<std::string, NodeState> node_state;
   std::set<std::string> skipped;  // dead nodes, said once
   absl::Status first_error;
+  std::vector<std::string> not_read;  // node: what was not read and why (under `mu`)
+  // Output that cannot be read: told to the caller (`unread`) or printed at once.
+  auto cannot_read = [&](const std::string& line) {
+    if (unread == nullptr) {
+      printer.Note(absl::StrCat("drover: ", line, "\n"));
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    not_read.push_back(line);
+  };
 
   auto address_of = [&](const std::string& node) {
     std::lock_guard<std::mutex> lock(mu);
@@ -145,6 +158,19 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
     for (bool last_pass = false;;) {
       last_pass = last_pass || finished.load() || (stop != nullptr && stop->load());
       const std::string address = address_of(node);
+      // A node the scheduler calls dead (its agent killed, say) is waited for only
+      // `dead_agent_patience`, each attempt included, so that `drover run` can say how
+      // its job ended within 2 s of the end. Attempts are no longer than that patience
+      // either: an agent killed as the job ends is not called dead yet (a 1 s grace),
+      // and a call to it waits out its whole deadline. A long read is cut into attempts
+      // that resume from the offsets.
+      absl::Duration attempt =
+          std::min(kLastReadAttempt, std::max(dead_agent_patience, kShortestAttempt));
+      if (last_pass && is_dead(node)) {
+        const absl::Time now = absl::Now();
+        dead_since = std::min(dead_since, now);
+        attempt = std::clamp(dead_since + dead_agent_patience - now, kShortestAttempt, attempt);
+      }
       std::vector<LogOffset> from;
       for (const auto& [key, off] : offsets) from.push_back({key.first, key.second, off});
       bool printed = false;
@@ -161,7 +187,7 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
           // died (its calls wait for it to come back) must not outlive the job (found by
           // the chaos campaign: `drover run` never returned). A last-pass read resumes
           // from its offsets when its time is up.
-          last_pass ? stop : &finished, last_pass ? kLastReadAttempt : absl::Hours(24 * 365));
+          last_pass ? stop : &finished, last_pass ? attempt : absl::Hours(24 * 365));
       if (last_pass) {
         const bool stopped = stop != nullptr && stop->load();
         // An agent that is down, stalled or cut off when the job ends (killed and
@@ -171,31 +197,43 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
         if ((absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) && !stopped) {
           const absl::Time now = absl::Now();
           if (printed) unanswered_since = absl::InfiniteFuture();  // a long read: go on
+          (void)refresh_nodes();
+          const bool dead = is_dead(node);
+          dead_since = dead ? std::min(dead_since, now) : absl::InfiniteFuture();
           if (unanswered_since == absl::InfiniteFuture()) {
             unanswered_since = now;
-            if (!printed) {
-              printer.Note(absl::StrCat("drover: waiting up to ",
-                                        absl::FormatDuration(kAgentPatience), " for the agent of ",
-                                        node, " (", s.message(),
+            // A short wait (a dead node's, in `drover run`) is not announced: what it
+            // could not read is said after the job's outcome.
+            const absl::Duration wait = dead ? dead_agent_patience : kAgentPatience;
+            if (!printed && wait >= absl::Seconds(2)) {
+              printer.Note(absl::StrCat("drover: waiting up to ", absl::FormatDuration(wait),
+                                        " for the agent of ", node, " (", s.message(),
                                         ") to read the job's last output there\n"));
             }
           }
-          (void)refresh_nodes();
-          const bool dead = is_dead(node);
           std::unique_lock<std::mutex> lock(mu);
-          dead_since = dead ? std::min(dead_since, now) : absl::InfiniteFuture();
           // A node the scheduler has declared dead comes back only if its agent is
           // started again (systemd does it in seconds): it is waited for less.
-          if (now - unanswered_since < kAgentPatience && now - dead_since < kDeadAgentPatience) {
+          if (now - unanswered_since < kAgentPatience &&
+              now - dead_since < dead_agent_patience) {
             finished_cv.wait_for(lock, std::chrono::milliseconds(250),
                                  [&] { return stop != nullptr && stop->load(); });
             continue;
           }
         }
         // NOT_FOUND: the node never ran a process of this job (nothing to print).
-        if (!s.ok() && !absl::IsNotFound(s)) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok()) first_error = s;
+        if (!s.ok() && !absl::IsNotFound(s) && !stopped) {
+          if (unread != nullptr) {
+            cannot_read(absl::StrCat(
+                offsets.empty() ? "the output" : "the rest of the output",
+                " of the job's processes on ", node, " is not shown: ",
+                s.message(),
+                dead_since != absl::InfiniteFuture() ? " (the scheduler calls the node dead)" : "",
+                "; `drover logs ", job_id, "` reads it if the node's agent comes back"));
+          } else {
+            std::lock_guard<std::mutex> lock(mu);
+            if (first_error.ok()) first_error = s;
+          }
         }
         return;
       }
@@ -225,17 +263,17 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
       if (address_of(n).empty()) {
         // Found by the chaos campaign: such output used to be left out without a word.
         if (skipped.insert(n).second) {
-          printer.Note(absl::StrCat("drover: ", n, " is not known to the scheduler (it restarted "
-                                    "and the node's agent has not registered since): the "
-                                    "output its processes wrote there is not shown\n"));
+          cannot_read(absl::StrCat(n, " is not known to the scheduler (it restarted and the "
+                                   "node's agent has not registered since): the output its "
+                                   "processes wrote there is not shown"));
         }
         continue;
       }
       if (is_dead(n)) {
         // An earlier generation ran there; what it wrote stays on that machine.
         if (skipped.insert(n).second) {
-          printer.Note(absl::StrCat("drover: ", n, " is dead: the output its processes wrote "
-                                    "there (an earlier generation's) is not shown\n"));
+          cannot_read(absl::StrCat(n, " is dead: the output its processes wrote there (an "
+                                   "earlier generation's) is not shown"));
         }
         continue;
       }
@@ -280,6 +318,10 @@ absl::StatusOr<JobInfo> PrintJobLogs(Client& client, const std::string& job_id, 
   finished_cv.notify_all();
   for (auto& [node, t] : threads) t.join();
   printer.Flush();
+  if (unread != nullptr) {
+    std::lock_guard<std::mutex> lock(mu);
+    unread->insert(unread->end(), not_read.begin(), not_read.end());
+  }
   if (!status.ok()) return status;
   if (!first_error.ok()) return first_error;
   return client.GetJob(job_id);

@@ -6,13 +6,19 @@
 
 #include <cstdio>
 
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 
 #include "cli/commands.h"
+#include "grpc/support/log.h"
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
+  // The CLI says what went wrong in its own words (a TLS mismatch, a scheduler it cannot
+  // reach); gRPC's log lines (nine handshake errors before the answer) only hide it.
+  // GRPC_VERBOSITY, when set, brings them back for debugging.
+  if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function([](gpr_log_func_args*) {});
   drover::cli::GlobalOptions global;
   // Split off the job's command at the first `--` so CLI11 never parses it.
   int cut = argc;

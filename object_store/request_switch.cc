@@ -184,8 +184,9 @@ absl::Status RequestSwitch::HandleCreate(StoreConn& c, const proto::CreateReques
   if (r.data_size() > capacity || r.metadata().size() > capacity - r.data_size()) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "object ", Printable(r.id()), ": asked for ", r.data_size(), " data bytes + ",
-        r.metadata().size(), " metadata bytes, more than the whole arena (", capacity,
-        " bytes); use a larger --capacity or a smaller object"));
+        r.metadata().size(), " metadata bytes, more than the whole store holds (", capacity,
+        " bytes): start the node's agent with a larger --object-store-memory (--capacity "
+        "of a drover-object-store started by hand), or put a smaller object"));
   }
   if (r.inline_put() ? (r.data().size() != r.data_size() || r.data_size() > kMaxInlinePut)
                      : !r.data().empty()) {

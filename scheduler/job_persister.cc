@@ -70,7 +70,8 @@ absl::Status JobPersister::AwaitStored(const std::string& job_id, absl::Duration
   while (queued_.count(job_id) > 0 || in_flight_ == job_id) {
     if (stopped_ || clock_->WaitWithDeadline(&cv_, &mu_, deadline)) {
       if (queued_.count(job_id) == 0 && in_flight_ != job_id) break;
-      return UnavailableLocked(absl::StrCat("job ", job_id, " is not saved"));
+      return UnavailableLocked(absl::StrCat("job ", job_id, " is not saved"),
+                               "the scheduler keeps trying to save it in the background");
     }
   }
   return absl::OkStatus();
@@ -86,7 +87,8 @@ absl::Status JobPersister::Health() {
   if (clock_->Now() - failing_since_ > kDownAfter) {
     return UnavailableLocked(absl::StrCat(
         "cannot save jobs: the state store has failed every call for ",
-        absl::FormatDuration(absl::Trunc(clock_->Now() - failing_since_, absl::Seconds(1)))));
+        absl::FormatDuration(absl::Trunc(clock_->Now() - failing_since_, absl::Seconds(1)))),
+        "nothing was created or changed: retry the call");
   }
   return absl::OkStatus();
 }
@@ -110,7 +112,8 @@ absl::Status JobPersister::WaitForIds(const std::string& counter, absl::Duration
   while (ids_[counter].left == 0) {
     if (stopped_ || clock_->WaitWithDeadline(&cv_, &mu_, deadline)) {
       if (ids_[counter].left > 0) break;
-      return UnavailableLocked(absl::StrCat("no new ", counter, " id could be reserved"));
+      return UnavailableLocked(absl::StrCat("no new ", counter, " id could be reserved"),
+                               "nothing was created: retry the call");
     }
   }
   return absl::OkStatus();
@@ -134,11 +137,11 @@ std::string JobPersister::CounterToRefillLocked() {
   return "";
 }
 
-absl::Status JobPersister::UnavailableLocked(const std::string& what) {
+absl::Status JobPersister::UnavailableLocked(const std::string& what, const std::string& then) {
   return absl::UnavailableError(absl::StrCat(
       what, ": ", store_->Describe(), " has not answered",
       last_error_.ok() ? std::string(" yet") : absl::StrCat(" (", last_error_.message(), ")"),
-      "; the scheduler keeps retrying in the background: retry the call"));
+      "; ", then));
 }
 
 void JobPersister::NoteResultLocked(const absl::Status& s, const std::string& what) {

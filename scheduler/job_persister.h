@@ -101,7 +101,11 @@ class JobPersister {
   // Bookkeeping after a store call: back-off and the outage's start on failure.
   void NoteResultLocked(const absl::Status& s, const std::string& what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status UnavailableLocked(const std::string& what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // UNAVAILABLE: `what`, why (the store's last error), and `then` (what the caller
+  // should do; it differs: a refused call may simply be retried, an accepted one that is
+  // not saved yet must be retried only with the same idempotency key).
+  absl::Status UnavailableLocked(const std::string& what, const std::string& then)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AddBlockLocked(const std::string& counter, int64_t last)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/random/random.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -359,15 +360,27 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CreateJob(
     DROVER_RETURN_IF_ERROR(persister_.WaitForIds("job", options_.durable_wait));
   }
   Dispatch(std::move(actions));
-  DROVER_RETURN_IF_ERROR(AwaitDurable(result.job_id(), "was accepted"));
+  // The job stands and runs even if its record is not saved in time: the answer says
+  // so, and names the job (a status payload the RPC carries), so that no one submits
+  // it anew (that would run it twice).
+  absl::Status durable = AwaitDurable(
+      result.job_id(), "was accepted and will run",
+      "it is forgotten only if the scheduler restarts before it is saved. Do not submit it "
+      "anew: that would run it twice; a retry with the same request id (idempotency key) "
+      "returns this job, never a second one");
+  if (!durable.ok()) {
+    durable.SetPayload(kAcceptedJobPayload, absl::Cord(result.job_id()));
+    return durable;
+  }
   return result;
 }
 
-absl::Status SchedulerCore::AwaitDurable(const std::string& job_id, const std::string& what) {
+absl::Status SchedulerCore::AwaitDurable(const std::string& job_id, const std::string& what,
+                                         const std::string& then) {
   absl::Status s = persister_.AwaitStored(job_id, options_.durable_wait);
   if (s.ok()) return s;
-  return absl::UnavailableError(absl::StrCat(job_id, " ", what, " and stands, but ",
-                                             s.message()));
+  return absl::UnavailableError(absl::StrCat(job_id, " ", what, ", but ", s.message(), "; ",
+                                             then));
 }
 
 void SchedulerCore::ScheduleLocked(Actions* out) {
@@ -712,7 +725,8 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::CancelJob(const std::string& job_i
     result = job->info;
   }
   Dispatch(std::move(actions));
-  DROVER_RETURN_IF_ERROR(AwaitDurable(job_id, "is cancelled"));
+  DROVER_RETURN_IF_ERROR(AwaitDurable(job_id, "is cancelled",
+                                      "the cancellation stands: retrying it is harmless"));
   return result;
 }
 

@@ -96,6 +96,10 @@ struct SchedulerOptions {
   JobTimeline* timeline = nullptr;
 };
 
+// The payload, on SubmitJob's UNAVAILABLE, naming the job that was made and will run
+// but is not saved yet (the RPC sends it as trailing metadata "x-drover-accepted-job").
+inline constexpr char kAcceptedJobPayload[] = "drover/accepted-job";
+
 class SchedulerCore {
  public:
   // Takes ownership of both.
@@ -375,8 +379,11 @@ class SchedulerCore {
   absl::Status CheckKvScopeLocked(const proto::KvScope& scope) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The node's IP for messages, "" if unknown.
   std::string NodeIpLocked(const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Waits (without mu_) until `job_id`'s changes are stored; `what` names the change.
-  absl::Status AwaitDurable(const std::string& job_id, const std::string& what);
+  // Waits (without mu_) until `job_id`'s changes are stored; `what` names the change
+  // (it stands whatever happens), `then` says what the caller should do if it is not
+  // stored in time.
+  absl::Status AwaitDurable(const std::string& job_id, const std::string& what,
+                            const std::string& then);
 
   const SchedulerOptions options_;
   Clock* const clock_;

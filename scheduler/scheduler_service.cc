@@ -73,7 +73,12 @@ grpc::Status SchedulerService::SubmitJob(grpc::ServerContext* ctx,
                                          proto::SubmitJobReply* reply) {
   DROVER_CHECK_TOKEN(ctx);
   auto job = core_->SubmitJob(req->spec());
-  if (!job.ok()) return ToGrpcStatus(job.status());
+  if (!job.ok()) {
+    if (auto accepted = job.status().GetPayload(kAcceptedJobPayload)) {
+      ctx->AddTrailingMetadata("x-drover-accepted-job", std::string(*accepted));
+    }
+    return ToGrpcStatus(job.status());
+  }
   *reply->mutable_job() = std::move(*job);
   return grpc::Status::OK;
 }

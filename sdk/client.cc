@@ -5,6 +5,8 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -13,6 +15,7 @@
 #include "common/files.h"
 #include "common/rpc.h"
 #include "common/status.h"
+#include "common/status_macros.h"
 #include "common/tls.h"
 #include "nlohmann/json.hpp"
 #include "proto/node_agent.grpc.pb.h"
@@ -22,6 +25,9 @@
 namespace drover {
 
 namespace {
+
+// The status payload that carries AcceptedJobId.
+constexpr char kAcceptedJobPayload[] = "drover/accepted-job";
 
 // A string field of a small JSON object file ("" if absent or unreadable).
 std::string JsonField(const std::string& json, const std::string& key) {
@@ -87,7 +93,25 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClusterAddress& cl
                           TransportSecurity::Load(TlsFiles{cluster.tls_ca_file, "", ""}));
   std::unique_ptr<Client> c(new Client(cluster.address, std::move(token)));
   c->stubs_->transport = std::move(transport);
-  c->stubs_->scheduler = proto::Scheduler::NewStub(MakeChannel(c->address_, *c->stubs_->transport));
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(c->address_, *c->stubs_->transport);
+  c->stubs_->scheduler = proto::Scheduler::NewStub(channel);
+  // A client that cannot speak the scheduler's transport (no CA for a TLS cluster,
+  // another cluster's CA, TLS to a plain-text one) is told why within ~1 s: its calls
+  // would wait for a channel that never becomes ready until their deadline (5 s) and
+  // only then ask why. The connection is one the first call makes anyway; a scheduler
+  // that is down or slow to answer is left to the calls, which wait for it.
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(1);
+  for (grpc_connectivity_state st = channel->GetState(/*try_to_connect=*/true);
+       st != GRPC_CHANNEL_READY; st = channel->GetState(/*try_to_connect=*/true)) {
+    if (st == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      std::string why = TransportMismatch(c->address_, *c->stubs_->transport);
+      if (!why.empty()) {
+        return absl::UnavailableError(absl::StrCat("cannot talk to the scheduler: ", why));
+      }
+      break;
+    }
+    if (!channel->WaitForStateChange(st, deadline)) break;
+  }
   return c;
 }
 
@@ -137,7 +161,72 @@ absl::Status Annotate(const std::string& address, const grpc::Status& s,
 
 }  // namespace
 
+std::optional<std::string> AcceptedJobId(const absl::Status& submit_error) {
+  auto id = submit_error.GetPayload(kAcceptedJobPayload);
+  if (!id) return std::nullopt;
+  return std::string(*id);
+}
+
+namespace {
+
+// The offset of the first byte of `s` that is not part of valid UTF-8, or npos.
+size_t InvalidUtf8At(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = s[i];
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return i;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return i;
+    }
+    const uint32_t cp =
+        n == 1 ? c
+        : n == 2 ? ((c & 0x1f) << 6) | (s[i + 1] & 0x3f)
+        : n == 3 ? ((c & 0x0f) << 12) | ((s[i + 1] & 0x3f) << 6) | (s[i + 2] & 0x3f)
+                 : ((c & 0x07) << 18) | ((s[i + 1] & 0x3f) << 12) | ((s[i + 2] & 0x3f) << 6) |
+                       (s[i + 3] & 0x3f);
+    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
+        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) {
+      return i;
+    }
+    i += n;
+  }
+  return std::string::npos;
+}
+
+// A job spec's text travels as protobuf strings, which must be UTF-8: other bytes are
+// refused here, naming where they are (they made the scheduler drop the call, and the
+// CLI print an empty "drover: " line after a libprotobuf error).
+absl::Status CheckUtf8(const JobSpec& spec) {
+  // An environment value is not shown: it may be a secret.
+  auto check = [](const std::string& what, const std::string& s,
+                  bool show = true) -> absl::Status {
+    const size_t at = InvalidUtf8At(s);
+    if (at == std::string::npos) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, show ? absl::StrCat(" \"", absl::CHexEscape(s), "\"") : "",
+        " is not valid UTF-8 (byte ", at,
+        "): a job's command, name, directory and environment travel as UTF-8 text; give "
+        "such bytes to the program another way (a file it reads, an escape it decodes)"));
+  };
+  for (size_t i = 0; i < spec.command.size(); ++i) {
+    DROVER_RETURN_IF_ERROR(check(
+        i == 0 ? std::string("the command") : absl::StrCat("argument ", i, " of the command"),
+        spec.command[i]));
+  }
+  DROVER_RETURN_IF_ERROR(check("the job name", spec.name));
+  DROVER_RETURN_IF_ERROR(check("the working directory", spec.cwd));
+  for (const auto& [k, v] : spec.env) {
+    DROVER_RETURN_IF_ERROR(check("the environment variable name", k));
+    DROVER_RETURN_IF_ERROR(check(absl::StrCat("the value of ", k), v, /*show=*/false));
+  }
+  return check("the request id", spec.idempotency_key);
+}
+
+}  // namespace
+
 absl::StatusOr<JobInfo> Client::Submit(const JobSpec& spec) {
+  DROVER_RETURN_IF_ERROR(CheckUtf8(spec));
   proto::SubmitJobRequest req;
   *req.mutable_spec() = internal::ToProto(spec);
   // Retry-safe: the same key returns the same job if a retry reaches the scheduler twice.
@@ -145,12 +234,27 @@ absl::StatusOr<JobInfo> Client::Submit(const JobSpec& spec) {
     req.mutable_spec()->set_idempotency_key(GenerateToken().substr(0, 24));
   }
   proto::SubmitJobReply reply;
+  std::string accepted;  // the job a failed call made anyway
   grpc::Status s = WithRetry([&] {
     grpc::ClientContext ctx;
     PrepareClientContext(&ctx, token_);
-    return stubs_->scheduler->SubmitJob(&ctx, req, &reply);
+    grpc::Status st = stubs_->scheduler->SubmitJob(&ctx, req, &reply);
+    const auto& trailers = ctx.GetServerTrailingMetadata();
+    if (auto it = trailers.find("x-drover-accepted-job"); it != trailers.end()) {
+      accepted.assign(it->second.data(), it->second.size());
+    }
+    return st;
   });
-  if (!s.ok()) return Annotate(address_, s, *stubs_->transport);
+  if (!s.ok()) {
+    absl::Status status = Annotate(address_, s, *stubs_->transport);
+    if (!accepted.empty()) {
+      status = absl::Status(status.code(),
+                            absl::StrCat(status.message(), " (its request id: \"",
+                                         req.spec().idempotency_key(), "\")"));
+      status.SetPayload(kAcceptedJobPayload, absl::Cord(accepted));
+    }
+    return status;
+  }
   return internal::FromProto(reply.job());
 }
 

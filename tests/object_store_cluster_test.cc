@@ -153,6 +153,20 @@ TEST_F(ObjectStoreClusterTest, TensorPutOnOneNodeIsReadOnTheOther) {
   EXPECT_TRUE(Holders("never-put").empty());
 }
 
+// An object larger than the whole store is refused naming the flag the user sets, the
+// agent's --object-store-memory (it named the store's own --capacity, which the agent
+// sets from it).
+TEST_F(ObjectStoreClusterTest, AnObjectLargerThanTheStoreIsRefusedNamingTheAgentsFlag) {
+  std::string out, err;
+  int rc = cluster_->RunCli({"run", "--", Runfile("tests/object_worker"), "--id", "too-big",
+                             "--mib", "300"},  // the stores hold 256 MiB
+                            &out, &err);
+  EXPECT_NE(rc, 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "--object-store-memory")) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "more than the whole store holds (268435456 bytes)"))
+      << out << err;
+}
+
 TEST_F(ObjectStoreClusterTest, GetReturnsSoonAfterAPutOnAnotherNode) {
   ExpectGetReturnsSoonAfterALatePut(2, "late-remote");
 }

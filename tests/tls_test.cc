@@ -171,6 +171,25 @@ TEST_F(TlsClusterTest, AClientTrustingAnotherCaRefusesTheCluster) {
   EXPECT_TRUE(absl::StrContains(err, "is not of the cluster whose CA is")) << err;
 }
 
+// A client with no CA, or another cluster's, is answered at once with the message alone
+// (it waited out a call's 5 s deadline and printed nine gRPC handshake lines first).
+TEST_F(TlsClusterTest, AClientThatCannotSpeakTheClustersTlsIsAnsweredAtOnceInOneLine) {
+  for (const std::string& ca : {std::string(), OtherCluster() + "/ca.crt"}) {
+    std::string out, err;
+    const absl::Time start = absl::Now();
+    int rc = cluster_->RunCli({"jobs"}, &out, &err, {"DROVER_TLS_CA=" + ca});
+    const absl::Duration took = absl::Now() - start;
+    std::cout << "FIGURE tls_mismatch_answer_ms " << absl::ToInt64Milliseconds(took) << "\n";
+    EXPECT_NE(rc, 0) << out;
+    // 1 s, with room for a loaded CI machine (it was 5 s).
+    EXPECT_LT(took, absl::Seconds(3)) << err;
+    EXPECT_TRUE(absl::StrContains(err, ca.empty() ? "uses TLS" : "is not of the cluster"))
+        << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_FALSE(absl::StrContains(err, "ssl_transport_security")) << err;
+  }
+}
+
 TEST_F(TlsClusterTest, AClientWithACertificateOfAnotherCaIsRefused) {
   // It trusts both CAs (so it accepts the scheduler) but presents the other CA's
   // certificate, which the scheduler refuses.

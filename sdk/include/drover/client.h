@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ absl::StatusOr<ClusterAddress> ResolveCluster(const std::string& address,
                                               const std::string& token_file,
                                               const std::string& tls_ca_file = "");
 
+// The id of the job a failed Client::Submit made anyway (UNAVAILABLE: accepted and
+// will run, not saved yet), or nullopt.
+std::optional<std::string> AcceptedJobId(const absl::Status& submit_error);
+
 class Client {
  public:
   // Reads the token (and the CA certificate of a TLS cluster); does not contact the
@@ -77,8 +82,14 @@ class Client {
   const std::string& address() const { return address_; }
 
   // Queues a job and returns its record at once (usually PENDING or RUNNING; the
-  // processes start asynchronously). An empty spec.idempotency_key gets a fresh one, so
-  // a retry inside this call never creates a second job.
+  // processes start asynchronously). spec.idempotency_key is the request id: a Submit
+  // with the id of an earlier one returns the job that one made, never a second job,
+  // also after a scheduler restart (the scheduler saves it with the job). Empty: a
+  // fresh one, so a retry inside this call never creates a second job; set it yourself
+  // to retry after an error.
+  // UNAVAILABLE with AcceptedJobId(status) set: the job was made and will run, but the
+  // scheduler could not save its record in time (its Redis is down); do not submit it
+  // again without the same request id (that would run it twice).
   // Errors: INVALID_ARGUMENT a spec that is wrong or could never run on this cluster
   // (no command, nproc < 1, more GPUs on one node than any node has, ...: the message
   // says which).

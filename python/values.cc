@@ -91,6 +91,9 @@ absl::Status Pack(py::handle v, Packer& pk, const std::string& where, int depth,
     }
   } else if (PyFloat_Check(v.ptr())) {
     pk.pack_double(PyFloat_AsDouble(v.ptr()));
+  } else if (tensors && IsTorchTensor(v)) {  // before ints: a tensor has __index__
+    DROVER_ASSIGN_OR_RETURN(Tensor t, FromTorch(v, where));
+    pk.pack(t);  // the codec context in scope stores it (or seals it in place)
   } else if (PyIndex_Check(v.ptr())) {  // int, and numpy's integers
     py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
     if (!i) throw py::error_already_set();
@@ -132,9 +135,6 @@ absl::Status Pack(py::handle v, Packer& pk, const std::string& where, int depth,
       DROVER_RETURN_IF_ERROR(Pack(key, pk, at + " (its key)", depth + 1, tensors));
       DROVER_RETURN_IF_ERROR(Pack(value, pk, at, depth + 1, tensors));
     }
-  } else if (tensors && IsTorchTensor(v)) {
-    DROVER_ASSIGN_OR_RETURN(Tensor t, FromTorch(v, where));
-    pk.pack(t);  // the codec context in scope stores it (or seals it in place)
   } else {
     return Refuse(where, absl::StrCat(
         "is a ", std::string(py::str(py::type::handle_of(v).attr("__qualname__"))),

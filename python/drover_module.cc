@@ -211,9 +211,16 @@ py::dict QueueInfoDict(QueueHandle& q) {
   return d;
 }
 
+// EncodePython's value, or ValueError (what cannot be sent) / drover.Error.
+internal::EncodedValue EncodeOrRaise(const py::object& value) {
+  absl::StatusOr<internal::EncodedValue> enc = EncodePython(value);
+  if (absl::IsInvalidArgument(enc.status())) throw py::value_error(std::string(enc.status().message()));
+  return ValueOrRaise(std::move(enc));
+}
+
 void QueuePutValue(QueueHandle& q, const py::object& value, const py::object& timeout) {
   const absl::Duration wait = Timeout(timeout);
-  internal::EncodedValue enc = ValueOrRaise(EncodePython(value));
+  internal::EncodedValue enc = EncodeOrRaise(value);
   absl::Status s;
   {
     py::gil_scoped_release unlocked;
@@ -250,7 +257,7 @@ struct RefHandle {
 };
 
 RefHandle PutObject(const py::object& value) {
-  internal::EncodedValue enc = ValueOrRaise(EncodePython(value));
+  internal::EncodedValue enc = EncodeOrRaise(value);
   py::gil_scoped_release unlocked;
   return RefHandle{internal::PutValue(std::move(enc))};
 }
@@ -618,7 +625,8 @@ waiting_puts, waiting_gets, stored_bytes (of the queued items' tensors).)doc")
 
   py::class_<LoaderPass, std::shared_ptr<LoaderPass>>(
       m, "_LoaderPass", "One pass over a DataLoader's data (what iter(loader) returns); its workers live as long as it.")
-      .def("__iter__", [](std::shared_ptr<LoaderPass> p) { return p; })
+      .def(
+          "__iter__", [](std::shared_ptr<LoaderPass> p) { return p; }, "The pass itself.")
       .def("__next__", &LoaderPass::Next,
            "The next batch; StopIteration at the end; drover.Error for an item's error (on_error='stop').")
       .def("close", &LoaderPass::Close, "Stops the workers; what is left of the pass is dropped.")
@@ -651,7 +659,8 @@ factory whose object's `function` method the workers call.)doc")
            py::arg("num_workers") = 2, py::arg("prefetch") = 16, py::arg("ordered") = true, py::arg("seed") = 0,
            py::arg("on_error") = "stop", py::arg("max_retries") = 3, py::arg("spread") = true,
            py::arg("node") = "", py::arg("cpus") = 1.0, py::arg("name") = "data", py::arg("pin_memory") = false,
-           py::arg("progress") = "auto", py::arg("start_timeout") = 120.0, py::arg("factory") = "")
+           py::arg("progress") = "auto", py::arg("start_timeout") = 120.0, py::arg("factory") = "",
+           "A DataLoader over `inputs` (the workers start at each iter()); see help(drover.DataLoader).")
       .def("__len__", &Loader::Len, "Batches (or items) per pass.")
       .def("__iter__", &Loader::Iter, "A new pass (_LoaderPass) with workers of its own.")
       .def_property("seed", &Loader::seed, &Loader::set_seed, "The seed of the next pass.")

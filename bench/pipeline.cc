@@ -82,7 +82,8 @@ absl::StatusOr<drover::Tensor> Work(WorkItem item, uint64_t) {
 // filled as torch.full fills the baseline's).
 absl::Status ProduceTensors(drover::Queue<drover::Tensor> q, int64_t items, int64_t numel) {
   for (int64_t i = 0; i < items; ++i) {
-    absl::StatusOr<drover::Tensor> t = drover::AllocateInStore(drover::DType::kFloat32, {numel});
+    // Written whole below: no zero-fill first (torch.full writes each byte once too).
+    absl::StatusOr<drover::Tensor> t = drover::AllocateInStoreUninitialized(drover::DType::kFloat32, {numel});
     if (!t.ok()) return t.status();
     absl::Span<float> v = *t->mutable_span<float>();
     std::fill(v.begin(), v.end(), static_cast<float>(i));

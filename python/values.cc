@@ -67,7 +67,8 @@ absl::StatusOr<Tensor> FromTorch(py::handle v, const std::string& where) {
   for (py::handle d : t.attr("shape")) shape.push_back(d.cast<int64_t>());
   const size_t nbytes = t.attr("numel")().cast<size_t>() * DTypeSize(dtype);
   absl::StatusOr<Tensor> out = absl::FailedPreconditionError("no store");
-  if (nbytes >= kStoreTensorBytes && IsInitialized()) out = AllocateInStore(dtype, shape);
+  // Uninitialized: the copy below writes every byte.
+  if (nbytes >= kStoreTensorBytes && IsInitialized()) out = AllocateInStoreUninitialized(dtype, shape);
   if (!out.ok()) out = Tensor::Empty(dtype, shape);  // no store here: it travels as bytes
   if (!out.ok()) return out.status();
   if (nbytes > 0) {

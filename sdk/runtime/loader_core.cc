@@ -45,8 +45,11 @@ int64_t LoaderCore::ChunkSize(const Worker& w) const {
   if (runs_ == 0) return 1;
   const int64_t mean_us = std::max<int64_t>(1, w.runs > 0 ? w.run_us_total / w.runs : run_us_total_ / runs_);
   const int64_t mean_bytes = std::max<int64_t>(1, result_bytes_total_ / runs_);
-  // Results that fit in a call's bytes: a call may carry more than prefetch/2 items.
-  const int64_t by_bytes = std::max<int64_t>(options_.prefetch / 2, kBytesPerCall / mean_bytes);
+  // Results that fit in a call's bytes: a call may carry more than prefetch/2 items,
+  // unless the prefetch is tiny (under 4: the caller asked for items one by one, and a
+  // death is then charged to exactly the item that was running).
+  const int64_t by_bytes = options_.prefetch < 4 ? options_.prefetch / 2
+                                                 : std::max<int64_t>(options_.prefetch / 2, kBytesPerCall / mean_bytes);
   const int64_t most = std::max<int64_t>(1, std::min(kMaxItemsPerCall, by_bytes));
   return std::clamp<int64_t>((kWorkPerCallUs + mean_us - 1) / mean_us, 1, most);
 }

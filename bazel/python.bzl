@@ -5,6 +5,7 @@
         srcs = ["drover_module.cc"],
         deps = ["//sdk:tasks", ...],
         version_script = "drover.lds",
+        stub = "drover.pyi.in",        # installed as P/drover.pyi
     )
 
 An extension is a shared object, so everything linked into it must be
@@ -45,20 +46,27 @@ def _python_module_impl(ctx):
         fail("%s: expected one .so from %s" % (ctx.label, ctx.attr.binary[0].label))
     out = ctx.actions.declare_file(ctx.attr.module + ".so")
     ctx.actions.symlink(output = out, target_file = shared[0])
-    return [DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out, shared[0]]))]
+    outs = [out]
+    if ctx.file.stub:
+        # The type stub beside the module, where type checkers and IDEs look for it.
+        pyi = ctx.actions.declare_file(ctx.attr.module + ".pyi")
+        ctx.actions.symlink(output = pyi, target_file = ctx.file.stub)
+        outs.append(pyi)
+    return [DefaultInfo(files = depset(outs), runfiles = ctx.runfiles(files = outs + [shared[0]]))]
 
 _python_module = rule(
     implementation = _python_module_impl,
     attrs = {
         "binary": attr.label(cfg = _shared_linkage_transition, mandatory = True),
         "module": attr.string(mandatory = True),
+        "stub": attr.label(allow_single_file = [".pyi.in", ".pyi"]),
         "_allowlist_function_transition": attr.label(
             default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
         ),
     },
 )
 
-def drover_python_extension(name, srcs, deps = [], version_script = None, visibility = None, **kwargs):
+def drover_python_extension(name, srcs, deps = [], version_script = None, stub = None, visibility = None, **kwargs):
     linkopts = []
     inputs = []
     if version_script:
@@ -81,5 +89,6 @@ def drover_python_extension(name, srcs, deps = [], version_script = None, visibi
         name = name,
         binary = ":" + name + "_ext.so",
         module = name,
+        stub = stub,
         visibility = visibility,
     )

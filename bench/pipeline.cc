@@ -10,6 +10,8 @@
 //                              the CPU the loader and its workers used that went into
 //                              the items' work (what the figure would be on 2 idle
 //                              cores, whatever else runs on the machine)
+//   BENCH preprocess_small_items  the same for 40,000 items of 50 µs each: items so
+//                              short that the loader must batch them per call
 //   BENCH queue_tensor_64MiB   ms per item from a producer to a consumer on one node, a
 //                              new 64 MiB tensor per item; baseline: torch.mp.Queue
 //   BENCH queue_small_items    items/s of 1 KiB tensors, producer to consumer on one
@@ -80,7 +82,8 @@ absl::StatusOr<drover::Tensor> Work(WorkItem item, uint64_t) {
 // filled as torch.full fills the baseline's).
 absl::Status ProduceTensors(drover::Queue<drover::Tensor> q, int64_t items, int64_t numel) {
   for (int64_t i = 0; i < items; ++i) {
-    absl::StatusOr<drover::Tensor> t = drover::AllocateInStore(drover::DType::kFloat32, {numel});
+    // Written whole below: no zero-fill first (torch.full writes each byte once too).
+    absl::StatusOr<drover::Tensor> t = drover::AllocateInStoreUninitialized(drover::DType::kFloat32, {numel});
     if (!t.ok()) return t.status();
     absl::Span<float> v = *t->mutable_span<float>();
     std::fill(v.begin(), v.end(), static_cast<float>(i));
@@ -193,6 +196,7 @@ std::string Ratio(double ours, double base) { return base > 0 ? absl::StrFormat(
 struct Flags {
   int64_t items = 20000;
   int64_t work_us = 260;
+  int64_t small_work_items = 40000;  // of 50 µs each
   int64_t tensor_items = 12;
   int64_t small_items = 20000;
   int64_t hogwild_steps = 3000;
@@ -204,19 +208,21 @@ struct Flags {
   }
 };
 
-void PreprocessItems(const Flags& f, const std::string& node, const std::string& script) {
-  const int64_t work_ns = f.work_us * 1000;
+// The preprocessing figures of `name`: `items` items of `work_us` CPU µs each.
+void Preprocess(const Flags& f, const std::string& node, const std::string& script, const std::string& name,
+                int64_t items, int64_t work_us) {
+  const int64_t work_ns = work_us * 1000;
   // One core: the same work serially, here (before and after the loader's run, so a
   // change of the machine's load meanwhile shows less).
   auto serial = [&] {
-    const int64_t n = std::max<int64_t>(1, f.items / 10);
+    const int64_t n = std::max<int64_t>(1, items / 10);
     absl::Time s = absl::Now();
     for (int64_t i = 0; i < n; ++i) (void)Work(WorkItem{i, work_ns}, 0);
     return static_cast<double>(n) / absl::ToDoubleSeconds(absl::Now() - s);
   };
   const double one_core_before = serial();
   LoaderOptions o{.num_workers = 2, .prefetch = f.prefetch, .node_id = node, .progress = LoaderOptions::Progress::kOff,
-                  .name = "preprocess"};
+                  .name = name};
   // Items/s of a loader over `n` items, and the CPU seconds it and its workers used
   // meanwhile (measured while the workers live: they stop with the loader).
   auto run = [&](int64_t n) {
@@ -236,21 +242,21 @@ void PreprocessItems(const Flags& f, const std::string& node, const std::string&
     return std::make_pair(rate, CpuSeconds(JobId()) - cpu0);
   };
   run(200);  // warm: the binary is on the node, the page cache holds it
-  const auto [ours, cpu] = run(f.items);
+  const auto [ours, cpu] = run(items);
   const double one_core = (one_core_before + serial()) / 2;
   // The load of other programs moves the wall-clock figures; what share of the CPU the
   // loader's processes used went into the items' work does not move with it.
-  const double efficiency = static_cast<double>(f.items) * static_cast<double>(work_ns) / 1e9 / cpu;
+  const double efficiency = static_cast<double>(items) * static_cast<double>(work_ns) / 1e9 / cpu;
   std::map<std::string, double> t2, t0;
   if (f.torch) {
-    t2 = Torch(script, {"dataloader", "--items", absl::StrCat(f.items), "--work-us", absl::StrCat(f.work_us), "--workers", "2"});
-    t0 = Torch(script, {"dataloader", "--items", absl::StrCat(f.items / 4), "--work-us", absl::StrCat(f.work_us), "--workers", "0"});
+    t2 = Torch(script, {"dataloader", "--items", absl::StrCat(items), "--work-us", absl::StrCat(work_us), "--workers", "2"});
+    t0 = Torch(script, {"dataloader", "--items", absl::StrCat(items / 4), "--work-us", absl::StrCat(work_us), "--workers", "0"});
   }
   const double torch2 = t2.count("dataloader_2_workers") ? t2["dataloader_2_workers"] : 0;
   const double torch0 = t0.count("dataloader_0_workers") ? t0["dataloader_0_workers"] : 0;
-  Line(absl::StrFormat("BENCH preprocess_items %.0f items/s baseline=%.0f ratio=%s torch_0_workers=%.0f", ours, torch2,
+  Line(absl::StrFormat("BENCH %s %.0f items/s baseline=%.0f ratio=%s torch_0_workers=%.0f", name, ours, torch2,
                        Ratio(ours, torch2), torch0));
-  Line(absl::StrFormat("BENCH preprocess_items_vs_one_core %.0f items/s baseline=%.0f ratio=%s", ours, one_core,
+  Line(absl::StrFormat("BENCH %s_vs_one_core %.0f items/s baseline=%.0f ratio=%s", name, ours, one_core,
                        Ratio(ours, one_core)));
   Line(absl::StrFormat("  (work / CPU used by the driver and its workers: %.3f, so %.2fx one core on 2 idle cores)",
                        efficiency, 2 * efficiency));
@@ -364,6 +370,8 @@ int Main(int argc, char** argv) {
   app.add_option("--items", f.items, "items of the preprocessing figure")->check(CLI::PositiveNumber);
   app.add_option("--work-us", f.work_us, "CPU time per item, µs")->check(CLI::PositiveNumber);
   app.add_option("--prefetch", f.prefetch, "the DataLoader's prefetch (default: its own)")->check(CLI::PositiveNumber);
+  app.add_option("--small-work-items", f.small_work_items, "items of the 50 µs preprocessing figure")
+      ->check(CLI::PositiveNumber);
   app.add_option("--tensor-items", f.tensor_items, "64 MiB items")->check(CLI::PositiveNumber);
   app.add_option("--small-items", f.small_items, "1 KiB items")->check(CLI::PositiveNumber);
   app.add_option("--hogwild-steps", f.hogwild_steps, "steps per Hogwild worker")->check(CLI::PositiveNumber);
@@ -389,7 +397,11 @@ int Main(int argc, char** argv) {
     if (absl::Status s = Init(argc, argv); !s.ok()) Die(absl::StrCat("Init: ", s.ToString()));
     const std::string node = NodeId();  // "one node": this driver's
     std::cout << "driver job " << JobId() << " on " << node << "\n\n" << std::flush;
-    if (f.Wants("preprocess_items")) PreprocessItems(f, node, script);
+    if (f.Wants("preprocess_items")) Preprocess(f, node, script, "preprocess_items", f.items, f.work_us);
+    // Items so short that a call per item would cost more than the work.
+    if (f.Wants("preprocess_small_items")) {
+      Preprocess(f, node, script, "preprocess_small_items", f.small_work_items, 50);
+    }
     if (f.Wants("queue_tensor_64MiB")) QueueTensor(f, node, script);
     if (f.Wants("queue_small_items")) QueueSmall(f, node, script);
     if (f.Wants("hogwild_steps")) HogwildSteps(f, node, script);

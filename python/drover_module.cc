@@ -1,15 +1,18 @@
-// The Python module `drover` (python/drover.so): the consuming end of drover's pipelines
-// for PyTorch scripts. A thin layer over the C++ SDK (sdk/): it makes nothing itself,
-// it reads what C++ made, as torch.Tensor views of the node's object store.
+// The Python module `drover` (python/drover.so): the Python end of drover's pipelines
+// for PyTorch scripts. A thin layer over the C++ SDK (sdk/): it reads what C++ made, as
+// torch.Tensor views of the node's object store, and answers: queue puts and
+// drover.put of values whose tensors are copied once into the store (values.h).
 //
 //   import torch, drover
 //   drover.init(worker_program="bazel-bin/examples/preprocess_to_ddp")  # loaders' workers
 //   for batch in drover.DataLoader("MakeBatch", specs, num_workers=2, seed=7):
 //       loss = model(batch[:, :16]) ...                # batch: a read-only torch view
 //   q = drover.Queue.open("frames")                      # a queue C++ producers fill
-//   for item in q: ...                                   # until it is closed and drained
+//   for item in q: answers.put(f(item))                  # until it is closed and drained
 //   w = drover.get_tensor("weights-7")                   # an object by id
 //
+// The Python API reference is the docstrings below (help(drover)) and python/drover.pyi,
+// installed beside the module; keep the three in step.
 // Which views are writable, and how read-only is enforced: python/torch_view.h.
 // Values: python/values.h. Errors: drover.Error (`code`, "CODE: message") and
 // drover.TimeoutError (python/errors.h). Blocking calls release the GIL.
@@ -208,6 +211,74 @@ py::dict QueueInfoDict(QueueHandle& q) {
   return d;
 }
 
+// EncodePython's value, or ValueError (what cannot be sent) / drover.Error.
+internal::EncodedValue EncodeOrRaise(const py::object& value) {
+  absl::StatusOr<internal::EncodedValue> enc = EncodePython(value);
+  if (absl::IsInvalidArgument(enc.status())) throw py::value_error(std::string(enc.status().message()));
+  return ValueOrRaise(std::move(enc));
+}
+
+void QueuePutValue(QueueHandle& q, const py::object& value, const py::object& timeout) {
+  const absl::Duration wait = Timeout(timeout);
+  internal::EncodedValue enc = EncodeOrRaise(value);
+  absl::Status s;
+  {
+    py::gil_scoped_release unlocked;
+    s = internal::QueuePut(*q.client, std::move(enc), wait);
+  }
+  RaiseIfError(s);
+}
+
+QueueHandle CreateQueue(const std::string& name, uint64_t capacity, bool keep_until_drained,
+                        const py::object& drain_timeout) {
+  if (!worker_program_set) {
+    Raise(absl::FailedPreconditionError(
+        "a queue is hosted by a process of this job running the C++ worker program: call "
+        "drover.init(worker_program=PATH) first, or open a queue a C++ program created (Queue.open)"));
+  }
+  QueueOptions options;
+  options.name = name;
+  options.capacity = capacity;
+  options.keep_until_drained = keep_until_drained;
+  options.drain_timeout = Timeout(drain_timeout);
+  absl::StatusOr<std::shared_ptr<internal::QueueClient>> c;
+  {
+    py::gil_scoped_release unlocked;
+    c = internal::CreateQueue(options);
+  }
+  return QueueHandle{ValueOrRaise(std::move(c))};
+}
+
+// ---- drover.put / drover.get ----
+
+// What drover.ObjectRef wraps: a reference to a value in the cluster's store.
+struct RefHandle {
+  std::shared_ptr<internal::RefState> state;
+};
+
+RefHandle PutObject(const py::object& value) {
+  internal::EncodedValue enc = EncodeOrRaise(value);
+  py::gil_scoped_release unlocked;
+  return RefHandle{internal::PutValue(std::move(enc))};
+}
+
+py::object GetObjectValue(const RefHandle& ref, const py::object& timeout) {
+  const absl::Duration wait = Timeout(timeout);
+  absl::StatusOr<std::unique_ptr<Received>> r;
+  {
+    py::gil_scoped_release unlocked;
+    absl::StatusOr<internal::ValueView> view = internal::GetValue(ref.state, wait);
+    if (view.ok()) {
+      internal::OwnedValue v;  // owns nothing: the reference keeps the objects
+      v.view = *std::move(view);
+      r = Receive(v);
+    } else {
+      r = view.status();
+    }
+  }
+  return ToPython(*ValueOrRaise(std::move(r)));
+}
+
 // ---- drover.DataLoader ----
 
 // One pass over a loader's data set: its workers live as long as this does.
@@ -377,68 +448,226 @@ PYBIND11_MODULE(drover, m) {
   using namespace drover::python;  // NOLINT: the module's own namespace
   using drover::internal::QueueClose;
   using drover::internal::QueueName;
-  m.doc() =
-      "drover for PyTorch consumers: store objects, queue items and DataLoader batches made by C++ "
-      "as torch.Tensor views of the node's shared memory (no copy; read-only where sealed).";
+  // Each docstring starts with its Python signature, written for people (pybind11's
+  // generated one names C++-flavoured types: `object`, `drover::python::QueueHandle`).
+  py::options options;
+  options.disable_function_signatures();
+  m.doc() = R"doc(drover for PyTorch scripts: the Python side of drover's pipelines.
+
+Reads what C++ made, as torch.Tensor views of the node's shared memory (no copy;
+read-only where sealed: a write to such a view faults, clone() it to modify), and
+answers: puts items and values whose tensors go into the store once, where a C++
+reader on the node reads them in place.
+
+    import torch, drover
+    drover.init()                                   # join the cluster (DROVER_* env)
+    q = drover.Queue.open("frames", timeout=30)     # a queue a C++ producer made
+    answers = drover.Queue.open("answers")
+    for item in q:                                  # ends when closed and drained
+        answers.put({"sum": float(item["x"].sum()), "y": item["x"] * 2})
+    answers.close()
+    ref = drover.put(torch.ones(4)); drover.get(ref)
+    for batch in drover.DataLoader("MakeBatch", specs, num_workers=2):   # C++ workers
+        ...                                         # needs drover.init(worker_program=)
+
+Values: None, bool, int (64-bit), float, str, bytes, torch.Tensor, and lists,
+tuples and dicts of them (a tuple or list is a msgpack array: what a C++ struct
+with MSGPACK_DEFINE reads). C++ vectors, tuples and structs come back as lists,
+MSGPACK_DEFINE_MAP structs as dicts, tensors as torch views, queues as
+drover.Queue.
+
+Errors: drover.Error (its `code` is the status code's name, e.g. "NOT_FOUND";
+str() is "CODE: message"), drover.TimeoutError for waits that ran out (also a
+drover.Error), ValueError for bad arguments. Blocking calls release the GIL.
+Timeouts are seconds; None waits forever.)doc";
   RegisterErrors(m);
 
   m.def("init", &Init, py::arg("worker_program") = "", py::arg("worker_args") = std::vector<std::string>{},
         py::arg("address") = "", py::arg("token_file") = "",
-        "Connects this process to the cluster (inside a drover job: as a part of it; else as a driver job "
-        "of its own). worker_program: the C++ binary (built with drover's SDK) whose DROVER_REMOTE "
-        "functions DataLoaders call; shipped to the nodes like a C++ driver's own binary.");
-  m.def("shutdown", [] {
-    py::gil_scoped_release unlocked;
-    drover::Shutdown();
-  });
-  m.def("is_initialized", &drover::IsInitialized);
-  m.def("job_id", &drover::JobId);
-  m.def("node_id", &drover::NodeId);
+        R"doc(init(worker_program="", worker_args=[], address="", token_file="") -> None
+
+Connects this process to the cluster: inside a `drover run` job as a part of that
+job, else as a driver job of its own (ended when this process exits or calls
+shutdown()). address / token_file: the scheduler and the cluster token file
+(default: DROVER_ADDRESS / DROVER_TOKEN_FILE, then the local cluster's files).
+worker_program: a C++ binary built with drover's SDK, whose DROVER_REMOTE functions
+this process's DataLoaders call and which hosts the queues it creates; shipped to
+the nodes like a C++ driver's own binary. worker_args: its arguments.
+Raises drover.Error (ALREADY_EXISTS if called twice; UNAVAILABLE if no scheduler
+answers).)doc");
+  m.def(
+      "shutdown",
+      [] {
+        py::gil_scoped_release unlocked;
+        drover::Shutdown();
+      },
+      R"doc(shutdown() -> None
+
+Leaves the cluster; a driver job ends here. First closes the queues this process
+created with keep_until_drained=True and waits until their consumers took every
+item (see Queue.create). Harmless when not initialized.)doc");
+  m.def("is_initialized", &drover::IsInitialized, "is_initialized() -> bool\n\nTrue between init() and shutdown().");
+  m.def("job_id", &drover::JobId, "job_id() -> str\n\nThis process's job ('' before init()).");
+  m.def("node_id", &drover::NodeId, "node_id() -> str\n\nThe node this process runs on ('' before init()).");
   m.def("get_tensor", &GetTensor, py::arg("object_id"), py::arg("timeout") = 30.0,
-        "The tensor object `object_id` (put by any process of this cluster) as a torch.Tensor view: "
-        "read-only if sealed, writable for a SharedTensor. Pulled to this node first if it is elsewhere.");
-  m.def("store_usage", &StoreUsageDict, "This node's store: capacity, used (bytes) and objects.");
+        R"doc(get_tensor(object_id, timeout=30.0) -> torch.Tensor
 
-  py::class_<QueueHandle>(m, "Queue", "A drover::Queue made by C++: take its items (get, or iterate).")
+The tensor object `object_id` (put by any process of this cluster, e.g. with C++
+Objects::PutTensor or as a store tensor's object_id()) as a torch.Tensor view:
+read-only if sealed, writable for a SharedTensor. Pulled to this node first if it is
+elsewhere. drover.TimeoutError if it did not appear within `timeout` s; drover.Error
+NOT_FOUND at once for an object of a job this cluster never ran or that ended.)doc");
+  m.def("store_usage", &StoreUsageDict,
+        "store_usage() -> dict\n\nThis node's object store: {'capacity': bytes, 'used': bytes, 'objects': count}.");
+
+  py::class_<RefHandle>(m, "ObjectRef",
+                        "A value in the cluster's object store, made by drover.put(). Read it with drover.get(ref). "
+                        "The value lives while a reference to it does (in this process: this object).")
+      .def_property_readonly(
+          "id", [](const RefHandle& r) { return drover::internal::RefId(*r.state); },
+          "The object's id ('<job>.<owner>.<n>').")
+      .def("__repr__",
+           [](const RefHandle& r) { return absl::StrCat("drover.ObjectRef('", drover::internal::RefId(*r.state), "')"); });
+  m.def("put", &PutObject, py::arg("value"),
+        R"doc(put(value) -> drover.ObjectRef
+
+Stores `value` (see the module's help for what a value may hold) and returns its
+reference at once. Tensors of 64 KiB or more are copied once into this node's
+object store (smaller ones travel inside the value). Needs init(). ValueError
+naming the element that cannot be sent.)doc");
+  m.def("get", &GetObjectValue, py::arg("ref"), py::arg("timeout") = py::none(),
+        R"doc(get(ref, timeout=None) -> object
+
+The value of `ref` (a drover.ObjectRef), waiting up to `timeout` s: tensors as
+read-only torch views of the store (zero copy on this node). drover.TimeoutError
+when it is not ready in time.)doc");
+
+  py::class_<QueueHandle>(m, "Queue",
+                          R"doc(A drover::Queue: a FIFO shared by every process of the cluster.
+
+Open one a C++ program created (Queue.open(name)) or create one
+(Queue.create(...)); take items with get(), get_many() or iteration (which ends
+when the queue is closed and drained), add items with put(), close() it when no
+more will come. Items are values (see help(drover)); their tensors are store
+objects the taker owns: read in place on this node, freed with the last view.)doc")
       .def_static("open", &OpenQueue, py::arg("name"), py::arg("timeout") = 10.0,
-                  "The queue created with `name`, waiting up to `timeout` s for it to exist.")
-      .def("get", &QueueGetOne, py::arg("timeout") = py::none(),
-           "The item at the front, waiting up to `timeout` s (None: forever). drover.TimeoutError when none "
-           "came; drover.Error with code OUT_OF_RANGE when the queue is closed and empty.")
-      .def("get_many", &QueueGetMany, py::arg("max_items"), py::arg("timeout") = py::none())
-      .def("close", [](QueueHandle& q) {
-        absl::Status s;
-        {
-          py::gil_scoped_release unlocked;
-          s = QueueClose(*q.client);
-        }
-        RaiseIfError(s);
-      })
-      .def("info", &QueueInfoDict)
-      .def_property_readonly("name", [](const QueueHandle& q) { return QueueName(*q.client); })
-      .def("__iter__", [](QueueHandle& q) -> QueueHandle& { return q; }, py::return_value_policy::reference_internal)
-      .def("__next__", &QueueNext);
+                  R"doc(Queue.open(name, timeout=10.0) -> drover.Queue
 
-  py::class_<LoaderPass, std::shared_ptr<LoaderPass>>(m, "_LoaderPass")
-      .def("__iter__", [](std::shared_ptr<LoaderPass> p) { return p; })
-      .def("__next__", &LoaderPass::Next)
-      .def("close", &LoaderPass::Close)
-      .def_property_readonly("skipped", &LoaderPass::Skipped)
-      .def_property_readonly("progress", &LoaderPass::Progress);
+The queue created with `name` (C++: QueueOptions{.name = ...}), waiting up to
+`timeout` s for it to exist. drover.TimeoutError if it did not.)doc")
+      .def_static("create", &CreateQueue, py::arg("name") = "", py::arg("capacity") = 0,
+                  py::arg("keep_until_drained") = false, py::arg("drain_timeout") = 3600.0,
+                  R"doc(Queue.create(name="", capacity=0, keep_until_drained=False, drain_timeout=3600.0) -> drover.Queue
+
+A new queue, hosted by a process of this job: this needs init(worker_program=...)
+(the C++ program that hosts it). name: makes it findable with Queue.open (unique
+among the cluster's live queues and actors). capacity: most items queued at once, a
+put waits while it is full (0: unbounded). keep_until_drained: shutdown() (and the
+end of this process) first closes the queue and waits, up to drain_timeout s, until
+consumers took every item, so the job (and the queue) outlive the producer's work.)doc")
+      .def("put", &QueuePutValue, py::arg("value"), py::arg("timeout") = py::none(),
+           R"doc(put(value, timeout=None) -> None
+
+Appends `value`, waiting up to `timeout` s while the queue is full. Tensors of 64
+KiB or more are copied once into this node's store and only their ids travel: a
+C++ consumer on this node reads them in place (elsewhere: pulled once).
+drover.TimeoutError when there was no room in time; drover.Error
+FAILED_PRECONDITION once the queue is closed; ValueError for what cannot be sent.)doc")
+      .def("get", &QueueGetOne, py::arg("timeout") = py::none(),
+           R"doc(get(timeout=None) -> object
+
+The item at the front, waiting up to `timeout` s (None: forever).
+drover.TimeoutError when none came; drover.Error with code OUT_OF_RANGE when the
+queue is closed and empty; ABORTED when its host died (the message says why).)doc")
+      .def("get_many", &QueueGetMany, py::arg("max_items"), py::arg("timeout") = py::none(),
+           R"doc(get_many(max_items, timeout=None) -> list
+
+Up to `max_items` items in one round trip (at least one, waiting up to `timeout` s
+for it): for many small items. Errors as get().)doc")
+      .def(
+          "close",
+          [](QueueHandle& q) {
+            absl::Status s;
+            {
+              py::gil_scoped_release unlocked;
+              s = QueueClose(*q.client);
+            }
+            RaiseIfError(s);
+          },
+          R"doc(close() -> None
+
+No more items: puts fail from now on, gets take what is left and then end
+(OUT_OF_RANGE; iteration stops). Any process may close; closing twice is harmless.)doc")
+      .def(
+          "destroy",
+          [](QueueHandle& q) {
+            absl::Status s;
+            {
+              py::gil_scoped_release unlocked;
+              s = drover::internal::QueueDestroy(*q.client);
+            }
+            RaiseIfError(s);
+          },
+          R"doc(destroy() -> None
+
+Ends the queue now, freeing the items left; every later call on it fails.)doc")
+      .def("info", &QueueInfoDict,
+           R"doc(info() -> dict
+
+The queue's counters: size (items queued), capacity, closed, puts, gets,
+waiting_puts, waiting_gets, stored_bytes (of the queued items' tensors).)doc")
+      .def_property_readonly(
+          "name", [](const QueueHandle& q) { return QueueName(*q.client); }, "The queue's name.")
+      .def(
+          "__iter__", [](QueueHandle& q) -> QueueHandle& { return q; }, py::return_value_policy::reference_internal,
+          "Iterating takes items (as get()) until the queue is closed and drained.")
+      .def("__next__", &QueueNext, "The next item; StopIteration once the queue is closed and drained.");
+
+  py::class_<LoaderPass, std::shared_ptr<LoaderPass>>(
+      m, "_LoaderPass", "One pass over a DataLoader's data (what iter(loader) returns); its workers live as long as it.")
+      .def(
+          "__iter__", [](std::shared_ptr<LoaderPass> p) { return p; }, "The pass itself.")
+      .def("__next__", &LoaderPass::Next,
+           "The next batch; StopIteration at the end; drover.Error for an item's error (on_error='stop').")
+      .def("close", &LoaderPass::Close, "Stops the workers; what is left of the pass is dropped.")
+      .def_property_readonly("skipped", &LoaderPass::Skipped,
+                             "[(position, 'CODE: message'), ...]: the items skipped (on_error='skip').")
+      .def_property_readonly("progress", &LoaderPass::Progress,
+                             "{'total', 'delivered', 'skipped', 'retried', 'in_flight', 'items_per_second'}.");
 
   py::class_<Loader>(m, "DataLoader",
-                     "Batches made by the worker program's registered C++ function on the cluster, iterated as a "
-                     "torch.utils.data.DataLoader: each iter() is a pass with workers of its own.")
+                     R"doc(DataLoader(function, inputs, *, batch_size=0, num_workers=2, prefetch=16, ordered=True,
+           seed=0, on_error="stop", max_retries=3, spread=True, node="", cpus=1.0,
+           name="data", pin_memory=False, progress="auto", start_timeout=120.0, factory="")
+
+Items made by `function`, a DROVER_REMOTE function of the C++ worker program
+(init(worker_program=...)), on `num_workers` workers of the cluster, iterated as a
+torch.utils.data.DataLoader: each iter() is a pass with workers of its own.
+inputs: a range (step 1) or an iterable of values, one per item, passed as the
+function's arguments (a tuple: several). batch_size > 0: the function takes a list
+of that many inputs. prefetch: items in flight per worker. ordered: results in
+input order (else as they finish; the same set). seed: each item's seed is
+ItemSeed(seed, position), so a run equals a serial one. on_error: "stop" (the
+item's error is raised where it comes) or "skip" (listed in .skipped).
+max_retries: runs of items whose worker died. spread / node / cpus: placement of
+the workers. pin_memory: results' tensors staged in this node's store. progress:
+a progress line on stderr ("auto": when it is a terminal). factory: a registered
+factory whose object's `function` method the workers call.)doc")
       .def(py::init<std::string, py::object, int64_t, int, int, bool, uint64_t, std::string, int, bool, std::string,
                     double, std::string, bool, std::string, double, std::string>(),
            py::arg("function"), py::arg("inputs"), py::kw_only(), py::arg("batch_size") = 0,
            py::arg("num_workers") = 2, py::arg("prefetch") = 16, py::arg("ordered") = true, py::arg("seed") = 0,
            py::arg("on_error") = "stop", py::arg("max_retries") = 3, py::arg("spread") = true,
            py::arg("node") = "", py::arg("cpus") = 1.0, py::arg("name") = "data", py::arg("pin_memory") = false,
-           py::arg("progress") = "auto", py::arg("start_timeout") = 120.0, py::arg("factory") = "")
-      .def("__len__", &Loader::Len)
-      .def("__iter__", &Loader::Iter)
-      .def_property("seed", &Loader::seed, &Loader::set_seed)
-      .def_property_readonly("skipped", [](const Loader& l) { return l.last() ? l.last()->Skipped() : py::list(); })
-      .def_property_readonly("progress", [](const Loader& l) { return l.last() ? l.last()->Progress() : py::dict(); });
+           py::arg("progress") = "auto", py::arg("start_timeout") = 120.0, py::arg("factory") = "",
+           "A DataLoader over `inputs` (the workers start at each iter()); see help(drover.DataLoader).")
+      .def("__len__", &Loader::Len, "Batches (or items) per pass.")
+      .def("__iter__", &Loader::Iter, "A new pass (_LoaderPass) with workers of its own.")
+      .def_property("seed", &Loader::seed, &Loader::set_seed, "The seed of the next pass.")
+      .def_property_readonly(
+          "skipped", [](const Loader& l) { return l.last() ? l.last()->Skipped() : py::list(); },
+          "The last pass's skipped items: [(position, 'CODE: message'), ...].")
+      .def_property_readonly(
+          "progress", [](const Loader& l) { return l.last() ? l.last()->Progress() : py::dict(); },
+          "The last pass's progress (see _LoaderPass.progress).");
 }

@@ -1,11 +1,15 @@
 #include "python/values.h"
 
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "drover/shared_tensor.h"
+#include "drover/task.h"
 #include "python/torch_view.h"
+#include "sdk/internal/runtime_internal.h"
 
 namespace drover::python {
 namespace {
@@ -24,7 +28,59 @@ absl::Status Refuse(const std::string& where, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(where.empty() ? "the value" : "element " + where, " ", what));
 }
 
-absl::Status Pack(py::handle v, Packer& pk, const std::string& where, int depth) {
+// Tensors at least this large go into the store (sealed in place, only the id travels);
+// smaller ones travel inline, as the codec does for C++ tensors.
+constexpr size_t kStoreTensorBytes = 64 * 1024;
+
+// torch.Tensor, if torch was imported (the module never imports it for this).
+bool IsTorchTensor(py::handle v) {
+  py::object torch = py::module_::import("sys").attr("modules").attr("get")("torch");
+  if (torch.is_none()) return false;
+  return py::isinstance(v, torch.attr("Tensor"));
+}
+
+// A drover tensor holding a copy of torch tensor `v` (any device, layout or strides):
+// written once, into the store when it is large (so sending it copies nothing more).
+absl::StatusOr<Tensor> FromTorch(py::handle v, const std::string& where) {
+  py::object t = v.attr("detach")();
+  if (py::str(t.attr("layout")).cast<std::string>() != "torch.strided") {
+    return Refuse(where, "is a sparse torch.Tensor: send t.to_dense()");
+  }
+  if (py::str(t.attr("device").attr("type")).cast<std::string>() != "cpu") t = t.attr("cpu")();
+  t = t.attr("contiguous")();
+  std::string name = py::str(t.attr("dtype"));
+  if (name.rfind("torch.", 0) == 0) name = name.substr(6);
+  DType dtype{};
+  bool known = false;
+  for (int d = 1; d <= static_cast<int>(DType::kBool); ++d) {
+    if (DTypeName(static_cast<DType>(d)) == name) {
+      dtype = static_cast<DType>(d);
+      known = true;
+    }
+  }
+  if (!known) {
+    return Refuse(where, absl::StrCat("is a torch.Tensor of dtype ", name,
+                                      ", which drover has no type for (float16, bfloat16, float32, float64, "
+                                      "int8, uint8, int16, int32, int64, bool)"));
+  }
+  std::vector<int64_t> shape;
+  for (py::handle d : t.attr("shape")) shape.push_back(d.cast<int64_t>());
+  const size_t nbytes = t.attr("numel")().cast<size_t>() * DTypeSize(dtype);
+  absl::StatusOr<Tensor> out = absl::FailedPreconditionError("no store");
+  // Uninitialized: the copy below writes every byte.
+  if (nbytes >= kStoreTensorBytes && IsInitialized()) out = AllocateInStoreUninitialized(dtype, shape);
+  if (!out.ok()) out = Tensor::Empty(dtype, shape);  // no store here: it travels as bytes
+  if (!out.ok()) return out.status();
+  if (nbytes > 0) {
+    const auto* src = reinterpret_cast<const void*>(t.attr("data_ptr")().cast<uintptr_t>());
+    void* dst = const_cast<void*>(out->raw_data());
+    py::gil_scoped_release unlocked;  // `t` (holding the source) lives on meanwhile
+    std::memcpy(dst, src, nbytes);
+  }
+  return out;
+}
+
+absl::Status Pack(py::handle v, Packer& pk, const std::string& where, int depth, bool tensors) {
   if (depth > kMaxDepth) return Refuse(where, absl::StrCat("is nested deeper than ", kMaxDepth, " levels"));
   if (v.is_none()) {
     pk.pack_nil();
@@ -36,6 +92,9 @@ absl::Status Pack(py::handle v, Packer& pk, const std::string& where, int depth)
     }
   } else if (PyFloat_Check(v.ptr())) {
     pk.pack_double(PyFloat_AsDouble(v.ptr()));
+  } else if (tensors && IsTorchTensor(v)) {  // before ints: a tensor has __index__
+    DROVER_ASSIGN_OR_RETURN(Tensor t, FromTorch(v, where));
+    pk.pack(t);  // the codec context in scope stores it (or seals it in place)
   } else if (PyIndex_Check(v.ptr())) {  // int, and numpy's integers
     py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
     if (!i) throw py::error_already_set();
@@ -67,21 +126,22 @@ absl::Status Pack(py::handle v, Packer& pk, const std::string& where, int depth)
     py::sequence seq = py::reinterpret_borrow<py::sequence>(v);
     pk.pack_array(static_cast<uint32_t>(seq.size()));
     for (size_t i = 0; i < seq.size(); ++i) {
-      DROVER_RETURN_IF_ERROR(Pack(seq[i], pk, absl::StrCat(where, "[", i, "]"), depth + 1));
+      DROVER_RETURN_IF_ERROR(Pack(seq[i], pk, absl::StrCat(where, "[", i, "]"), depth + 1, tensors));
     }
   } else if (PyDict_Check(v.ptr())) {
     py::dict d = py::reinterpret_borrow<py::dict>(v);
     pk.pack_map(static_cast<uint32_t>(d.size()));
     for (auto [key, value] : d) {
       const std::string at = absl::StrCat(where, "[", std::string(py::repr(key)), "]");
-      DROVER_RETURN_IF_ERROR(Pack(key, pk, at + " (its key)", depth + 1));
-      DROVER_RETURN_IF_ERROR(Pack(value, pk, at, depth + 1));
+      DROVER_RETURN_IF_ERROR(Pack(key, pk, at + " (its key)", depth + 1, tensors));
+      DROVER_RETURN_IF_ERROR(Pack(value, pk, at, depth + 1, tensors));
     }
   } else {
     return Refuse(where, absl::StrCat(
         "is a ", std::string(py::str(py::type::handle_of(v).attr("__qualname__"))),
-        ", which the module cannot send (None, bool, int, float, str, bytes, and lists, tuples and dicts of "
-        "them: the module consumes tensors, it does not make them)"));
+        ", which the module cannot send (None, bool, int, float, str, bytes, ",
+        tensors ? "torch.Tensor, " : "", "and lists, tuples and dicts of them",
+        tensors ? ")" : "; a DataLoader's inputs hold no tensors)"));
   }
   return absl::OkStatus();
 }
@@ -168,7 +228,50 @@ absl::StatusOr<std::string> PackPython(py::handle value) {
   std::string out;
   StringWriter w{&out};
   Packer pk(w);
-  DROVER_RETURN_IF_ERROR(Pack(value, pk, "", 0));
+  DROVER_RETURN_IF_ERROR(Pack(value, pk, "", 0, /*tensors=*/false));
+  return out;
+}
+
+absl::StatusOr<internal::EncodedValue> EncodePython(py::handle value) {
+  internal::EncodedValue out;
+  internal::CodecContext* ctx = internal::CodecContext::Current();
+  if (ctx == nullptr) ctx = internal::RuntimeCodecContext();
+  internal::ScopedCodecContext scope(ctx);
+  // As internal::Encode does: the context collects what the value puts into the store.
+  std::vector<internal::StoredRef>* saved = nullptr;
+  std::vector<std::shared_ptr<const void>>* saved_keep = nullptr;
+  if (ctx != nullptr) {
+    saved = ctx->collected;
+    saved_keep = ctx->keepalive;
+    ctx->collected = &out.stored;
+    ctx->keepalive = &out.keepalive;
+  }
+  StringWriter w{&out.bytes};
+  Packer pk(w);
+  absl::Status status;
+  try {
+    status = Pack(value, pk, "", 0, /*tensors=*/true);
+  } catch (const internal::DecodeError& e) {
+    status = absl::InvalidArgumentError(e.what());
+  } catch (const py::error_already_set&) {
+    if (ctx != nullptr) {
+      ctx->collected = saved;
+      ctx->keepalive = saved_keep;
+    }
+    if (!out.stored.empty()) internal::ReturnOrDeleteStored(out.stored);
+    throw;
+  } catch (const std::exception& e) {
+    status = absl::InvalidArgumentError(absl::StrCat("cannot encode the value: ", e.what()));
+  }
+  if (ctx != nullptr) {
+    ctx->collected = saved;
+    ctx->keepalive = saved_keep;
+  }
+  if (!status.ok()) {
+    // Objects stored for tensors packed before the failure belong to no value.
+    if (!out.stored.empty()) internal::ReturnOrDeleteStored(out.stored);
+    return status;
+  }
   return out;
 }
 

@@ -36,6 +36,14 @@ namespace py = pybind11;
 // INVALID_ARGUMENT naming the type (and where in the value) for anything else.
 absl::StatusOr<std::string> PackPython(py::handle value);
 
+// The value to send (a queue item, drover.put): as PackPython, and torch.Tensor too
+// (any dtype drover has, any device: copied once, into this node's store when at
+// least 64 KiB, where the value sent seals it in place; a C++ receiver on this node reads
+// those bytes without a copy). A sealed drover view sent on is copied like any tensor.
+// INVALID_ARGUMENT naming the element for what cannot be sent. Needs the GIL (released
+// around the copies).
+absl::StatusOr<internal::EncodedValue> EncodePython(py::handle value);
+
 // A received value with the drover objects its extensions stand for, in the order
 // they appear in the value (depth first).
 struct Received {

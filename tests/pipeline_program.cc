@@ -131,6 +131,18 @@ absl::StatusOr<int64_t> Picky(int64_t index, uint64_t) {
   return index * 10;
 }
 
+// A short item: ~20 µs of this thread's CPU, then its value; item 1234 fails.
+absl::StatusOr<int64_t> ShortItem(int64_t index, uint64_t) {
+  timespec ts;
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  const int64_t end = ts.tv_sec * 1'000'000'000LL + ts.tv_nsec + 20'000;
+  do {
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  } while (ts.tv_sec * 1'000'000'000LL + ts.tv_nsec < end);
+  if (index == 1234) return absl::DataLossError("1234 is cursed");
+  return index * 3;
+}
+
 // Kills its own process the first time it sees item 5 (a marker file remembers), and
 // every time it sees item 3.
 int64_t DiesOnItem(int64_t index, uint64_t) {
@@ -555,6 +567,54 @@ int LoaderFailures() {
   return Done("loader_failures");
 }
 
+// Short items go many to a call (fewer calls than items / 12; a call per prefetch/2
+// items, the old cap, would be items / 8), and keep their order and their errors.
+int LoaderShortItems() {
+  constexpr int64_t kItems = 3000;
+  auto skip = drover::DataLoader<int64_t>::Create(
+      drover::IndexRange{0, kItems}, ShortItem,
+      {.num_workers = 2, .on_error = drover::LoaderOptions::OnError::kSkip, .name = "short"});
+  if (!skip.ok()) return Print("error", Err(skip.status())), 1;
+  int64_t expect = 0;
+  bool in_order = true;
+  int64_t count = 0;
+  for (;;) {
+    auto v = skip->Next();
+    if (!v.ok()) {
+      Print("skip_end", absl::StatusCodeToString(v.status().code()));
+      break;
+    }
+    if (expect == 1234) ++expect;
+    in_order = in_order && *v == expect * 3;
+    ++expect;
+    ++count;
+  }
+  Print("skip_delivered", std::to_string(count));
+  Print("skip_in_order", in_order ? "yes" : "no");
+  std::vector<std::string> skipped;
+  for (const auto& s : skip->skipped()) skipped.push_back(absl::StrCat(s.position, ": ", s.error.message()));
+  Print("skipped", absl::StrJoin(skipped, " | "));
+  Print("calls", std::to_string(skip->progress().calls));
+  // Stopping: every item before the failing one, in order, then its error.
+  auto stop = drover::DataLoader<int64_t>::Create(drover::IndexRange{0, kItems}, ShortItem,
+                                                  {.num_workers = 2, .name = "short"});
+  if (!stop.ok()) return Print("error", Err(stop.status())), 1;
+  int64_t before = 0;
+  absl::Status stopped;
+  for (;;) {
+    auto v = stop->Next();
+    if (!v.ok()) {
+      stopped = v.status();
+      break;
+    }
+    if (*v != before * 3) break;
+    ++before;
+  }
+  Print("stop_delivered", std::to_string(before));
+  Print("stop_error", Err(stopped));
+  return Done("loader_short_items");
+}
+
 // A worker killed mid-item: the item runs again; an item that kills every worker it
 // runs on is named once its retries are used up.
 int LoaderWorkerKilled() {
@@ -614,7 +674,7 @@ int LoaderPinned(bool progress_on) {
 }  // namespace
 
 DROVER_REMOTE(Produce, ProduceTensors, AddToStripe, MakeStripeWorker, &StripeWorker::Add, SumOf, Where, MakeItem, MakeBatch, NodeOfItem, BigItem, Picky,
-              DiesOnItem, MakeTokenizer, &Tokenizer::Encode);
+              ShortItem, DiesOnItem, MakeTokenizer, &Tokenizer::Encode);
 
 int main(int argc, char** argv) {
   absl::Status init = drover::Init(argc, argv);
@@ -636,6 +696,7 @@ int main(int argc, char** argv) {
   if (scenario == "loader_memory") return LoaderMemory();
   if (scenario == "loader_failures") return LoaderFailures();
   if (scenario == "loader_worker_killed") return LoaderWorkerKilled();
+  if (scenario == "loader_short_items") return LoaderShortItems();
   if (scenario == "loader_pinned") return LoaderPinned(argc > 4 && std::string(argv[4]) == "progress");
   std::cerr << "unknown scenario '" << scenario << "'\n";
   return 2;

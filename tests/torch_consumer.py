@@ -4,6 +4,13 @@
                                                that it shares pages with the writer
     torch_consumer.py loader PROGRAM SEED N    iterates a DataLoader of PROGRAM's MakeItem
     torch_consumer.py other_cluster OBJECT_ID  asks for an object of another cluster
+    torch_consumer.py answer QUEUE             takes QUEUE's items and puts an answer for
+                                               each into QUEUE-answers (tensors the C++
+                                               side reads in place), then closes it;
+                                               drover.put/get round trips
+    torch_consumer.py drain QUEUE N            takes the N items of a queue whose
+                                               producer returned from main before
+    torch_consumer.py reference                the API reference: docstrings, the stub
 
 Prints key=value lines for the test (tests/util/driver_program.h reads them).
 """
@@ -153,6 +160,88 @@ def other_cluster(object_id):
     say("shm_mapped", shm_mapped() or "none")
 
 
+def answer(queue):
+    drover.init()
+    work = drover.Queue.open(queue, timeout=60)
+    answers = drover.Queue.open(queue + "-answers", timeout=60)
+    n = 0
+    for item in work:  # ends when the producer closed it and it is drained
+        x = item["x"]
+        # y (256 KiB) is written once into this node's store; the C++ reader maps it.
+        answers.put({"index": item["index"], "total": float(x.sum()), "y": x * 2,
+                     "note": f"answer {item['index']}"}, timeout=30)
+        n += 1
+    say("taken", n)
+    # A value that cannot be sent names itself; nothing is queued.
+    try:
+        answers.put({"ok": 1, "bad": object()})
+        say("bad_put", "no error")
+    except ValueError as e:
+        say("bad_put", str(e).replace("\n", " "))
+    answers.close()  # the producer's iteration ends
+    try:
+        answers.put(1)
+        say("put_after_close", "no error")
+    except drover.Error as e:
+        say("put_after_close", e.code)
+    # drover.put / drover.get: values with tensors, by reference.
+    big = torch.arange(64 * 1024, dtype=torch.int64)  # 512 KiB: a store object
+    ref = drover.put({"t": big, "s": "hi", "small": torch.tensor([1.5, 2.5]), "n": [1, (2, 3)]})
+    got = drover.get(ref, timeout=30)
+    say("put_get", torch.equal(got["t"], big) and got["s"] == "hi" and got["n"] == [1, [2, 3]]
+        and got["small"].tolist() == [1.5, 2.5])
+    say("put_get_store_view", mapping(got["t"].data_ptr()).split(":")[-1])
+    say("ref_id_job", ref.id.split(".")[0] == drover.job_id())
+    try:
+        drover.put(torch.zeros(2, dtype=torch.complex64))
+        say("bad_dtype", "no error")
+    except ValueError as e:
+        say("bad_dtype", str(e))
+
+
+def drain(queue, n):
+    drover.init()
+    q = drover.Queue.open(queue, timeout=60)
+    indices = []
+    ok = True
+    for item in q:
+        indices.append(item["index"])
+        ok = ok and bool((item["x"] == float(item["index"])).all())
+    say("indices", indices == list(range(n)))
+    say("count", len(indices))
+    say("values_ok", ok)
+
+
+def reference():
+    import inspect
+    import pydoc
+    text = pydoc.render_doc(drover, renderer=pydoc.plaintext)
+    say("help_has_put", "put(value, timeout=None)" in text and "Queue.open(name, timeout=10.0)" in text)
+    missing = []
+    for name, obj in vars(drover).items():
+        if name.startswith("__"):
+            continue
+        if callable(obj) and not (obj.__doc__ or "").strip():
+            missing.append(name)
+        if inspect.isclass(obj):
+            for attr, member in vars(obj).items():
+                if attr.startswith("_") and attr not in ("__iter__", "__next__", "__len__", "__init__"):
+                    continue
+                doc = getattr(member, "__doc__", None)
+                if not (doc or "").strip():
+                    missing.append(f"{name}.{attr}")
+    say("undocumented", ",".join(sorted(missing)) or "none")
+    stub = os.path.join(os.path.dirname(drover.__file__), "drover.pyi")
+    say("stub_beside_module", os.path.exists(stub))
+    if os.path.exists(stub):
+        import ast
+        with open(stub) as f:
+            tree = ast.parse(f.read())
+        declared = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+        public = {name for name in vars(drover) if not name.startswith("__")}
+        say("stub_missing", ",".join(sorted(public - declared)) or "none")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "feed":
@@ -161,6 +250,12 @@ def main():
         loader(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif mode == "other_cluster":
         other_cluster(sys.argv[2])
+    elif mode == "answer":
+        answer(sys.argv[2])
+    elif mode == "drain":
+        drain(sys.argv[2], int(sys.argv[3]))
+    elif mode == "reference":
+        reference()
     else:
         sys.exit(f"unknown mode {mode}")
 

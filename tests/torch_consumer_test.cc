@@ -2,8 +2,9 @@
 // a PyTorch process run by /usr/bin/python3, reads what tests/torch_feeder_program (C++)
 // writes: a queue item whose tensors are views of the writer's pages (checked through
 // both processes' /proc/self/maps, and writes crossing a SharedTensor both ways), a
-// DataLoader of C++ workers matching a serial run, and an object of another cluster
-// refused at once.
+// DataLoader of C++ workers matching a serial run, an object of another cluster
+// refused at once, answers put back by Python, a queue that outlives its producer's
+// work, and the module's API reference.
 #include <dirent.h>
 #include <stdlib.h>
 
@@ -137,6 +138,61 @@ TEST_F(TorchConsumerTest, AnObjectOfAnotherClusterIsAClearErrorAtOnce) {
   EXPECT_EQ(py.Get("objects_after"), py.Get("objects_before"));
   EXPECT_EQ(py.Get("shm_mapped"), "none");
   EXPECT_EQ(ShmEntries(), shm_before);
+}
+
+// The Python side answers: a consumer puts a value per item (tensors the C++ producer
+// reads in place in the store), closes the answers' queue (ending the producer's loop),
+// and round-trips values through drover.put/get.
+TEST_F(TorchConsumerTest, APythonConsumerPutsAnswersAndClosesTheQueue) {
+  const std::string base = cluster_->dir() + "/answer";
+  const pid_t producer = StartDriver(*cluster_, "tests/torch_feeder_program", {"answer", "torch-work", "4"}, base);
+  DriverRun py = RunDriver(*cluster_, kPython, Script({"answer", "torch-work"}));
+  DriverRun cc = FinishDriver(*cluster_, producer, base, absl::Seconds(120));
+  ASSERT_EQ(py.code, 0) << py.All() << cc.All();
+  ASSERT_EQ(cc.code, 0) << cc.All() << py.All();
+  EXPECT_EQ(py.Get("taken"), "4");
+  EXPECT_EQ(cc.Get("answers"), "4") << cc.All();
+  EXPECT_EQ(cc.Get("answers_ok"), "true");
+  EXPECT_EQ(cc.Get("answers_in_store"), "true");
+  EXPECT_EQ(cc.Get("answers_end"), "OUT_OF_RANGE");  // the consumer's close ended it
+  const std::string bad = py.Get("bad_put");
+  EXPECT_TRUE(absl::StrContains(bad, "element ['bad'] is a object")) << bad;
+  EXPECT_EQ(py.Get("put_after_close"), "FAILED_PRECONDITION");
+  EXPECT_EQ(py.Get("put_get"), "True") << py.All();
+  EXPECT_EQ(py.Get("put_get_store_view"), "r--s");  // read-only view of the store object
+  EXPECT_EQ(py.Get("ref_id_job"), "True");
+  EXPECT_TRUE(absl::StrContains(py.Get("bad_dtype"), "dtype complex64")) << py.Get("bad_dtype");
+}
+
+// A producer that returns from main before its consumer started: the queue (created
+// with keep_until_drained) and its items outlive the producer's work; the consumer gets
+// every item, and the producer's process ends once they are taken.
+TEST_F(TorchConsumerTest, AProducerThatFinishedFirstStillDeliversEveryItem) {
+  constexpr int kItems = 6;
+  const std::string base = cluster_->dir() + "/drain";
+  const pid_t producer =
+      StartDriver(*cluster_, "tests/torch_feeder_program", {"drain", "torch-drain", std::to_string(kItems)}, base);
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(ReadFile(base + ".out").value_or(""), "main_done=1"); },
+                      absl::Seconds(120)))
+      << ReadFile(base + ".err").value_or("");
+  DriverRun py = RunDriver(*cluster_, kPython, Script({"drain", "torch-drain", std::to_string(kItems)}));
+  DriverRun cc = FinishDriver(*cluster_, producer, base, absl::Seconds(120));
+  ASSERT_EQ(py.code, 0) << py.All() << cc.All();
+  EXPECT_EQ(py.Get("count"), std::to_string(kItems)) << py.All();
+  EXPECT_EQ(py.Get("indices"), "True");
+  EXPECT_EQ(py.Get("values_ok"), "True");
+  EXPECT_EQ(cc.code, 0) << cc.All();
+}
+
+// The API reference ships with the module: every public name documented, help()
+// readable, and the type stub installed beside drover.so and covering every name.
+TEST_F(TorchConsumerTest, TheModuleCarriesItsApiReference) {
+  DriverRun py = RunDriver(*cluster_, kPython, Script({"reference"}));
+  ASSERT_EQ(py.code, 0) << py.All();
+  EXPECT_EQ(py.Get("help_has_put"), "True");
+  EXPECT_EQ(py.Get("undocumented"), "none");
+  EXPECT_EQ(py.Get("stub_beside_module"), "True");
+  EXPECT_EQ(py.Get("stub_missing"), "none");
 }
 
 }  // namespace

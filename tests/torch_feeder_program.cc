@@ -9,6 +9,10 @@
 //   torch_feeder_program serial SEED N       MakeItem's checksums, serially, here
 //   torch_feeder_program put_and_wait FILE   a driver: puts a store tensor, prints its
 //       object id, and keeps it until FILE exists
+//   torch_feeder_program answer QUEUE N      a driver: puts N items into QUEUE and
+//       checks the answers the consumer puts into QUEUE-answers (read in place)
+//   torch_feeder_program drain QUEUE N       a driver: puts N items into QUEUE
+//       (keep_until_drained), closes it and returns from main before they are taken
 //   (started by an agent)                    a worker serving MakeItem
 #include <unistd.h>
 
@@ -154,6 +158,82 @@ int PutAndWait(const std::string& file) {
   return 0;
 }
 
+// An item of the answer and drain modes: a dict {"index": i, "x": 256x256 of i}.
+struct WorkItem {
+  int64_t index = 0;
+  drover::Tensor x;
+  MSGPACK_DEFINE_MAP(index, x);
+};
+
+// The consumer's answer (a Python dict read as a struct, by its keys).
+struct Answer {
+  int64_t index = 0;
+  double total = 0;
+  drover::Tensor y;
+  std::string note;
+  MSGPACK_DEFINE_MAP(index, total, y, note);
+};
+
+absl::StatusOr<WorkItem> MakeWork(int64_t i) {
+  absl::StatusOr<drover::Tensor> t = drover::AllocateInStore(drover::DType::kFloat32, {256, 256});
+  if (!t.ok()) return t.status();
+  for (float& v : *t->mutable_span<float>()) v = static_cast<float>(i);
+  return WorkItem{i, *std::move(t)};
+}
+
+int RunAnswer(const std::string& name, int64_t n) {
+  auto work = drover::Queue<WorkItem>::Create({.name = name});
+  if (!work.ok()) return Print("error", work.status().ToString()), 1;
+  auto answers = drover::Queue<Answer>::Create({.name = name + "-answers"});
+  if (!answers.ok()) return Print("error", answers.status().ToString()), 1;
+  for (int64_t i = 0; i < n; ++i) {
+    absl::StatusOr<WorkItem> item = MakeWork(i);
+    if (!item.ok()) return Print("error", item.status().ToString()), 1;
+    absl::Status put = work->Put(*item, absl::Seconds(30));
+    Expect(put.ok(), "put", put);
+  }
+  Expect(work->Close().ok(), "close", "failed");
+  int64_t got = 0;
+  bool values_ok = true;
+  bool in_store = true;
+  while (true) {
+    absl::StatusOr<Answer> a = answers->Get(absl::Minutes(2));
+    if (!a.ok()) {
+      Print("answers_end", std::string(absl::StatusCodeToString(a.status().code())));
+      break;
+    }
+    // y was written once by Python into this node's store: read in place.
+    in_store = in_store && !a->y.object_id().empty();
+    absl::StatusOr<absl::Span<const float>> y = a->y.span<float>();
+    values_ok = values_ok && y.ok() && y->size() == 256 * 256 && a->index == got &&
+                a->total == 256.0 * 256.0 * static_cast<double>(a->index) &&
+                a->note == absl::StrCat("answer ", a->index);
+    if (y.ok()) {
+      for (float v : *y) values_ok = values_ok && v == 2.0f * static_cast<float>(a->index);
+    }
+    ++got;
+  }
+  Print("answers", std::to_string(got));
+  Print("answers_ok", values_ok ? "true" : "false");
+  Print("answers_in_store", in_store ? "true" : "false");
+  return drover::testing::ProgramFailures() == 0 ? 0 : 1;
+}
+
+int RunDrain(const std::string& name, int64_t n) {
+  auto q = drover::Queue<WorkItem>::Create({.name = name, .keep_until_drained = true});
+  if (!q.ok()) return Print("error", q.status().ToString()), 1;
+  for (int64_t i = 0; i < n; ++i) {
+    absl::StatusOr<WorkItem> item = MakeWork(i);
+    if (!item.ok()) return Print("error", item.status().ToString()), 1;
+    absl::Status put = q->Put(*item, absl::Seconds(30));
+    Expect(put.ok(), "put", put);
+  }
+  // No Close, no wait for the consumer: main returns, and drover's exit closes the
+  // queue and keeps the job until the consumer took every item.
+  Print("main_done", "1");
+  return drover::testing::ProgramFailures() == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,10 +245,17 @@ int main(int argc, char** argv) {
     if (!absl::SimpleAtoi(argv[2], &seed) || !absl::SimpleAtoi(argv[3], &n)) return 2;
     return Serial(seed, n);
   }
+  if ((mode == "answer" || mode == "drain") && argc == 4) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(argv[3], &n)) return 2;
+    if (absl::Status s = drover::Init(argc, argv); !s.ok()) return Print("error", s.ToString()), 1;
+    return mode == "answer" ? RunAnswer(argv[2], n) : RunDrain(argv[2], n);
+  }
   if ((mode == "feed" || mode == "put_and_wait") && argc == 3) {
     if (absl::Status s = drover::Init(argc, argv); !s.ok()) return Print("error", s.ToString()), 1;
     return mode == "feed" ? RunFeed(argv[2]) : PutAndWait(argv[2]);
   }
-  std::cerr << "usage: torch_feeder_program feed QUEUE | serial SEED N | put_and_wait FILE\n";
+  std::cerr << "usage: torch_feeder_program feed QUEUE | serial SEED N | put_and_wait FILE | answer QUEUE N | "
+               "drain QUEUE N\n";
   return 2;
 }

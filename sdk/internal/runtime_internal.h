@@ -3,9 +3,11 @@
 #define DROVER_SDK_INTERNAL_RUNTIME_INTERNAL_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "drover/internal/codec.h"
 #include "object_store/client.h"
 
 namespace drover::internal {
@@ -22,6 +24,11 @@ std::string NewObjectId();
 // cluster) or that has ended (its objects were freed); DEADLINE_EXCEEDED naming the
 // object otherwise. For the Python module's get_tensor.
 absl::StatusOr<object_store::ObjectRef> GetObject(const std::string& id, absl::Duration timeout);
+
+// Objects an encoded value stored (EncodedValue::stored) that will not be sent after all:
+// tensors that handed theirs over own them again, the others are deleted. For the
+// Python module's puts that fail while encoding.
+void ReturnOrDeleteStored(const std::vector<StoredRef>& objects);
 
 }  // namespace drover::internal
 

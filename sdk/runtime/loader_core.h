@@ -56,6 +56,9 @@ class LoaderCore {
     ActorHandle<LoaderWorker> handle;
     int64_t in_flight = 0;
     bool dead = false;
+    // Its items' run times as it measured them (ChunkSize).
+    int64_t run_us_total = 0;
+    int64_t runs = 0;
     // Its calls not answered yet, oldest first: the front one is the one running.
     std::deque<uint64_t> outstanding;
   };
@@ -92,10 +95,16 @@ class LoaderCore {
   const std::string function_;
   const std::string factory_;
   const LoaderOptions options_;
-  // Items per call now (ChunkSize), from the mean run time of the items so far.
-  int64_t ChunkSize() const;
+  // Items per call to `w` now: about kWorkPerCallUs of work by the mean run time of
+  // the items it ran (as its worker measured them; all workers' mean until it ran one),
+  // fewer when results are large (each call's results stay under kBytesPerCall).
+  int64_t ChunkSize(const Worker& w) const;
+  // Items a worker may hold (sent, running): `prefetch`, or two calls' worth of short
+  // items (so a worker always has its next call queued).
+  int64_t InFlightLimit(const Worker& w) const;
   int64_t run_us_total_ = 0;
   int64_t runs_ = 0;
+  int64_t result_bytes_total_ = 0;
   std::vector<Worker> workers_;
   std::vector<Call> calls_;
   std::deque<int64_t> retry_;
@@ -112,6 +121,7 @@ class LoaderCore {
   std::vector<SkippedItem> skipped_;
   int64_t delivered_ = 0;
   int64_t retried_ = 0;
+  int64_t calls_sent_ = 0;
   absl::Status stopped_;  // kStop: the error every later Next returns
   absl::Status last_death_;  // why the last call failed as a whole
   absl::Time started_;

@@ -122,6 +122,7 @@ std::vector<QueueBook::Answer> QueueBook::Get(uint64_t conn, uint64_t request_id
   }
   const absl::Time deadline = WaitDeadline(get.timeout_ms(), now);
   if (closed_) {
+    ++ends_seen_;
     out.push_back(Fail(conn, request_id, kDrained, absl::StrCat(name_, " is closed and empty")));
   } else if (deadline <= now) {
     out.push_back(Fail(conn, request_id, kDeadline, absl::StrCat(name_, " is empty: no item ", Timeout(deadline, now))));
@@ -142,6 +143,7 @@ std::vector<QueueBook::Answer> QueueBook::Close(uint64_t conn, uint64_t request_
   puts_.clear();
   // Waiting gets exist only while the queue is empty.
   for (Wait& w : gets_) {
+    ++ends_seen_;
     out.push_back(Fail(w.conn, w.request_id, kDrained, absl::StrCat(name_, " was closed while this get waited: it is closed and empty")));
   }
   gets_.clear();
@@ -191,6 +193,7 @@ proto::QueueStats QueueBook::Stats() const {
   s.set_waiting_puts(puts_.size());
   s.set_waiting_gets(gets_.size());
   s.set_stored_bytes(stored_bytes_);
+  s.set_ends_seen(ends_seen_);
   return s;
 }
 

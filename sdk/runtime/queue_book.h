@@ -79,6 +79,7 @@ class QueueBook {
   uint64_t put_count_ = 0;
   uint64_t get_count_ = 0;
   uint64_t stored_bytes_ = 0;
+  uint64_t ends_seen_ = 0;  // gets answered OUT_OF_RANGE
 };
 
 // The deadline of a wait of `timeout_ms` (negative: none) from `now`.

@@ -103,13 +103,16 @@ TEST(QueueBookTest, CloseDrainsThenEndsAndFailsWaiters) {
   EXPECT_EQ(closed[1].reply.code(), kOk);      // the close itself
   EXPECT_EQ(full.Put(1, 4, PutOf("c"), t0)[0].reply.code(), kClosed);
   EXPECT_EQ(full.Get(2, 1, GetOf(), t0)[0].reply.items(0).value(), "a");
+  EXPECT_EQ(full.Stats().ends_seen(), 0u);  // drained, but no consumer saw the end yet
   EXPECT_EQ(full.Get(2, 2, GetOf(), t0)[0].reply.code(), kDrained);
+  EXPECT_EQ(full.Stats().ends_seen(), 1u);
 
   QueueBook empty("queue 'e'", 0);
   EXPECT_TRUE(empty.Get(2, 1, GetOf(), t0).empty());
   auto woken = empty.Close(3, 1);
   ASSERT_EQ(woken.size(), 2u);
   EXPECT_EQ(woken[0].reply.code(), kDrained);
+  EXPECT_EQ(empty.Stats().ends_seen(), 1u);  // the waiting get was told the end
 }
 
 TEST(QueueBookTest, AGoneConnectionsWaitsAreDroppedAndTheirItemsReturned) {

@@ -2,6 +2,8 @@
 
 #include <poll.h>
 
+#include <algorithm>
+#include <iostream>
 #include <map>
 #include <utility>
 
@@ -9,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "drover/task.h"
+#include "sdk/internal/runtime_internal.h"
 #include "sdk/runtime/store_tensor.h"
 
 namespace drover::internal {
@@ -23,6 +26,49 @@ constexpr absl::Duration kDeathCauseWait = absl::Seconds(5);
 constexpr absl::Duration kLivenessCheck = absl::Seconds(5);
 // How long Create waits for the queue's host to start.
 constexpr absl::Duration kStartWait = absl::Minutes(2);
+// How long a drained queue waits at its creator's exit for a consumer to ask again and
+// be told the end, before the job (and the queue) ends anyway.
+constexpr absl::Duration kEndGrace = absl::Seconds(10);
+constexpr absl::Duration kDrainPoll = absl::Milliseconds(20);
+
+// Queues to drain before this driver's job ends (keep_until_drained), with their limits.
+absl::Mutex drain_mu(absl::kConstInit);
+std::vector<std::pair<std::shared_ptr<QueueClient>, absl::Duration>>& ToDrain()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(drain_mu) {
+  static auto* queues = new std::vector<std::pair<std::shared_ptr<QueueClient>, absl::Duration>>();
+  return *queues;
+}
+
+// Waits until `q` is closed and drained and a consumer saw the end (QueueOptions).
+void DrainOne(QueueClient& q, absl::Duration limit) {
+  if (!QueueClose(q).ok()) return;  // destroyed or gone: nothing to wait for
+  const absl::Time start = absl::Now();
+  absl::Time drained_at = absl::InfiniteFuture();
+  bool told = false;
+  while (true) {
+    proto::QueueRequest req;
+    req.mutable_stats();
+    absl::StatusOr<proto::QueueReply> reply = q.Call(std::move(req), absl::ZeroDuration());
+    if (!reply.ok()) return;
+    const proto::QueueStats& s = reply->stats();
+    const absl::Time now = absl::Now();
+    if (s.size() == 0) {
+      if (s.ends_seen() > 0) return;
+      drained_at = std::min(drained_at, now);
+      if (now - drained_at >= kEndGrace) return;
+    } else if (!told) {
+      std::cerr << "drover: queue '" << q.name() << "' keeps this job until its consumers take its "
+                << s.size() << " item(s) (QueueOptions::keep_until_drained)\n";
+      told = true;
+    }
+    if (now - start >= limit) {
+      std::cerr << "drover: queue '" << q.name() << "' still holds " << s.size() << " item(s) after "
+                << absl::FormatDuration(limit) << " (its drain_timeout): ending the job with it\n";
+      return;
+    }
+    absl::SleepFor(kDrainPoll);
+  }
+}
 
 int64_t TimeoutMs(absl::Duration timeout) {
   if (timeout == absl::InfiniteDuration()) return -1;
@@ -179,7 +225,28 @@ absl::StatusOr<std::shared_ptr<QueueClient>> CreateQueue(const QueueOptions& opt
   } else if (!ctx->node_id.empty()) {
     actor.SetNodeAffinity(ctx->node_id, /*soft=*/true);
   }
-  return Attach(ctx, actor.Remote(spec), kStartWait);
+  if (options.keep_until_drained && RunningAsWorker()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue '", spec.name, "': keep_until_drained is for queues a driver creates (a task's process does not "
+        "decide when its job ends); create the queue in the driver and pass it to the tasks"));
+  }
+  absl::StatusOr<std::shared_ptr<QueueClient>> q = Attach(ctx, actor.Remote(spec), kStartWait);
+  if (q.ok() && options.keep_until_drained) {
+    absl::MutexLock l(&drain_mu);
+    ToDrain().emplace_back(*q, options.drain_timeout);
+  }
+  return q;
+}
+
+void ReturnOrDeleteStored(const std::vector<StoredRef>& objects) { StoreObjectStorage::ReturnOrDelete(objects); }
+
+void DrainQueuesBeforeExit() {
+  std::vector<std::pair<std::shared_ptr<QueueClient>, absl::Duration>> queues;
+  {
+    absl::MutexLock l(&drain_mu);
+    queues.swap(ToDrain());
+  }
+  for (auto& [q, limit] : queues) DrainOne(*q, limit);
 }
 
 absl::StatusOr<std::shared_ptr<QueueClient>> OpenQueue(const std::string& name, absl::Duration timeout) {

@@ -61,6 +61,12 @@ class QueueClient {
   absl::Status gone_ ABSL_GUARDED_BY(mu_);  // set once the host is known to be gone
 };
 
+// For drover::Shutdown in a driver: closes the queues this process created with
+// QueueOptions::keep_until_drained and waits until their consumers drained them
+// (see QueueOptions). Logs to stderr what it waits for. Returns at once when there
+// are none.
+void DrainQueuesBeforeExit();
+
 }  // namespace drover::internal
 
 #endif  // DROVER_SDK_RUNTIME_QUEUE_CLIENT_H_

@@ -34,6 +34,7 @@
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/object_table.h"
 #include "sdk/runtime/package.h"
+#include "sdk/runtime/queue_client.h"
 #include "sdk/runtime/task_submitter.h"
 #include "sdk/runtime/worker_server.h"
 
@@ -713,6 +714,8 @@ void Shutdown() {
     internal::g_runtime = nullptr;
   }
   if (r == nullptr) return;
+  // Before the job can end: queues that must outlive this driver's work.
+  if (!RunningAsWorker()) internal::DrainQueuesBeforeExit();
   internal::g_current.store(nullptr, std::memory_order_release);
   r->Shutdown();
   // Threads of other parts may still read the context briefly: the runtime is leaked

@@ -138,6 +138,10 @@ absl::StatusOr<Tensor> AllocateInStore(DType dtype, std::vector<int64_t> shape) 
   return internal::NewStoreTensor(dtype, std::move(shape));
 }
 
+absl::StatusOr<Tensor> AllocateInStoreUninitialized(DType dtype, std::vector<int64_t> shape) {
+  return internal::NewStoreTensor(dtype, std::move(shape), /*zero=*/false);
+}
+
 absl::StatusOr<SharedTensor> SharedTensor::Create(DType dtype, std::vector<int64_t> shape) {
   DROVER_ASSIGN_OR_RETURN(internal::RuntimeContext * ctx, internal::ContextWithStore());
   // The layout and its checks are those of a store tensor; a SharedTensor differs in

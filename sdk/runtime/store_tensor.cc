@@ -154,7 +154,7 @@ absl::StatusOr<object_store::TensorMeta> ContiguousStoreMeta(DType dtype,
   return meta;
 }
 
-absl::StatusOr<Tensor> NewStoreTensor(DType dtype, std::vector<int64_t> shape) {
+absl::StatusOr<Tensor> NewStoreTensor(DType dtype, std::vector<int64_t> shape, bool zero) {
   RuntimeContext* ctx = CurrentRuntimeContext();
   if (ctx == nullptr) {
     return absl::FailedPreconditionError(
@@ -171,7 +171,7 @@ absl::StatusOr<Tensor> NewStoreTensor(DType dtype, std::vector<int64_t> shape) {
   DROVER_ASSIGN_OR_RETURN(std::string header, object_store::EncodeTensorHeader(meta));
   const std::string id = ctx->NewObjectId();
   DROVER_ASSIGN_OR_RETURN(object_store::MutableObject obj, store->Create(id, meta.data_size, header));
-  std::memset(obj.data.data(), 0, obj.data.size());
+  if (zero) std::memset(obj.data.data(), 0, obj.data.size());
   const uint8_t* data = obj.data.data();
   const size_t size = obj.data.size();
   auto storage = std::make_shared<StoreObjectStorage>(store, std::move(obj),

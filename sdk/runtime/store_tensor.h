@@ -101,7 +101,7 @@ absl::StatusOr<object_store::TensorMeta> ContiguousStoreMeta(DType dtype,
 // A writable, zero-filled contiguous tensor in a new object of this node's store
 // (drover::AllocateInStore). FAILED_PRECONDITION without a runtime or a store here;
 // the store's errors (RESOURCE_EXHAUSTED naming what holds the memory) otherwise.
-absl::StatusOr<Tensor> NewStoreTensor(DType dtype, std::vector<int64_t> shape);
+absl::StatusOr<Tensor> NewStoreTensor(DType dtype, std::vector<int64_t> shape, bool zero = true);
 
 // The codec context of a receiver that takes over the objects of a value: tensors over
 // the objects in `owned` become StoreObjectStorage that own them; others are read as

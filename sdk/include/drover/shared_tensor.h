@@ -67,6 +67,11 @@ namespace drover {
 // (FAILED_PRECONDITION otherwise: use Tensor::Empty). A tensor with no elements has no
 // object (it is an ordinary empty tensor).
 absl::StatusOr<Tensor> AllocateInStore(DType dtype, std::vector<int64_t> shape);
+// The same without the zero-fill (torch.empty's contract): its elements are whatever
+// the reused store space held. For a tensor that will be written whole: a producer
+// that allocates per item then writes each byte once, not twice (the zero-fill of a
+// 64 MiB tensor costs as much as filling it).
+absl::StatusOr<Tensor> AllocateInStoreUninitialized(DType dtype, std::vector<int64_t> shape);
 
 // This node's object store as this process sees it: what the tensors of pipelines
 // (queue items, loader results, shared tensors) hold. FAILED_PRECONDITION without

@@ -38,6 +38,16 @@ struct QueueOptions {
   // The node whose process hosts the queue (default: the scheduler's choice, this
   // node's when it can).
   std::string node_id;
+  // Lets the queue outlive its creator's work: the creating driver's drover::Shutdown
+  // (also run at exit) closes the queue and waits until its consumers have taken every
+  // item and one of them was told the end (a get answered OUT_OF_RANGE; or 10 s after
+  // the last item went, for consumers that stop counting), up to `drain_timeout`.
+  // The job ends after that, so a producer can finish (return from main) while its
+  // consumers drain, and the items' tensors stay in the store meanwhile. Only a driver
+  // can create such a queue (a task's process does not decide when its job ends).
+  // A producer killed by a signal still takes the queue with it.
+  bool keep_until_drained = false;
+  absl::Duration drain_timeout = absl::Hours(1);
 };
 
 namespace internal {

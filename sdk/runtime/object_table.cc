@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace drover::internal {
 namespace {
 
@@ -45,6 +47,7 @@ void ObjectTable::Finish(const std::shared_ptr<RefState>& ref) {
   ref->done.store(true, std::memory_order_release);
   ref->done_seq = next_done_seq_++;
   ref->pending_reason.clear();
+  ref->waits_on.clear();
   if (waiters_ > 0) done_.SignalAll();
 }
 
@@ -79,6 +82,49 @@ void ObjectTable::Fail(const std::shared_ptr<RefState>& ref, absl::Status error)
 void ObjectTable::SetPendingReason(const std::shared_ptr<RefState>& ref, const std::string& reason) {
   absl::MutexLock l(&mu_);
   if (ref->state == RefState::State::kPending) ref->pending_reason = reason;
+}
+
+void ObjectTable::SetWaitsOn(const std::shared_ptr<RefState>& ref, std::string task,
+                             std::vector<std::pair<size_t, std::weak_ptr<RefState>>> args) {
+  absl::MutexLock l(&mu_);
+  if (ref->state != RefState::State::kPending) return;
+  ref->waiting_task = std::move(task);
+  ref->waits_on = std::move(args);
+}
+
+std::string ObjectTable::PendingReason(const std::shared_ptr<RefState>& ref) {
+  // Refs locked below are let go after the lock: the last one's ~RefState takes it.
+  std::vector<std::shared_ptr<RefState>> keep;
+  absl::MutexLock l(&mu_);
+  std::string out;
+  const RefState* r = ref.get();
+  // Bounded: a chain longer than this is cut (and refs cannot form a cycle).
+  for (int depth = 0; depth < 8 && r->state == RefState::State::kPending; ++depth) {
+    if (!r->pending_reason.empty()) {
+      absl::StrAppend(&out, r->pending_reason);
+      break;
+    }
+    std::shared_ptr<RefState> next;
+    size_t index = 0;
+    for (const auto& [i, weak] : r->waits_on) {
+      std::shared_ptr<RefState> a = weak.lock();
+      if (a == nullptr) continue;
+      const bool pending = a->state == RefState::State::kPending;
+      keep.push_back(std::move(a));
+      if (pending) {
+        next = keep.back();
+        index = i;
+        break;
+      }
+    }
+    if (next == nullptr) break;
+    absl::StrAppend(&out, "task ", r->waiting_task, " waits for its argument ", index,
+                    " (object ", next->id, "), which is not ready");
+    if (!next->pending_reason.empty() || !next->waits_on.empty()) absl::StrAppend(&out, ": ");
+    r = next.get();
+  }
+  if (out.size() >= 2 && out.compare(out.size() - 2, 2, ": ") == 0) out.resize(out.size() - 2);
+  return out;
 }
 
 void ObjectTable::WhenDone(const std::shared_ptr<RefState>& ref, std::function<void()> fn) {

@@ -426,10 +426,10 @@ absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::D
                                                                  : absl::Now() + timeout;
   for (int rebuilds = 0;;) {
     if (!TheObjectTable().WaitDone(ref, deadline)) {
-      ObjectTable::Outcome o = TheObjectTable().Read(ref);
+      const std::string reason = TheObjectTable().PendingReason(ref);
       return absl::DeadlineExceededError(absl::StrCat(
           "object ", ref->id, " is not ready after ", absl::FormatDuration(timeout),
-          o.pending_reason.empty() ? "" : absl::StrCat(" (", o.pending_reason, ")")));
+          reason.empty() ? "" : absl::StrCat(" (", reason, ")")));
     }
     ObjectTable::Outcome o = TheObjectTable().Read(ref);
     if (o.state == RefState::State::kFailed) return o.error;

@@ -48,7 +48,7 @@ void ObjectTable::Finish(const std::shared_ptr<RefState>& ref) {
   ref->done_seq = next_done_seq_++;
   ref->pending_reason.clear();
   ref->waits_on.clear();
-  if (waiters_ > 0) done_.SignalAll();
+  for (absl::CondVar* cv : ref->waiters) cv->Signal();
 }
 
 void ObjectTable::Complete(const std::shared_ptr<RefState>& ref, ObjectValue value) {
@@ -152,30 +152,48 @@ bool ObjectTable::WaitDone(const std::shared_ptr<RefState>& ref, absl::Time dead
     }
   }
   absl::MutexLock l(&mu_);
-  ++waiters_;
+  if (ref->state != RefState::State::kPending) return true;
+  absl::CondVar cv;
+  ref->waiters.push_back(&cv);
   bool timed_out = false;
   while (ref->state == RefState::State::kPending && !timed_out) {
-    timed_out = done_.WaitWithDeadline(&mu_, deadline);
+    timed_out = cv.WaitWithDeadline(&mu_, deadline);
   }
-  --waiters_;
+  ref->waiters.erase(std::find(ref->waiters.begin(), ref->waiters.end(), &cv));
   return ref->state != RefState::State::kPending;
 }
 
 std::vector<size_t> ObjectTable::WaitAny(const std::vector<std::shared_ptr<RefState>>& refs,
                                          int num, absl::Time deadline) {
   absl::MutexLock l(&mu_);
-  ++waiters_;
   std::vector<size_t> done;
   const size_t want = std::min<size_t>(std::max(num, 0), refs.size());
+  absl::CondVar cv;
+  bool registered = false;
   for (;;) {
     done.clear();
     for (size_t i = 0; i < refs.size(); ++i) {
       if (refs[i] != nullptr && refs[i]->state != RefState::State::kPending) done.push_back(i);
     }
     if (done.size() >= want) break;
-    if (done_.WaitWithDeadline(&mu_, deadline)) break;
+    if (!registered) {
+      // Woken by the completion of any of them (a ref listed twice is woken once).
+      for (const auto& r : refs) {
+        if (r != nullptr && std::find(r->waiters.begin(), r->waiters.end(), &cv) == r->waiters.end()) {
+          r->waiters.push_back(&cv);
+        }
+      }
+      registered = true;
+    }
+    if (cv.WaitWithDeadline(&mu_, deadline)) break;
   }
-  --waiters_;
+  if (registered) {
+    for (const auto& r : refs) {
+      if (r == nullptr) continue;
+      auto it = std::find(r->waiters.begin(), r->waiters.end(), &cv);
+      if (it != r->waiters.end()) r->waiters.erase(it);
+    }
+  }
   std::sort(done.begin(), done.end(),
             [&](size_t a, size_t b) { return refs[a]->done_seq < refs[b]->done_seq; });
   if (done.size() > want) done.resize(want);

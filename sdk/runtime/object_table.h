@@ -57,6 +57,9 @@ class RefState {
   std::string waiting_task;
   std::vector<std::pair<size_t, std::weak_ptr<RefState>>> waits_on;
   std::vector<std::function<void()>> on_done;
+  // The threads waiting for it (WaitDone, WaitAny), each on a condition of its own:
+  // its completion wakes them and no other waiter.
+  std::vector<absl::CondVar*> waiters;
   // The task that made it: kept for stored results, to make them again if lost.
   std::shared_ptr<TaskRecord> lineage;
   // The pinned bytes once read from a store (so later Gets need no round trip).
@@ -146,8 +149,6 @@ class ObjectTable {
   void Finish(const std::shared_ptr<RefState>& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
-  absl::CondVar done_;
-  int waiters_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_done_seq_ ABSL_GUARDED_BY(mu_) = 1;
   ReleaseFn release_ ABSL_GUARDED_BY(mu_);
 };

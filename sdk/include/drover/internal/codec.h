@@ -5,8 +5,9 @@
 // pack works as an argument or result: numbers, strings, std::vector, std::map,
 // std::tuple, std::optional, and your own structs with MSGPACK_DEFINE(field, ...).
 // Tensors (drover::Tensor) and references (drover::ObjectRef) get msgpack extensions
-// of their own (see serialization.h), so a tensor's bytes are never packed element by
-// element: large ones go into the node's object store once and only their id travels.
+// of their own (the tensor's below, the reference's in task.h), so a tensor's bytes are
+// never packed element by element: large ones go into the node's object store once and
+// only their id travels.
 #ifndef DROVER_SDK_INCLUDE_DROVER_INTERNAL_CODEC_H_
 #define DROVER_SDK_INCLUDE_DROVER_INTERNAL_CODEC_H_
 

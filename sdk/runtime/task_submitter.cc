@@ -199,7 +199,8 @@ void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
     k.queue.pop_front();
     if (t->cancelled) {
       by_result_.erase(t->result.get());
-      out->failures.emplace_back(t->result, TaskError(*t, absl::StatusCode::kCancelled, "cancelled"));
+      absl::Status cancelled = TaskError(*t, absl::StatusCode::kCancelled, "cancelled");
+      out->failures.emplace_back(std::move(t), std::move(cancelled));
       continue;
     }
     const uint64_t seq = best->next_seq++;
@@ -207,7 +208,7 @@ void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
     absl::Status built = BuildTaskSpec(*t, seq, frame.mutable_push());
     if (!built.ok()) {
       by_result_.erase(t->result.get());
-      out->failures.emplace_back(t->result, std::move(built));
+      out->failures.emplace_back(std::move(t), std::move(built));
       continue;
     }
     best->in_flight_bytes += t->wire_bytes;
@@ -248,7 +249,7 @@ void TaskSubmitter::Flush(Outbox& out) {
     // A failed send is seen by the worker's reader, which re-queues its tasks.
     s.worker->sock->SendFrames(s.frames).IgnoreError();
   }
-  for (auto& [result, status] : out.failures) TheObjectTable().Fail(result, std::move(status));
+  for (auto& [t, status] : out.failures) TheObjectTable().Fail(t->result, std::move(status));
 }
 
 void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
@@ -334,10 +335,11 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         // chaos campaign: a driver whose job a scheduler restart had ended hung for
         // minutes on "not ready after 30s").
         --k->lease_requests;
-        for (const auto& t : k->queue) {
+        for (auto& t : k->queue) {
           by_result_.erase(t->result.get());
-          out.failures.emplace_back(
-              t->result, TaskError(*t, s.code(), absl::StrCat("cannot get a worker: ", s.message())));
+          absl::Status refused =
+              TaskError(*t, s.code(), absl::StrCat("cannot get a worker: ", s.message()));
+          out.failures.emplace_back(std::move(t), std::move(refused));
         }
         k->queue.clear();
       } else {

@@ -106,10 +106,12 @@ class TaskSubmitter {
     std::string frames;
   };
   // What a section under the mutex decided to do once it is released: frames to send
-  // and results to fail (their done callbacks may take the mutex again).
+  // and tasks to fail (their results' done callbacks may take the mutex again). It
+  // also keeps the failed tasks alive past the mutex: the last reference to an
+  // argument, dropped with its task, releases the argument's store object.
   struct Outbox {
     std::vector<Send> sends;
-    std::vector<std::pair<std::shared_ptr<RefState>, absl::Status>> failures;
+    std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>> failures;
   };
 
   void Enqueue(std::shared_ptr<TaskRecord> task) ABSL_LOCKS_EXCLUDED(mu_);

@@ -81,6 +81,10 @@ absl::Status Unpack(absl::string_view bytes, msgpack::object_handle* out) {
 
 CodecContext* CodecContext::Current() { return current_context; }
 
+CodecContext* DefaultCodecContext() {
+  return current_context != nullptr ? current_context : RuntimeCodecContext();
+}
+
 SealDraftsScope::SealDraftsScope() : previous_(sealing_drafts) { sealing_drafts = true; }
 SealDraftsScope::~SealDraftsScope() { sealing_drafts = previous_; }
 bool SealDraftsScope::Active() { return sealing_drafts; }

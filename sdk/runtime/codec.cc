@@ -2,6 +2,7 @@
 // for errors, bounded unpacking, and the thread's codec context.
 #include <cxxabi.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -14,6 +15,7 @@ namespace {
 
 thread_local CodecContext* current_context = nullptr;
 thread_local bool sealing_drafts = false;
+std::atomic<CodecContext*> runtime_context{nullptr};
 
 }  // namespace
 
@@ -80,6 +82,12 @@ absl::Status Unpack(absl::string_view bytes, msgpack::object_handle* out) {
 }
 
 CodecContext* CodecContext::Current() { return current_context; }
+
+CodecContext* RuntimeCodecContext() { return runtime_context.load(std::memory_order_acquire); }
+
+void SetRuntimeCodecContext(CodecContext* ctx) {
+  runtime_context.store(ctx, std::memory_order_release);
+}
 
 CodecContext* DefaultCodecContext() {
   return current_context != nullptr ? current_context : RuntimeCodecContext();

@@ -157,6 +157,12 @@ class StoreCodecContext : public CodecContext {
   static constexpr absl::Duration kLoadWait = absl::Minutes(5);
 };
 
+// The runtime's codec context (installed at Init: SetRuntimeCodecContext).
+CodecContext* TheStoreCodecContext() {
+  static StoreCodecContext* ctx = new StoreCodecContext();
+  return ctx;
+}
+
 // True if `ip` is one of this machine's addresses (or loopback).
 bool IsLocalAddress(const std::string& ip) {
   if (ip.rfind("127.", 0) == 0 || ip == "::1") return true;
@@ -350,10 +356,6 @@ RuntimeContext* CurrentRuntimeContext() {
   return rt == nullptr ? nullptr : &rt->ctx;
 }
 
-CodecContext* RuntimeCodecContext() {
-  static StoreCodecContext* ctx = new StoreCodecContext();
-  return ActiveRuntime() == nullptr ? nullptr : ctx;
-}
 
 std::shared_ptr<RefState> FailedRef(absl::Status status) {
   Runtime* rt = ActiveRuntime();
@@ -625,6 +627,7 @@ absl::Status Init(int argc, char** argv, const InitOptions& options) {
     internal::g_runtime = r;
   }
   internal::g_current.store(r, std::memory_order_release);
+  internal::SetRuntimeCodecContext(internal::TheStoreCodecContext());
   internal::TheObjectTable().set_release([](const std::vector<internal::StoredRef>& objects) {
     if (Runtime* cur = internal::ActiveRuntime()) cur->ctx.store->Delete(objects);
   });
@@ -655,6 +658,7 @@ void Shutdown() {
     internal::g_runtime = nullptr;
   }
   if (r == nullptr) return;
+  internal::SetRuntimeCodecContext(nullptr);
   internal::g_current.store(nullptr, std::memory_order_release);
   r->Shutdown();
   // Threads of other parts may still read the context briefly: the runtime is leaked

@@ -105,9 +105,11 @@ class ScopedCodecContext {
   CodecContext* previous_;
 };
 
-// The runtime's codec context if the runtime is initialized, else null (values are then
-// encoded inline).
+// The runtime's codec context while a runtime is initialized, else null (values are
+// then encoded inline). The runtime installs it at Init and removes it at Shutdown
+// (SetRuntimeCodecContext), so the codec does not reach up into the runtime.
 CodecContext* RuntimeCodecContext();
+void SetRuntimeCodecContext(CodecContext* ctx);
 
 // The context an Encode or Decode that is given none uses: this thread's (set by
 // ScopedCodecContext), else the runtime's (large tensors go into this node's store),

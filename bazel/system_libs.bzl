@@ -25,6 +25,12 @@ _LIBS = {
     "gtest_main": ([], ["-lgtest_main", "-lgtest", "-lgmock", "-lpthread"]),
 }
 
+# Targets of drover's own workspace that come with a system library: every test's main
+# turns on absl's lock-order checker (bazel/deadlock_detection.cc).
+_EXTRA_DEPS = {
+    "gtest_main": ["@//bazel:deadlock_detection"],
+}
+
 # Libraries Debian ships only as shared objects (no .a): linked dynamically, with the
 # preprocessor defines their pkg-config Cflags carry (they change class layouts, so every
 # includer must see them). name -> pkg-config modules.
@@ -112,6 +118,8 @@ def _system_libs_impl(ctx):
             lines.append("    }),")
         else:
             lines.append("    linkopts = %s," % repr(extra))
+        if name in _EXTRA_DEPS:
+            lines.append("    deps = %s," % repr(_EXTRA_DEPS[name]))
         lines.append(")")
         lines.append("")
     for name, module in _HEADER_LIBS.items():

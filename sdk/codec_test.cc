@@ -89,5 +89,54 @@ TEST(CodecTest, TensorWhoseHeaderClaimsMoreThanItsBytesIsRefused) {
   EXPECT_THAT(t.status().message(), HasSubstr("header is not valid"));
 }
 
+// A store that keeps what it is given in memory: the codec's store context is an
+// argument, so a test can hand it one.
+class MemoryStoreContext : public CodecContext {
+ public:
+  absl::StatusOr<StoredRef> Store(absl::string_view data, absl::string_view metadata) override {
+    StoredRef r{"obj-" + std::to_string(objects_.size()), "node-1", data.size()};
+    objects_[r.object_id] = std::string(data);
+    return r;
+  }
+  absl::StatusOr<ValueView> Load(const StoredRef& ref) override {
+    auto it = objects_.find(ref.object_id);
+    if (it == objects_.end()) return absl::NotFoundError(ref.object_id);
+    return ValueView{it->second, nullptr};
+  }
+  absl::StatusOr<Buffer> LoadBuffer(const StoredRef& ref) override {
+    auto it = objects_.find(ref.object_id);
+    if (it == objects_.end()) return absl::NotFoundError(ref.object_id);
+    return Buffer::CopyOf(it->second);
+  }
+  std::string node_id() override { return "node-1"; }
+  size_t size() const { return objects_.size(); }
+
+ private:
+  std::map<std::string, std::string> objects_;
+};
+
+TEST(CodecTest, TheStoreContextIsAnArgument) {
+  absl::StatusOr<Tensor> big = Tensor::FromVector(std::vector<float>(64 * 1024, 1.5f), {64 * 1024});
+  ASSERT_TRUE(big.ok());
+  // No context: inline, whatever its size.
+  absl::StatusOr<EncodedValue> inline_value = Encode(*big, nullptr);
+  ASSERT_TRUE(inline_value.ok()) << inline_value.status();
+  EXPECT_TRUE(inline_value->stored.empty());
+  EXPECT_GT(inline_value->bytes.size(), 64u * 1024 * 4);
+  // A context: the tensor goes through it, and the value only names the object.
+  MemoryStoreContext store;
+  absl::StatusOr<EncodedValue> stored = Encode(*big, &store);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->stored.size(), 1u);
+  EXPECT_EQ(store.size(), 1u);
+  EXPECT_LT(stored->bytes.size(), 1024u);
+  absl::StatusOr<Tensor> back = Decode<Tensor>(ValueView{stored->bytes, nullptr}, &store);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->shape(), big->shape());
+  absl::StatusOr<absl::Span<const float>> span = back->span<float>();
+  ASSERT_TRUE(span.ok()) << span.status();
+  EXPECT_EQ((*span)[12345], 1.5f);
+}
+
 }  // namespace
 }  // namespace drover::internal

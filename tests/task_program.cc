@@ -388,6 +388,79 @@ int Cancels() {
   return 0;
 }
 
+// "CODE: message", for checks of both.
+std::string CodeErr(const absl::Status& s) {
+  return absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message());
+}
+
+// Failures that reach dependents: each Get comes back with why, within its timeout
+// (issue 20: a dependent's callback failed it under the submitter's lock, taking that
+// lock again: absl's deadlock detection aborted the driver; without it, it hung).
+int Chains() {
+  // A lease refused for good (resources the scheduler rejects), known only once an
+  // earlier task is done: the chain is waiting on A by then.
+  auto slow = drover::Task(Sleeps).Remote(int64_t{300});
+  auto a = drover::Task(Add).SetResources({.cpus = -1}).Remote(slow, int64_t{1});
+  auto b = drover::Task(Add).Remote(a, int64_t{1});
+  auto c = drover::Task(Add).Remote(b, int64_t{1});
+  auto d = drover::Task(Add).Remote(c, int64_t{1});
+  auto rv = drover::Get(d, absl::Seconds(30));
+  Print("refused_chain", rv.ok() ? "ok?" : CodeErr(rv.status()));
+  // An argument that cannot be encoded (an empty ObjectRef).
+  auto bad = drover::Task(Add).Remote(drover::ObjectRef<int64_t>(), int64_t{1});
+  auto on_bad = drover::Task(Add).Remote(bad, int64_t{1});
+  auto ev = drover::Get(on_bad, absl::Seconds(30));
+  Print("encoding_chain", ev.ok() ? "ok?" : CodeErr(ev.status()));
+  // A chain of 3 dependents on a task cancelled while it waits for a worker.
+  auto waits = drover::Task(Add).SetResources({.cpus = 1000}).Remote(int64_t{1}, int64_t{1});
+  auto w1 = drover::Task(Add).Remote(waits, int64_t{1});
+  auto w2 = drover::Task(Add).Remote(w1, int64_t{1});
+  auto w3 = drover::Task(Add).Remote(w2, int64_t{1});
+  Print("cancel", drover::Cancel(waits).ToString());
+  auto cv = drover::Get(w3, absl::Seconds(30));
+  Print("cancel_chain", cv.ok() ? "ok?" : CodeErr(cv.status()));
+  // Calls on one actor waiting for each other (held back behind the first, whose
+  // argument is not ready) when the actor dies: failing the first fails the next, whose
+  // callback sends on the same actor.
+  auto counter = drover::Actor(MakeCounter).Remote(int64_t{1});
+  auto up = drover::Get(counter.Task(&Counter::Value).Remote(), absl::Seconds(60));
+  Print("actor_up", up.ok() ? std::to_string(*up) : CodeErr(up.status()));
+  auto later = drover::Task(Sleeps).Remote(int64_t{1000});
+  auto call1 = counter.Task(&Counter::Add).Remote(later);
+  auto call2 = counter.Task(&Counter::Add).Remote(call1);
+  auto call3 = counter.Task(&Counter::Add).Remote(call2);
+  Print("actor_killed", drover::Kill(counter).ToString());
+  auto av = drover::Get(call3, absl::Seconds(30));
+  Print("actor_chain", av.ok() ? "ok?" : CodeErr(av.status()));
+  // The cluster still serves.
+  auto ok = drover::Get(drover::Task(Add).Remote(int64_t{2}, int64_t{3}), absl::Seconds(60));
+  Print("after_chains", ok.ok() ? std::to_string(*ok) : CodeErr(ok.status()));
+  return 0;
+}
+
+// Kill then call: the call fails at once with the kill's reason. A task whose argument
+// can never be made says which argument it waits for and why.
+int KillAndReasons() {
+  for (int i = 0; i < 3; ++i) {
+    auto counter = drover::Actor(MakeCounter).Remote(int64_t{10});
+    auto v = drover::Get(counter.Task(&Counter::Value).Remote(), absl::Seconds(60));
+    if (!v.ok()) {
+      Print("kill_setup", CodeErr(v.status()));
+      return 1;
+    }
+    Print(absl::StrCat("kill_", i), drover::Kill(counter).ToString());
+    auto after = drover::Get(counter.Task(&Counter::Add).Remote(int64_t{1}), absl::Seconds(30));
+    Print(absl::StrCat("after_kill_", i), after.ok() ? std::to_string(*after) : CodeErr(after.status()));
+  }
+  auto big = drover::Task(Add).SetResources({.cpus = 1000}).Remote(int64_t{1}, int64_t{1});
+  auto dep = drover::Task(Add).SetName("dependent").Remote(big, int64_t{1});
+  auto dep2 = drover::Task(Add).SetName("dependent2").Remote(dep, int64_t{1});
+  auto dv = drover::Get(dep2, absl::Seconds(3));
+  Print("dependent_reason", dv.ok() ? "ok?" : CodeErr(dv.status()));
+  Print("big_id", big.id());
+  return 0;
+}
+
 int WrongTypes() {
   // A reference typed as int64 that holds a string: the worker names the argument.
   auto text = drover::Put(std::string("not a number"));
@@ -501,6 +574,8 @@ int main(int argc, char** argv) {
   if (scenario == "tensors") return Tensors();
   if (scenario == "lineage" && argc > 4) return Lineage(argv[2], argv[3], argv[4]);
   if (scenario == "cancel") return Cancels();
+  if (scenario == "chains") return Chains();
+  if (scenario == "kill") return KillAndReasons();
   if (scenario == "one") return OneTask();
   if (scenario == "types") return WrongTypes();
   if (scenario == "fill" && argc > 2) return Fill(argv[2]);

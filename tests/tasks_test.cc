@@ -149,6 +149,50 @@ TEST_F(TasksTest, CancelStopsRunningAndQueuedTasks) {
   EXPECT_EQ(r.Get("others_run"), "300");
 }
 
+// Issue 20: a task's failure reaches its dependents, down a chain, with why, and nothing
+// fails or completes a result under a lock (the driver aborted on absl's deadlock check).
+TEST_F(TasksTest, FailuresReachChainsOfDependentsWithTheirCause) {
+  DriverRun r = RunProgram({"chains"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // A lease refused for good.
+  EXPECT_TRUE(absl::StartsWith(r.Get("refused_chain"), "INVALID_ARGUMENT")) << r.Get("refused_chain");
+  EXPECT_TRUE(absl::StrContains(r.Get("refused_chain"), "cannot get a worker")) << r.Get("refused_chain");
+  EXPECT_TRUE(absl::StrContains(r.Get("refused_chain"), "negative")) << r.Get("refused_chain");
+  // An argument that could not be encoded.
+  EXPECT_TRUE(absl::StartsWith(r.Get("encoding_chain"), "INVALID_ARGUMENT")) << r.Get("encoding_chain");
+  EXPECT_TRUE(absl::StrContains(r.Get("encoding_chain"), "empty ObjectRef")) << r.Get("encoding_chain");
+  // A cancelled task.
+  EXPECT_EQ(r.Get("cancel"), "OK");
+  EXPECT_TRUE(absl::StartsWith(r.Get("cancel_chain"), "CANCELLED")) << r.Get("cancel_chain");
+  EXPECT_TRUE(absl::StrContains(r.Get("cancel_chain"), "cancelled")) << r.Get("cancel_chain");
+  // Calls on one actor, each waiting for the one before, when it is killed.
+  EXPECT_EQ(r.Get("actor_up"), "1");
+  EXPECT_EQ(r.Get("actor_killed"), "OK");
+  EXPECT_TRUE(absl::StartsWith(r.Get("actor_chain"), "FAILED_PRECONDITION")) << r.Get("actor_chain");
+  EXPECT_TRUE(absl::StrContains(r.Get("actor_chain"), "killed by drover::Kill")) << r.Get("actor_chain");
+  EXPECT_EQ(r.Get("after_chains"), "5");
+}
+
+// Issue 19: once Kill returns, a call on the handle fails at once with the kill's
+// reason (it used to race the worker's death and run); a task whose argument can never
+// be made says which argument it waits for and why that one waits.
+TEST_F(TasksTest, KilledActorsRefuseCallsAndDependentsSayWhatTheyWaitFor) {
+  DriverRun r = RunProgram({"kill"});
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.Get(absl::StrCat("kill_", i)), "OK");
+    const std::string after = r.Get(absl::StrCat("after_kill_", i));
+    EXPECT_TRUE(absl::StartsWith(after, "FAILED_PRECONDITION")) << after;
+    EXPECT_TRUE(absl::StrContains(after, "killed by drover::Kill")) << after;
+  }
+  const std::string reason = r.Get("dependent_reason");
+  EXPECT_TRUE(absl::StartsWith(reason, "DEADLINE_EXCEEDED")) << reason;
+  EXPECT_TRUE(absl::StrContains(reason, "task dependent2 waits for its argument 1")) << reason;
+  EXPECT_TRUE(absl::StrContains(reason, "task dependent waits for its argument 1")) << reason;
+  EXPECT_TRUE(absl::StrContains(reason, r.Get("big_id"))) << reason;
+  EXPECT_TRUE(absl::StrContains(reason, "1000")) << reason;
+}
+
 TEST_F(TasksTest, BadInputIsAClearError) {
   DriverRun r = RunProgram({"types"});
   ASSERT_EQ(r.code, 0) << r.out << r.err;

@@ -132,13 +132,15 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
   task->result = TheObjectTable().NewPending(id);
   task->return_id = id;
   std::shared_ptr<RefState> result = task->result;
+  absl::Status dead;
   {
     absl::MutexLock l(&a->mu_);
-    if (!a->dead_.ok()) {
-      TheObjectTable().Fail(result, a->dead_);
-      return result;
-    }
-    a->queue_.push_back(ActorState::Call{task, false, absl::OkStatus()});
+    dead = a->dead_;
+    if (dead.ok()) a->queue_.push_back(ActorState::Call{task, false, absl::OkStatus()});
+  }
+  if (!dead.ok()) {
+    TheObjectTable().Fail(result, std::move(dead));
+    return result;
   }
   std::weak_ptr<ActorState> weak = a;
   ResolveArguments(task, [this, weak, task](absl::Status s) {
@@ -159,10 +161,19 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
 }
 
 void ActorClient::Pump(const std::shared_ptr<ActorState>& a) {
+  std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>> failed;
+  SendReady(a, &failed);
+  // After send_mu_ is released: a failed call's dependents may be calls on this actor,
+  // whose callbacks Pump again.
+  for (auto& [t, s] : failed) TheObjectTable().Fail(t->result, s);
+}
+
+void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
+                            std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>>* out) {
   absl::MutexLock send_lock(&a->send_mu_);
   std::string frames;
   std::shared_ptr<FramedSocket> sock;
-  std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>> failed;
+  std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>>& failed = *out;
   {
     absl::MutexLock l(&a->mu_);
     while (!a->queue_.empty() && a->queue_.front().resolved && !a->queue_.front().error.ok()) {
@@ -198,7 +209,6 @@ void ActorClient::Pump(const std::shared_ptr<ActorState>& a) {
       }
     }
   }
-  for (auto& [t, s] : failed) TheObjectTable().Fail(t->result, s);
   if (sock != nullptr && !frames.empty()) sock->SendFrames(frames).IgnoreError();  // the reader sees a break
 }
 
@@ -328,15 +338,17 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
     a->in_flight_.clear();
     version = a->info_.version();
   }
+  bool shutdown = false;
   {
     absl::MutexLock l(&mu_);
     if (sockets_[a->id] == sock) sockets_.erase(a->id);
-    if (shutdown_) {
-      for (auto& t : lost) {
-        TheObjectTable().Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
-      }
-      return;
+    shutdown = shutdown_;
+  }
+  if (shutdown) {
+    for (auto& t : lost) {
+      TheObjectTable().Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
     }
+    return;
   }
   // What happened? The scheduler hears of the worker's exit from its agent.
   absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", version, absl::Seconds(5));
@@ -370,7 +382,24 @@ absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
   req.set_actor_id(a->id);
   req.set_reason("killed by drover::Kill");
   proto::KillActorReply reply;
-  return FromGrpcStatus(ctx_->leases->KillActor(&cctx, req, &reply));
+  absl::Status s = FromGrpcStatus(ctx_->leases->KillActor(&cctx, req, &reply));
+  if (!s.ok()) return s;
+  // The scheduler's record says DEAD now: so does this handle, at once (as ray.kill), so
+  // a call made after Kill returns fails with the kill's reason instead of racing the
+  // worker's death (it may reach the worker before the kill does).
+  {
+    absl::MutexLock l(&a->mu_);
+    if (a->dead_.ok()) {
+      proto::ActorInfo info = a->info_;
+      info.set_actor_id(a->id);
+      info.set_state(proto::ACTOR_DEAD);
+      info.set_reason(req.reason());
+      a->dead_ = ActorDeadError(info);
+    }
+    a->changed_.SignalAll();
+  }
+  Pump(a);  // fails the calls still queued here
+  return absl::OkStatus();
 }
 
 absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::Duration timeout) {

@@ -10,7 +10,9 @@
 // calls go to the restarted actor, or fail if it is dead for good.
 //
 // Threading: one mutex per actor; a reader thread per connected actor; connecting
-// (waiting for the actor to be ALIVE) runs on its own thread. Thread-safe.
+// (waiting for the actor to be ALIVE) runs on its own thread. No call's result is failed
+// or completed while a lock is held: its done callbacks (a dependent call's) take the
+// actor's locks again. Thread-safe.
 #ifndef DROVER_SDK_RUNTIME_ACTOR_CLIENT_H_
 #define DROVER_SDK_RUNTIME_ACTOR_CLIENT_H_
 
@@ -80,8 +82,12 @@ class ActorClient {
   void Shutdown();
 
  private:
-  // Sends the calls at the head of the queue that are ready, connecting first if needed.
-  void Pump(const std::shared_ptr<ActorState>& a);
+  // Sends the calls at the head of the queue that are ready, connecting first if needed,
+  // and fails those that cannot run (their results' done callbacks may call Pump).
+  void Pump(const std::shared_ptr<ActorState>& a) ABSL_LOCKS_EXCLUDED(mu_);
+  // Pump's part under the actor's send_mu_: sends, and collects the calls to fail.
+  void SendReady(const std::shared_ptr<ActorState>& a,
+                 std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>>* failed);
   void Connect(std::shared_ptr<ActorState> a);
   void Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock);
   // Asks the scheduler for the actor's record, waiting up to `wait` for a version after
@@ -89,7 +95,7 @@ class ActorClient {
   absl::StatusOr<proto::ActorInfo> Fetch(const std::string& id, const std::string& name,
                                          int64_t after, absl::Duration wait);
   void Update(const std::shared_ptr<ActorState>& a, const proto::ActorInfo& info);
-  void FailAll(const std::shared_ptr<ActorState>& a, const absl::Status& s);
+  void FailAll(const std::shared_ptr<ActorState>& a, const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
 
   RuntimeContext* const ctx_;
   absl::Mutex mu_;

@@ -26,13 +26,18 @@ void ResolveArguments(const std::shared_ptr<TaskRecord>& task,
     std::function<void(absl::Status)> done;
   };
   std::vector<std::shared_ptr<RefState>> refs;
-  for (const TaskArgument& a : task->args) {
-    if (a.ref) refs.push_back(a.ref);
+  std::vector<std::pair<size_t, std::weak_ptr<RefState>>> waits_on;
+  for (size_t i = 0; i < task->args.size(); ++i) {
+    if (!task->args[i].ref) continue;
+    refs.push_back(task->args[i].ref);
+    waits_on.emplace_back(i + 1, task->args[i].ref);
   }
   if (refs.empty()) {
     done(absl::OkStatus());
     return;
   }
+  // So a Get of the result that times out says which argument it waits for, and why.
+  if (task->result) TheObjectTable().SetWaitsOn(task->result, task->display, std::move(waits_on));
   auto pending = std::make_shared<Pending>();
   pending->left = static_cast<int>(refs.size());
   pending->done = std::move(done);

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace drover::internal {
 namespace {
 
@@ -45,7 +47,8 @@ void ObjectTable::Finish(const std::shared_ptr<RefState>& ref) {
   ref->done.store(true, std::memory_order_release);
   ref->done_seq = next_done_seq_++;
   ref->pending_reason.clear();
-  if (waiters_ > 0) done_.SignalAll();
+  ref->waits_on.clear();
+  for (absl::CondVar* cv : ref->waiters) cv->Signal();
 }
 
 void ObjectTable::Complete(const std::shared_ptr<RefState>& ref, ObjectValue value) {
@@ -81,6 +84,49 @@ void ObjectTable::SetPendingReason(const std::shared_ptr<RefState>& ref, const s
   if (ref->state == RefState::State::kPending) ref->pending_reason = reason;
 }
 
+void ObjectTable::SetWaitsOn(const std::shared_ptr<RefState>& ref, std::string task,
+                             std::vector<std::pair<size_t, std::weak_ptr<RefState>>> args) {
+  absl::MutexLock l(&mu_);
+  if (ref->state != RefState::State::kPending) return;
+  ref->waiting_task = std::move(task);
+  ref->waits_on = std::move(args);
+}
+
+std::string ObjectTable::PendingReason(const std::shared_ptr<RefState>& ref) {
+  // Refs locked below are let go after the lock: the last one's ~RefState takes it.
+  std::vector<std::shared_ptr<RefState>> keep;
+  absl::MutexLock l(&mu_);
+  std::string out;
+  const RefState* r = ref.get();
+  // Bounded: a chain longer than this is cut (and refs cannot form a cycle).
+  for (int depth = 0; depth < 8 && r->state == RefState::State::kPending; ++depth) {
+    if (!r->pending_reason.empty()) {
+      absl::StrAppend(&out, r->pending_reason);
+      break;
+    }
+    std::shared_ptr<RefState> next;
+    size_t index = 0;
+    for (const auto& [i, weak] : r->waits_on) {
+      std::shared_ptr<RefState> a = weak.lock();
+      if (a == nullptr) continue;
+      const bool pending = a->state == RefState::State::kPending;
+      keep.push_back(std::move(a));
+      if (pending) {
+        next = keep.back();
+        index = i;
+        break;
+      }
+    }
+    if (next == nullptr) break;
+    absl::StrAppend(&out, "task ", r->waiting_task, " waits for its argument ", index,
+                    " (object ", next->id, "), which is not ready");
+    if (!next->pending_reason.empty() || !next->waits_on.empty()) absl::StrAppend(&out, ": ");
+    r = next.get();
+  }
+  if (out.size() >= 2 && out.compare(out.size() - 2, 2, ": ") == 0) out.resize(out.size() - 2);
+  return out;
+}
+
 void ObjectTable::WhenDone(const std::shared_ptr<RefState>& ref, std::function<void()> fn) {
   {
     absl::MutexLock l(&mu_);
@@ -106,30 +152,48 @@ bool ObjectTable::WaitDone(const std::shared_ptr<RefState>& ref, absl::Time dead
     }
   }
   absl::MutexLock l(&mu_);
-  ++waiters_;
+  if (ref->state != RefState::State::kPending) return true;
+  absl::CondVar cv;
+  ref->waiters.push_back(&cv);
   bool timed_out = false;
   while (ref->state == RefState::State::kPending && !timed_out) {
-    timed_out = done_.WaitWithDeadline(&mu_, deadline);
+    timed_out = cv.WaitWithDeadline(&mu_, deadline);
   }
-  --waiters_;
+  ref->waiters.erase(std::find(ref->waiters.begin(), ref->waiters.end(), &cv));
   return ref->state != RefState::State::kPending;
 }
 
 std::vector<size_t> ObjectTable::WaitAny(const std::vector<std::shared_ptr<RefState>>& refs,
                                          int num, absl::Time deadline) {
   absl::MutexLock l(&mu_);
-  ++waiters_;
   std::vector<size_t> done;
   const size_t want = std::min<size_t>(std::max(num, 0), refs.size());
+  absl::CondVar cv;
+  bool registered = false;
   for (;;) {
     done.clear();
     for (size_t i = 0; i < refs.size(); ++i) {
       if (refs[i] != nullptr && refs[i]->state != RefState::State::kPending) done.push_back(i);
     }
     if (done.size() >= want) break;
-    if (done_.WaitWithDeadline(&mu_, deadline)) break;
+    if (!registered) {
+      // Woken by the completion of any of them (a ref listed twice is woken once).
+      for (const auto& r : refs) {
+        if (r != nullptr && std::find(r->waiters.begin(), r->waiters.end(), &cv) == r->waiters.end()) {
+          r->waiters.push_back(&cv);
+        }
+      }
+      registered = true;
+    }
+    if (cv.WaitWithDeadline(&mu_, deadline)) break;
   }
-  --waiters_;
+  if (registered) {
+    for (const auto& r : refs) {
+      if (r == nullptr) continue;
+      auto it = std::find(r->waiters.begin(), r->waiters.end(), &cv);
+      if (it != r->waiters.end()) r->waiters.erase(it);
+    }
+  }
   std::sort(done.begin(), done.end(),
             [&](size_t a, size_t b) { return refs[a]->done_seq < refs[b]->done_seq; });
   if (done.size() > want) done.resize(want);

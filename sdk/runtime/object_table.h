@@ -8,7 +8,9 @@
 // released (its store copy deleted).
 //
 // Threading: one mutex (ObjectTable::mu_) guards every RefState's mutable fields. Done
-// callbacks run without it, on the thread that completed the object.
+// callbacks run without it, on the thread that completed the object: so whoever calls
+// Complete, Fail or WhenDone must hold no lock that a callback may take (a dependent
+// task's callback submits or fails it, taking the submitter's and actors' locks).
 #ifndef DROVER_SDK_RUNTIME_OBJECT_TABLE_H_
 #define DROVER_SDK_RUNTIME_OBJECT_TABLE_H_
 
@@ -50,7 +52,14 @@ class RefState {
   absl::Status error;                 // when failed
   uint64_t done_seq = 0;              // completion order
   std::string pending_reason;         // why its task waits (for timeouts' messages)
+  // While its task waits for arguments: the task's name and its reference arguments
+  // (1-based index), so a timeout can name the one it waits for and why that one waits.
+  std::string waiting_task;
+  std::vector<std::pair<size_t, std::weak_ptr<RefState>>> waits_on;
   std::vector<std::function<void()>> on_done;
+  // The threads waiting for it (WaitDone, WaitAny), each on a condition of its own:
+  // its completion wakes them and no other waiter.
+  std::vector<absl::CondVar*> waiters;
   // The task that made it: kept for stored results, to make them again if lost.
   std::shared_ptr<TaskRecord> lineage;
   // The pinned bytes once read from a store (so later Gets need no round trip).
@@ -91,14 +100,23 @@ class ObjectTable {
   std::shared_ptr<RefState> NewFailed(std::string id, absl::Status error);
 
   // Sets the outcome (the first one wins; later calls are ignored) and runs the done
-  // callbacks.
-  void Complete(const std::shared_ptr<RefState>& ref, ObjectValue value);
-  void Fail(const std::shared_ptr<RefState>& ref, absl::Status error);
+  // callbacks on this thread.
+  // REQUIRES: the caller holds no lock a done callback may take (see the top).
+  void Complete(const std::shared_ptr<RefState>& ref, ObjectValue value) ABSL_LOCKS_EXCLUDED(mu_);
+  void Fail(const std::shared_ptr<RefState>& ref, absl::Status error) ABSL_LOCKS_EXCLUDED(mu_);
   // Sets why the object's task waits (shown when a Get times out).
   void SetPendingReason(const std::shared_ptr<RefState>& ref, const std::string& reason);
+  // Records that the object's task (`task`, as errors name it) waits for these
+  // reference arguments (1-based index, ref).
+  void SetWaitsOn(const std::shared_ptr<RefState>& ref, std::string task,
+                  std::vector<std::pair<size_t, std::weak_ptr<RefState>>> args);
+  // Why a pending object is not ready: its task's reason, or the argument its task
+  // waits for and why that one is not ready, down the chain. "" if nothing is known.
+  std::string PendingReason(const std::shared_ptr<RefState>& ref) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Runs `fn` once the object is done (now, on this thread, if it already is).
-  void WhenDone(const std::shared_ptr<RefState>& ref, std::function<void()> fn);
+  // REQUIRES: as Complete, when the object may be done already.
+  void WhenDone(const std::shared_ptr<RefState>& ref, std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Waits until the object is done or `deadline`. Returns false on timeout.
   bool WaitDone(const std::shared_ptr<RefState>& ref, absl::Time deadline);
@@ -131,8 +149,6 @@ class ObjectTable {
   void Finish(const std::shared_ptr<RefState>& ref) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   absl::Mutex mu_;
-  absl::CondVar done_;
-  int waiters_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_done_seq_ ABSL_GUARDED_BY(mu_) = 1;
   ReleaseFn release_ ABSL_GUARDED_BY(mu_);
 };

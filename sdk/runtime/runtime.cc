@@ -180,6 +180,12 @@ class StoreCodecContext : public CodecContext {
   static constexpr absl::Duration kLoadWait = absl::Minutes(5);
 };
 
+// The runtime's codec context (installed at Init: SetRuntimeCodecContext).
+CodecContext* TheStoreCodecContext() {
+  static StoreCodecContext* ctx = new StoreCodecContext();
+  return ctx;
+}
+
 // True if `ip` is one of this machine's addresses (or loopback).
 bool IsLocalAddress(const std::string& ip) {
   if (ip.rfind("127.", 0) == 0 || ip == "::1") return true;
@@ -373,10 +379,6 @@ RuntimeContext* CurrentRuntimeContext() {
   return rt == nullptr ? nullptr : &rt->ctx;
 }
 
-CodecContext* RuntimeCodecContext() {
-  static StoreCodecContext* ctx = new StoreCodecContext();
-  return ActiveRuntime() == nullptr ? nullptr : ctx;
-}
 
 std::shared_ptr<RefState> FailedRef(absl::Status status) {
   Runtime* rt = ActiveRuntime();
@@ -462,10 +464,10 @@ absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::D
                                                                  : absl::Now() + timeout;
   for (int rebuilds = 0;;) {
     if (!TheObjectTable().WaitDone(ref, deadline)) {
-      ObjectTable::Outcome o = TheObjectTable().Read(ref);
+      const std::string reason = TheObjectTable().PendingReason(ref);
       return absl::DeadlineExceededError(absl::StrCat(
           "object ", ref->id, " is not ready after ", absl::FormatDuration(timeout),
-          o.pending_reason.empty() ? "" : absl::StrCat(" (", o.pending_reason, ")")));
+          reason.empty() ? "" : absl::StrCat(" (", reason, ")")));
     }
     ObjectTable::Outcome o = TheObjectTable().Read(ref);
     if (o.state == RefState::State::kFailed) return o.error;
@@ -684,6 +686,7 @@ absl::Status Init(int argc, char** argv, const InitOptions& options) {
     internal::g_runtime = r;
   }
   internal::g_current.store(r, std::memory_order_release);
+  internal::SetRuntimeCodecContext(internal::TheStoreCodecContext());
   internal::TheObjectTable().set_release([](const std::vector<internal::StoredRef>& objects) {
     if (Runtime* cur = internal::ActiveRuntime()) cur->ctx.store->Delete(objects);
   });
@@ -716,6 +719,7 @@ void Shutdown() {
   if (r == nullptr) return;
   // Before the job can end: queues that must outlive this driver's work.
   if (!RunningAsWorker()) internal::DrainQueuesBeforeExit();
+  internal::SetRuntimeCodecContext(nullptr);
   internal::g_current.store(nullptr, std::memory_order_release);
   r->Shutdown();
   // Threads of other parts may still read the context briefly: the runtime is leaked

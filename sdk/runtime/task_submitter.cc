@@ -144,7 +144,7 @@ void TaskSubmitter::Enqueue(std::shared_ptr<TaskRecord> task) {
     }
   }
   const std::string name = KeyName(*task, bytes);
-  std::vector<Send> sends;
+  Outbox out;
   absl::Status refused;
   {
     absl::MutexLock l(&mu_);
@@ -169,14 +169,14 @@ void TaskSubmitter::Enqueue(std::shared_ptr<TaskRecord> task) {
         for (const auto& [node, n] : bytes) (*k.hint.mutable_data_bytes())[node] = n;
       }
       slot->queue.push_back(std::move(task));
-      PumpLocked(*slot, &sends);
+      PumpLocked(*slot, &out);
     }
   }
   if (!refused.ok()) {
     FailTask(task, refused);
     return;
   }
-  Flush(sends);
+  Flush(out);
 }
 
 size_t TaskSubmitter::DepthOf(const Worker& w) const {
@@ -185,7 +185,7 @@ size_t TaskSubmitter::DepthOf(const Worker& w) const {
   return static_cast<size_t>(std::clamp(d, 1.0, static_cast<double>(kMaxDepth)));
 }
 
-void TaskSubmitter::PumpLocked(Key& k, std::vector<Send>* sends) {
+void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
   while (!k.queue.empty()) {
     std::shared_ptr<Worker> best;
     for (const auto& w : k.workers) {
@@ -199,7 +199,8 @@ void TaskSubmitter::PumpLocked(Key& k, std::vector<Send>* sends) {
     k.queue.pop_front();
     if (t->cancelled) {
       by_result_.erase(t->result.get());
-      TheObjectTable().Fail(t->result, TaskError(*t, absl::StatusCode::kCancelled, "cancelled"));
+      absl::Status cancelled = TaskError(*t, absl::StatusCode::kCancelled, "cancelled");
+      out->failures.emplace_back(std::move(t), std::move(cancelled));
       continue;
     }
     const uint64_t seq = best->next_seq++;
@@ -207,7 +208,7 @@ void TaskSubmitter::PumpLocked(Key& k, std::vector<Send>* sends) {
     absl::Status built = BuildTaskSpec(*t, seq, frame.mutable_push());
     if (!built.ok()) {
       by_result_.erase(t->result.get());
-      TheObjectTable().Fail(t->result, built);
+      out->failures.emplace_back(std::move(t), std::move(built));
       continue;
     }
     best->in_flight_bytes += t->wire_bytes;
@@ -216,12 +217,12 @@ void TaskSubmitter::PumpLocked(Key& k, std::vector<Send>* sends) {
                              std::memory_order_relaxed);
     best->in_flight.emplace(seq, std::move(t));
     Send* s = nullptr;
-    for (Send& existing : *sends) {
+    for (Send& existing : out->sends) {
       if (existing.worker == best) s = &existing;
     }
     if (s == nullptr) {
-      sends->push_back(Send{best, {}});
-      s = &sends->back();
+      out->sends.push_back(Send{best, {}});
+      s = &out->sends.back();
     }
     AppendFrame(frame, &s->frames);
   }
@@ -243,11 +244,12 @@ void TaskSubmitter::PumpLocked(Key& k, std::vector<Send>* sends) {
   }
 }
 
-void TaskSubmitter::Flush(std::vector<Send>& sends) {
-  for (Send& s : sends) {
+void TaskSubmitter::Flush(Outbox& out) {
+  for (Send& s : out.sends) {
     // A failed send is seen by the worker's reader, which re-queues its tasks.
     s.worker->sock->SendFrames(s.frames).IgnoreError();
   }
+  for (auto& [t, status] : out.failures) TheObjectTable().Fail(t->result, std::move(status));
 }
 
 void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
@@ -304,7 +306,7 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         req.set_request_id(request_id);
       }
     }
-    std::vector<Send> sends;
+    Outbox out;
     {
       absl::MutexLock l(&mu_);
       if (sock != nullptr && !shutdown_) {
@@ -320,7 +322,7 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         k->workers.push_back(w);
         k->pending_reason.clear();
         threads_.Spawn([this, w] { ReaderLoop(w); });
-        PumpLocked(*k, &sends);
+        PumpLocked(*k, &out);
       } else if (shutdown_ || k->queue.empty()) {
         // Nothing left to run (or shutting down): a granted worker goes back unused.
         --k->lease_requests;
@@ -333,13 +335,13 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         // chaos campaign: a driver whose job a scheduler restart had ended hung for
         // minutes on "not ready after 30s").
         --k->lease_requests;
-        for (const auto& t : k->queue) {
+        for (auto& t : k->queue) {
           by_result_.erase(t->result.get());
-          TheObjectTable().Fail(t->result, TaskError(*t, s.code(), absl::StrCat(
-                                                              "cannot get a worker: ", s.message())));
+          absl::Status refused =
+              TaskError(*t, s.code(), absl::StrCat("cannot get a worker: ", s.message()));
+          out.failures.emplace_back(std::move(t), std::move(refused));
         }
         k->queue.clear();
-        return;
       } else {
         if (!s.ok()) {
           k->pending_reason = absl::StrCat("cannot get a worker: ", s.message());
@@ -359,7 +361,7 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         continue;
       }
     }
-    Flush(sends);
+    Flush(out);
     return;
   }
 }
@@ -375,7 +377,7 @@ void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
     if (!frame.has_reply()) continue;
     proto::TaskReply& reply = *frame.mutable_reply();
     std::shared_ptr<TaskRecord> t;
-    std::vector<Send> sends;
+    Outbox out;
     {
       absl::MutexLock l(&mu_);
       auto it = w->in_flight.find(reply.seq());
@@ -389,9 +391,9 @@ void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
       }
       if (w->in_flight.empty()) w->idle_since = absl::Now();
       by_result_.erase(t->result.get());
-      PumpLocked(*w->key, &sends);
+      PumpLocked(*w->key, &out);
     }
-    Flush(sends);
+    Flush(out);
     if (reply.code() == static_cast<int>(absl::StatusCode::kCancelled) && !t->cancelled) {
       // A cancel of an earlier attempt: run it again.
       Enqueue(t);

@@ -15,7 +15,10 @@
 //
 // Threading: one mutex guards the keys and workers; each worker connection has a
 // reader thread; lease requests run on their own threads. Sends happen outside the
-// mutex. Thread-safe.
+// mutex, and so does failing a task: failing its result runs the result's done
+// callbacks on this thread, and a dependent task's callback comes back here (FailTask,
+// Enqueue). Work decided under the mutex goes into an Outbox, carried out after it.
+// Thread-safe.
 #ifndef DROVER_SDK_RUNTIME_TASK_SUBMITTER_H_
 #define DROVER_SDK_RUNTIME_TASK_SUBMITTER_H_
 
@@ -102,17 +105,27 @@ class TaskSubmitter {
     std::shared_ptr<Worker> worker;
     std::string frames;
   };
+  // What a section under the mutex decided to do once it is released: frames to send
+  // and tasks to fail (their results' done callbacks may take the mutex again). It
+  // also keeps the failed tasks alive past the mutex: the last reference to an
+  // argument, dropped with its task, releases the argument's store object.
+  struct Outbox {
+    std::vector<Send> sends;
+    std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>> failures;
+  };
 
-  void Enqueue(std::shared_ptr<TaskRecord> task);
+  void Enqueue(std::shared_ptr<TaskRecord> task) ABSL_LOCKS_EXCLUDED(mu_);
   // Hands queued tasks of `k` to workers with room, and asks for leases if tasks wait.
-  void PumpLocked(Key& k, std::vector<Send>* sends) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Flush(std::vector<Send>& sends);
+  void PumpLocked(Key& k, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends, then fails, what `out` holds.
+  void Flush(Outbox& out) ABSL_LOCKS_EXCLUDED(mu_);
   size_t DepthOf(const Worker& w) const;
-  void RequestLease(Key* k, std::string request_id);
-  void ReaderLoop(std::shared_ptr<Worker> w);
-  void WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why);
+  void RequestLease(Key* k, std::string request_id) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReaderLoop(std::shared_ptr<Worker> w) ABSL_LOCKS_EXCLUDED(mu_);
+  void WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
   void HousekeepingLoop();
-  void FailTask(const std::shared_ptr<TaskRecord>& t, absl::Status s);
+  // Fails the task's result: runs its dependents' callbacks on this thread.
+  void FailTask(const std::shared_ptr<TaskRecord>& t, absl::Status s) ABSL_LOCKS_EXCLUDED(mu_);
   std::string KeyName(const TaskRecord& t, const std::map<std::string, uint64_t>& bytes) const;
 
   RuntimeContext* const ctx_;

@@ -394,7 +394,9 @@ absl::StatusOr<ActorHandle<T>> GetActor(const std::string& name,
   return ActorHandle<T>(*std::move(s));
 }
 
-// Kills the actor's worker; it is not restarted. Calls in flight and later fail.
+// Kills the actor's worker; it is not restarted. Once it returns OK, every later call on a
+// handle to it in this process fails at once with the kill's reason; calls in flight
+// fail as the worker dies.
 template <typename T>
 absl::Status Kill(const ActorHandle<T>& actor) {
   if (!actor.valid()) return absl::InvalidArgumentError("Kill of an empty ActorHandle");

@@ -5,8 +5,9 @@
 // pack works as an argument or result: numbers, strings, std::vector, std::map,
 // std::tuple, std::optional, and your own structs with MSGPACK_DEFINE(field, ...).
 // Tensors (drover::Tensor) and references (drover::ObjectRef) get msgpack extensions
-// of their own (see serialization.h), so a tensor's bytes are never packed element by
-// element: large ones go into the node's object store once and only their id travels.
+// of their own (the tensor's below, the reference's in task.h), so a tensor's bytes are
+// never packed element by element: large ones go into the node's object store once and
+// only their id travels.
 #ifndef DROVER_SDK_INCLUDE_DROVER_INTERNAL_CODEC_H_
 #define DROVER_SDK_INCLUDE_DROVER_INTERNAL_CODEC_H_
 
@@ -104,17 +105,22 @@ class ScopedCodecContext {
   CodecContext* previous_;
 };
 
-// The runtime's codec context if the runtime is initialized, else null (values are then
-// encoded inline).
+// The runtime's codec context while a runtime is initialized, else null (values are
+// then encoded inline). The runtime installs it at Init and removes it at Shutdown
+// (SetRuntimeCodecContext), so the codec does not reach up into the runtime.
 CodecContext* RuntimeCodecContext();
+void SetRuntimeCodecContext(CodecContext* ctx);
 
-// Encodes `value`. Large tensors inside it are put into the store (when a runtime is
-// initialized) and listed in `stored`.
+// The context an Encode or Decode that is given none uses: this thread's (set by
+// ScopedCodecContext), else the runtime's (large tensors go into this node's store),
+// else none.
+CodecContext* DefaultCodecContext();
+
+// Encodes `value` with `ctx`: large tensors inside it are put into the store through
+// `ctx` and listed in `stored`. With a null `ctx` everything is encoded inline.
 template <typename T>
-absl::StatusOr<EncodedValue> Encode(const T& value) {
+absl::StatusOr<EncodedValue> Encode(const T& value, CodecContext* ctx) {
   EncodedValue out;
-  CodecContext* ctx = CodecContext::Current();
-  if (ctx == nullptr) ctx = RuntimeCodecContext();
   ScopedCodecContext scope(ctx);
   std::vector<StoredRef>* saved = nullptr;
   std::vector<std::shared_ptr<const void>>* saved_keep = nullptr;
@@ -143,6 +149,13 @@ absl::StatusOr<EncodedValue> Encode(const T& value) {
   }
   if (!status.ok()) return status;
   return out;
+}
+
+// Encodes `value` with DefaultCodecContext(): in a process whose runtime is initialized,
+// large tensors go into this node's store.
+template <typename T>
+absl::StatusOr<EncodedValue> Encode(const T& value) {
+  return Encode(value, DefaultCodecContext());
 }
 
 // While one lives on this thread, tensors being encoded whose storage is an unsealed
@@ -182,18 +195,24 @@ T ConvertOrThrow(const msgpack::object& obj) {
   }
 }
 
-// Decodes a T from `view`. INVALID_ARGUMENT (naming the types) if it holds another type.
+// Decodes a T from `view`, reading store objects it refers to through `ctx` (null:
+// none can be read). INVALID_ARGUMENT (naming the types) if it holds another type.
 template <typename T>
-absl::StatusOr<T> Decode(const ValueView& view) {
+absl::StatusOr<T> Decode(const ValueView& view, CodecContext* ctx) {
   msgpack::object_handle handle;
   if (absl::Status s = Unpack(view.bytes, &handle); !s.ok()) return s;
-  ScopedCodecContext scope(CodecContext::Current() != nullptr ? CodecContext::Current()
-                                                              : RuntimeCodecContext());
+  ScopedCodecContext scope(ctx);
   try {
     return ConvertOrThrow<T>(handle.get());
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(e.what());
   }
+}
+
+// Decodes with DefaultCodecContext().
+template <typename T>
+absl::StatusOr<T> Decode(const ValueView& view) {
+  return Decode<T>(view, DefaultCodecContext());
 }
 
 }  // namespace drover::internal

@@ -285,6 +285,20 @@ absl::Status WorkerPool::KillWorker(const proto::KillWorkerRequest& req) {
   return absl::OkStatus();
 }
 
+absl::Status WorkerPool::RevokeLease(const std::string& lease_id, const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return absl::OkStatus();  // ended already
+  auto w = workers_.find(it->second);
+  if (w == workers_.end() || w->second->state != State::kLeased || w->second->lease_id != lease_id) {
+    return absl::OkStatus();
+  }
+  proto::WorkerControl msg;
+  msg.mutable_revoke()->set_lease_id(lease_id);
+  msg.mutable_revoke()->set_reason(reason);
+  return SendControl(*w->second, msg);
+}
+
 absl::StatusOr<proto::WaitWorkerExitReply> WorkerPool::WaitWorkerExit(const std::string& worker_id,
                                                                      absl::Duration wait) {
   absl::MutexLock l(&mu_);

@@ -79,6 +79,9 @@ class WorkerPool {
 
   absl::StatusOr<proto::StartWorkerReply> StartWorker(const proto::StartWorkerRequest& req);
   absl::Status KillWorker(const proto::KillWorkerRequest& req);
+  // Tells the worker serving `lease_id` that the scheduler wants the lease back (the
+  // worker tells its holder). OK, doing nothing, if no worker here serves it.
+  absl::Status RevokeLease(const std::string& lease_id, const std::string& reason);
   absl::StatusOr<proto::WaitWorkerExitReply> WaitWorkerExit(const std::string& worker_id,
                                                            absl::Duration wait);
   // From the agent's exit callback, for processes of worker generations.

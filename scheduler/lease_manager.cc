@@ -36,6 +36,12 @@ class GrpcWorkerClient : public WorkerClient {
     proto::KillWorkerReply reply;
     return FromGrpcStatus(stubs_.Get(agent)->KillWorker(&ctx, req, &reply));
   }
+  absl::Status RevokeLease(const std::string& agent, const proto::RevokeLeaseRequest& req) override {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token_);
+    proto::RevokeLeaseReply reply;
+    return FromGrpcStatus(stubs_.Get(agent)->RevokeLease(&ctx, req, &reply));
+  }
   absl::Status DeleteObjects(const std::string& agent, const std::vector<std::string>& ids) override {
     grpc::ClientContext ctx;
     PrepareContext(&ctx, token_);
@@ -262,6 +268,86 @@ void LeaseManager::ResourcesFreed() {
     SettleLocked(&answers);
   }
   answers.Run();
+}
+
+void LeaseManager::ClaimChanged() {
+  absl::MutexLock l(&mu_);
+  ReclaimLocked();
+}
+
+namespace {
+
+// `need` less what `shape` gives back, nothing below zero.
+void Deduct(proto::Resources* need, const proto::Resources& shape) {
+  need->set_cpus(std::max(0.0, need->cpus() - shape.cpus()));
+  need->set_memory_bytes(std::max<int64_t>(0, need->memory_bytes() - shape.memory_bytes()));
+  need->set_gpus(std::max(0, need->gpus() - shape.gpus()));
+  for (auto& [k, v] : *need->mutable_custom()) {
+    auto it = shape.custom().find(k);
+    if (it != shape.custom().end()) v = std::max(0.0, v - it->second);
+  }
+}
+
+bool Met(const proto::Resources& need) {
+  if (need.cpus() > 1e-9 || need.memory_bytes() > 0 || need.gpus() > 0) return false;
+  for (const auto& [k, v] : need.custom()) {
+    if (v > 1e-9) return false;
+  }
+  return true;
+}
+
+// Whether giving back `shape` helps with `need`.
+bool Helps(const proto::Resources& need, const proto::Resources& shape) {
+  if ((need.cpus() > 1e-9 && shape.cpus() > 0) || (need.memory_bytes() > 0 && shape.memory_bytes() > 0) ||
+      (need.gpus() > 0 && shape.gpus() > 0)) {
+    return true;
+  }
+  for (const auto& [k, v] : need.custom()) {
+    auto it = shape.custom().find(k);
+    if (v > 1e-9 && it != shape.custom().end() && it->second > 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void LeaseManager::ReclaimLocked() {
+  next_reclaim_ = clock_->Now() + absl::Seconds(1);
+  std::string claimant;
+  std::map<std::string, proto::Resources> need = book_->ClaimShortfall(&claimant);
+  if (need.empty()) return;
+  // Per claimed node: leases asked back already count as given; then task leases that
+  // help, until the claim has what it lacks there.
+  std::map<std::string, std::vector<Lease*>> candidates;
+  for (auto& [id, lease] : leases_) {
+    auto n = need.find(lease.grant.node_id);
+    if (n == need.end() || !lease.actor_id.empty() || !lease.started) continue;
+    if (lease.revoked) {
+      Deduct(&n->second, lease.grant.shape);
+    } else {
+      candidates[lease.grant.node_id].push_back(&lease);
+    }
+  }
+  for (auto& [node, leases] : candidates) {
+    proto::Resources& lacking = need[node];
+    for (Lease* lease : leases) {
+      if (Met(lacking)) break;
+      if (!Helps(lacking, lease->grant.shape)) continue;
+      Deduct(&lacking, lease->grant.shape);
+      lease->revoked = true;
+      ++leases_revoked_;
+      proto::RevokeLeaseRequest req;
+      req.set_lease_id(lease->id);
+      req.set_reason(absl::StrCat("pending job ", claimant, " claims resources on node ", node,
+                                  " and goes first"));
+      DROVER_LOG(INFO) << "revoking lease " << lease->id << " of " << lease->owner << ": "
+                       << req.reason();
+      background_.Post([this, agent = lease->grant.agent_address, req] {
+        absl::Status s = workers_->RevokeLease(agent, req);
+        if (!s.ok()) DROVER_LOG(WARNING) << "RevokeLease " << req.lease_id() << ": " << s;
+      });
+    }
+  }
 }
 
 void LeaseManager::WorkerExited(const proto::ReportWorkerExitRequest& req) {
@@ -587,6 +673,7 @@ LeaseManager::Counts LeaseManager::counts() {
   c.waiting_calls = static_cast<int>(waiters_.size());
   c.leases_granted = leases_granted_;
   c.leases_ended = leases_ended_;
+  c.leases_revoked = leases_revoked_;
   for (const auto& [id, a] : actors_) {
     if (a.info.state() == proto::ACTOR_ALIVE) ++c.actors_alive;
     if (a.info.state() == proto::ACTOR_PENDING || a.info.state() == proto::ACTOR_RESTARTING) {

@@ -386,6 +386,12 @@ void SchedulerCore::ScheduleLocked(Actions* out) {
                   ChangedLocked(job);
                 };
   queue_.Plan(table_, clock_->Now(), cb);
+  if (queue_.claim().job_id != claim_told_) {
+    // Leases on what the claim needs are asked back (lease_manager.h).
+    claim_told_ = queue_.claim().job_id;
+    claim_changed_ = !claim_told_.empty();
+    notes_pending_ = true;
+  }
   TakeNotesLocked(&out->notes);
 }
 

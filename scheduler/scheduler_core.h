@@ -250,6 +250,7 @@ class SchedulerCore {
     std::vector<std::pair<std::string, std::map<std::string, std::vector<std::string>>>> ended;
     std::vector<std::pair<std::string, std::string>> dead;
     bool freed = false;
+    bool claim = false;  // a pending job claims resources now (another than before)
   };
   // The calls a locked section decided, made after it released the lock (Dispatch),
   // and the lease manager's notes taken in the same section (no second locking).
@@ -433,6 +434,9 @@ class SchedulerCore {
   std::vector<std::string> ended_jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> dead_nodes_ ABSL_GUARDED_BY(mu_);
   bool freed_ ABSL_GUARDED_BY(mu_) = false;
+  // The job whose claim the lease manager was last told of, and whether it changed since.
+  std::string claim_told_ ABSL_GUARDED_BY(mu_);
+  bool claim_changed_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> notes_pending_{false};
   std::atomic<LeaseManager*> leases_{nullptr};
   std::unique_ptr<ResourceBook> book_;

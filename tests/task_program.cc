@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -464,6 +465,35 @@ int Fill(const std::string& node) {
   return 0;
 }
 
+// A driver that never lets up (issue 19 item 7): keeps `in_flight` one-CPU tasks of
+// 1 s submitted (more than the cluster has CPUs) until `stop` exists, printing how many
+// finished ("done=N") as they do; then waits for the rest.
+int Stream(int in_flight, const std::string& stop) {
+  std::deque<drover::ObjectRef<int64_t>> refs;
+  int64_t done = 0;
+  auto finish_one = [&]() -> bool {
+    auto r = drover::Get(refs.front(), absl::Seconds(120));
+    refs.pop_front();
+    if (!r.ok() || *r != 1000) {
+      Print("stream", r.ok() ? std::to_string(*r) : Err(r.status()));
+      return false;
+    }
+    Print("done", std::to_string(++done));
+    return true;
+  };
+  while (::access(stop.c_str(), F_OK) != 0) {
+    while (refs.size() < static_cast<size_t>(in_flight)) {
+      refs.push_back(drover::Task(Sleeps).Remote(int64_t{1000}));
+    }
+    if (!finish_one()) return 1;
+  }
+  while (!refs.empty()) {
+    if (!finish_one()) return 1;
+  }
+  Print("stream", "ok");
+  return 0;
+}
+
 // One task that needs all 4 CPUs of `node`.
 int Whole(const std::string& node) {
   auto r = drover::Get(drover::Task(Add).SetNodeAffinity(node).SetResources({.cpus = 4}).Remote(int64_t{1}, int64_t{2}),
@@ -506,6 +536,7 @@ int main(int argc, char** argv) {
   if (scenario == "fill" && argc > 2) return Fill(argv[2]);
   if (scenario == "whole" && argc > 2) return Whole(argv[2]);
   if (scenario == "timeline" && argc > 4) return Timeline(argv[2], argv[3], argv[4]);
+  if (scenario == "stream" && argc > 3) return Stream(std::atoi(argv[2]), argv[3]);
   if (scenario == "many" && argc > 3) return Many(std::atoi(argv[2]), argv[3]);
   std::cerr << "unknown scenario " << scenario << "\n";
   return 2;

@@ -1,6 +1,6 @@
 // A fake of the scheduler's calls to agents' Workers service, for the lease manager's
-// tests: every start succeeds (worker "worker-<lease id>") and is counted; the rest
-// succeed and do nothing. Thread-safe.
+// tests: every start succeeds (worker "worker-<lease id>") and is counted, revokes are
+// recorded; the rest succeed and do nothing. Thread-safe.
 #ifndef DROVER_SCHEDULER_TESTING_LEASE_FAKES_H_
 #define DROVER_SCHEDULER_TESTING_LEASE_FAKES_H_
 
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "scheduler/lease_manager.h"
 
 namespace drover {
@@ -25,12 +26,27 @@ class FakeWorkers : public WorkerClient {
   absl::Status KillWorker(const std::string&, const proto::KillWorkerRequest&) override {
     return absl::OkStatus();
   }
+  absl::Status RevokeLease(const std::string&, const proto::RevokeLeaseRequest& req) override {
+    absl::MutexLock l(&mu_);
+    revoked_.push_back(req);
+    return absl::OkStatus();
+  }
   absl::Status StopJob(const std::string&, const std::string&) override { return absl::OkStatus(); }
   absl::Status DeleteObjects(const std::string&, const std::vector<std::string>&) override {
     return absl::OkStatus();
   }
 
+  // The RevokeLease calls so far.
+  std::vector<proto::RevokeLeaseRequest> revoked() {
+    absl::MutexLock l(&mu_);
+    return revoked_;
+  }
+
   std::atomic<int> starts{0};
+
+ private:
+  absl::Mutex mu_;
+  std::vector<proto::RevokeLeaseRequest> revoked_;
 };
 
 }  // namespace drover

@@ -96,6 +96,9 @@ class TaskSubmitter {
     double avg_run_us = -1;
     absl::Time idle_since = absl::InfinitePast();
     bool lost = false;
+    // The scheduler wants the lease back (a pending job claims it): no new tasks go to
+    // it, and it is handed back once those sent have finished.
+    bool revoked = false;
   };
   // A batch of frames for one worker, sent after the mutex is released.
   struct Send {
@@ -111,6 +114,9 @@ class TaskSubmitter {
   void RequestLease(Key* k, std::string request_id);
   void ReaderLoop(std::shared_ptr<Worker> w);
   void WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why);
+  // Hands `w`'s lease back (closes the connection; its agent returns the lease).
+  // REQUIRES: nothing in flight on it.
+  void HandBackLocked(const std::shared_ptr<Worker>& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HousekeepingLoop();
   void FailTask(const std::shared_ptr<TaskRecord>& t, absl::Status s);
   std::string KeyName(const TaskRecord& t, const std::map<std::string, uint64_t>& bytes) const;

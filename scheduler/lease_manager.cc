@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "common/exit_text.h"
 #include "common/log.h"
@@ -13,6 +14,17 @@
 
 namespace drover {
 namespace {
+
+// A random tag for the lease ids of one scheduler lifetime (6 of [0-9a-z]).
+std::string NewLeaseTag() {
+  static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  absl::BitGen gen;
+  std::string tag;
+  for (int i = 0; i < 6; ++i) {
+    tag.push_back(kAlphabet[absl::Uniform<size_t>(gen, 0, sizeof(kAlphabet) - 1)]);
+  }
+  return tag;
+}
 
 // How long an actor placement waits between tries when nothing fits.
 constexpr absl::Duration kActorRetry = absl::Seconds(1);
@@ -78,6 +90,7 @@ LeaseManager::LeaseManager(ResourceBook* book, std::unique_ptr<WorkerClient> wor
       workers_(std::move(workers)),
       clock_(clock != nullptr ? clock : Clock::Real()),
       options_(options),
+      lease_tag_(NewLeaseTag()),
       queue_(options.max_queued),
       starts_(std::max(1, options.start_threads)) {
   timer_ = std::thread([this] { TimerLoop(); });
@@ -116,7 +129,7 @@ LeaseManager::Lease& LeaseManager::NewLeaseLocked(const ResourceBook::Grant& gra
                                                   const std::string& job_id,
                                                   const std::string& owner,
                                                   const std::string& actor_id) {
-  const std::string id = absl::StrCat("lease-", next_lease_++);
+  const std::string id = absl::StrCat("lease-", lease_tag_, "-", next_lease_++);
   Lease& lease = leases_[id];
   lease.id = id;
   lease.job_id = job_id;
@@ -272,6 +285,7 @@ void LeaseManager::ResourcesFreed() {
 
 void LeaseManager::ClaimChanged() {
   absl::MutexLock l(&mu_);
+  ++room_version_;  // waiting requests' reasons name the claim now
   ReclaimLocked();
 }
 

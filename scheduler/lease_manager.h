@@ -330,6 +330,10 @@ class LeaseManager {
   ThreadGroup placing_;  // PlaceActor threads (each may wait long for resources)
 
   const LeaseManagerOptions options_;
+  // In every lease id ("lease-<tag>-<n>"): leases of an earlier scheduler lifetime, whose
+  // workers may still run and be returned by their agents after a restart, never share
+  // an id with this one's (a return would free the wrong lease's resources).
+  const std::string lease_tag_;
 
   absl::Mutex mu_;
   absl::CondVar freed_;    // resources freed, leases returned (actors' placing threads)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -270,6 +271,8 @@ TEST_F(TasksTest, AWaitingGangStartsWhileADriverStreamsTasks) {
   ASSERT_TRUE(gang.ok()) << gang.status() << ReadDriverOutput(base).All();
   EXPECT_EQ(gang->state, JobState::kSucceeded) << gang->reason;
   ASSERT_TRUE(gang->start_time.has_value()) << gang->reason;
+  std::cout << "the gang waited " << absl::FormatDuration(*gang->start_time - gang->submit_time)
+            << " behind tasks of 1 s" << std::endl;
   // Within the time the running tasks (1 s) take to finish, with room for a loaded machine.
   EXPECT_LT(*gang->start_time - gang->submit_time, absl::Seconds(10))
       << "the gang waited " << absl::FormatDuration(*gang->start_time - gang->submit_time);

@@ -37,6 +37,7 @@
 #include "node_agent/package_cache.h"
 #include "node_agent/process_manager.h"
 #include "proto/lease.pb.h"
+#include "proto/scheduler.pb.h"
 #include "proto/task.pb.h"
 
 namespace drover {
@@ -96,6 +97,8 @@ class WorkerPool {
     int64_t reused = 0;
   };
   Counts counts();
+  // The leases (and actors' leases) workers serve now, for the agent's registration.
+  std::vector<proto::HeldLease> HeldLeases();
   // Jobs that have live workers here (the agent asks the scheduler whether they ended).
   std::set<std::string> JobsWithWorkers();
   static bool IsWorkerGeneration(int generation) { return generation >= kFirstWorkerGeneration; }
@@ -111,6 +114,10 @@ class WorkerPool {
     State state = State::kStarting;
     std::string lease_id;
     std::string actor_id;
+    // The lease's holder, shape and GPUs (HeldLeases).
+    std::string owner;
+    proto::Resources shape;
+    std::vector<int> gpu_ids;
     int pid = 0;
     std::string unix_path;
     int tcp_port = 0;

@@ -1,7 +1,9 @@
-// A pending job's claim holds against task leases (lease_manager.h): the real core and
-// lease manager over fake agents and workers, on a fake clock. New leases go only
-// beside the claim; task leases on claimed resources are asked back, as many as the
-// claim lacks and each once; the job starts when they come back.
+// The lease book against the core's node table: the real core and lease manager over
+// fake agents and workers, on a fake clock. A pending job's claim holds against task
+// leases (lease_manager.h): new leases go only beside the claim; task leases on claimed
+// resources are asked back, as many as the claim lacks and each once; the job starts
+// when they come back. And the leases a re-registering agent reports (after a
+// scheduler restart) rebuild the book.
 #include <memory>
 #include <string>
 #include <vector>
@@ -148,6 +150,49 @@ TEST_F(LeaseClaimTest, LeasesBesideTheClaimStayAndAreGranted) {
   leases_->ReturnLease(a->lease_id(), "done");
   leases_->ReturnLease(b->lease_id(), "done");
   ASSERT_TRUE(::drover::testing::WaitFor([&] { return StateOf(gang->job_id()) == proto::RUNNING; }));
+}
+
+// Issue 19 item 4, step 2: after a scheduler restart the agents' workers still serve
+// their leases; the new scheduler learns them from the agents' registrations and books
+// their resources, so it does not hand them out twice, and a later return frees them.
+TEST_F(LeaseClaimTest, LeasesAnAgentReportsOnRegistrationAreBooked) {
+  proto::RegisterNodeRequest again;
+  again.set_node_id(nodes_[0]);
+  again.set_agent_address("10.0.0.1:7000");
+  again.set_node_ip("10.0.0.1");
+  again.mutable_total()->set_cpus(2);
+  auto held = [&](const std::string& id, const std::string& job) {
+    proto::HeldLease* h = again.add_leases();
+    h->set_lease_id(id);
+    h->set_job_id(job);
+    h->set_owner(job + "/1@node");
+    h->mutable_shape()->set_cpus(1);
+    h->set_worker_id("worker-" + id);
+  };
+  held("lease-before-1", driver_);
+  held("lease-before-2", driver_);
+  held("lease-before-3", "job-gone-9");  // its job is not known here: its worker goes
+  for (int i = 0; i < 2; ++i) {  // an agent may register more than once: booked once
+    auto reg = core_->RegisterNode(again);
+    ASSERT_TRUE(reg.ok()) << reg.status();
+    core_->AdoptLeases(reg->node_id(), again);
+  }
+  EXPECT_EQ(leases_->counts().leases, 2);
+  // (Once per registration: stopping a worker is idempotent.)
+  ASSERT_TRUE(::drover::testing::WaitFor([&] { return workers_->killed().size() == 2; }));
+  for (const auto& kill : workers_->killed()) {
+    EXPECT_EQ(kill.worker_id(), "worker-lease-before-3");
+    EXPECT_TRUE(absl::StrContains(kill.reason(), "job-gone-9")) << kill.reason();
+  }
+  // The node's two CPUs are held: nothing more goes there.
+  proto::PlacementHint on0;
+  on0.set_node_id(nodes_[0]);
+  EXPECT_FALSE(Ask("new", on0)->granted());
+  // One comes back (its holder disconnected): its CPU is free for the next.
+  leases_->ReturnLease("lease-before-1", "its holder disconnected");
+  auto next = Ask("new", on0);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_TRUE(next->granted()) << next->pending_reason();
 }
 
 }  // namespace

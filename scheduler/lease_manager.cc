@@ -283,6 +283,47 @@ void LeaseManager::ResourcesFreed() {
   answers.Run();
 }
 
+void LeaseManager::Adopt(const std::string& node_id, const std::string& agent_address,
+                         const std::vector<proto::HeldLease>& held) {
+  std::vector<proto::KillWorkerRequest> kills;
+  {
+    absl::MutexLock l(&mu_);
+    if (stopped_) return;
+    for (const proto::HeldLease& h : held) {
+      if (h.lease_id().empty() || leases_.count(h.lease_id()) > 0) continue;  // known
+      if (absl::Status running = book_->CheckJobRunning(h.job_id()); !running.ok()) {
+        proto::KillWorkerRequest kill;
+        kill.set_worker_id(h.worker_id());
+        kill.set_reason(absl::StrCat("its lease ", h.lease_id(), " outlived the scheduler, and ",
+                                     running.message()));
+        kills.push_back(std::move(kill));
+        continue;
+      }
+      std::optional<ResourceBook::Grant> g = book_->Adopt(
+          node_id, h.shape(), std::vector<int>(h.gpu_ids().begin(), h.gpu_ids().end()));
+      if (!g.has_value()) continue;
+      Lease& lease = leases_[h.lease_id()];
+      lease.id = h.lease_id();
+      lease.job_id = h.job_id();
+      lease.owner = h.owner();
+      lease.grant = *std::move(g);
+      lease.grant.agent_address = agent_address;
+      lease.worker_id = h.worker_id();
+      lease.actor_id = h.actor_id();
+      lease.started = true;
+      jobs_with_workers_.insert(h.job_id());
+      ++room_version_;
+      DROVER_LOG(INFO) << "lease " << h.lease_id() << " of " << h.owner() << " on node " << node_id
+                       << " adopted (it outlived the scheduler)";
+    }
+  }
+  for (proto::KillWorkerRequest& kill : kills) {
+    background_.Post([this, agent_address, kill = std::move(kill)] {
+      workers_->KillWorker(agent_address, kill).IgnoreError();
+    });
+  }
+}
+
 void LeaseManager::ClaimChanged() {
   absl::MutexLock l(&mu_);
   ++room_version_;  // waiting requests' reasons name the claim now

@@ -59,6 +59,7 @@
 #include "common/thread_group.h"
 #include "common/thread_pool.h"
 #include "proto/lease.grpc.pb.h"
+#include "proto/scheduler.pb.h"
 #include "scheduler/job_timeline.h"
 #include "scheduler/lease_queue.h"
 
@@ -96,6 +97,13 @@ class ResourceBook {
   // beyond what is free there now (what leases and running jobs must give back). Empty
   // when nothing is claimed or the claim is free already.
   virtual std::map<std::string, proto::Resources> ClaimShortfall(std::string* job_id) { return {}; }
+  // Records `shape` and `gpu_ids` as used on `node_id` for a lease that exists already
+  // (one an agent reports after a scheduler restart). nullopt if the node is unknown or
+  // not ALIVE.
+  virtual std::optional<Grant> Adopt(const std::string& node_id, const proto::Resources& shape,
+                                     const std::vector<int>& gpu_ids) {
+    return std::nullopt;
+  }
   // Gives back what Reserve took (no-op for a node that is gone).
   virtual void Release(const Grant& grant) = 0;
   // OK while the job exists and has not ended; else why.
@@ -175,6 +183,12 @@ class LeaseManager {
 
   // Hooks from the scheduler's core, called without its lock.
   void ResourcesFreed();
+  // A node (re-)registered holding `held` leases (RegisterNodeRequest.leases): those
+  // this book does not know, of running jobs, are recorded as started leases on their
+  // resources (after a scheduler restart, the book is rebuilt so); those of jobs that
+  // ended or are unknown are killed.
+  void Adopt(const std::string& node_id, const std::string& agent_address,
+             const std::vector<proto::HeldLease>& held);
   // A pending job claims resources now (another than before): task leases on them are
   // revoked, as many as the claim needs.
   void ClaimChanged();

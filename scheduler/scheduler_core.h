@@ -163,6 +163,9 @@ class SchedulerCore {
   // Tells `leases` of dead nodes, ended jobs and freed resources from now on. Call once
   // before serving; not owned.
   void SetLeaseManager(LeaseManager* leases);
+  // After RegisterNode (without the lock): the leases the node's workers serve go to
+  // the lease manager's book (LeaseManager::Adopt), rebuilding it after a restart.
+  void AdoptLeases(const std::string& node_id, const proto::RegisterNodeRequest& req);
   // A program that submits tasks outside any job (drover::Init in a plain program): a
   // job of its own, marked `driver`, RUNNING until EndDriver. Idempotent per request id.
   absl::StatusOr<std::string> RegisterDriver(const proto::RegisterDriverRequest& req);

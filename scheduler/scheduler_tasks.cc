@@ -111,6 +111,20 @@ class SchedulerCore::Book : public ResourceBook {
     return g;
   }
 
+  std::optional<Grant> Adopt(const std::string& node_id, const proto::Resources& shape,
+                             const std::vector<int>& gpu_ids) override {
+    absl::MutexLock lock(&core_->mu_);
+    Node* node = core_->FindNodeLocked(node_id);
+    if (node == nullptr || node->info.state() != proto::ALIVE) return std::nullopt;
+    core_->table_.Use(node_id, shape, gpu_ids, +1);
+    Grant g;
+    g.node_id = node_id;
+    g.agent_address = node->info.agent_address();
+    g.shape = shape;
+    g.gpu_ids = gpu_ids;
+    return g;
+  }
+
   std::string Explain(const proto::Resources& shape, const proto::PlacementHint& hint) override {
     absl::MutexLock lock(&core_->mu_);
     LeasePlacement p = PlaceLocked(shape, hint, /*explain=*/true);
@@ -170,6 +184,13 @@ std::unique_ptr<ResourceBook> SchedulerCore::MakeBook(SchedulerCore* core) {
 }
 
 void SchedulerCore::SetLeaseManager(LeaseManager* leases) { leases_.store(leases); }
+
+void SchedulerCore::AdoptLeases(const std::string& node_id, const proto::RegisterNodeRequest& req) {
+  LeaseManager* leases = leases_.load();
+  if (leases == nullptr || req.leases().empty()) return;
+  leases->Adopt(node_id, req.agent_address(),
+                std::vector<proto::HeldLease>(req.leases().begin(), req.leases().end()));
+}
 
 void SchedulerCore::TakeNotesLocked(LeaseNotes* notes) {
   for (std::string& job : ended_jobs_) {

@@ -1,6 +1,6 @@
 // A fake of the scheduler's calls to agents' Workers service, for the lease manager's
-// tests: every start succeeds (worker "worker-<lease id>") and is counted, revokes are
-// recorded; the rest succeed and do nothing. Thread-safe.
+// tests: every start succeeds (worker "worker-<lease id>") and is counted, revokes and
+// kills are recorded; the rest succeed and do nothing. Thread-safe.
 #ifndef DROVER_SCHEDULER_TESTING_LEASE_FAKES_H_
 #define DROVER_SCHEDULER_TESTING_LEASE_FAKES_H_
 
@@ -23,7 +23,9 @@ class FakeWorkers : public WorkerClient {
     reply.set_worker_id(absl::StrCat("worker-", req.lease_id()));
     return reply;
   }
-  absl::Status KillWorker(const std::string&, const proto::KillWorkerRequest&) override {
+  absl::Status KillWorker(const std::string&, const proto::KillWorkerRequest& req) override {
+    absl::MutexLock l(&mu_);
+    killed_.push_back(req);
     return absl::OkStatus();
   }
   absl::Status RevokeLease(const std::string&, const proto::RevokeLeaseRequest& req) override {
@@ -42,9 +44,16 @@ class FakeWorkers : public WorkerClient {
     return revoked_;
   }
 
+  // The KillWorker calls so far.
+  std::vector<proto::KillWorkerRequest> killed() {
+    absl::MutexLock l(&mu_);
+    return killed_;
+  }
+
   std::atomic<int> starts{0};
 
  private:
+  std::vector<proto::KillWorkerRequest> killed_;
   absl::Mutex mu_;
   std::vector<proto::RevokeLeaseRequest> revoked_;
 };

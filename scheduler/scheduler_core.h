@@ -72,6 +72,10 @@
 namespace drover {
 
 struct SchedulerOptions {
+  // After a restart, a driver job that ran stays RUNNING this long for its driver to
+  // open its session again (the driver's tasks and leased workers run on meanwhile);
+  // then it FAILS.
+  absl::Duration driver_reconnect = absl::Seconds(60);
   // A node that sends no heartbeat for this long is declared dead.
   absl::Duration node_timeout = absl::Seconds(10);
   // A node whose agent's session (AgentSession) closed is declared dead this long
@@ -171,6 +175,8 @@ class SchedulerCore {
   absl::StatusOr<std::string> RegisterDriver(const proto::RegisterDriverRequest& req);
   // OK while `job_id` is a driver job that has not ended.
   absl::Status CheckDriver(const std::string& job_id);
+  // The driver of `job_id` opened its session (again, after a scheduler restart).
+  void DriverAttached(const std::string& job_id);
   // Ends a driver job (SUCCEEDED with `reason`); its leases, actors and workers go.
   void EndDriver(const std::string& job_id, const std::string& reason);
 
@@ -413,6 +419,11 @@ class SchedulerCore {
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
   // stop them anyway (MonitorLoop).
   std::map<std::string, absl::Time> deferred_stops_ ABSL_GUARDED_BY(mu_);
+  // Driver jobs recovered RUNNING whose driver has not opened its session again yet,
+  // and by when it must (SchedulerOptions::driver_reconnect).
+  std::map<std::string, absl::Time> driver_reconnects_ ABSL_GUARDED_BY(mu_);
+  // Fails the driver jobs of driver_reconnects_ whose time is up.
+  void ExpireDriverReconnectsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Jobs with a time limit, not ended (MonitorLoop ends a generation past it).
   std::set<std::string> time_limited_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;

@@ -260,6 +260,32 @@ absl::Status SchedulerCore::CheckDriver(const std::string& job_id) {
   return absl::OkStatus();
 }
 
+void SchedulerCore::DriverAttached(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  if (driver_reconnects_.erase(job_id) > 0) {
+    DROVER_LOG(INFO) << "the driver of " << job_id << " reconnected after the scheduler restarted";
+  }
+}
+
+void SchedulerCore::ExpireDriverReconnectsLocked(absl::Time now) {
+  for (auto it = driver_reconnects_.begin(); it != driver_reconnects_.end();) {
+    if (it->second > now) {
+      ++it;
+      continue;
+    }
+    Job* job = FindJobLocked(it->first);
+    if (job != nullptr && job->info.driver() && !IsTerminal(job->info.state())) {
+      FinishLocked(*job, proto::FAILED,
+                   absl::StrCat("its driver did not reconnect within ",
+                                absl::FormatDuration(options_.driver_reconnect),
+                                " after the scheduler restarted"),
+                   1);
+      ChangedLocked(*job);
+    }
+    it = driver_reconnects_.erase(it);
+  }
+}
+
 void SchedulerCore::EndDriver(const std::string& job_id, const std::string& reason) {
   {
     absl::MutexLock lock(&mu_);

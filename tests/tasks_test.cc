@@ -269,7 +269,7 @@ TEST_F(TasksTest, AWaitingGangStartsWhileADriverStreamsTasks) {
   // A gang of every CPU of both nodes.
   auto gang = cluster_->RunJob(TestCluster::JobOf({"sleep", "1"}, 8, 4), absl::Seconds(120));
   ASSERT_TRUE(gang.ok()) << gang.status() << ReadDriverOutput(base).All();
-  EXPECT_EQ(gang->state, JobState::kSucceeded) << gang->reason;
+  EXPECT_EQ(gang->state, JobState::kSucceeded) << gang->reason << cluster_->DaemonLogs();
   ASSERT_TRUE(gang->start_time.has_value()) << gang->reason;
   std::cout << "the gang waited " << absl::FormatDuration(*gang->start_time - gang->submit_time)
             << " behind tasks of 1 s" << std::endl;

@@ -1,7 +1,8 @@
-// Issue 19 item 4 (steps 1 and 2): a driver's tasks outlive scheduler restarts on a
-// --redis cluster. Its job stands (the new scheduler waits for its driver to open its
-// session again), its leased workers run on, their leases are booked again from the
-// agents' registrations, and its tasks go on and come back right.
+// Issue 19 item 4 (steps 1 and 2): a driver's tasks and actors outlive scheduler
+// restarts on a --redis cluster. Its job stands (the new scheduler waits for its driver
+// to open its session again), its leased workers and actors run on, their leases are
+// booked again from the agents' registrations, and its tasks and ordered actor calls go
+// on and come back right.
 #include <signal.h>
 
 #include <string>
@@ -29,7 +30,7 @@ class SchedulerRestartTasksTest : public TwoNodeClusterTest {
 TEST_F(SchedulerRestartTasksTest, ADriversTasksGoOnAcrossTwoSchedulerKills) {
   const std::string stop = absl::StrCat(cluster_->dir(), "/stop-stream");
   const std::string base = absl::StrCat(cluster_->dir(), "/streamer");
-  pid_t pid = StartDriver(*cluster_, "tests/task_program", {"stream", "16", stop}, base);
+  pid_t pid = StartDriver(*cluster_, "tests/task_program", {"stream", "16", stop, "2"}, base);
   auto done = [&] {
     int64_t n = 0;
     return absl::SimpleAtoi(ReadDriverOutput(base).Get("done"), &n) ? n : int64_t{0};
@@ -51,6 +52,8 @@ TEST_F(SchedulerRestartTasksTest, ADriversTasksGoOnAcrossTwoSchedulerKills) {
   DriverRun r = FinishDriver(*cluster_, pid, base, absl::Seconds(120));
   EXPECT_EQ(r.code, 0) << r.All() << cluster_->DaemonLogs();
   EXPECT_EQ(r.Get("stream"), "ok") << r.All();
+  // Two actors, called in order all along (their connections outlive the scheduler).
+  EXPECT_TRUE(absl::StartsWith(r.Get("actors"), "ok ")) << r.All();
   EXPECT_TRUE(absl::StrContains(r.err, "waiting for it to come back")) << r.err;
   auto ended = cluster_->client().WaitJob(job, absl::Seconds(30));
   ASSERT_TRUE(ended.ok()) << ended.status();

@@ -1,9 +1,12 @@
 // drover up | down | start
 //
 // `up` starts a whole local cluster (scheduler + N agents, optionally redis-server) as
-// background daemons and records them in $DROVER_HOME/cluster.json; `down` stops
-// what that file lists. `start` runs one daemon in the foreground for real
+// background daemons and records them in $DROVER_HOME/cluster.json; over a recorded
+// cluster of which something still runs, it brings back only the dead daemons, in
+// place. `down` stops every daemon of the cluster: those the file lists and any other
+// running on the cluster's directory. `start` runs one daemon in the foreground for real
 // multi-machine clusters (one head, one agent per machine).
+#include <dirent.h>
 #include <signal.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,13 +14,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "cli/cluster_file.h"
 #include "cli/commands.h"
@@ -66,6 +75,80 @@ bool RunsDaemon(pid_t pid, absl::string_view program) {
 constexpr absl::string_view kSchedulerProgram = "drover-scheduler";
 constexpr absl::string_view kAgentProgram = "drover-agent";
 constexpr absl::string_view kRedisProgram = "redis-server";
+
+// The command line of `pid`, one string per argument (redis-server retitles itself
+// into one string: "redis-server 127.0.0.1:PORT CONFIG"); empty if unknown.
+std::vector<std::string> CmdlineOf(pid_t pid) {
+  auto raw = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+  if (!raw.ok()) return {};
+  return absl::StrSplit(*raw, '\0', absl::SkipEmpty());
+}
+
+// True if an argument of `argv` names a path under `dir`.
+bool NamesPathUnder(const std::vector<std::string>& argv, const std::string& dir) {
+  const std::string under = dir + "/";
+  for (const std::string& a : argv) {
+    if (absl::StrContains(a, under)) return true;
+  }
+  return false;
+}
+
+// True if `pid` runs the daemon `program` of the cluster kept in `dir` (any cluster's
+// if `dir` is "", as in records of older versions).
+bool RunsClusterDaemon(pid_t pid, absl::string_view program, const std::string& dir) {
+  if (!RunsDaemon(pid, program)) return false;
+  return dir.empty() || NamesPathUnder(CmdlineOf(pid), dir);
+}
+
+// A daemon of a cluster found running.
+struct Found {
+  pid_t pid;
+  std::string program;
+  std::vector<std::string> argv;
+};
+
+// Every process of this user that runs drover-scheduler, drover-agent or redis-server
+// with a path under `dir` (the cluster's directory) on its command line: what `up`
+// started, brought back, or what a user started again by hand with the same command.
+std::vector<Found> DaemonsUnder(const std::string& dir) {
+  std::vector<Found> found;
+  if (dir.empty()) return found;
+  DIR* d = ::opendir("/proc");
+  if (d == nullptr) return found;
+  while (dirent* e = ::readdir(d)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid) || pid <= 0 || pid == ::getpid()) continue;
+    struct stat st;
+    if (::stat(absl::StrCat("/proc/", pid).c_str(), &st) != 0 || st.st_uid != ::getuid()) {
+      continue;
+    }
+    std::string program = ProgramOf(pid);
+    if (program != kSchedulerProgram && program != kAgentProgram && program != kRedisProgram) {
+      continue;
+    }
+    std::vector<std::string> argv = CmdlineOf(pid);
+    if (NamesPathUnder(argv, dir) && Alive(pid)) {
+      found.push_back({pid, std::move(program), std::move(argv)});
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+bool HasArg(const std::vector<std::string>& argv, const std::string& arg) {
+  return std::find(argv.begin(), argv.end(), arg) != argv.end();
+}
+
+// The roles of a cluster's daemons, told apart by the paths on their command lines.
+bool IsSchedulerOf(const Found& f, const std::string& dir) {
+  return f.program == kSchedulerProgram && HasArg(f.argv, dir + "/scheduler.ready");
+}
+bool IsAgentOf(const Found& f, const std::string& dir, int i) {
+  return f.program == kAgentProgram && HasArg(f.argv, absl::StrCat(dir, "/agent-", i));
+}
+bool IsRedisOf(const Found& f, const std::string& dir) {
+  return f.program == kRedisProgram && NamesPathUnder(f.argv, dir);
+}
 
 // True once something accepts TCP connections at 127.0.0.1:port.
 bool Accepts(int port) {
@@ -127,6 +210,57 @@ absl::StatusOr<int64_t> ParseMemoryFlag(const char* flag, const std::string& val
   return bytes;
 }
 
+// A secret in an owner-only file: read it if the file exists (refused if others may
+// read it), else generate one and create the file with mode 600. Two processes that
+// create it at once (a head and its Redis started together) end up with the same
+// secret: the file appears whole (link(2) of a written temporary) and only once.
+absl::StatusOr<std::string> LoadOrCreateSecretFile(const std::string& path,
+                                                   const std::string& what) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    const std::string secret = GenerateToken();
+    const std::string tmp = absl::StrCat(path, ".new-", ::getpid());
+    DROVER_RETURN_IF_ERROR(WriteFileAtomic(tmp, secret + "\n", 0600));
+    const int linked = ::link(tmp.c_str(), path.c_str());
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    if (linked == 0) return secret;
+    if (err != EEXIST) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot create ", what, " ", path, ": ", std::strerror(err)));
+    }
+  }
+  DROVER_ASSIGN_OR_RETURN(std::string text, ReadOwnerOnlyFile(path, what));
+  std::string secret(absl::StripAsciiWhitespace(text));
+  if (secret.empty()) return absl::FailedPreconditionError(absl::StrCat(what, " ", path, " is empty"));
+  return secret;
+}
+
+// The redis.conf of a Redis for drover's state: on `bind`:`port`, data (append-only)
+// in `dir`, clients must AUTH with `password`; the config file's path shows in the
+// process title, by which `drover up` and `drover down` know the server as theirs.
+std::string RedisConfig(int port, const std::string& bind, const std::string& dir,
+                        const std::string& password, const std::string& password_file);
+
+// `s` as a double-quoted string of redis.conf.
+std::string RedisQuoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string RedisConfig(int port, const std::string& bind, const std::string& dir,
+                        const std::string& password, const std::string& password_file) {
+  return absl::StrCat("# written by drover; the password is also in ", password_file, "\n",
+                      "port ", port, "\nbind ", bind, "\ndir ", RedisQuoted(dir),
+                      "\nappendonly yes\nappendfsync everysec\nsave \"\"\ndaemonize no\n",
+                      "requirepass ", password, "\n",
+                      "proc-title-template \"{title} {listen-addr} {config-file}\"\n");
+}
+
 struct UpFlags {
   int nodes = 1;
   int gpus_per_node = -1;     // -1: the GPUs found
@@ -140,17 +274,282 @@ struct UpFlags {
   int timeout_s = 60;
 };
 
+// Which daemons of a recorded cluster run: the recorded pid if it still runs its
+// daemon, else one found running the same role (brought back by hand); 0 if none.
+struct Liveness {
+  pid_t redis = 0;
+  pid_t scheduler = 0;
+  std::vector<pid_t> agents;  // one per recorded agent
+  bool any() const {
+    return redis != 0 || scheduler != 0 ||
+           std::any_of(agents.begin(), agents.end(), [](pid_t p) { return p != 0; });
+  }
+};
+
+Liveness Survey(const ClusterRecord& r) {
+  const std::vector<Found> found = DaemonsUnder(r.dir);
+  auto pick = [&](pid_t recorded, absl::string_view program, auto is_role) -> pid_t {
+    if (RunsClusterDaemon(recorded, program, r.dir)) return recorded;
+    for (const Found& f : found) {
+      if (is_role(f)) return f.pid;
+    }
+    return 0;
+  };
+  Liveness l;
+  if (r.redis_pid != 0 || !r.redis_argv.empty()) {
+    l.redis = pick(r.redis_pid, kRedisProgram, [&](const Found& f) { return IsRedisOf(f, r.dir); });
+  }
+  l.scheduler = pick(r.scheduler_pid, kSchedulerProgram,
+                     [&](const Found& f) { return IsSchedulerOf(f, r.dir); });
+  const size_t agents = std::max(r.agent_pids.size(), r.agent_argvs.size());
+  for (size_t i = 0; i < agents; ++i) {
+    l.agents.push_back(pick(i < r.agent_pids.size() ? r.agent_pids[i] : 0, kAgentProgram,
+                            [&](const Found& f) { return IsAgentOf(f, r.dir, i); }));
+  }
+  return l;
+}
+
+// If the record is that of a `drover start --head` head (no daemon of `drover up`)
+// whose scheduler runs: a sentence saying so; else "".
+std::string StartedHead(const ClusterRecord& r) {
+  if (r.scheduler_pid != 0 || !r.scheduler_argv.empty() ||
+      !RunsDaemon(r.head_pid, kSchedulerProgram)) {
+    return "";
+  }
+  return absl::StrCat("a head started by `drover start --head` runs here (scheduler pid ",
+                      r.head_pid, " at ", r.address.empty() ? "?" : r.address, ", recorded in ",
+                      ClusterFile(), ")");
+}
+
+// "scheduler (pid 12)" / "scheduler (dead)".
+std::string Described(const std::string& name, pid_t pid) {
+  return pid != 0 ? absl::StrCat(name, " (pid ", pid, ")") : absl::StrCat(name, " (dead)");
+}
+
+// `drover up` where a recorded cluster partly runs: brings back in place what is dead
+// (Redis on its port and directory, the scheduler on its port, each agent on its own
+// directory, all with the command lines they were first started with), leaves what
+// runs alone, and waits until every node is ALIVE. The jobs of a --redis cluster keep
+// running: the restarted scheduler reloads them from Redis and the agents, which keep
+// their node ids, re-register and report their processes.
+int RepairCluster(const ClusterRecord& r, const Liveness& live, const UpFlags& f, bool json) {
+  auto text = ReadFile(ClusterFile());
+  if (!text.ok()) return Fail(text.status());
+  nlohmann::json record = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (!record.is_object()) return Fail(ClusterFile() + ": not a JSON object");
+  const bool progress = !json;
+  auto say = [progress](const std::string& line) {
+    if (progress) std::cerr << line << "\n";
+  };
+  const std::string address = r.address.empty() ? "?" : r.address;
+  std::vector<std::string> found_parts;
+  if (r.redis_pid != 0 || !r.redis_argv.empty()) found_parts.push_back(Described("redis-server", live.redis));
+  found_parts.push_back(Described("scheduler", live.scheduler));
+  for (size_t i = 0; i < live.agents.size(); ++i) {
+    found_parts.push_back(Described(absl::StrCat("agent-", i), live.agents[i]));
+  }
+  say(absl::StrCat("drover: found the cluster at ", address, " (", ClusterFile(),
+                   "): ", absl::StrJoin(found_parts, ", ")));
+  const size_t nodes = live.agents.size();
+  if (static_cast<size_t>(f.nodes) != nodes || f.redis != !r.redis_argv.empty() ||
+      f.tls != !r.tls_ca.empty()) {
+    say(absl::StrCat("drover: this cluster keeps its ", nodes, nodes == 1 ? " node" : " nodes",
+                     r.redis_argv.empty() ? "" : ", Redis", r.tls_ca.empty() ? "" : ", TLS",
+                     "; to start one with other settings, `drover down` first"));
+  }
+  // What cannot be brought back in place: a role that runs no more and whose command
+  // line the record lacks (a `drover start --head` record, or one of an older drover).
+  auto cannot = [&](const std::string& what) {
+    return Fail(absl::StrCat(
+        "part of the cluster recorded in ", ClusterFile(), " still runs, but ", what,
+        " is dead and the record does not say how to start it again; stop what runs with "
+        "`drover down`, then `drover up`"));
+  };
+  if (!r.redis_argv.empty() || r.redis_pid != 0) {
+    if (live.redis == 0 && r.redis_argv.empty()) return cannot("redis-server");
+  }
+  if (live.scheduler == 0 && r.scheduler_argv.empty()) return cannot("the scheduler");
+  for (size_t i = 0; i < nodes; ++i) {
+    if (live.agents[i] == 0 && (i >= r.agent_argvs.size() || r.agent_argvs[i].empty())) {
+      return cannot(absl::StrCat("agent-", i));
+    }
+  }
+  auto save = [&record]() {
+    return WriteFileAtomic(ClusterFile(), record.dump(2) + "\n", 0600);
+  };
+  auto log_of = [&](const std::string& name) { return absl::StrCat(r.dir, "/", name, ".log"); };
+  auto spawn = [&](const std::vector<std::string>& argv, const std::string& log) {
+    SpawnOptions o;
+    o.argv = argv;
+    o.stdout_path = o.stderr_path = log;
+    o.new_session = true;
+    return Spawn(o);
+  };
+  // A port that must be ours to bring a daemon back on it.
+  auto port_taken = [&](const std::string& what, const std::string& hostport) -> std::string {
+    auto hp = ParseHostPort(hostport);
+    if (!hp.ok()) return absl::StrCat(ClusterFile(), ": ", what, " address '", hostport, "': ",
+                                      hp.status().message());
+    if (Accepts(hp->port)) {
+      return absl::StrCat("cannot bring ", what, " back on ", hostport,
+                          ": another process listens there now; stop it, or `drover down` and "
+                          "`drover up` a new cluster");
+    }
+    return "";
+  };
+  std::vector<std::string> restarted;
+
+  // Redis first: the scheduler loads the jobs from it as it starts.
+  record["redis_pid"] = live.redis;
+  if (live.redis == 0 && !r.redis_argv.empty()) {
+    if (std::string e = port_taken("redis-server", r.redis); !e.empty()) return Fail(e);
+    auto pid = spawn(r.redis_argv, log_of("redis"));
+    if (!pid.ok()) return Fail(pid.status());
+    const int port = ParseHostPort(r.redis)->port;
+    const pid_t p = *pid;
+    if (!WaitFor([&] { return Accepts(port) || !Alive(p); }, absl::Seconds(f.timeout_s)) ||
+        !Alive(p)) {
+      return Fail(absl::StrCat("redis-server did not start again; its log (", log_of("redis"),
+                               ") ends with:\n", LogTail(log_of("redis"))));
+    }
+    record["redis_pid"] = p;
+    restarted.push_back(absl::StrCat("redis-server (pid ", p, ", ", r.redis, ")"));
+  }
+  if (record["redis_pid"] == 0) record.erase("redis_pid");
+
+  record["scheduler_pid"] = live.scheduler;
+  if (live.scheduler == 0) {
+    if (std::string e = port_taken("the scheduler", r.address); !e.empty()) return Fail(e);
+    const std::string ready = r.dir + "/scheduler.ready";
+    ::unlink(ready.c_str());
+    auto pid = spawn(r.scheduler_argv, log_of("scheduler"));
+    if (!pid.ok()) return Fail(pid.status());
+    const pid_t p = *pid;
+    record["scheduler_pid"] = p;
+    if (!save().ok()) return Fail("cannot write " + ClusterFile());
+    std::string got;
+    WaitFor(
+        [&] {
+          auto ready_text = ReadFile(ready);
+          if (ready_text.ok()) {
+            auto rr = ParseClusterRecord(*ready_text, ready);
+            if (rr.ok()) got = rr->address;
+          }
+          return !got.empty() || !Alive(p);
+        },
+        absl::Seconds(f.timeout_s));
+    if (got.empty()) {
+      return Fail(absl::StrCat("the scheduler did not start again; its log (",
+                               log_of("scheduler"), ") ends with:\n",
+                               LogTail(log_of("scheduler"))));
+    }
+    restarted.push_back(absl::StrCat("scheduler (pid ", p, ", ", got, ")"));
+    if (r.redis.empty()) {
+      say("drover: this cluster keeps its state in memory: the jobs of the scheduler that "
+          "died are lost and their processes stopped (`drover up --redis` keeps jobs "
+          "running across a head restart)");
+    }
+  }
+
+  auto client = Client::Connect({r.address, r.token_file, r.tls_ca});
+  if (!client.ok()) return Fail(client.status());
+  // A restarted agent is the node of its directory (`<dir>/node-id`). The scheduler may
+  // still show that node ALIVE at its dead agent's address for a moment (the loss is
+  // declared after a grace): it is back once it shows another address.
+  std::map<std::string, std::string> coming_back;  // node id -> the dead agent's address
+  auto node_of = [](const std::vector<std::string>& argv) -> std::string {
+    for (size_t k = 0; k + 1 < argv.size(); ++k) {
+      if (argv[k] == "--dir") {
+        auto id = ReadFile(argv[k + 1] + "/node-id");
+        return id.ok() ? std::string(absl::StripAsciiWhitespace(*id)) : "";
+      }
+    }
+    return "";
+  };
+  absl::StatusOr<ClusterStatus> before = (*client)->Status();
+  nlohmann::json agent_pids = nlohmann::json::array();
+  for (size_t i = 0; i < nodes; ++i) {
+    pid_t p = live.agents[i];
+    if (p == 0) {
+      if (std::string id = node_of(r.agent_argvs[i]); !id.empty()) {
+        coming_back[id] = "";
+        if (before.ok()) {
+          for (const auto& n : before->nodes) {
+            if (n.node_id == id) coming_back[id] = n.agent_address;
+          }
+        }
+      }
+      auto pid = spawn(r.agent_argvs[i], log_of(absl::StrCat("agent-", i)));
+      if (!pid.ok()) return Fail(pid.status());
+      p = *pid;
+      restarted.push_back(absl::StrCat("agent-", i, " (pid ", p, ")"));
+    }
+    agent_pids.push_back(p);
+  }
+  record["agent_pids"] = agent_pids;
+  if (!save().ok()) return Fail("cannot write " + ClusterFile());
+
+  // Every node ALIVE again: the agents of a restarted scheduler re-register (their
+  // nodes show RECONNECTING until then), a restarted agent registers as its node.
+  ClusterStatus status;
+  int alive = 0;
+  bool ok = WaitFor(
+      [&] {
+        auto st = (*client)->Status();
+        if (!st.ok()) return false;
+        status = *st;
+        alive = 0;
+        size_t back = 0;
+        for (const auto& n : st->nodes) {
+          if (n.state != NodeState::kAlive) continue;
+          auto it = coming_back.find(n.node_id);
+          if (it != coming_back.end() && !it->second.empty() && n.agent_address == it->second) {
+            continue;  // still the dead agent's registration
+          }
+          ++alive;
+          back += it != coming_back.end();
+        }
+        return alive >= static_cast<int>(nodes) && back == coming_back.size();
+      },
+      absl::Seconds(f.timeout_s));
+  if (!ok) {
+    return Fail(absl::StrCat(
+        restarted.empty() ? "nothing was restarted, but only "
+                          : absl::StrCat("restarted ", absl::StrJoin(restarted, ", "), ", but only "),
+        alive, " of ", nodes, " nodes are ALIVE after ", f.timeout_s, " s; logs in ", r.dir));
+  }
+  if (json) {
+    record["restarted"] = restarted;
+    std::cout << record.dump(2) << "\n";
+    return 0;
+  }
+  if (restarted.empty()) {
+    std::cerr << "drover: every daemon of the cluster at " << address
+              << " runs; nothing to restart (stop it with `drover down`)\n";
+  } else {
+    std::cerr << "drover: restarted " << absl::StrJoin(restarted, ", ") << "; " << nodes
+              << (nodes == 1 ? " node" : " nodes") << " ready\n";
+  }
+  std::cout << "cluster at " << address << " (logs in " << r.dir << ")\n";
+  return 0;
+}
+
 int CmdUp(const UpFlags& f, bool json) {
   auto memory = ParseMemoryFlag("--memory-per-node", f.memory_per_node);
   if (!memory.ok()) return Fail(memory.status(), kUsageError);
   const std::string home = DroverHome();
   const std::string dir = home + "/cluster";
+  // Never a second cluster over live daemons of the first: bring back what is dead.
   if (auto existing = ReadClusterFile(); existing.ok()) {
-    if (RunsDaemon(existing->scheduler_pid, kSchedulerProgram)) {
-      return Fail(absl::StrCat("a cluster is already running here (scheduler pid ",
-                               existing->scheduler_pid, " at ",
-                               existing->address.empty() ? "?" : existing->address,
-                               "); stop it with `drover down` first"));
+    if (std::string head = StartedHead(*existing); !head.empty()) {
+      return Fail(absl::StrCat(head, "; `drover up` would start a second cluster over it: "
+                               "use another DROVER_HOME, or stop that head first"));
+    }
+    const Liveness live = Survey(*existing);
+    if (live.any()) return RepairCluster(*existing, live, f, json);
+    if (!json) {
+      std::cerr << "drover: no daemon of the cluster recorded in " << ClusterFile()
+                << " runs; starting a new one\n";
     }
   }
   if (auto s = MakeDirs(dir, 0700); !s.ok()) return Fail(std::string(s.message()));
@@ -165,6 +564,7 @@ int CmdUp(const UpFlags& f, bool json) {
   record["token_file"] = token_file;
   record["dir"] = dir;
   record["agent_pids"] = nlohmann::json::array();
+  record["agent_argvs"] = nlohmann::json::array();
   auto save = [&record]() {
     return WriteFileAtomic(ClusterFile(), record.dump(2) + "\n", 0600);
   };
@@ -193,13 +593,24 @@ int CmdUp(const UpFlags& f, bool json) {
   };
 
   std::string redis_address;
+  const std::string redis_password_file = home + "/redis.password";
   if (f.redis) {
     auto port = PickFreePort("127.0.0.1");
     if (!port.ok()) return Fail(std::string(port.status().message()));
     show("drover: starting redis-server");
+    // Only the scheduler may read the jobs (their command lines and environments): a
+    // generated password, kept beside the token, given to redis-server in a config
+    // file only we can read (a command line is visible to every local user).
+    auto password = LoadOrCreateSecretFile(redis_password_file, "Redis password file");
+    if (!password.ok()) return Fail(password.status());
+    const std::string conf = dir + "/redis.conf";
+    const std::string conf_text =
+        RedisConfig(*port, "127.0.0.1", dir, *password, redis_password_file);
+    if (auto s = WriteFileAtomic(conf, conf_text, 0600); !s.ok()) return Fail(s);
     SpawnOptions o;
-    o.argv = {"redis-server", "--port", absl::StrCat(*port), "--bind", "127.0.0.1", "--dir", dir,
-              "--appendonly", "yes", "--save", "", "--daemonize", "no"};
+    o.argv = {"redis-server", conf};
+    record["redis_argv"] = o.argv;
+    record["redis_password_file"] = redis_password_file;
     o.stdout_path = dir + "/redis.log";
     o.stderr_path = dir + "/redis.log";
     o.new_session = true;
@@ -235,8 +646,8 @@ int CmdUp(const UpFlags& f, bool json) {
              "--node-timeout-ms", absl::StrCat(f.node_timeout_ms),
              "--kill-grace-ms", absl::StrCat(f.kill_grace_ms)};
   if (!redis_address.empty()) {
-    so.argv.push_back("--redis");
-    so.argv.push_back(redis_address);
+    so.argv.insert(so.argv.end(),
+                   {"--redis", redis_address, "--redis-password-file", redis_password_file});
   }
   if (f.tls) so.argv.insert(so.argv.end(), {"--tls-dir", tls_dir});
   so.stdout_path = so.stderr_path = dir + "/scheduler.log";
@@ -268,6 +679,13 @@ int CmdUp(const UpFlags& f, bool json) {
   }
   record["address"] = address;
   if (!tls_ca.empty()) record["tls_ca"] = tls_ca;
+  // Brought back, the scheduler must listen where the agents and clients look for it.
+  if (auto hp = ParseHostPort(address); hp.ok()) {
+    for (size_t i = 0; i + 1 < so.argv.size(); ++i) {
+      if (so.argv[i] == "--port") so.argv[i + 1] = absl::StrCat(hp->port);
+    }
+  }
+  record["scheduler_argv"] = so.argv;
   if (!save().ok()) return abort_up("cannot write " + ClusterFile());
   say("drover: scheduler at " + address +
       (tls_ca.empty() ? "" : absl::StrCat(" (TLS, cluster CA ", tls_ca, ")")));
@@ -295,6 +713,7 @@ int CmdUp(const UpFlags& f, bool json) {
     auto apid = Spawn(ao);
     if (!apid.ok()) return abort_up(std::string(apid.status().message()));
     record["agent_pids"].push_back(*apid);
+    record["agent_argvs"].push_back(ao.argv);
   }
   if (!save().ok()) return abort_up("cannot write " + ClusterFile());
 
@@ -340,6 +759,20 @@ int CmdUp(const UpFlags& f, bool json) {
   return 0;
 }
 
+// SIGTERM to every process of `procs` at once, SIGKILL after `grace` to those still
+// there; returns once all are gone (or 5 s after the SIGKILL).
+void TerminateAll(const std::vector<Found>& procs, absl::Duration grace) {
+  for (const Found& p : procs) ::kill(p.pid, SIGTERM);
+  auto all_gone = [&] {
+    return std::none_of(procs.begin(), procs.end(), [](const Found& p) { return Alive(p.pid); });
+  };
+  if (WaitFor(all_gone, grace)) return;
+  for (const Found& p : procs) {
+    if (Alive(p.pid)) ::kill(p.pid, SIGKILL);
+  }
+  WaitFor(all_gone, absl::Seconds(5));
+}
+
 int CmdDown(bool json) {
   auto record = ReadClusterFile();
   if (!record.ok()) {
@@ -349,13 +782,61 @@ int CmdDown(bool json) {
     }
     return Fail(record.status());
   }
-  int stopped = 0;
-  // Agents first: each stops its workers (SIGTERM, grace, SIGKILL) before exiting.
-  for (pid_t pid : record->agent_pids) {
-    stopped += Terminate(pid, kAgentProgram, absl::Seconds(30));
+  if (std::string head = StartedHead(*record); !head.empty()) {
+    return Fail(absl::StrCat(head, "; `drover down` stops what `drover up` started: stop "
+                             "it where it was started (`systemctl stop drover-scheduler`, or "
+                             "SIGTERM to pid ", record->head_pid, ")"));
   }
-  stopped += Terminate(record->scheduler_pid, kSchedulerProgram, absl::Seconds(10));
-  stopped += Terminate(record->redis_pid, kRedisProgram, absl::Seconds(10));
+  // Every daemon of the cluster: the recorded pids that still run their daemon, and any
+  // other process running a daemon on the cluster's directory (brought back by hand).
+  std::vector<Found> agents, schedulers, redis;
+  auto add = [&](pid_t pid, absl::string_view program, std::vector<Found>* to) {
+    for (const auto* list : {&agents, &schedulers, &redis}) {
+      for (const Found& f : *list) {
+        if (f.pid == pid) return;
+      }
+    }
+    to->push_back({pid, std::string(program), {}});
+  };
+  auto survey = [&] {
+    for (pid_t pid : record->agent_pids) {
+      if (RunsClusterDaemon(pid, kAgentProgram, record->dir)) add(pid, kAgentProgram, &agents);
+    }
+    if (RunsClusterDaemon(record->scheduler_pid, kSchedulerProgram, record->dir)) {
+      add(record->scheduler_pid, kSchedulerProgram, &schedulers);
+    }
+    if (RunsClusterDaemon(record->redis_pid, kRedisProgram, record->dir)) {
+      add(record->redis_pid, kRedisProgram, &redis);
+    }
+    for (const Found& f : DaemonsUnder(record->dir)) {
+      add(f.pid, f.program,
+          f.program == kAgentProgram ? &agents
+                                     : f.program == kSchedulerProgram ? &schedulers : &redis);
+    }
+  };
+  survey();
+  const size_t stopping = agents.size() + schedulers.size() + redis.size();
+  // Agents first: each stops its workers (SIGTERM, grace, SIGKILL) and its object
+  // store before exiting. Then the scheduler, then the Redis it writes to.
+  TerminateAll(agents, absl::Seconds(30));
+  TerminateAll(schedulers, absl::Seconds(10));
+  TerminateAll(redis, absl::Seconds(10));
+
+  // Anything of the cluster still alive (it ignored SIGKILL, or was started meanwhile)?
+  agents.clear();
+  schedulers.clear();
+  redis.clear();
+  survey();
+  std::vector<std::string> left;
+  for (const auto* list : {&agents, &schedulers, &redis}) {
+    for (const Found& f : *list) left.push_back(absl::StrCat(f.program, " (pid ", f.pid, ")"));
+  }
+  const size_t stopped = stopping;
+  if (!left.empty()) {
+    return Fail(absl::StrCat("stopped ", stopping, " daemons, but ", absl::StrJoin(left, ", "),
+                             " of the cluster still ", left.size() == 1 ? "runs" : "run",
+                             "; ", ClusterFile(), " is kept: run `drover down` again"));
+  }
   ::unlink(ClusterFile().c_str());
   if (json) {
     std::cout << "{\"stopped\": " << stopped << "}\n";
@@ -368,6 +849,8 @@ int CmdDown(bool json) {
 
 struct StartFlags {
   bool head = false;
+  bool redis_server = false;  // run the head's Redis (with a generated password)
+  std::string redis_password_file;  // head, redis server: the Redis password's file
   bool tls = false;  // head: make or keep the cluster CA; agent: get a certificate
   std::string address;  // agent: the head's address
   std::string bind;
@@ -391,10 +874,38 @@ int ExecOrFail(const std::vector<std::string>& argv) {
   return Fail(absl::StrCat("cannot run ", argv[0], ": ", std::strerror(errno)));
 }
 
+// `drover start --redis-server`: the head's Redis in the foreground (exec), bound to
+// loopback unless --bind says otherwise, with the password of --redis-password-file
+// ($DROVER_HOME/redis.password; generated if missing) in a 600 config file.
+int StartRedisServer(const StartFlags& f, const std::string& home) {
+  const std::string pw_file =
+      f.redis_password_file.empty() ? home + "/redis.password" : f.redis_password_file;
+  auto password = LoadOrCreateSecretFile(pw_file, "Redis password file");
+  if (!password.ok()) return Fail(password.status());
+  const std::string dir = f.dir.empty() ? home + "/redis" : f.dir;
+  if (auto s = MakeDirs(dir, 0700); !s.ok()) return Fail(s);
+  const std::string conf = dir + "/redis.conf";
+  const std::string text = RedisConfig(f.port ? f.port : 6391, f.bind.empty() ? "127.0.0.1" : f.bind,
+                                       dir, *password, pw_file);
+  if (auto s = WriteFileAtomic(conf, text, 0600); !s.ok()) return Fail(s);
+  std::vector<char*> args = {const_cast<char*>("redis-server"), const_cast<char*>(conf.c_str()),
+                             nullptr};
+  ::execvp(args[0], args.data());
+  return Fail(absl::StrCat("cannot run redis-server: ", std::strerror(errno),
+                           "; install it with `apt-get install redis-server`"));
+}
+
 int CmdStart(const StartFlags& f, const GlobalOptions& g) {
   const std::string home = DroverHome();
   if (auto s = MakeDirs(home, 0700); !s.ok()) return Fail(std::string(s.message()));
   std::string token_file = g.token_file.empty() ? home + "/token" : g.token_file;
+  if (f.redis_server) {
+    if (f.head || !f.address.empty()) {
+      return Fail("--redis-server runs Redis alone: start the head with another `drover "
+                  "start --head`", kUsageError);
+    }
+    return StartRedisServer(f, home);
+  }
   if (f.head == !f.address.empty()) {
     return Fail("say what to start: `drover start --head --port P` on the head machine, or "
                 "`drover start --address HEAD:PORT` on each worker machine", kUsageError);
@@ -412,6 +923,17 @@ int CmdStart(const StartFlags& f, const GlobalOptions& g) {
     if (!f.redis.empty()) {
       argv.push_back("--redis");
       argv.push_back(f.redis);
+      if (!f.redis_password_file.empty()) {
+        // Started beside its Redis (a service manager starts both at once), the head may
+        // come first: `drover start --redis-server` creates the file as it starts.
+        const std::string& pw = f.redis_password_file;
+        if (!WaitFor([&] { return ::access(pw.c_str(), F_OK) == 0; }, absl::Seconds(30))) {
+          return Fail(absl::StrCat("--redis-password-file ", pw, ": no such file after 30 s; "
+                                   "`drover start --redis-server` creates it, or write the "
+                                   "password of your Redis there (mode 600)"));
+        }
+        argv.insert(argv.end(), {"--redis-password-file", pw});
+      }
     }
     if (!f.advertise.empty()) {
       argv.push_back("--advertise");
@@ -506,6 +1028,14 @@ void AddClusterCommands(CLI::App& app, GlobalOptions& g, int* rc) {
       ->check(CLI::Range(0, 65535));
   start->add_option("--bind", sf.bind, "IP to listen on (head default 0.0.0.0)");
   start->add_option("--redis", sf.redis, "head: HOST:PORT of Redis for durable state");
+  start->add_option("--redis-password-file", sf.redis_password_file,
+                    "head: the file (mode 600) with the password of that Redis; "
+                    "--redis-server: where its password is kept (default "
+                    "$DROVER_HOME/redis.password, generated if missing)");
+  start->add_flag("--redis-server", sf.redis_server,
+                  "run the head's Redis in the foreground: loopback (--bind to change), "
+                  "--port (6391), append-only data in --dir ($DROVER_HOME/redis), a "
+                  "generated password that only the head (--redis-password-file) knows");
   start->add_option("--advertise", sf.advertise,
                     "head: HOST:PORT agents and workers use to reach it (default: first "
                     "non-loopback address)");
@@ -518,7 +1048,7 @@ void AddClusterCommands(CLI::App& app, GlobalOptions& g, int* rc) {
       ->delimiter(',')
       ->check(CLI::NonNegativeNumber);
   start->add_option("--dir", sf.dir,
-                    "agent: state directory, where job logs are kept (default: a new "
+                    "redis server: its data directory; agent: state directory, where job logs are kept (default: a new "
                     "$DROVER_HOME/agent-<pid>); give a fixed one under a service manager");
   start->add_option("--num-cpus", sf.num_cpus, "agent: offer this many CPUs")
       ->check(CLI::PositiveNumber);

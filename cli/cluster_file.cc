@@ -43,6 +43,19 @@ absl::Status String(const nlohmann::json& j, const std::string& path, const char
   return absl::OkStatus();
 }
 
+absl::Status StringList(const nlohmann::json& v, const std::string& path, const std::string& key,
+                        std::vector<std::string>* out) {
+  if (!v.is_array()) return Bad(path, absl::StrCat(key, " is ", Shown(v), ", not a list"));
+  out->clear();
+  for (const nlohmann::json& e : v) {
+    if (!e.is_string()) {
+      return Bad(path, absl::StrCat("an entry of ", key, " is ", Shown(e), ", not a string"));
+    }
+    out->push_back(e.get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ClusterRecord> ParseClusterRecord(const std::string& text,
@@ -54,8 +67,24 @@ absl::StatusOr<ClusterRecord> ParseClusterRecord(const std::string& text,
   DROVER_RETURN_IF_ERROR(String(j, path, "address", &r.address));
   DROVER_RETURN_IF_ERROR(String(j, path, "token_file", &r.token_file));
   DROVER_RETURN_IF_ERROR(String(j, path, "tls_ca", &r.tls_ca));
+  DROVER_RETURN_IF_ERROR(String(j, path, "dir", &r.dir));
+  DROVER_RETURN_IF_ERROR(String(j, path, "redis", &r.redis));
+  DROVER_RETURN_IF_ERROR(String(j, path, "redis_password_file", &r.redis_password_file));
+  for (auto [key, out] : {std::pair{"scheduler_argv", &r.scheduler_argv},
+                          std::pair{"redis_argv", &r.redis_argv}}) {
+    if (auto it = j.find(key); it != j.end()) {
+      DROVER_RETURN_IF_ERROR(StringList(*it, path, key, out));
+    }
+  }
+  if (auto it = j.find("agent_argvs"); it != j.end()) {
+    if (!it->is_array()) return Bad(path, absl::StrCat("agent_argvs is ", Shown(*it), ", not a list"));
+    for (const nlohmann::json& a : *it) {
+      r.agent_argvs.emplace_back();
+      DROVER_RETURN_IF_ERROR(StringList(a, path, "agent_argvs", &r.agent_argvs.back()));
+    }
+  }
   for (auto [key, out] : {std::pair{"scheduler_pid", &r.scheduler_pid},
-                          std::pair{"redis_pid", &r.redis_pid}}) {
+                          std::pair{"redis_pid", &r.redis_pid}, std::pair{"pid", &r.head_pid}}) {
     if (auto it = j.find(key); it != j.end()) {
       DROVER_ASSIGN_OR_RETURN(*out, Pid(*it, path, key));
     }

@@ -23,6 +23,34 @@ TEST(ClusterFileTest, ReadsWhatDroverUpWrites) {
   EXPECT_THAT(r->agent_pids, ElementsAre(102, 103));
 }
 
+TEST(ClusterFileTest, ReadsTheCommandLinesThatBringDaemonsBack) {
+  absl::StatusOr<ClusterRecord> r = ParseClusterRecord(
+      R"({"dir": "/h/cluster", "redis": "127.0.0.1:6379",
+          "redis_password_file": "/h/redis.password",
+          "scheduler_argv": ["/b/drover-scheduler", "--port", "4000"],
+          "redis_argv": ["redis-server", "/h/cluster/redis.conf"],
+          "agent_argvs": [["/b/drover-agent", "--dir", "/h/cluster/agent-0"], []]})",
+      "f");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->dir, "/h/cluster");
+  EXPECT_EQ(r->redis_password_file, "/h/redis.password");
+  EXPECT_THAT(r->scheduler_argv, ElementsAre("/b/drover-scheduler", "--port", "4000"));
+  EXPECT_THAT(r->redis_argv, ElementsAre("redis-server", "/h/cluster/redis.conf"));
+  ASSERT_EQ(r->agent_argvs.size(), 2u);
+  EXPECT_THAT(r->agent_argvs[0], ElementsAre("/b/drover-agent", "--dir", "/h/cluster/agent-0"));
+  EXPECT_TRUE(r->agent_argvs[1].empty());
+
+  for (const char* bad : {R"({"scheduler_argv": "drover-scheduler"})",
+                          R"({"redis_argv": ["redis-server", 3]})",
+                          R"({"agent_argvs": [["a"], {"x": 1}]})",
+                          R"({"agent_argvs": 7})"}) {
+    absl::StatusOr<ClusterRecord> b = ParseClusterRecord(bad, "/h/cluster.json");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kDataLoss) << b.status();
+    EXPECT_THAT(std::string(b.status().message()), HasSubstr("argv")) << b.status();
+  }
+}
+
 TEST(ClusterFileTest, AbsentKeysStayEmpty) {
   absl::StatusOr<ClusterRecord> r = ParseClusterRecord(R"({"address": "h:1", "x": [1]})", "f");
   ASSERT_TRUE(r.ok()) << r.status();

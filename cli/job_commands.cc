@@ -275,6 +275,14 @@ int CmdStatus(const GlobalOptions& g) {
     if (n.state == NodeState::kAlive && silent_ms > 2000) {
       notes = absl::StrCat("last heartbeat ", HumanDuration(silent_ms), " ago");
     }
+    if (n.object_store && n.object_store->restarts > 0) {
+      // Each restart lost the objects the store held: say so where people look, first
+      // (the column is cut at the table's width).
+      const std::string store = absl::StrCat(
+          "object store restarts=", n.object_store->restarts, " (last ",
+          HumanDuration(MsBetween(n.object_store->last_restart, now)), " ago)");
+      notes = notes.empty() ? store : absl::StrCat(store, "; ", notes);
+    }
     t.AddRow({n.node_id, NodeStateName(n.state), n.agent_address,
               absl::StrCat(n.free.cpus, "/", n.total.cpus),
               absl::StrCat(n.free.gpus, "/", n.total.gpus,

@@ -622,6 +622,14 @@ void NodeAgent::RegistrationLoop() {
           *req.mutable_object_store() = StoreUsage(*stats);
         }
       }
+      if (store_) {
+        // Sent even while the store is down: clients learn from it that their objects
+        // on this node were lost (sdk/runtime/runtime.cc, GetValue).
+        req.mutable_object_store()->set_restarts(store_->restarts());
+        if (absl::Time died = store_->last_death(); died != absl::InfinitePast()) {
+          req.mutable_object_store()->set_last_restart_ms(absl::ToUnixMillis(died));
+        }
+      }
       grpc::ClientContext ctx;
       PrepareContext(&ctx, options_.token, kHeartbeatTimeout);
       proto::HeartbeatReply reply;

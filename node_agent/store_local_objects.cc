@@ -21,8 +21,11 @@ StoreLocalObjects::~StoreLocalObjects() {
 absl::StatusOr<std::shared_ptr<object_store::Client>> StoreLocalObjects::GetClient() {
   absl::MutexLock lock(&mu_);
   if (client_ == nullptr) {
+    // No waiting for a store that is down: the heartbeat and metrics ask through here
+    // and must not stall; the caller retries later anyway.
     absl::StatusOr<std::unique_ptr<object_store::Client>> c =
-        object_store::Client::Connect(socket_path_);
+        object_store::Client::Connect(
+            socket_path_, object_store::ClientOptions{.reconnect_wait = absl::ZeroDuration()});
     if (!c.ok()) return c.status();
     client_ = std::move(*c);
   }

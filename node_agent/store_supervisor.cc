@@ -78,6 +78,11 @@ pid_t StoreSupervisor::pid() {
   return pid_;
 }
 
+absl::Time StoreSupervisor::last_death() {
+  absl::MutexLock lock(&mu_);
+  return last_death_;
+}
+
 int StoreSupervisor::restarts() {
   absl::MutexLock lock(&mu_);
   return restarts_;
@@ -234,6 +239,7 @@ void StoreSupervisor::Run() {
       {
         absl::MutexLock lock(&mu_);
         pid_ = 0;
+        if (w != Wake::kStop) last_death_ = absl::Now();
       }
       if (w == Wake::kStop) {
         Terminate(pid, pidfd, options_.stop_grace);

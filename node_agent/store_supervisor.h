@@ -77,6 +77,8 @@ class StoreSupervisor {
   pid_t pid();
   // How many times the store was restarted after dying.
   int restarts();
+  // When the store last died (InfinitePast if it never did).
+  absl::Time last_death();
 
  private:
   void Run();
@@ -100,6 +102,7 @@ class StoreSupervisor {
   absl::Status first_status_ ABSL_GUARDED_BY(mu_);
   pid_t pid_ ABSL_GUARDED_BY(mu_) = 0;
   int restarts_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_death_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 // The socket path for a store hosted by an agent with state directory `agent_dir`:

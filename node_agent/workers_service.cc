@@ -66,7 +66,8 @@ grpc::Status WorkersService::DeleteObjects(grpc::ServerContext* ctx,
   if (store_socket_.empty()) return grpc::Status::OK;  // nothing stored here
   absl::MutexLock l(&mu_);
   if (store_ == nullptr) {
-    absl::StatusOr<std::unique_ptr<object_store::Client>> c = object_store::Client::Connect(store_socket_);
+    absl::StatusOr<std::unique_ptr<object_store::Client>> c = object_store::Client::Connect(
+        store_socket_, object_store::ClientOptions{.reconnect_wait = absl::ZeroDuration()});
     if (!c.ok()) return ToGrpcStatus(c.status());
     store_ = *std::move(c);
   }

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "object_store/internal/connection.h"
 #include "object_store/internal/leased_put.h"
@@ -95,26 +97,128 @@ void ObjectRef::Reset() {
   mutable_ = false;
 }
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path) {
-  DROVER_ASSIGN_OR_RETURN(std::shared_ptr<internal::Connection> conn,
-                          internal::Connection::Open(socket_path));
-  return std::unique_ptr<Client>(new Client(std::move(conn)));
+struct Client::Link {
+  explicit Link(std::shared_ptr<internal::Connection> c)
+      : conn(std::move(c)), leased(std::make_unique<internal::LeasedPuts>(conn.get())) {}
+  std::shared_ptr<internal::Connection> conn;
+  std::unique_ptr<internal::LeasedPuts> leased;  // borrows *conn
+};
+
+namespace {
+
+// How many broken links a client keeps mapped (see Client::retired_).
+constexpr size_t kMaxRetired = 4;
+// The back-off between tries to connect to a store that went away.
+constexpr absl::Duration kFirstReconnectPause = absl::Milliseconds(5);
+constexpr absl::Duration kMaxReconnectPause = absl::Milliseconds(100);
+
+const absl::Status& StatusOf(const absl::Status& s) { return s; }
+template <typename T>
+const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
+  return s.status();
 }
 
-Client::Client(std::shared_ptr<internal::Connection> conn)
-    : conn_(std::move(conn)), leased_(std::make_unique<internal::LeasedPuts>(conn_.get())) {}
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path,
+                                                        ClientOptions options) {
+  DROVER_ASSIGN_OR_RETURN(std::shared_ptr<internal::Connection> conn,
+                          internal::Connection::Open(socket_path));
+  return std::unique_ptr<Client>(new Client(socket_path, options, std::move(conn)));
+}
+
+Client::Client(std::string socket_path, ClientOptions options,
+               std::shared_ptr<internal::Connection> conn)
+    : socket_path_(std::move(socket_path)),
+      options_(options),
+      link_(std::make_shared<Link>(std::move(conn))) {}
 
 Client::~Client() = default;
 
-const uint8_t* Client::arena_base() const { return conn_->base(); }
-uint64_t Client::arena_capacity() const { return conn_->capacity(); }
-int Client::arena_fd() const { return conn_->arena_fd(); }
-uint64_t Client::client_id() const { return conn_->client_id(); }
+const uint8_t* Client::arena_base() const {
+  absl::MutexLock l(&link_mu_);
+  return link_->conn->base();
+}
+uint64_t Client::arena_capacity() const {
+  absl::MutexLock l(&link_mu_);
+  return link_->conn->capacity();
+}
+int Client::arena_fd() const {
+  absl::MutexLock l(&link_mu_);
+  return link_->conn->arena_fd();
+}
+uint64_t Client::client_id() const {
+  absl::MutexLock l(&link_mu_);
+  return link_->conn->client_id();
+}
+uint64_t Client::reconnects() const {
+  absl::MutexLock l(&link_mu_);
+  return reconnects_;
+}
+
+absl::StatusOr<std::shared_ptr<Client::Link>> Client::Current() {
+  absl::MutexLock l(&link_mu_);
+  if (!link_->conn->broken()) return link_;
+  const absl::Time now = absl::Now();
+  if (away_since_ == absl::InfiniteFuture()) {
+    away_since_ = now;
+    DROVER_LOG(WARNING) << "the object store at " << socket_path_ << " went away ("
+                        << link_->conn->broken_status().message()
+                        << "); connecting again as soon as it is back";
+  }
+  // Held while waiting: other callers wait for this one's outcome rather than race it.
+  const absl::Time give_up = std::max(now, away_since_ + options_.reconnect_wait);
+  absl::Status last;
+  for (absl::Duration pause = kFirstReconnectPause;;
+       pause = std::min(pause * 2, kMaxReconnectPause)) {
+    absl::StatusOr<std::shared_ptr<internal::Connection>> conn =
+        internal::Connection::Open(socket_path_);
+    if (conn.ok()) {
+      retired_.push_back(std::move(link_));
+      if (retired_.size() > kMaxRetired) retired_.erase(retired_.begin());
+      link_ = std::make_shared<Link>(*std::move(conn));
+      ++reconnects_;
+      DROVER_LOG(WARNING) << "connected again to the object store at " << socket_path_ << " ("
+                          << absl::FormatDuration(absl::Now() - away_since_)
+                          << " after it went away); the objects it held before are lost";
+      away_since_ = absl::InfiniteFuture();
+      return link_;
+    }
+    last = conn.status();
+    const absl::Time t = absl::Now();
+    if (t >= give_up) break;
+    absl::SleepFor(std::min(pause, give_up - t));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "the object store at ", socket_path_, " is away since ", absl::FormatTime(away_since_),
+      " (", absl::FormatDuration(absl::Now() - away_since_),
+      "; its node agent restarts a store that died): ", last.message(),
+      "; retry later"));
+}
+
+template <typename F>
+auto Client::Run(F&& f) -> decltype(f(std::declval<Link&>())) {
+  absl::StatusOr<std::shared_ptr<Link>> link = Current();
+  if (!link.ok()) return link.status();
+  auto r = f(**link);
+  if (StatusOf(r).ok() || !(*link)->conn->broken()) return r;
+  link = Current();
+  if (!link.ok()) return link.status();
+  return f(**link);
+}
 
 absl::StatusOr<MutableObject> Client::Create(const ObjectId& id, uint64_t data_size,
                                              absl::string_view metadata, bool secondary,
                                              bool mutable_object) {
-  internal::Connection& c = *conn_;
+  return Run([&](Link& link) {
+    return CreateOn(link, id, data_size, metadata, secondary, mutable_object);
+  });
+}
+
+absl::StatusOr<MutableObject> Client::CreateOn(Link& link, const ObjectId& id,
+                                               uint64_t data_size, absl::string_view metadata,
+                                               bool secondary, bool mutable_object) {
+  internal::Connection& c = *link.conn;
   absl::MutexLock lock(&c.mu());
   auto* r = c.NewRequestLocked().mutable_create();
   r->set_id(id);
@@ -134,25 +238,56 @@ absl::StatusOr<MutableObject> Client::Create(const ObjectId& id, uint64_t data_s
   return out;
 }
 
+absl::Status Client::LostBeforeSeal(Link& link, const ObjectId& id, absl::Status s) {
+  if (s.code() == absl::StatusCode::kNotFound && reconnects() > 0) {
+    // Most likely created on the connection before the last reconnect.
+    return absl::NotFoundError(absl::StrCat(
+        s.message(), " (this client connected again to a restarted object store: an object "
+        "created before the restart was lost with the old store; create it again)"));
+  }
+  if (s.ok() || !link.conn->broken()) return s;
+  return absl::UnavailableError(absl::StrCat(
+      "object ", id, " was being written when the connection to the object store broke (",
+      s.message(), "): it is lost with that store; put it again (the next call connects "
+      "to the store again)"));
+}
+
 absl::Status Client::Seal(const ObjectId& id) {
-  internal::Connection& c = *conn_;
-  absl::MutexLock lock(&c.mu());
-  c.NewRequestLocked().mutable_seal()->set_id(id);
-  DROVER_RETURN_IF_ERROR(CallChecked(c, absl::ZeroDuration()).status());
-  // Drop the creator's reference.
-  c.NewRequestLocked().mutable_release()->set_id(id);
-  c.SendAsyncLocked();
-  return absl::OkStatus();
+  absl::StatusOr<std::shared_ptr<Link>> link = Current();
+  if (!link.ok()) return link.status();
+  return SealOn(**link, id);
+}
+
+absl::Status Client::SealOn(Link& link, const ObjectId& id) {
+  internal::Connection& c = *link.conn;
+  absl::Status s;
+  {
+    absl::MutexLock lock(&c.mu());
+    c.NewRequestLocked().mutable_seal()->set_id(id);
+    s = CallChecked(c, absl::ZeroDuration()).status();
+    if (s.ok()) {
+      // Drop the creator's reference.
+      c.NewRequestLocked().mutable_release()->set_id(id);
+      c.SendAsyncLocked();
+    }
+  }
+  return LostBeforeSeal(link, id, s);
 }
 
 absl::StatusOr<ObjectRef> Client::SealKeepingReference(const MutableObject& object) {
-  internal::Connection& c = *conn_;
-  absl::MutexLock lock(&c.mu());
-  c.NewRequestLocked().mutable_seal()->set_id(object.id);
-  DROVER_RETURN_IF_ERROR(CallChecked(c, absl::ZeroDuration()).status());
+  absl::StatusOr<std::shared_ptr<Link>> link = Current();
+  if (!link.ok()) return link.status();
+  internal::Connection& c = *(*link)->conn;
+  absl::Status s;
+  {
+    absl::MutexLock lock(&c.mu());
+    c.NewRequestLocked().mutable_seal()->set_id(object.id);
+    s = CallChecked(c, absl::ZeroDuration()).status();
+  }
+  if (!s.ok()) return LostBeforeSeal(**link, object.id, s);
   // The creator's reference (taken by Create) is the ref's from here on.
   ObjectRef ref;
-  ref.conn_ = conn_;
+  ref.conn_ = (*link)->conn;
   ref.id_ = object.id;
   ref.data_ = object.data;
   ref.metadata_ = object.metadata;
@@ -161,10 +296,20 @@ absl::StatusOr<ObjectRef> Client::SealKeepingReference(const MutableObject& obje
 }
 
 absl::Status Client::Abort(const ObjectId& id) {
-  internal::Connection& c = *conn_;
-  absl::MutexLock lock(&c.mu());
-  c.NewRequestLocked().mutable_abort()->set_id(id);
-  return CallChecked(c, absl::ZeroDuration()).status();
+  absl::StatusOr<std::shared_ptr<Link>> link = Current();
+  if (!link.ok()) return link.status();
+  return AbortOn(**link, id);
+}
+
+absl::Status Client::AbortOn(Link& link, const ObjectId& id) {
+  internal::Connection& c = *link.conn;
+  absl::Status s;
+  {
+    absl::MutexLock lock(&c.mu());
+    c.NewRequestLocked().mutable_abort()->set_id(id);
+    s = CallChecked(c, absl::ZeroDuration()).status();
+  }
+  return LostBeforeSeal(link, id, s);
 }
 
 namespace {
@@ -183,23 +328,29 @@ void FillInlinePut(const ObjectId& id, absl::Span<const uint8_t> data,
 
 absl::Status Client::Put(const ObjectId& id, absl::Span<const uint8_t> data,
                          absl::string_view metadata) {
-  if (data.size() <= kMaxInlinePut) {
-    // Small: the bytes ride along in the request; one round trip in all.
-    internal::Connection& c = *conn_;
-    absl::MutexLock lock(&c.mu());
-    FillInlinePut(id, data, metadata, c.NewRequestLocked().mutable_create());
-    return CallChecked(c, absl::ZeroDuration()).status();
-  }
-  // Medium: written into this client's lease and sealed in one round trip.
-  if (std::optional<absl::Status> leased = leased_->TryPut(id, data, metadata)) return *leased;
-  // Large (or no lease to be had): Create, copy, Seal.
-  DROVER_ASSIGN_OR_RETURN(MutableObject obj, Create(id, data.size(), metadata));
-  // Beyond the caches one thread's copy is bounded by the cache lines it keeps in
-  // flight: several copy faster (parallel_copy.h).
-  if (!data.empty()) ParallelCopy(obj.data.data(), data.data(), data.size());
-  absl::Status s = Seal(id);
-  if (!s.ok() && s.code() != absl::StatusCode::kUnavailable) (void)Abort(id);
-  return s;
+  return Run([&](Link& link) -> absl::Status {
+    if (data.size() <= kMaxInlinePut) {
+      // Small: the bytes ride along in the request; one round trip in all.
+      internal::Connection& c = *link.conn;
+      absl::MutexLock lock(&c.mu());
+      FillInlinePut(id, data, metadata, c.NewRequestLocked().mutable_create());
+      return CallChecked(c, absl::ZeroDuration()).status();
+    }
+    // Medium: written into this client's lease and sealed in one round trip.
+    if (std::optional<absl::Status> leased = link.leased->TryPut(id, data, metadata)) {
+      return *leased;
+    }
+    // Large (or no lease to be had): Create, copy, Seal, all on this link (the span
+    // is in its mapping).
+    DROVER_ASSIGN_OR_RETURN(MutableObject obj,
+                            CreateOn(link, id, data.size(), metadata, false, false));
+    // Beyond the caches one thread's copy is bounded by the cache lines it keeps in
+    // flight: several copy faster (parallel_copy.h).
+    if (!data.empty()) ParallelCopy(obj.data.data(), data.data(), data.size());
+    absl::Status s = SealOn(link, id);
+    if (!s.ok() && s.code() != absl::StatusCode::kUnavailable) (void)AbortOn(link, id);
+    return s;
+  });
 }
 
 absl::Status Client::PutMany(const std::vector<ObjectId>& ids,
@@ -227,20 +378,26 @@ absl::Status Client::PutMany(const std::vector<ObjectId>& ids,
       note(ids[i], Put(ids[i], data[i], metadata));
     }
   }
-  internal::Connection& c = *conn_;
   for (size_t start = 0; start < small.size(); start += kMaxBatch) {
     size_t end = std::min(small.size(), start + kMaxBatch);
-    absl::MutexLock lock(&c.mu());
-    c.BeginBatchLocked();
-    for (size_t k = start; k < end; ++k) {
-      size_t i = small[k];
-      FillInlinePut(ids[i], data[i], metadata, c.NewRequestLocked().mutable_create());
-      DROVER_RETURN_IF_ERROR(c.AppendLocked());
-    }
-    DROVER_RETURN_IF_ERROR(
-        c.FinishBatchLocked(absl::ZeroDuration(), [&](int j, const proto::StoreReply& reply) {
-          note(ids[small[start + j]], ReplyStatus(reply));
-        }));
+    // The replies of a batch that broke are not counted: the batch is sent again whole.
+    std::vector<absl::Status> replies;
+    DROVER_RETURN_IF_ERROR(Run([&](Link& link) -> absl::Status {
+      replies.assign(end - start, absl::OkStatus());
+      internal::Connection& c = *link.conn;
+      absl::MutexLock lock(&c.mu());
+      c.BeginBatchLocked();
+      for (size_t k = start; k < end; ++k) {
+        size_t i = small[k];
+        FillInlinePut(ids[i], data[i], metadata, c.NewRequestLocked().mutable_create());
+        DROVER_RETURN_IF_ERROR(c.AppendLocked());
+      }
+      return c.FinishBatchLocked(absl::ZeroDuration(),
+                                 [&](int j, const proto::StoreReply& reply) {
+                                   replies[j] = ReplyStatus(reply);
+                                 });
+    }));
+    for (size_t k = start; k < end; ++k) note(ids[small[k]], replies[k - start]);
   }
   if (failed == 0) return absl::OkStatus();
   if (failed == 1) return first_error;
@@ -250,7 +407,12 @@ absl::Status Client::PutMany(const std::vector<ObjectId>& ids,
 }
 
 void Client::Release(std::vector<ObjectRef>* refs) {
-  internal::Connection& c = *conn_;
+  std::shared_ptr<internal::Connection> current;
+  {
+    absl::MutexLock l(&link_mu_);
+    current = link_->conn;
+  }
+  internal::Connection& c = *current;
   size_t i = 0;
   while (i < refs->size()) {
     absl::MutexLock lock(&c.mu());
@@ -258,7 +420,7 @@ void Client::Release(std::vector<ObjectRef>* refs) {
     for (size_t n = 0; i < refs->size() && n < kMaxBatch; ++i) {
       ObjectRef& ref = (*refs)[i];
       if (ref.conn_ == nullptr) continue;
-      if (ref.conn_ != conn_) {  // another client's ref: released through its own
+      if (ref.conn_ != current) {  // another client's (or connection's) ref: released through its own
         ref.Reset();
         continue;
       }
@@ -275,78 +437,82 @@ void Client::Release(std::vector<ObjectRef>* refs) {
 }
 
 absl::StatusOr<ObjectRef> Client::Get(const ObjectId& id, absl::Duration timeout) {
-  ObjectRef ref;
-  absl::Status status;
-  {
-    internal::Connection& c = *conn_;
-    absl::MutexLock lock(&c.mu());
-    auto* r = c.NewRequestLocked().mutable_get();
-    r->add_ids(id);
-    r->set_timeout_ms(TimeoutMs(timeout));
-    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, timeout));
-    if (reply->get().results_size() != 1) {
-      return absl::InternalError("the object store answered a Get of 1 id with another count");
+  return Run([&](Link& link) -> absl::StatusOr<ObjectRef> {
+    ObjectRef ref;
+    absl::Status status;
+    {
+      internal::Connection& c = *link.conn;
+      absl::MutexLock lock(&c.mu());
+      auto* r = c.NewRequestLocked().mutable_get();
+      r->add_ids(id);
+      r->set_timeout_ms(TimeoutMs(timeout));
+      DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, timeout));
+      if (reply->get().results_size() != 1) {
+        return absl::InternalError("the object store answered a Get of 1 id with another count");
+      }
+      const proto::GetResult& g = reply->get().results(0);
+      if (!g.found()) return MissingStatus(g);
+      // The reference was taken: from here on the ref owns it (and releases on error).
+      ref.conn_ = link.conn;
+      ref.id_ = id;
+      status = CheckLocation(g.location(), c.capacity());
+      if (status.ok()) SetSpans(c.base(), g.location(), &ref.data_, &ref.metadata_);
+      ref.mutable_ = g.location().mutable_object();
     }
-    const proto::GetResult& g = reply->get().results(0);
-    if (!g.found()) return MissingStatus(g);
-    // The reference was taken: from here on the ref owns it (and releases on error).
-    ref.conn_ = conn_;
-    ref.id_ = id;
-    status = CheckLocation(g.location(), c.capacity());
-    if (status.ok()) SetSpans(c.base(), g.location(), &ref.data_, &ref.metadata_);
-    ref.mutable_ = g.location().mutable_object();
-  }
-  if (!status.ok()) return status;  // ~ObjectRef releases, outside the lock
-  return ref;
+    if (!status.ok()) return status;  // ~ObjectRef releases, outside the lock
+    return ref;
+  });
 }
 
 absl::StatusOr<std::vector<ObjectRef>> Client::Get(const std::vector<ObjectId>& ids,
                                                    absl::Duration timeout) {
-  std::vector<ObjectRef> refs;
-  refs.reserve(ids.size());
-  std::vector<std::string> missing;
-  absl::Status status;
-  {
-    internal::Connection& c = *conn_;
-    absl::MutexLock lock(&c.mu());
-    auto* r = c.NewRequestLocked().mutable_get();
-    for (const ObjectId& id : ids) r->add_ids(id);
-    r->set_timeout_ms(TimeoutMs(timeout));
-    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, timeout));
-    const proto::GetReply& g = reply->get();
-    if (g.results_size() != static_cast<int>(ids.size())) {
-      return absl::InternalError("the object store answered a Get with the wrong count");
-    }
-    absl::StatusCode first_code = absl::StatusCode::kOk;
-    for (int i = 0; i < g.results_size(); ++i) {
-      const proto::GetResult& res = g.results(i);
-      if (!res.found()) {
-        if (first_code == absl::StatusCode::kOk) first_code = MissingStatus(res).code();
-        if (missing.size() < 8) missing.push_back(res.message());
-        continue;
+  return Run([&](Link& link) -> absl::StatusOr<std::vector<ObjectRef>> {
+    std::vector<ObjectRef> refs;
+    refs.reserve(ids.size());
+    std::vector<std::string> missing;
+    absl::Status status;
+    {
+      internal::Connection& c = *link.conn;
+      absl::MutexLock lock(&c.mu());
+      auto* r = c.NewRequestLocked().mutable_get();
+      for (const ObjectId& id : ids) r->add_ids(id);
+      r->set_timeout_ms(TimeoutMs(timeout));
+      DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, timeout));
+      const proto::GetReply& g = reply->get();
+      if (g.results_size() != static_cast<int>(ids.size())) {
+        return absl::InternalError("the object store answered a Get with the wrong count");
       }
-      ObjectRef ref;
-      ref.conn_ = conn_;
-      ref.id_ = ids[i];
-      absl::Status s = CheckLocation(res.location(), c.capacity());
-      ref.mutable_ = res.location().mutable_object();
-      if (s.ok()) {
-        SetSpans(c.base(), res.location(), &ref.data_, &ref.metadata_);
-      } else if (status.ok()) {
-        status = s;
+      absl::StatusCode first_code = absl::StatusCode::kOk;
+      for (int i = 0; i < g.results_size(); ++i) {
+        const proto::GetResult& res = g.results(i);
+        if (!res.found()) {
+          if (first_code == absl::StatusCode::kOk) first_code = MissingStatus(res).code();
+          if (missing.size() < 8) missing.push_back(res.message());
+          continue;
+        }
+        ObjectRef ref;
+        ref.conn_ = link.conn;
+        ref.id_ = ids[i];
+        absl::Status s = CheckLocation(res.location(), c.capacity());
+        ref.mutable_ = res.location().mutable_object();
+        if (s.ok()) {
+          SetSpans(c.base(), res.location(), &ref.data_, &ref.metadata_);
+        } else if (status.ok()) {
+          status = s;
+        }
+        refs.push_back(std::move(ref));
       }
-      refs.push_back(std::move(ref));
+      if (status.ok() && first_code != absl::StatusCode::kOk) {
+        size_t n_missing = ids.size() - refs.size();
+        status = absl::Status(first_code,
+                              absl::StrCat(n_missing, " of ", ids.size(), " objects missing: ",
+                                           absl::StrJoin(missing, "; "),
+                                           n_missing > missing.size() ? "; ..." : ""));
+      }
     }
-    if (status.ok() && first_code != absl::StatusCode::kOk) {
-      size_t n_missing = ids.size() - refs.size();
-      status = absl::Status(first_code,
-                            absl::StrCat(n_missing, " of ", ids.size(), " objects missing: ",
-                                         absl::StrJoin(missing, "; "),
-                                         n_missing > missing.size() ? "; ..." : ""));
-    }
-  }
-  if (!status.ok()) return status;  // refs are released outside the lock
-  return refs;
+    if (!status.ok()) return status;  // refs are released outside the lock
+    return refs;
+  });
 }
 
 absl::Status Client::Wait(const std::vector<ObjectId>& ids, absl::Duration timeout) {
@@ -354,43 +520,49 @@ absl::Status Client::Wait(const std::vector<ObjectId>& ids, absl::Duration timeo
 }
 
 absl::Status Client::Delete(const ObjectId& id) {
-  internal::Connection& c = *conn_;
-  absl::MutexLock lock(&c.mu());
-  c.NewRequestLocked().mutable_delete_()->set_id(id);
-  return CallChecked(c, absl::ZeroDuration()).status();
+  return Run([&](Link& link) -> absl::Status {
+    internal::Connection& c = *link.conn;
+    absl::MutexLock lock(&c.mu());
+    c.NewRequestLocked().mutable_delete_()->set_id(id);
+    return CallChecked(c, absl::ZeroDuration()).status();
+  });
 }
 
 absl::StatusOr<bool> Client::Contains(const ObjectId& id) {
-  internal::Connection& c = *conn_;
-  absl::MutexLock lock(&c.mu());
-  c.NewRequestLocked().mutable_contains()->set_id(id);
-  DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, absl::ZeroDuration()));
-  return reply->contains().contains();
+  return Run([&](Link& link) -> absl::StatusOr<bool> {
+    internal::Connection& c = *link.conn;
+    absl::MutexLock lock(&c.mu());
+    c.NewRequestLocked().mutable_contains()->set_id(id);
+    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, absl::ZeroDuration()));
+    return reply->contains().contains();
+  });
 }
 
 absl::StatusOr<StoreStats> Client::Stats() {
-  internal::Connection& c = *conn_;
-  absl::MutexLock lock(&c.mu());
-  c.NewRequestLocked().mutable_stats();
-  DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, absl::ZeroDuration()));
-  const proto::StoreStats& p = reply->stats();
-  StoreStats out;
-  out.capacity = p.capacity();
-  out.used = p.used();
-  out.largest_free = p.largest_free();
-  out.objects = p.objects();
-  out.sealed = p.sealed();
-  out.referenced = p.referenced();
-  out.spilled_objects = p.spilled_objects();
-  out.spilled_bytes = p.spilled_bytes();
-  out.evictions = p.evictions();
-  out.spills = p.spills();
-  out.restores = p.restores();
-  out.clients = p.clients();
-  out.pending_gets = p.pending_gets();
-  out.leased_bytes = p.leased_bytes();
-  out.leases = p.leases();
-  return out;
+  return Run([&](Link& link) -> absl::StatusOr<StoreStats> {
+    internal::Connection& c = *link.conn;
+    absl::MutexLock lock(&c.mu());
+    c.NewRequestLocked().mutable_stats();
+    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, absl::ZeroDuration()));
+    const proto::StoreStats& p = reply->stats();
+    StoreStats out;
+    out.capacity = p.capacity();
+    out.used = p.used();
+    out.largest_free = p.largest_free();
+    out.objects = p.objects();
+    out.sealed = p.sealed();
+    out.referenced = p.referenced();
+    out.spilled_objects = p.spilled_objects();
+    out.spilled_bytes = p.spilled_bytes();
+    out.evictions = p.evictions();
+    out.spills = p.spills();
+    out.restores = p.restores();
+    out.clients = p.clients();
+    out.pending_gets = p.pending_gets();
+    out.leased_bytes = p.leased_bytes();
+    out.leases = p.leases();
+    return out;
+  });
 }
 
 ObjectId Client::RandomId() {

@@ -28,7 +28,21 @@
 // Errors (absl canonical codes): NOT_FOUND unknown id, ALREADY_EXISTS double create,
 // FAILED_PRECONDITION seal of a sealed object or of another client's object,
 // RESOURCE_EXHAUSTED no room even after spilling, DEADLINE_EXCEEDED a Get/Wait timeout,
-// UNAVAILABLE the store went away (reconnect), INVALID_ARGUMENT a malformed request.
+// UNAVAILABLE the store is away (it did not come back within the reconnect wait),
+// INVALID_ARGUMENT a malformed request.
+//
+// A store that restarts: the node agent restarts a store that died on the same socket
+// path (node_agent/store_supervisor.h). A call that finds the connection broken (or
+// breaks it) connects again, retrying with a back-off of at most 100 ms, for up to
+// ClientOptions::reconnect_wait counted from when the store was first found away;
+// then the call is made again on the new connection (Put, Create, Get, Wait, Delete,
+// Contains, Stats, PutMany: each is safe to repeat against an empty store). Seal,
+// SealKeepingReference and Abort are not repeated: the object they name was created
+// in the store that died and is gone with it (UNAVAILABLE says so). The restarted
+// store is empty: objects put before are lost (a Get of one waits or answers NOT_FOUND
+// as for any unknown id; the SDK tells which were lost, see runtime.cc GetValue).
+// ObjectRefs taken before keep the old arena mapped and stay readable. After a
+// reconnect arena_base(), arena_fd() and client_id() describe the new connection.
 //
 // Inside: a Client is a thin layer of requests over internal::Connection (the socket,
 // the mapped arena, pipelining) and internal::LeasedPuts (the lease and the overlapped
@@ -41,9 +55,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "object_store/object_id.h"
@@ -108,6 +124,15 @@ class ObjectRef {
 };
 
 // The store's counters (see proto/object_store.proto StoreStats).
+// How a Client behaves when its store goes away.
+struct ClientOptions {
+  // How long calls wait for a store that went away to be back (from the first call
+  // that found it away) before they answer UNAVAILABLE; after that, each call tries
+  // to connect once and answers at once. The agent restarts a dead store within
+  // ~0.2 s (longer if it keeps dying: up to 5 s between tries).
+  absl::Duration reconnect_wait = absl::Seconds(15);
+};
+
 struct StoreStats {
   uint64_t capacity = 0;
   uint64_t used = 0;
@@ -130,7 +155,8 @@ class Client {
  public:
   // Connects to the store at `socket_path`, receives the arena descriptor and maps it.
   // UNAVAILABLE if no store listens there.
-  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_path);
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_path,
+                                                         ClientOptions options = {});
 
   ~Client();
   Client(const Client&) = delete;
@@ -216,13 +242,41 @@ class Client {
   int arena_fd() const;
   // The id the store assigned to this connection.
   uint64_t client_id() const;
+  const std::string& socket_path() const { return socket_path_; }
+  // How many times this client connected again after its store went away.
+  uint64_t reconnects() const;
 
  private:
-  explicit Client(std::shared_ptr<internal::Connection> conn);
+  // One connection and the leased puts over it.
+  struct Link;
+  Client(std::string socket_path, ClientOptions options,
+         std::shared_ptr<internal::Connection> conn);
+  // The current link; if it is broken, connects again first (waiting for the store as
+  // ClientOptions says). UNAVAILABLE if the store is not back.
+  absl::StatusOr<std::shared_ptr<Link>> Current();
+  // Runs `f(link)` on the current link and, if the link broke meanwhile (its store went
+  // away), once more on a new one.
+  template <typename F>
+  auto Run(F&& f) -> decltype(f(std::declval<Link&>()));
+  absl::StatusOr<MutableObject> CreateOn(Link& link, const ObjectId& id, uint64_t data_size,
+                                         absl::string_view metadata, bool secondary,
+                                         bool mutable_object);
+  absl::Status SealOn(Link& link, const ObjectId& id);
+  absl::Status AbortOn(Link& link, const ObjectId& id);
+  // The status of a Seal/Abort that failed because the store went away.
+  absl::Status LostBeforeSeal(Link& link, const ObjectId& id, absl::Status s);
+
+  const std::string socket_path_;
+  const ClientOptions options_;
+  mutable absl::Mutex link_mu_;
   // The transport (internal/connection.h), shared with the ObjectRefs handed out.
-  std::shared_ptr<internal::Connection> conn_;
-  // Medium puts from a lease (internal/leased_put.h), over conn_.
-  std::unique_ptr<internal::LeasedPuts> leased_;
+  std::shared_ptr<Link> link_ ABSL_GUARDED_BY(link_mu_);
+  // Links that broke, kept mapped so that spans of MutableObjects created on them do
+  // not dangle (the last few only: each keeps a dead store's arena mapped).
+  std::vector<std::shared_ptr<Link>> retired_ ABSL_GUARDED_BY(link_mu_);
+  // When the store was first found away (InfiniteFuture while connected).
+  absl::Time away_since_ ABSL_GUARDED_BY(link_mu_) = absl::InfiniteFuture();
+  uint64_t reconnects_ ABSL_GUARDED_BY(link_mu_) = 0;
 };
 
 }  // namespace drover::object_store

@@ -69,7 +69,8 @@ json NodeJson(const proto::NodeInfo& n, absl::Time now) {
     const auto& s = n.object_store();
     node["store"] = {{"capacity", s.capacity_bytes()},  {"used", s.used_bytes()},
                      {"objects", s.objects()},          {"spilledBytes", s.spilled_bytes()},
-                     {"spilledObjects", s.spilled_objects()}, {"evictions", s.evictions()}};
+                     {"spilledObjects", s.spilled_objects()}, {"evictions", s.evictions()},
+                     {"restarts", s.restarts()}};
   }
   return node;
 }

@@ -9,6 +9,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
 
   CLI::App app{"drover-scheduler: the head of a drover cluster"};
   std::string bind = "127.0.0.1", advertise, token_file, redis, redis_prefix = "drover:",
-              ready_file, package_dir, tls_dir;
+              ready_file, package_dir, tls_dir, redis_password_file;
   int port = 0, metrics_port = 0;
   drover::TimelineLimits timeline_limits;
   drover::LeaseManagerOptions lease_options;
@@ -67,6 +68,9 @@ int main(int argc, char** argv) {
       ->default_str("$DROVER_HOME/token");
   app.add_option("--redis", redis, "HOST:PORT of Redis for durable state (default: in memory)");
   app.add_option("--redis-prefix", redis_prefix, "key prefix in Redis");
+  app.add_option("--redis-password-file", redis_password_file,
+                 "file (mode 600) holding the password of a Redis with `requirepass`; sent "
+                 "with AUTH on every connection (never take a secret on the command line)");
   app.add_option("--redis-wait-ms", redis_wait_ms,
                  "at start, wait this long for a Redis that does not answer yet (started "
                  "beside the head, restarting) before giving up; 0 gives up at once")
@@ -126,11 +130,25 @@ int main(int argc, char** argv) {
       std::cerr << "drover-scheduler: --redis: " << hp.status().message() << "\n";
       return 2;
     }
+    std::string redis_password;
+    if (!redis_password_file.empty()) {
+      auto pw = drover::ReadOwnerOnlyFile(redis_password_file, "Redis password file");
+      if (!pw.ok()) {
+        std::cerr << "drover-scheduler: --redis-password-file: " << pw.status().message() << "\n";
+        return 2;
+      }
+      redis_password = std::string(absl::StripAsciiWhitespace(*pw));
+      if (redis_password.empty()) {
+        std::cerr << "drover-scheduler: --redis-password-file: " << redis_password_file
+                  << " is empty\n";
+        return 2;
+      }
+    }
     // A Redis started beside the head (a service manager starts both at once) may not
     // listen yet: retry what may pass by itself, for --redis-wait-ms.
     const absl::Duration patience = absl::Milliseconds(redis_wait_ms);
     const absl::Time give_up = absl::Now() + patience;
-    auto r = drover::NewRedisStateStore(hp->host, hp->port, redis_prefix);
+    auto r = drover::NewRedisStateStore(hp->host, hp->port, redis_prefix, redis_password);
     for (bool said = false; !r.ok() && absl::IsUnavailable(r.status()) && absl::Now() < give_up;
          said = true) {
       if (!said) {
@@ -138,7 +156,7 @@ int main(int argc, char** argv) {
                             << absl::FormatDuration(patience) << " for it (--redis-wait-ms)";
       }
       absl::SleepFor(absl::Milliseconds(200));
-      r = drover::NewRedisStateStore(hp->host, hp->port, redis_prefix);
+      r = drover::NewRedisStateStore(hp->host, hp->port, redis_prefix, redis_password);
     }
     if (!r.ok()) {
       std::cerr << "drover-scheduler: " << r.status().message();

@@ -126,9 +126,10 @@ bool PeerStillOpen(int fd) {
 
 class RedisStateStore final : public StateStore {
  public:
-  RedisStateStore(std::string host, int port, std::string key_prefix)
+  RedisStateStore(std::string host, int port, std::string key_prefix, std::string password)
       : host_(std::move(host)),
         port_(port),
+        password_(std::move(password)),
         address_(absl::StrCat(absl::StrContains(host_, ':') ? "[" : "", host_,
                               absl::StrContains(host_, ':') ? "]" : "", ":", port_)),
         jobs_key_(absl::StrCat(key_prefix, "jobs")),
@@ -292,6 +293,22 @@ class RedisStateStore final : public StateStore {
       redisFree(c);
       return Unavailable(absl::StrCat("cannot set the socket timeout: ", error));
     }
+    // Every connection, the first and each one after a reconnect, proves the password
+    // before any other command: a server with `requirepass` answers NOAUTH otherwise.
+    if (!password_.empty()) {
+      void* raw = redisCommand(c, "AUTH %b", password_.data(), password_.size());
+      if (raw == nullptr) {
+        std::string error = c->errstr;
+        redisFree(c);
+        return Unavailable(absl::StrCat("AUTH: ", error));
+      }
+      ReplyPtr reply(static_cast<redisReply*>(raw));
+      if (reply->type == REDIS_REPLY_ERROR) {
+        std::string error(reply->str, reply->len);
+        redisFree(c);
+        return ErrorReply(error);
+      }
+    }
     ctx_ = c;
     return absl::OkStatus();
   }
@@ -316,7 +333,16 @@ class RedisStateStore final : public StateStore {
             absl::StrCat("redis ", address_, ": ", error, " (retry shortly)"));
       }
     }
-    // WRONGTYPE, OOM, NOAUTH, MISCONF...: the server or the key space needs fixing.
+    // The password is wrong, missing, or given to a server that has none.
+    for (absl::string_view auth : {"NOAUTH", "WRONGPASS", "ERR AUTH"}) {
+      if (absl::StartsWith(error, auth)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "redis ", address_, " refused this scheduler: ", error,
+            password_.empty() ? "; it needs a password: pass --redis-password-file FILE"
+                              : "; check the file given as --redis-password-file"));
+      }
+    }
+    // WRONGTYPE, OOM, MISCONF...: the server or the key space needs fixing.
     return absl::FailedPreconditionError(absl::StrCat("redis ", address_, ": ", error));
   }
 
@@ -326,6 +352,7 @@ class RedisStateStore final : public StateStore {
 
   const std::string host_;
   const int port_;
+  const std::string password_;  // "" sends no AUTH
   const std::string address_;  // "host:port", for messages and Describe().
   const std::string jobs_key_;
   const std::string versions_key_;
@@ -339,12 +366,13 @@ class RedisStateStore final : public StateStore {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StateStore>> NewRedisStateStore(
-    const std::string& host, int port, const std::string& key_prefix) {
+    const std::string& host, int port, const std::string& key_prefix,
+    const std::string& password) {
   if (host.empty() || port < 1 || port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid redis address '", host, ":", port, "'"));
   }
-  auto store = std::make_unique<RedisStateStore>(host, port, key_prefix);
+  auto store = std::make_unique<RedisStateStore>(host, port, key_prefix, password);
   absl::Status s = store->Init();
   if (!s.ok()) return s;
   return std::unique_ptr<StateStore>(std::move(store));

@@ -51,8 +51,12 @@ std::unique_ptr<StateStore> NewMemoryStateStore(bool keep_jobs = true);
 
 // Connects to Redis at host:port; every key is prefixed with `key_prefix` so several
 // clusters can share one server. Fails with UNAVAILABLE if Redis does not answer.
+// A non-empty `password` is sent with AUTH on every connection (the first and each
+// reconnect); FAILED_PRECONDITION if the server refuses it, or asks for one (NOAUTH)
+// and `password` is empty.
 absl::StatusOr<std::unique_ptr<StateStore>> NewRedisStateStore(
-    const std::string& host, int port, const std::string& key_prefix);
+    const std::string& host, int port, const std::string& key_prefix,
+    const std::string& password = "");
 
 }  // namespace drover
 

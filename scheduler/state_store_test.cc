@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/files.h"
 #include "common/net.h"
 #include "gtest/gtest.h"
 #include "tests/util/redis_server.h"
@@ -367,6 +368,52 @@ TEST(RedisStateStoreTest, WrongTypeKeyIsFailedPrecondition) {
   EXPECT_NE(s.message().find("WRONGTYPE"), std::string::npos) << s;
   // The connection is still usable after an error reply.
   EXPECT_TRUE((*store)->NextId("job").ok());
+}
+
+// Issue 19, item 5: a Redis with a password (as `drover up --redis` starts it) refuses
+// every connection that has not proven it, so a local user cannot read the jobs'
+// command lines and environments; the store AUTHs on each connection it opens.
+TEST(RedisStateStoreTest, PasswordProtectedRedisRefusesOthersAndServesTheStore) {
+  auto server = RedisServer::Start(NewServerDir(), /*appendonly=*/true, /*with_password=*/true);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string password = (*server)->password();
+  ASSERT_FALSE(password.empty());
+
+  // Anyone without the password: NOAUTH, the jobs hash unread.
+  redisContext* c = redisConnect((*server)->host().c_str(), (*server)->port());
+  ASSERT_TRUE(c != nullptr && c->err == 0);
+  auto* r = static_cast<redisReply*>(redisCommand(c, "HLEN drover:jobs"));
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->type, REDIS_REPLY_ERROR);
+  EXPECT_EQ(std::string(r->str, r->len).rfind("NOAUTH", 0), 0u) << r->str;
+  freeReplyObject(r);
+  redisFree(c);
+
+  // A store without the password, or with a wrong one, is refused with a message that
+  // says what to pass; neither is worth retrying.
+  auto none = NewRedisStateStore((*server)->host(), (*server)->port(), "t:");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition) << none.status();
+  EXPECT_NE(none.status().message().find("--redis-password-file"), std::string::npos)
+      << none.status();
+  auto wrong = NewRedisStateStore((*server)->host(), (*server)->port(), "t:", "not-it");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kFailedPrecondition) << wrong.status();
+
+  // With it, the store works, and again on the new connection after a Redis restart.
+  auto store = NewRedisStateStore((*server)->host(), (*server)->port(), "t:", password);
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->PutJob(MakeJob("job-1", "secret")).ok());
+  ASSERT_TRUE((*server)->Restart().ok());
+  ASSERT_TRUE((*store)->PutJob(MakeJob("job-2", "secret")).ok());
+  auto loaded = (*store)->LoadJobs();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->size(), 2u);
+
+  // The password is nowhere on redis-server's command line.
+  auto cmdline = ReadFile(absl::StrCat("/proc/", (*server)->pid(), "/cmdline"));
+  ASSERT_TRUE(cmdline.ok());
+  EXPECT_EQ(cmdline->find(password), std::string::npos);
 }
 
 }  // namespace

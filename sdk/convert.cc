@@ -250,6 +250,8 @@ proto::NodeInfo ToProto(const NodeInfo& n) {
     u.set_spilled_objects(n.object_store->spilled_objects);
     u.set_spilled_bytes(n.object_store->spilled_bytes);
     u.set_evictions(n.object_store->evictions);
+    u.set_restarts(n.object_store->restarts);
+    if (n.object_store->restarts > 0) u.set_last_restart_ms(ToMillis(n.object_store->last_restart));
   }
   return out;
 }
@@ -274,6 +276,8 @@ NodeInfo FromProto(const proto::NodeInfo& n) {
     out.object_store = ObjectStoreUsage{u.capacity_bytes(),  u.used_bytes(),
                                         u.objects(),         u.spilled_objects(),
                                         u.spilled_bytes(),   u.evictions()};
+    out.object_store->restarts = u.restarts();
+    if (u.last_restart_ms() > 0) out.object_store->last_restart = absl::FromUnixMillis(u.last_restart_ms());
   }
   return out;
 }

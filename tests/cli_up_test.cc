@@ -2,12 +2,21 @@
 // install or start, state in memory or (with --redis) in a redis-server it starts.
 #include <signal.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <hiredis/hiredis.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/files.h"
 #include "common/spawn.h"
 #include "gtest/gtest.h"
@@ -60,9 +69,11 @@ TEST_F(CliUpTest, UpRunDownLeavesNothingBehind) {
   auto pids = DaemonPids();
   ASSERT_EQ(pids.size(), 3u);
   for (pid_t p : pids) EXPECT_EQ(kill(p, 0), 0);
-  // A second `up` refuses and says what to do.
-  EXPECT_NE(Drover({"up"}, &out, &err), 0);
+  // A second `up` starts nothing: it says the cluster runs and how to stop it.
+  EXPECT_EQ(Drover({"up", "--nodes", "2"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "nothing to restart")) << err;
   EXPECT_TRUE(absl::StrContains(err, "drover down")) << err;
+  EXPECT_EQ(DaemonPids(), pids);
 
   ASSERT_EQ(Drover({"status", "--json"}, &out, &err), 0) << err;
   auto status = nlohmann::json::parse(out);
@@ -182,6 +193,290 @@ TEST_F(CliUpTest, StalePidsOfOtherProgramsAreNeverSignalled) {
   EXPECT_EQ(kill(pid, 0), 0);
   kill(pid, SIGKILL);
   waitpid(pid, &status, 0);
+}
+
+// True once `pid` is gone (a zombie counts as gone: it runs nothing).
+bool Gone(pid_t pid) {
+  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return true;
+  const size_t paren = stat->rfind(')');
+  return paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z';
+}
+
+// Live processes whose command line mentions `needle` (zombies excluded), as
+// "PID PROGRAM...".
+std::vector<std::string> ProcessesNaming(const std::string& needle) {
+  std::vector<std::string> out;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid) || pid == getpid() || Gone(pid)) continue;
+    auto cmd = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+    if (!cmd.ok()) continue;
+    std::string line = *cmd;
+    std::replace(line.begin(), line.end(), '\0', ' ');
+    if (absl::StrContains(line, needle)) out.push_back(absl::StrCat(pid, " ", line));
+  }
+  closedir(d);
+  return out;
+}
+
+// How many live processes run `program` with `needle` on their command line.
+int CountDaemons(const std::string& program, const std::string& needle) {
+  int n = 0;
+  for (const std::string& p : ProcessesNaming(needle)) n += absl::StrContains(p, program);
+  return n;
+}
+
+class CliUpRestartTest : public CliUpTest {
+ protected:
+  nlohmann::json Record() {
+    auto text = ReadFile(home_ + "/cluster.json");
+    return text.ok() ? nlohmann::json::parse(*text) : nlohmann::json();
+  }
+  // The job's record, as `drover job --json` prints it (null if that fails).
+  nlohmann::json Job(const std::string& id) {
+    std::string out, err;
+    if (Drover({"job", id, "--json"}, &out, &err) != 0) return nlohmann::json();
+    return nlohmann::json::parse(out, nullptr, false);
+  }
+  std::string StateOf(const std::string& id) {
+    nlohmann::json j = Job(id);
+    return j.is_object() ? j.value("state", "") : "";
+  }
+  // Submits a one-process job that writes its pid to `pid_file` and runs until `flag`
+  // exists; returns its id once it runs.
+  std::string SubmitWaiting(const std::string& flag, const std::string& pid_file) {
+    std::string out, err;
+    EXPECT_EQ(Drover({"submit", "--", "sh", "-c",
+                      absl::StrCat("echo $$ > ", pid_file, "; while [ ! -e ", flag,
+                                   " ]; do sleep 0.05; done; echo finished")},
+                     &out, &err),
+              0)
+        << out << err;
+    std::string id(absl::StripAsciiWhitespace(out));
+    EXPECT_TRUE(WaitFor([&] { return StateOf(id) == "RUNNING"; }, absl::Seconds(30)))
+        << id << ": " << Job(id).dump();
+    EXPECT_TRUE(WaitFor([&] { return FileSize(pid_file) > 0; }, absl::Seconds(30)));
+    return id;
+  }
+  pid_t PidIn(const std::string& file) {
+    auto text = ReadFile(file);
+    int pid = 0;
+    if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &pid)) return 0;
+    return pid;
+  }
+  // The index of the agent whose node is `node_id` (-1 if none).
+  int AgentOf(const std::string& node_id) {
+    for (int i = 0; i < 8; ++i) {
+      auto id = ReadFile(absl::StrCat(home_, "/cluster/agent-", i, "/node-id"));
+      if (id.ok() && absl::StripAsciiWhitespace(*id) == node_id) return i;
+    }
+    return -1;
+  }
+  void ExpectOneSetOfDaemons(int agents) {
+    const std::string dir = home_ + "/cluster/";
+    EXPECT_EQ(CountDaemons("drover-scheduler", dir), 1) << absl::StrJoin(ProcessesNaming(dir), "\n");
+    EXPECT_EQ(CountDaemons("drover-agent", dir), agents) << absl::StrJoin(ProcessesNaming(dir), "\n");
+    EXPECT_EQ(CountDaemons("redis-server", dir), 1) << absl::StrJoin(ProcessesNaming(dir), "\n");
+  }
+};
+
+// Issue 19, item 1: the head of a --redis cluster SIGKILLed under a running job, then
+// `drover up` again (the obvious move). Before, `up` looked only at the scheduler's pid
+// and started a second redis, scheduler and agents on the same directories: the job
+// was marked FAILED while its process ran on, and `drover down` left the first set
+// running. Now `up` brings back only the scheduler, on its port; the job is reattached
+// and finishes SUCCEEDED; the same for an agent that dies (on its own directory, as the
+// same node); `down` stops everything, also a daemon started again by hand.
+TEST_F(CliUpRestartTest, UpBringsBackADeadHeadOrAgentInPlaceAndJobsRunOn) {
+  std::string out, err;
+  ASSERT_EQ(Drover({"up", "--nodes", "2", "--redis", "--cpus-per-node", "2"}, &out, &err), 0)
+      << out << err;
+  const nlohmann::json first = Record();
+  const std::string address = first["address"];
+  const pid_t scheduler = first["scheduler_pid"];
+  const pid_t redis = first["redis_pid"];
+  const std::vector<pid_t> agents = first["agent_pids"];
+  ASSERT_EQ(agents.size(), 2u);
+
+  const std::string flag = home_ + "/go-1", pid_file = home_ + "/job-1.pid";
+  const std::string job = SubmitWaiting(flag, pid_file);
+  const pid_t job_pid = PidIn(pid_file);
+  ASSERT_GT(job_pid, 0);
+
+  // The head dies.
+  ASSERT_EQ(kill(scheduler, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return Gone(scheduler); }, absl::Seconds(10)));
+  ASSERT_EQ(Drover({"up", "--nodes", "2", "--redis"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "scheduler (dead)")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "restarted scheduler")) << err;
+  EXPECT_FALSE(absl::StrContains(err, "restarted redis")) << err;
+  EXPECT_FALSE(absl::StrContains(err, "restarted agent")) << err;  // only the scheduler
+  nlohmann::json now = Record();
+  EXPECT_EQ(now["address"], address) << "the head must come back on its recorded port";
+  EXPECT_NE(now["scheduler_pid"], scheduler);
+  EXPECT_EQ(now["redis_pid"], redis);
+  EXPECT_EQ(now["agent_pids"].get<std::vector<pid_t>>(), agents);
+  ExpectOneSetOfDaemons(2);
+  for (pid_t p : agents) EXPECT_FALSE(Gone(p));
+  EXPECT_FALSE(Gone(job_pid)) << "the job's process must keep running";
+  // The job is reattached (never FAILED) and finishes.
+  EXPECT_TRUE(WaitFor([&] { return StateOf(job) == "RUNNING"; }, absl::Seconds(20)))
+      << Job(job).dump();
+  { std::ofstream(flag) << "go"; }
+  EXPECT_TRUE(WaitFor([&] { return StateOf(job) == "SUCCEEDED"; }, absl::Seconds(30)))
+      << Job(job).dump();
+
+  // An agent dies (the one not running the second job): brought back on its own
+  // directory, as the same node; the job on the other node runs on and finishes.
+  const std::string flag2 = home_ + "/go-2", pid_file2 = home_ + "/job-2.pid";
+  const std::string job2 = SubmitWaiting(flag2, pid_file2);
+
+  // The whole head dies, its Redis with it: both come back, Redis on its port with its
+  // data and password, and the job runs on.
+  now = Record();
+  const pid_t scheduler2 = now["scheduler_pid"];
+  ASSERT_EQ(kill(redis, SIGKILL), 0);
+  ASSERT_EQ(kill(scheduler2, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return Gone(redis) && Gone(scheduler2); }, absl::Seconds(10)));
+  ASSERT_EQ(Drover({"up", "--nodes", "2", "--redis"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "redis-server (dead), scheduler (dead)")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "restarted redis-server")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "scheduler (pid")) << err;
+  now = Record();
+  EXPECT_EQ(now["redis"], first["redis"]);
+  EXPECT_EQ(now["address"], address);
+  const pid_t redis2 = now["redis_pid"];
+  EXPECT_NE(redis2, redis);
+  ExpectOneSetOfDaemons(2);
+  EXPECT_EQ(StateOf(job), "SUCCEEDED") << "a job that ended before is remembered";
+  EXPECT_TRUE(WaitFor([&] { return StateOf(job2) == "RUNNING"; }, absl::Seconds(20)))
+      << Job(job2).dump();
+  EXPECT_FALSE(Gone(PidIn(pid_file2)));
+
+  const nlohmann::json j2 = Job(job2);
+  ASSERT_EQ(j2["placement"].size(), 1u) << j2.dump();
+  const int busy = AgentOf(j2["placement"][0]["node_id"]);
+  ASSERT_GE(busy, 0) << j2.dump();
+  const int victim = 1 - busy;
+  ASSERT_EQ(kill(agents[victim], SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return Gone(agents[victim]); }, absl::Seconds(10)));
+  ASSERT_EQ(Drover({"up", "--nodes", "2", "--redis"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, absl::StrCat("agent-", victim, " (dead)"))) << err;
+  EXPECT_TRUE(absl::StrContains(err, absl::StrCat("restarted agent-", victim))) << err;
+  now = Record();
+  EXPECT_EQ(now["agent_pids"][busy], agents[busy]);
+  const pid_t revived = now["agent_pids"][victim];
+  EXPECT_NE(revived, agents[victim]);
+  ExpectOneSetOfDaemons(2);
+  ASSERT_EQ(Drover({"status", "--json"}, &out, &err), 0) << err;
+  auto status = nlohmann::json::parse(out);
+  ASSERT_EQ(status["nodes"].size(), 2u) << out;  // the same node, not a third one
+  for (const auto& n : status["nodes"]) EXPECT_EQ(n["state"], "ALIVE") << out;
+  { std::ofstream(flag2) << "go"; }
+  EXPECT_TRUE(WaitFor([&] { return StateOf(job2) == "SUCCEEDED"; }, absl::Seconds(30)))
+      << Job(job2).dump();
+
+  // A third job runs while `down` comes; an agent was started again by hand (the
+  // record's command line, not through `up`): `down` stops all of it.
+  const std::string job3 = SubmitWaiting(home_ + "/never", home_ + "/job-3.pid");
+  const pid_t job3_pid = PidIn(home_ + "/job-3.pid");
+  const int idle = 1 - AgentOf(Job(job3)["placement"][0]["node_id"]);
+  const pid_t idle_pid = Record()["agent_pids"][idle];
+  ASSERT_EQ(kill(idle_pid, SIGKILL), 0);
+  ASSERT_TRUE(WaitFor([&] { return Gone(idle_pid); }, absl::Seconds(10)));
+  SpawnOptions by_hand;
+  by_hand.argv = Record()["agent_argvs"][idle].get<std::vector<std::string>>();
+  by_hand.stdout_path = by_hand.stderr_path = home_ + "/by-hand.log";
+  auto hand = Spawn(by_hand);
+  ASSERT_TRUE(hand.ok()) << hand.status();
+  const std::vector<pid_t> all = {Record()["scheduler_pid"], redis2, *hand,
+                                  Record()["agent_pids"][1 - idle], job3_pid};
+  ASSERT_EQ(Drover({"down"}, &out, &err), 0) << out << err;
+  int status_code = 0;
+  EXPECT_EQ(waitpid(*hand, &status_code, 0), *hand);
+  for (pid_t p : all) {
+    EXPECT_TRUE(WaitFor([p] { return Gone(p); }, absl::Seconds(10))) << "pid " << p << " survived";
+  }
+  EXPECT_TRUE(ProcessesNaming(home_ + "/").empty())
+      << absl::StrJoin(ProcessesNaming(home_ + "/"), "\n");
+}
+
+// A DROVER_HOME whose cluster.json is a `drover start --head` head's (its ready file):
+// while that head runs, `up` starts no second cluster over it and `down` does not
+// forget it (before, `up` overwrote its record and `down` removed it).
+TEST_F(CliUpTest, UpAndDownLeaveAStartedHeadAlone) {
+  SpawnOptions o;
+  o.argv = {Runfile("cli/drover"), "start", "--head", "--bind", "127.0.0.1", "--port", "0"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "DROVER_") || absl::StartsWith(*e, "DROVER_BIN_DIR=")) {
+      o.env.push_back(*e);
+    }
+  }
+  o.env.push_back("DROVER_HOME=" + home_);
+  o.stdout_path = o.stderr_path = home_ + "/head.log";
+  auto head = Spawn(o);
+  ASSERT_TRUE(head.ok()) << head.status();
+  ASSERT_TRUE(WaitFor([&] { return FileSize(home_ + "/cluster.json") > 0; }, absl::Seconds(30)))
+      << ReadFile(home_ + "/head.log").value_or("");
+  std::string out, err;
+  EXPECT_NE(Drover({"up", "--nodes", "1"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, "drover start --head")) << err;
+  EXPECT_NE(Drover({"down"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, absl::StrCat("SIGTERM to pid ", *head))) << err;
+  EXPECT_EQ(kill(*head, 0), 0);
+  EXPECT_EQ(CountDaemons("drover-agent", home_ + "/"), 0);
+  ASSERT_TRUE(ReadFile(home_ + "/cluster.json").ok());
+  kill(*head, SIGTERM);
+  int status = 0;
+  EXPECT_EQ(waitpid(*head, &status, 0), *head);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  ::unlink((home_ + "/cluster.json").c_str());
+}
+
+// Issue 19, item 5: the Redis of `drover up --redis` has a generated password that no
+// command line shows; a connection without it is refused, the scheduler has it.
+TEST_F(CliUpTest, UpWithRedisGivesRedisAPasswordOnlyTheSchedulerKnows) {
+  std::string out, err;
+  ASSERT_EQ(Drover({"up", "--nodes", "1", "--redis"}, &out, &err), 0) << out << err;
+  for (const char* f : {"/redis.password", "/cluster/redis.conf"}) {
+    struct stat st;
+    ASSERT_EQ(::stat((home_ + f).c_str(), &st), 0) << f;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << f;
+  }
+  auto password = ReadFile(home_ + "/redis.password");
+  ASSERT_TRUE(password.ok());
+  const std::string pw(absl::StripAsciiWhitespace(*password));
+  ASSERT_GE(pw.size(), 32u);
+  EXPECT_TRUE(ProcessesNaming(pw).empty()) << "the password is on a command line";
+
+  ASSERT_EQ(Drover({"status", "--json"}, &out, &err), 0) << err;
+  const std::string backend = nlohmann::json::parse(out)["state_backend"];
+  const int port = std::stoi(backend.substr(backend.rfind(':') + 1));
+  redisContext* c = redisConnect("127.0.0.1", port);
+  ASSERT_TRUE(c != nullptr && c->err == 0);
+  auto* r = static_cast<redisReply*>(redisCommand(c, "HLEN drover:jobs"));
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(r->type, REDIS_REPLY_ERROR);
+  EXPECT_TRUE(absl::StartsWith(std::string(r->str, r->len), "NOAUTH")) << r->str;
+  freeReplyObject(r);
+  redisFree(c);
+
+  // The scheduler, which has it, keeps the jobs there.
+  ASSERT_EQ(Drover({"run", "--", "echo", "kept"}, &out, &err), 0) << out << err;
+  c = redisConnect("127.0.0.1", port);
+  ASSERT_TRUE(c != nullptr && c->err == 0);
+  r = static_cast<redisReply*>(redisCommand(c, "AUTH %b", pw.data(), pw.size()));
+  ASSERT_NE(r, nullptr);
+  freeReplyObject(r);
+  r = static_cast<redisReply*>(redisCommand(c, "HLEN drover:jobs"));
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(r->type, REDIS_REPLY_INTEGER);
+  EXPECT_EQ(r->integer, 1);
+  freeReplyObject(r);
+  redisFree(c);
 }
 
 }  // namespace

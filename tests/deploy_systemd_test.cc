@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -229,9 +230,13 @@ TEST_F(SystemdUnitsTest, UnitsVerifyAndSayWhatTheDeploymentNeeds) {
   EXPECT_TRUE(absl::StrContains(One(head, "After"), "drover-redis.service"));
   EXPECT_TRUE(absl::StrContains(One(head, "Wants"), "drover-redis.service"));
   EXPECT_TRUE(absl::StrContains(One(head, "ExecStart"), "--redis ${DROVER_REDIS}"));
+  EXPECT_TRUE(absl::StrContains(One(head, "ExecStart"),
+                                "--redis-password-file ${DROVER_REDIS_PASSWORD_FILE}"));
   Settings redis = ParseUnit(UnitText("drover-redis.service"));
-  EXPECT_TRUE(absl::StrContains(One(redis, "ExecStart"), "--appendonly yes"))
-      << "the head's state must survive a Redis restart";
+  EXPECT_TRUE(absl::StrContains(One(redis, "ExecStart"), "drover start --redis-server"))
+      << "Redis gets its generated password (and append-only data) from drover";
+  EXPECT_TRUE(absl::StrContains(One(redis, "ExecStart"),
+                                "--redis-password-file ${DROVER_REDIS_PASSWORD_FILE}"));
 }
 
 TEST_F(SystemdUnitsTest, CommandLinesRunACluster) {
@@ -280,6 +285,18 @@ TEST_F(SystemdUnitsTest, CommandLinesRunACluster) {
   ASSERT_TRUE(WaitFor([&] { return alive_nodes() == 1; }, absl::Seconds(30)))
       << out << err << Log("drover-scheduler.service") << Log("drover-agent.service")
       << Log("drover-redis.service");
+  // Redis refuses whoever lacks the password; none of it is on a command line.
+  auto password = ReadFile(dir_ + "/state/redis.password");
+  ASSERT_TRUE(password.ok()) << Log("drover-redis.service");
+  std::string cmdline;
+  for (const char* u : {"drover-redis.service", "drover-scheduler.service"}) {
+    cmdline += ReadFile(absl::StrCat("/proc/", pids_[u], "/cmdline")).value_or("");
+  }
+  EXPECT_FALSE(absl::StrContains(cmdline, absl::StripAsciiWhitespace(*password))) << cmdline;
+  std::string noauth;
+  RunProgram({"redis-cli", "-p", absl::StrCat(*redis_port), "hlen", "drover:jobs"}, {}, dir_,
+             &noauth, &err);
+  EXPECT_TRUE(absl::StrContains(noauth + err, "NOAUTH")) << noauth << err;
   auto status = nlohmann::json::parse(out);
   EXPECT_TRUE(absl::StartsWith(status["state_backend"].get<std::string>(),
                                absl::StrCat("redis 127.0.0.1:", *redis_port)))

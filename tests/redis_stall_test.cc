@@ -25,11 +25,16 @@ namespace drover::testing {
 namespace {
 
 // The pid of the redis-server at `host:port`, from INFO server (-1 if unknown).
-pid_t RedisPid(const std::string& host, int port) {
+pid_t RedisPid(const std::string& host, int port, const std::string& password) {
   redisContext* c = redisConnect(host.c_str(), port);
   if (c == nullptr || c->err != 0) {
     if (c != nullptr) redisFree(c);
     return -1;
+  }
+  if (!password.empty()) {
+    auto* auth = static_cast<redisReply*>(
+        redisCommand(c, "AUTH %b", password.data(), password.size()));
+    if (auth != nullptr) freeReplyObject(auth);
   }
   auto* r = static_cast<redisReply*>(redisCommand(c, "INFO server"));
   pid_t pid = -1;
@@ -77,7 +82,7 @@ TEST(RedisStallTest, NoNodeDiesAndNoChangeIsLostWhileRedisIsStopped) {
   ASSERT_TRUE(absl::StartsWith(backend, "redis ")) << backend;
   auto redis = ParseHostPort(backend.substr(6));
   ASSERT_TRUE(redis.ok()) << redis.status();
-  const pid_t redis_pid = RedisPid(redis->host, redis->port);
+  const pid_t redis_pid = RedisPid(redis->host, redis->port, cluster.redis()->password());
   ASSERT_GT(redis_pid, 0);
 
   const std::string flag = TestTmpDir() + "/redis-stall-go";
@@ -150,7 +155,7 @@ TEST(RedisStallTest, NoNodeDiesAndNoChangeIsLostWhileRedisIsStopped) {
   }
 
   // Every change reaches Redis: what it stores is what the scheduler says.
-  auto store = NewRedisStateStore(redis->host, redis->port, "drover:");
+  auto store = NewRedisStateStore(redis->host, redis->port, "drover:", cluster.redis()->password());
   ASSERT_TRUE(store.ok()) << store.status();
   std::map<std::string, std::pair<int, int64_t>> live, stored;
   ASSERT_TRUE(WaitFor([&] {

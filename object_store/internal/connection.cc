@@ -153,6 +153,7 @@ absl::Status Connection::Break(absl::Status s) {
   broken_ = absl::UnavailableError(
       absl::StrCat("connection to the object store is broken (", s.message(),
                    "); connect again"));
+  broken_flag_.store(true, std::memory_order_release);
   shutdown(fd_, SHUT_RDWR);
   return broken_;
 }

@@ -23,6 +23,7 @@
 #ifndef DROVER_OBJECT_STORE_INTERNAL_CONNECTION_H_
 #define DROVER_OBJECT_STORE_INTERNAL_CONNECTION_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -71,6 +72,15 @@ class Connection {
   uint64_t client_id() const { return client_id_; }
 
   absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }
+
+  // True once a socket error or a garbled reply broke the connection (for good).
+  // Lock-free: callers ask it while another thread may wait in a long Get.
+  bool broken() const { return broken_flag_.load(std::memory_order_acquire); }
+  // Why it broke (OK while it is not).
+  absl::Status broken_status() ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    return broken_;
+  }
 
   // The request to fill for the next send, cleared. Reused for every request (no
   // allocation per operation beyond the message's own).
@@ -179,6 +189,7 @@ class Connection {
   // Asynchronous requests whose answers are not read yet.
   int unacked_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> broken_flag_{false};  // !broken_.ok(), readable without mu_
   std::string wbuf_ ABSL_GUARDED_BY(mu_);
   FrameDecoder in_ ABSL_GUARDED_BY(mu_);
   // Replies set aside: request ids [set_aside_first_, + set_aside_count_), of which

@@ -75,6 +75,10 @@ class Runtime {
   absl::Time nodes_read ABSL_GUARDED_BY(nodes_mu) = absl::InfinitePast();
   std::map<std::string, std::pair<bool, std::string>> nodes ABSL_GUARDED_BY(nodes_mu);  // alive, why not
   std::map<std::string, std::string> agents ABSL_GUARDED_BY(nodes_mu);  // node id -> agent address
+  // Node id -> (restarts, when it last died) of its object store, from the heartbeats.
+  std::map<std::string, std::pair<int64_t, absl::Time>> store_restarts ABSL_GUARDED_BY(nodes_mu);
+  // Store restarts before this runtime started lost nothing of it.
+  const absl::Time started = absl::Now();
 
   // Reads the scheduler's node table if the copy is older than 100 ms.
   void RefreshNodes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(nodes_mu) {
@@ -87,6 +91,10 @@ class Runtime {
     for (const proto::NodeInfo& n : reply.nodes()) {
       nodes[n.node_id()] = {n.state() == proto::ALIVE, n.reason()};
       agents[n.node_id()] = n.agent_address();
+      if (n.object_store().restarts() > 0) {
+        store_restarts[n.node_id()] = {n.object_store().restarts(),
+                                       absl::FromUnixMillis(n.object_store().last_restart_ms())};
+      }
     }
     nodes_read = absl::Now();
   }
@@ -97,6 +105,20 @@ class Runtime {
     RefreshNodes();
     auto it = agents.find(node_id);
     return it == agents.end() ? "" : it->second;
+  }
+
+  // True (with why) if the object store of `node_id` died and was restarted since this
+  // runtime started: objects kept there before are lost (the restarted store is empty).
+  bool StoreRestarted(const std::string& node_id, std::string* why) {
+    absl::MutexLock l(&nodes_mu);
+    RefreshNodes();
+    auto it = store_restarts.find(node_id);
+    if (it == store_restarts.end() || it->second.second < started) return false;
+    *why = absl::StrCat("it was lost when the object store of node ", node_id, " restarted at ",
+                        absl::FormatTime("%Y-%m-%d %H:%M:%E3S %Z", it->second.second,
+                                         absl::LocalTimeZone()),
+                        " (restart ", it->second.first, " of that store)");
+    return true;
   }
 
   // True (with why) if `node_id` is dead or unknown to the scheduler.
@@ -468,6 +490,19 @@ std::string LostNode(Runtime* rt, const ObjectValue& value, std::string* why) {
   return "";
 }
 
+// The node among `value`'s store objects whose store restarted (and so lost them), if
+// any ("" if none). Asked only once loading the value failed: objects made after the
+// restart load.
+std::string LostStore(Runtime* rt, const ObjectValue& value, std::string* why) {
+  std::vector<const StoredRef*> refs;
+  if (value.stored) refs.push_back(&*value.stored);
+  for (const StoredRef& c : value.contained) refs.push_back(&c);
+  for (const StoredRef* r : refs) {
+    if (rt->StoreRestarted(r->node_id, why)) return r->node_id;
+  }
+  return "";
+}
+
 }  // namespace
 
 absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::Duration timeout) {
@@ -521,6 +556,29 @@ absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::D
       return v;
     }
     const absl::StatusCode code = v.status().code();
+    if (code == absl::StatusCode::kUnavailable || code == absl::StatusCode::kNotFound ||
+        code == absl::StatusCode::kDeadlineExceeded) {
+      // Its store restarted: lost as with a lost node, and made again the same way.
+      std::string why;
+      const std::string lost = LostStore(rt, o.value, &why);
+      if (!lost.empty()) {
+        std::shared_ptr<TaskRecord> task = TheObjectTable().TakeLineage(ref);
+        if (task != nullptr && rebuilds < kMaxRebuilds) {
+          ++rebuilds;
+          DROVER_LOG(INFO) << "object " << ref->id << " is lost: " << why << "; running "
+                           << task->display << " again to make it";
+          task->result = ref;
+          ++task->attempt;
+          task->retries_left = std::max(task->retries_left, 1);
+          rt->submitter->Submit(std::move(task));
+          continue;
+        }
+        return absl::NotFoundError(absl::StrCat(
+            "object ", ref->id, " is lost: ", why, "; ",
+            task == nullptr ? "it was made by Put or an actor call, which cannot be made again"
+                            : absl::StrCat("it was made again ", rebuilds, " times and lost again")));
+      }
+    }
     if ((code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kNotFound &&
          code != absl::StatusCode::kDeadlineExceeded) ||
         absl::Now() + kLostRecheck >= deadline) {

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/auth.h"
 #include "common/files.h"
 #include "common/net.h"
 #include "common/spawn.h"
@@ -41,12 +42,17 @@ std::string FindRedisServer() {
 }
 
 // True once the server at host:port answers PING with PONG (not -LOADING).
-bool AnswersPing(const std::string& host, int port) {
+bool AnswersPing(const std::string& host, int port, const std::string& password) {
   struct timeval timeout = {0, 200 * 1000};
   redisContext* c = redisConnectWithTimeout(host.c_str(), port, timeout);
   if (c == nullptr) return false;
   bool ok = false;
   if (c->err == 0 && redisSetTimeout(c, timeout) == REDIS_OK) {
+    if (!password.empty()) {
+      auto* auth = static_cast<redisReply*>(
+          redisCommand(c, "AUTH %b", password.data(), password.size()));
+      if (auth != nullptr) freeReplyObject(auth);
+    }
     auto* reply = static_cast<redisReply*>(redisCommand(c, "PING"));
     if (reply != nullptr) {
       ok = reply->type == REDIS_REPLY_STATUS && std::string(reply->str, reply->len) == "PONG";
@@ -59,15 +65,25 @@ bool AnswersPing(const std::string& host, int port) {
 
 }  // namespace
 
-RedisServer::RedisServer(std::string binary, std::string dir, bool appendonly, int port)
-    : binary_(std::move(binary)), dir_(std::move(dir)), appendonly_(appendonly), port_(port) {}
+RedisServer::RedisServer(std::string binary, std::string dir, bool appendonly, int port,
+                         std::string password)
+    : binary_(std::move(binary)),
+      dir_(std::move(dir)),
+      appendonly_(appendonly),
+      port_(port),
+      password_(std::move(password)) {}
+
+std::string RedisServer::password_file() const {
+  return password_.empty() ? "" : absl::StrCat(dir_, "/redis.password");
+}
 
 RedisServer::~RedisServer() { Stop(); }
 
 std::string RedisServer::address() const { return absl::StrCat(host_, ":", port_); }
 
 absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(const std::string& dir,
-                                                                bool appendonly) {
+                                                                bool appendonly,
+                                                                bool with_password) {
   std::string binary = FindRedisServer();
   if (binary.empty()) {
     return absl::FailedPreconditionError(
@@ -75,13 +91,19 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(const std::strin
   }
   absl::Status made = MakeDirs(dir);
   if (!made.ok()) return made;
+  std::string password;
+  if (with_password) {
+    password = GenerateToken();
+    absl::Status s = WriteFileAtomic(dir + "/redis.password", password + "\n", 0600);
+    if (!s.ok()) return s;
+  }
   // PickFreePort releases the port before redis-server binds it, so another process
   // can take it in between: then redis exits at once and we try another port.
   absl::Status last;
   for (int attempt = 0; attempt < 3; ++attempt) {
     absl::StatusOr<int> port = PickFreePort("127.0.0.1");
     if (!port.ok()) return port.status();
-    std::unique_ptr<RedisServer> server(new RedisServer(binary, dir, appendonly, *port));
+    std::unique_ptr<RedisServer> server(new RedisServer(binary, dir, appendonly, *port, password));
     last = server->Launch();
     if (last.ok()) return server;
   }
@@ -90,8 +112,17 @@ absl::StatusOr<std::unique_ptr<RedisServer>> RedisServer::Start(const std::strin
 
 absl::Status RedisServer::Launch() {
   SpawnOptions options;
-  options.argv = {binary_, "--port", absl::StrCat(port_), "--bind", host_, "--save", "",
-                  "--dir", dir_, "--daemonize", "no"};
+  options.argv = {binary_};
+  if (!password_.empty()) {
+    // The password goes in a config file only the owner reads, never on the command
+    // line (which every local user sees in ps).
+    const std::string conf = absl::StrCat(dir_, "/redis.conf");
+    absl::Status s = WriteFileAtomic(conf, absl::StrCat("requirepass ", password_, "\n"), 0600);
+    if (!s.ok()) return s;
+    options.argv.push_back(conf);
+  }
+  options.argv.insert(options.argv.end(), {"--port", absl::StrCat(port_), "--bind", host_,
+                                           "--save", "", "--dir", dir_, "--daemonize", "no"});
   if (appendonly_) {
     options.argv.insert(options.argv.end(),
                         {"--appendonly", "yes", "--appendfsync", "always"});
@@ -115,7 +146,7 @@ absl::Status RedisServer::Launch() {
           "redis-server on ", address(), " exited at start (", DescribeWaitStatus(status),
           "); its log ", log_path, " ends with:\n", TailFile(log_path, 0, 2000)));
     }
-    if (AnswersPing(host_, port_)) return absl::OkStatus();
+    if (AnswersPing(host_, port_, password_)) return absl::OkStatus();
     if (absl::Now() >= deadline) {
       Stop();
       return absl::DeadlineExceededError(absl::StrCat(

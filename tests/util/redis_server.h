@@ -27,9 +27,13 @@ class RedisServer {
   // AOF, if `appendonly`: fsync on every write) in `dir`, which is created if
   // missing, and returns once it answers PING (at most 10 s). Its stdout and stderr
   // go to `dir`/redis-server.log, which error messages quote.
-  // FAILED_PRECONDITION if redis-server is not installed.
+  // FAILED_PRECONDITION if redis-server is not installed. With `with_password`, the
+  // server gets a generated password (`requirepass`, through `dir`/redis.conf, mode
+  // 600, as `drover up --redis` does): clients must AUTH with password(), which is
+  // also in password_file() (mode 600), the file a scheduler's --redis-password-file takes.
   static absl::StatusOr<std::unique_ptr<RedisServer>> Start(const std::string& dir,
-                                                            bool appendonly = false);
+                                                            bool appendonly = false,
+                                                            bool with_password = false);
 
   ~RedisServer();
   RedisServer(const RedisServer&) = delete;
@@ -39,6 +43,10 @@ class RedisServer {
   int port() const { return port_; }
   // "127.0.0.1:PORT".
   std::string address() const;
+  // "" without a password.
+  const std::string& password() const { return password_; }
+  // "" without a password.
+  std::string password_file() const;
   bool running() const { return pid_ > 0; }
   // The server's pid (-1 while stopped), e.g. to stall it with SIGSTOP.
   pid_t pid() const { return pid_; }
@@ -52,7 +60,8 @@ class RedisServer {
   absl::Status Restart();
 
  private:
-  RedisServer(std::string binary, std::string dir, bool appendonly, int port);
+  RedisServer(std::string binary, std::string dir, bool appendonly, int port,
+              std::string password);
 
   // Spawns the process on port_ and waits until it answers PING.
   absl::Status Launch();
@@ -62,6 +71,7 @@ class RedisServer {
   const bool appendonly_;
   const std::string host_ = "127.0.0.1";
   const int port_;
+  const std::string password_;
   pid_t pid_ = -1;
 };
 

@@ -55,7 +55,8 @@ absl::StatusOr<std::unique_ptr<TestCluster>> TestCluster::Start(TestClusterOptio
   c->token_file_ = c->dir_ + "/token";
   if (auto t = LoadOrCreateTokenFile(c->token_file_); !t.ok()) return t.status();
   if (options.redis) {
-    auto r = RedisServer::Start(c->dir_ + "/redis", /*appendonly=*/true);
+    auto r = RedisServer::Start(c->dir_ + "/redis", /*appendonly=*/true,
+                                options.redis_password);
     if (!r.ok()) return r.status();
     c->redis_ = std::move(*r);
   }
@@ -116,6 +117,9 @@ absl::Status TestCluster::StartScheduler(int port) {
   if (redis_) {
     o.argv.push_back("--redis");
     o.argv.push_back(redis_->address());
+    if (!redis_->password_file().empty()) {
+      o.argv.insert(o.argv.end(), {"--redis-password-file", redis_->password_file()});
+    }
   }
   o.stdout_path = o.stderr_path = dir_ + "/scheduler.log";
   auto pid = Spawn(o);

@@ -33,6 +33,9 @@ struct TestClusterOptions {
   int gpus_per_node = 0;
   double cpus_per_node = 8;
   bool redis = false;
+  // With redis: the server requires a generated password (as `drover up --redis` sets
+  // one up) and the scheduler reads it from --redis-password-file.
+  bool redis_password = true;
   // Generous: a loaded 2-core CI machine must not declare a live node dead.
   int64_t node_timeout_ms = 5000;
   int64_t heartbeat_ms = 200;

@@ -143,6 +143,8 @@ struct ObjectStoreUsage {
   int64_t spilled_objects = 0;  // objects spilled to disk, and their bytes
   int64_t spilled_bytes = 0;
   int64_t evictions = 0;        // secondary copies evicted for room since it started
+  int64_t restarts = 0;         // times it died and was restarted (losing its objects)
+  absl::Time last_restart = absl::InfinitePast();  // when it last died (if it did)
 };
 
 // The scheduler's view of a node.

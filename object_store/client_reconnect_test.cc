@@ -1,0 +1,120 @@
+// object_store::Client against a store that dies and comes back on the same socket
+// (as the node agent restarts it): calls made while it is away wait for it, the client
+// connects again by itself, refs taken before stay readable, objects of the dead store
+// are gone, and a store that stays away gets a clear UNAVAILABLE after the wait.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/spawn.h"
+#include "gtest/gtest.h"
+#include "object_store/client.h"
+#include "object_store/testing/store_process.h"
+
+namespace drover::object_store::testing {
+namespace {
+
+// drover-object-store on `socket`, started again on the same path by Start.
+class RestartableStore {
+ public:
+  explicit RestartableStore(std::string socket) : socket_(std::move(socket)) {}
+  ~RestartableStore() { Kill(SIGTERM); }
+  pid_t Start() {
+    SpawnOptions o;
+    o.argv = {Runfile("object_store/drover-object-store"), "--socket", socket_, "--capacity",
+              absl::StrCat(64 * kMiB)};
+    absl::StatusOr<pid_t> pid = Spawn(o);
+    EXPECT_TRUE(pid.ok()) << pid.status();
+    pid_ = pid.ok() ? *pid : -1;
+    return pid_;
+  }
+  void Kill(int sig) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  const std::string socket_;
+  pid_t pid_ = -1;
+};
+
+TEST(ClientReconnectTest, CallsWaitForARestartedStoreAndGoOn) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  RestartableStore store(socket);
+  store.Start();
+  ASSERT_TRUE(WaitFor([&] { return Client::Connect(socket).ok(); }));
+  auto client = Client::Connect(socket, ClientOptions{.reconnect_wait = absl::Seconds(30)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+  const std::vector<uint8_t> small = Pattern(1000, 1), large = Pattern(8 * kMiB, 2);
+  ASSERT_TRUE(c.Put("small", small).ok());
+  ASSERT_TRUE(c.Put("large", large).ok());
+  absl::StatusOr<ObjectRef> held = c.Get("large", absl::ZeroDuration());
+  ASSERT_TRUE(held.ok()) << held.status();
+
+  absl::StatusOr<MutableObject> draft = c.Create("draft", 1000);
+  ASSERT_TRUE(draft.ok()) << draft.status();
+  store.Kill(SIGKILL);
+  // The store comes back while the next put waits for it.
+  std::atomic<bool> calling{false};
+  std::thread restart([&] {
+    WaitFor([&] { return calling.load(); });
+    store.Start();
+  });
+  calling = true;
+  absl::Status put = c.Put("after", small);
+  restart.join();
+  ASSERT_TRUE(put.ok()) << put;
+  EXPECT_EQ(c.reconnects(), 1u);
+  // Every kind of call works on the new store.
+  absl::StatusOr<ObjectRef> after = c.Get("after", absl::ZeroDuration());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(std::vector<uint8_t>(after->data().begin(), after->data().end()), small);
+  EXPECT_TRUE(c.Put("large-after", large).ok());
+  EXPECT_TRUE(c.Put("medium-after", Pattern(256 * 1024, 3)).ok());
+  EXPECT_TRUE(c.Stats().ok());
+  // The dead store's objects are gone; a ref taken before still reads its bytes.
+  absl::StatusOr<ObjectRef> lost = c.Get("small", absl::ZeroDuration());
+  EXPECT_FALSE(lost.ok());
+  EXPECT_EQ(std::vector<uint8_t>(held->data().begin(), held->data().end()), large);
+  held->Reset();
+  // An object being written when the store died cannot be sealed, and the error says why.
+  std::fill(draft->data.begin(), draft->data.end(), 7);  // its span is still mapped
+  absl::Status sealed = c.Seal("draft");
+  EXPECT_EQ(sealed.code(), absl::StatusCode::kNotFound) << sealed;
+  EXPECT_TRUE(absl::StrContains(sealed.message(), "restarted object store")) << sealed;
+}
+
+TEST(ClientReconnectTest, AStoreThatStaysAwayGetsAClearUnavailable) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  RestartableStore store(socket);
+  store.Start();
+  ASSERT_TRUE(WaitFor([&] { return Client::Connect(socket).ok(); }));
+  auto client = Client::Connect(socket, ClientOptions{.reconnect_wait = absl::Milliseconds(300)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Put("x", Pattern(100, 1)).ok());
+  store.Kill(SIGKILL);
+  absl::Status s = (*client)->Put("y", Pattern(100, 2));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "is away since")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), socket)) << s;
+  // Back later: the next call connects again.
+  store.Start();
+  EXPECT_TRUE(WaitFor([&] { return (*client)->Put("z", Pattern(100, 3)).ok(); }));
+  EXPECT_EQ((*client)->reconnects(), 1u);
+}
+
+}  // namespace
+}  // namespace drover::object_store::testing

@@ -446,6 +446,9 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   for (const auto& n : resources_.gpu_names) req.add_gpu_names(n);
   for (const auto& w : resources_.warnings) req.add_warnings(w);
   for (auto& p : GangSnapshot()) *req.add_processes() = std::move(p);
+  if (pool_ != nullptr) {
+    for (auto& l : pool_->HeldLeases()) *req.add_leases() = std::move(l);
+  }
   req.set_metrics_address(metrics_address_);
   grpc::ClientContext ctx;
   PrepareContext(&ctx, options_.token, kRegisterTimeout);

@@ -225,6 +225,9 @@ absl::StatusOr<proto::StartWorkerReply> WorkerPool::StartWorker(const proto::Sta
   }
   leases_[req.lease_id()] = w->id;
   w->lease_id = req.lease_id();
+  w->owner = req.owner();
+  w->shape = req.shape();
+  w->gpu_ids.assign(req.gpu_ids().begin(), req.gpu_ids().end());
   if (req.has_actor()) {
     w->state = State::kActor;
     w->actor_id = req.actor().actor_id();
@@ -283,6 +286,38 @@ absl::Status WorkerPool::KillWorker(const proto::KillWorkerRequest& req) {
   if (it == workers_.end()) return absl::OkStatus();
   Stop(*it->second, req.reason().empty() ? "killed on request" : req.reason());
   return absl::OkStatus();
+}
+
+std::vector<proto::HeldLease> WorkerPool::HeldLeases() {
+  absl::MutexLock l(&mu_);
+  std::vector<proto::HeldLease> out;
+  for (const auto& [id, w] : workers_) {
+    if ((w->state != State::kLeased && w->state != State::kActor) || w->lease_id.empty()) continue;
+    proto::HeldLease h;
+    h.set_lease_id(w->lease_id);
+    h.set_job_id(w->job_id);
+    h.set_owner(w->owner);
+    *h.mutable_shape() = w->shape;
+    for (int g : w->gpu_ids) h.add_gpu_ids(g);
+    h.set_worker_id(w->id);
+    h.set_actor_id(w->actor_id);
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+absl::Status WorkerPool::RevokeLease(const std::string& lease_id, const std::string& reason) {
+  absl::MutexLock l(&mu_);
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) return absl::OkStatus();  // ended already
+  auto w = workers_.find(it->second);
+  if (w == workers_.end() || w->second->state != State::kLeased || w->second->lease_id != lease_id) {
+    return absl::OkStatus();
+  }
+  proto::WorkerControl msg;
+  msg.mutable_revoke()->set_lease_id(lease_id);
+  msg.mutable_revoke()->set_reason(reason);
+  return SendControl(*w->second, msg);
 }
 
 absl::StatusOr<proto::WaitWorkerExitReply> WorkerPool::WaitWorkerExit(const std::string& worker_id,

@@ -37,6 +37,7 @@
 #include "node_agent/package_cache.h"
 #include "node_agent/process_manager.h"
 #include "proto/lease.pb.h"
+#include "proto/scheduler.pb.h"
 #include "proto/task.pb.h"
 
 namespace drover {
@@ -79,6 +80,9 @@ class WorkerPool {
 
   absl::StatusOr<proto::StartWorkerReply> StartWorker(const proto::StartWorkerRequest& req);
   absl::Status KillWorker(const proto::KillWorkerRequest& req);
+  // Tells the worker serving `lease_id` that the scheduler wants the lease back (the
+  // worker tells its holder). OK, doing nothing, if no worker here serves it.
+  absl::Status RevokeLease(const std::string& lease_id, const std::string& reason);
   absl::StatusOr<proto::WaitWorkerExitReply> WaitWorkerExit(const std::string& worker_id,
                                                            absl::Duration wait);
   // From the agent's exit callback, for processes of worker generations.
@@ -93,6 +97,8 @@ class WorkerPool {
     int64_t reused = 0;
   };
   Counts counts();
+  // The leases (and actors' leases) workers serve now, for the agent's registration.
+  std::vector<proto::HeldLease> HeldLeases();
   // Jobs that have live workers here (the agent asks the scheduler whether they ended).
   std::set<std::string> JobsWithWorkers();
   static bool IsWorkerGeneration(int generation) { return generation >= kFirstWorkerGeneration; }
@@ -108,6 +114,10 @@ class WorkerPool {
     State state = State::kStarting;
     std::string lease_id;
     std::string actor_id;
+    // The lease's holder, shape and GPUs (HeldLeases).
+    std::string owner;
+    proto::Resources shape;
+    std::vector<int> gpu_ids;
     int pid = 0;
     std::string unix_path;
     int tcp_port = 0;

@@ -37,6 +37,16 @@ grpc::Status WorkersService::KillWorker(grpc::ServerContext* ctx, const proto::K
   return ToGrpcStatus(pool_->KillWorker(*req));
 }
 
+grpc::Status WorkersService::RevokeLease(grpc::ServerContext* ctx,
+                                         const proto::RevokeLeaseRequest* req,
+                                         proto::RevokeLeaseReply*) {
+  if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
+  if (req->lease_id().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("RevokeLease needs a lease id"));
+  }
+  return ToGrpcStatus(pool_->RevokeLease(req->lease_id(), req->reason()));
+}
+
 grpc::Status WorkersService::WaitWorkerExit(grpc::ServerContext* ctx,
                                             const proto::WaitWorkerExitRequest* req,
                                             proto::WaitWorkerExitReply* reply) {

@@ -26,6 +26,8 @@ class WorkersService final : public proto::Workers::Service {
                            proto::StartWorkerReply* reply) override;
   grpc::Status KillWorker(grpc::ServerContext* ctx, const proto::KillWorkerRequest* req,
                           proto::KillWorkerReply* reply) override;
+  grpc::Status RevokeLease(grpc::ServerContext* ctx, const proto::RevokeLeaseRequest* req,
+                           proto::RevokeLeaseReply* reply) override;
   grpc::Status WaitWorkerExit(grpc::ServerContext* ctx, const proto::WaitWorkerExitRequest* req,
                               proto::WaitWorkerExitReply* reply) override;
   grpc::Status DeleteObjects(grpc::ServerContext* ctx, const proto::DeleteObjectsRequest* req,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "common/exit_text.h"
 #include "common/log.h"
@@ -13,6 +14,17 @@
 
 namespace drover {
 namespace {
+
+// A random tag for the lease ids of one scheduler lifetime (6 of [0-9a-z]).
+std::string NewLeaseTag() {
+  static constexpr char kAlphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+  absl::BitGen gen;
+  std::string tag;
+  for (int i = 0; i < 6; ++i) {
+    tag.push_back(kAlphabet[absl::Uniform<size_t>(gen, 0, sizeof(kAlphabet) - 1)]);
+  }
+  return tag;
+}
 
 // How long an actor placement waits between tries when nothing fits.
 constexpr absl::Duration kActorRetry = absl::Seconds(1);
@@ -35,6 +47,12 @@ class GrpcWorkerClient : public WorkerClient {
     PrepareContext(&ctx, token_);
     proto::KillWorkerReply reply;
     return FromGrpcStatus(stubs_.Get(agent)->KillWorker(&ctx, req, &reply));
+  }
+  absl::Status RevokeLease(const std::string& agent, const proto::RevokeLeaseRequest& req) override {
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, token_);
+    proto::RevokeLeaseReply reply;
+    return FromGrpcStatus(stubs_.Get(agent)->RevokeLease(&ctx, req, &reply));
   }
   absl::Status DeleteObjects(const std::string& agent, const std::vector<std::string>& ids) override {
     grpc::ClientContext ctx;
@@ -72,6 +90,7 @@ LeaseManager::LeaseManager(ResourceBook* book, std::unique_ptr<WorkerClient> wor
       workers_(std::move(workers)),
       clock_(clock != nullptr ? clock : Clock::Real()),
       options_(options),
+      lease_tag_(NewLeaseTag()),
       queue_(options.max_queued),
       starts_(std::max(1, options.start_threads)) {
   timer_ = std::thread([this] { TimerLoop(); });
@@ -110,7 +129,7 @@ LeaseManager::Lease& LeaseManager::NewLeaseLocked(const ResourceBook::Grant& gra
                                                   const std::string& job_id,
                                                   const std::string& owner,
                                                   const std::string& actor_id) {
-  const std::string id = absl::StrCat("lease-", next_lease_++);
+  const std::string id = absl::StrCat("lease-", lease_tag_, "-", next_lease_++);
   Lease& lease = leases_[id];
   lease.id = id;
   lease.job_id = job_id;
@@ -262,6 +281,128 @@ void LeaseManager::ResourcesFreed() {
     SettleLocked(&answers);
   }
   answers.Run();
+}
+
+void LeaseManager::Adopt(const std::string& node_id, const std::string& agent_address,
+                         const std::vector<proto::HeldLease>& held) {
+  std::vector<proto::KillWorkerRequest> kills;
+  {
+    absl::MutexLock l(&mu_);
+    if (stopped_) return;
+    for (const proto::HeldLease& h : held) {
+      if (h.lease_id().empty() || leases_.count(h.lease_id()) > 0) continue;  // known
+      if (absl::Status running = book_->CheckJobRunning(h.job_id()); !running.ok()) {
+        proto::KillWorkerRequest kill;
+        kill.set_worker_id(h.worker_id());
+        kill.set_reason(absl::StrCat("its lease ", h.lease_id(), " outlived the scheduler, and ",
+                                     running.message()));
+        kills.push_back(std::move(kill));
+        continue;
+      }
+      std::optional<ResourceBook::Grant> g = book_->Adopt(
+          node_id, h.shape(), std::vector<int>(h.gpu_ids().begin(), h.gpu_ids().end()));
+      if (!g.has_value()) continue;
+      Lease& lease = leases_[h.lease_id()];
+      lease.id = h.lease_id();
+      lease.job_id = h.job_id();
+      lease.owner = h.owner();
+      lease.grant = *std::move(g);
+      lease.grant.agent_address = agent_address;
+      lease.worker_id = h.worker_id();
+      lease.actor_id = h.actor_id();
+      lease.started = true;
+      jobs_with_workers_.insert(h.job_id());
+      ++room_version_;
+      DROVER_LOG(INFO) << "lease " << h.lease_id() << " of " << h.owner() << " on node " << node_id
+                       << " adopted (it outlived the scheduler)";
+    }
+  }
+  for (proto::KillWorkerRequest& kill : kills) {
+    background_.Post([this, agent_address, kill = std::move(kill)] {
+      workers_->KillWorker(agent_address, kill).IgnoreError();
+    });
+  }
+}
+
+void LeaseManager::ClaimChanged() {
+  absl::MutexLock l(&mu_);
+  ++room_version_;  // waiting requests' reasons name the claim now
+  ReclaimLocked();
+}
+
+namespace {
+
+// `need` less what `shape` gives back, nothing below zero.
+void Deduct(proto::Resources* need, const proto::Resources& shape) {
+  need->set_cpus(std::max(0.0, need->cpus() - shape.cpus()));
+  need->set_memory_bytes(std::max<int64_t>(0, need->memory_bytes() - shape.memory_bytes()));
+  need->set_gpus(std::max(0, need->gpus() - shape.gpus()));
+  for (auto& [k, v] : *need->mutable_custom()) {
+    auto it = shape.custom().find(k);
+    if (it != shape.custom().end()) v = std::max(0.0, v - it->second);
+  }
+}
+
+bool Met(const proto::Resources& need) {
+  if (need.cpus() > 1e-9 || need.memory_bytes() > 0 || need.gpus() > 0) return false;
+  for (const auto& [k, v] : need.custom()) {
+    if (v > 1e-9) return false;
+  }
+  return true;
+}
+
+// Whether giving back `shape` helps with `need`.
+bool Helps(const proto::Resources& need, const proto::Resources& shape) {
+  if ((need.cpus() > 1e-9 && shape.cpus() > 0) || (need.memory_bytes() > 0 && shape.memory_bytes() > 0) ||
+      (need.gpus() > 0 && shape.gpus() > 0)) {
+    return true;
+  }
+  for (const auto& [k, v] : need.custom()) {
+    auto it = shape.custom().find(k);
+    if (v > 1e-9 && it != shape.custom().end() && it->second > 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void LeaseManager::ReclaimLocked() {
+  next_reclaim_ = clock_->Now() + absl::Seconds(1);
+  std::string claimant;
+  std::map<std::string, proto::Resources> need = book_->ClaimShortfall(&claimant);
+  if (need.empty()) return;
+  // Per claimed node: leases asked back already count as given; then task leases that
+  // help, until the claim has what it lacks there.
+  std::map<std::string, std::vector<Lease*>> candidates;
+  for (auto& [id, lease] : leases_) {
+    auto n = need.find(lease.grant.node_id);
+    if (n == need.end() || !lease.actor_id.empty() || !lease.started) continue;
+    if (lease.revoked) {
+      Deduct(&n->second, lease.grant.shape);
+    } else {
+      candidates[lease.grant.node_id].push_back(&lease);
+    }
+  }
+  for (auto& [node, leases] : candidates) {
+    proto::Resources& lacking = need[node];
+    for (Lease* lease : leases) {
+      if (Met(lacking)) break;
+      if (!Helps(lacking, lease->grant.shape)) continue;
+      Deduct(&lacking, lease->grant.shape);
+      lease->revoked = true;
+      ++leases_revoked_;
+      proto::RevokeLeaseRequest req;
+      req.set_lease_id(lease->id);
+      req.set_reason(absl::StrCat("pending job ", claimant, " claims resources on node ", node,
+                                  " and goes first"));
+      DROVER_LOG(INFO) << "revoking lease " << lease->id << " of " << lease->owner << ": "
+                       << req.reason();
+      background_.Post([this, agent = lease->grant.agent_address, req] {
+        absl::Status s = workers_->RevokeLease(agent, req);
+        if (!s.ok()) DROVER_LOG(WARNING) << "RevokeLease " << req.lease_id() << ": " << s;
+      });
+    }
+  }
 }
 
 void LeaseManager::WorkerExited(const proto::ReportWorkerExitRequest& req) {
@@ -587,6 +728,7 @@ LeaseManager::Counts LeaseManager::counts() {
   c.waiting_calls = static_cast<int>(waiters_.size());
   c.leases_granted = leases_granted_;
   c.leases_ended = leases_ended_;
+  c.leases_revoked = leases_revoked_;
   for (const auto& [id, a] : actors_) {
     if (a.info.state() == proto::ACTOR_ALIVE) ++c.actors_alive;
     if (a.info.state() == proto::ACTOR_PENDING || a.info.state() == proto::ACTOR_RESTARTING) {

@@ -19,6 +19,15 @@
 // request granted while nobody waits keeps its answer until its owner asks again
 // (a lease nobody comes for within `request_memory` is returned).
 //
+// A pending job's claim (queue_policy.h: the oldest pending job that does not fit claims
+// what it will need) holds against leases as against later jobs: the ResourceBook
+// places new leases only beside it, and task leases already on the claimed resources are
+// revoked (Workers.RevokeLease: their holders send no more tasks on them and hand them
+// back once the tasks sent have finished), as many as the claim lacks on each node.
+// Actors' leases are not revoked (an actor holds its worker for life). Checked when the
+// claim appears (ClaimChanged) and every second while it stands (leases that started
+// after it).
+//
 // Actors are leases for life, kept here with their records: created by placing a lease
 // whose worker runs the actor's factory; restarted on another lease after their worker
 // dies (max_restarts); dead when killed, when their job ends or when restarts run out,
@@ -50,6 +59,7 @@
 #include "common/thread_group.h"
 #include "common/thread_pool.h"
 #include "proto/lease.grpc.pb.h"
+#include "proto/scheduler.pb.h"
 #include "scheduler/job_timeline.h"
 #include "scheduler/lease_queue.h"
 
@@ -83,6 +93,17 @@ class ResourceBook {
   virtual std::string Explain(const proto::Resources& shape, const proto::PlacementHint& hint) {
     return "waiting for a node with room";
   }
+  // While a pending job claims resources: its id, and per node what the claim needs
+  // beyond what is free there now (what leases and running jobs must give back). Empty
+  // when nothing is claimed or the claim is free already.
+  virtual std::map<std::string, proto::Resources> ClaimShortfall(std::string* job_id) { return {}; }
+  // Records `shape` and `gpu_ids` as used on `node_id` for a lease that exists already
+  // (one an agent reports after a scheduler restart). nullopt if the node is unknown or
+  // not ALIVE.
+  virtual std::optional<Grant> Adopt(const std::string& node_id, const proto::Resources& shape,
+                                     const std::vector<int>& gpu_ids) {
+    return std::nullopt;
+  }
   // Gives back what Reserve took (no-op for a node that is gone).
   virtual void Release(const Grant& grant) = 0;
   // OK while the job exists and has not ended; else why.
@@ -100,6 +121,10 @@ class WorkerClient {
   virtual absl::StatusOr<proto::StartWorkerReply> StartWorker(const std::string& agent,
                                                               const proto::StartWorkerRequest& req) = 0;
   virtual absl::Status KillWorker(const std::string& agent, const proto::KillWorkerRequest& req) = 0;
+  // Asks the holder of a lease on that node to give it back (Workers.RevokeLease).
+  virtual absl::Status RevokeLease(const std::string& agent, const proto::RevokeLeaseRequest& req) {
+    return absl::UnimplementedError("RevokeLease");
+  }
   // Stops every process of the job on that node (its warm workers included).
   virtual absl::Status StopJob(const std::string& agent, const std::string& job_id) = 0;
   // Deletes objects from that node's store.
@@ -158,6 +183,15 @@ class LeaseManager {
 
   // Hooks from the scheduler's core, called without its lock.
   void ResourcesFreed();
+  // A node (re-)registered holding `held` leases (RegisterNodeRequest.leases): those
+  // this book does not know, of running jobs, are recorded as started leases on their
+  // resources (after a scheduler restart, the book is rebuilt so); those of jobs that
+  // ended or are unknown are killed.
+  void Adopt(const std::string& node_id, const std::string& agent_address,
+             const std::vector<proto::HeldLease>& held);
+  // A pending job claims resources now (another than before): task leases on them are
+  // revoked, as many as the claim needs.
+  void ClaimChanged();
   void NodeDead(const std::string& node_id, const std::string& reason);
   // The job ended: its actors die, its leases end, its workers stop on every node, and
   // its objects (ids "<job>.", as the SDK makes them; `objects` by the agent address
@@ -172,6 +206,7 @@ class LeaseManager {
     int leases = 0, pending_requests = 0, waiting_calls = 0, actors_alive = 0, actors_pending = 0;
     int actors_restarting = 0, actors_dead = 0;
     int64_t leases_granted = 0, leases_ended = 0;
+    int64_t leases_revoked = 0;  // asked back for a pending job's claim
   };
   Counts counts();
 
@@ -199,6 +234,7 @@ class LeaseManager {
     std::string tcp_address;
     std::string actor_id;  // set for an actor's lease
     bool started = false;
+    bool revoked = false;  // asked back for a pending job's claim
   };
   // A lease request, from its first call until it is forgotten.
   struct Request {
@@ -278,6 +314,8 @@ class LeaseManager {
   std::string PendingReasonLocked(const Request& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Forgets the requests not asked about for request_memory.
   void ForgetLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Revokes task leases on resources a pending job claims, as many as it lacks.
+  void ReclaimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Answers waits whose deadline passed and queues again requests whose back-off ended.
   void TimerLoop();
   void WorkerExitedLocked(const proto::ReportWorkerExitRequest& req)
@@ -306,6 +344,10 @@ class LeaseManager {
   ThreadGroup placing_;  // PlaceActor threads (each may wait long for resources)
 
   const LeaseManagerOptions options_;
+  // In every lease id ("lease-<tag>-<n>"): leases of an earlier scheduler lifetime, whose
+  // workers may still run and be returned by their agents after a restart, never share
+  // an id with this one's (a return would free the wrong lease's resources).
+  const std::string lease_tag_;
 
   absl::Mutex mu_;
   absl::CondVar freed_;    // resources freed, leases returned (actors' placing threads)
@@ -333,6 +375,8 @@ class LeaseManager {
   int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t leases_granted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_ended_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t leases_revoked_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time next_reclaim_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   JobTimeline* timeline_ = nullptr;
   int actors_waiting_ ABSL_GUARDED_BY(mu_) = 0;  // PlaceActor threads waiting on freed_
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;

@@ -60,6 +60,24 @@ TEST(LeaseManagerTest, ARequestIsRememberedForAMinuteAfterItWasLastAsked) {
   leases.Stop();
 }
 
+// Regression: lease ids restarted at lease-1 with every scheduler, so an agent returning
+// a lease of the scheduler before a restart (its holder disconnected later) freed the
+// resources of the new scheduler's lease of the same id.
+TEST(LeaseManagerTest, LeaseIdsAreNotReusedAcrossSchedulerLifetimes) {
+  FakeClock clock;
+  RoomyBook book;
+  std::set<std::string> ids;
+  for (int life = 0; life < 3; ++life) {
+    LeaseManager leases(&book, std::make_unique<FakeWorkers>(), &clock);
+    for (int i = 0; i < 3; ++i) {
+      auto r = leases.RequestLease(Ask(absl::StrCat("r", i)));
+      ASSERT_TRUE(r.ok() && r->granted()) << r.status();
+      EXPECT_TRUE(ids.insert(r->lease_id()).second) << r->lease_id() << " again";
+    }
+    leases.Stop();
+  }
+}
+
 // One node with `slots` one-CPU slots; jobs run until ended; counts what the grant
 // passes ask of it.
 class SlotBook : public ResourceBook {

@@ -346,6 +346,7 @@ void LeaseManager::TimerLoop() {
       pass_needed_ = true;
     }
     ForgetLocked(now);
+    if (now >= next_reclaim_) ReclaimLocked();  // leases started after a claim appeared
     SettleLocked(&answers);
     if (!answers.calls.empty()) {
       mu_.Unlock();

@@ -29,6 +29,7 @@ grpc::Status LeasesService::DriverSession(grpc::ServerContext* ctx,
                                           grpc::ServerWriter<proto::DriverNotice>* writer) {
   if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
   if (absl::Status s = core_->CheckDriver(req->job_id()); !s.ok()) return ToGrpcStatus(s);
+  core_->DriverAttached(req->job_id());
   proto::DriverNotice attached;
   attached.set_attached(true);
   writer->Write(attached);

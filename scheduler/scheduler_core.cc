@@ -67,10 +67,10 @@ absl::Status SchedulerCore::Start() {
       idempotency_[job.info.spec().idempotency_key()] = &job;
     }
     if (job.info.driver() && !IsTerminal(job.info.state())) {
-      // A driver's session does not survive the scheduler: its workers lost their
-      // owner, and the driver its leases.
-      FinishLocked(job, proto::FAILED, "the scheduler restarted while its driver ran", 1);
-      ChangedLocked(job);
+      // Its driver (and its connections to its leased workers and actors) may well
+      // have outlived the scheduler: it opens its session again, or the job fails.
+      driver_reconnects_[job.info.job_id()] = now + options_.driver_reconnect;
+      IndexLocked(job);
       continue;
     }
     if (job.info.live_processes() == 0 && job.info.state() != proto::RUNNING) {
@@ -244,6 +244,7 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
       ForgiveStallLocked(now, now - wake);
       wake = now + tick;
       ExpireAgentSessionsLocked(now, &actions);
+      ExpireDriverReconnectsLocked(now);
       for (auto it = deferred_stops_.begin(); it != deferred_stops_.end();) {
         if (it->second > now) {
           ++it;
@@ -399,6 +400,12 @@ void SchedulerCore::ScheduleLocked(Actions* out) {
                   ChangedLocked(job);
                 };
   queue_.Plan(table_, clock_->Now(), cb);
+  if (queue_.claim().job_id != claim_told_) {
+    // Leases on what the claim needs are asked back (lease_manager.h).
+    claim_told_ = queue_.claim().job_id;
+    claim_changed_ = !claim_told_.empty();
+    notes_pending_ = true;
+  }
   TakeNotesLocked(&out->notes);
 }
 

@@ -72,6 +72,10 @@
 namespace drover {
 
 struct SchedulerOptions {
+  // After a restart, a driver job that ran stays RUNNING this long for its driver to
+  // open its session again (the driver's tasks and leased workers run on meanwhile);
+  // then it FAILS.
+  absl::Duration driver_reconnect = absl::Seconds(60);
   // A node that sends no heartbeat for this long is declared dead.
   absl::Duration node_timeout = absl::Seconds(10);
   // A node whose agent's session (AgentSession) closed is declared dead this long
@@ -167,11 +171,16 @@ class SchedulerCore {
   // Tells `leases` of dead nodes, ended jobs and freed resources from now on. Call once
   // before serving; not owned.
   void SetLeaseManager(LeaseManager* leases);
+  // After RegisterNode (without the lock): the leases the node's workers serve go to
+  // the lease manager's book (LeaseManager::Adopt), rebuilding it after a restart.
+  void AdoptLeases(const std::string& node_id, const proto::RegisterNodeRequest& req);
   // A program that submits tasks outside any job (drover::Init in a plain program): a
   // job of its own, marked `driver`, RUNNING until EndDriver. Idempotent per request id.
   absl::StatusOr<std::string> RegisterDriver(const proto::RegisterDriverRequest& req);
   // OK while `job_id` is a driver job that has not ended.
   absl::Status CheckDriver(const std::string& job_id);
+  // The driver of `job_id` opened its session (again, after a scheduler restart).
+  void DriverAttached(const std::string& job_id);
   // Ends a driver job (SUCCEEDED with `reason`); its leases, actors and workers go.
   void EndDriver(const std::string& job_id, const std::string& reason);
 
@@ -254,6 +263,7 @@ class SchedulerCore {
     std::vector<std::pair<std::string, std::map<std::string, std::vector<std::string>>>> ended;
     std::vector<std::pair<std::string, std::string>> dead;
     bool freed = false;
+    bool claim = false;  // a pending job claims resources now (another than before)
   };
   // The calls a locked section decided, made after it released the lock (Dispatch),
   // and the lease manager's notes taken in the same section (no second locking).
@@ -416,6 +426,11 @@ class SchedulerCore {
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
   // stop them anyway (MonitorLoop).
   std::map<std::string, absl::Time> deferred_stops_ ABSL_GUARDED_BY(mu_);
+  // Driver jobs recovered RUNNING whose driver has not opened its session again yet,
+  // and by when it must (SchedulerOptions::driver_reconnect).
+  std::map<std::string, absl::Time> driver_reconnects_ ABSL_GUARDED_BY(mu_);
+  // Fails the driver jobs of driver_reconnects_ whose time is up.
+  void ExpireDriverReconnectsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Jobs with a time limit, not ended (MonitorLoop ends a generation past it).
   std::set<std::string> time_limited_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
@@ -440,6 +455,9 @@ class SchedulerCore {
   std::vector<std::string> ended_jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, std::string>> dead_nodes_ ABSL_GUARDED_BY(mu_);
   bool freed_ ABSL_GUARDED_BY(mu_) = false;
+  // The job whose claim the lease manager was last told of, and whether it changed since.
+  std::string claim_told_ ABSL_GUARDED_BY(mu_);
+  bool claim_changed_ ABSL_GUARDED_BY(mu_) = false;
   std::atomic<bool> notes_pending_{false};
   std::atomic<LeaseManager*> leases_{nullptr};
   std::unique_ptr<ResourceBook> book_;

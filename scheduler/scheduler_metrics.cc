@@ -173,6 +173,9 @@ std::vector<std::shared_ptr<prometheus::Collectable>> SchedulerMetrics::Sources(
     f->Counter("drover_leases_ended_total",
                "Worker leases that ended (returned, worker exited, node lost, job ended).")
         .Add(static_cast<double>(c.leases_ended));
+    f->Counter("drover_leases_revoked_total",
+               "Task leases asked back for a pending job's claim.")
+        .Add(static_cast<double>(c.leases_revoked));
     f->Gauge("drover_actors", "Actors by state.")
         .Add(c.actors_pending - c.actors_restarting, {{"state", "PENDING"}})
         .Add(c.actors_alive, {{"state", "ALIVE"}})

@@ -1,6 +1,9 @@
 // SchedulerCore's side of the task layer: the node table as a ResourceBook for worker
 // leases, driver jobs, and what the lease manager is told (lease_manager.h keeps the
 // leases and actors themselves).
+#include <algorithm>
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "scheduler/generation.h"
@@ -18,8 +21,7 @@ class SchedulerCore::Book : public ResourceBook {
                                               const proto::PlacementHint& hint,
                                               std::string* reason) override {
     absl::MutexLock lock(&core_->mu_);
-    NodeTable& table = core_->table_;
-    LeasePlacement p = placer_.Place(shape, hint, table, /*explain=*/true);
+    LeasePlacement p = PlaceLocked(shape, hint, /*explain=*/true);
     if (!p.ok) {
       if (p.never) return absl::FailedPreconditionError(p.reason);
       *reason = p.reason;
@@ -31,10 +33,69 @@ class SchedulerCore::Book : public ResourceBook {
   std::optional<Grant> TryReserve(const proto::Resources& shape,
                                   const proto::PlacementHint& hint) override {
     absl::MutexLock lock(&core_->mu_);
-    // From the per-shape indexes: a grant costs what changed, not a scan of the nodes.
-    LeasePlacement p = placer_.Place(shape, hint, core_->table_, /*explain=*/false);
+    LeasePlacement p = PlaceLocked(shape, hint, /*explain=*/false);
     if (!p.ok) return std::nullopt;
     return GrantLocked(shape, std::move(p));
+  }
+
+  // Where a lease of `shape` goes now. Beside the pending claim, if there is one: the
+  // oldest pending job that does not fit claims what it will need, and leases, like
+  // later jobs, may not take it (a stream of tasks would otherwise hold a gang back
+  // for ever). Without a claim, from the per-shape indexes: a grant costs what
+  // changed, not a scan of the nodes; with one, a scan of the nodes. REQUIRES:
+  // core_->mu_ held.
+  LeasePlacement PlaceLocked(const proto::Resources& shape, const proto::PlacementHint& hint,
+                             bool explain) {
+    NodeTable& table = core_->table_;
+    const Claim& claim = core_->queue_.claim();
+    if (claim.job_id.empty()) return placer_.Place(shape, hint, table, explain);
+    std::vector<NodeCapacity> free = table.Free();
+    for (NodeCapacity& n : free) {
+      auto r = claim.resources.find(n.node_id);
+      if (r == claim.resources.end()) continue;
+      auto g = claim.gpus.find(n.node_id);
+      n = CapacityOf(*table.Find(n.node_id), /*free=*/true, &r->second,
+                     g == claim.gpus.end() ? nullptr : &g->second);
+    }
+    LeasePlacement p = PlaceLease(shape, hint, free, table.Total());
+    if (!p.ok && !p.never) {
+      p.reason = absl::StrCat(p.reason, " beside what pending job ", claim.job_id,
+                              " claims (it goes first)");
+    }
+    return p;
+  }
+
+  std::map<std::string, proto::Resources> ClaimShortfall(std::string* job_id) override {
+    absl::MutexLock lock(&core_->mu_);
+    const Claim& claim = core_->queue_.claim();
+    std::map<std::string, proto::Resources> out;
+    if (claim.job_id.empty()) return out;
+    *job_id = claim.job_id;
+    NodeTable& table = core_->table_;
+    for (const auto& [node_id, want] : claim.resources) {
+      const NodeUse* n = table.Find(node_id);
+      if (n == nullptr || !table.Alive(node_id)) continue;
+      const NodeCapacity free = CapacityOf(*n, /*free=*/true);
+      proto::Resources lack;
+      lack.set_cpus(std::max(0.0, want.cpus() - free.available.cpus()));
+      lack.set_memory_bytes(std::max<int64_t>(0, want.memory_bytes() - free.available.memory_bytes()));
+      int gpus = 0;
+      if (auto g = claim.gpus.find(node_id); g != claim.gpus.end()) {
+        for (int id : g->second) gpus += n->used_gpus.count(id) > 0 ? 1 : 0;
+      }
+      lack.set_gpus(gpus);
+      bool any = lack.cpus() > 1e-9 || lack.memory_bytes() > 0 || gpus > 0;
+      for (const auto& [k, v] : want.custom()) {
+        auto f = free.available.custom().find(k);
+        const double short_by = v - (f == free.available.custom().end() ? 0.0 : f->second);
+        if (short_by > 1e-9) {
+          (*lack.mutable_custom())[k] = short_by;
+          any = true;
+        }
+      }
+      if (any) out[node_id] = std::move(lack);
+    }
+    return out;
   }
 
   // Takes `p` (placed) on the table. REQUIRES: core_->mu_ held.
@@ -50,10 +111,23 @@ class SchedulerCore::Book : public ResourceBook {
     return g;
   }
 
+  std::optional<Grant> Adopt(const std::string& node_id, const proto::Resources& shape,
+                             const std::vector<int>& gpu_ids) override {
+    absl::MutexLock lock(&core_->mu_);
+    Node* node = core_->FindNodeLocked(node_id);
+    if (node == nullptr || node->info.state() != proto::ALIVE) return std::nullopt;
+    core_->table_.Use(node_id, shape, gpu_ids, +1);
+    Grant g;
+    g.node_id = node_id;
+    g.agent_address = node->info.agent_address();
+    g.shape = shape;
+    g.gpu_ids = gpu_ids;
+    return g;
+  }
+
   std::string Explain(const proto::Resources& shape, const proto::PlacementHint& hint) override {
     absl::MutexLock lock(&core_->mu_);
-    NodeTable& table = core_->table_;
-    LeasePlacement p = PlaceLease(shape, hint, table.Free(), table.Total());
+    LeasePlacement p = PlaceLocked(shape, hint, /*explain=*/true);
     if (p.ok) return "waiting for its turn in the queue of lease requests";
     return p.never ? absl::StrCat(p.reason, "; waiting for a node that has it") : p.reason;
   }
@@ -111,6 +185,13 @@ std::unique_ptr<ResourceBook> SchedulerCore::MakeBook(SchedulerCore* core) {
 
 void SchedulerCore::SetLeaseManager(LeaseManager* leases) { leases_.store(leases); }
 
+void SchedulerCore::AdoptLeases(const std::string& node_id, const proto::RegisterNodeRequest& req) {
+  LeaseManager* leases = leases_.load();
+  if (leases == nullptr || req.leases().empty()) return;
+  leases->Adopt(node_id, req.agent_address(),
+                std::vector<proto::HeldLease>(req.leases().begin(), req.leases().end()));
+}
+
 void SchedulerCore::TakeNotesLocked(LeaseNotes* notes) {
   for (std::string& job : ended_jobs_) {
     // Its objects, to be deleted from the stores that hold them.
@@ -128,6 +209,8 @@ void SchedulerCore::TakeNotesLocked(LeaseNotes* notes) {
   dead_nodes_.clear();
   notes->freed = notes->freed || freed_;
   freed_ = false;
+  notes->claim = notes->claim || claim_changed_;
+  claim_changed_ = false;
   notes_pending_ = false;
 }
 
@@ -141,6 +224,7 @@ void SchedulerCore::NotifyLeases(LeaseNotes notes) {
   for (const auto& [node, reason] : notes.dead) leases->NodeDead(node, reason);
   for (auto& [job, objects] : notes.ended) leases->JobEnded(job, std::move(objects));
   if (notes.freed) leases->ResourcesFreed();
+  if (notes.claim) leases->ClaimChanged();
 }
 
 absl::StatusOr<std::string> SchedulerCore::RegisterDriver(const proto::RegisterDriverRequest& req) {
@@ -174,6 +258,32 @@ absl::Status SchedulerCore::CheckDriver(const std::string& job_id) {
     return absl::FailedPreconditionError(absl::StrCat("driver job ", job_id, " has ended"));
   }
   return absl::OkStatus();
+}
+
+void SchedulerCore::DriverAttached(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  if (driver_reconnects_.erase(job_id) > 0) {
+    DROVER_LOG(INFO) << "the driver of " << job_id << " reconnected after the scheduler restarted";
+  }
+}
+
+void SchedulerCore::ExpireDriverReconnectsLocked(absl::Time now) {
+  for (auto it = driver_reconnects_.begin(); it != driver_reconnects_.end();) {
+    if (it->second > now) {
+      ++it;
+      continue;
+    }
+    Job* job = FindJobLocked(it->first);
+    if (job != nullptr && job->info.driver() && !IsTerminal(job->info.state())) {
+      FinishLocked(*job, proto::FAILED,
+                   absl::StrCat("its driver did not reconnect within ",
+                                absl::FormatDuration(options_.driver_reconnect),
+                                " after the scheduler restarted"),
+                   1);
+      ChangedLocked(*job);
+    }
+    it = driver_reconnects_.erase(it);
+  }
 }
 
 void SchedulerCore::EndDriver(const std::string& job_id, const std::string& reason) {

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -537,6 +538,64 @@ int Fill(const std::string& node) {
   return 0;
 }
 
+// A driver that never lets up (issue 19 items 4 and 7): keeps `in_flight` one-CPU tasks
+// of 1 s submitted (more than the cluster has CPUs) until `stop` exists, printing how
+// many finished ("done=N") as they do; then waits for the rest. With `actors` > 0, as
+// many counters get an ordered call (Log) per finished task; their logs are checked at
+// the end ("actors=ok").
+int Stream(int in_flight, const std::string& stop, int actors = 0) {
+  std::vector<drover::ActorHandle<Counter>> counters;
+  for (int a = 0; a < actors; ++a) {
+    counters.push_back(drover::Actor(MakeCounter).Remote(int64_t{0}));
+    auto v = drover::Get(counters.back().Task(&Counter::Value).Remote(), absl::Seconds(120));
+    if (!v.ok()) {
+      Print("actors", Err(v.status()));
+      return 1;
+    }
+  }
+  std::vector<drover::ObjectRef<std::vector<int64_t>>> logs(counters.size());
+  int64_t calls = 0;
+  auto call_actors = [&] {
+    for (size_t a = 0; a < counters.size(); ++a) logs[a] = counters[a].Task(&Counter::Log).Remote(calls);
+    ++calls;
+  };
+  std::deque<drover::ObjectRef<int64_t>> refs;
+  int64_t done = 0;
+  auto finish_one = [&]() -> bool {
+    auto r = drover::Get(refs.front(), absl::Seconds(120));
+    refs.pop_front();
+    if (!r.ok() || *r != 1000) {
+      Print("stream", r.ok() ? std::to_string(*r) : Err(r.status()));
+      return false;
+    }
+    Print("done", std::to_string(++done));
+    call_actors();
+    return true;
+  };
+  while (::access(stop.c_str(), F_OK) != 0) {
+    while (refs.size() < static_cast<size_t>(in_flight)) {
+      refs.push_back(drover::Task(Sleeps).Remote(int64_t{1000}));
+    }
+    if (!finish_one()) return 1;
+  }
+  while (!refs.empty()) {
+    if (!finish_one()) return 1;
+  }
+  for (size_t a = 0; a < counters.size(); ++a) {
+    auto log = drover::Get(logs[a], absl::Seconds(120));
+    bool ordered = log.ok() && log->size() == static_cast<size_t>(calls);
+    for (size_t i = 0; ordered && i < log->size(); ++i) ordered = (*log)[i] == static_cast<int64_t>(i);
+    if (!ordered) {
+      Print("actors", log.ok() ? absl::StrCat("actor ", a, " logged ", absl::StrJoin(*log, ","))
+                               : Err(log.status()));
+      return 1;
+    }
+  }
+  if (!counters.empty()) Print("actors", absl::StrCat("ok ", calls, " calls each"));
+  Print("stream", "ok");
+  return 0;
+}
+
 // One task that needs all 4 CPUs of `node`.
 int Whole(const std::string& node) {
   auto r = drover::Get(drover::Task(Add).SetNodeAffinity(node).SetResources({.cpus = 4}).Remote(int64_t{1}, int64_t{2}),
@@ -581,6 +640,9 @@ int main(int argc, char** argv) {
   if (scenario == "fill" && argc > 2) return Fill(argv[2]);
   if (scenario == "whole" && argc > 2) return Whole(argv[2]);
   if (scenario == "timeline" && argc > 4) return Timeline(argv[2], argv[3], argv[4]);
+  if (scenario == "stream" && argc > 3) {
+    return Stream(std::atoi(argv[2]), argv[3], argc > 4 ? std::atoi(argv[4]) : 0);
+  }
   if (scenario == "many" && argc > 3) return Many(std::atoi(argv[2]), argv[3]);
   std::cerr << "unknown scenario " << scenario << "\n";
   return 2;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <iostream>
 #include <map>
 #include <string>
 #include <vector>
@@ -292,6 +293,41 @@ TEST_F(TasksTest, ALeaseRequestWaitingWhenItsDriverDiesLeavesNoLeaseBehind) {
   // All of a's CPUs are free again for the next driver.
   DriverRun r = RunProgram({"whole", a});
   EXPECT_EQ(r.Get("whole"), "3") << r.err << cluster_->DaemonLogs();
+}
+
+// Issue 19 item 7: a driver that keeps every CPU busy with 1-second tasks (16 in flight
+// on 8 CPUs) no longer holds a gang needing all 8 back for ever: the gang's claim takes
+// the task leases back as their tasks finish, it starts within the time they take, and
+// the tasks go on after it.
+TEST_F(TasksTest, AWaitingGangStartsWhileADriverStreamsTasks) {
+  const std::string stop = absl::StrCat(cluster_->dir(), "/stop-stream");
+  const std::string base = absl::StrCat(cluster_->dir(), "/streamer");
+  pid_t pid = Start({"stream", "16", stop}, base);
+  auto done = [&] {
+    int64_t n = 0;
+    return absl::SimpleAtoi(ReadDriverOutput(base).Get("done"), &n) ? n : int64_t{0};
+  };
+  // Every CPU is leased: a round of tasks on all of them has run.
+  ASSERT_TRUE(WaitFor([&] { return done() >= 16; }, absl::Seconds(120)))
+      << ReadDriverOutput(base).All() << cluster_->DaemonLogs();
+  // A gang of every CPU of both nodes.
+  auto gang = cluster_->RunJob(TestCluster::JobOf({"sleep", "1"}, 8, 4), absl::Seconds(120));
+  ASSERT_TRUE(gang.ok()) << gang.status() << ReadDriverOutput(base).All();
+  EXPECT_EQ(gang->state, JobState::kSucceeded) << gang->reason << cluster_->DaemonLogs();
+  ASSERT_TRUE(gang->start_time.has_value()) << gang->reason;
+  std::cout << "the gang waited " << absl::FormatDuration(*gang->start_time - gang->submit_time)
+            << " behind tasks of 1 s" << std::endl;
+  // Within the time the running tasks (1 s) take to finish, with room for a loaded machine.
+  EXPECT_LT(*gang->start_time - gang->submit_time, absl::Seconds(10))
+      << "the gang waited " << absl::FormatDuration(*gang->start_time - gang->submit_time);
+  // The tasks go on after it.
+  const int64_t after_gang = done();
+  EXPECT_TRUE(WaitFor([&] { return done() >= after_gang + 16; }, absl::Seconds(120)))
+      << ReadDriverOutput(base).All();
+  ASSERT_TRUE(WriteFileAtomic(stop, "").ok());
+  DriverRun r = Finish(pid, base, absl::Seconds(120));
+  EXPECT_EQ(r.code, 0) << r.All();
+  EXPECT_EQ(r.Get("stream"), "ok") << r.All();
 }
 
 // The workers run the program from the package the driver uploaded, not from its path:

@@ -1,6 +1,6 @@
 // A fake of the scheduler's calls to agents' Workers service, for the lease manager's
-// tests: every start succeeds (worker "worker-<lease id>") and is counted; the rest
-// succeed and do nothing. Thread-safe.
+// tests: every start succeeds (worker "worker-<lease id>") and is counted, revokes and
+// kills are recorded; the rest succeed and do nothing. Thread-safe.
 #ifndef DROVER_SCHEDULER_TESTING_LEASE_FAKES_H_
 #define DROVER_SCHEDULER_TESTING_LEASE_FAKES_H_
 
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "scheduler/lease_manager.h"
 
 namespace drover {
@@ -22,7 +23,14 @@ class FakeWorkers : public WorkerClient {
     reply.set_worker_id(absl::StrCat("worker-", req.lease_id()));
     return reply;
   }
-  absl::Status KillWorker(const std::string&, const proto::KillWorkerRequest&) override {
+  absl::Status KillWorker(const std::string&, const proto::KillWorkerRequest& req) override {
+    absl::MutexLock l(&mu_);
+    killed_.push_back(req);
+    return absl::OkStatus();
+  }
+  absl::Status RevokeLease(const std::string&, const proto::RevokeLeaseRequest& req) override {
+    absl::MutexLock l(&mu_);
+    revoked_.push_back(req);
     return absl::OkStatus();
   }
   absl::Status StopJob(const std::string&, const std::string&) override { return absl::OkStatus(); }
@@ -30,7 +38,24 @@ class FakeWorkers : public WorkerClient {
     return absl::OkStatus();
   }
 
+  // The RevokeLease calls so far.
+  std::vector<proto::RevokeLeaseRequest> revoked() {
+    absl::MutexLock l(&mu_);
+    return revoked_;
+  }
+
+  // The KillWorker calls so far.
+  std::vector<proto::KillWorkerRequest> killed() {
+    absl::MutexLock l(&mu_);
+    return killed_;
+  }
+
   std::atomic<int> starts{0};
+
+ private:
+  std::vector<proto::KillWorkerRequest> killed_;
+  absl::Mutex mu_;
+  std::vector<proto::RevokeLeaseRequest> revoked_;
 };
 
 }  // namespace drover

@@ -136,14 +136,26 @@ class Runtime {
   }
   std::unique_ptr<TaskSubmitter> submitter;
   std::unique_ptr<ActorClient> actors;
-  // A plain driver's session with the scheduler (its job ends when this ends).
-  std::unique_ptr<grpc::ClientContext> session_ctx;
+  // A plain driver's session with the scheduler (its job ends when this ends): the
+  // call in progress, and whether the driver is shutting down.
+  struct Session {
+    absl::Mutex mu;
+    absl::CondVar stopped;
+    grpc::ClientContext* call ABSL_GUARDED_BY(mu) = nullptr;
+    bool stop ABSL_GUARDED_BY(mu) = false;
+  };
+  std::shared_ptr<Session> session = std::make_shared<Session>();
   std::thread session_thread;
 
   void Shutdown() {
     if (actors) actors->Shutdown();
     if (submitter) submitter->Shutdown();
-    if (session_ctx) session_ctx->TryCancel();
+    {
+      absl::MutexLock l(&session->mu);
+      session->stop = true;
+      if (session->call != nullptr) session->call->TryCancel();
+      session->stopped.SignalAll();
+    }
     if (session_thread.joinable()) session_thread.join();
   }
 };
@@ -271,22 +283,59 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
   rt->ctx.job_id = reply.job_id();
   // The session: held open for the driver's life. The scheduler ends the job when it
   // breaks, so a driver that dies (even by SIGKILL) releases everything it owned.
-  rt->session_ctx = std::make_unique<grpc::ClientContext>();
-  rt->session_ctx->AddMetadata(kTokenMetadataKey, rt->ctx.token);
+  // When the scheduler goes away (a restart), the session is opened again once it is
+  // back: with --redis the job stands and the new scheduler waits for its driver
+  // (SchedulerOptions::driver_reconnect); the driver's workers run on meanwhile.
   auto attached = std::make_shared<std::atomic<int>>(0);
   proto::Leases::Stub* leases = rt->ctx.leases.get();
-  grpc::ClientContext* sctx = rt->session_ctx.get();
   const std::string job = reply.job_id();
-  rt->session_thread = std::thread([leases, sctx, job, attached] {
+  const std::string token = rt->ctx.token;
+  const std::string where = rt->ctx.scheduler_address;
+  std::shared_ptr<Runtime::Session> session = rt->session;
+  rt->session_thread = std::thread([leases, session, job, token, where, attached] {
     proto::DriverSessionRequest sreq;
     sreq.set_job_id(job);
-    std::unique_ptr<grpc::ClientReader<proto::DriverNotice>> reader = leases->DriverSession(sctx, sreq);
-    proto::DriverNotice notice;
-    while (reader->Read(&notice)) {
-      if (notice.attached()) attached->store(1);
+    absl::Time away_since = absl::InfinitePast();
+    absl::Duration pause = absl::Milliseconds(100);
+    for (;;) {
+      grpc::ClientContext cctx;
+      cctx.AddMetadata(kTokenMetadataKey, token);
+      {
+        absl::MutexLock l(&session->mu);
+        if (session->stop) break;
+        session->call = &cctx;
+      }
+      std::unique_ptr<grpc::ClientReader<proto::DriverNotice>> reader = leases->DriverSession(&cctx, sreq);
+      proto::DriverNotice notice;
+      while (reader->Read(&notice)) {
+        if (!notice.attached()) continue;
+        attached->store(1);
+        if (away_since != absl::InfinitePast()) {
+          std::cerr << "drover: the scheduler at " << where << " is back; job " << job
+                    << " goes on" << std::endl;
+          away_since = absl::InfinitePast();
+          pause = absl::Milliseconds(100);
+        }
+      }
+      const grpc::Status s = reader->Finish();
+      absl::MutexLock l(&session->mu);
+      session->call = nullptr;
+      if (session->stop) break;
+      // Never attached (Init says so), or refused for good (the job ended): done.
+      const bool away = s.ok() || s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      if (attached->load() != 1 || !away) break;
+      if (away_since == absl::InfinitePast()) {
+        away_since = absl::Now();
+        std::cerr << "drover: lost the session with the scheduler at " << where << " ("
+                  << (s.ok() ? "it stopped" : s.error_message())
+                  << "); waiting for it to come back (job " << job
+                  << " stands if the scheduler keeps its jobs, --redis)" << std::endl;
+      }
+      session->stopped.WaitWithTimeout(&session->mu, pause);
+      pause = std::min(pause * 2, absl::Seconds(2));
     }
-    attached->store(-1);
-    reader->Finish();
+    if (attached->load() != 1) attached->store(-1);
   });
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (attached->load() == 0 && absl::Now() < deadline) {

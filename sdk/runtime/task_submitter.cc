@@ -189,7 +189,7 @@ void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
   while (!k.queue.empty()) {
     std::shared_ptr<Worker> best;
     for (const auto& w : k.workers) {
-      if (w->lost) continue;
+      if (w->lost || w->revoked) continue;
       const bool room = w->in_flight.empty() ||
                         (w->in_flight.size() < DepthOf(*w) && w->in_flight_bytes < kMaxInFlightBytes);
       if (room && (best == nullptr || w->in_flight.size() < best->in_flight.size())) best = w;
@@ -374,6 +374,21 @@ void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
       WorkerLost(w, s);
       return;
     }
+    if (frame.has_revoked()) {
+      Outbox out;
+      {
+        absl::MutexLock l(&mu_);
+        DROVER_LOG(INFO) << "lease " << w->lease_id << " of worker " << w->worker_id << " on node "
+                         << w->node_id << " is wanted back (" << frame.revoked().reason()
+                         << "); handing it back once its " << w->in_flight.size()
+                         << " task(s) in flight finish";
+        w->revoked = true;
+        if (w->in_flight.empty()) HandBackLocked(w);
+        PumpLocked(*w->key, &out);  // its queued tasks ask for other leases
+      }
+      Flush(out);
+      continue;
+    }
     if (!frame.has_reply()) continue;
     proto::TaskReply& reply = *frame.mutable_reply();
     std::shared_ptr<TaskRecord> t;
@@ -390,6 +405,7 @@ void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
         w->avg_run_us = w->avg_run_us < 0 ? run : 0.8 * w->avg_run_us + 0.2 * run;
       }
       if (w->in_flight.empty()) w->idle_since = absl::Now();
+      if (w->revoked && w->in_flight.empty()) HandBackLocked(w);
       by_result_.erase(t->result.get());
       PumpLocked(*w->key, &out);
     }
@@ -435,6 +451,14 @@ void TaskSubmitter::WorkerLost(const std::shared_ptr<Worker>& w, const absl::Sta
                                          how)));
     }
   }
+}
+
+void TaskSubmitter::HandBackLocked(const std::shared_ptr<Worker>& w) {
+  if (w->lost) return;
+  w->lost = true;
+  w->sock->Shutdown();
+  std::vector<std::shared_ptr<Worker>>& ws = w->key->workers;
+  ws.erase(std::remove(ws.begin(), ws.end(), w), ws.end());
 }
 
 void TaskSubmitter::FailTask(const std::shared_ptr<TaskRecord>& t, absl::Status s) {

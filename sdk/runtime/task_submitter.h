@@ -99,6 +99,9 @@ class TaskSubmitter {
     double avg_run_us = -1;
     absl::Time idle_since = absl::InfinitePast();
     bool lost = false;
+    // The scheduler wants the lease back (a pending job claims it): no new tasks go to
+    // it, and it is handed back once those sent have finished.
+    bool revoked = false;
   };
   // A batch of frames for one worker, sent after the mutex is released.
   struct Send {
@@ -123,6 +126,9 @@ class TaskSubmitter {
   void RequestLease(Key* k, std::string request_id) ABSL_LOCKS_EXCLUDED(mu_);
   void ReaderLoop(std::shared_ptr<Worker> w) ABSL_LOCKS_EXCLUDED(mu_);
   void WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Hands `w`'s lease back (closes the connection; its agent returns the lease).
+  // REQUIRES: nothing in flight on it.
+  void HandBackLocked(const std::shared_ptr<Worker>& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HousekeepingLoop();
   // Fails the task's result: runs its dependents' callbacks on this thread.
   void FailTask(const std::shared_ptr<TaskRecord>& t, absl::Status s) ABSL_LOCKS_EXCLUDED(mu_);

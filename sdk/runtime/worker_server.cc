@@ -415,6 +415,7 @@ void WorkerServer::OnFrame(const std::shared_ptr<Conn>& c, std::string_view payl
     if (!h.lease_id().empty()) {
       c->lease = true;
       lease_connected_ = true;
+      if (!lease_revoked_.empty()) TellRevoked();
     }
     return;
   }
@@ -431,9 +432,24 @@ void WorkerServer::OnControl(const std::shared_ptr<Conn>& c, std::string_view pa
   if (msg.has_assign()) {
     lease_id_ = msg.assign().lease_id();
     lease_connected_ = false;
+    lease_revoked_.clear();
     lease_claim_by_ = absl::Now() + kLeaseClaimTime;
   } else if (msg.has_create_actor()) {
     CreateActor(msg.create_actor());
+  } else if (msg.has_revoke() && !lease_id_.empty() && msg.revoke().lease_id() == lease_id_) {
+    lease_revoked_ = msg.revoke().reason().empty() ? "revoked" : msg.revoke().reason();
+    if (lease_connected_) TellRevoked();
+  }
+}
+
+void WorkerServer::TellRevoked() {
+  for (auto& [fd, c] : conns_) {
+    if (!c->lease || c->closed || !c->hello) continue;
+    proto::TaskFrame frame;
+    frame.mutable_revoked()->set_lease_id(lease_id_);
+    frame.mutable_revoked()->set_reason(lease_revoked_);
+    AppendFrame(frame, &c->out);
+    Flush(c);
   }
 }
 

@@ -113,6 +113,11 @@ class WorkerServer {
   std::set<std::pair<Conn*, uint64_t>> cancelled_;
   std::string lease_id_;       // assigned by the agent
   bool lease_connected_ = false;
+  // The scheduler wants lease_id_ back (set while it is served): its holder is told
+  // now, or right after its hello if it has not connected yet.
+  std::string lease_revoked_;
+  // Tells the lease holder's connection, if connected, that the lease is revoked.
+  void TellRevoked();
   absl::Time lease_claim_by_;  // the holder must connect by then
   void ReleaseUnclaimedLease();
   // The actor this worker hosts, if any.

@@ -1,0 +1,201 @@
+// The lease book against the core's node table: the real core and lease manager over
+// fake agents and workers, on a fake clock. A pending job's claim holds against task
+// leases (lease_manager.h): new leases go only beside the claim; task leases on claimed
+// resources are asked back, as many as the claim lacks and each once; the job starts
+// when they come back. And the leases a re-registering agent reports (after a
+// scheduler restart) rebuild the book.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "scheduler/lease_manager.h"
+#include "scheduler/scheduler_core.h"
+#include "scheduler/state_store.h"
+#include "scheduler/testing/core_fakes.h"
+#include "scheduler/testing/lease_fakes.h"
+#include "tests/util/test_util.h"
+
+namespace drover {
+namespace {
+
+class LeaseClaimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SchedulerOptions o;
+    o.clock = &clock_;
+    auto agents = std::make_unique<testing::FakeAgents>();
+    agents_ = agents.get();
+    core_ = std::make_unique<SchedulerCore>(o, NewMemoryStateStore(), std::move(agents));
+    ASSERT_TRUE(core_->Start().ok());
+    auto workers = std::make_unique<FakeWorkers>();
+    workers_ = workers.get();
+    leases_ = std::make_unique<LeaseManager>(core_->resource_book(), std::move(workers), &clock_);
+    core_->SetLeaseManager(leases_.get());
+    for (int i = 0; i < 2; ++i) {
+      proto::RegisterNodeRequest node;
+      node.set_agent_address(absl::StrCat("10.0.0.", i + 1, ":7000"));
+      node.set_node_ip(absl::StrCat("10.0.0.", i + 1));
+      node.mutable_total()->set_cpus(2);
+      auto reg = core_->RegisterNode(node);
+      ASSERT_TRUE(reg.ok()) << reg.status();
+      nodes_.push_back(reg->node_id());
+    }
+    proto::RegisterDriverRequest driver;
+    driver.set_request_id("driver-1");
+    absl::StatusOr<std::string> job = core_->RegisterDriver(driver);
+    ASSERT_TRUE(job.ok()) << job.status();
+    driver_ = *job;
+  }
+  void TearDown() override {
+    core_->SetLeaseManager(nullptr);
+    leases_->Stop();
+    leases_.reset();
+    core_.reset();
+  }
+
+  absl::StatusOr<proto::RequestLeaseReply> Ask(const std::string& id,
+                                               const proto::PlacementHint& hint = {}) {
+    proto::RequestLeaseRequest req;
+    req.set_job_id(driver_);
+    req.set_request_id(id);
+    req.set_wait_ms(0);
+    req.mutable_shape()->set_cpus(1);
+    req.mutable_package()->set_hash("abc");
+    *req.mutable_hint() = hint;
+    return leases_->RequestLease(req);
+  }
+  proto::JobState StateOf(const std::string& job) {
+    auto info = core_->GetJob(job, 0, absl::ZeroDuration());
+    return info.ok() ? info->state() : proto::FAILED;
+  }
+
+  FakeClock clock_;
+  testing::FakeAgents* agents_ = nullptr;
+  FakeWorkers* workers_ = nullptr;
+  std::unique_ptr<SchedulerCore> core_;
+  std::unique_ptr<LeaseManager> leases_;
+  std::vector<std::string> nodes_;
+  std::string driver_;
+};
+
+// The issue 19 item 7 regression: a gang needing every CPU of both nodes waited behind
+// task leases for as long as their driver kept them busy.
+TEST_F(LeaseClaimTest, AWaitingGangGetsTheLeasesItClaimsBack) {
+  std::vector<std::string> held;
+  for (int i = 0; i < 4; ++i) {
+    auto r = Ask(absl::StrCat("task-", i));
+    ASSERT_TRUE(r.ok() && r->granted()) << r.status() << " " << (r.ok() ? r->pending_reason() : "");
+    held.push_back(r->lease_id());
+  }
+  proto::JobSpec spec = testing::OneCpuJob(4);
+  spec.set_nproc_per_node(2);
+  auto gang = core_->SubmitJob(spec);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  EXPECT_EQ(StateOf(gang->job_id()), proto::PENDING);
+
+  // Every task lease is asked back, naming the claim.
+  ASSERT_TRUE(::drover::testing::WaitFor([&] { return workers_->revoked().size() == 4; }))
+      << workers_->revoked().size();
+  for (const auto& r : workers_->revoked()) {
+    EXPECT_TRUE(absl::StrContains(r.reason(), gang->job_id())) << r.reason();
+  }
+  // A new lease does not go on claimed resources, and says why.
+  auto later = Ask("later");
+  ASSERT_TRUE(later.ok()) << later.status();
+  EXPECT_FALSE(later->granted());
+  EXPECT_TRUE(absl::StrContains(later->pending_reason(), gang->job_id())) << later->pending_reason();
+
+  // Leases come back as their tasks finish; the gang starts with the last one.
+  for (size_t i = 0; i < held.size(); ++i) {
+    EXPECT_EQ(StateOf(gang->job_id()), proto::PENDING) << i;
+    leases_->ReturnLease(held[i], "its holder handed it back");
+  }
+  ASSERT_TRUE(::drover::testing::WaitFor([&] { return StateOf(gang->job_id()) == proto::RUNNING; }))
+      << proto::JobState_Name(StateOf(gang->job_id()));
+  EXPECT_TRUE(::drover::testing::WaitFor([&] { return agents_->starts() == 2; })) << agents_->starts();
+  // Leases are asked back once each, however long the claim stood.
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_EQ(workers_->revoked().size(), 4u);
+  EXPECT_EQ(leases_->counts().leases_revoked, 4);
+  EXPECT_FALSE(Ask("later")->granted());  // the gang holds every CPU now
+}
+
+// Only what the claim lacks is asked back, and leases beside the claim are granted.
+TEST_F(LeaseClaimTest, LeasesBesideTheClaimStayAndAreGranted) {
+  proto::PlacementHint on0, on1;
+  on0.set_node_id(nodes_[0]);
+  on1.set_node_id(nodes_[1]);
+  auto a = Ask("a", on0), b = Ask("b", on0), c = Ask("c", on1);
+  ASSERT_TRUE(a.ok() && a->granted() && b.ok() && b->granted() && c.ok() && c->granted());
+  // Two CPUs on one node: none has them free; it claims the first node (packing).
+  proto::JobSpec spec = testing::OneCpuJob(2);
+  spec.set_nproc_per_node(2);
+  auto gang = core_->SubmitJob(spec);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  ASSERT_TRUE(::drover::testing::WaitFor([&] { return workers_->revoked().size() == 2; }));
+  for (const auto& r : workers_->revoked()) {
+    EXPECT_NE(r.lease_id(), c->lease_id()) << "a lease beside the claim was asked back";
+  }
+  // The free CPU beside the claim is leased; nothing on the claimed node is.
+  auto d = Ask("d");
+  ASSERT_TRUE(d.ok() && d->granted()) << (d.ok() ? d->pending_reason() : d.status().ToString());
+  EXPECT_EQ(d->node_id(), nodes_[1]);
+  EXPECT_FALSE(Ask("e", on0)->granted());
+  clock_.Advance(absl::Seconds(3));
+  EXPECT_EQ(workers_->revoked().size(), 2u);
+  leases_->ReturnLease(a->lease_id(), "done");
+  leases_->ReturnLease(b->lease_id(), "done");
+  ASSERT_TRUE(::drover::testing::WaitFor([&] { return StateOf(gang->job_id()) == proto::RUNNING; }));
+}
+
+// Issue 19 item 4, step 2: after a scheduler restart the agents' workers still serve
+// their leases; the new scheduler learns them from the agents' registrations and books
+// their resources, so it does not hand them out twice, and a later return frees them.
+TEST_F(LeaseClaimTest, LeasesAnAgentReportsOnRegistrationAreBooked) {
+  proto::RegisterNodeRequest again;
+  again.set_node_id(nodes_[0]);
+  again.set_agent_address("10.0.0.1:7000");
+  again.set_node_ip("10.0.0.1");
+  again.mutable_total()->set_cpus(2);
+  auto held = [&](const std::string& id, const std::string& job) {
+    proto::HeldLease* h = again.add_leases();
+    h->set_lease_id(id);
+    h->set_job_id(job);
+    h->set_owner(job + "/1@node");
+    h->mutable_shape()->set_cpus(1);
+    h->set_worker_id("worker-" + id);
+  };
+  held("lease-before-1", driver_);
+  held("lease-before-2", driver_);
+  held("lease-before-3", "job-gone-9");  // its job is not known here: its worker goes
+  for (int i = 0; i < 2; ++i) {  // an agent may register more than once: booked once
+    auto reg = core_->RegisterNode(again);
+    ASSERT_TRUE(reg.ok()) << reg.status();
+    core_->AdoptLeases(reg->node_id(), again);
+  }
+  EXPECT_EQ(leases_->counts().leases, 2);
+  // (Once per registration: stopping a worker is idempotent.)
+  ASSERT_TRUE(::drover::testing::WaitFor([&] { return workers_->killed().size() == 2; }));
+  for (const auto& kill : workers_->killed()) {
+    EXPECT_EQ(kill.worker_id(), "worker-lease-before-3");
+    EXPECT_TRUE(absl::StrContains(kill.reason(), "job-gone-9")) << kill.reason();
+  }
+  // The node's two CPUs are held: nothing more goes there.
+  proto::PlacementHint on0;
+  on0.set_node_id(nodes_[0]);
+  EXPECT_FALSE(Ask("new", on0)->granted());
+  // One comes back (its holder disconnected): its CPU is free for the next.
+  leases_->ReturnLease("lease-before-1", "its holder disconnected");
+  // (Granted by the return's grant pass; its worker starts apart: ask until it has.)
+  EXPECT_TRUE(::drover::testing::WaitFor([&] {
+    auto next = Ask("new", on0);
+    return next.ok() && next->granted();
+  }));
+}
+
+}  // namespace
+}  // namespace drover

@@ -1,0 +1,64 @@
+// Issue 19 item 4 (steps 1 and 2): a driver's tasks and actors outlive scheduler
+// restarts on a --redis cluster. Its job stands (the new scheduler waits for its driver
+// to open its session again), its leased workers and actors run on, their leases are
+// booked again from the agents' registrations, and its tasks and ordered actor calls go
+// on and come back right.
+#include <signal.h>
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/files.h"
+#include "gtest/gtest.h"
+#include "tests/util/driver_program.h"
+#include "tests/util/test_cluster.h"
+
+namespace drover::testing {
+namespace {
+
+class SchedulerRestartTasksTest : public TwoNodeClusterTest {
+ protected:
+  static void SetUpTestSuite() {
+    TestClusterOptions o = TwoNodes();
+    o.redis = true;
+    StartCluster(o);
+  }
+};
+
+TEST_F(SchedulerRestartTasksTest, ADriversTasksGoOnAcrossTwoSchedulerKills) {
+  const std::string stop = absl::StrCat(cluster_->dir(), "/stop-stream");
+  const std::string base = absl::StrCat(cluster_->dir(), "/streamer");
+  pid_t pid = StartDriver(*cluster_, "tests/task_program", {"stream", "16", stop, "2"}, base);
+  auto done = [&] {
+    int64_t n = 0;
+    return absl::SimpleAtoi(ReadDriverOutput(base).Get("done"), &n) ? n : int64_t{0};
+  };
+  ASSERT_TRUE(WaitFor([&] { return done() >= 16; }, absl::Seconds(120)))
+      << ReadDriverOutput(base).All() << cluster_->DaemonLogs();
+  const std::string job = ReadDriverOutput(base).Get("job");
+  for (int kill = 0; kill < 2; ++kill) {
+    ASSERT_TRUE(cluster_->RestartScheduler(SIGKILL).ok()) << cluster_->DaemonLogs();
+    // The job stands, and its tasks go on: a round on every CPU after the restart.
+    const int64_t before = done();
+    EXPECT_TRUE(WaitFor([&] { return done() >= before + 16; }, absl::Seconds(120)))
+        << "kill " << kill << ": " << ReadDriverOutput(base).All() << cluster_->DaemonLogs();
+    auto info = cluster_->client().GetJob(job);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->state, JobState::kRunning) << info->reason;
+  }
+  ASSERT_TRUE(WriteFileAtomic(stop, "").ok());
+  DriverRun r = FinishDriver(*cluster_, pid, base, absl::Seconds(120));
+  EXPECT_EQ(r.code, 0) << r.All() << cluster_->DaemonLogs();
+  EXPECT_EQ(r.Get("stream"), "ok") << r.All();
+  // Two actors, called in order all along (their connections outlive the scheduler).
+  EXPECT_TRUE(absl::StartsWith(r.Get("actors"), "ok ")) << r.All();
+  EXPECT_TRUE(absl::StrContains(r.err, "waiting for it to come back")) << r.err;
+  auto ended = cluster_->client().WaitJob(job, absl::Seconds(30));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->state, JobState::kSucceeded) << ended->reason;
+}
+
+}  // namespace
+}  // namespace drover::testing

@@ -43,6 +43,8 @@ DEMO_PACKAGES=(
 TEST_PACKAGES=(
   # the rest of the build: tests, collectives, the Python module (//python:drover)
   libgtest-dev libgmock-dev libgloo-dev pybind11-dev python3-dev
+  # tests/cmake_install_test.sh: the SDK installed by scripts/install.sh, built with CMake
+  cmake
   # fuzzing (//bazel/fuzz: libFuzzer, ASan and UBSan runtimes, the symbolizer)
   clang-14 libclang-rt-14-dev libfuzzer-14-dev llvm-14
   # the dashboard's browser test (tests/dashboard)

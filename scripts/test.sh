@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what is missing, then `bazel test //...`, then
 # tests/external_workspace_test.sh (a workspace of its own built against @drover and
-# its drover_job targets run on a local cluster: Bazel inside `bazel test` is awkward).
+# its drover_job targets run on a local cluster: Bazel inside `bazel test` is awkward)
+# and tests/cmake_install_test.sh (scripts/install.sh, then the quickstart built with CMake).
 # Tests start their own daemons and redis-server on free loopback ports; one creates
 # network namespaces and one a local Slurm, so the suite runs as root: started as a
 # user, it runs itself again through sudo. Extra arguments go to `bazel test`.
@@ -31,6 +32,15 @@ if bash tests/external_workspace_test.sh; then
   passed=$((passed + 1))
 else
   echo "external workspace test: FAILED in $((SECONDS - start)) s"
+  failed=$((failed + 1))
+  [ "$rc" -eq 0 ] && rc=1
+fi
+start=$SECONDS
+if bash tests/cmake_install_test.sh; then
+  echo "cmake install test: PASSED in $((SECONDS - start)) s"
+  passed=$((passed + 1))
+else
+  echo "cmake install test: FAILED in $((SECONDS - start)) s"
   failed=$((failed + 1))
   [ "$rc" -eq 0 ] && rc=1
 fi

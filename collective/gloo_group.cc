@@ -15,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "collective/gloo_abort.h"
 #include "collective/group.h"
 #include "collective/group_internal.h"
 #include "collective/kv_store.h"
@@ -27,7 +28,6 @@
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
 #include "gloo/transport/tcp/device.h"
-#include "gloo/transport/tcp/pair.h"
 #include "gloo/types.h"
 
 namespace drover::collective::internal {
@@ -71,18 +71,6 @@ bool LooksLikeTimeout(const std::string& what) {
   std::string lower = absl::AsciiStrToLower(what);
   return absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout");
 }
-
-// Gloo has no public abort. tcp::Pair::signalExceptionExternal (what Gloo itself calls
-// when a wait times out) fails every operation pending on the pair, wakes its waiters
-// and closes the socket, so the peer's waits fail too; it is protected, and reached
-// here through a member pointer taken in a derived class (legal C++: the access check
-// applies to naming the member, which the derived class may do).
-struct PairAbort : gloo::transport::tcp::Pair {
-  static void Signal(gloo::transport::Pair* pair, const std::string& why) {
-    auto* tcp = dynamic_cast<gloo::transport::tcp::Pair*>(pair);
-    if (tcp != nullptr) (tcp->*&PairAbort::signalExceptionExternal)(why);
-  }
-};
 
 std::chrono::milliseconds ToChrono(absl::Duration d) {
   return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
@@ -203,11 +191,12 @@ class GlooGroup : public GroupBase {
   std::chrono::milliseconds Timeout() const { return ToChrono(options_.timeout); }
 
   // Signals an error on every connection: a Gloo wait in flight on this thread returns
-  // (its IoException becomes the notice), and the peers see the sockets close.
+  // (its IoException becomes the notice), even one whose connection had already broken
+  // mid-payload (see gloo_abort.h), and the peers see the sockets close.
   void AbortTransport(const absl::Status& cause) override {
     const std::string why = absl::StrCat("aborted: ", cause.message());
     for (int i = 0; i < size(); ++i) {
-      if (i != rank()) PairAbort::Signal(ctx_->getPair(i).get(), why);
+      if (i != rank()) AbortGlooPair(ctx_->getPair(i).get(), why);
     }
   }
 

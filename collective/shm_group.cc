@@ -74,6 +74,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/random/random.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -217,13 +218,15 @@ class ShmSegment {
     const std::string key = absl::StrCat(prefix, "shm/node", node_index);
     int fd = -1;
     if (local_rank == 0) {
-      seg->name_ = absl::StrCat("/drover-coll-", ::getpid(), "-",
-                                std::hash<std::string>()(prefix) % 1000000007ull, "-n",
-                                node_index);
-      fd = ::shm_open(seg->name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-      if (fd < 0 && errno == EEXIST) {  // left over by a crashed process with our pid
-        ::shm_unlink(seg->name_.c_str());
+      // A random part, never only the pid: processes in other PID namespaces (Bazel's
+      // sandboxed tests, containers) share /dev/shm and may have the same pid and group
+      // prefix; a name taken is someone else's live segment, so pick another.
+      absl::BitGen gen;
+      for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
+        seg->name_ = absl::StrCat("/drover-coll-", ::getpid(), "-",
+                                  absl::Uniform<uint64_t>(gen), "-n", node_index);
         fd = ::shm_open(seg->name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+        if (fd < 0 && errno != EEXIST) break;
       }
       if (fd < 0) {
         std::string err = std::strerror(errno);

@@ -152,11 +152,9 @@ TEST_P(RawPathTest, AConnectionWithTheWrongTokenIsRefused) {
 TEST_P(RawPathTest, AHolderGivesUpWithoutAConnectionOrWhenCancelled) {
   Holder h;
   ScopedFd listener(h.listener);
-  const absl::Time start = absl::Now();
   auto conn = AcceptRawReader(listener.get(), h.token, security(), absl::Milliseconds(250),
                               kNever, "obj-y");
   EXPECT_EQ(conn.status().code(), absl::StatusCode::kDeadlineExceeded) << conn.status();
-  EXPECT_GE(absl::Now() - start, absl::Milliseconds(250));
   EXPECT_TRUE(absl::StrContains(conn.status().message(), "no raw connection")) << conn.status();
 
   conn = AcceptRawReader(listener.get(), h.token, security(), absl::Seconds(10),

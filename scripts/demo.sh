@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The demo: installs what is missing, builds, starts a local 2-node cluster, runs a
 # 4-process PyTorch DDP job whose ranks meet through MASTER_ADDR/MASTER_PORT, shows
-# the cluster and the job, and stops the cluster.
+# the cluster and the job, and stops the cluster. Runs as root or as a user (sudo is
+# used only to install missing packages).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh demo
 echo "demo: building (the first build takes a few minutes on 2 cores)"
 bazel build //cli:drover 2>&1 | tail -1
 DROVER="$(bazel info bazel-bin 2>/dev/null)/cli/drover"

@@ -1,27 +1,60 @@
 #!/usr/bin/env bash
-# Installs every Debian package drover needs to build, test and run. Safe to run
-# again: it installs only what is missing. Needs root (or sudo).
+# Installs the Debian packages drover needs. Safe to run again: it installs only what is
+# missing. Runs as root, or as a user with sudo (used only for apt-get and systemctl).
+#
+#   bash scripts/setup.sh demo   what scripts/demo.sh needs: build //cli:drover and its
+#                                daemons, run redis-server and the PyTorch DDP example
+#   bash scripts/setup.sh [test] everything: the demo's packages, and what the whole
+#                                suite, the Python module and fuzzing need (Chromium,
+#                                Slurm, munge, clang/libFuzzer, Gloo, gtest, npm's
+#                                playwright-core)
 set -euo pipefail
 
-PACKAGES=(
-  # build
+profile="${1:-test}"
+case "$profile" in
+  demo|test) ;;
+  *) echo "setup: unknown profile '$profile' (expected 'demo' or 'test')" >&2; exit 2 ;;
+esac
+
+# Runs a command as root: directly when root, else through sudo (never asked for when
+# nothing needs installing).
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then
+    "$@"
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo "$@"
+  else
+    echo "setup: '$*' needs root: run this as root, or as a user with sudo" >&2
+    exit 1
+  fi
+}
+
+DEMO_PACKAGES=(
+  # build //cli:drover and the daemons (bazel/system_libs.bzl runs pkg-config for each)
   bazel-bootstrap g++ pkg-config
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libabsl-dev
-  libhiredis-dev libcli11-dev nlohmann-json3-dev libgtest-dev libgmock-dev libgloo-dev
-  libmsgpack-cxx-dev libssl-dev
+  libhiredis-dev libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev libssl-dev
   # metrics (/metrics) and the dashboard's HTTP server
   prometheus-cpp-dev libcpp-httplib-dev
-  # the Python module for PyTorch consumers (//python:drover)
-  pybind11-dev python3-dev
+  # run: the cluster's Redis, and the demo's PyTorch DDP job
+  redis-server iproute2 procps python3 python3-torch
+)
+
+TEST_PACKAGES=(
+  # the rest of the build: tests, collectives, the Python module (//python:drover)
+  libgtest-dev libgmock-dev libgloo-dev pybind11-dev python3-dev
+  # tests/cmake_install_test.sh: the SDK installed by scripts/install.sh, built with CMake
+  cmake
   # fuzzing (//bazel/fuzz: libFuzzer, ASan and UBSan runtimes, the symbolizer)
   clang-14 libclang-rt-14-dev libfuzzer-14-dev llvm-14
-  # run and test
-  redis-server iproute2 procps python3 python3-torch
   # the dashboard's browser test (tests/dashboard)
   chromium
   # test deploy/: systemd-analyze (systemd), a local Slurm (tests/deploy_slurm_test.cc)
   systemd slurmctld slurmd slurm-client munge
 )
+
+PACKAGES=("${DEMO_PACKAGES[@]}")
+if [ "$profile" = test ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -31,24 +64,24 @@ for p in "${PACKAGES[@]}"; do
 done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#PACKAGES[@]} packages present"
+  echo "setup: all ${#PACKAGES[@]} packages of '$profile' present"
 else
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
   echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   echo "setup: installed ${#missing[@]} packages"
   # Debian enables the Slurm daemons it just installed; the tests start their own (with
   # their own config), so a machine that had no Slurm keeps none running.
   if [ -d /run/systemd/system ]; then
     for unit in slurmd slurmctld; do
       if [[ " ${missing[*]} " == *" $unit "* ]]; then
-        $SUDO systemctl disable --now "$unit" >/dev/null 2>&1 || true
+        as_root systemctl disable --now "$unit" >/dev/null 2>&1 || true
       fi
     done
   fi
 fi
+
+if [ "$profile" = demo ]; then exit 0; fi
 
 # The dashboard's browser test (tests/dashboard_browser_test) drives Debian's chromium
 # with playwright-core from npm, pinned by tests/dashboard/package-lock.json and
@@ -56,9 +89,7 @@ fi
 # browser. playwright-core 1.65 needs node >= 20 (the machine image has it).
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 if ! command -v npm >/dev/null 2>&1; then
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
 fi
 if [ ! -e "$repo/tests/dashboard/node_modules/playwright-core/package.json" ]; then
   echo "setup: installing playwright-core into tests/dashboard/node_modules"

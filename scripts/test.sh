@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs what is missing, then `bazel test //...`, then
 # tests/external_workspace_test.sh (a workspace of its own built against @drover and
-# its drover_job targets run on a local cluster: Bazel inside `bazel test` is awkward).
+# its drover_job targets run on a local cluster: Bazel inside `bazel test` is awkward)
+# and tests/cmake_install_test.sh (scripts/install.sh, then the quickstart built with CMake).
 # Tests start their own daemons and redis-server on free loopback ports; one creates
-# network namespaces, so run it as root. Extra arguments go to `bazel test`.
+# network namespaces and one a local Slurm, so the suite runs as root: started as a
+# user, it runs itself again through sudo. Extra arguments go to `bazel test`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh || exit 1
+if [ "$(id -u)" -ne 0 ]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "test: the suite needs root (network namespaces, Slurm): run it as root, or as a user with sudo" >&2
+    exit 1
+  fi
+  exec sudo bash "$0" "$@"
+fi
+bash scripts/setup.sh test || exit 1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 # Always run the tests: results in the disk cache may come from another machine state
@@ -23,6 +32,15 @@ if bash tests/external_workspace_test.sh; then
   passed=$((passed + 1))
 else
   echo "external workspace test: FAILED in $((SECONDS - start)) s"
+  failed=$((failed + 1))
+  [ "$rc" -eq 0 ] && rc=1
+fi
+start=$SECONDS
+if bash tests/cmake_install_test.sh; then
+  echo "cmake install test: PASSED in $((SECONDS - start)) s"
+  passed=$((passed + 1))
+else
+  echo "cmake install test: FAILED in $((SECONDS - start)) s"
   failed=$((failed + 1))
   [ "$rc" -eq 0 ] && rc=1
 fi

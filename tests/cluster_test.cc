@@ -363,10 +363,11 @@ TEST_F(FailureDetectionTest, StoppedAgentIsFoundByMissedHeartbeats) {
   auto running = StartRunning(o, 2, 1);
   const std::string victim_node = running.placement[1].node_id;
   const int victim = AgentOf(victim_node);
-  const absl::Time stopped = absl::Now();
   cluster_->SignalAgent(victim, SIGSTOP);
   auto failed = Wait(running.job_id);
-  EXPECT_GE(absl::Now() - stopped, absl::Milliseconds(1500));
+  // No lower bound on the time: the node timeout runs from the agent's last heartbeat,
+  // before the SIGSTOP (1.488 s after it was measured under load). The reason below
+  // says the heartbeats were what found it.
   EXPECT_EQ(failed.state, JobState::kFailed);
   EXPECT_TRUE(absl::StrContains(failed.reason, "no heartbeat from " + victim_node))
       << failed.reason;

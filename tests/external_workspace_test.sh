@@ -20,6 +20,10 @@ log="$tmp/log"
 export DROVER_HOME="$tmp/home"
 unset DROVER_ADDRESS DROVER_TOKEN_FILE
 drover=""
+# The limit on each outer `bazel` command: a cold first build (gRPC stubs, the SDK and
+# the CLI at external/drover/...) took 43 minutes on a loaded fresh 2-core machine, so
+# the default is far above it; it only stops a build that hangs.
+build_limit_s="${DROVER_EXTWS_BUILD_LIMIT_S:-7200}"
 
 cleanup() {
   if [[ -n "$drover" ]]; then "$drover" down >/dev/null 2>&1 || true; fi
@@ -39,7 +43,7 @@ fail() {
 outer_bazel() {
   local command="$1"
   shift
-  (cd "$ws" && timeout 900 bazel --output_base="$output_base" "$command" \
+  (cd "$ws" && timeout "$build_limit_s" bazel --output_base="$output_base" "$command" \
     --disk_cache="$HOME/.cache/bazel-disk" --symlink_prefix=/ "$@")
 }
 

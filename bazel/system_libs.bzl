@@ -27,8 +27,15 @@ _LIBS = {
 
 # Targets of drover's own workspace that come with a system library: every test's main
 # turns on absl's lock-order checker (bazel/deadlock_detection.cc).
+# Named through drover's own repository ("@//" here, "@drover//" in a workspace that
+# uses drover), so an outer workspace's @system does not look in its own //bazel.
+_DEADLOCK_DETECTION = Label("//bazel:deadlock_detection")
 _EXTRA_DEPS = {
-    "gtest_main": ["@//bazel:deadlock_detection"],
+    "gtest_main": ["@%s//%s:%s" % (
+        _DEADLOCK_DETECTION.workspace_name,
+        _DEADLOCK_DETECTION.package,
+        _DEADLOCK_DETECTION.name,
+    )],
 }
 
 # Libraries Debian ships only as shared objects (no .a): linked dynamically, with the

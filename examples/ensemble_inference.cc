@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
   const int models = std::max(gpus, 1);
   std::vector<drover::ActorHandle<Classifier>> ensemble;
   for (int i = 0; i < models; ++i) {
-    drover::Resources r{.cpus = 0.5};
+    drover::Resources r;
+    r.cpus = 0.5;
     r.gpus = gpus > 0 ? 1 : 0;
     ensemble.push_back(drover::Actor(MakeClassifier).SetResources(r).Remote(int64_t{7}));
   }

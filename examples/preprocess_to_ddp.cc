@@ -41,7 +41,7 @@ struct BatchSpec {
   int64_t lo = 0;
   int64_t hi = 0;
   uint64_t data_seed = 0;
-  MSGPACK_DEFINE(step, lo, hi, data_seed);
+  MSGPACK_DEFINE(step, lo, hi, data_seed)
 };
 
 // Preprocessing: the batch as a float32 [hi - lo, 17] tensor (16 inputs, the target),
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
   o.prefetch = static_cast<int>(f.prefetch);
   o.seed = LoaderSeed(f, rank);
   o.name = absl::StrCat("rank", rank);
-  o.resources = {.cpus = 0.5};
+  o.resources.cpus = 0.5;  // the default is 1 CPU, nothing else
   auto loader = drover::DataLoader<drover::Tensor>::Create(SpecsOf(f, rank, world), MakeBatch, o);
   if (!loader.ok()) Die(absl::StrCat("DataLoader: ", loader.status().ToString()));
 

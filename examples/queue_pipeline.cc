@@ -48,7 +48,7 @@ struct Consumed {
   double sum = 0;
   uint64_t store_peak = 0;
   std::string node;
-  MSGPACK_DEFINE(frames, sum, store_peak, node);
+  MSGPACK_DEFINE(frames, sum, store_peak, node)
 };
 
 // Takes frames until the queue is closed and drained.
@@ -94,8 +94,9 @@ int main(int argc, char** argv) {
   }
   if (nodes.empty()) nodes.push_back(drover::NodeId());
   const int64_t n = frame_kib * 1024 / 4;
-  absl::StatusOr<drover::Queue<drover::Tensor>> q =
-      drover::Queue<drover::Tensor>::Create({.capacity = static_cast<uint64_t>(capacity)});
+  drover::QueueOptions options;
+  options.capacity = static_cast<uint64_t>(capacity);
+  absl::StatusOr<drover::Queue<drover::Tensor>> q = drover::Queue<drover::Tensor>::Create(options);
   if (!q.ok()) {
     std::cerr << "Queue::Create: " << q.status() << "\n";
     return 1;

@@ -75,7 +75,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   drover::ObjectRef<drover::Tensor> img = drover::Put(LoadImage());
-  auto out = drover::Task(Normalize).SetResources({.cpus = 1}).Remote(img, 0.5f);
+  drover::Resources one_cpu;  // C++17: no designated initializers ({.cpus = 1} is C++20)
+  one_cpu.cpus = 1;
+  auto out = drover::Task(Normalize).SetResources(one_cpu).Remote(img, 0.5f);
   absl::StatusOr<drover::Tensor> t = drover::Get(out);  // zero copy from the node's store
   if (!t.ok()) {
     std::cerr << "Normalize: " << t.status() << "\n";
@@ -94,7 +96,9 @@ int main(int argc, char** argv) {
   }
   std::cout << "sum of sums " << std::accumulate(sums->begin(), sums->end(), int64_t{0}) << "\n";
 
-  auto model = drover::Actor(MakeModel).SetResources({.gpus = 1}).Remote("w.bin");
+  drover::Resources one_gpu;
+  one_gpu.gpus = 1;
+  auto model = drover::Actor(MakeModel).SetResources(one_gpu).Remote("w.bin");
   if (absl::Status ready = model.WaitReady(absl::Seconds(30)); !ready.ok()) {
     // E.g. "actor ... is not ready: needs 1 CPU, 1 GPU on one node; the most any node
     // has is 2 CPUs and 0 GPUs; waiting for a node that has it".

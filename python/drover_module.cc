@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "drover/data_loader.h"
 #include "drover/internal/pipeline_api.h"
+#include "drover/queue.h"
 #include "drover/shared_tensor.h"
 #include "drover/task.h"
 #include "python/errors.h"
@@ -553,7 +554,7 @@ objects the taker owns: read in place on this node, freed with the last view.)do
       .def_static("open", &OpenQueue, py::arg("name"), py::arg("timeout") = 10.0,
                   R"doc(Queue.open(name, timeout=10.0) -> drover.Queue
 
-The queue created with `name` (C++: QueueOptions{.name = ...}), waiting up to
+The queue created with `name` (C++: QueueOptions::name), waiting up to
 `timeout` s for it to exist. drover.TimeoutError if it did not.)doc")
       .def_static("create", &CreateQueue, py::arg("name") = "", py::arg("capacity") = 0,
                   py::arg("keep_until_drained") = false, py::arg("drain_timeout") = 3600.0,

@@ -201,7 +201,7 @@ int QueueOrder(const std::string& a, const std::string& b) {
   Print("counts", absl::StrCat(next[0], ",", next[1]));
   auto empty = q->Get(absl::ZeroDuration());
   Print("then_empty", absl::StatusCodeToString(empty.status().code()));
-  Print("host_node", drover::internal::QueueHostNode(*q->client()));
+  Print("host_node", drover::internal::QueueHostNode(*drover::internal::QueueAccess::Client(*q)));
   return Done("queue_order");
 }
 
@@ -274,7 +274,7 @@ int QueueClose() {
   // The wrong type.
   auto typed = Queue<std::string>::Create();
   Expect(typed->Put("not a number").ok(), "put", "failed");
-  auto as_int = Queue<int64_t>(typed->client()).Get(absl::Seconds(5));
+  auto as_int = drover::internal::QueueAccess::Make<int64_t>(drover::internal::QueueAccess::Client(*typed)).Get(absl::Seconds(5));
   Print("wrong_type", Err(as_int.status()));
   Print("open_unknown", absl::StatusCodeToString(Queue<int64_t>::Open("no-such-queue", absl::Milliseconds(300)).status().code()));
   return Done("queue_close");
@@ -285,7 +285,7 @@ int QueueClose() {
 int QueueHostDies() {
   auto q = Queue<int64_t>::Create();
   if (!q.ok()) return Print("error", Err(q.status())), 1;
-  const int64_t pid = drover::internal::QueueHostPid(*q->client());
+  const int64_t pid = drover::internal::QueueHostPid(*drover::internal::QueueAccess::Client(*q));
   Print("host_pid", std::to_string(pid));
   absl::Status waited;
   std::thread getter([&] { waited = q->Get().status(); });

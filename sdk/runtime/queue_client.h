@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/framed_socket.h"
 #include "drover/internal/pipeline_api.h"
+#include "drover/queue.h"
 #include "drover/internal/runtime_api.h"
 #include "proto/queue.pb.h"
 #include "sdk/runtime/context.h"

@@ -79,6 +79,11 @@ absl::StatusOr<RuntimeContext*> ContextWithStore() {
 
 }  // namespace
 
+// A SharedTensor over its state: only drover's code makes one (shared_tensor.h).
+struct SharedTensorAccess {
+  static SharedTensor Make(std::shared_ptr<SharedTensorState> state) { return SharedTensor(std::move(state)); }
+};
+
 std::string EncodeSharedTensor(const SharedTensor& t) {
   if (!t.valid()) throw DecodeError("an invalid SharedTensor cannot be sent");
   std::string out;
@@ -122,8 +127,8 @@ SharedTensor DecodeSharedTensor(const char* data, size_t size) {
   if (!meta.ok()) {
     throw DecodeError(absl::StrCat("SharedTensor ", id, " has no valid tensor header: ", meta.status().message()));
   }
-  return SharedTensor(std::make_shared<SharedTensorState>(*ctx, *std::move(ref), *std::move(meta),
-                                                          /*owner=*/false));
+  return SharedTensorAccess::Make(std::make_shared<SharedTensorState>(*ctx, *std::move(ref), *std::move(meta),
+                                                                     /*owner=*/false));
 }
 
 }  // namespace internal

@@ -5,8 +5,11 @@
 //   absl::StatusOr<drover::Tensor> Decode(int64_t index, uint64_t seed);   // one item
 //   DROVER_REMOTE(Decode);
 //
+//   drover::LoaderOptions options;
+//   options.num_workers = 8;
+//   options.prefetch = 4;
 //   auto loader = drover::DataLoader<drover::Tensor>::Create(
-//       drover::IndexRange{0, 20000}, Decode, {.num_workers = 8, .prefetch = 4});
+//       drover::IndexRange{0, 20000}, Decode, options);
 //   while (true) {
 //     absl::StatusOr<drover::Tensor> x = loader->Next();
 //     if (absl::IsOutOfRange(x.status())) break;        // the end of the data set
@@ -93,7 +96,7 @@ struct WorkerInfo {
   int64_t num_workers = 0;
   uint64_t seed = 0;        // LoaderOptions::seed
   std::string loader;       // LoaderOptions::name
-  MSGPACK_DEFINE(worker_id, num_workers, seed, loader);
+  MSGPACK_DEFINE(worker_id, num_workers, seed, loader)
 };
 
 // The inputs begin, begin + 1, ..., end - 1.
@@ -105,7 +108,7 @@ struct IndexRange {
 struct LoaderOptions {
   // Worker actors, each with `resources`.
   int num_workers = 2;
-  Resources resources{.cpus = 1};
+  Resources resources = {1, 0, 0, {}};  // 1 CPU
   // Items in flight per worker (being made or waiting to be taken).
   int prefetch = 16;
   // Results in input order (true) or as they finish.

@@ -2,7 +2,9 @@
 // torch.multiprocessing.Queue of a cluster: bounded capacity, blocking and timed put
 // and get, close, any number of producers and consumers.
 //
-//   auto q = drover::Queue<drover::Tensor>::Create({.capacity = 8});
+//   drover::QueueOptions options;
+//   options.capacity = 8;
+//   auto q = drover::Queue<drover::Tensor>::Create(options);
 //   drover::Task(Produce).Remote(*q, 0);                    // queues travel as arguments
 //   while (true) {
 //     absl::StatusOr<drover::Tensor> t = q->Get();           // waits for an item
@@ -43,6 +45,7 @@
 #ifndef DROVER_SDK_INCLUDE_DROVER_QUEUE_H_
 #define DROVER_SDK_INCLUDE_DROVER_QUEUE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -56,12 +59,49 @@
 
 namespace drover {
 
+// A queue's counters (Queue<T>::Info).
+struct QueueInfo {
+  uint64_t size = 0;          // items queued now
+  uint64_t capacity = 0;      // 0: unbounded
+  bool closed = false;
+  uint64_t puts = 0;          // items put since it was made
+  uint64_t gets = 0;          // items taken
+  uint64_t waiting_puts = 0;  // calls waiting now for room
+  uint64_t waiting_gets = 0;  // ... for an item
+  uint64_t stored_bytes = 0;  // bytes of the queued items' tensors in stores
+};
+
+struct QueueOptions {
+  // Most items queued at once; a put waits while it is full. 0: unbounded.
+  uint64_t capacity = 0;
+  // Makes the queue findable with Queue<T>::Open(name) (names are unique among the
+  // cluster's live actors). Empty: anonymous (pass the Queue itself to tasks).
+  std::string name;
+  // The node whose process hosts the queue (default: the scheduler's choice, this
+  // node's when it can).
+  std::string node_id;
+  // Lets the queue outlive its creator's work: the creating driver's drover::Shutdown
+  // (also run at exit) closes the queue and waits until its consumers have taken every
+  // item and one of them was told the end (a get answered OUT_OF_RANGE; or 10 s after
+  // the last item went, for consumers that stop counting), up to `drain_timeout`.
+  // The job ends after that, so a producer can finish (return from main) while its
+  // consumers drain, and the items' tensors stay in the store meanwhile. Only a driver
+  // can create such a queue (a task's process does not decide when its job ends).
+  // A producer killed by a signal still takes the queue with it.
+  bool keep_until_drained = false;
+  absl::Duration drain_timeout = absl::Hours(1);
+};
+
+namespace internal {
+struct QueueAccess;  // below: for drover's own code, not for users
+}  // namespace internal
+
 template <typename T>
 class Queue {
  public:
-  // An invalid handle (every call fails).
+  // An invalid handle (every call fails). Valid ones come from Create, Open, or as a
+  // task's argument.
   Queue() = default;
-  explicit Queue(std::shared_ptr<internal::QueueClient> client) : client_(std::move(client)) {}
 
   // Creates a queue (its host process is started, or taken warm from the pool).
   static absl::StatusOr<Queue> Create(const QueueOptions& options = {}) {
@@ -124,13 +164,31 @@ class Queue {
   bool valid() const { return client_ != nullptr; }
   std::string name() const { return client_ ? internal::QueueName(*client_) : ""; }
   std::string id() const { return client_ ? internal::QueueId(*client_) : ""; }
-  const std::shared_ptr<internal::QueueClient>& client() const { return client_; }
 
  private:
+  friend struct internal::QueueAccess;
+  explicit Queue(std::shared_ptr<internal::QueueClient> client) : client_(std::move(client)) {}
   static absl::Status Invalid() { return absl::FailedPreconditionError("an invalid (default-constructed) Queue"); }
   std::shared_ptr<internal::QueueClient> client_;
 };
 
+namespace internal {
+
+// A Queue over a queue client, and a Queue's client: for the msgpack adaptors below
+// and code inside drover (sdk/runtime/), which is how SDK handles expose their internal
+// state (as Objects and Tensor do), so that user code cannot make handles from it.
+struct QueueAccess {
+  template <typename T>
+  static Queue<T> Make(std::shared_ptr<QueueClient> client) {
+    return Queue<T>(std::move(client));
+  }
+  template <typename T>
+  static const std::shared_ptr<QueueClient>& Client(const Queue<T>& q) {
+    return q.client_;
+  }
+};
+
+}  // namespace internal
 }  // namespace drover
 
 // A Queue travels as its id and where its host listens; the receiver connects to it.
@@ -143,7 +201,7 @@ struct pack<drover::Queue<T>> {
   template <typename Stream>
   packer<Stream>& operator()(packer<Stream>& o, const drover::Queue<T>& q) const {
     if (!q.valid()) throw drover::internal::DecodeError("an invalid Queue cannot be sent");
-    const std::string ext = drover::internal::EncodeQueue(*q.client());
+    const std::string ext = drover::internal::EncodeQueue(*drover::internal::QueueAccess::Client(q));
     o.pack_ext(ext.size(), drover::internal::kQueueExtType);
     o.pack_ext_body(ext.data(), static_cast<uint32_t>(ext.size()));
     return o;
@@ -156,7 +214,7 @@ struct convert<drover::Queue<T>> {
     if (o.type != msgpack::type::EXT || o.via.ext.type() != drover::internal::kQueueExtType) {
       throw drover::internal::DecodeError("expected a Queue, got " + drover::internal::DescribeMsgpack(o));
     }
-    q = drover::Queue<T>(drover::internal::DecodeQueue(o.via.ext.data(), o.via.ext.size));
+    q = drover::internal::QueueAccess::Make<T>(drover::internal::DecodeQueue(o.via.ext.data(), o.via.ext.size));
     return o;
   }
 };

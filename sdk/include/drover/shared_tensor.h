@@ -84,15 +84,15 @@ struct StoreUsage {
 absl::StatusOr<StoreUsage> NodeStoreUsage();
 
 namespace internal {
-class SharedTensorState;  // sdk/runtime/shared_tensor.cc
+class SharedTensorState;   // sdk/runtime/shared_tensor.cc
+struct SharedTensorAccess;  // sdk/runtime/shared_tensor.cc: for drover's own code
 }  // namespace internal
 
 class SharedTensor {
  public:
-  // An invalid handle (every accessor fails).
+  // An invalid handle (every accessor fails). Valid ones come from Create, or as a
+  // task's argument.
   SharedTensor() = default;
-  explicit SharedTensor(std::shared_ptr<internal::SharedTensorState> state)
-      : state_(std::move(state)) {}
 
   // A zero-filled tensor of `shape` in this node's store, owned by this process.
   static absl::StatusOr<SharedTensor> Create(DType dtype, std::vector<int64_t> shape);
@@ -129,9 +129,10 @@ class SharedTensor {
   // Lets go of the object now (see Lifetime). FAILED_PRECONDITION if already released.
   absl::Status Release();
 
-  const std::shared_ptr<internal::SharedTensorState>& state() const { return state_; }
-
  private:
+  friend struct internal::SharedTensorAccess;
+  explicit SharedTensor(std::shared_ptr<internal::SharedTensorState> state)
+      : state_(std::move(state)) {}
   absl::StatusOr<void*> Data(DType want) const;
   std::shared_ptr<internal::SharedTensorState> state_;
 };

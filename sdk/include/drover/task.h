@@ -9,9 +9,11 @@
 //   int main(int argc, char** argv) {
 //     if (absl::Status s = drover::Init(argc, argv); !s.ok()) { ...; return 1; }
 //     drover::ObjectRef<drover::Tensor> img = drover::Put(LoadImage());
-//     auto out = drover::Task(Normalize).SetResources({.cpus = 1}).Remote(img, 0.5f);
+//     auto out = drover::Task(Normalize).Remote(img, 0.5f);       // 1 CPU by default
 //     absl::StatusOr<drover::Tensor> t = drover::Get(out);
-//     auto model = drover::Actor(MakeModel).SetResources({.gpus = 1}).Remote("w.bin");
+//     drover::Resources one_gpu;
+//     one_gpu.gpus = 1;
+//     auto model = drover::Actor(MakeModel).SetResources(one_gpu).Remote("w.bin");
 //     auto pred = model.Task(&Model::Predict).Remote(out);
 //   }
 //
@@ -111,7 +113,9 @@ class ObjectRef {
 };
 
 // Puts `value` into the cluster: small values stay in this process, larger ones (and
-// every tensor above a few KiB) go into this node's object store once.
+// every tensor above a few KiB) go into this node's object store once. Never fails
+// itself: a value that does not encode gives a ref whose Get fails with
+// INVALID_ARGUMENT naming why.
 template <typename T>
 ObjectRef<std::decay_t<T>> Put(T&& value) {
   absl::StatusOr<internal::EncodedValue> enc = internal::Encode(value);
@@ -275,7 +279,9 @@ class TaskCaller : public internal::CallBuilder<TaskCaller<R, P...>> {
   }
 
   // Submits the task with these arguments (values, or ObjectRefs resolved first) and
-  // returns the future of its result at once.
+  // returns the future of its result at once. Never fails itself: an argument that does
+  // not encode, an unregistered function or a missing drover::Init make the ref's Get
+  // fail with that error.
   template <typename... A>
   ObjectRef<Result> Remote(A&&... args) {
     static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments for the remote function");
@@ -308,7 +314,8 @@ class ActorTaskCaller : public internal::CallBuilder<ActorTaskCaller<T, R, P...>
   ActorTaskCaller(std::shared_ptr<internal::ActorState> actor, std::string key)
       : actor_(std::move(actor)), key_(std::move(key)) {}
 
-  // Sends the call; calls from one caller run in the order they were sent.
+  // Sends the call; calls from one caller run in the order they were sent. Like
+  // TaskCaller::Remote, its errors come back from Get of the returned ref.
   template <typename... A>
   ObjectRef<Result> Remote(A&&... args) {
     static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments for the actor method");
@@ -365,7 +372,8 @@ class ActorCreator : public internal::CallBuilder<ActorCreator<T, P...>> {
   }
 
   // Creates the actor (asynchronously) and returns its handle. A name makes it
-  // findable with GetActor<T>(name) (SetName); names are unique in the cluster.
+  // findable with GetActor<T>(name) (SetName); names are unique in the cluster. Never
+  // fails itself: why creation failed comes back from WaitReady and every call's Get.
   template <typename... A>
   ActorHandle<T> Remote(A&&... args) {
     static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments for the actor factory");

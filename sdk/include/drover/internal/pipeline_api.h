@@ -17,38 +17,9 @@
 
 namespace drover {
 
-// A queue's counters (Queue<T>::Info).
-struct QueueInfo {
-  uint64_t size = 0;          // items queued now
-  uint64_t capacity = 0;      // 0: unbounded
-  bool closed = false;
-  uint64_t puts = 0;          // items put since it was made
-  uint64_t gets = 0;          // items taken
-  uint64_t waiting_puts = 0;  // calls waiting now for room
-  uint64_t waiting_gets = 0;  // ... for an item
-  uint64_t stored_bytes = 0;  // bytes of the queued items' tensors in stores
-};
-
-struct QueueOptions {
-  // Most items queued at once; a put waits while it is full. 0: unbounded.
-  uint64_t capacity = 0;
-  // Makes the queue findable with Queue<T>::Open(name) (names are unique among the
-  // cluster's live actors). Empty: anonymous (pass the Queue itself to tasks).
-  std::string name;
-  // The node whose process hosts the queue (default: the scheduler's choice, this
-  // node's when it can).
-  std::string node_id;
-  // Lets the queue outlive its creator's work: the creating driver's drover::Shutdown
-  // (also run at exit) closes the queue and waits until its consumers have taken every
-  // item and one of them was told the end (a get answered OUT_OF_RANGE; or 10 s after
-  // the last item went, for consumers that stop counting), up to `drain_timeout`.
-  // The job ends after that, so a producer can finish (return from main) while its
-  // consumers drain, and the items' tensors stay in the store meanwhile. Only a driver
-  // can create such a queue (a task's process does not decide when its job ends).
-  // A producer killed by a signal still takes the queue with it.
-  bool keep_until_drained = false;
-  absl::Duration drain_timeout = absl::Hours(1);
-};
+// Public types of queue.h (which includes this header).
+struct QueueInfo;
+struct QueueOptions;
 
 namespace internal {
 

@@ -30,7 +30,7 @@ class ActorState;
 struct CallOptions {
   // Without SetResources: 1 CPU. With it: exactly what was given (a task that sets
   // only GPUs takes no CPU from the books).
-  Resources resources{.cpus = 1};
+  Resources resources = {1, 0, 0, {}};  // 1 CPU
   // Retries of a task whose worker died (not of errors the task raised itself).
   int max_retries = 3;
   // The actor's restarts after its worker died.

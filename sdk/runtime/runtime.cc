@@ -506,6 +506,27 @@ std::string LostStore(Runtime* rt, const ObjectValue& value, std::string* why) {
   return "";
 }
 
+// A lost value (`why` says how) is made again from its lineage, the task that made it:
+// OK when that task was submitted again (wait for it), else NOT_FOUND saying why not.
+absl::Status RemakeLost(Runtime* rt, const std::shared_ptr<RefState>& ref, int* rebuilds,
+                        const std::string& why) {
+  std::shared_ptr<TaskRecord> task = TheObjectTable().TakeLineage(ref);
+  if (task != nullptr && *rebuilds < kMaxRebuilds) {
+    ++*rebuilds;
+    DROVER_LOG(INFO) << "object " << ref->id << " is lost: " << why << "; running " << task->display
+                     << " again to make it";
+    task->result = ref;
+    ++task->attempt;
+    task->retries_left = std::max(task->retries_left, 1);
+    rt->submitter->Submit(std::move(task));
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "object ", ref->id, " is lost: ", why, "; ",
+      task == nullptr ? "it was made by Put or an actor call, which cannot be made again"
+                      : absl::StrCat("it was made again ", *rebuilds, " times and lost again")));
+}
+
 }  // namespace
 
 absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::Duration timeout) {
@@ -529,21 +550,10 @@ absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::D
       std::string why;
       const std::string lost = LostNode(rt, o.value, &why);
       if (!lost.empty()) {
-        std::shared_ptr<TaskRecord> task = TheObjectTable().TakeLineage(ref);
-        if (task != nullptr && rebuilds < kMaxRebuilds) {
-          ++rebuilds;
-          DROVER_LOG(INFO) << "object " << ref->id << " was lost with node " << lost << " (" << why
-                           << "): running " << task->display << " again to make it";
-          task->result = ref;
-          ++task->attempt;
-          task->retries_left = std::max(task->retries_left, 1);
-          rt->submitter->Submit(std::move(task));
-          continue;
-        }
-        return absl::NotFoundError(absl::StrCat(
-            "object ", ref->id, " is lost: it was kept on node ", lost, ", which is gone (", why, "); ",
-            task == nullptr ? "it was made by Put or an actor call, which cannot be made again"
-                            : absl::StrCat("it was made again ", rebuilds, " times and lost again")));
+        absl::Status s = RemakeLost(rt, ref, &rebuilds,
+                                    absl::StrCat("it was kept on node ", lost, ", which is gone (", why, ")"));
+        if (s.ok()) continue;
+        return s;
       }
     }
     if (o.value.inline_bytes) return ValueView{*o.value.inline_bytes, o.value.inline_bytes};
@@ -565,21 +575,9 @@ absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::D
       std::string why;
       const std::string lost = LostStore(rt, o.value, &why);
       if (!lost.empty()) {
-        std::shared_ptr<TaskRecord> task = TheObjectTable().TakeLineage(ref);
-        if (task != nullptr && rebuilds < kMaxRebuilds) {
-          ++rebuilds;
-          DROVER_LOG(INFO) << "object " << ref->id << " is lost: " << why << "; running "
-                           << task->display << " again to make it";
-          task->result = ref;
-          ++task->attempt;
-          task->retries_left = std::max(task->retries_left, 1);
-          rt->submitter->Submit(std::move(task));
-          continue;
-        }
-        return absl::NotFoundError(absl::StrCat(
-            "object ", ref->id, " is lost: ", why, "; ",
-            task == nullptr ? "it was made by Put or an actor call, which cannot be made again"
-                            : absl::StrCat("it was made again ", rebuilds, " times and lost again")));
+        absl::Status s = RemakeLost(rt, ref, &rebuilds, why);
+        if (s.ok()) continue;
+        return s;
       }
     }
     if ((code != absl::StatusCode::kUnavailable && code != absl::StatusCode::kNotFound &&

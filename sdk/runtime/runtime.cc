@@ -74,6 +74,8 @@ class Runtime {
   std::unique_ptr<proto::Scheduler::Stub> scheduler;
   absl::Mutex nodes_mu;
   absl::Time nodes_read ABSL_GUARDED_BY(nodes_mu) = absl::InfinitePast();
+  // A GetClusterStatus call of RefreshNodes is in flight.
+  bool nodes_refreshing ABSL_GUARDED_BY(nodes_mu) = false;
   std::map<std::string, std::pair<bool, std::string>> nodes ABSL_GUARDED_BY(nodes_mu);  // alive, why not
   std::map<std::string, std::string> agents ABSL_GUARDED_BY(nodes_mu);  // node id -> agent address
   // Node id -> (restarts, when it last died) of its object store, from the heartbeats.
@@ -81,16 +83,37 @@ class Runtime {
   // Store restarts before this runtime started lost nothing of it.
   const absl::Time started = absl::Now();
 
-  // Reads the scheduler's node table if the copy is older than 100 ms.
-  void RefreshNodes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(nodes_mu) {
-    if (absl::Now() - nodes_read <= absl::Milliseconds(100)) return;
+  // Reads the scheduler's node table if the copy is older than 100 ms. The RPC runs
+  // without nodes_mu (no lock is held across an RPC): one refresh is in flight at a
+  // time, other callers wait for its result (bounded by its deadline) and the tables
+  // are swapped in under the lock after. A failed read leaves the old tables.
+  void RefreshNodes() ABSL_LOCKS_EXCLUDED(nodes_mu) {
+    {
+      absl::MutexLock l(&nodes_mu);
+      if (absl::Now() - nodes_read <= absl::Milliseconds(100)) return;
+      if (nodes_refreshing) {
+        nodes_mu.Await(absl::Condition(
+            +[](bool* refreshing) { return !*refreshing; }, &nodes_refreshing));
+        return;
+      }
+      nodes_refreshing = true;
+    }
     grpc::ClientContext cctx;
     PrepareContext(&cctx, ctx.token, std::chrono::milliseconds(5000));
     proto::GetClusterStatusReply reply;
-    if (!scheduler->GetClusterStatus(&cctx, proto::GetClusterStatusRequest(), &reply).ok()) return;
-    nodes.clear();
+    const bool ok =
+        scheduler->GetClusterStatus(&cctx, proto::GetClusterStatusRequest(), &reply).ok();
+    std::map<std::string, std::pair<bool, std::string>> fresh;
+    if (ok) {
+      for (const proto::NodeInfo& n : reply.nodes()) {
+        fresh[n.node_id()] = {n.state() == proto::ALIVE, n.reason()};
+      }
+    }
+    absl::MutexLock l(&nodes_mu);
+    nodes_refreshing = false;
+    if (!ok) return;
+    nodes = std::move(fresh);
     for (const proto::NodeInfo& n : reply.nodes()) {
-      nodes[n.node_id()] = {n.state() == proto::ALIVE, n.reason()};
       agents[n.node_id()] = n.agent_address();
       if (n.object_store().restarts() > 0) {
         store_restarts[n.node_id()] = {n.object_store().restarts(),
@@ -102,8 +125,8 @@ class Runtime {
 
   // The address of `node_id`'s agent ("" if the scheduler does not know the node).
   std::string AgentOf(const std::string& node_id) {
-    absl::MutexLock l(&nodes_mu);
     RefreshNodes();
+    absl::MutexLock l(&nodes_mu);
     auto it = agents.find(node_id);
     return it == agents.end() ? "" : it->second;
   }
@@ -111,8 +134,8 @@ class Runtime {
   // True (with why) if the object store of `node_id` died and was restarted since this
   // runtime started: objects kept there before are lost (the restarted store is empty).
   bool StoreRestarted(const std::string& node_id, std::string* why) {
-    absl::MutexLock l(&nodes_mu);
     RefreshNodes();
+    absl::MutexLock l(&nodes_mu);
     auto it = store_restarts.find(node_id);
     if (it == store_restarts.end() || it->second.second < started) return false;
     *why = absl::StrCat("it was lost when the object store of node ", node_id, " restarted at ",
@@ -124,8 +147,8 @@ class Runtime {
 
   // True (with why) if `node_id` is dead or unknown to the scheduler.
   bool NodeGone(const std::string& node_id, std::string* why) {
-    absl::MutexLock l(&nodes_mu);
     RefreshNodes();
+    absl::MutexLock l(&nodes_mu);
     auto it = nodes.find(node_id);
     if (it == nodes.end()) {
       *why = "the scheduler does not know it";

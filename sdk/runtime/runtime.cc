@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
+#include "common/env.h"
 #include "common/job_state.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -50,11 +51,6 @@ constexpr absl::Duration kLostRecheck = absl::Milliseconds(200);
 constexpr absl::Duration kHolderWait = absl::Seconds(1);
 // How long a driver keeps asking a scheduler that cannot answer yet to register it.
 constexpr absl::Duration kRegisterPatience = absl::Seconds(60);
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
 
 std::string RandomTag() {
   std::random_device rd;

@@ -283,8 +283,8 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
   proto::RegisterDriverReply reply;
   // UNAVAILABLE (the scheduler could not store the job yet: it stands, and the same
   // request id gets the same job) and DEADLINE_EXCEEDED (a stalled scheduler) are
-  // retried for a while. Giving up at once left the job registered and RUNNING with no
-  // driver to end it (found by the chaos campaign: a Redis stall during registration).
+  // retried for a while: giving up at once (e.g. on a Redis stall during registration)
+  // would leave the job registered and RUNNING with no driver to end it.
   const absl::Time give_up = absl::Now() + kRegisterPatience;
   for (absl::Duration pause = absl::Milliseconds(100);; pause = std::min(pause * 2, absl::Seconds(2))) {
     grpc::ClientContext cctx;

@@ -17,9 +17,6 @@ namespace os = object_store;
 
 constexpr size_t kAlignment = 64;
 
-// drover::DType is the store's DType (drover/dtype.h).
-os::DType StoreDType(DType dtype) { return static_cast<os::DType>(dtype); }
-
 // Heap memory of this process, 64-byte aligned.
 class HeapStorage final : public internal::Storage {
  public:

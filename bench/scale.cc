@@ -1,4 +1,5 @@
-// scale: the real drover-scheduler against many simulated agents (bench/sim_fleet.h).
+// scale: the real drover-scheduler against many simulated agents
+// (scheduler/testing/sim_fleet.h).
 //
 //   bazel run -c opt //bench:scale [-- --nodes 10,100,1000 --queued 100000 ...]
 //
@@ -41,11 +42,15 @@
 #include "bench/bench_util.h"
 #include "bench/scale_harness.h"
 #include "bench/scale_leases.h"
-#include "bench/sim_fleet.h"
 #include "drover/client.h"
+#include "scheduler/testing/sim_fleet.h"
 
 namespace drover::bench {
 namespace {
+
+using ::drover::testing::SimFleet;
+using ::drover::testing::SimFleetOptions;
+using ::drover::testing::SimFleetStats;
 
 struct Flags {
   std::string nodes = "10,100,1000";

@@ -2,7 +2,7 @@
 // the test suite (bench/scale_test.cc): a drover-scheduler process whose CPU time and
 // memory are read from /proc, a probe that times `drover jobs` and `drover status`
 // calls while load runs, and a parallel submitter. The simulated agents are SimFleet
-// (sim_fleet.h).
+// (scheduler/testing/sim_fleet.h).
 //
 // Thread safety: SchedulerProcess is for one thread; LatencyProbe's methods are
 // thread-safe; SubmitMany uses `client` from several threads (Client allows it).

@@ -10,12 +10,16 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/scale_harness.h"
-#include "bench/sim_fleet.h"
 #include "gtest/gtest.h"
+#include "scheduler/testing/sim_fleet.h"
 #include "tests/util/test_util.h"
 
 namespace drover::bench {
 namespace {
+
+using ::drover::testing::SimFleet;
+using ::drover::testing::SimFleetOptions;
+using ::drover::testing::SimFleetStats;
 
 TEST(ScaleTest, HundredClientsSubmitAndPollWithoutLosingAJob) {
   const std::string dir = absl::StrCat(std::getenv("TEST_TMPDIR"), "/scale");

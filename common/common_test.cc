@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/auth.h"
+#include "common/env.h"
 #include "common/files.h"
 #include "common/net.h"
 #include "common/spawn.h"
@@ -107,6 +108,17 @@ TEST(SpawnTest, RedirectsOutputAndSetsProcessGroup) {
   ASSERT_TRUE(text.ok());
   std::string want = "pgid=" + std::to_string(*pid) + " pid=" + std::to_string(*pid) + "\n";
   EXPECT_EQ(*text, want);
+}
+
+TEST(EnvTest, UnsetReadsAsTheFallbackAndSetToEmptyAsEmpty) {
+  ::unsetenv("DROVER_ENV_TEST_VAR");
+  EXPECT_EQ(Env("DROVER_ENV_TEST_VAR"), "");
+  EXPECT_EQ(Env("DROVER_ENV_TEST_VAR", "dflt"), "dflt");
+  ::setenv("DROVER_ENV_TEST_VAR", "", 1);
+  EXPECT_EQ(Env("DROVER_ENV_TEST_VAR", "dflt"), "");
+  ::setenv("DROVER_ENV_TEST_VAR", "v", 1);
+  EXPECT_EQ(Env("DROVER_ENV_TEST_VAR", "dflt"), "v");
+  ::unsetenv("DROVER_ENV_TEST_VAR");
 }
 
 }  // namespace

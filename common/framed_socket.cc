@@ -52,9 +52,9 @@ absl::StatusOr<bool> FrameReader::Next(std::string_view* payload) {
   }
   if (end_ - begin_ < 4 + size_t{len}) {
     // Room for more of the frame, but never more ahead than has arrived (at least 64
-    // KiB): a peer's 4-byte header claiming 64 MiB made every connection, before its
-    // hello, allocate and zero 64 MiB (found by //fuzz:task_frames). Growth stays
-    // geometric, so a large frame costs few reallocations.
+    // KiB): else a peer's 4-byte header claiming 64 MiB makes every connection, before
+    // its hello, allocate and zero 64 MiB. Growth stays geometric, so a large frame
+    // costs few reallocations.
     const size_t have = end_ - begin_;
     WritePtr(std::min(4 + size_t{len} - have, std::max<size_t>(have, 64 << 10)));
     return false;

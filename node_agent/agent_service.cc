@@ -135,8 +135,8 @@ grpc::Status AgentService::StartOne(const proto::StartProcessesRequest& req, int
   if (std::string err = Validate(req); !err.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, err);
   }
-  // Found by the chaos campaign: a start held up by a cut link arrived seconds after
-  // the scheduler had given up on it (and failed the job), and ran its processes.
+  // A start held up by a cut link can arrive after the scheduler gave up on it (and
+  // failed the job): refused, so its processes never run.
   if (const int64_t now = registration_.load();
       req.node_registration() != 0 && req.node_registration() < now) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,

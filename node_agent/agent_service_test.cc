@@ -165,9 +165,9 @@ TEST_F(AgentServiceTest, StartIsIdempotentAndPicksAPort) {
   }
 }
 
-// Found by the chaos campaign: a start held up by a cut link arrived after the node
-// had registered again (the scheduler had declared it dead and failed the job) and ran
-// the dead generation's processes. A start sent under an earlier registration is
+// A start held up by a cut link can arrive after the node registered again (the
+// scheduler declared it dead and failed the job): it must not run the dead
+// generation's processes. A start sent under an earlier registration is
 // refused; one sent under this registration, a later one (its reply not read yet) or
 // none (an older scheduler) runs.
 TEST_F(AgentServiceTest, RefusesAStartSentBeforeItRegisteredAgain) {

@@ -345,10 +345,10 @@ TEST(NodeAgentTest, ShutdownStopsWorkers) {
   server->Shutdown(std::chrono::system_clock::now());
 }
 
-// Found by the chaos campaign: an agent killed and started again on its directory
-// registered as a new node; the scheduler then had the old id as a dead (or, after a
-// scheduler restart, unknown) node, and `drover logs` no longer showed what the jobs
-// that ran there wrote, though the files were still in <dir>/logs.
+// An agent killed and started again on its directory is the same node: as a new node,
+// the old id would be dead (or, after a scheduler restart, unknown) to the scheduler,
+// and `drover logs` would no longer show what the jobs that ran there wrote, though
+// the files are still in <dir>/logs.
 TEST(NodeAgentTest, AnAgentStartedAgainOnItsDirectoryIsTheSameNode) {
   FakeScheduler sched;
   int sched_port = *PickFreePort();
@@ -387,11 +387,11 @@ TEST(NodeAgentTest, AnAgentStartedAgainOnItsDirectoryIsTheSameNode) {
   server->Shutdown(std::chrono::system_clock::now());
 }
 
-// Found by the chaos campaign: a driver's job ended while the scheduler was away (a
-// restarted scheduler fails the drivers it finds running) or while this node was cut
-// off, the node never heard of it, and the job's task workers ran on. After a
-// registration the scheduler asked for, the agent stops the workers of every job the
-// scheduler says has ended or does not know.
+// A driver's job can end while the scheduler is away (a restarted scheduler fails the
+// drivers it finds running) or while this node is cut off, and the node never hears
+// of it: its task workers must not run on. After a registration the scheduler asked
+// for, the agent stops the workers of every job the scheduler says has ended or does
+// not know.
 TEST(NodeAgentTest, ReregistrationStopsTaskWorkersOfJobsThatEnded) {
   FakeScheduler sched;
   {

@@ -126,8 +126,7 @@ bool ParseChunk(const std::vector<grpc::Slice>* slices, ChunkView* out) {
         } else if (field == kMetadataField || field == kRawTokenField) {
           std::string& dst = field == kMetadataField ? out->metadata : out->raw_token;
           // A length beyond the bytes that came is refused before anything is
-          // allocated for it (a 7-byte chunk claiming 1 GiB of metadata, found by
-          // //fuzz:object_chunk).
+          // allocated for it (a 7-byte chunk may claim 1 GiB of metadata).
           if (v > kMaxStringField || v > c.Left()) return false;
           dst.resize(v);
           if (v > 0 && !c.Take(reinterpret_cast<uint8_t*>(&dst[0]), v)) return false;

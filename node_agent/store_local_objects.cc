@@ -12,23 +12,32 @@ StoreLocalObjects::StoreLocalObjects(std::string socket_path)
     : socket_path_(std::move(socket_path)) {}
 
 StoreLocalObjects::~StoreLocalObjects() {
-  absl::MutexLock lock(&mu_);
-  pins_.clear();
-  for (auto& [id, client] : creating_) (void)client->Abort(id);
-  creating_.clear();
+  std::multimap<std::string, object_store::ObjectRef> pins;
+  std::map<std::string, std::shared_ptr<object_store::Client>> creating;
+  {
+    absl::MutexLock lock(&mu_);
+    pins.swap(pins_);
+    creating.swap(creating_);
+  }
+  // Released and aborted outside the lock (both talk to the store).
+  pins.clear();
+  for (auto& [id, client] : creating) (void)client->Abort(id);
 }
 
 absl::StatusOr<std::shared_ptr<object_store::Client>> StoreLocalObjects::GetClient() {
-  absl::MutexLock lock(&mu_);
-  if (client_ == nullptr) {
-    // No waiting for a store that is down: the heartbeat and metrics ask through here
-    // and must not stall; the caller retries later anyway.
-    absl::StatusOr<std::unique_ptr<object_store::Client>> c =
-        object_store::Client::Connect(
-            socket_path_, object_store::ClientOptions{.reconnect_wait = absl::ZeroDuration()});
-    if (!c.ok()) return c.status();
-    client_ = std::move(*c);
+  {
+    absl::MutexLock lock(&mu_);
+    if (client_ != nullptr) return client_;
   }
+  // Connected without mu_ (no lock is held across a socket call). No waiting for a
+  // store that is down: the heartbeat and metrics ask through here and must not stall;
+  // the caller retries later anyway.
+  absl::StatusOr<std::unique_ptr<object_store::Client>> c = object_store::Client::Connect(
+      socket_path_, object_store::ClientOptions{.reconnect_wait = absl::ZeroDuration()});
+  if (!c.ok()) return c.status();
+  std::shared_ptr<object_store::Client> fresh = std::move(*c);
+  absl::MutexLock lock(&mu_);
+  if (client_ == nullptr) client_ = std::move(fresh);  // else another caller's won
   return client_;
 }
 

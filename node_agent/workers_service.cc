@@ -64,17 +64,27 @@ grpc::Status WorkersService::DeleteObjects(grpc::ServerContext* ctx,
                                            proto::DeleteObjectsReply*) {
   if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
   if (store_socket_.empty()) return grpc::Status::OK;  // nothing stored here
-  absl::MutexLock l(&mu_);
-  if (store_ == nullptr) {
+  // The store calls run without mu_ (no lock is held across a socket call): the client
+  // is thread-safe and shared.
+  std::shared_ptr<object_store::Client> store;
+  {
+    absl::MutexLock l(&mu_);
+    store = store_;
+  }
+  if (store == nullptr) {
     absl::StatusOr<std::unique_ptr<object_store::Client>> c = object_store::Client::Connect(
         store_socket_, object_store::ClientOptions{.reconnect_wait = absl::ZeroDuration()});
     if (!c.ok()) return ToGrpcStatus(c.status());
-    store_ = *std::move(c);
+    store = *std::move(c);
+    absl::MutexLock l(&mu_);
+    if (store_ == nullptr) store_ = store;
   }
   for (const std::string& id : req->object_ids()) {
-    absl::Status s = store_->Delete(id);
+    absl::Status s = store->Delete(id);
     if (s.code() == absl::StatusCode::kUnavailable) {
-      store_.reset();  // the store restarted: reconnect next time (its objects are gone anyway)
+      // The store restarted: reconnect next time (its objects are gone anyway).
+      absl::MutexLock l(&mu_);
+      if (store_ == store) store_.reset();
       break;
     }
   }

@@ -42,7 +42,7 @@ class WorkersService final : public proto::Workers::Service {
   const std::string node_ip_;
   absl::Mutex mu_;
   std::string node_id_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<object_store::Client> store_ ABSL_GUARDED_BY(mu_);  // for deletes, lazily
+  std::shared_ptr<object_store::Client> store_ ABSL_GUARDED_BY(mu_);  // for deletes, lazily
 };
 
 }  // namespace drover

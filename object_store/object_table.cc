@@ -492,8 +492,8 @@ struct ObjectTable::Impl {
 namespace {
 
 // Removes the spill files (named by their object's id in hex) an earlier table left in
-// `dir`: a store killed by SIGKILL never removed them, and a new table cannot read them
-// (it starts empty), so they only took the spill space (found by the chaos campaign).
+// `dir`: a store killed by SIGKILL never removes them, and a new table cannot read them
+// (it starts empty), so they only take the spill space.
 void RemoveStaleSpillFiles(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return;

@@ -417,8 +417,8 @@ TEST_F(ObjectTableTest, SpilledObjectComesBackOnGet) {
   EXPECT_EQ(CountFiles(dir), 0);
 }
 
-// Found by the chaos campaign: a store killed by SIGKILL left its spill files, and the
-// store its agent started next (empty) never removed them: they filled the spill space.
+// A store killed by SIGKILL leaves its spill files; the store started next (empty)
+// removes them, else they fill the spill space.
 TEST_F(ObjectTableTest, ANewTableRemovesTheSpillFilesOfAnEarlierOne) {
   std::string dir = TmpDir("stale");
   Init(kMiB, dir, 10 * kMiB);

@@ -53,42 +53,6 @@ ByteOrder HostByteOrder() {
   return first == 1 ? ByteOrder::kLittle : ByteOrder::kBig;
 }
 
-size_t DTypeSize(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat16:
-    case DType::kBFloat16:
-    case DType::kInt16:
-      return 2;
-    case DType::kFloat32:
-    case DType::kInt32:
-      return 4;
-    case DType::kFloat64:
-    case DType::kInt64:
-      return 8;
-    case DType::kInt8:
-    case DType::kUInt8:
-    case DType::kBool:
-      return 1;
-  }
-  return 0;
-}
-
-std::string DTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kFloat32: return "float32";
-    case DType::kFloat64: return "float64";
-    case DType::kInt8: return "int8";
-    case DType::kUInt8: return "uint8";
-    case DType::kInt16: return "int16";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kBool: return "bool";
-  }
-  return absl::StrCat("dtype(", static_cast<int>(dtype), ")");
-}
-
 bool operator==(const TensorMeta& a, const TensorMeta& b) {
   return a.dtype == b.dtype && a.byte_order == b.byte_order && a.shape == b.shape &&
          a.strides == b.strides && a.storage_offset == b.storage_offset &&

@@ -25,23 +25,19 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "drover/dtype.h"
 
 namespace drover::object_store {
 
-// Element types. The numeric values are part of the on-disk/in-memory format: never
-// renumber, only append.
-enum class DType : uint8_t {
-  kFloat16 = 1,
-  kBFloat16 = 2,
-  kFloat32 = 3,
-  kFloat64 = 4,
-  kInt8 = 5,
-  kUInt8 = 6,
-  kInt16 = 7,
-  kInt32 = 8,
-  kInt64 = 9,
-  kBool = 10,
-};
+// Element types (DType, DTypeSize, DTypeName, Float16, BFloat16, DTypeOf): one
+// definition, shared with the SDK's public API, in the leaf header drover/dtype.h.
+// Their numeric values are part of this format: never renumber, only append.
+using ::drover::BFloat16;
+using ::drover::DType;
+using ::drover::DTypeName;
+using ::drover::DTypeOf;
+using ::drover::DTypeSize;
+using ::drover::Float16;
 
 // Byte order of the elements in the data section (the header itself is always
 // little-endian). Writers record their host order; readers only get typed views of
@@ -57,19 +53,6 @@ ByteOrder HostByteOrder();
 inline constexpr DType kAllDTypes[] = {
     DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64, DType::kInt8,
     DType::kUInt8,   DType::kInt16,    DType::kInt32,   DType::kInt64,   DType::kBool,
-};
-
-// Size of one element in bytes; 0 for a value that is not a DType.
-size_t DTypeSize(DType dtype);
-// "float32", ...; "dtype(<n>)" for an unknown value.
-std::string DTypeName(DType dtype);
-
-// Storage-only 16-bit float types: the store moves their bits, it does no arithmetic.
-struct Float16 {
-  uint16_t bits;
-};
-struct BFloat16 {
-  uint16_t bits;
 };
 
 // Header constants (see docs/object_store.md for the full table).
@@ -131,20 +114,6 @@ absl::StatusOr<TensorMeta> DecodeTensorHeader(absl::string_view bytes);
 // (ObjectLocation::data_size): use this on objects read from the store.
 absl::StatusOr<TensorMeta> DecodeTensorHeader(absl::string_view bytes,
                                               uint64_t data_section_size);
-
-// The DType of a C++ element type (compile error for a type without one).
-template <typename T>
-struct DTypeOf;
-template <> struct DTypeOf<Float16> { static constexpr DType value = DType::kFloat16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::kBFloat16; };
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kInt8; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUInt8; };
-template <> struct DTypeOf<int16_t> { static constexpr DType value = DType::kInt16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
 
 namespace internal {
 // The non-template parts of ViewAs and TensorView::At.

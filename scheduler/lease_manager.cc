@@ -204,8 +204,8 @@ absl::StatusOr<LeaseManager::Lease> LeaseManager::Grant(
     if (stopped_) return absl::UnavailableError("the scheduler is stopping");
     // Checked here, under mu_, not only when the request came: a request that waited
     // for room could otherwise be granted after its job ended (JobEnded had already
-    // released the job's leases) and start a worker nobody would stop (found by the
-    // chaos campaign). A job that ends after this check finds the lease and ends it.
+    // released the job's leases) and start a worker nobody would stop. A job that ends
+    // after this check finds the lease and ends it.
     DROVER_RETURN_IF_ERROR(book_->CheckJobRunning(job_id));
     std::string reason;
     absl::StatusOr<std::optional<ResourceBook::Grant>> g = book_->Reserve(shape, hint, &reason);

@@ -42,8 +42,8 @@ class FakeBook : public ResourceBook {
   std::atomic<int> reserves{0};
 };
 
-// Found by the chaos campaign: a request that waited for room was granted after its
-// job had ended, and the agent started a worker for the ended job that nobody stopped.
+// A request that waits for room must not be granted once its job has ended: the
+// worker started for it would never be stopped.
 TEST(LeaseManagerTest, ARequestWaitingForRoomIsNotGrantedOnceItsJobHasEnded) {
   FakeBook book;
   auto workers = std::make_unique<FakeWorkers>();

@@ -22,8 +22,7 @@ int ProcessesThatFit(const proto::Resources& avail, const proto::Resources& per)
     if (need <= kEps) return;
     const double fits = std::floor((have + kEps) / need);
     // NaN (from a NaN or infinite amount) fits nothing. Cast only what fits in `cap`:
-    // a huge quotient (1e300 CPUs over 1e-8 each) is undefined as a long (found by
-    // //fuzz:scheduler_core).
+    // a huge quotient (1e300 CPUs over 1e-8 each) is undefined as a long.
     if (!(fits >= 0)) {
       cap = 0;
     } else if (fits < static_cast<double>(cap)) {

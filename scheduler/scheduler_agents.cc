@@ -111,7 +111,7 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
   for (const auto& [key, all_exited] : groups) {
     // Forgotten only once the job's record with these exits is stored: a scheduler
     // restarted from the store before that would find the job running and its
-    // processes gone (found by the chaos campaign). A later heartbeat forgets it.
+    // processes gone. A later heartbeat forgets it.
     if (all_exited && persister_.Stored(key.first)) {
       auto* f = reply->add_forget();
       f->set_job_id(key.first);

@@ -589,9 +589,9 @@ void SchedulerCore::FailLaunchLocked(Job& job, const Action& a, size_t i, const 
                                      Actions* out) {
   FailRanksLocked(job, a.node_ids[i], a.ranks[i],
                   absl::StrCat("could not be started: ", why.message()), out);
-  // The nodes after it are never asked (they would need the master's port). Found by
-  // the chaos campaign: their ranks stayed "live" forever, so the job never ended (or
-  // ended FAILED with live processes) and their resources were never freed.
+  // The nodes after it are never asked (they would need the master's port): their
+  // ranks end here, else they stay "live" forever, the job never ends (or ends FAILED
+  // with live processes) and their resources are never freed.
   for (size_t k = i + 1; k < a.starts.size(); ++k) {
     FailRanksLocked(job, a.node_ids[k], a.ranks[k],
                     absl::StrCat("was not started: the start on ", a.node_ids[i],

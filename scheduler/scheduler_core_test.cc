@@ -467,10 +467,9 @@ TEST_F(SchedulerCoreTest, UnreachableAgentFailsTheJobWithTheReason) {
   EXPECT_TRUE(absl::StrContains(Job(job.job_id()).reason(), "could not be started"));
 }
 
-// Found by the chaos campaign (a start held up by a cut link, then refused): when the
-// master node's start failed, the ranks of the other nodes, never started, stayed
-// "live": the job ended FAILED with live processes (or a restarting gang waited
-// forever) and their resources were never freed.
+// When the master node's start fails, the ranks of the other nodes, never started,
+// must end too: else they stay "live", the job ends FAILED with live processes (or a
+// restarting gang waits forever) and their resources are never freed.
 TEST_F(SchedulerCoreTest, AFailedMasterStartEndsTheRanksTheOtherNodesNeverStarted) {
   std::string n1 = Register("10.0.0.1", 0);
   std::string n2 = Register("10.0.0.2", 0);
@@ -488,11 +487,10 @@ TEST_F(SchedulerCoreTest, AFailedMasterStartEndsTheRanksTheOtherNodesNeverStarte
   for (const auto& n : status.nodes()) EXPECT_EQ(n.free().cpus(), 8) << n.node_id();
 }
 
-// Found by the chaos campaign: agents were told to forget a job's exited processes as
-// soon as the job ended, before its record was saved (write-behind); a scheduler
-// killed in between reloaded the record from before the exits, the agent no longer
-// reported them, and a job that had SUCCEEDED came back FAILED ("its node agent
-// restarted and no longer has the process"). Forgetting waits for the save.
+// Agents forget a job's exited processes only once the job's record is saved
+// (write-behind): a scheduler killed in between would reload the record from before
+// the exits, the agent would no longer report them, and a job that SUCCEEDED would
+// come back FAILED ("its node agent restarted and no longer has the process").
 TEST_F(SchedulerCoreTest, AgentsForgetExitsOnlyOnceTheJobsEndIsSaved) {
   class FlakyStore : public SharedStore {
    public:
@@ -886,9 +884,8 @@ TEST_F(SchedulerCoreTest, CancelEndsTheWatchAndUnknownJobsAreNotFound) {
             absl::StatusCode::kNotFound);
 }
 
-// Found by the chaos campaign: a StartProcesses held up by a cut link reached its agent
-// seconds after the scheduler had declared the node dead and failed the job, and the
-// agent started the dead generation's processes. Every start now carries the node's
+// A StartProcesses held up by a cut link can reach its agent after the scheduler
+// declared the node dead and failed the job. Every start carries the node's
 // registration, which moves with every registration, so an agent registered since can
 // refuse it (AgentServiceTest.RefusesAStartSentBeforeItRegisteredAgain).
 TEST_F(SchedulerCoreTest, StartsCarryTheRegistrationTheyWereSentUnder) {

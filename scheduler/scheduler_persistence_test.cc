@@ -136,7 +136,7 @@ TEST_F(SchedulerPersistenceTest, ChangesWhileRedisIsDownStandAndAreStoredWhenItR
 
 // An agent is told to forget a job generation only once the job's record with its
 // exits is stored: a scheduler restarted from Redis before that would find the job
-// RUNNING and its processes gone (found by the chaos campaign).
+// RUNNING and its processes gone.
 TEST_F(SchedulerPersistenceTest, AgentsForgetAJobOnlyOnceItsEndIsStored) {
   ASSERT_NO_FATAL_FAILURE(StartCore("redis-forget", "f:"));
   auto job = core_->SubmitJob(OneProcess());

@@ -57,10 +57,10 @@ void SchedulerCore::ExpireAgentSessionsLocked(absl::Time now, Actions* out) {
 }
 
 void SchedulerCore::ForgiveStallLocked(absl::Time now, absl::Duration late) {
-  // Found by the chaos campaign: a scheduler stalled for longer than the node timeout
-  // declared every healthy node dead when it resumed, before the heartbeats queued
-  // meanwhile were read, and failed every job. Only with the real clock: a fake clock's
-  // jumps are a test's, not a stall.
+  // A scheduler stalled for longer than the node timeout would declare every healthy
+  // node dead when it resumes, before the heartbeats queued meanwhile are read, and
+  // fail every job. Only with the real clock: a fake clock's jumps are a test's, not a
+  // stall.
   if (clock_ != Clock::Real() || late <= options_.node_timeout / 4) return;
   for (auto& [id, node] : nodes_) node.last_heartbeat = std::min(now, node.last_heartbeat + late);
   DROVER_LOG(WARNING) << "the scheduler did not run for " << absl::FormatDuration(late)

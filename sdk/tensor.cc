@@ -17,9 +17,6 @@ namespace os = object_store;
 
 constexpr size_t kAlignment = 64;
 
-// drover::DType has the store's values (checked in sdk/internal/tensor_internal.h).
-os::DType StoreDType(DType dtype) { return static_cast<os::DType>(dtype); }
-
 // Heap memory of this process, 64-byte aligned.
 class HeapStorage final : public internal::Storage {
  public:
@@ -100,10 +97,6 @@ const std::string& NoObjectId() {
 }  // namespace
 
 const std::string& internal::Storage::object_id() const { return NoObjectId(); }
-
-size_t DTypeSize(DType dtype) { return os::DTypeSize(StoreDType(dtype)); }
-
-std::string DTypeName(DType dtype) { return os::DTypeName(StoreDType(dtype)); }
 
 Buffer Buffer::CopyOf(absl::Span<const uint8_t> bytes) {
   if (bytes.empty()) return Buffer();

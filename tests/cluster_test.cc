@@ -401,9 +401,8 @@ TEST_F(FailureDetectionTest, RestartedSchedulerKeepsItsNodesAndNoticesAKillAfter
 }
 
 // The last read of a node's output (`drover logs`, and `drover run` once its job has
-// ended) waits for an agent that does not answer (stalled here; killed and starting
-// again in the chaos campaign, which found that its lines never reached `drover run`)
-// and resumes, instead of failing after one 30 s call.
+// ended) waits for an agent that does not answer (stalled here, or killed and starting
+// again) and resumes, instead of failing after one 30 s call and losing its lines.
 TEST_F(FailureDetectionTest, LastReadOfOutputWaitsForAnAgentThatDoesNotAnswer) {
   StartCluster(Defaults());
   dir_ = Tmp("last-read-waits");

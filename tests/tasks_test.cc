@@ -252,7 +252,7 @@ TEST_F(TasksTest, NoWorkerOutlivesItsDriver) {
 // Regression: a lease request that waited for room while its driver died was granted
 // after the job had ended; when its worker started after the agent had stopped the
 // job's workers, that lease (its CPUs) was never returned and the node stayed full for
-// every later job (found by bench/tasks --timeline-ab, drivers coming and going).
+// every later job.
 TEST_F(TasksTest, ALeaseRequestWaitingWhenItsDriverDiesLeavesNoLeaseBehind) {
   const std::string a = cluster_->agent_node_id(0);
   const std::string base = absl::StrCat(cluster_->dir(), "/filler");

@@ -16,22 +16,9 @@
 
 namespace drover::internal {
 
-// The element types are the store's, value for value.
-#define DROVER_SAME_DTYPE_(name) \
-  static_assert(static_cast<int>(DType::name) == static_cast<int>(object_store::DType::name))
-DROVER_SAME_DTYPE_(kFloat16);
-DROVER_SAME_DTYPE_(kBFloat16);
-DROVER_SAME_DTYPE_(kFloat32);
-DROVER_SAME_DTYPE_(kFloat64);
-DROVER_SAME_DTYPE_(kInt8);
-DROVER_SAME_DTYPE_(kUInt8);
-DROVER_SAME_DTYPE_(kInt16);
-DROVER_SAME_DTYPE_(kInt32);
-DROVER_SAME_DTYPE_(kInt64);
-DROVER_SAME_DTYPE_(kBool);
-#undef DROVER_SAME_DTYPE_
 static_assert(kMaxTensorDims == object_store::kMaxTensorDims);
 
+// DType is one type (drover/dtype.h); these name the direction at call sites.
 inline object_store::DType ToStoreDType(DType d) { return static_cast<object_store::DType>(d); }
 inline DType FromStoreDType(object_store::DType d) { return static_cast<DType>(d); }
 

@@ -62,9 +62,9 @@ std::string DescribeMsgpack(const msgpack::object& obj) {
 
 absl::Status Unpack(absl::string_view bytes, msgpack::object_handle* out) {
   // msgpack-c allocates an array's or map's elements when it reads the count, before
-  // the elements: a 5-byte value claiming 2^32 elements asked for ~100 GiB (found by
-  // //fuzz:task_values). Every element takes at least one byte (a map entry two), so
-  // no count can exceed what the bytes could hold.
+  // the elements: a 5-byte value claiming 2^32 elements would ask for ~100 GiB. Every
+  // element takes at least one byte (a map entry two), so no count can exceed what
+  // the bytes could hold.
   const size_t n = bytes.size();
   const msgpack::unpack_limit limit(/*array=*/n, /*map=*/n / 2, /*str=*/n, /*bin=*/n,
                                     /*ext=*/n);

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/env.h"
 #include "common/framed_socket.h"
 #include "common/log.h"
 #include "common/socket_stream.h"
@@ -24,15 +25,6 @@
 #include "sdk/runtime/queue_book.h"
 
 namespace drover::internal {
-namespace {
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
-
-}  // namespace
-
 class QueueServer {
  public:
   QueueServer(QueueSpec spec, RuntimeContext* ctx)

@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/auth.h"
+#include "common/env.h"
 #include "common/job_state.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -51,11 +52,6 @@ constexpr absl::Duration kHolderWait = absl::Seconds(1);
 // How long a driver keeps asking a scheduler that cannot answer yet to register it.
 constexpr absl::Duration kRegisterPatience = absl::Seconds(60);
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
-
 std::string RandomTag() {
   std::random_device rd;
   return absl::StrCat(absl::Hex(static_cast<uint32_t>(rd()), absl::kZeroPad8));
@@ -74,6 +70,8 @@ class Runtime {
   std::unique_ptr<proto::Scheduler::Stub> scheduler;
   absl::Mutex nodes_mu;
   absl::Time nodes_read ABSL_GUARDED_BY(nodes_mu) = absl::InfinitePast();
+  // A GetClusterStatus call of RefreshNodes is in flight.
+  bool nodes_refreshing ABSL_GUARDED_BY(nodes_mu) = false;
   std::map<std::string, std::pair<bool, std::string>> nodes ABSL_GUARDED_BY(nodes_mu);  // alive, why not
   std::map<std::string, std::string> agents ABSL_GUARDED_BY(nodes_mu);  // node id -> agent address
   // Node id -> (restarts, when it last died) of its object store, from the heartbeats.
@@ -81,16 +79,37 @@ class Runtime {
   // Store restarts before this runtime started lost nothing of it.
   const absl::Time started = absl::Now();
 
-  // Reads the scheduler's node table if the copy is older than 100 ms.
-  void RefreshNodes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(nodes_mu) {
-    if (absl::Now() - nodes_read <= absl::Milliseconds(100)) return;
+  // Reads the scheduler's node table if the copy is older than 100 ms. The RPC runs
+  // without nodes_mu (no lock is held across an RPC): one refresh is in flight at a
+  // time, other callers wait for its result (bounded by its deadline) and the tables
+  // are swapped in under the lock after. A failed read leaves the old tables.
+  void RefreshNodes() ABSL_LOCKS_EXCLUDED(nodes_mu) {
+    {
+      absl::MutexLock l(&nodes_mu);
+      if (absl::Now() - nodes_read <= absl::Milliseconds(100)) return;
+      if (nodes_refreshing) {
+        nodes_mu.Await(absl::Condition(
+            +[](bool* refreshing) { return !*refreshing; }, &nodes_refreshing));
+        return;
+      }
+      nodes_refreshing = true;
+    }
     grpc::ClientContext cctx;
     PrepareContext(&cctx, ctx.token, std::chrono::milliseconds(5000));
     proto::GetClusterStatusReply reply;
-    if (!scheduler->GetClusterStatus(&cctx, proto::GetClusterStatusRequest(), &reply).ok()) return;
-    nodes.clear();
+    const bool ok =
+        scheduler->GetClusterStatus(&cctx, proto::GetClusterStatusRequest(), &reply).ok();
+    std::map<std::string, std::pair<bool, std::string>> fresh;
+    if (ok) {
+      for (const proto::NodeInfo& n : reply.nodes()) {
+        fresh[n.node_id()] = {n.state() == proto::ALIVE, n.reason()};
+      }
+    }
+    absl::MutexLock l(&nodes_mu);
+    nodes_refreshing = false;
+    if (!ok) return;
+    nodes = std::move(fresh);
     for (const proto::NodeInfo& n : reply.nodes()) {
-      nodes[n.node_id()] = {n.state() == proto::ALIVE, n.reason()};
       agents[n.node_id()] = n.agent_address();
       if (n.object_store().restarts() > 0) {
         store_restarts[n.node_id()] = {n.object_store().restarts(),
@@ -102,8 +121,8 @@ class Runtime {
 
   // The address of `node_id`'s agent ("" if the scheduler does not know the node).
   std::string AgentOf(const std::string& node_id) {
-    absl::MutexLock l(&nodes_mu);
     RefreshNodes();
+    absl::MutexLock l(&nodes_mu);
     auto it = agents.find(node_id);
     return it == agents.end() ? "" : it->second;
   }
@@ -111,8 +130,8 @@ class Runtime {
   // True (with why) if the object store of `node_id` died and was restarted since this
   // runtime started: objects kept there before are lost (the restarted store is empty).
   bool StoreRestarted(const std::string& node_id, std::string* why) {
-    absl::MutexLock l(&nodes_mu);
     RefreshNodes();
+    absl::MutexLock l(&nodes_mu);
     auto it = store_restarts.find(node_id);
     if (it == store_restarts.end() || it->second.second < started) return false;
     *why = absl::StrCat("it was lost when the object store of node ", node_id, " restarted at ",
@@ -124,8 +143,8 @@ class Runtime {
 
   // True (with why) if `node_id` is dead or unknown to the scheduler.
   bool NodeGone(const std::string& node_id, std::string* why) {
-    absl::MutexLock l(&nodes_mu);
     RefreshNodes();
+    absl::MutexLock l(&nodes_mu);
     auto it = nodes.find(node_id);
     if (it == nodes.end()) {
       *why = "the scheduler does not know it";
@@ -264,8 +283,8 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
   proto::RegisterDriverReply reply;
   // UNAVAILABLE (the scheduler could not store the job yet: it stands, and the same
   // request id gets the same job) and DEADLINE_EXCEEDED (a stalled scheduler) are
-  // retried for a while. Giving up at once left the job registered and RUNNING with no
-  // driver to end it (found by the chaos campaign: a Redis stall during registration).
+  // retried for a while: giving up at once (e.g. on a Redis stall during registration)
+  // would leave the job registered and RUNNING with no driver to end it.
   const absl::Time give_up = absl::Now() + kRegisterPatience;
   for (absl::Duration pause = absl::Milliseconds(100);; pause = std::min(pause * 2, absl::Seconds(2))) {
     grpc::ClientContext cctx;

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "sdk/internal/runtime_internal.h"
@@ -35,11 +36,6 @@ constexpr absl::Duration kLeaseClaimTime = absl::Seconds(30);
 constexpr absl::Duration kStayAwake = absl::Microseconds(50);
 // How long a task waits for its arguments to arrive on this node.
 constexpr absl::Duration kArgumentWait = absl::Minutes(5);
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
 
 // Set while the user's code runs (a task, a factory): SIGTERM then kills at once.
 volatile sig_atomic_t g_in_user_code = 0;

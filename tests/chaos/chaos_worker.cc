@@ -38,12 +38,14 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/env.h"
 #include "drover/collective.h"
 #include "drover/objects.h"
 #include "tests/chaos/truth.h"
 
 namespace {
 
+using drover::Env;
 using drover::chaos::ClearError;
 using drover::chaos::Flat;
 using drover::chaos::ObjectContent;
@@ -62,11 +64,6 @@ struct Args {
   int64_t max_kib = 2048;
   int64_t timeout_s = 20;
 };
-
-std::string Env(const char* name, const char* fallback = "") {
-  const char* v = std::getenv(name);
-  return v == nullptr ? fallback : v;
-}
 
 int EnvInt(const char* name) { return std::atoi(Env(name, "0").c_str()); }
 

@@ -42,6 +42,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/env.h"
 #include "drover/drover.h"
 #include "gpu/cuda_copier.h"
 #include "gpu/cuda_library.h"
@@ -52,12 +53,8 @@
 
 namespace {
 
+using drover::Env;
 using drover::gpu::CudaApi;
-
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
 
 std::string UuidString(const cudaUUID_t& u) {
   const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);

@@ -46,49 +46,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "drover/dtype.h"
 
 namespace drover {
 
-// Element types. The values are those of the store's tensor header (docs/object_store.md).
-enum class DType : uint8_t {
-  kFloat16 = 1,
-  kBFloat16 = 2,
-  kFloat32 = 3,
-  kFloat64 = 4,
-  kInt8 = 5,
-  kUInt8 = 6,
-  kInt16 = 7,
-  kInt32 = 8,
-  kInt64 = 9,
-  kBool = 10,
-};
-
-// Bytes of one element; 0 for a value that is not a DType.
-size_t DTypeSize(DType dtype);
-// "float32", ...; "dtype(<n>)" for a value that is not a DType.
-std::string DTypeName(DType dtype);
-
-// 16-bit floats are stored, not computed on: their bits.
-struct Float16 {
-  uint16_t bits;
-};
-struct BFloat16 {
-  uint16_t bits;
-};
-
-// The DType of a C++ element type (a compile error for a type without one).
-template <typename T>
-struct DTypeOf;
-template <> struct DTypeOf<Float16> { static constexpr DType value = DType::kFloat16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::kBFloat16; };
-template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };
-template <> struct DTypeOf<int8_t> { static constexpr DType value = DType::kInt8; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUInt8; };
-template <> struct DTypeOf<int16_t> { static constexpr DType value = DType::kInt16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
+// DType, DTypeSize, DTypeName, Float16, BFloat16, DTypeOf: drover/dtype.h.
 
 // The most dimensions a tensor may have (the store's tensor header holds 16).
 inline constexpr int kMaxTensorDims = 16;

@@ -1,4 +1,4 @@
-#include "bench/sim_fleet.h"
+#include "scheduler/testing/sim_fleet.h"
 
 #include <deque>
 #include <functional>
@@ -20,7 +20,7 @@
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
 
-namespace drover::bench {
+namespace drover::testing {
 namespace {
 
 // As drover-agent: heartbeats time out after 2 s, other calls after the default 5 s.
@@ -696,4 +696,4 @@ SimFleetStats SimFleet::stats() { return impl_->stats(); }
 std::vector<double> SimFleet::TakeHeartbeatLatencies() { return impl_->TakeHeartbeatLatencies(); }
 void SimFleet::Stop() { impl_->Stop(); }
 
-}  // namespace drover::bench
+}  // namespace drover::testing

@@ -21,8 +21,8 @@
 //
 // Ownership: Start returns the only owner; the destructor stops everything (Stop).
 // Thread safety: every public method is thread-safe.
-#ifndef DROVER_BENCH_SIM_FLEET_H_
-#define DROVER_BENCH_SIM_FLEET_H_
+#ifndef DROVER_SCHEDULER_TESTING_SIM_FLEET_H_
+#define DROVER_SCHEDULER_TESTING_SIM_FLEET_H_
 
 #include <cstdint>
 #include <memory>
@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
-namespace drover::bench {
+namespace drover::testing {
 
 struct SimFleetOptions {
   // host:port of the scheduler and the cluster token.
@@ -98,6 +98,6 @@ class SimFleet {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace drover::bench
+}  // namespace drover::testing
 
-#endif  // DROVER_BENCH_SIM_FLEET_H_
+#endif  // DROVER_SCHEDULER_TESTING_SIM_FLEET_H_

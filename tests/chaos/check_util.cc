@@ -139,7 +139,13 @@ void CheckRunOutput(const CheckContext& ctx, const JobRecord& r, const JobInfo& 
   int expected = 0;
   std::vector<std::string> missing =
       Missing(truth, r, r.cli_out, &expected, j.end_time.value_or(absl::InfiniteFuture()));
-  if (!missing.empty()) {
+  // `drover run` answers within ~1 s of its job's end and may leave out the output of a
+  // node the scheduler calls dead, naming that node after the job's outcome (`drover
+  // logs` reads it later): allowed when a fault explains it and the CLI said so.
+  const bool named_unread = absl::StrContains(r.cli_err, "is not shown") &&
+                            absl::StrContains(r.cli_err, "drover logs ") &&
+                            TouchedBy(ctx, r, j) != nullptr;
+  if (!missing.empty() && !named_unread) {
     report.Violated("run-output-complete",
                     absl::StrCat(name, ": drover run exited ", r.cli_exit, " without printing ",
                                  missing.size() > 2 ? "lines" : "the line", " ",

@@ -88,6 +88,11 @@ drover="$outer_bin/external/drover/cli/drover"
 [[ -x "$drover" ]] || fail "no CLI at bazel-bin/external/drover/cli/drover (the README's path)"
 [[ -f "$outer_bin/external/drover/python/drover.so" ]] ||
   fail "no Python module at bazel-bin/external/drover/python/drover.so (the README's path)"
+# The module links the SDK the CLI was built from: no second configuration compiled it
+# again (a transition's output folder is bazel-out/k8-<mode>-ST-<hash>).
+if compgen -G "$outer_bin/../../*-ST-*" >/dev/null; then
+  fail "a configuration of its own compiled drover again: $(cd "$outer_bin/../.." && ls -d ./*-ST-*)"
+fi
 "$drover" up --nodes 2 >"$log" 2>&1 || fail "drover up (the outer workspace's CLI)"
 
 # `import drover` from the README's folder, and a value through the cluster's store.

@@ -95,13 +95,15 @@ _python_module = rule(
 )
 
 def drover_python_extension(name, srcs, deps = [], version_script = None, stub = None, visibility = None, copts = []):
-    # The module's own code; alwayslink, so PyInit_<name> is in the link whatever refers to it.
+    # The module's own code; alwayslink, so PyInit_<name> is in the link whatever refers
+    # to it. Manual: built only for the module (its .pic.o), not by //... on its own.
     native.cc_library(
         name = name + "_srcs",
         srcs = srcs,
         copts = copts,
         deps = deps + ["@system//:python"],
         alwayslink = True,
+        tags = ["manual"],
         visibility = ["//visibility:private"],
     )
     _python_module(

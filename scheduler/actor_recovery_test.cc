@@ -45,6 +45,7 @@ class ActorRecoveryTest : public ::testing::Test {
   void Boot() {
     SchedulerOptions o;
     o.clock = &clock_;
+    o.driver_reconnect = absl::Minutes(10);  // no driver here reconnects its session
     core_ = std::make_unique<SchedulerCore>(o, std::make_unique<testing::SharedStore>(store_.get()),
                                             std::make_unique<testing::FakeAgents>());
     ASSERT_TRUE(core_->Start().ok());

@@ -550,6 +550,8 @@ void LeaseManager::NoteEndedEarlyLocked(const std::string& lease_id) {
   for (auto it = ended_early_.begin(); it != ended_early_.end();) {
     it = it->second < now ? ended_early_.erase(it) : std::next(it);
   }
+  // Bounded: a client sending returns of made-up ids costs at most this.
+  if (ended_early_.size() >= 100'000) return;
   ended_early_[lease_id] = now + kEndedEarlyMemory;
 }
 

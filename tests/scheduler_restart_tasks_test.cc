@@ -7,6 +7,7 @@
 // the tasks and ordered actor calls go on and come back right.
 #include <signal.h>
 
+#include <iostream>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -45,7 +46,30 @@ TEST_F(SchedulerRestartTasksTest, TwoHundredTasksAndTwoActorsOutliveTwoScheduler
       << ReadDriverOutput(base).All() << cluster_->DaemonLogs();
   const std::string job = ReadDriverOutput(base).Get("job");
   for (int kill = 0; kill < 2; ++kill) {
-    ASSERT_TRUE(cluster_->RestartScheduler(SIGKILL).ok()) << cluster_->DaemonLogs();
+    if (kill == 0) {
+      ASSERT_TRUE(cluster_->RestartScheduler(SIGKILL).ok()) << cluster_->DaemonLogs();
+    } else {
+      // A lookup by name made while the scheduler is away waits for it (saying so).
+      auto away_lines = [&] {
+        const std::string err = ReadDriverOutput(base).err;
+        int n = 0;
+        for (size_t at = err.find("does not answer"); at != std::string::npos;
+             at = err.find("does not answer", at + 1)) {
+          ++n;
+        }
+        return n;
+      };
+      const int said = away_lines();
+      cluster_->StopScheduler(SIGKILL);
+      ASSERT_TRUE(WriteFileAtomic(stop + ".lookup", "1").ok());
+      EXPECT_TRUE(WaitFor([&] { return away_lines() > said; }, absl::Seconds(60)))
+          << ReadDriverOutput(base).All();
+      EXPECT_EQ(ReadDriverOutput(base).Get("looked_up"), "<missing looked_up>");
+      ASSERT_TRUE(cluster_->StartSchedulerAgain().ok()) << cluster_->DaemonLogs();
+      EXPECT_TRUE(WaitFor([&] { return ReadDriverOutput(base).Get("looked_up") == "1 ok"; },
+                          absl::Seconds(90)))
+          << ReadDriverOutput(base).All() << cluster_->DaemonLogs();
+    }
     // The job stands, and its tasks go on: two more rounds after the restart.
     const int64_t before = done();
     EXPECT_TRUE(WaitFor([&] { return done() >= before + 400; }, absl::Seconds(180)))
@@ -66,6 +90,8 @@ TEST_F(SchedulerRestartTasksTest, TwoHundredTasksAndTwoActorsOutliveTwoScheduler
   EXPECT_EQ(r.Get("blob0"), "ok") << r.All();
   EXPECT_EQ(r.Get("blob1"), "ok") << r.All();
   EXPECT_TRUE(absl::StrContains(r.err, "waiting for it to come back")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "answers again")) << r.err;
+  std::cerr << "the driver printed:\n" << r.All();
   auto ended = cluster_->client().WaitJob(job, absl::Seconds(30));
   ASSERT_TRUE(ended.ok()) << ended.status();
   EXPECT_EQ(ended->state, JobState::kSucceeded) << ended->reason;

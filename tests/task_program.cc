@@ -5,12 +5,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -603,16 +605,46 @@ int Stream(int in_flight, const std::string& stop, int actors = 0) {
 // scheduler is away waits for it). First, a 3 MiB result is made on each of `node_a`
 // and `node_b` (stored there), read only at the end: the scheduler's object directory
 // must find their nodes again. At the end the named actor is looked up once more and
-// must be the same worker with the whole log.
+// must be the same worker with the whole log. Each time the file `stop`.lookup names a
+// new number N, a thread of its own looks the named actor up ("asking=N", then
+// "looked_up=N ok"): the test does it while the scheduler is away.
 int Outlive(int in_flight, const std::string& stop, const std::string& name,
             const std::string& node_a, const std::string& node_b) {
+  std::mutex print_mu;  // Print is not thread-safe
+  auto say = [&](const std::string& k, const std::string& v) {
+    std::lock_guard<std::mutex> l(print_mu);
+    Print(k, v);
+  };
+  std::atomic<bool> finished{false};
+  std::thread looker([&] {
+    std::string last;
+    while (!finished.load()) {
+      std::ifstream in(stop + ".lookup");
+      std::string n;
+      if (in >> n && n != last) {
+        last = n;
+        say("asking", n);
+        auto found = drover::GetActor<Counter>(name);
+        say("looked_up", absl::StrCat(n, found.ok() ? " ok" : absl::StrCat(" ", Err(found.status()))));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  struct Join {
+    std::atomic<bool>& finished;
+    std::thread& t;
+    ~Join() {
+      finished = true;
+      t.join();
+    }
+  } join{finished, looker};
   std::vector<drover::ActorHandle<Counter>> counters;
   counters.push_back(drover::Actor(MakeCounter).Remote(int64_t{0}));
   counters.push_back(drover::Actor(MakeCounter).SetName(name).Remote(int64_t{0}));
   auto pid = drover::Get(counters[1].Task(&Counter::Pid).Remote(), absl::Seconds(120));
   auto first = drover::Get(counters[0].Task(&Counter::Value).Remote(), absl::Seconds(120));
   if (!pid.ok() || !first.ok()) {
-    Print("actors", Err(pid.ok() ? first.status() : pid.status()));
+    say("actors", Err(pid.ok() ? first.status() : pid.status()));
     return 1;
   }
   std::vector<drover::ObjectRef<std::vector<uint8_t>>> blobs;
@@ -621,7 +653,7 @@ int Outlive(int in_flight, const std::string& stop, const std::string& name,
     blobs.push_back(drover::Task(Blob).SetNodeAffinity(nodes[i]).Remote(int64_t{3} << 20, static_cast<int>(i) + 11));
   }
   if (drover::Wait(blobs, static_cast<int>(blobs.size()), absl::Seconds(120)).ready.size() != blobs.size()) {
-    Print("blobs", "not made in 120s");
+    say("blobs", "not made in 120s");
     return 1;
   }
   std::vector<drover::ObjectRef<std::vector<int64_t>>> logs(counters.size());
@@ -633,23 +665,23 @@ int Outlive(int in_flight, const std::string& stop, const std::string& name,
     auto r = drover::Get(refs.front(), absl::Seconds(120));
     refs.pop_front();
     if (!r.ok() || *r != 50) {
-      Print("outlive", r.ok() ? std::to_string(*r) : Err(r.status()));
+      say("outlive", r.ok() ? std::to_string(*r) : Err(r.status()));
       return false;
     }
-    Print("done", std::to_string(++done));
+    say("done", std::to_string(++done));
     for (size_t a = 0; a < counters.size(); ++a) logs[a] = counters[a].Task(&Counter::Log).Remote(calls);
     ++calls;
     if (done % 100 == 0) {
       auto found = drover::GetActor<Counter>(name);
       if (!found.ok()) {
-        Print("outlive", absl::StrCat("GetActor('", name, "') after ", done, " tasks: ", Err(found.status())));
+        say("outlive", absl::StrCat("GetActor('", name, "') after ", done, " tasks: ", Err(found.status())));
         return false;
       }
       ++lookups;
     }
     return true;
   };
-  Print("ready", "1");
+  say("ready", "1");
   std::cout.flush();
   while (::access(stop.c_str(), F_OK) != 0) {
     while (refs.size() < static_cast<size_t>(in_flight)) refs.push_back(drover::Task(Sleeps).Remote(int64_t{50}));
@@ -663,25 +695,25 @@ int Outlive(int in_flight, const std::string& stop, const std::string& name,
     bool ordered = log.ok() && log->size() == static_cast<size_t>(calls);
     for (size_t i = 0; ordered && i < log->size(); ++i) ordered = (*log)[i] == static_cast<int64_t>(i);
     if (!ordered) {
-      Print("actors", log.ok() ? absl::StrCat("actor ", a, " logged ", log->size(), " of ", calls, ": ",
+      say("actors", log.ok() ? absl::StrCat("actor ", a, " logged ", log->size(), " of ", calls, ": ",
                                               absl::StrJoin(*log, ","))
                                : Err(log.status()));
       return 1;
     }
   }
-  Print("actors", absl::StrCat("ok ", calls, " calls each"));
+  say("actors", absl::StrCat("ok ", calls, " calls each"));
   auto found = drover::GetActor<Counter>(name);
   auto again = found.ok() ? drover::Get(found->Task(&Counter::Pid).Remote(), absl::Seconds(60))
                           : absl::StatusOr<std::string>(found.status());
-  Print("named", !again.ok() ? Err(again.status())
+  say("named", !again.ok() ? Err(again.status())
                              : *again == *pid ? "ok same worker" : absl::StrCat("pid ", *again, " not ", *pid));
   for (size_t i = 0; i < blobs.size(); ++i) {
     auto b = drover::Get(blobs[i], absl::Seconds(60));
     const bool right = b.ok() && Checksum(*b) == Checksum(Blob(int64_t{3} << 20, static_cast<int>(i) + 11));
-    Print(absl::StrCat("blob", i), right ? "ok" : b.ok() ? "wrong bytes" : Err(b.status()));
+    say(absl::StrCat("blob", i), right ? "ok" : b.ok() ? "wrong bytes" : Err(b.status()));
   }
-  Print("lookups", std::to_string(lookups));
-  Print("outlive", "ok");
+  say("lookups", std::to_string(lookups));
+  say("outlive", "ok");
   return 0;
 }
 

@@ -45,6 +45,7 @@ absl::Status WhileHeadAway(const std::string& where, const std::string& what,
                   << absl::FormatDuration(kHeadAwayPatience) << ")" << std::endl;
       }
       if (absl::Now() + pause > give_up || stopping()) {
+        said_away.store(false);  // the next outage is told again
         return absl::UnavailableError(absl::StrCat(
             "the scheduler at ", where, " has not answered for ",
             absl::FormatDuration(kHeadAwayPatience), " (", what, "; last error: ", s.message(), ")"));

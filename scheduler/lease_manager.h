@@ -31,7 +31,9 @@
 // Actors are leases for life, kept here with their records: created by placing a lease
 // whose worker runs the actor's factory; restarted on another lease after their worker
 // dies (max_restarts); dead when killed, when their job ends or when restarts run out,
-// with the reason every caller gets.
+// with the reason every caller gets. Each change of an actor's record is saved
+// (ResourceBook::SaveActor, to the state store) and a restarted scheduler reloads the
+// records (Recover), keeping live actors on their workers as their nodes report them.
 //
 // Threading: one mutex guards leases, requests and actors. Calls to agents (StartWorker,
 // KillWorker, StopJob) are made without it, from small pools (actors' from their

@@ -95,7 +95,7 @@ TEST_F(SchedulerRestartTasksTest, TwoHundredTasksAndTwoActorsOutliveTwoScheduler
   EXPECT_EQ(r.Get("blob1"), "ok") << r.All();
   EXPECT_TRUE(absl::StrContains(r.err, "waiting for it to come back")) << r.err;
   EXPECT_TRUE(absl::StrContains(r.err, "answers again")) << r.err;
-  std::cerr << "the driver printed:\n" << r.All();
+  std::cerr << "the driver's stderr:\n" << r.err;
   auto last = cluster_->client().WaitJob(job, absl::Seconds(30));
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(last->state, JobState::kSucceeded) << last->reason;

@@ -350,7 +350,18 @@ void LeaseManager::Adopt(const std::string& node_id, const std::string& agent_ad
       }
       std::optional<ResourceBook::Grant> g = book_->Adopt(
           node_id, h.shape(), std::vector<int>(h.gpu_ids().begin(), h.gpu_ids().end()));
-      if (!g.has_value()) continue;
+      if (!g.has_value()) {
+        // Its node is not ALIVE (it died meanwhile): the actor is lost below and made
+        // again elsewhere, so this worker must not serve it on.
+        if (actor != nullptr) {
+          proto::KillWorkerRequest kill;
+          kill.set_worker_id(h.worker_id());
+          kill.set_reason(absl::StrCat("its actor ", h.actor_id(), " could not be adopted on node ",
+                                       node_id, ", which is not alive"));
+          kills.push_back(std::move(kill));
+        }
+        continue;
+      }
       Lease& lease = leases_[h.lease_id()];
       lease.id = h.lease_id();
       lease.job_id = h.job_id();
@@ -476,8 +487,9 @@ void LeaseManager::WorkerExited(const proto::ReportWorkerExitRequest& req) {
 
 void LeaseManager::WorkerExitedLocked(const proto::ReportWorkerExitRequest& req) {
   auto it = leases_.find(req.lease_id());
+  const bool known = it != leases_.end();
   std::string actor_id = req.actor_id();
-  if (it != leases_.end()) {
+  if (known) {
     if (actor_id.empty()) actor_id = it->second.actor_id;
     proto::TimelineEvent e = TimelineEventOf(proto::TIMELINE_WORKER_EXITED, 0, req.node_id(), {},
                                              DescribeExit(req.exit(), /*with_stderr=*/false));
@@ -488,7 +500,7 @@ void LeaseManager::WorkerExitedLocked(const proto::ReportWorkerExitRequest& req)
     NoteLocked(it->second.job_id, std::move(e));
     ReleaseLocked(req.lease_id(), "its worker exited");
   }
-  if (it == leases_.end()) NoteEndedEarlyLocked(req.lease_id());
+  if (!known) NoteEndedEarlyLocked(req.lease_id());
   if (actor_id.empty()) return;
   auto a = actors_.find(actor_id);
   if (a == actors_.end()) return;

@@ -1,7 +1,10 @@
 #include "sdk/runtime/actor_client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +17,49 @@ namespace drover::internal {
 namespace {
 
 constexpr absl::Duration kPollWait = absl::Seconds(2);
+// How long an actor call to the scheduler waits for it while it is away (a restart).
+constexpr absl::Duration kHeadAwayPatience = absl::Seconds(60);
+
+// Whether stderr was told that the scheduler is away (once per outage, not per call).
+std::atomic<bool> said_away{false};
+
+bool Away(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
+
+// Makes a call to the scheduler (`attempt`: one try, with a context of its own) and,
+// while the scheduler does not answer (UNAVAILABLE, DEADLINE_EXCEEDED: a restart
+// under way), tries again with back-off (100 ms doubling to 2 s) for up to
+// kHeadAwayPatience, saying so once on stderr; then fails naming the scheduler. Each
+// call it retries is safe to repeat: creations carry the actor's id, reads and kills
+// are idempotent.
+absl::Status WhileHeadAway(const std::string& where, const std::string& what,
+                           const std::function<absl::Status()>& attempt,
+                           const std::function<bool()>& stopping) {
+  absl::Status s = attempt();
+  if (Away(s)) {
+    const absl::Time give_up = absl::Now() + kHeadAwayPatience;
+    absl::Duration pause = absl::Milliseconds(100);
+    while (Away(s)) {
+      if (!said_away.exchange(true)) {
+        std::cerr << "drover: the scheduler at " << where << " does not answer (" << s.message()
+                  << "); " << what << " waits for it to come back (up to "
+                  << absl::FormatDuration(kHeadAwayPatience) << ")" << std::endl;
+      }
+      if (absl::Now() + pause > give_up || stopping()) {
+        said_away.store(false);  // the next outage is told again
+        return absl::UnavailableError(absl::StrCat(
+            "the scheduler at ", where, " has not answered for ",
+            absl::FormatDuration(kHeadAwayPatience), " (", what, "; last error: ", s.message(), ")"));
+      }
+      absl::SleepFor(pause);
+      pause = std::min(pause * 2, absl::Seconds(2));
+      s = attempt();
+    }
+  }
+  if (said_away.exchange(false)) {
+    std::cerr << "drover: the scheduler at " << where << " answers again" << std::endl;
+  }
+  return s;
+}
 
 std::string Describe(const proto::ActorInfo& info) {
   std::string s = absl::StrCat("actor ", info.actor_id());
@@ -96,10 +142,15 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       req.mutable_hint()->set_spread(o.spread);  // SetSpread holds for actors too
       req.set_max_restarts(o.max_restarts);
       req.set_request_id(a->id);
-      grpc::ClientContext cctx;
-      PrepareContext(&cctx, ctx_->token, std::chrono::milliseconds(30000));
       proto::CreateActorReply reply;
-      absl::Status st = FromGrpcStatus(ctx_->leases->CreateActor(&cctx, req, &reply));
+      absl::Status st = WhileHeadAway(
+          ctx_->scheduler_address, absl::StrCat("creating actor ", a->id),
+          [&] {
+            grpc::ClientContext cctx;
+            PrepareContext(&cctx, ctx_->token, std::chrono::milliseconds(30000));
+            return FromGrpcStatus(ctx_->leases->CreateActor(&cctx, req, &reply));
+          },
+          [this] { return ShuttingDown(); });
       if (!st.ok()) {
         FailAll(a, absl::Status(st.code(), absl::StrCat("cannot create actor ", a->id, " (",
                                                         task->display, "): ", st.message())));
@@ -214,16 +265,22 @@ void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
 
 absl::StatusOr<proto::ActorInfo> ActorClient::Fetch(const std::string& id, const std::string& name,
                                                     int64_t after, absl::Duration wait) {
-  grpc::ClientContext cctx;
-  PrepareContext(&cctx, ctx_->token,
-                 std::chrono::milliseconds(absl::ToInt64Milliseconds(wait) + 5000));
   proto::GetActorRequest req;
   req.set_actor_id(id);
   req.set_name(name);
   req.set_after_version(after);
   req.set_wait_ms(absl::ToInt64Milliseconds(wait));
   proto::GetActorReply reply;
-  DROVER_RETURN_IF_ERROR(FromGrpcStatus(ctx_->leases->GetActor(&cctx, req, &reply)));
+  DROVER_RETURN_IF_ERROR(WhileHeadAway(
+      ctx_->scheduler_address,
+      id.empty() ? absl::StrCat("looking up actor '", name, "'") : absl::StrCat("actor ", id),
+      [&] {
+        grpc::ClientContext cctx;
+        PrepareContext(&cctx, ctx_->token,
+                       std::chrono::milliseconds(absl::ToInt64Milliseconds(wait) + 5000));
+        return FromGrpcStatus(ctx_->leases->GetActor(&cctx, req, &reply));
+      },
+      [this] { return ShuttingDown(); }));
   return reply.actor();
 }
 
@@ -376,13 +433,18 @@ absl::StatusOr<std::shared_ptr<ActorState>> ActorClient::Lookup(const std::strin
 }
 
 absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
-  grpc::ClientContext cctx;
-  PrepareContext(&cctx, ctx_->token);
   proto::KillActorRequest req;
   req.set_actor_id(a->id);
   req.set_reason("killed by drover::Kill");
   proto::KillActorReply reply;
-  absl::Status s = FromGrpcStatus(ctx_->leases->KillActor(&cctx, req, &reply));
+  absl::Status s = WhileHeadAway(
+      ctx_->scheduler_address, absl::StrCat("killing actor ", a->id),
+      [&] {
+        grpc::ClientContext cctx;
+        PrepareContext(&cctx, ctx_->token);
+        return FromGrpcStatus(ctx_->leases->KillActor(&cctx, req, &reply));
+      },
+      [this] { return ShuttingDown(); });
   if (!s.ok()) return s;
   // The scheduler's record says DEAD now: so does this handle, at once (as ray.kill), so
   // a call made after Kill returns fails with the kill's reason instead of racing the
@@ -447,6 +509,11 @@ absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::D
     if (!info.ok()) return info.status();
     Update(a, *info);
   }
+}
+
+bool ActorClient::ShuttingDown() {
+  absl::MutexLock l(&mu_);
+  return shutdown_;
 }
 
 void ActorClient::Shutdown() {

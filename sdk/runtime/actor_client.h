@@ -90,8 +90,9 @@ class ActorClient {
                  std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>>* failed);
   void Connect(std::shared_ptr<ActorState> a);
   void Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock);
+  bool ShuttingDown() ABSL_LOCKS_EXCLUDED(mu_);
   // Asks the scheduler for the actor's record, waiting up to `wait` for a version after
-  // `after` (0: now).
+  // `after` (0: now). While the scheduler is away (a restart), waits for it (bounded).
   absl::StatusOr<proto::ActorInfo> Fetch(const std::string& id, const std::string& name,
                                          int64_t after, absl::Duration wait);
   void Update(const std::shared_ptr<ActorState>& a, const proto::ActorInfo& info);

@@ -214,12 +214,19 @@ std::string TestCluster::agent_node_id(int i) const {
 }
 
 absl::Status TestCluster::RestartScheduler(int sig) {
-  auto hp = absl::StrSplit(address_, ':');
-  std::vector<std::string> parts(hp.begin(), hp.end());
-  int port = std::atoi(parts.back().c_str());
+  StopScheduler(sig);
+  return StartSchedulerAgain();
+}
+
+void TestCluster::StopScheduler(int sig) {
   StopProcess(scheduler_, sig);
   scheduler_ = -1;
-  return StartScheduler(port);
+}
+
+absl::Status TestCluster::StartSchedulerAgain() {
+  auto hp = absl::StrSplit(address_, ':');
+  std::vector<std::string> parts(hp.begin(), hp.end());
+  return StartScheduler(std::atoi(parts.back().c_str()));
 }
 
 int RunDrover(const std::vector<std::string>& args, const std::vector<std::string>& env,

@@ -87,6 +87,9 @@ class TestCluster {
   // Stops the scheduler with `sig` (SIGKILL: it runs no code; SIGTERM: it shuts down
   // cleanly) and starts a new one on the same port and state.
   absl::Status RestartScheduler(int sig = SIGKILL);
+  // RestartScheduler in two halves, for a test that acts while the scheduler is away.
+  void StopScheduler(int sig = SIGKILL);
+  absl::Status StartSchedulerAgain();
 
   // Runs the `drover` CLI against this cluster (DROVER_ADDRESS, DROVER_TOKEN_FILE and,
   // with TLS, DROVER_TLS_CA set; `extra_env` entries replace them); returns its exit

@@ -14,7 +14,8 @@ namespace {
 
 bool ClusterWide(FaultKind k) {
   return k == FaultKind::kKillScheduler || k == FaultKind::kKillRedis ||
-         k == FaultKind::kStopScheduler || k == FaultKind::kStopRedis;
+         k == FaultKind::kStopScheduler || k == FaultKind::kStopRedis ||
+         k == FaultKind::kRestartHead;
 }
 
 // The lines of `text` as a multiset.

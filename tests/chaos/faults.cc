@@ -303,20 +303,29 @@ void FaultInjector::KillScheduler(const Fault& f, FaultRecord& r) {
 void FaultInjector::KillRedis(const Fault& f, FaultRecord& r) {
   testing::RedisServer* redis = cluster_.redis();
   r.target = absl::StrCat("redis-server (pid ", redis->pid(), ")");
-  // Submits in flight as it dies: a burst that goes on until it is back.
+  // Submits in flight as it dies: bursts from a few clients at once, going on until
+  // it is back.
+  constexpr int kSubmitters = 3;
   std::atomic<bool> stop{false};
-  std::vector<SubmitProbe> burst;
-  const int serial = ++serial_;
-  std::thread submitter([&] { SubmitBurst(serial, stop, burst); });
-  testing::WaitFor([&] { return stop.load() || !burst.empty(); }, absl::Seconds(5));
+  std::vector<std::vector<SubmitProbe>> bursts(kSubmitters);
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < kSubmitters; ++t) {
+    const int serial = ++serial_;
+    submitters.emplace_back([&, t, serial] { SubmitBurst(serial, stop, bursts[t]); });
+  }
+  absl::SleepFor(absl::Milliseconds(100));  // let the first submits leave
   ::kill(redis->pid(), SIGKILL);
   r.injected = true;
   absl::SleepFor(f.hold);
   r.recovery = redis->Restart();  // same port and AOF: the data written before stays
   stop = true;
-  submitter.join();
-  r.note = absl::StrCat(burst.size(), " submits in flight");
-  probes_.insert(probes_.end(), burst.begin(), burst.end());
+  size_t n = 0;
+  for (int t = 0; t < kSubmitters; ++t) {
+    submitters[t].join();
+    n += bursts[t].size();
+    probes_.insert(probes_.end(), bursts[t].begin(), bursts[t].end());
+  }
+  r.note = absl::StrCat(n, " submits in flight");
 }
 
 void FaultInjector::SubmitBurst(int serial, const std::atomic<bool>& stop,

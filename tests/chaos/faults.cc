@@ -166,15 +166,14 @@ void FaultInjector::KillStore(const Fault& f, FaultRecord& r) {
   r.nodes.insert(node);
   // An SDK client on the node, putting and getting in a loop, to see it recover.
   std::string client_job, why;
+  const std::string dir = absl::StrCat(options_.work_dir, "/store-", ++serial_);
   const std::string client_dir =
-      options_.store_client.empty() ? "" : StartStoreClients(++serial_, node, client_job, why);
+      options_.store_client.empty() ? "" : StartStoreClients(dir, node, client_job, why);
   const pid_t store = StoreOf(f.node);
   r.target = absl::StrCat("store of ", AgentTarget(f.node), " (pid ", store, ")");
   if (!client_job.empty()) absl::StrAppend(&r.target, " under SDK client job ", client_job);
   auto stop_clients = [&] {
-    if (!client_dir.empty() || !client_job.empty()) {
-      (void)WriteFileAtomic(absl::StrCat(options_.work_dir, "/store-", serial_, "/stop"), "", 0644);
-    }
+    if (!client_job.empty()) (void)WriteFileAtomic(dir + "/stop", "", 0644);
   };
   if (store <= 0) {
     r.note = "the node runs no store now";
@@ -202,9 +201,8 @@ void FaultInjector::KillStore(const Fault& f, FaultRecord& r) {
   stop_clients();
 }
 
-std::string FaultInjector::StartStoreClients(int serial, const std::string& node,
+std::string FaultInjector::StartStoreClients(const std::string& dir, const std::string& node,
                                              std::string& job, std::string& why) {
-  const std::string dir = absl::StrCat(options_.work_dir, "/store-", serial);
   if (absl::Status s = MakeDirs(dir, 0777); !s.ok()) {
     why = std::string(s.message());
     return "";
@@ -212,7 +210,7 @@ std::string FaultInjector::StartStoreClients(int serial, const std::string& node
   const int nodes = static_cast<int>(spill_dirs_.size());
   JobSpec spec = testing::TestCluster::JobOf({options_.store_client, dir}, nodes, 1);
   spec.name = "chaos-store-client";
-  spec.idempotency_key = absl::StrCat("chaos-store-client-", ::getpid(), "-", serial);
+  spec.idempotency_key = absl::StrCat("chaos-store-client-", ::getpid(), "-", serial_);
   absl::StatusOr<JobInfo> info = cluster_.client().Submit(spec);
   for (int i = 0; !info.ok() && absl::IsUnavailable(info.status()) && i < 20; ++i) {
     absl::SleepFor(absl::Milliseconds(500));

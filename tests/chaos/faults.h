@@ -66,10 +66,11 @@ class FaultInjector {
   };
   void RestartHead(const Fault& f, FaultRecord& r);
   void SubmitBurst(int serial, const std::atomic<bool>& stop, std::vector<SubmitProbe>& out);
-  // Starts an SDK client job (a rank on every node putting and getting in a loop):
-  // the directory its ranks report in, or "" (with `why`) if it did not get ready.
-  std::string StartStoreClients(int serial, const std::string& node, std::string& job,
-                                std::string& why);
+  // Starts an SDK client job (a rank on every node putting and getting in a loop,
+  // reporting in `dir`): `dir`, or "" (with `why`) if its rank on `node` did not get
+  // ready; `job` is set once the job was made (it stops when `dir`/stop appears).
+  std::string StartStoreClients(const std::string& dir, const std::string& node,
+                                std::string& job, std::string& why);
   void JudgeStoreClient(const std::string& dir, const std::string& node, absl::Time back,
                         FaultRecord& r);
 

@@ -44,6 +44,8 @@ SchedulerCore::SchedulerCore(SchedulerOptions options, std::unique_ptr<StateStor
       agents_(std::move(agents)),
       persister_(store_.get(), clock_),
       job_tag_(NewJobTag()),
+      objects_(clock_),
+      kv_(clock_),
       sessions_(options_.session_grace),
       book_(MakeBook(this)),
       outbound_(std::make_unique<ThreadPool>(4)) {}
@@ -89,6 +91,7 @@ absl::Status SchedulerCore::Start() {
         node.last_heartbeat = now;
         node.order = static_cast<int64_t>(nodes_.size());
         table_.Set(p.node_id(), p.node_ip(), proto::Resources(), {}, node.order);
+        PublishNodeLocked(node);
       }
       Allocation a;
       a.node_id = p.node_id();
@@ -119,9 +122,12 @@ void SchedulerCore::Stop() {
     for (auto& [id, job] : jobs_) {
       if (job.changed != nullptr) job.changed->SignalAll();
     }
-    objects_added_.SignalAll();
     monitor_wake_.SignalAll();
   }
+  // Their waits end (the lock order allows them under mu_, but none needs it).
+  objects_.Stop();
+  kv_.Stop();
+  sessions_.Stop();
   if (monitor_.joinable()) monitor_.join();
   {
     // Calls in flight end within their deadline; their reactions use the pool.
@@ -182,6 +188,8 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     table_.Set(id, req.node_ip(), req.total(),
                std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), node.order);
     table_.SetAlive(id, true);
+    objects_.NodeUp(id, req.agent_address());
+    PublishNodeLocked(node);
     node.last_heartbeat = clock_->Now();
     node.registration = std::max(node.registration + 1, absl::ToUnixMicros(node.last_heartbeat));
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "
@@ -213,7 +221,8 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
   dead_nodes_.emplace_back(node.info.node_id(), reason);
   sessions_.Forget(node.info.node_id());  // a later close of its session means nothing
   // Its object store is unreachable: nobody should try to pull from it.
-  objects_.RemoveNode(node.info.node_id());
+  objects_.NodeDown(node.info.node_id());
+  PublishNodeLocked(node);
   for (Job* job : RunningJobsLocked()) {
     std::vector<int> lost;
     for (const auto& p : job->info.placement()) {
@@ -222,6 +231,17 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
     FailRanksLocked(*job, node.info.node_id(), lost,
                     absl::StrCat("was lost: its node was declared dead (", reason, ")"), out);
   }
+}
+
+void SchedulerCore::PublishNodeLocked(const Node& node) {
+  proto::DriverNodeState n;
+  n.set_node_id(node.info.node_id());
+  n.set_alive(node.info.state() == proto::ALIVE);
+  if (!n.alive()) n.set_reason(node.info.reason());
+  n.set_agent_address(node.info.agent_address());
+  n.set_store_restarts(node.info.object_store().restarts());
+  n.set_store_last_restart_ms(node.info.object_store().last_restart_ms());
+  node_feed_.Publish(n);
 }
 
 void SchedulerCore::MonitorLoop(absl::Time started) {
@@ -452,6 +472,12 @@ void SchedulerCore::IndexLocked(Job& job) {
     ++state_counts_[state];
     job.counted_state = state;
   }
+  // The rendezvous KV accepts the running generation only, and drops the others.
+  if (job.kv_state != state || job.kv_generation != job.info.restart_count()) {
+    job.kv_state = state;
+    job.kv_generation = job.info.restart_count();
+    kv_.JobChanged(job.info.job_id(), state, job.kv_generation);
+  }
 }
 
 std::vector<SchedulerCore::Job*> SchedulerCore::RunningJobsLocked() {
@@ -574,7 +600,6 @@ void SchedulerCore::ReleaseLocked(Job& job) {
 
 void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::string& reason,
                                  int exit_code) {
-  kv_.DropJob(job.info.job_id());
   ended_jobs_.push_back(job.info.job_id());
   notes_pending_ = true;
   job.info.set_state(state);
@@ -653,7 +678,6 @@ void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Acti
     if (job.info.restarting()) {
       job.info.set_restarting(false);
       job.info.set_restart_count(job.info.restart_count() + 1);
-      kv_.DropOlderThan(job.info.job_id(), job.info.restart_count());
       NoteLocked(job, TimelineEventOf(proto::TIMELINE_REQUEUED, job.info.restart_count()));
       job.info.set_state(proto::PENDING);
       job.info.clear_placement();
@@ -784,11 +808,6 @@ void SchedulerCore::ChangedLocked(Job& job) {
   if (job.changed != nullptr) job.changed->SignalAll();
   persister_.Put(job.info);
   IndexLocked(job);
-}
-
-void SchedulerCore::SignalJobLocked(const std::string& job_id) {
-  Job* job = FindJobLocked(job_id);
-  if (job != nullptr && job->changed != nullptr) job->changed->SignalAll();
 }
 
 std::string SchedulerCore::NodeIpLocked(const std::string& node_id) {

@@ -85,13 +85,11 @@ absl::Status SchedulerCore::Start() {
       Node& node = nodes_[p.node_id()];
       if (node.info.node_id().empty()) {
         node.info.set_node_id(p.node_id());
-        node.info.set_node_ip(p.node_ip());
-        node.info.set_state(proto::RECONNECTING);
-        node.info.set_reason("known from a running job; waiting for its agent to re-register");
         node.last_heartbeat = now;
-        node.order = static_cast<int64_t>(nodes_.size());
-        table_.Set(p.node_id(), p.node_ip(), proto::Resources(), {}, node.order);
-        PublishNodeLocked(node);
+        table_.Set(p.node_id(), p.node_ip(), proto::Resources(), {},
+                   static_cast<int64_t>(nodes_.size()));
+        SetNodeStateLocked(node, proto::RECONNECTING,
+                           "known from a running job; waiting for its agent to re-register");
       }
       Allocation a;
       a.node_id = p.node_id();
@@ -174,22 +172,18 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     bool known = nodes_.count(id) > 0;
     Node& node = nodes_[id];
     bool reattach = known && node.info.state() == proto::RECONNECTING;
-    if (!known) node.order = static_cast<int64_t>(nodes_.size());
+    const NodeUse* placed = table_.Find(id);
+    const int64_t order = known && placed != nullptr ? placed->order
+                                                     : static_cast<int64_t>(nodes_.size());
     node.info.set_node_id(id);
     node.info.set_agent_address(req.agent_address());
-    node.info.set_node_ip(req.node_ip());
     node.info.set_hostname(req.hostname());
-    node.info.set_state(proto::ALIVE);
-    node.info.clear_reason();
-    *node.info.mutable_total() = req.total();
     node.info.mutable_gpu_names()->CopyFrom(req.gpu_names());
     node.info.mutable_warnings()->CopyFrom(req.warnings());
     node.info.set_metrics_address(req.metrics_address());
     table_.Set(id, req.node_ip(), req.total(),
-               std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), node.order);
-    table_.SetAlive(id, true);
-    objects_.NodeUp(id, req.agent_address());
-    PublishNodeLocked(node);
+               std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), order);
+    SetNodeStateLocked(node, proto::ALIVE, "");
     node.last_heartbeat = clock_->Now();
     node.registration = std::max(node.registration + 1, absl::ToUnixMicros(node.last_heartbeat));
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "
@@ -215,14 +209,10 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
 void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Actions* out) {
   DROVER_LOG(WARNING) << "node " << node.info.node_id() << " declared dead: " << reason;
   notes_pending_ = true;
-  node.info.set_state(proto::DEAD);
-  node.info.set_reason(reason);
-  table_.SetAlive(node.info.node_id(), false);
+  // Its object store is unreachable too: nobody should try to pull from it.
+  SetNodeStateLocked(node, proto::DEAD, reason);
   dead_nodes_.emplace_back(node.info.node_id(), reason);
   sessions_.Forget(node.info.node_id());  // a later close of its session means nothing
-  // Its object store is unreachable: nobody should try to pull from it.
-  objects_.NodeDown(node.info.node_id());
-  PublishNodeLocked(node);
   for (Job* job : RunningJobsLocked()) {
     std::vector<int> lost;
     for (const auto& p : job->info.placement()) {
@@ -231,6 +221,20 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
     FailRanksLocked(*job, node.info.node_id(), lost,
                     absl::StrCat("was lost: its node was declared dead (", reason, ")"), out);
   }
+}
+
+void SchedulerCore::SetNodeStateLocked(Node& node, proto::NodeState state,
+                                       const std::string& reason) {
+  const std::string& id = node.info.node_id();
+  node.info.set_state(state);
+  node.info.set_reason(reason);
+  table_.SetAlive(id, state == proto::ALIVE);
+  if (state == proto::ALIVE) {
+    objects_.NodeUp(id, node.info.agent_address());
+  } else {
+    objects_.NodeDown(id);
+  }
+  PublishNodeLocked(node);
 }
 
 void SchedulerCore::PublishNodeLocked(const Node& node) {
@@ -280,7 +284,7 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
         if (silent > options_.node_timeout) {
           DeclareDeadLocked(
               node,
-              absl::StrCat("no heartbeat from ", id, " (", node.info.node_ip(), ") for ",
+              absl::StrCat("no heartbeat from ", id, " (", NodeIpLocked(id), ") for ",
                            absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
                            "; the node timeout is ",
                            absl::FormatDuration(options_.node_timeout)),
@@ -765,11 +769,14 @@ proto::GetClusterStatusReply SchedulerCore::ClusterStatus() {
   proto::GetClusterStatusReply reply;
   // Batched with the agents' reports: in its turn, however many of them there are.
   RunBatched([&](Actions*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::vector<const Node*> nodes;
-    for (const auto& [id, n] : nodes_) nodes.push_back(&n);
+    std::vector<std::pair<int64_t, const Node*>> nodes;  // by registration order
+    for (const auto& [id, n] : nodes_) {
+      const NodeUse* use = table_.Find(id);
+      nodes.emplace_back(use == nullptr ? 0 : use->order, &n);
+    }
     std::sort(nodes.begin(), nodes.end(),
-              [](const Node* a, const Node* b) { return a->order < b->order; });
-    for (const Node* n : nodes) *reply.add_nodes() = NodeViewLocked(*n);
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [order, n] : nodes) *reply.add_nodes() = NodeViewLocked(*n);
     for (int s = proto::JobState_MIN; s <= proto::JobState_MAX; ++s) {
       (*reply.mutable_job_counts())[proto::JobState_Name(static_cast<proto::JobState>(s))] =
           static_cast<int32_t>(state_counts_[s]);
@@ -784,7 +791,9 @@ proto::NodeInfo SchedulerCore::NodeViewLocked(const Node& n) {
   proto::NodeInfo info = n.info;
   info.clear_free_gpu_ids();
   if (const NodeUse* use = table_.Find(n.info.node_id())) {
-    *info.mutable_free() = SubtractResources(n.info.total(), use->used);
+    info.set_node_ip(use->node_ip);
+    *info.mutable_total() = use->total;
+    *info.mutable_free() = SubtractResources(use->total, use->used);
     for (int g : use->gpu_ids) {
       if (!use->used_gpus.count(g)) info.add_free_gpu_ids(g);
     }
@@ -811,8 +820,8 @@ void SchedulerCore::ChangedLocked(Job& job) {
 }
 
 std::string SchedulerCore::NodeIpLocked(const std::string& node_id) {
-  const Node* n = FindNodeLocked(node_id);
-  return n == nullptr ? "" : n->info.node_ip();
+  const NodeUse* n = table_.Find(node_id);
+  return n == nullptr ? "" : n->node_ip;
 }
 
 }  // namespace drover

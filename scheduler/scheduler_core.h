@@ -220,11 +220,13 @@ class SchedulerCore {
   NodeFeed* node_feed() { return &node_feed_; }
 
  private:
+  // A node: what placement needs of it (its IP, total, GPUs, what is used, its order
+  // and whether it is ALIVE) is kept in table_ only, under the same id; the rest here.
+  // NodeViewLocked puts the two together; SetNodeStateLocked changes the state of both.
   struct Node {
-    proto::NodeInfo info;  // total, state, addresses; `free` filled on read
-    // Registration order, for stable placement preference. Its resources in use and
-    // its GPUs are in table_.
-    int64_t order = 0;
+    // State, reason, agent address and what the agent reports. node_ip, total and free
+    // are left empty here (table_ has them) and filled on read.
+    proto::NodeInfo info;
     absl::Time last_heartbeat;
     // RegisterNodeReply.registration of its last registration (0 before one): starts
     // sent to the node carry it, so an agent registered since refuses a late one.
@@ -388,6 +390,10 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells node_feed_ (the drivers) of the node's state now.
   void PublishNodeLocked(const Node& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The one place a node's state changes: the record, whether table_ places on it,
+  // whether objects_ takes its reports (at `agent_address`), and the drivers' feed.
+  void SetNodeStateLocked(Node& node, proto::NodeState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The start of launch `a` failed on its node i (`why`): that node's ranks and those
   // of the nodes after it, which are never asked, are failed.
   void FailLaunchLocked(Job& job, const Action& a, size_t i, const absl::Status& why, Actions* out)

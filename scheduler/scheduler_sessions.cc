@@ -51,7 +51,7 @@ void SchedulerCore::ExpireAgentSessionsLocked(absl::Time now, Actions* out) {
     if (node == nullptr || node->info.state() != proto::ALIVE) continue;
     DeclareDeadLocked(
         *node,
-        absl::StrCat("the agent of ", lost.node_id, " (", node->info.node_ip(),
+        absl::StrCat("the agent of ", lost.node_id, " (", NodeIpLocked(lost.node_id),
                      ") closed its connection ",
                      absl::FormatDuration(absl::Trunc(now - lost.closed, absl::Milliseconds(100))),
                      " ago and opened no new session: the agent process exited or was killed"),

@@ -90,7 +90,8 @@ class ObjectDirectory {
     bool up = false;
     std::string agent_address;
   };
-  std::vector<Holder> HoldersLocked(const std::string& object_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<Holder> HoldersLocked(const std::string& object_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int DropNodeLocked(const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock* const clock_;

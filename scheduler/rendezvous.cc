@@ -25,7 +25,8 @@ void Rendezvous::JobChanged(const std::string& job_id, proto::JobState state, in
 absl::Status Rendezvous::CheckScopeLocked(const proto::KvScope& scope) {
   auto it = jobs_.find(scope.job_id());
   if (it == jobs_.end()) {
-    return absl::NotFoundError(absl::StrCat("KV: no job '", scope.job_id(), "'"));
+    return absl::NotFoundError(
+        absl::StrCat("KV: no job '", scope.job_id(), "' has started on this cluster"));
   }
   const Job& job = it->second;
   if (IsTerminal(job.state) || job.generation != scope.generation()) {

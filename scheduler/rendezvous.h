@@ -2,9 +2,10 @@
 // groups, torchrun's c10d store and Gloo meet in), with the waits on them.
 //
 // A scope is (job id, generation). Calls are accepted only while the scope's job runs
-// that generation, which SchedulerCore tells as jobs change (JobChanged): a job that
-// ends drops its scopes, a restarted one drops those of older generations, and a wait
-// on a scope that ends is answered ABORTED at once. Values live in a JobKv (job_kv.h).
+// that generation, which SchedulerCore tells as jobs change (JobChanged: from a job's
+// first start on, so a queued job costs nothing here): a job that ends drops its
+// scopes, a restarted one drops those of older generations, and a wait on a scope that
+// ends is answered ABORTED at once. Values live in a JobKv (job_kv.h).
 //
 // Why a class and a lock of its own: rendezvous traffic (every rank's sets and
 // blocking gets at each group's start) must not queue behind placement and heartbeats
@@ -40,7 +41,8 @@ class Rendezvous {
   void JobChanged(const std::string& job_id, proto::JobState state, int generation)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Each call fails with NOT_FOUND for an unknown job, FAILED_PRECONDITION unless the
+  // Each call fails with NOT_FOUND for a job never told (unknown, or not started yet),
+  // FAILED_PRECONDITION unless the
   // scope's job runs that generation, and as JobKv says for bad keys and values.
   absl::Status Set(const proto::KvSetRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits up to `wait` (at most 5 minutes) for the key: DEADLINE_EXCEEDED naming it;

@@ -23,12 +23,12 @@
 // Threading: every public method is thread-safe. One mutex (mu_) guards the job state
 // machine and the nodes; the object directory, the rendezvous KV, the agents' sessions
 // and the node feed are thread-safe classes with a lock of their own, so their traffic
-// (object reports, rendezvous, sessions, drivers' node news) never waits for mu_.
-// Lock order (ABSL_ACQUIRED_BEFORE/AFTER on the mutexes; absl's deadlock detection checks it in
-// every test): LeaseManager's mutex (its ResourceBook calls take mu_) before mu_; mu_
-// before batch_mu_ and before the locks of objects_, kv_, sessions_ and node_feed_,
-// which are leaves: nothing is called out, and no other lock taken, while one is held.
-// No lock is held across an RPC or a callback. Calls to
+// (object reports and lookups, rendezvous and its waits, drivers' node news) never
+// waits for mu_. Lock order (ABSL_ACQUIRED_BEFORE/AFTER on the mutexes; absl's
+// deadlock detection checks it in every test): LeaseManager's mutex (its ResourceBook
+// calls take mu_) before mu_; mu_ before batch_mu_ and before the locks of objects_,
+// kv_, sessions_ and node_feed_, which are leaves: nothing is called out, and no other
+// lock taken, while one is held. No lock is held across an RPC or a callback. Calls to
 // agents and to the state store are never made under it: methods collect agent calls
 // and hand them to a small outbound thread pool (launches go out from there without
 // blocking it: StartProcessesAsync, whose reactions run on gRPC's threads), and job

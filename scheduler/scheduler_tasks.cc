@@ -205,14 +205,7 @@ void SchedulerCore::AdoptLeases(const std::string& node_id, const proto::Registe
 void SchedulerCore::TakeNotesLocked(LeaseNotes* notes) {
   for (std::string& job : ended_jobs_) {
     // Its objects, to be deleted from the stores that hold them.
-    std::map<std::string, std::vector<std::string>> objects;
-    for (auto& [node, id] : objects_.WithPrefix(job + ".")) {
-      const Node* n = FindNodeLocked(node);
-      if (n != nullptr && n->info.state() == proto::ALIVE) {
-        objects[n->info.agent_address()].push_back(id);
-      }
-    }
-    notes->ended.emplace_back(std::move(job), std::move(objects));
+    notes->ended.emplace_back(job, objects_.ByAgent(job + "."));
   }
   ended_jobs_.clear();
   for (auto& dead : dead_nodes_) notes->dead.push_back(std::move(dead));

@@ -72,6 +72,9 @@ class Runtime {
   absl::Time nodes_read ABSL_GUARDED_BY(nodes_mu) = absl::InfinitePast();
   // A GetClusterStatus call of RefreshNodes is in flight.
   bool nodes_refreshing ABSL_GUARDED_BY(nodes_mu) = false;
+  // A plain driver's session is attached: the scheduler pushes node changes over it
+  // (ApplyPushedNodes), so the tables below are current without polling.
+  bool nodes_pushed ABSL_GUARDED_BY(nodes_mu) = false;
   std::map<std::string, std::pair<bool, std::string>> nodes ABSL_GUARDED_BY(nodes_mu);  // alive, why not
   std::map<std::string, std::string> agents ABSL_GUARDED_BY(nodes_mu);  // node id -> agent address
   // Node id -> (restarts, when it last died) of its object store, from the heartbeats.
@@ -83,10 +86,12 @@ class Runtime {
   // without nodes_mu (no lock is held across an RPC): one refresh is in flight at a
   // time, other callers wait for its result (bounded by its deadline) and the tables
   // are swapped in under the lock after. A failed read leaves the old tables.
+  // Processes without a driver session (in a job, workers) poll so; a plain driver's
+  // tables are pushed (ApplyPushedNodes) while its session is attached.
   void RefreshNodes() ABSL_LOCKS_EXCLUDED(nodes_mu) {
     {
       absl::MutexLock l(&nodes_mu);
-      if (absl::Now() - nodes_read <= absl::Milliseconds(100)) return;
+      if (nodes_pushed || absl::Now() - nodes_read <= absl::Milliseconds(100)) return;
       if (nodes_refreshing) {
         nodes_mu.Await(absl::Condition(
             +[](bool* refreshing) { return !*refreshing; }, &nodes_refreshing));
@@ -117,6 +122,28 @@ class Runtime {
       }
     }
     nodes_read = absl::Now();
+  }
+
+  // A notice of the driver's session: the nodes that changed (every node in the
+  // session's first notice, which replaces what was known).
+  void ApplyPushedNodes(const proto::DriverNotice& notice) ABSL_LOCKS_EXCLUDED(nodes_mu) {
+    absl::MutexLock l(&nodes_mu);
+    if (notice.attached()) nodes.clear();
+    for (const proto::DriverNodeState& n : notice.nodes()) {
+      nodes[n.node_id()] = {n.alive(), n.reason()};
+      agents[n.node_id()] = n.agent_address();
+      if (n.store_restarts() > 0) {
+        store_restarts[n.node_id()] = {n.store_restarts(),
+                                       absl::FromUnixMillis(n.store_last_restart_ms())};
+      }
+    }
+    nodes_read = absl::Now();
+    nodes_pushed = true;
+  }
+  // The session broke: poll again until it is attached again.
+  void LostPushedNodes() ABSL_LOCKS_EXCLUDED(nodes_mu) {
+    absl::MutexLock l(&nodes_mu);
+    nodes_pushed = false;
   }
 
   // The address of `node_id`'s agent ("" if the scheduler does not know the node).
@@ -311,7 +338,8 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
   const std::string token = rt->ctx.token;
   const std::string where = rt->ctx.scheduler_address;
   std::shared_ptr<Runtime::Session> session = rt->session;
-  rt->session_thread = std::thread([leases, session, job, token, where, attached] {
+  // Shutdown() joins the thread before the runtime goes.
+  rt->session_thread = std::thread([rt, leases, session, job, token, where, attached] {
     proto::DriverSessionRequest sreq;
     sreq.set_job_id(job);
     absl::Time away_since = absl::InfinitePast();
@@ -327,6 +355,7 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
       std::unique_ptr<grpc::ClientReader<proto::DriverNotice>> reader = leases->DriverSession(&cctx, sreq);
       proto::DriverNotice notice;
       while (reader->Read(&notice)) {
+        rt->ApplyPushedNodes(notice);
         if (!notice.attached()) continue;
         attached->store(1);
         if (away_since != absl::InfinitePast()) {
@@ -337,6 +366,7 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
         }
       }
       const grpc::Status s = reader->Finish();
+      rt->LostPushedNodes();
       absl::MutexLock l(&session->mu);
       session->call = nullptr;
       if (session->stop) break;

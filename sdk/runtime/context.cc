@@ -5,6 +5,17 @@
 #include "absl/strings/str_cat.h"
 
 namespace drover::internal {
+namespace {
+
+std::atomic<RuntimeContext*> current_context{nullptr};
+
+}  // namespace
+
+RuntimeContext* CurrentRuntimeContext() { return current_context.load(std::memory_order_acquire); }
+
+void SetCurrentRuntimeContext(RuntimeContext* ctx) {
+  current_context.store(ctx, std::memory_order_release);
+}
 
 std::string RuntimeContext::NewObjectId() {
   return absl::StrCat(job_id, ".", owner_tag, ".",

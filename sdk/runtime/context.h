@@ -44,8 +44,14 @@ struct RuntimeContext {
   std::string NewObjectId();
 };
 
-// The context of the initialized runtime, or null (before Init, after Shutdown).
+// The context of the initialized runtime, or null (before Init, after Shutdown). For
+// the entry points of the public API (Queue::Create, Tensor stores, ...), which take no
+// context; the cores (TaskSubmitter, ActorClient, ObjectTable) take what they need as
+// arguments instead.
 RuntimeContext* CurrentRuntimeContext();
+// Set by drover::Init and cleared by drover::Shutdown (runtime.cc, the one place that
+// wires the process's runtime); nothing else sets it.
+void SetCurrentRuntimeContext(RuntimeContext* ctx);
 
 // A task (or actor call, or actor creation) as its owner keeps it until it is done.
 struct TaskRecord {

@@ -36,6 +36,7 @@
 #include "sdk/runtime/object_table.h"
 #include "sdk/runtime/package.h"
 #include "sdk/runtime/queue_client.h"
+#include "sdk/runtime/store_tensor.h"
 #include "sdk/runtime/task_submitter.h"
 #include "sdk/runtime/worker_server.h"
 
@@ -442,9 +443,8 @@ void ShutdownAtExit() { drover::Shutdown(); }
 
 }  // namespace
 
-RuntimeContext* CurrentRuntimeContext() {
-  Runtime* rt = ActiveRuntime();
-  return rt == nullptr ? nullptr : &rt->ctx;
+void ReturnOrDeleteStored(const std::vector<StoredRef>& objects) {
+  StoreObjectStorage::ReturnOrDelete(objects);
 }
 
 
@@ -752,6 +752,7 @@ absl::Status Init(int argc, char** argv, const InitOptions& options) {
     internal::g_runtime = r;
   }
   internal::g_current.store(r, std::memory_order_release);
+  internal::SetCurrentRuntimeContext(&r->ctx);
   internal::SetRuntimeCodecContext(internal::TheStoreCodecContext());
   internal::TheObjectTable().set_release([](const std::vector<internal::StoredRef>& objects) {
     if (Runtime* cur = internal::ActiveRuntime()) cur->ctx.store->Delete(objects);
@@ -787,6 +788,7 @@ void Shutdown() {
   if (!RunningAsWorker()) internal::DrainQueuesBeforeExit();
   internal::SetRuntimeCodecContext(nullptr);
   internal::g_current.store(nullptr, std::memory_order_release);
+  internal::SetCurrentRuntimeContext(nullptr);
   r->Shutdown();
   // Threads of other parts may still read the context briefly: the runtime is leaked
   // on purpose (one per process).

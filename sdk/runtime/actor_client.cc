@@ -8,7 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "common/status.h"
-#include "sdk/runtime/task_submitter.h"
+#include "common/status_macros.h"
 
 namespace drover::internal {
 namespace {
@@ -30,7 +30,13 @@ absl::Status ActorDeadError(const proto::ActorInfo& info) {
       absl::StrCat(Describe(info), " is dead: ", info.reason().empty() ? "unknown cause" : info.reason()));
 }
 
-ActorClient::ActorClient(RuntimeContext* ctx) : ctx_(ctx) {}
+ActorClient::ActorClient(Deps deps)
+    : owner_(std::move(deps.owner)),
+      directory_(deps.directory),
+      connector_(deps.connector),
+      agents_(deps.agents),
+      objects_(*deps.objects),
+      clock_(deps.clock != nullptr ? deps.clock : Clock::Real()) {}
 
 ActorClient::~ActorClient() { Shutdown(); }
 
@@ -48,7 +54,7 @@ std::shared_ptr<ActorState> ActorClient::FromId(const std::string& id) {
 std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
                                                 const CallOptions& options,
                                                 std::vector<TaskArgument> args) {
-  const std::string id = absl::StrCat("actor-", ctx_->NewObjectId());
+  const std::string id = absl::StrCat("actor-", owner_.new_id());
   std::shared_ptr<ActorState> a = FromId(id);
   const FunctionInfo* fn = FindFunctionByKey(factory_key);
   if (fn == nullptr || fn->kind != FunctionKind::kFactory) {
@@ -63,21 +69,21 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
   task->display = options.name.empty() ? fn->name : options.name;
   task->options = options;
   task->args = std::move(args);
-  ResolveArguments(task, [this, a, task, fn](absl::Status s) {
+  ResolveArguments(objects_, task, [this, a, task, fn](absl::Status s) {
     if (!s.ok()) {
       FailAll(a, s);
       return;
     }
     threads_.Spawn([this, a, task, fn] {
       proto::TaskSpec spec;
-      absl::Status built = BuildTaskSpec(*task, 0, &spec);
+      absl::Status built = BuildTaskSpec(objects_, *task, 0, &spec);
       if (!built.ok()) {
         FailAll(a, built);
         return;
       }
       proto::CreateActorRequest req;
-      req.set_job_id(ctx_->job_id);
-      req.set_owner(ctx_->owner);
+      req.set_job_id(owner_.job_id);
+      req.set_owner(owner_.owner);
       proto::ActorCreation* c = req.mutable_creation();
       c->set_actor_id(a->id);
       c->set_factory(fn->name);
@@ -90,16 +96,14 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       req.mutable_shape()->set_gpus(o.resources.gpus);
       req.mutable_shape()->set_memory_bytes(o.resources.memory_bytes);
       for (const auto& [k, v] : o.resources.custom) (*req.mutable_shape()->mutable_custom())[k] = v;
-      *req.mutable_package() = ctx_->package;
+      *req.mutable_package() = owner_.package;
       req.mutable_hint()->set_node_id(o.node_id);
       req.mutable_hint()->set_soft(o.soft_affinity);
       req.mutable_hint()->set_spread(o.spread);  // SetSpread holds for actors too
       req.set_max_restarts(o.max_restarts);
       req.set_request_id(a->id);
-      grpc::ClientContext cctx;
-      PrepareContext(&cctx, ctx_->token, std::chrono::milliseconds(30000));
       proto::CreateActorReply reply;
-      absl::Status st = FromGrpcStatus(ctx_->leases->CreateActor(&cctx, req, &reply));
+      absl::Status st = directory_->CreateActor(req, &reply);
       if (!st.ok()) {
         FailAll(a, absl::Status(st.code(), absl::StrCat("cannot create actor ", a->id, " (",
                                                         task->display, "): ", st.message())));
@@ -116,10 +120,10 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
                                             const std::string& method_key,
                                             const CallOptions& options,
                                             std::vector<TaskArgument> args) {
-  const std::string id = ctx_->NewObjectId();
+  const std::string id = owner_.new_id();
   const FunctionInfo* fn = FindFunctionByKey(method_key);
   if (fn == nullptr || fn->kind != FunctionKind::kMethod) {
-    return TheObjectTable().NewFailed(
+    return objects_.NewFailed(
         id, absl::InvalidArgumentError(absl::StrCat(
                 "cannot call ", DescribeUnregistered(method_key), " on actor ", a->id,
                 ": it is not registered; add &Class::Method to DROVER_REMOTE(...)")));
@@ -129,7 +133,7 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
   task->display = options.name.empty() ? fn->name : options.name;
   task->options = options;
   task->args = std::move(args);
-  task->result = TheObjectTable().NewPending(id);
+  task->result = objects_.NewPending(id);
   task->return_id = id;
   std::shared_ptr<RefState> result = task->result;
   absl::Status dead;
@@ -139,11 +143,11 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
     if (dead.ok()) a->queue_.push_back(ActorState::Call{task, false, absl::OkStatus()});
   }
   if (!dead.ok()) {
-    TheObjectTable().Fail(result, std::move(dead));
+    objects_.Fail(result, std::move(dead));
     return result;
   }
   std::weak_ptr<ActorState> weak = a;
-  ResolveArguments(task, [this, weak, task](absl::Status s) {
+  ResolveArguments(objects_, task, [this, weak, task](absl::Status s) {
     std::shared_ptr<ActorState> a = weak.lock();
     if (a == nullptr) return;
     {
@@ -165,7 +169,7 @@ void ActorClient::Pump(const std::shared_ptr<ActorState>& a) {
   SendReady(a, &failed);
   // After send_mu_ is released: a failed call's dependents may be calls on this actor,
   // whose callbacks Pump again.
-  for (auto& [t, s] : failed) TheObjectTable().Fail(t->result, s);
+  for (auto& [t, s] : failed) objects_.Fail(t->result, s);
 }
 
 void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
@@ -199,7 +203,7 @@ void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
         }
         const uint64_t seq = a->next_seq_++;
         proto::TaskFrame frame;
-        absl::Status built = BuildTaskSpec(*c.task, seq, frame.mutable_push());
+        absl::Status built = BuildTaskSpec(objects_, *c.task, seq, frame.mutable_push());
         if (!built.ok()) {
           failed.emplace_back(c.task, built);
           continue;
@@ -214,16 +218,13 @@ void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
 
 absl::StatusOr<proto::ActorInfo> ActorClient::Fetch(const std::string& id, const std::string& name,
                                                     int64_t after, absl::Duration wait) {
-  grpc::ClientContext cctx;
-  PrepareContext(&cctx, ctx_->token,
-                 std::chrono::milliseconds(absl::ToInt64Milliseconds(wait) + 5000));
   proto::GetActorRequest req;
   req.set_actor_id(id);
   req.set_name(name);
   req.set_after_version(after);
   req.set_wait_ms(absl::ToInt64Milliseconds(wait));
   proto::GetActorReply reply;
-  DROVER_RETURN_IF_ERROR(FromGrpcStatus(ctx_->leases->GetActor(&cctx, req, &reply)));
+  DROVER_RETURN_IF_ERROR(directory_->GetActor(req, &reply));
   return reply.actor();
 }
 
@@ -233,7 +234,7 @@ void ActorClient::Update(const std::shared_ptr<ActorState>& a, const proto::Acto
   a->info_ = info;
   a->known_ = true;
   if (info.state() == proto::ACTOR_DEAD && a->dead_.ok()) a->dead_ = ActorDeadError(info);
-  if (!info.agent_address().empty()) ctx_->store->NoteAgent(info.node_id(), info.agent_address());
+  if (!info.agent_address().empty()) agents_->NoteAgent(info.node_id(), info.agent_address());
   a->changed_.SignalAll();
 }
 
@@ -249,7 +250,7 @@ void ActorClient::FailAll(const std::shared_ptr<ActorState>& a, const absl::Stat
     a->connecting_ = false;
     a->changed_.SignalAll();
   }
-  for (auto& t : failed) TheObjectTable().Fail(t->result, s);
+  for (auto& t : failed) objects_.Fail(t->result, s);
 }
 
 void ActorClient::Connect(std::shared_ptr<ActorState> a) {
@@ -271,7 +272,7 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
         // Creation not yet recorded (CreateActor in flight) or an unknown id.
         absl::MutexLock l(&a->mu_);
         if (!a->known_) {
-          a->changed_.WaitWithTimeout(&a->mu_, absl::Milliseconds(50));
+          clock_->WaitWithDeadline(&a->changed_, &a->mu_, clock_->Now() + absl::Milliseconds(50));
           continue;
         }
       }
@@ -283,7 +284,7 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
     if (info->state() == proto::ACTOR_DEAD) break;
     if (info->state() != proto::ACTOR_ALIVE) continue;
     absl::StatusOr<std::unique_ptr<FramedSocket>> sock =
-        ConnectToWorker(ctx_, info->node_id(), info->unix_path(), info->tcp_address(), "", a->id);
+        connector_->Connect(info->node_id(), info->unix_path(), info->tcp_address(), "", a->id);
     if (!sock.ok()) {
       // Moved or restarting: wait for its record to change.
       absl::MutexLock l(&a->mu_);
@@ -326,7 +327,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
       a->in_flight_.erase(it);
     }
     // An actor call is not run again (the actor's state moved on): no lineage.
-    ApplyReply(t, *frame.mutable_reply(), /*lineage=*/false);
+    ApplyReply(objects_, t, *frame.mutable_reply(), /*lineage=*/false);
   }
   // The connection broke: the actor's worker died (or we are shutting down).
   std::vector<std::shared_ptr<TaskRecord>> lost;
@@ -346,7 +347,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
   }
   if (shutdown) {
     for (auto& t : lost) {
-      TheObjectTable().Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
+      objects_.Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
     }
     return;
   }
@@ -358,7 +359,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
     if (!info->reason().empty()) cause = info->reason();
   }
   for (auto& t : lost) {
-    TheObjectTable().Fail(t->result, absl::UnavailableError(absl::StrCat(
+    objects_.Fail(t->result, absl::UnavailableError(absl::StrCat(
                                          "actor ", a->id, " died while running ", t->display, ": ",
                                          cause)));
   }
@@ -376,13 +377,11 @@ absl::StatusOr<std::shared_ptr<ActorState>> ActorClient::Lookup(const std::strin
 }
 
 absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
-  grpc::ClientContext cctx;
-  PrepareContext(&cctx, ctx_->token);
   proto::KillActorRequest req;
   req.set_actor_id(a->id);
   req.set_reason("killed by drover::Kill");
   proto::KillActorReply reply;
-  absl::Status s = FromGrpcStatus(ctx_->leases->KillActor(&cctx, req, &reply));
+  absl::Status s = directory_->KillActor(req, &reply);
   if (!s.ok()) return s;
   // The scheduler's record says DEAD now: so does this handle, at once (as ray.kill), so
   // a call made after Kill returns fails with the kill's reason instead of racing the
@@ -403,7 +402,7 @@ absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
 }
 
 absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock_->Now() + timeout;
   for (;;) {
     int64_t after = 0;
     {
@@ -412,7 +411,7 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
       if (a->known_ && a->info_.state() == proto::ACTOR_ALIVE) return absl::OkStatus();
       if (a->known_) after = a->info_.version();
     }
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock_->Now();
     if (left <= absl::ZeroDuration()) {
       absl::MutexLock l(&a->mu_);
       return absl::DeadlineExceededError(absl::StrCat(
@@ -423,7 +422,8 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
     if (!info.ok()) {
       if (info.status().code() != absl::StatusCode::kNotFound) return info.status();
       absl::MutexLock l(&a->mu_);
-      a->changed_.WaitWithTimeout(&a->mu_, absl::Milliseconds(20));  // creation in flight
+      // Creation in flight.
+      clock_->WaitWithDeadline(&a->changed_, &a->mu_, clock_->Now() + absl::Milliseconds(20));
       continue;
     }
     Update(a, *info);
@@ -431,7 +431,7 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
 }
 
 absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock_->Now() + timeout;
   for (;;) {
     int64_t after = 0;
     {
@@ -439,7 +439,7 @@ absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::D
       if (!a->dead_.ok()) return a->dead_;
       if (a->known_) after = a->info_.version();
     }
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock_->Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat("actor ", a->id, " is not dead"));
     }

@@ -74,17 +74,17 @@ struct TaskRecord {
 
 // Calls `done` once every reference argument of `task` is done: OK, or the first
 // argument's error (naming the argument). `done` runs on the completing thread.
-void ResolveArguments(const std::shared_ptr<TaskRecord>& task,
+void ResolveArguments(ObjectTable& objects, const std::shared_ptr<TaskRecord>& task,
                       std::function<void(absl::Status)> done);
 
 // The wire form of a task whose arguments are resolved.
-absl::Status BuildTaskSpec(const TaskRecord& task, uint64_t seq, proto::TaskSpec* spec,
+absl::Status BuildTaskSpec(ObjectTable& objects, const TaskRecord& task, uint64_t seq, proto::TaskSpec* spec,
                            std::map<std::string, uint64_t>* bytes_per_node = nullptr);
 
 // What a TaskReply makes of the result object: its value, or an error naming the task
 // and the node. With `lineage`, a result kept in a store remembers the task that made
 // it, to make it again if the store's node is lost (see ObjectTable::SetLineage).
-void ApplyReply(const std::shared_ptr<TaskRecord>& task, proto::TaskReply& reply, bool lineage);
+void ApplyReply(ObjectTable& objects, const std::shared_ptr<TaskRecord>& task, proto::TaskReply& reply, bool lineage);
 
 // An error naming the task, for failures outside its code (a worker died, a node was
 // lost, it was cancelled).

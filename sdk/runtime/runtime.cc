@@ -35,6 +35,7 @@
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/object_table.h"
 #include "sdk/runtime/package.h"
+#include "sdk/runtime/seams_grpc.h"
 #include "sdk/runtime/queue_client.h"
 #include "sdk/runtime/store_tensor.h"
 #include "sdk/runtime/task_submitter.h"
@@ -154,6 +155,10 @@ class Runtime {
     *why = it->second.second.empty() ? "it is not alive" : it->second.second;
     return !it->second.first;
   }
+  // The real collaborators of the core (seams.h), and the core wired to them.
+  std::unique_ptr<GrpcScheduler> scheduler_calls;
+  std::unique_ptr<SocketWorkerConnector> connector;
+  std::unique_ptr<GrpcWorkerAgents> worker_agents;
   std::unique_ptr<TaskSubmitter> submitter;
   std::unique_ptr<ActorClient> actors;
   // A plain driver's session with the scheduler (its job ends when this ends): the
@@ -434,8 +439,15 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
   // scheduler lists for their node.
   Runtime* raw = rt.get();
   ctx.store->set_agent_resolver([raw](const std::string& node_id) { return raw->AgentOf(node_id); });
-  rt->submitter = std::make_unique<TaskSubmitter>(&rt->ctx);
-  rt->actors = std::make_unique<ActorClient>(&rt->ctx);
+  rt->scheduler_calls = std::make_unique<GrpcScheduler>(&rt->ctx);
+  rt->connector = std::make_unique<SocketWorkerConnector>(&rt->ctx);
+  rt->worker_agents = std::make_unique<GrpcWorkerAgents>(&rt->ctx);
+  rt->submitter = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
+      IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
+      &TheObjectTable(), Clock::Real()});
+  rt->actors = std::make_unique<ActorClient>(ActorClient::Deps{
+      IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
+      &TheObjectTable(), Clock::Real()});
   return rt;
 }
 

@@ -61,6 +61,17 @@ std::string RandomTag() {
 
 class Runtime;
 
+// The process-wide state of the task runtime lives here and nowhere else: the runtime
+// (g_runtime, g_current), the context its public entry points read
+// (SetCurrentRuntimeContext) and the object table. The cores take what they need as
+// arguments (TaskSubmitter::Deps, ActorClient::Deps).
+
+// The process's object table: lives until exit, so refs may outlive the runtime.
+ObjectTable& TheObjectTable() {
+  static ObjectTable* table = new ObjectTable();
+  return *table;
+}
+
 absl::Mutex g_mu;
 Runtime* g_runtime ABSL_GUARDED_BY(g_mu) = nullptr;
 std::atomic<Runtime*> g_current{nullptr};

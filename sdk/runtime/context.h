@@ -74,6 +74,7 @@ struct TaskRecord {
 
 // Calls `done` once every reference argument of `task` is done: OK, or the first
 // argument's error (naming the argument). `done` runs on the completing thread.
+// `objects` (the table the task's refs live in) outlives the wait.
 void ResolveArguments(ObjectTable& objects, const std::shared_ptr<TaskRecord>& task,
                       std::function<void(absl::Status)> done);
 

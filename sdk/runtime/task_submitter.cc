@@ -9,9 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/exit_text.h"
 #include "common/log.h"
-#include "common/rpc.h"
 #include "common/status.h"
 
 namespace drover::internal {

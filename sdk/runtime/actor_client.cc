@@ -11,7 +11,7 @@
 #include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "common/status.h"
-#include "sdk/runtime/task_submitter.h"
+#include "common/status_macros.h"
 
 namespace drover::internal {
 namespace {
@@ -76,7 +76,14 @@ absl::Status ActorDeadError(const proto::ActorInfo& info) {
       absl::StrCat(Describe(info), " is dead: ", info.reason().empty() ? "unknown cause" : info.reason()));
 }
 
-ActorClient::ActorClient(RuntimeContext* ctx) : ctx_(ctx) {}
+ActorClient::ActorClient(Deps deps)
+    : owner_(std::move(deps.owner)),
+      directory_(deps.directory),
+      connector_(deps.connector),
+      agents_(deps.agents),
+      objects_(*deps.objects),
+      clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
+      scheduler_address_(std::move(deps.scheduler_address)) {}
 
 ActorClient::~ActorClient() { Shutdown(); }
 
@@ -94,7 +101,7 @@ std::shared_ptr<ActorState> ActorClient::FromId(const std::string& id) {
 std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
                                                 const CallOptions& options,
                                                 std::vector<TaskArgument> args) {
-  const std::string id = absl::StrCat("actor-", ctx_->NewObjectId());
+  const std::string id = absl::StrCat("actor-", owner_.new_id());
   std::shared_ptr<ActorState> a = FromId(id);
   const FunctionInfo* fn = FindFunctionByKey(factory_key);
   if (fn == nullptr || fn->kind != FunctionKind::kFactory) {
@@ -109,21 +116,21 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
   task->display = options.name.empty() ? fn->name : options.name;
   task->options = options;
   task->args = std::move(args);
-  ResolveArguments(task, [this, a, task, fn](absl::Status s) {
+  ResolveArguments(objects_, task, [this, a, task, fn](absl::Status s) {
     if (!s.ok()) {
       FailAll(a, s);
       return;
     }
     threads_.Spawn([this, a, task, fn] {
       proto::TaskSpec spec;
-      absl::Status built = BuildTaskSpec(*task, 0, &spec);
+      absl::Status built = BuildTaskSpec(objects_, *task, 0, &spec);
       if (!built.ok()) {
         FailAll(a, built);
         return;
       }
       proto::CreateActorRequest req;
-      req.set_job_id(ctx_->job_id);
-      req.set_owner(ctx_->owner);
+      req.set_job_id(owner_.job_id);
+      req.set_owner(owner_.owner);
       proto::ActorCreation* c = req.mutable_creation();
       c->set_actor_id(a->id);
       c->set_factory(fn->name);
@@ -136,7 +143,7 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       req.mutable_shape()->set_gpus(o.resources.gpus);
       req.mutable_shape()->set_memory_bytes(o.resources.memory_bytes);
       for (const auto& [k, v] : o.resources.custom) (*req.mutable_shape()->mutable_custom())[k] = v;
-      *req.mutable_package() = ctx_->package;
+      *req.mutable_package() = owner_.package;
       req.mutable_hint()->set_node_id(o.node_id);
       req.mutable_hint()->set_soft(o.soft_affinity);
       req.mutable_hint()->set_spread(o.spread);  // SetSpread holds for actors too
@@ -144,13 +151,8 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       req.set_request_id(a->id);
       proto::CreateActorReply reply;
       absl::Status st = WhileHeadAway(
-          ctx_->scheduler_address, absl::StrCat("creating actor ", a->id),
-          [&] {
-            grpc::ClientContext cctx;
-            PrepareContext(&cctx, ctx_->token, std::chrono::milliseconds(30000));
-            return FromGrpcStatus(ctx_->leases->CreateActor(&cctx, req, &reply));
-          },
-          [this] { return ShuttingDown(); });
+          scheduler_address_, absl::StrCat("creating actor ", a->id),
+          [&] { return directory_->CreateActor(req, &reply); }, [this] { return ShuttingDown(); });
       if (!st.ok()) {
         FailAll(a, absl::Status(st.code(), absl::StrCat("cannot create actor ", a->id, " (",
                                                         task->display, "): ", st.message())));
@@ -167,10 +169,10 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
                                             const std::string& method_key,
                                             const CallOptions& options,
                                             std::vector<TaskArgument> args) {
-  const std::string id = ctx_->NewObjectId();
+  const std::string id = owner_.new_id();
   const FunctionInfo* fn = FindFunctionByKey(method_key);
   if (fn == nullptr || fn->kind != FunctionKind::kMethod) {
-    return TheObjectTable().NewFailed(
+    return objects_.NewFailed(
         id, absl::InvalidArgumentError(absl::StrCat(
                 "cannot call ", DescribeUnregistered(method_key), " on actor ", a->id,
                 ": it is not registered; add &Class::Method to DROVER_REMOTE(...)")));
@@ -180,7 +182,7 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
   task->display = options.name.empty() ? fn->name : options.name;
   task->options = options;
   task->args = std::move(args);
-  task->result = TheObjectTable().NewPending(id);
+  task->result = objects_.NewPending(id);
   task->return_id = id;
   std::shared_ptr<RefState> result = task->result;
   absl::Status dead;
@@ -190,11 +192,11 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
     if (dead.ok()) a->queue_.push_back(ActorState::Call{task, false, absl::OkStatus()});
   }
   if (!dead.ok()) {
-    TheObjectTable().Fail(result, std::move(dead));
+    objects_.Fail(result, std::move(dead));
     return result;
   }
   std::weak_ptr<ActorState> weak = a;
-  ResolveArguments(task, [this, weak, task](absl::Status s) {
+  ResolveArguments(objects_, task, [this, weak, task](absl::Status s) {
     std::shared_ptr<ActorState> a = weak.lock();
     if (a == nullptr) return;
     {
@@ -216,7 +218,7 @@ void ActorClient::Pump(const std::shared_ptr<ActorState>& a) {
   SendReady(a, &failed);
   // After send_mu_ is released: a failed call's dependents may be calls on this actor,
   // whose callbacks Pump again.
-  for (auto& [t, s] : failed) TheObjectTable().Fail(t->result, s);
+  for (auto& [t, s] : failed) objects_.Fail(t->result, s);
 }
 
 void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
@@ -250,7 +252,7 @@ void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
         }
         const uint64_t seq = a->next_seq_++;
         proto::TaskFrame frame;
-        absl::Status built = BuildTaskSpec(*c.task, seq, frame.mutable_push());
+        absl::Status built = BuildTaskSpec(objects_, *c.task, seq, frame.mutable_push());
         if (!built.ok()) {
           failed.emplace_back(c.task, built);
           continue;
@@ -272,15 +274,9 @@ absl::StatusOr<proto::ActorInfo> ActorClient::Fetch(const std::string& id, const
   req.set_wait_ms(absl::ToInt64Milliseconds(wait));
   proto::GetActorReply reply;
   DROVER_RETURN_IF_ERROR(WhileHeadAway(
-      ctx_->scheduler_address,
+      scheduler_address_,
       id.empty() ? absl::StrCat("looking up actor '", name, "'") : absl::StrCat("actor ", id),
-      [&] {
-        grpc::ClientContext cctx;
-        PrepareContext(&cctx, ctx_->token,
-                       std::chrono::milliseconds(absl::ToInt64Milliseconds(wait) + 5000));
-        return FromGrpcStatus(ctx_->leases->GetActor(&cctx, req, &reply));
-      },
-      [this] { return ShuttingDown(); }));
+      [&] { return directory_->GetActor(req, &reply); }, [this] { return ShuttingDown(); }));
   return reply.actor();
 }
 
@@ -290,7 +286,7 @@ void ActorClient::Update(const std::shared_ptr<ActorState>& a, const proto::Acto
   a->info_ = info;
   a->known_ = true;
   if (info.state() == proto::ACTOR_DEAD && a->dead_.ok()) a->dead_ = ActorDeadError(info);
-  if (!info.agent_address().empty()) ctx_->store->NoteAgent(info.node_id(), info.agent_address());
+  if (!info.agent_address().empty()) agents_->NoteAgent(info.node_id(), info.agent_address());
   a->changed_.SignalAll();
 }
 
@@ -306,7 +302,7 @@ void ActorClient::FailAll(const std::shared_ptr<ActorState>& a, const absl::Stat
     a->connecting_ = false;
     a->changed_.SignalAll();
   }
-  for (auto& t : failed) TheObjectTable().Fail(t->result, s);
+  for (auto& t : failed) objects_.Fail(t->result, s);
 }
 
 void ActorClient::Connect(std::shared_ptr<ActorState> a) {
@@ -328,7 +324,7 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
         // Creation not yet recorded (CreateActor in flight) or an unknown id.
         absl::MutexLock l(&a->mu_);
         if (!a->known_) {
-          a->changed_.WaitWithTimeout(&a->mu_, absl::Milliseconds(50));
+          clock_->WaitWithDeadline(&a->changed_, &a->mu_, clock_->Now() + absl::Milliseconds(50));
           continue;
         }
       }
@@ -340,7 +336,7 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
     if (info->state() == proto::ACTOR_DEAD) break;
     if (info->state() != proto::ACTOR_ALIVE) continue;
     absl::StatusOr<std::unique_ptr<FramedSocket>> sock =
-        ConnectToWorker(ctx_, info->node_id(), info->unix_path(), info->tcp_address(), "", a->id);
+        connector_->Connect(info->node_id(), info->unix_path(), info->tcp_address(), "", a->id);
     if (!sock.ok()) {
       // Moved or restarting: wait for its record to change.
       absl::MutexLock l(&a->mu_);
@@ -383,7 +379,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
       a->in_flight_.erase(it);
     }
     // An actor call is not run again (the actor's state moved on): no lineage.
-    ApplyReply(t, *frame.mutable_reply(), /*lineage=*/false);
+    ApplyReply(objects_, t, *frame.mutable_reply(), /*lineage=*/false);
   }
   // The connection broke: the actor's worker died (or we are shutting down).
   std::vector<std::shared_ptr<TaskRecord>> lost;
@@ -403,7 +399,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
   }
   if (shutdown) {
     for (auto& t : lost) {
-      TheObjectTable().Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
+      objects_.Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
     }
     return;
   }
@@ -415,7 +411,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
     if (!info->reason().empty()) cause = info->reason();
   }
   for (auto& t : lost) {
-    TheObjectTable().Fail(t->result, absl::UnavailableError(absl::StrCat(
+    objects_.Fail(t->result, absl::UnavailableError(absl::StrCat(
                                          "actor ", a->id, " died while running ", t->display, ": ",
                                          cause)));
   }
@@ -438,13 +434,8 @@ absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
   req.set_reason("killed by drover::Kill");
   proto::KillActorReply reply;
   absl::Status s = WhileHeadAway(
-      ctx_->scheduler_address, absl::StrCat("killing actor ", a->id),
-      [&] {
-        grpc::ClientContext cctx;
-        PrepareContext(&cctx, ctx_->token);
-        return FromGrpcStatus(ctx_->leases->KillActor(&cctx, req, &reply));
-      },
-      [this] { return ShuttingDown(); });
+      scheduler_address_, absl::StrCat("killing actor ", a->id),
+      [&] { return directory_->KillActor(req, &reply); }, [this] { return ShuttingDown(); });
   if (!s.ok()) return s;
   // The scheduler's record says DEAD now: so does this handle, at once (as ray.kill), so
   // a call made after Kill returns fails with the kill's reason instead of racing the
@@ -465,7 +456,7 @@ absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
 }
 
 absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock_->Now() + timeout;
   for (;;) {
     int64_t after = 0;
     {
@@ -474,7 +465,7 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
       if (a->known_ && a->info_.state() == proto::ACTOR_ALIVE) return absl::OkStatus();
       if (a->known_) after = a->info_.version();
     }
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock_->Now();
     if (left <= absl::ZeroDuration()) {
       absl::MutexLock l(&a->mu_);
       return absl::DeadlineExceededError(absl::StrCat(
@@ -485,7 +476,8 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
     if (!info.ok()) {
       if (info.status().code() != absl::StatusCode::kNotFound) return info.status();
       absl::MutexLock l(&a->mu_);
-      a->changed_.WaitWithTimeout(&a->mu_, absl::Milliseconds(20));  // creation in flight
+      // Creation in flight.
+      clock_->WaitWithDeadline(&a->changed_, &a->mu_, clock_->Now() + absl::Milliseconds(20));
       continue;
     }
     Update(a, *info);
@@ -493,7 +485,7 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
 }
 
 absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock_->Now() + timeout;
   for (;;) {
     int64_t after = 0;
     {
@@ -501,7 +493,7 @@ absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::D
       if (!a->dead_.ok()) return a->dead_;
       if (a->known_) after = a->info_.version();
     }
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock_->Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat("actor ", a->id, " is not dead"));
     }

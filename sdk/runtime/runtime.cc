@@ -35,7 +35,9 @@
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/object_table.h"
 #include "sdk/runtime/package.h"
+#include "sdk/runtime/seams_grpc.h"
 #include "sdk/runtime/queue_client.h"
+#include "sdk/runtime/store_tensor.h"
 #include "sdk/runtime/task_submitter.h"
 #include "sdk/runtime/worker_server.h"
 
@@ -58,6 +60,17 @@ std::string RandomTag() {
 }
 
 class Runtime;
+
+// The process-wide state of the task runtime lives here and nowhere else: the runtime
+// (g_runtime, g_current), the context its public entry points read
+// (SetCurrentRuntimeContext) and the object table. The cores take what they need as
+// arguments (TaskSubmitter::Deps, ActorClient::Deps).
+
+// The process's object table: lives until exit, so refs may outlive the runtime.
+ObjectTable& TheObjectTable() {
+  static ObjectTable* table = new ObjectTable();
+  return *table;
+}
 
 absl::Mutex g_mu;
 Runtime* g_runtime ABSL_GUARDED_BY(g_mu) = nullptr;
@@ -180,6 +193,10 @@ class Runtime {
     *why = it->second.second.empty() ? "it is not alive" : it->second.second;
     return !it->second.first;
   }
+  // The real collaborators of the core (seams.h), and the core wired to them.
+  std::unique_ptr<GrpcScheduler> scheduler_calls;
+  std::unique_ptr<SocketWorkerConnector> connector;
+  std::unique_ptr<GrpcWorkerAgents> worker_agents;
   std::unique_ptr<TaskSubmitter> submitter;
   std::unique_ptr<ActorClient> actors;
   // A plain driver's session with the scheduler (its job ends when this ends): the
@@ -463,8 +480,15 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
   // scheduler lists for their node.
   Runtime* raw = rt.get();
   ctx.store->set_agent_resolver([raw](const std::string& node_id) { return raw->AgentOf(node_id); });
-  rt->submitter = std::make_unique<TaskSubmitter>(&rt->ctx);
-  rt->actors = std::make_unique<ActorClient>(&rt->ctx);
+  rt->scheduler_calls = std::make_unique<GrpcScheduler>(&rt->ctx);
+  rt->connector = std::make_unique<SocketWorkerConnector>(&rt->ctx);
+  rt->worker_agents = std::make_unique<GrpcWorkerAgents>(&rt->ctx);
+  rt->submitter = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
+      IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
+      &TheObjectTable(), Clock::Real()});
+  rt->actors = std::make_unique<ActorClient>(ActorClient::Deps{
+      IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
+      &TheObjectTable(), Clock::Real(), rt->ctx.scheduler_address});
   return rt;
 }
 
@@ -472,9 +496,8 @@ void ShutdownAtExit() { drover::Shutdown(); }
 
 }  // namespace
 
-RuntimeContext* CurrentRuntimeContext() {
-  Runtime* rt = ActiveRuntime();
-  return rt == nullptr ? nullptr : &rt->ctx;
+void ReturnOrDeleteStored(const std::vector<StoredRef>& objects) {
+  StoreObjectStorage::ReturnOrDelete(objects);
 }
 
 
@@ -782,6 +805,7 @@ absl::Status Init(int argc, char** argv, const InitOptions& options) {
     internal::g_runtime = r;
   }
   internal::g_current.store(r, std::memory_order_release);
+  internal::SetCurrentRuntimeContext(&r->ctx);
   internal::SetRuntimeCodecContext(internal::TheStoreCodecContext());
   internal::TheObjectTable().set_release([](const std::vector<internal::StoredRef>& objects) {
     if (Runtime* cur = internal::ActiveRuntime()) cur->ctx.store->Delete(objects);
@@ -817,6 +841,7 @@ void Shutdown() {
   if (!RunningAsWorker()) internal::DrainQueuesBeforeExit();
   internal::SetRuntimeCodecContext(nullptr);
   internal::g_current.store(nullptr, std::memory_order_release);
+  internal::SetCurrentRuntimeContext(nullptr);
   r->Shutdown();
   // Threads of other parts may still read the context briefly: the runtime is leaked
   // on purpose (one per process).

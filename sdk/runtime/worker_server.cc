@@ -19,7 +19,6 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "sdk/internal/runtime_internal.h"
 #include "sdk/runtime/package.h"
 #include "sdk/runtime/store_draft.h"
 
@@ -184,7 +183,8 @@ int WorkerServer::Run() {
   if (ctx_->store->has_store()) {
     // Large tensors the tasks make live in the store from the start: returning one
     // seals it in place.
-    StoreDraft::Configure(ctx_->store->store(), ctx_->node_id, &NewObjectId);
+    StoreDraft::Configure(ctx_->store->store(), ctx_->node_id,
+                          [ctx = ctx_] { return ctx->NewObjectId(); });
     SetLargeTensorAllocator(&StoreDraft::Allocate, StoreDraft::kMinBytes);
   }
   if (absl::Status s = (*agent)->Send(reg); !s.ok()) return 3;

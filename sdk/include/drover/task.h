@@ -118,7 +118,7 @@ class ObjectRef {
 // INVALID_ARGUMENT naming why.
 template <typename T>
 ObjectRef<std::decay_t<T>> Put(T&& value) {
-  absl::StatusOr<internal::EncodedValue> enc = internal::Encode(value);
+  absl::StatusOr<internal::EncodedValue> enc = internal::Encode(value, internal::DefaultCodecContext());
   if (!enc.ok()) return ObjectRef<std::decay_t<T>>(internal::FailedRef(enc.status()));
   return ObjectRef<std::decay_t<T>>(internal::PutValue(*std::move(enc)));
 }
@@ -133,7 +133,7 @@ absl::StatusOr<T> Get(const ObjectRef<T>& ref, absl::Duration timeout = absl::In
   if (!ref.valid()) return absl::InvalidArgumentError("Get of an empty ObjectRef");
   absl::StatusOr<internal::ValueView> view = internal::GetValue(ref.state(), timeout);
   if (!view.ok()) return view.status();
-  return internal::Decode<T>(*view);
+  return internal::Decode<T>(*view, internal::DefaultCodecContext());
 }
 absl::Status Get(const ObjectRef<void>& ref, absl::Duration timeout = absl::InfiniteDuration());
 
@@ -214,7 +214,7 @@ TaskArgument MakeArgument(A&& a) {
   } else {
     static_assert(std::is_convertible_v<A&&, PD>,
                   "the argument cannot be converted to the remote function's parameter type");
-    absl::StatusOr<EncodedValue> enc = Encode(static_cast<PD>(std::forward<A>(a)));
+    absl::StatusOr<EncodedValue> enc = Encode(static_cast<PD>(std::forward<A>(a)), DefaultCodecContext());
     if (enc.ok()) {
       out.value = *std::move(enc);
     } else {

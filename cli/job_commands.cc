@@ -15,7 +15,7 @@
 #include "absl/time/clock.h"
 #include "cli/commands.h"
 #include "cli/job_spec.h"
-#include "cli/log_follower.h"
+#include "cli/job_log_printer.h"
 #include "cli/status_line.h"
 #include "cli/table.h"
 #include "common/progress_line.h"

@@ -78,14 +78,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "drover/collective_options.h"
 
 namespace drover::collective {
 
 enum class DataType { kFloat32, kFloat64, kFloat16, kInt32, kInt64, kUint8 };
 enum class ReduceOp { kSum, kAvg, kMax, kMin };
-enum class Backend { kGloo, kNccl };
+using Backend = ::drover::CollectiveOptions::Backend;
 // How a kGloo (CPU) group moves bytes; see the top of this file.
-enum class Algorithm { kAuto, kGloo, kShm, kHierarchical };
+using Algorithm = ::drover::CollectiveOptions::Algorithm;
 
 // Bytes per element.
 size_t DataTypeSize(DataType type);
@@ -93,45 +94,8 @@ const char* DataTypeName(DataType type);
 const char* ReduceOpName(ReduceOp op);
 const char* AlgorithmName(Algorithm algorithm);
 
-struct GroupOptions {
-  // Names the group in rendezvous keys and error messages. Ranks that want to meet use
-  // the same name.
-  std::string name = "default";
-  int rank = 0;
-  int size = 1;
-  // The rendezvous scope.
-  std::string job_id;
-  int generation = 0;
-  std::string scheduler_address;
-  // File holding the cluster token (owner-only; see common/auth.h).
-  std::string token_file;
-  // Bound of every operation and of group creation.
-  absl::Duration timeout = absl::Seconds(30);
-  Backend backend = Backend::kGloo;
-  // CPU groups: kAuto (shared memory where ranks share a node), or forced: kGloo (plain
-  // Gloo everywhere: the baseline, and for debugging), kShm (INVALID_ARGUMENT at creation
-  // unless every rank is on one node), kHierarchical (on one node the
-  // same as kShm).
-  Algorithm algorithm = Algorithm::kAuto;
-  // Ranks with equal node_id share memory. Empty: this host's name. From the
-  // environment: DROVER_NODE_ID.
-  std::string node_id;
-  // Gloo: the network interface to bind (GLOO_SOCKET_IFNAME); if empty, `hostname`.
-  std::string interface;
-  // Gloo: address or name to bind when no interface is given; if both are empty, the
-  // local address that routes to MASTER_ADDR (the right one on every node).
-  std::string hostname;
-  // NCCL: the CUDA device index (within CUDA_VISIBLE_DEVICES).
-  int device = 0;
-  // Listen for the scheduler's notice that a process of this job generation failed,
-  // and abort the operation in flight (see "Errors" above). Off: only timeouts and
-  // broken connections end a waiting operation.
-  bool watch_generation = true;
-  // Tell the job's timeline (`drover timeline`, the dashboard) about every operation:
-  // which, how many bytes, how long, this rank. Batched off the operation's path
-  // (collective/timed_group.h). From the environment: DROVER_TIMELINE_COLLECTIVES=1.
-  bool timeline = false;
-};
+// One definition with the SDK's (drover/collective_options.h).
+using GroupOptions = ::drover::CollectiveOptions;
 
 // Fills GroupOptions from the environment drover gives every process: RANK, WORLD_SIZE,
 // DROVER_JOB_ID, DROVER_GENERATION, DROVER_SCHEDULER_ADDRESS, DROVER_TOKEN_FILE,

@@ -60,6 +60,8 @@ struct Record {
 // Decodes `bytes` as each of several types a remote function might take. Errors are
 // fine (INVALID_ARGUMENT for another type, DATA_LOSS for bytes that do not decode);
 // nothing may crash, throw out, or give a tensor that reaches outside its bytes.
+// No store: a value naming a store object cannot be read (as in a process without a
+// runtime).
 inline void DecodeAsEveryType(absl::string_view bytes) {
   const internal::ValueView view{bytes, nullptr};
   auto expect = [](const absl::Status& s) {
@@ -69,31 +71,31 @@ inline void DecodeAsEveryType(absl::string_view bytes) {
     }
   };
   {
-    absl::StatusOr<Tensor> t = internal::Decode<Tensor>(view);
+    absl::StatusOr<Tensor> t = internal::Decode<Tensor>(view, /*ctx=*/nullptr);
     if (t.ok()) CheckTensor(*t);
     expect(t.status());
   }
   {
-    absl::StatusOr<std::vector<Tensor>> ts = internal::Decode<std::vector<Tensor>>(view);
+    absl::StatusOr<std::vector<Tensor>> ts = internal::Decode<std::vector<Tensor>>(view, /*ctx=*/nullptr);
     if (ts.ok()) {
       for (const Tensor& t : *ts) CheckTensor(t);
     }
     expect(ts.status());
   }
-  expect(internal::Decode<int64_t>(view).status());
-  expect(internal::Decode<std::string>(view).status());
-  expect(internal::Decode<std::vector<std::string>>(view).status());
-  expect(internal::Decode<std::map<std::string, double>>(view).status());
-  expect(internal::Decode<std::optional<std::vector<float>>>(view).status());
-  expect(internal::Decode<std::tuple<int, std::string, bool>>(view).status());
-  expect(internal::Decode<Record>(view).status());
+  expect(internal::Decode<int64_t>(view, /*ctx=*/nullptr).status());
+  expect(internal::Decode<std::string>(view, /*ctx=*/nullptr).status());
+  expect(internal::Decode<std::vector<std::string>>(view, /*ctx=*/nullptr).status());
+  expect(internal::Decode<std::map<std::string, double>>(view, /*ctx=*/nullptr).status());
+  expect(internal::Decode<std::optional<std::vector<float>>>(view, /*ctx=*/nullptr).status());
+  expect(internal::Decode<std::tuple<int, std::string, bool>>(view, /*ctx=*/nullptr).status());
+  expect(internal::Decode<Record>(view, /*ctx=*/nullptr).status());
 }
 
 // Values of the kinds above, encoded as a caller would (tensors inline).
 inline std::vector<std::string> SeedValues() {
   std::vector<std::string> out;
   auto add = [&](const auto& v) {
-    absl::StatusOr<internal::EncodedValue> e = internal::Encode(v);
+    absl::StatusOr<internal::EncodedValue> e = internal::Encode(v, /*ctx=*/nullptr);
     if (!e.ok()) std::abort();
     out.push_back(e->bytes);
   };

@@ -27,16 +27,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "drover/by_name.h"
 #include "drover/data_loader.h"
-#include "drover/internal/pipeline_api.h"
 #include "drover/queue.h"
 #include "drover/shared_tensor.h"
 #include "drover/task.h"
 #include "python/errors.h"
 #include "python/torch_view.h"
 #include "python/values.h"
-#include "sdk/internal/runtime_internal.h"
-#include "sdk/internal/tensor_internal.h"
 
 namespace drover::python {
 namespace {
@@ -77,7 +75,7 @@ absl::Duration Timeout(const py::object& seconds) {
 }
 
 // Makes a received value into Python objects: decodes it (may wait) without the GIL.
-py::object FromWire(const internal::OwnedValue& value) {
+py::object FromWire(const by_name::ReceivedValue& value) {
   absl::StatusOr<std::unique_ptr<Received>> r;
   {
     py::gil_scoped_release unlocked;
@@ -118,12 +116,12 @@ py::object GetTensor(const std::string& id, const py::object& timeout) {
   bool mutable_object = false;
   {
     py::gil_scoped_release unlocked;
-    absl::StatusOr<object_store::ObjectRef> ref = internal::GetObject(id, wait);
-    if (ref.ok()) {
-      mutable_object = ref->is_mutable();
-      t = internal::TensorAccess::TensorFromObject(*std::move(ref));
+    absl::StatusOr<by_name::TensorById> got = by_name::GetTensor(id, wait);
+    if (got.ok()) {
+      mutable_object = got->is_mutable;
+      t = std::move(got->tensor);
     } else {
-      t = ref.status();
+      t = got.status();
     }
   }
   return TorchView(ValueOrRaise(std::move(t)), mutable_object);
@@ -142,21 +140,21 @@ py::dict StoreUsageDict() {
 
 QueueHandle OpenQueue(const std::string& name, const py::object& timeout) {
   const absl::Duration wait = Timeout(timeout);
-  absl::StatusOr<std::shared_ptr<internal::QueueClient>> c;
+  absl::StatusOr<by_name::AnyQueue> c;
   {
     py::gil_scoped_release unlocked;
-    c = internal::OpenQueue(name, wait);
+    c = by_name::AnyQueue::Open(name, wait);
   }
   return QueueHandle{ValueOrRaise(std::move(c))};
 }
 
-std::vector<internal::OwnedValue> QueueTake(QueueHandle& q, const py::object& timeout, int max_items) {
+std::vector<by_name::ReceivedValue> QueueTake(QueueHandle& q, const py::object& timeout, int max_items) {
   if (max_items < 1) throw py::value_error("max_items must be at least 1");
   const absl::Duration wait = Timeout(timeout);
-  absl::StatusOr<std::vector<internal::OwnedValue>> items;
+  absl::StatusOr<std::vector<by_name::ReceivedValue>> items;
   {
     py::gil_scoped_release unlocked;
-    items = internal::QueueGet(*q.client, wait, max_items);
+    items = q.queue.Get(wait, max_items);
   }
   return ValueOrRaise(std::move(items));
 }
@@ -166,26 +164,26 @@ py::object QueueGetOne(QueueHandle& q, const py::object& timeout) {
 }
 
 py::list QueueGetMany(QueueHandle& q, int max_items, const py::object& timeout) {
-  std::vector<internal::OwnedValue> items = QueueTake(q, timeout, max_items);
+  std::vector<by_name::ReceivedValue> items = QueueTake(q, timeout, max_items);
   py::list out;
   // Every item is decoded (so objects no tensor takes are freed) before the first error.
   std::vector<absl::StatusOr<std::unique_ptr<Received>>> received;
   {
     py::gil_scoped_release unlocked;
-    for (const internal::OwnedValue& v : items) received.push_back(Receive(v));
+    for (const by_name::ReceivedValue& v : items) received.push_back(Receive(v));
   }
   for (auto& r : received) out.append(ToPython(*ValueOrRaise(std::move(r))));
   return out;
 }
 
 py::object QueueNext(QueueHandle& q) {
-  std::vector<internal::OwnedValue> items;
+  std::vector<by_name::ReceivedValue> items;
   {
     const absl::Duration forever = absl::InfiniteDuration();
-    absl::StatusOr<std::vector<internal::OwnedValue>> got;
+    absl::StatusOr<std::vector<by_name::ReceivedValue>> got;
     {
       py::gil_scoped_release unlocked;
-      got = internal::QueueGet(*q.client, forever, 1);
+      got = q.queue.Get(forever, 1);
     }
     if (absl::IsOutOfRange(got.status())) throw py::stop_iteration();
     items = ValueOrRaise(std::move(got));
@@ -197,7 +195,7 @@ py::dict QueueInfoDict(QueueHandle& q) {
   absl::StatusOr<QueueInfo> info;
   {
     py::gil_scoped_release unlocked;
-    info = internal::QueueStats(*q.client);
+    info = q.queue.Info();
   }
   const QueueInfo i = ValueOrRaise(std::move(info));
   py::dict d;
@@ -213,19 +211,19 @@ py::dict QueueInfoDict(QueueHandle& q) {
 }
 
 // EncodePython's value, or ValueError (what cannot be sent) / drover.Error.
-internal::EncodedValue EncodeOrRaise(const py::object& value) {
-  absl::StatusOr<internal::EncodedValue> enc = EncodePython(value);
+by_name::EncodedValue EncodeOrRaise(const py::object& value) {
+  absl::StatusOr<by_name::EncodedValue> enc = EncodePython(value);
   if (absl::IsInvalidArgument(enc.status())) throw py::value_error(std::string(enc.status().message()));
   return ValueOrRaise(std::move(enc));
 }
 
 void QueuePutValue(QueueHandle& q, const py::object& value, const py::object& timeout) {
   const absl::Duration wait = Timeout(timeout);
-  internal::EncodedValue enc = EncodeOrRaise(value);
+  by_name::EncodedValue enc = EncodeOrRaise(value);
   absl::Status s;
   {
     py::gil_scoped_release unlocked;
-    s = internal::QueuePut(*q.client, std::move(enc), wait);
+    s = q.queue.Put(std::move(enc), wait);
   }
   RaiseIfError(s);
 }
@@ -242,10 +240,10 @@ QueueHandle CreateQueue(const std::string& name, uint64_t capacity, bool keep_un
   options.capacity = capacity;
   options.keep_until_drained = keep_until_drained;
   options.drain_timeout = Timeout(drain_timeout);
-  absl::StatusOr<std::shared_ptr<internal::QueueClient>> c;
+  absl::StatusOr<by_name::AnyQueue> c;
   {
     py::gil_scoped_release unlocked;
-    c = internal::CreateQueue(options);
+    c = by_name::AnyQueue::Create(options);
   }
   return QueueHandle{ValueOrRaise(std::move(c))};
 }
@@ -254,13 +252,13 @@ QueueHandle CreateQueue(const std::string& name, uint64_t capacity, bool keep_un
 
 // What drover.ObjectRef wraps: a reference to a value in the cluster's store.
 struct RefHandle {
-  std::shared_ptr<internal::RefState> state;
+  by_name::AnyRef ref;
 };
 
 RefHandle PutObject(const py::object& value) {
-  internal::EncodedValue enc = EncodeOrRaise(value);
+  by_name::EncodedValue enc = EncodeOrRaise(value);
   py::gil_scoped_release unlocked;
-  return RefHandle{internal::PutValue(std::move(enc))};
+  return RefHandle{by_name::AnyRef::Put(std::move(enc))};
 }
 
 py::object GetObjectValue(const RefHandle& ref, const py::object& timeout) {
@@ -268,14 +266,8 @@ py::object GetObjectValue(const RefHandle& ref, const py::object& timeout) {
   absl::StatusOr<std::unique_ptr<Received>> r;
   {
     py::gil_scoped_release unlocked;
-    absl::StatusOr<internal::ValueView> view = internal::GetValue(ref.state, wait);
-    if (view.ok()) {
-      internal::OwnedValue v;  // owns nothing: the reference keeps the objects
-      v.view = *std::move(view);
-      r = Receive(v);
-    } else {
-      r = view.status();
-    }
+    absl::StatusOr<by_name::ReceivedValue> v = ref.ref.Get(wait);
+    r = v.ok() ? Receive(*v) : absl::StatusOr<std::unique_ptr<Received>>(v.status());
   }
   return ToPython(*ValueOrRaise(std::move(r)));
 }
@@ -447,8 +439,6 @@ class Loader {
 
 PYBIND11_MODULE(drover, m) {
   using namespace drover::python;  // NOLINT: the module's own namespace
-  using drover::internal::QueueClose;
-  using drover::internal::QueueName;
   // Each docstring starts with its Python signature, written for people (pybind11's
   // generated one names C++-flavoured types: `object`, `drover::python::QueueHandle`).
   py::options options;
@@ -525,10 +515,10 @@ NOT_FOUND at once for an object of a job this cluster never ran or that ended.)d
                         "A value in the cluster's object store, made by drover.put(). Read it with drover.get(ref). "
                         "The value lives while a reference to it does (in this process: this object).")
       .def_property_readonly(
-          "id", [](const RefHandle& r) { return drover::internal::RefId(*r.state); },
+          "id", [](const RefHandle& r) { return r.ref.id(); },
           "The object's id ('<job>.<owner>.<n>').")
       .def("__repr__",
-           [](const RefHandle& r) { return absl::StrCat("drover.ObjectRef('", drover::internal::RefId(*r.state), "')"); });
+           [](const RefHandle& r) { return absl::StrCat("drover.ObjectRef('", r.ref.id(), "')"); });
   m.def("put", &PutObject, py::arg("value"),
         R"doc(put(value) -> drover.ObjectRef
 
@@ -591,7 +581,7 @@ for it): for many small items. Errors as get().)doc")
             absl::Status s;
             {
               py::gil_scoped_release unlocked;
-              s = QueueClose(*q.client);
+              s = q.queue.Close();
             }
             RaiseIfError(s);
           },
@@ -605,7 +595,7 @@ No more items: puts fail from now on, gets take what is left and then end
             absl::Status s;
             {
               py::gil_scoped_release unlocked;
-              s = drover::internal::QueueDestroy(*q.client);
+              s = q.queue.Destroy();
             }
             RaiseIfError(s);
           },
@@ -618,7 +608,7 @@ Ends the queue now, freeing the items left; every later call on it fails.)doc")
 The queue's counters: size (items queued), capacity, closed, puts, gets,
 waiting_puts, waiting_gets, stored_bytes (of the queued items' tensors).)doc")
       .def_property_readonly(
-          "name", [](const QueueHandle& q) { return QueueName(*q.client); }, "The queue's name.")
+          "name", [](const QueueHandle& q) { return q.queue.name(); }, "The queue's name.")
       .def(
           "__iter__", [](QueueHandle& q) -> QueueHandle& { return q; }, py::return_value_policy::reference_internal,
           "Iterating takes items (as get()) until the queue is closed and drained.")

@@ -167,7 +167,7 @@ void CollectExts(const msgpack::object& o, std::vector<Received::Ext>& out) {
           out.emplace_back(internal::DecodeSharedTensor(o.via.ext.data(), o.via.ext.size));
           break;
         case internal::kQueueExtType:
-          out.emplace_back(internal::DecodeQueue(o.via.ext.data(), o.via.ext.size));
+          out.emplace_back(by_name::AnyQueue::FromExtension(o.via.ext.data(), o.via.ext.size));
           break;
         default:
           throw internal::DecodeError(absl::StrCat("a value of msgpack extension type ", int{o.via.ext.type()},
@@ -216,7 +216,7 @@ py::object Build(const msgpack::object& o, Received& r, size_t& next) {
       Received::Ext& ext = r.exts.at(next++);
       if (auto* t = std::get_if<Tensor>(&ext)) return TorchView(std::move(*t));
       if (auto* s = std::get_if<SharedTensor>(&ext)) return TorchView(std::move(*s));
-      return py::cast(QueueHandle{std::get<std::shared_ptr<internal::QueueClient>>(ext)});
+      return py::cast(QueueHandle{std::get<by_name::AnyQueue>(ext)});
     }
   }
   throw py::value_error("a value of an unknown msgpack type");

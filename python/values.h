@@ -21,6 +21,7 @@
 #include <pybind11/pybind11.h>
 
 #include "absl/status/statusor.h"
+#include "drover/by_name.h"
 #include "drover/internal/codec.h"
 #include "drover/internal/pipeline_api.h"
 #include "drover/shared_tensor.h"
@@ -42,12 +43,12 @@ absl::StatusOr<std::string> PackPython(py::handle value);
 // those bytes without a copy). A sealed drover view sent on is copied like any tensor.
 // INVALID_ARGUMENT naming the element for what cannot be sent. Needs the GIL (released
 // around the copies).
-absl::StatusOr<internal::EncodedValue> EncodePython(py::handle value);
+absl::StatusOr<by_name::EncodedValue> EncodePython(py::handle value);
 
 // A received value with the drover objects its extensions stand for, in the order
 // they appear in the value (depth first).
 struct Received {
-  using Ext = std::variant<Tensor, SharedTensor, std::shared_ptr<internal::QueueClient>>;
+  using Ext = std::variant<Tensor, SharedTensor, by_name::AnyQueue>;
   internal::ValueView view;  // keeps the bytes the handle points into
   msgpack::object_handle handle;
   std::vector<Ext> exts;
@@ -56,7 +57,7 @@ struct Received {
 // Decodes `value`, taking over the store objects it owns (the tensors made from them
 // free them when the last view goes). INVALID_ARGUMENT for an extension Python cannot
 // read or a tensor that does not decode (the objects are freed then too).
-absl::StatusOr<std::unique_ptr<Received>> Receive(const internal::OwnedValue& value);
+absl::StatusOr<std::unique_ptr<Received>> Receive(const by_name::ReceivedValue& value);
 
 // The Python object: None, bool, int, float, str, bytes, list (msgpack arrays: C++
 // vectors, tuples and structs), dict, torch.Tensor (drover tensors and shared tensors,
@@ -65,7 +66,7 @@ py::object ToPython(Received& received);
 
 // What drover.Queue wraps (the module registers the class; ToPython casts to it).
 struct QueueHandle {
-  std::shared_ptr<internal::QueueClient> client;
+  by_name::AnyQueue queue;
 };
 
 }  // namespace drover::python

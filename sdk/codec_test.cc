@@ -34,9 +34,9 @@ std::string TensorValue(const std::string& ext) {
 TEST(CodecTest, TensorRoundTripsInline) {
   absl::StatusOr<Tensor> t = Tensor::FromVector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
   ASSERT_TRUE(t.ok());
-  absl::StatusOr<EncodedValue> e = Encode(*t);
+  absl::StatusOr<EncodedValue> e = Encode(*t, /*ctx=*/nullptr);
   ASSERT_TRUE(e.ok()) << e.status();
-  absl::StatusOr<Tensor> back = Decode<Tensor>(ValueView{e->bytes, nullptr});
+  absl::StatusOr<Tensor> back = Decode<Tensor>(ValueView{e->bytes, nullptr}, nullptr);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->shape(), (std::vector<int64_t>{2, 3}));
   absl::StatusOr<absl::Span<const float>> v = back->span<float>();
@@ -52,7 +52,7 @@ TEST(CodecTest, CountsBeyondTheValuesBytesAreRefusedBeforeAllocating) {
   for (const std::string& bad : {std::string("\xdd\x00\xff\xff\xff", 5),          // array32
                                  std::string("\xdf\x01\x00\xb0\x60\x01\x02", 7),  // map32
                                  std::string("\x91\xdc\xff\xff", 4)}) {           // nested
-    absl::StatusOr<std::vector<int>> v = Decode<std::vector<int>>(ValueView{bad, nullptr});
+    absl::StatusOr<std::vector<int>> v = Decode<std::vector<int>>(ValueView{bad, nullptr}, nullptr);
     ASSERT_FALSE(v.ok());
     EXPECT_EQ(v.status().code(), absl::StatusCode::kDataLoss) << v.status();
     EXPECT_THAT(v.status().message(), HasSubstr("size overflow")) << v.status();
@@ -60,7 +60,7 @@ TEST(CodecTest, CountsBeyondTheValuesBytesAreRefusedBeforeAllocating) {
   // A tensor value whose inner msgpack claims a huge map is refused the same way.
   const std::string value =
       TensorValue(std::string("\x94\x01\x00\xc4\x00\xdf\x01\x00\xb0\x60", 10));
-  absl::StatusOr<Tensor> t = Decode<Tensor>(ValueView{value, nullptr});
+  absl::StatusOr<Tensor> t = Decode<Tensor>(ValueView{value, nullptr}, nullptr);
   ASSERT_FALSE(t.ok());
   EXPECT_THAT(t.status().message(), HasSubstr("size overflow")) << t.status();
 }
@@ -83,7 +83,7 @@ TEST(CodecTest, TensorWhoseHeaderClaimsMoreThanItsBytesIsRefused) {
     pk.pack_bin_body("12345678", 8);
   }
   const std::string value = TensorValue(ext);
-  absl::StatusOr<Tensor> t = Decode<Tensor>(ValueView{value, nullptr});
+  absl::StatusOr<Tensor> t = Decode<Tensor>(ValueView{value, nullptr}, nullptr);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(t.status().message(), HasSubstr("header is not valid"));

@@ -19,12 +19,6 @@ DROVER_SAME_(ReduceOp::kSum, c::ReduceOp::kSum);
 DROVER_SAME_(ReduceOp::kAvg, c::ReduceOp::kAvg);
 DROVER_SAME_(ReduceOp::kMax, c::ReduceOp::kMax);
 DROVER_SAME_(ReduceOp::kMin, c::ReduceOp::kMin);
-DROVER_SAME_(CollectiveOptions::Backend::kGloo, c::Backend::kGloo);
-DROVER_SAME_(CollectiveOptions::Backend::kNccl, c::Backend::kNccl);
-DROVER_SAME_(CollectiveOptions::Algorithm::kAuto, c::Algorithm::kAuto);
-DROVER_SAME_(CollectiveOptions::Algorithm::kGloo, c::Algorithm::kGloo);
-DROVER_SAME_(CollectiveOptions::Algorithm::kShm, c::Algorithm::kShm);
-DROVER_SAME_(CollectiveOptions::Algorithm::kHierarchical, c::Algorithm::kHierarchical);
 #undef DROVER_SAME_
 
 c::ReduceOp ToGroup(ReduceOp op) { return static_cast<c::ReduceOp>(op); }
@@ -53,30 +47,6 @@ Moved AsMoved(size_t count, DType dtype) {
   return {count * DTypeSize(dtype), c::DataType::kUint8};
 }
 
-// CollectiveOptions and collective::GroupOptions have the same fields (enums of the
-// same values): copies one into the other.
-template <typename To, typename From>
-To CopyOptions(const From& from) {
-  To to;
-  to.name = from.name;
-  to.rank = from.rank;
-  to.size = from.size;
-  to.job_id = from.job_id;
-  to.generation = from.generation;
-  to.scheduler_address = from.scheduler_address;
-  to.token_file = from.token_file;
-  to.timeout = from.timeout;
-  to.backend = static_cast<decltype(to.backend)>(from.backend);
-  to.algorithm = static_cast<decltype(to.algorithm)>(from.algorithm);
-  to.node_id = from.node_id;
-  to.interface = from.interface;
-  to.hostname = from.hostname;
-  to.device = from.device;
-  to.watch_generation = from.watch_generation;
-  to.timeline = from.timeline;
-  return to;
-}
-
 }  // namespace
 
 const char* ReduceOpName(ReduceOp op) { return c::ReduceOpName(ToGroup(op)); }
@@ -90,8 +60,7 @@ absl::Status CheckReduceDType(DType dtype) {
 }
 
 absl::StatusOr<CollectiveOptions> CollectiveOptions::FromEnvironment(const std::string& name) {
-  DROVER_ASSIGN_OR_RETURN(c::GroupOptions g, c::GroupOptionsFromEnvironment(name));
-  return CopyOptions<CollectiveOptions>(g);
+  return c::GroupOptionsFromEnvironment(name);
 }
 
 CollectiveGroup::CollectiveGroup(std::unique_ptr<c::Group> group) : group_(std::move(group)) {}
@@ -101,7 +70,7 @@ CollectiveGroup::~CollectiveGroup() = default;
 absl::StatusOr<std::unique_ptr<CollectiveGroup>> CollectiveGroup::Create(
     const CollectiveOptions& options) {
   DROVER_ASSIGN_OR_RETURN(std::unique_ptr<c::Group> group,
-                          c::NewGroup(CopyOptions<c::GroupOptions>(options)));
+                          c::NewGroup(options));
   return std::unique_ptr<CollectiveGroup>(new CollectiveGroup(std::move(group)));
 }
 

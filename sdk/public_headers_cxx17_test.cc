@@ -4,6 +4,9 @@
 // initializer, a concept) fails the build here rather than in a user's strict build.
 #include "sdk/public_headers_cxx17.inc"
 
+#include <memory>
+#include <type_traits>
+
 #include "gtest/gtest.h"
 
 namespace drover {
@@ -35,6 +38,15 @@ TEST(PublicHeadersCxx17Test, OptionsWithoutDesignatedInitializers) {
   one_gpu.gpus = 1;
   EXPECT_EQ(one_gpu.cpus, 0);
 }
+
+// Handles over internal state are made only through their friend Access structs: user
+// code cannot mint one from another handle's state (of the wrong type or kind).
+static_assert(!std::is_constructible_v<ObjectRef<int>, std::shared_ptr<internal::RefState>>);
+struct Counter {};
+static_assert(!std::is_constructible_v<ActorHandle<Counter>, std::shared_ptr<internal::ActorState>>);
+static_assert(!std::is_constructible_v<Queue<int>, std::shared_ptr<internal::QueueClient>>);
+static_assert(!std::is_constructible_v<by_name::AnyQueue, std::shared_ptr<internal::QueueClient>>);
+static_assert(!std::is_constructible_v<by_name::AnyRef, std::shared_ptr<internal::RefState>>);
 
 }  // namespace
 }  // namespace drover

@@ -199,7 +199,7 @@ absl::Status LoaderCore::Collect() {
     return absl::OkStatus();
   }
   std::vector<std::shared_ptr<RefState>> states;
-  for (const Call& c : calls_) states.push_back(c.ref.state());
+  for (const Call& c : calls_) states.push_back(RefAccess::State(c.ref));
   WaitRefs(states, 1, absl::InfiniteDuration());
   std::vector<size_t> done = WaitRefs(states, static_cast<int>(states.size()), absl::ZeroDuration());
   std::sort(done.rbegin(), done.rend());
@@ -266,7 +266,7 @@ void LoaderCore::CallFailed(const Call& call, bool was_running, const absl::Stat
   Worker& w = workers_[call.worker];
   last_death_ = error;
   // Dead for good (restarts used up)? Then it takes no more calls.
-  absl::Status alive = WaitActorReady(w.handle.state(), absl::ZeroDuration());
+  absl::Status alive = WaitActorReady(ActorAccess::State(w.handle), absl::ZeroDuration());
   if (!alive.ok() && alive.code() != absl::StatusCode::kDeadlineExceeded) w.dead = true;
   const bool charge = was_running && call.positions.size() == 1;
   for (int64_t p : call.positions) {

@@ -28,7 +28,7 @@ class Args : public ArgList {
 };
 
 std::string Msgpack(const WorkerInfo& info) {
-  absl::StatusOr<EncodedValue> enc = Encode(info);
+  absl::StatusOr<EncodedValue> enc = Encode(info, /*ctx=*/nullptr);  // plain values
   return enc.ok() ? enc->bytes : std::string();
 }
 
@@ -69,7 +69,7 @@ LoaderOutcome LoaderWorker::RunOne(LoaderCall& call) {
   out.node = NodeId();
   Args args;
   absl::Status s = args.Add(std::move(call.input));
-  absl::StatusOr<EncodedValue> seed = Encode(call.seed);
+  absl::StatusOr<EncodedValue> seed = Encode(call.seed, /*ctx=*/nullptr);
   if (s.ok()) s = seed.ok() ? args.Add(std::move(seed->bytes)) : seed.status();
   InvokeResult r;
   const absl::Time start = absl::Now();

@@ -118,7 +118,7 @@ absl::StatusOr<std::shared_ptr<QueueClient>> Attach(RuntimeContext* ctx, const A
   if (!ep.ok()) {
     return absl::Status(ep.status().code(), absl::StrCat("the queue's host did not start: ", ep.status().message()));
   }
-  return Shared(ctx, host.state(), *std::move(ep));
+  return Shared(ctx, ActorAccess::State(host), *std::move(ep));
 }
 
 }  // namespace

@@ -863,7 +863,7 @@ std::string NodeId() {
 
 absl::Status Get(const ObjectRef<void>& ref, absl::Duration timeout) {
   if (!ref.valid()) return absl::InvalidArgumentError("Get of an empty ObjectRef");
-  absl::StatusOr<internal::ValueView> v = internal::GetValue(ref.state(), timeout);
+  absl::StatusOr<internal::ValueView> v = internal::GetValue(internal::RefAccess::State(ref), timeout);
   return v.status();
 }
 

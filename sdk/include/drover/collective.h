@@ -51,6 +51,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "drover/collective_options.h"
 #include "drover/tensor.h"
 
 namespace drover {
@@ -68,52 +69,6 @@ const char* ReduceOpName(ReduceOp op);
 // float64, int32, int64, uint8. Otherwise INVALID_ARGUMENT naming it and listing those.
 // Operations that only move bytes (Broadcast, AllGather, Send, Recv) take every dtype.
 absl::Status CheckReduceDType(DType dtype);
-
-struct CollectiveOptions {
-  enum class Backend { kGloo, kNccl };
-  // How a kGloo (CPU) group moves bytes; see the top of this file.
-  enum class Algorithm { kAuto, kGloo, kShm, kHierarchical };
-
-  // Names the group in rendezvous keys and error messages; ranks that want to meet use
-  // the same name.
-  std::string name = "default";
-  int rank = 0;
-  int size = 1;
-  // The rendezvous scope: the job's generation, through its scheduler.
-  std::string job_id;
-  int generation = 0;
-  std::string scheduler_address;
-  std::string token_file;  // the cluster token (owner-only file)
-  // Bound of every operation and of group creation.
-  absl::Duration timeout = absl::Seconds(30);
-  Backend backend = Backend::kGloo;
-  // kAuto: shared memory where ranks share a node. Forced: kGloo (plain Gloo
-  // everywhere), kShm (every rank on one node, else INVALID_ARGUMENT at creation),
-  // kHierarchical.
-  Algorithm algorithm = Algorithm::kAuto;
-  // Ranks with equal node_id share memory. Empty: this host's name.
-  std::string node_id;
-  // Gloo: the network interface to bind; if empty, `hostname`; if both are empty, the
-  // local address that routes to the job's MASTER_ADDR.
-  std::string interface;
-  std::string hostname;
-  // NCCL: the CUDA device index (within CUDA_VISIBLE_DEVICES).
-  int device = 0;
-  // Listen for the scheduler's notice that a process of this generation failed and
-  // abort the operation in flight (ABORTED above). Off: only timeouts and broken
-  // connections end a waiting operation.
-  bool watch_generation = true;
-  // Tell the job's timeline (`drover timeline`, the dashboard) about every operation:
-  // which, how many bytes, how long, this rank. Batched off the operation's path.
-  bool timeline = false;
-
-  // The options of a process drover started: RANK, WORLD_SIZE, DROVER_JOB_ID,
-  // DROVER_GENERATION, DROVER_SCHEDULER_ADDRESS, DROVER_TOKEN_FILE, DROVER_NODE_ID,
-  // GLOO_SOCKET_IFNAME, DROVER_COLLECTIVE_ALGORITHM (auto|gloo|shm|hierarchical),
-  // LOCAL_RANK as the device and DROVER_TIMELINE_COLLECTIVES (1: timeline). INVALID_ARGUMENT naming the variable if one is missing
-  // or malformed (outside drover, fill the options yourself).
-  static absl::StatusOr<CollectiveOptions> FromEnvironment(const std::string& name = "default");
-};
 
 class CollectiveGroup {
  public:

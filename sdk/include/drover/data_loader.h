@@ -235,9 +235,10 @@ LoaderInputs MakeLoaderInputs(std::shared_ptr<const std::vector<In>> inputs, int
     if constexpr (kBatch) {
       const size_t first = static_cast<size_t>(position * batch_size);
       const size_t last = std::min(inputs->size(), first + static_cast<size_t>(batch_size));
-      return Encode(std::vector<In>(inputs->begin() + first, inputs->begin() + last));
+      return Encode(std::vector<In>(inputs->begin() + first, inputs->begin() + last),
+                    DefaultCodecContext());
     } else {
-      return Encode((*inputs)[static_cast<size_t>(position)]);
+      return Encode((*inputs)[static_cast<size_t>(position)], DefaultCodecContext());
     }
   };
   return out;
@@ -259,9 +260,9 @@ LoaderInputs MakeRangeInputs(IndexRange range, int64_t batch_size) {
       for (int64_t i = position * batch_size; i < std::min(n, (position + 1) * batch_size); ++i) {
         batch.push_back(range.begin + i);
       }
-      return Encode(batch);
+      return Encode(batch, /*ctx=*/nullptr);  // indices: plain values
     } else {
-      return Encode(range.begin + position);
+      return Encode(range.begin + position, /*ctx=*/nullptr);
     }
   };
   return out;

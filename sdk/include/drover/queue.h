@@ -119,7 +119,7 @@ class Queue {
   // Appends `value`, waiting up to `timeout` while the queue is full.
   absl::Status Put(const T& value, absl::Duration timeout = absl::InfiniteDuration()) {
     if (!client_) return Invalid();
-    absl::StatusOr<internal::EncodedValue> enc = internal::Encode(value);
+    absl::StatusOr<internal::EncodedValue> enc = internal::Encode(value, internal::DefaultCodecContext());
     if (!enc.ok()) return enc.status();
     return internal::QueuePut(*client_, *std::move(enc), timeout);
   }

@@ -94,23 +94,48 @@ std::string NodeId();
 
 // ---- objects ----
 
+namespace internal {
+struct RefAccess;    // below: for drover's own code, not for users
+struct ActorAccess;  // below ActorHandle, likewise
+}  // namespace internal
+
 // A future of a T: the result of a task, actor call or Put. Copies share the object;
 // when the last copy (in the owning process) goes, the object is freed.
 template <typename T>
 class ObjectRef {
  public:
   using value_type = T;
+  // An invalid ref. Valid ones come from Put, Remote, or as a task's argument.
   ObjectRef() = default;
-  explicit ObjectRef(std::shared_ptr<internal::RefState> state) : state_(std::move(state)) {}
 
   bool valid() const { return state_ != nullptr; }
   // The object's id ("" for an invalid ref).
   std::string id() const { return state_ ? internal::RefId(*state_) : std::string(); }
-  const std::shared_ptr<internal::RefState>& state() const { return state_; }
 
  private:
+  friend struct internal::RefAccess;
+  explicit ObjectRef(std::shared_ptr<internal::RefState> state) : state_(std::move(state)) {}
   std::shared_ptr<internal::RefState> state_;
 };
+
+namespace internal {
+
+// An ObjectRef over a reference's state, and a ref's state: for the templates of this
+// file and code inside drover (sdk/runtime/). SDK handles expose their internal state
+// only this way (as Objects, Tensor, Queue and SharedTensor do), so that user code
+// cannot make handles from it.
+struct RefAccess {
+  template <typename T>
+  static ObjectRef<T> Make(std::shared_ptr<RefState> state) {
+    return ObjectRef<T>(std::move(state));
+  }
+  template <typename T>
+  static const std::shared_ptr<RefState>& State(const ObjectRef<T>& ref) {
+    return ref.state_;
+  }
+};
+
+}  // namespace internal
 
 // Puts `value` into the cluster: small values stay in this process, larger ones (and
 // every tensor above a few KiB) go into this node's object store once. Never fails
@@ -118,9 +143,9 @@ class ObjectRef {
 // INVALID_ARGUMENT naming why.
 template <typename T>
 ObjectRef<std::decay_t<T>> Put(T&& value) {
-  absl::StatusOr<internal::EncodedValue> enc = internal::Encode(value);
-  if (!enc.ok()) return ObjectRef<std::decay_t<T>>(internal::FailedRef(enc.status()));
-  return ObjectRef<std::decay_t<T>>(internal::PutValue(*std::move(enc)));
+  absl::StatusOr<internal::EncodedValue> enc = internal::Encode(value, internal::DefaultCodecContext());
+  if (!enc.ok()) return internal::RefAccess::Make<std::decay_t<T>>(internal::FailedRef(enc.status()));
+  return internal::RefAccess::Make<std::decay_t<T>>(internal::PutValue(*std::move(enc)));
 }
 
 // Waits up to `timeout` for the object and returns its value. Tensors come back as
@@ -131,9 +156,9 @@ template <typename T>
 absl::StatusOr<T> Get(const ObjectRef<T>& ref, absl::Duration timeout = absl::InfiniteDuration()) {
   static_assert(!std::is_void_v<T>, "use drover::Get(ObjectRef<void>) (returns absl::Status)");
   if (!ref.valid()) return absl::InvalidArgumentError("Get of an empty ObjectRef");
-  absl::StatusOr<internal::ValueView> view = internal::GetValue(ref.state(), timeout);
+  absl::StatusOr<internal::ValueView> view = internal::GetValue(internal::RefAccess::State(ref), timeout);
   if (!view.ok()) return view.status();
-  return internal::Decode<T>(*view);
+  return internal::Decode<T>(*view, internal::DefaultCodecContext());
 }
 absl::Status Get(const ObjectRef<void>& ref, absl::Duration timeout = absl::InfiniteDuration());
 
@@ -167,7 +192,7 @@ WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, int num_ready,
                    absl::Duration timeout = absl::InfiniteDuration()) {
   std::vector<std::shared_ptr<internal::RefState>> states;
   states.reserve(refs.size());
-  for (const auto& r : refs) states.push_back(r.state());
+  for (const auto& r : refs) states.push_back(internal::RefAccess::State(r));
   std::vector<size_t> done = internal::WaitRefs(states, num_ready, timeout);
   WaitResult<T> out;
   std::vector<bool> is_ready(refs.size(), false);
@@ -186,7 +211,7 @@ WaitResult<T> Wait(const std::vector<ObjectRef<T>>& refs, int num_ready,
 template <typename T>
 absl::Status Cancel(const ObjectRef<T>& ref, bool force = false) {
   if (!ref.valid()) return absl::InvalidArgumentError("Cancel of an empty ObjectRef");
-  return internal::CancelRef(ref.state(), force);
+  return internal::CancelRef(internal::RefAccess::State(ref), force);
 }
 
 // ---- tasks ----
@@ -209,12 +234,12 @@ TaskArgument MakeArgument(A&& a) {
   if constexpr (IsObjectRef<D>::value && !IsObjectRef<PD>::value) {
     static_assert(std::is_same_v<typename IsObjectRef<D>::value_type, PD>,
                   "an ObjectRef<T> argument must match the parameter's type T");
-    out.ref = a.state();
+    out.ref = RefAccess::State(a);
     if (out.ref == nullptr) out.error = absl::InvalidArgumentError("an empty ObjectRef was passed");
   } else {
     static_assert(std::is_convertible_v<A&&, PD>,
                   "the argument cannot be converted to the remote function's parameter type");
-    absl::StatusOr<EncodedValue> enc = Encode(static_cast<PD>(std::forward<A>(a)));
+    absl::StatusOr<EncodedValue> enc = Encode(static_cast<PD>(std::forward<A>(a)), DefaultCodecContext());
     if (enc.ok()) {
       out.value = *std::move(enc);
     } else {
@@ -285,7 +310,7 @@ class TaskCaller : public internal::CallBuilder<TaskCaller<R, P...>> {
   template <typename... A>
   ObjectRef<Result> Remote(A&&... args) {
     static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments for the remote function");
-    return ObjectRef<Result>(internal::SubmitTask(
+    return internal::RefAccess::Make<Result>(internal::SubmitTask(
         key_, this->options_,
         internal::MakeArguments<P...>(std::index_sequence_for<A...>(), std::forward<A>(args)...)));
   }
@@ -319,7 +344,7 @@ class ActorTaskCaller : public internal::CallBuilder<ActorTaskCaller<T, R, P...>
   template <typename... A>
   ObjectRef<Result> Remote(A&&... args) {
     static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments for the actor method");
-    return ObjectRef<Result>(internal::SubmitActorTask(
+    return internal::RefAccess::Make<Result>(internal::SubmitActorTask(
         actor_, key_, this->options_,
         internal::MakeArguments<P...>(std::index_sequence_for<A...>(), std::forward<A>(args)...)));
   }
@@ -334,8 +359,9 @@ class ActorTaskCaller : public internal::CallBuilder<ActorTaskCaller<T, R, P...>
 template <typename T>
 class ActorHandle {
  public:
+  // An invalid handle. Valid ones come from Actor(...).Remote, GetActor, or as a task's
+  // argument.
   ActorHandle() = default;
-  explicit ActorHandle(std::shared_ptr<internal::ActorState> state) : state_(std::move(state)) {}
 
   template <typename R, typename... P>
   ActorTaskCaller<T, R, P...> Task(R (T::*method)(P...)) const {
@@ -353,11 +379,28 @@ class ActorHandle {
     if (!state_) return absl::InvalidArgumentError("an empty ActorHandle");
     return internal::WaitActorReady(state_, timeout);
   }
-  const std::shared_ptr<internal::ActorState>& state() const { return state_; }
 
  private:
+  friend struct internal::ActorAccess;
+  explicit ActorHandle(std::shared_ptr<internal::ActorState> state) : state_(std::move(state)) {}
   std::shared_ptr<internal::ActorState> state_;
 };
+
+namespace internal {
+
+// An ActorHandle over an actor's state, and a handle's state (see RefAccess).
+struct ActorAccess {
+  template <typename T>
+  static ActorHandle<T> Make(std::shared_ptr<ActorState> state) {
+    return ActorHandle<T>(std::move(state));
+  }
+  template <typename T>
+  static const std::shared_ptr<ActorState>& State(const ActorHandle<T>& actor) {
+    return actor.state_;
+  }
+};
+
+}  // namespace internal
 
 // An actor being configured. From drover::Actor(factory).
 template <typename T, typename... P>
@@ -377,7 +420,7 @@ class ActorCreator : public internal::CallBuilder<ActorCreator<T, P...>> {
   template <typename... A>
   ActorHandle<T> Remote(A&&... args) {
     static_assert(sizeof...(A) == sizeof...(P), "wrong number of arguments for the actor factory");
-    return ActorHandle<T>(internal::CreateActor(
+    return internal::ActorAccess::Make<T>(internal::CreateActor(
         key_, this->options_,
         internal::MakeArguments<P...>(std::index_sequence_for<A...>(), std::forward<A>(args)...)));
   }
@@ -399,7 +442,7 @@ absl::StatusOr<ActorHandle<T>> GetActor(const std::string& name,
                                         absl::Duration timeout = absl::Seconds(10)) {
   absl::StatusOr<std::shared_ptr<internal::ActorState>> s = internal::LookupActor(name, timeout);
   if (!s.ok()) return s.status();
-  return ActorHandle<T>(*std::move(s));
+  return internal::ActorAccess::Make<T>(*std::move(s));
 }
 
 // Kills the actor's worker; it is not restarted. Once it returns OK, every later call on a
@@ -408,7 +451,7 @@ absl::StatusOr<ActorHandle<T>> GetActor(const std::string& name,
 template <typename T>
 absl::Status Kill(const ActorHandle<T>& actor) {
   if (!actor.valid()) return absl::InvalidArgumentError("Kill of an empty ActorHandle");
-  return internal::KillActor(actor.state());
+  return internal::KillActor(internal::ActorAccess::State(actor));
 }
 
 }  // namespace drover
@@ -453,7 +496,7 @@ struct pack<drover::ActorHandle<T>> {
 template <typename T>
 struct convert<drover::ActorHandle<T>> {
   const msgpack::object& operator()(const msgpack::object& o, drover::ActorHandle<T>& v) const {
-    v = drover::ActorHandle<T>(drover::internal::ActorFromId(o.as<std::string>()));
+    v = drover::internal::ActorAccess::Make<T>(drover::internal::ActorFromId(o.as<std::string>()));
     return o;
   }
 };

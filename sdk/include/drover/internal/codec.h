@@ -111,9 +111,10 @@ class ScopedCodecContext {
 CodecContext* RuntimeCodecContext();
 void SetRuntimeCodecContext(CodecContext* ctx);
 
-// The context an Encode or Decode that is given none uses: this thread's (set by
-// ScopedCodecContext), else the runtime's (large tensors go into this node's store),
-// else none.
+// This thread's context (set by ScopedCodecContext), else the runtime's (large tensors
+// go into this node's store), else null. Encode and Decode have no implicit context:
+// code that stores or loads on behalf of the calling thread passes this one by name;
+// code that encodes plain values (no tensors) passes null.
 CodecContext* DefaultCodecContext();
 
 // Encodes `value` with `ctx`: large tensors inside it are put into the store through
@@ -149,13 +150,6 @@ absl::StatusOr<EncodedValue> Encode(const T& value, CodecContext* ctx) {
   }
   if (!status.ok()) return status;
   return out;
-}
-
-// Encodes `value` with DefaultCodecContext(): in a process whose runtime is initialized,
-// large tensors go into this node's store.
-template <typename T>
-absl::StatusOr<EncodedValue> Encode(const T& value) {
-  return Encode(value, DefaultCodecContext());
 }
 
 // While one lives on this thread, tensors being encoded whose storage is an unsealed
@@ -207,12 +201,6 @@ absl::StatusOr<T> Decode(const ValueView& view, CodecContext* ctx) {
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(e.what());
   }
-}
-
-// Decodes with DefaultCodecContext().
-template <typename T>
-absl::StatusOr<T> Decode(const ValueView& view) {
-  return Decode<T>(view, DefaultCodecContext());
 }
 
 }  // namespace drover::internal

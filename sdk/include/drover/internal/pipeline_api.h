@@ -37,10 +37,11 @@ std::unique_ptr<CodecContext> NewOwningContext(std::vector<StoredRef> owned, boo
 // Decodes a T from `v`; tensors over its owned objects free them when they go.
 template <typename T>
 absl::StatusOr<T> DecodeOwned(const OwnedValue& v) {
-  if (v.owned.empty() && !v.pin) return Decode<T>(v.view);  // nothing to take over
+  if (v.owned.empty() && !v.pin) {
+    return Decode<T>(v.view, DefaultCodecContext());  // nothing to take over
+  }
   std::unique_ptr<CodecContext> ctx = NewOwningContext(v.owned, v.pin);
-  ScopedCodecContext scope(ctx.get());
-  return Decode<T>(v.view);
+  return Decode<T>(v.view, ctx.get());
 }
 
 // A queue as this process knows it (sdk/runtime/queue_client.h).

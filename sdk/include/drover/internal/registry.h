@@ -116,7 +116,7 @@ InvokeResult MakeResult(R&& r) {
       out.user_error = true;
       return out;
     }
-    auto enc = Encode(msgpack::type::nil_t());
+    auto enc = Encode(msgpack::type::nil_t(), /*ctx=*/nullptr);
     out.value = std::move(*enc);
   } else {
     if constexpr (!std::is_same_v<typename RemoteResult<D>::type, D>) {  // StatusOr
@@ -125,7 +125,7 @@ InvokeResult MakeResult(R&& r) {
         out.user_error = true;
         return out;
       }
-      auto enc = Encode(*r);
+      auto enc = Encode(*r, DefaultCodecContext());
       if (!enc.ok()) {
         out.status = enc.status();
         out.user_error = true;
@@ -133,7 +133,7 @@ InvokeResult MakeResult(R&& r) {
         out.value = std::move(*enc);
       }
     } else {
-      auto enc = Encode(r);
+      auto enc = Encode(r, DefaultCodecContext());
       if (!enc.ok()) {
         out.status = enc.status();
         out.user_error = true;

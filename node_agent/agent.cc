@@ -362,7 +362,7 @@ void NodeAgent::StopWorkersOfEndedJobs(const std::set<std::string>& jobs) {
                         << (s.ok() ? reply.job().reason() : s.error_message())
                         << ") but its task workers still ran here: stopping them";
     pool_->JobEnded(job);
-    pm_->Stop(job, -1, options_.kill_grace);
+    pm_->Stop(job, -1, options_.kill_grace, "the job has ended: its task workers go");
   }
 }
 

@@ -156,7 +156,8 @@ grpc::Status AgentService::StopJob(grpc::ServerContext* ctx, const proto::StopJo
   }
   absl::Duration grace =
       req->grace_ms() > 0 ? absl::Milliseconds(req->grace_ms()) : default_grace_;
-  reply->set_signalled(pm_->Stop(req->job_id(), req->generation(), grace));
+  reply->set_signalled(
+      pm_->Stop(req->job_id(), req->generation(), grace, "the scheduler asked (StopJob)"));
   return grpc::Status::OK;
 }
 

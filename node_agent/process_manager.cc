@@ -166,18 +166,19 @@ absl::Status ProcessManager::Start(const proto::StartProcessesRequest& req, int*
   return status;
 }
 
-int ProcessManager::Stop(const std::string& job_id, int generation, absl::Duration grace) {
+int ProcessManager::Stop(const std::string& job_id, int generation, absl::Duration grace,
+                         absl::string_view why) {
   if (job_id.empty()) return 0;  // empty means "all" internally; not for callers
   int n = 0;
-  RunOnManager([&] { n = StopOnManager(job_id, generation, grace, /*exact=*/false); });
+  RunOnManager([&] { n = StopOnManager(job_id, generation, grace, /*exact=*/false, why); });
   return n;
 }
 
 int ProcessManager::StopGeneration(const std::string& job_id, int generation,
-                                   absl::Duration grace) {
+                                   absl::Duration grace, absl::string_view why) {
   if (job_id.empty()) return 0;
   int n = 0;
-  RunOnManager([&] { n = StopOnManager(job_id, generation, grace, /*exact=*/true); });
+  RunOnManager([&] { n = StopOnManager(job_id, generation, grace, /*exact=*/true, why); });
   return n;
 }
 
@@ -195,12 +196,13 @@ void ProcessManager::Forget(const std::string& job_id, int generation) {
         return;
       }
     }
-    StopOnManager(job_id, generation, options_.default_grace, /*exact=*/true);
+    StopOnManager(job_id, generation, options_.default_grace, /*exact=*/true,
+                  "forgotten while some still ran");
   });
 }
 
 void ProcessManager::StopAllAndWait(absl::Duration grace) {
-  RunOnManager([&] { StopOnManager("", -1, grace, false); });
+  RunOnManager([&] { StopOnManager("", -1, grace, false, "stopping everything"); });
   absl::Time deadline = absl::Now() + grace + absl::Seconds(10);
   absl::MutexLock lock(&mu_);
   for (;;) {
@@ -508,7 +510,7 @@ ProcessManager::StartCounts ProcessManager::start_counts() {
 }
 
 int ProcessManager::StopOnManager(const std::string& job_id, int generation,
-                                  absl::Duration grace, bool exact) {
+                                  absl::Duration grace, bool exact, absl::string_view why) {
   absl::Time deadline = absl::Now() + std::max(grace, absl::ZeroDuration());
   int signalled = 0;
   ProcessEntry* table = nullptr;  // the process tree, read once for every SIGTERM below
@@ -533,8 +535,13 @@ int ProcessManager::StopOnManager(const std::string& job_id, int generation,
   std::free(table);
   if (signalled > 0) {
     DROVER_LOG(INFO) << "stopping " << signalled << " process(es) of "
-                     << (job_id.empty() ? "all jobs" : "job " + job_id) << ", grace "
-                     << absl::FormatDuration(grace);
+                     << (job_id.empty() ? "all jobs" : "job " + job_id)
+                     << (job_id.empty() || generation < 0
+                             ? ""
+                             : absl::StrCat(exact ? " generation " : " generations <= ",
+                                            generation))
+                     << ", grace " << absl::FormatDuration(grace)
+                     << (why.empty() ? "" : absl::StrCat(": ", why));
   }
   return signalled;
 }

@@ -30,6 +30,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/common.pb.h"
@@ -91,13 +92,16 @@ class ProcessManager {
 
   // SIGTERM to the process group of each live process of `job_id` with generation <=
   // `generation` (-1: all), SIGKILL to the group `grace` later. Idempotent (a repeat
-  // may only shorten the deadline). Returns how many were newly signalled.
+  // may only shorten the deadline). Returns how many were newly signalled. `why` (who
+  // asks, and why) goes into the log line naming what was signalled.
   // REQUIRES: !job_id.empty() (StopAllAndWait stops every job).
-  int Stop(const std::string& job_id, int generation, absl::Duration grace);
+  int Stop(const std::string& job_id, int generation, absl::Duration grace,
+           absl::string_view why = "");
 
   // SIGTERM to the process group of exactly one generation's live processes, SIGKILL
   // `grace` later (task workers are one-process generations: see worker_pool.h).
-  int StopGeneration(const std::string& job_id, int generation, absl::Duration grace);
+  int StopGeneration(const std::string& job_id, int generation, absl::Duration grace,
+                     absl::string_view why = "");
 
   // Every process held for generations not forgotten, sorted by job, generation, rank.
   std::vector<proto::ProcessStatus> Snapshot();
@@ -175,7 +179,7 @@ class ProcessManager {
   // Signals live processes of matching generations: all jobs if `job_id` is empty;
   // generations <= `generation` (all if < 0), or exactly it if `exact`.
   int StopOnManager(const std::string& job_id, int generation, absl::Duration grace,
-                    bool exact);
+                    bool exact, absl::string_view why);
   // Reaps `p` if it has exited; fills exit info. Returns true if reaped.
   bool TryReap(Proc* p, std::vector<std::pair<std::string, proto::ExitInfo>>* reports)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

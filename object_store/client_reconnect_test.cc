@@ -96,6 +96,52 @@ TEST(ClientReconnectTest, CallsWaitForARestartedStoreAndGoOn) {
   EXPECT_TRUE(absl::StrContains(sealed.message(), "restarted object store")) << sealed;
 }
 
+// More restarts than the client keeps broken links for, while other threads call all
+// along: the calls in flight on a link (Current's lock-free path) keep it alive until
+// they end, and every call after the last restart works.
+TEST(ClientReconnectTest, CallsFromManyThreadsSurviveMoreRestartsThanLinksKept) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  RestartableStore store(socket);
+  store.Start();
+  ASSERT_TRUE(WaitFor([&] { return Client::Connect(socket).ok(); }));
+  auto client = Client::Connect(socket, ClientOptions{.reconnect_wait = absl::Seconds(60)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> calls{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 3; ++t) {
+    callers.emplace_back([&, t] {
+      const std::vector<uint8_t> data = Pattern(2000, t);
+      for (int64_t i = 0; !stop.load(); ++i) {
+        const std::string id = absl::StrCat("t", t, "-", i);
+        if (c.Put(id, data).ok()) {
+          absl::StatusOr<ObjectRef> ref = c.Get(id, absl::ZeroDuration());
+          if (ref.ok()) ref->Reset();
+          (void)c.Delete(id);
+        }
+        ++calls;
+      }
+    });
+  }
+  const int restarts = 7;
+  for (int r = 0; r < restarts; ++r) {
+    const int64_t seen = calls.load();
+    ASSERT_TRUE(WaitFor([&] { return calls.load() > seen + 10; })) << "restart " << r;
+    store.Kill(SIGKILL);
+    store.Start();
+    ASSERT_TRUE(WaitFor([&] { return c.reconnects() >= static_cast<uint64_t>(r + 1); },
+                        absl::Seconds(60)))
+        << "restart " << r;
+  }
+  stop = true;
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(c.reconnects(), static_cast<uint64_t>(restarts));
+  EXPECT_TRUE(c.Put("last", Pattern(100, 9)).ok());
+  EXPECT_TRUE(c.Get("last", absl::ZeroDuration()).ok());
+}
+
 TEST(ClientReconnectTest, AStoreThatStaysAwayGetsAClearUnavailable) {
   ScratchDir dir;
   const std::string socket = dir.path() + "/store.sock";

@@ -19,6 +19,20 @@ bool LeaseFits(const proto::Resources& shape, const NodeCapacity& n) {
   return true;
 }
 
+std::map<std::string, NodeCapacity> ClaimedCapacities(
+    const NodeTable& table, const std::map<std::string, proto::Resources>& resources,
+    const std::map<std::string, std::set<int>>& gpus) {
+  std::map<std::string, NodeCapacity> out;
+  for (const auto& [node_id, claimed] : resources) {
+    const NodeUse* n = table.Find(node_id);
+    if (n == nullptr || !table.Alive(node_id)) continue;
+    auto g = gpus.find(node_id);
+    out.emplace(node_id, CapacityOf(*n, /*free=*/true, &claimed,
+                                    g == gpus.end() ? nullptr : &g->second));
+  }
+  return out;
+}
+
 namespace {
 
 // PlaceLease's order of nodes: the soft-affinity node, then by data bytes, then (spread)
@@ -134,38 +148,82 @@ LeasePlacer::Index& LeasePlacer::IndexFor(const proto::Resources& shape) {
 }
 
 LeasePlacement LeasePlacer::Place(const proto::Resources& shape, const proto::PlacementHint& hint,
-                                  NodeTable& table, bool explain) {
+                                  NodeTable& table, bool explain, const Overrides* overrides) {
   Index& index = IndexFor(shape);
   index.Sync(table);
   const std::vector<NodeCapacity>& free = table.Free();
+  static const Overrides kNone;
+  const Overrides& over = overrides != nullptr ? *overrides : kNone;
+  // Node i's capacity for leases: the override's, else the table's.
+  auto capacity = [&](int i) -> const NodeCapacity& {
+    if (!over.empty()) {
+      if (auto it = over.find(free[i].node_id); it != over.end()) return it->second;
+    }
+    return free[i];
+  };
+  auto overridden = [&](int i) { return !over.empty() && over.count(free[i].node_id) > 0; };
   auto refuse = [&] {
-    if (explain) return PlaceLease(shape, hint, free, table.Total());
-    return LeasePlacement();
+    if (!explain) return LeasePlacement();
+    if (over.empty()) return PlaceLease(shape, hint, free, table.Total());
+    std::vector<NodeCapacity> left = free;  // a scan, only to say why not
+    for (size_t i = 0; i < left.size(); ++i) left[i] = capacity(static_cast<int>(i));
+    return PlaceLease(shape, hint, left, table.Total());
   };
   if (Hard(hint)) {
     const int i = table.ViewIndex(hint.node_id());
-    return index.Fits(i) ? PlacedOn(shape, free[i]) : refuse();
+    if (i < 0) return refuse();
+    const bool fits = overridden(i) ? LeaseFits(shape, capacity(i)) : index.Fits(i);
+    return fits ? PlacedOn(shape, capacity(i)) : refuse();
   }
   // The nodes the hint names come first, in PlaceLease's order; the rest by the index.
-  std::vector<const NodeCapacity*> named;
+  std::vector<std::pair<int, const NodeCapacity*>> named;  // (view index, capacity)
   auto name = [&](const std::string& node_id) {
     const int i = table.ViewIndex(node_id);
-    if (i >= 0 && std::find(named.begin(), named.end(), &free[i]) == named.end()) {
-      named.push_back(&free[i]);
+    if (i < 0) return;
+    for (const auto& [k, n] : named) {
+      if (k == i) return;
     }
+    named.emplace_back(i, &capacity(i));
   };
   if (!hint.node_id().empty()) name(hint.node_id());
   for (const auto& [node_id, bytes] : hint.data_bytes()) {
     if (bytes > 0) name(node_id);
   }
-  std::sort(named.begin(), named.end());  // view order (free is one vector), then stable
-  std::stable_sort(named.begin(), named.end(), HintOrder{hint});
-  for (const NodeCapacity* n : named) {
+  std::sort(named.begin(), named.end());  // view order, then stable
+  std::vector<const NodeCapacity*> ordered;
+  for (const auto& [i, n] : named) ordered.push_back(n);
+  std::stable_sort(ordered.begin(), ordered.end(), HintOrder{hint});
+  for (const NodeCapacity* n : ordered) {
     if (LeaseFits(shape, *n)) return PlacedOn(shape, *n);
   }
-  // The named nodes did not fit, so they are not in the index's sets.
-  const int i = hint.spread() ? index.MostCpus() : index.First();
-  return i >= 0 ? PlacedOn(shape, free[i]) : refuse();
+  // The named nodes did not fit, so the index's sets hold them only where an override
+  // (never more than the table's free capacity) says less: checked below. An
+  // overridden node that fits now fits by the table too, so it is in the sets.
+  if (!hint.spread()) {
+    // Skips at most one entry per overridden node.
+    for (int i : index.in_order()) {
+      if (!overridden(i) || LeaseFits(shape, capacity(i))) return PlacedOn(shape, capacity(i));
+    }
+    return refuse();
+  }
+  int best = -1;
+  double best_cpus = 0;
+  for (const auto& [neg_cpus, i] : index.by_cpus()) {
+    if (overridden(i)) continue;  // weighed below by what the claim leaves
+    best = i;
+    best_cpus = -neg_cpus;
+    break;
+  }
+  for (const auto& [node_id, n] : over) {
+    const int i = table.ViewIndex(node_id);
+    if (!index.Fits(i) || !LeaseFits(shape, n)) continue;
+    const double cpus = n.available.cpus();
+    if (best < 0 || cpus > best_cpus || (cpus == best_cpus && i < best)) {
+      best = i;
+      best_cpus = cpus;
+    }
+  }
+  return best >= 0 ? PlacedOn(shape, capacity(best)) : refuse();
 }
 
 }  // namespace drover

@@ -40,6 +40,13 @@ LeasePlacement PlaceLease(const proto::Resources& shape, const proto::PlacementH
 // Whether one process of `shape` fits in `n` (PlaceLease's test).
 bool LeaseFits(const proto::Resources& shape, const NodeCapacity& n);
 
+// The free capacity left for leases on each ALIVE node of a pending job's claim
+// (`resources` and `gpus` per node id, as queue_policy.h's Claim holds them): the free
+// capacity less the claim, nothing below zero, the claimed GPUs taken out.
+std::map<std::string, NodeCapacity> ClaimedCapacities(
+    const NodeTable& table, const std::map<std::string, proto::Resources>& resources,
+    const std::map<std::string, std::set<int>>& gpus);
+
 // PlaceLease(shape, hint, table.Free(), table.Total()), answered from an index per
 // shape: the ALIVE nodes one process of the shape fits on, in view order (packing) and
 // by free CPUs (spread), kept up to date from the table's change log. The hint's few
@@ -47,15 +54,21 @@ bool LeaseFits(const proto::Resources& shape, const NodeCapacity& n);
 // nothing fits, `explain` false answers !ok without a reason (no scan); true asks
 // PlaceLease for the reason and whether it could ever fit (a scan).
 //
-// Checked against PlaceLease on random changing tables (lease_placement_test.cc).
-// Keeps at most kMaxShapes indexes (the least recently used go). Not thread-safe: used
-// under the lock of the table's owner.
+// A pending job's claim leaves less on the few nodes it claims: `overrides` gives those
+// nodes' capacity instead of the table's (ClaimedCapacities), and a grant still costs
+// what changed plus a look at each overridden node, not a scan of every node.
+//
+// Checked against PlaceLease on random changing tables, with and without a claim
+// (lease_placement_test.cc). Keeps at most kMaxShapes indexes (the least recently used
+// go). Not thread-safe: used under the lock of the table's owner.
 class LeasePlacer {
  public:
   static constexpr size_t kMaxShapes = 64;
+  // Node id -> its capacity for leases, at most its free capacity in the table.
+  using Overrides = std::map<std::string, NodeCapacity>;
 
   LeasePlacement Place(const proto::Resources& shape, const proto::PlacementHint& hint,
-                       NodeTable& table, bool explain);
+                       NodeTable& table, bool explain, const Overrides* overrides = nullptr);
 
  private:
   class Index {
@@ -67,6 +80,9 @@ class LeasePlacer {
     int First() const { return in_order_.empty() ? -1 : *in_order_.begin(); }
     // The node with the most free CPUs that fits, the first in view order of equals.
     int MostCpus() const { return by_cpus_.empty() ? -1 : by_cpus_.begin()->second; }
+    // The fitting nodes in view order, and by (-free CPUs, view index).
+    const std::set<int>& in_order() const { return in_order_; }
+    const std::set<std::pair<double, int>>& by_cpus() const { return by_cpus_; }
     uint64_t last_use = 0;
 
    private:

@@ -1,6 +1,8 @@
 #include "scheduler/lease_placement.h"
 
+#include <map>
 #include <random>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -90,9 +92,11 @@ std::string Describe(const LeasePlacement& p) {
 }
 
 // LeasePlacer against PlaceLease on a table that changes between placements (leases
-// taken and given back, nodes leaving and joining), with every kind of hint.
-TEST(LeasePlacerTest, PlacesAsPlaceLeaseWhileTheTableChanges) {
-  std::mt19937 rng(5);
+// taken and given back, nodes leaving and joining), with every kind of hint; with
+// `claims`, beside a pending job's claim that changes every 50 placements (PlaceLease
+// then sees the claimed nodes' capacity less the claim, as the scheduler did).
+void PlacesAsPlaceLease(bool claims) {
+  std::mt19937 rng(claims ? 7 : 5);
   NodeTable table;
   std::vector<std::string> ids;
   auto add = [&](int i) {
@@ -121,7 +125,26 @@ TEST(LeasePlacerTest, PlacesAsPlaceLeaseWhileTheTableChanges) {
   std::vector<Held> held;
   LeasePlacer placer;
   int placed = 0, refused = 0;
+  std::map<std::string, proto::Resources> claimed;
+  std::map<std::string, std::set<int>> claimed_gpus;
   for (int step = 0; step < 4000; ++step) {
+    if (claims && step % 50 == 0) {
+      claimed.clear();
+      claimed_gpus.clear();
+      for (int k = rng() % 5; k > 0; --k) {
+        const std::string& id = ids[rng() % ids.size()];
+        proto::Resources r = Shape(rng() % 5);
+        r.set_memory_bytes(static_cast<int64_t>(rng() % 4) << 30);
+        if (rng() % 3 == 0) (*r.mutable_custom())["disk"] = 1;
+        claimed[id] = r;
+        if (rng() % 2 == 0) claimed_gpus[id] = {static_cast<int>(rng() % 2)};
+      }
+    }
+    const LeasePlacer::Overrides left = ClaimedCapacities(table, claimed, claimed_gpus);
+    std::vector<NodeCapacity> free = table.Free();
+    for (NodeCapacity& n : free) {
+      if (auto it = left.find(n.node_id); it != left.end()) n = it->second;
+    }
     const proto::Resources& shape = shapes[rng() % shapes.size()];
     proto::PlacementHint hint;
     switch (rng() % 5) {
@@ -144,8 +167,8 @@ TEST(LeasePlacerTest, PlacesAsPlaceLeaseWhileTheTableChanges) {
         break;
     }
     const bool explain = rng() % 2 == 0;
-    LeasePlacement scan = PlaceLease(shape, hint, table.Free(), table.Total());
-    LeasePlacement fast = placer.Place(shape, hint, table, explain);
+    LeasePlacement scan = PlaceLease(shape, hint, free, table.Total());
+    LeasePlacement fast = placer.Place(shape, hint, table, explain, claims ? &left : nullptr);
     if (explain || scan.ok) {
       ASSERT_EQ(Describe(fast), Describe(scan)) << step << " " << shape.ShortDebugString() << " "
                                                 << hint.ShortDebugString();
@@ -173,6 +196,10 @@ TEST(LeasePlacerTest, PlacesAsPlaceLeaseWhileTheTableChanges) {
   EXPECT_GT(placed, 500);
   EXPECT_GT(refused, 500);
 }
+
+TEST(LeasePlacerTest, PlacesAsPlaceLeaseWhileTheTableChanges) { PlacesAsPlaceLease(false); }
+
+TEST(LeasePlacerTest, PlacesAsPlaceLeaseBesideAClaim) { PlacesAsPlaceLease(true); }
 
 // More shapes than the placer keeps indexes for: the least recently used go, and the
 // answers stay right.

@@ -89,7 +89,8 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
                                             Actions* out) {
   // (job, generation) -> all of its processes on this node have exited.
   std::map<std::pair<std::string, int>, bool> groups;
-  std::set<std::pair<std::string, int>> stale_running;
+  // (job, generation) -> why the scheduler expects none of it to run on this node.
+  std::map<std::pair<std::string, int>, std::string> stale_running;
   std::map<std::string, std::set<int>> reported;  // job -> ranks of its current generation
   for (const auto& p : report.processes()) {
     auto key = std::make_pair(p.job_id(), p.generation());
@@ -97,9 +98,9 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
     Job* job = FindJobLocked(p.job_id());
     if (p.running()) {
       it->second = false;
-      bool current = job != nullptr && p.generation() == job->info.restart_count() &&
-                     job->live.count(p.rank()) > 0;
-      if (!current) stale_running.insert(key);
+      if (std::string why = StaleRunningLocked(job, node, p); !why.empty()) {
+        stale_running.emplace(key, std::move(why));
+      }
     } else if (job != nullptr) {
       proto::ExitInfo e = p.exit();
       e.set_rank(p.rank());
@@ -121,7 +122,11 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
       f->set_generation(key.second);
     }
   }
-  for (const auto& key : stale_running) {
+  for (const auto& [key, why] : stale_running) {
+    // The agent stops every process of the generation there (StopJob has no rank).
+    DROVER_LOG(WARNING) << "node " << node.info.node_id() << " reports " << why
+                        << ": asking it to stop job " << key.first << " generation "
+                        << key.second << " there";
     Action a;
     a.kind = Action::kStop;
     a.job_id = key.first;
@@ -142,6 +147,30 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
     FailRanksLocked(*job, node.info.node_id(), lost,
                     "is gone: its node agent restarted and no longer has the process", out);
   }
+}
+
+std::string SchedulerCore::StaleRunningLocked(const Job* job, const Node& node,
+                                              const proto::ProcessStatus& p) {
+  const std::string what =
+      absl::StrCat("job ", p.job_id(), " generation ", p.generation(), " rank ", p.rank(),
+                   " (pid ", p.pid(), ") running");
+  if (job == nullptr) return absl::StrCat(what, ", a job this scheduler does not know");
+  if (p.generation() != job->info.restart_count()) {
+    return absl::StrCat(what, ", but the job is at generation ", job->info.restart_count());
+  }
+  if (job->live.count(p.rank()) > 0) return "";
+  // The rank's exit is recorded, yet the table says it runs. A table is taken before
+  // its heartbeat is sent and applied after whatever overtook it: an exit report sent
+  // later (the process has ended since) is the usual case. Stopping the generation
+  // would then kill its other ranks on this node, which still run and are wanted. So
+  // stop only where no rank of the generation is wanted any more; if it really still
+  // runs, a later table says so once those have ended (or the job's stop reaches it).
+  for (const auto& placed : job->info.placement()) {
+    if (placed.node_id() == node.info.node_id() && job->live.count(placed.rank()) > 0) {
+      return "";
+    }
+  }
+  return absl::StrCat(what, ", but its exit is recorded and no rank of the job is live there");
 }
 
 void SchedulerCore::ReportExit(const proto::ReportExitRequest& req) {

@@ -386,6 +386,10 @@ class SchedulerCore {
   void ApplyProcessTableLocked(Node& node, const proto::HeartbeatRequest& report,
                                bool reattach, proto::HeartbeatReply* reply, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why a process `node` reports running must be stopped there (its generation's
+  // stop is sent), or "" when it is wanted or may just be a table older than its exit.
+  std::string StaleRunningLocked(const Job* job, const Node& node,
+                                 const proto::ProcessStatus& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeclareDeadLocked(Node& node, const std::string& reason, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Tells node_feed_ (the drivers) of the node's state now.

@@ -41,23 +41,15 @@ class SchedulerCore::Book : public ResourceBook {
   // Where a lease of `shape` goes now. Beside the pending claim, if there is one: the
   // oldest pending job that does not fit claims what it will need, and leases, like
   // later jobs, may not take it (a stream of tasks would otherwise hold a gang back
-  // for ever). Without a claim, from the per-shape indexes: a grant costs what
-  // changed, not a scan of the nodes; with one, a scan of the nodes. REQUIRES:
-  // core_->mu_ held.
+  // for ever). From the per-shape indexes: a grant costs what changed (and a look at
+  // each claimed node), not a scan of the nodes. REQUIRES: core_->mu_ held.
   LeasePlacement PlaceLocked(const proto::Resources& shape, const proto::PlacementHint& hint,
                              bool explain) {
     NodeTable& table = core_->table_;
     const Claim& claim = core_->queue_.claim();
     if (claim.job_id.empty()) return placer_.Place(shape, hint, table, explain);
-    std::vector<NodeCapacity> free = table.Free();
-    for (NodeCapacity& n : free) {
-      auto r = claim.resources.find(n.node_id);
-      if (r == claim.resources.end()) continue;
-      auto g = claim.gpus.find(n.node_id);
-      n = CapacityOf(*table.Find(n.node_id), /*free=*/true, &r->second,
-                     g == claim.gpus.end() ? nullptr : &g->second);
-    }
-    LeasePlacement p = PlaceLease(shape, hint, free, table.Total());
+    const LeasePlacer::Overrides left = ClaimedCapacities(table, claim.resources, claim.gpus);
+    LeasePlacement p = placer_.Place(shape, hint, table, explain, &left);
     if (!p.ok && !p.never) {
       p.reason = absl::StrCat(p.reason, " beside what pending job ", claim.job_id,
                               " claims (it goes first)");

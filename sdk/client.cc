@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
+#include "common/utf8.h"
 #include "nlohmann/json.hpp"
 #include "proto/node_agent.grpc.pb.h"
 #include "proto/scheduler.grpc.pb.h"
@@ -169,31 +170,6 @@ std::optional<std::string> AcceptedJobId(const absl::Status& submit_error) {
 
 namespace {
 
-// The offset of the first byte of `s` that is not part of valid UTF-8, or npos.
-size_t InvalidUtf8At(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = s[i];
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return i;
-    for (size_t k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return i;
-    }
-    const uint32_t cp =
-        n == 1 ? c
-        : n == 2 ? ((c & 0x1f) << 6) | (s[i + 1] & 0x3f)
-        : n == 3 ? ((c & 0x0f) << 12) | ((s[i + 1] & 0x3f) << 6) | (s[i + 2] & 0x3f)
-                 : ((c & 0x07) << 18) | ((s[i + 1] & 0x3f) << 12) | ((s[i + 2] & 0x3f) << 6) |
-                       (s[i + 3] & 0x3f);
-    // Overlong forms, surrogates and code points past U+10FFFF are not UTF-8 either.
-    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) ||
-        (cp >= 0xd800 && cp <= 0xdfff) || cp > 0x10ffff) {
-      return i;
-    }
-    i += n;
-  }
-  return std::string::npos;
-}
-
 // A job spec's text travels as protobuf strings, which must be UTF-8: other bytes are
 // refused here, naming where they are (they made the scheduler drop the call, and the
 // CLI print an empty "drover: " line after a libprotobuf error).
@@ -202,7 +178,7 @@ absl::Status CheckUtf8(const JobSpec& spec) {
   auto check = [](const std::string& what, const std::string& s,
                   bool show = true) -> absl::Status {
     const size_t at = InvalidUtf8At(s);
-    if (at == std::string::npos) return absl::OkStatus();
+    if (at == absl::string_view::npos) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(
         what, show ? absl::StrCat(" \"", absl::CHexEscape(s), "\"") : "",
         " is not valid UTF-8 (byte ", at,

@@ -39,6 +39,10 @@ class FakeAgents : public AgentClient {
     absl::MutexLock lock(&mu_);
     return stops_.size();
   }
+  std::vector<std::pair<std::string, proto::StopJobRequest>> stop_calls() {
+    absl::MutexLock lock(&mu_);
+    return stops_;
+  }
   std::vector<std::pair<std::string, proto::StartProcessesRequest>> start_calls() {
     absl::MutexLock lock(&mu_);
     return starts_;

@@ -77,7 +77,9 @@ int EventLoop::TimeoutMs(absl::Time deadline) {
 
 FrameConn::~FrameConn() = default;
 
-void FrameConn::Queue(const google::protobuf::MessageLite& msg) { AppendFrame(msg, &out_); }
+void FrameConn::Queue(const google::protobuf::MessageLite& msg) {
+  if (!closed_) AppendFrame(msg, &out_);
+}
 
 void FrameConn::MarkClosed() {
   if (server_ != nullptr) {

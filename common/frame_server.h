@@ -101,7 +101,8 @@ class FrameConn {
   // Asks the server to close it between frames (see the file comment).
   void MarkClosed();
 
-  // Appends one frame to the output; FrameServer::Flush (or Send) writes it.
+  // Appends one frame to the output (nothing once closed); FrameServer::Flush (or Send)
+  // writes it.
   void Queue(const google::protobuf::MessageLite& msg);
   // Output not yet written.
   size_t queued() const { return out_.size(); }

@@ -3,9 +3,8 @@
 // loop layer only, the object store (object_store/store_reactor.cc).
 //
 // Two layers:
-//   - EventLoop: an epoll set whose registrations carry a 64-bit key the owner picks,
-//     and an eventfd that any thread may use to wake it. Waiting is the owner's (the
-//     store polls by its own policy; a worker spins briefly after work).
+//   - EventLoop (common/event_loop.h): an epoll set and a wake-up eventfd. Waiting is
+//     the owner's (the store polls by its own policy; a worker spins briefly after work).
 //   - FrameServer: on an EventLoop, listening Unix and TCP sockets (TCP ends TLS when the
 //     transport says so), and connections (FrameConn) with framed reads (FrameReader,
 //     common/framed_socket.h) and buffered writes. Poll waits once, accepts, reads every
@@ -38,48 +37,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/event_loop.h"
 #include "common/framed_socket.h"
 #include "common/socket_stream.h"
 #include "common/tls.h"
 #include "google/protobuf/message_lite.h"
 
 namespace drover {
-
-class EventLoop {
- public:
-  // The key of the wake-up eventfd's events (owners' keys must differ).
-  static constexpr uint64_t kWakeKey = ~0ull;
-
-  EventLoop() = default;
-  // Closes the epoll set and the eventfd (not the watched descriptors).
-  ~EventLoop();
-  EventLoop(const EventLoop&) = delete;
-  EventLoop& operator=(const EventLoop&) = delete;
-
-  // Creates the epoll set and the eventfd (watched under kWakeKey).
-  absl::Status Init();
-
-  absl::Status Add(int fd, uint64_t key, uint32_t events);
-  absl::Status Modify(int fd, uint64_t key, uint32_t events);
-  void Remove(int fd);
-
-  // One epoll_wait: the number of events (0 at the timeout), or -1 with errno.
-  // `timeout_ms`: -1 waits for ever, 0 only looks.
-  int Wait(epoll_event* events, int max_events, int timeout_ms);
-
-  // Makes a wait return with a kWakeKey event until Drain. Any thread.
-  void Wake();
-  // Empties the eventfd (the owner saw the wake-up).
-  void Drain();
-
-  // Milliseconds from now until `deadline`, rounded up, for Wait: -1 for
-  // InfiniteFuture, 0 once due.
-  static int TimeoutMs(absl::Time deadline);
-
- private:
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;
-};
 
 class FrameServer;
 

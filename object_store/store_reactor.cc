@@ -14,8 +14,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/files.h"
 #include "common/event_loop.h"
+#include "common/files.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "object_store/wire_status.h"

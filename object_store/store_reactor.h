@@ -1,7 +1,7 @@
 // StoreReactor: the store's sockets and its event loop's waiting. It owns the
-// listening Unix socket, the event loop (common/event_loop.h: the epoll
-// set and the eventfd that stops the loop, shared with the task layer's servers), and
-// every client connection: accepting (with the StoreHello that carries the arena's
+// listening Unix socket, the event loop (common/event_loop.h, the one the task layer's
+// servers run on too: the epoll set and the eventfd that stops the loop), and every
+// client connection: accepting (with the StoreHello that carries the arena's
 // descriptor), reading frames, queueing and flushing replies, and closing. It knows
 // nothing of what a request means (request_switch.h) and decides nothing about
 // polling (polling_policy.h): it carries out the policy's steps.

@@ -11,8 +11,9 @@ Labels such as `@system//:absl` in drover's BUILD files resolve in the *main*
 workspace, so the main workspace must declare these repositories, under these names:
 
   @system         Debian's Abseil, gRPC, protobuf, hiredis, OpenSSL, msgpack and
-                  GoogleTest as cc_library targets (link flags from pkg-config; static,
-                  or shared under //bazel:shared_system_libs), and Python's headers.
+                  GoogleTest as cc_library targets (link flags from pkg-config; static
+                  archives: the Python module takes them as shared objects), and
+                  Python's headers.
   @local_cuda     the CUDA Toolkit's headers under /usr/local/cuda (fetched only when
                   a GPU target is built).
   @rules_cc, @rules_java, @remote_coverage_tools
@@ -54,13 +55,7 @@ def drover_dependencies():
             name = stand_in,
             marker = Label("//third_party/%s:WORKSPACE" % stand_in),
         )
-    shared = Label("//bazel:shared_system_libs")
-    _maybe(
-        system_libs,
-        name = "system",
-        # A label string that means drover's repository from inside @system.
-        shared_setting = "@%s//%s:%s" % (shared.workspace_name, shared.package, shared.name),
-    )
+    _maybe(system_libs, name = "system")
     _maybe(
         native.new_local_repository,
         name = "local_cuda",

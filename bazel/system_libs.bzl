@@ -104,27 +104,17 @@ def _system_libs_impl(ctx):
     ]
     for name, (modules, extra) in _LIBS.items():
         static = []
-        shared = []
         if modules:
             res = ctx.execute(["pkg-config", "--static", "--libs"] + modules)
-            dyn = ctx.execute(["pkg-config", "--libs"] + modules)
-            if res.return_code != 0 or dyn.return_code != 0:
-                fail("pkg-config failed for %s: %s\nRun drover's scripts/setup.sh to install the system packages." % (name, res.stderr + dyn.stderr))
+            if res.return_code != 0:
+                fail("pkg-config failed for %s: %s\nRun drover's scripts/setup.sh to install the system packages." % (name, res.stderr))
             static = _static_flags(_dedup(res.stdout.strip().split(" ")))
-            shared = _dedup(dyn.stdout.strip().split(" "))
         lines.append("cc_library(")
         lines.append('    name = "%s",' % name)
-        if modules:
-            # Shared objects where the whole link must be position-independent (the
-            # Python module, built through //bazel:python.bzl's transition): Debian's
-            # archives of Abseil, protobuf and re2 use thread-local storage in a way
-            # only an executable may (R_X86_64_TPOFF32), so they cannot go into a .so.
-            lines.append("    linkopts = select({")
-            lines.append('        "%s": %s,' % (ctx.attr.shared_setting, repr(shared + extra)))
-            lines.append('        "//conditions:default": %s,' % repr(static + extra))
-            lines.append("    }),")
-        else:
-            lines.append("    linkopts = %s," % repr(extra))
+        # Static archives everywhere; the Python module (bazel/python.bzl) takes the same
+        # -l names as shared objects, since Debian's archives of Abseil, protobuf and re2
+        # use thread-local storage in a way only an executable may (R_X86_64_TPOFF32).
+        lines.append("    linkopts = %s," % repr(static + extra))
         if name in _EXTRA_DEPS:
             lines.append("    deps = %s," % repr(_EXTRA_DEPS[name]))
         lines.append(")")
@@ -157,11 +147,6 @@ def _system_libs_impl(ctx):
 
 system_libs = repository_rule(
     implementation = _system_libs_impl,
-    attrs = {
-        # The config_setting (of drover's repository) under which libraries link as
-        # shared objects: "@//bazel:shared_system_libs" in drover's own workspace.
-        "shared_setting": attr.string(mandatory = True),
-    },
     local = True,
     environ = ["PKG_CONFIG_PATH"],
 )

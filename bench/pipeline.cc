@@ -78,18 +78,53 @@ absl::StatusOr<drover::Tensor> Work(WorkItem item, uint64_t) {
   return drover::Tensor::FromVector(std::vector<float>(64, static_cast<float>(item.index)));
 }
 
+// Minor page faults of the calling thread so far.
+int64_t ThreadMinorFaults() {
+  rusage u;
+  ::getrusage(RUSAGE_THREAD, &u);
+  return u.ru_minflt;
+}
+
+// Minor page faults of this process so far.
+int64_t SelfMinorFaults() {
+  rusage u;
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
+// What the producer of queue_tensor_64MiB spent, summed over its items.
+struct ProducerCost {
+  int64_t items = 0;
+  int64_t minor_faults = 0;  // of the thread that allocates, fills and puts
+  int64_t alloc_ns = 0;
+  int64_t fill_ns = 0;
+  int64_t put_ns = 0;  // includes waiting while the queue is full
+  MSGPACK_DEFINE(items, minor_faults, alloc_ns, fill_ns, put_ns);
+};
+
 // Puts `items` new tensors of `numel` floats (written in place in the store, each
-// filled as torch.full fills the baseline's).
-absl::Status ProduceTensors(drover::Queue<drover::Tensor> q, int64_t items, int64_t numel) {
+// filled as torch.full fills the baseline's); says where the time went.
+absl::StatusOr<ProducerCost> ProduceTensors(drover::Queue<drover::Tensor> q, int64_t items, int64_t numel) {
+  ProducerCost cost;
+  const int64_t faults0 = ThreadMinorFaults();
   for (int64_t i = 0; i < items; ++i) {
+    absl::Time t0 = absl::Now();
     // Written whole below: no zero-fill first (torch.full writes each byte once too).
     absl::StatusOr<drover::Tensor> t = drover::AllocateInStoreUninitialized(drover::DType::kFloat32, {numel});
     if (!t.ok()) return t.status();
+    absl::Time t1 = absl::Now();
     absl::Span<float> v = *t->mutable_span<float>();
     std::fill(v.begin(), v.end(), static_cast<float>(i));
+    absl::Time t2 = absl::Now();
     if (absl::Status s = q.Put(*t); !s.ok()) return s;
+    cost.alloc_ns += absl::ToInt64Nanoseconds(t1 - t0);
+    cost.fill_ns += absl::ToInt64Nanoseconds(t2 - t1);
+    cost.put_ns += absl::ToInt64Nanoseconds(absl::Now() - t2);
   }
-  return q.Close();
+  cost.items = items;
+  cost.minor_faults = ThreadMinorFaults() - faults0;
+  if (absl::Status s = q.Close(); !s.ok()) return s;
+  return cost;
 }
 
 // Puts `items` new 1 KiB tensors (small: they travel inline).
@@ -198,6 +233,7 @@ struct Flags {
   int64_t work_us = 260;
   int64_t small_work_items = 40000;  // of 50 µs each
   int64_t tensor_items = 12;
+  int64_t tensor_warmup = 8;
   int64_t small_items = 20000;
   int64_t hogwild_steps = 3000;
   int prefetch = LoaderOptions().prefetch;
@@ -277,17 +313,35 @@ void QueueTensor(const Flags& f, const std::string& node, const std::string& scr
       if ((*t->span<float>())[numel - 1] != static_cast<float>(got)) Die("a 64 MiB item arrived wrong");
       ++got;
     }
-    if (absl::Status st = Get(producer); !st.ok()) Die(st.ToString());
+    const double ms = absl::ToDoubleMilliseconds(absl::Now() - t0) / static_cast<double>(got);
+    ProducerCost cost = Must(Get(producer), "the producer");
     (void)q.Destroy();
-    return absl::ToDoubleMilliseconds(absl::Now() - t0) / static_cast<double>(got);
+    return std::make_pair(ms, cost);
   };
-  one_run(2);  // warm: the producer's worker, and the arena pages
-  const double ours = one_run(f.tensor_items);
+  // Warm: the producer's worker, and every region of the arena the steady state reuses
+  // (up to capacity + 3 items live at once: queued, being filled, being read, being
+  // freed). Pages of a region the producer's process has not written yet cost a fault
+  // each (16,384 per item); the line below the figure counts them.
+  one_run(f.tensor_warmup);
+  const int64_t consumer_faults0 = SelfMinorFaults();
+  const auto [ours, cost] = one_run(f.tensor_items);
+  const double consumer_faults =
+      static_cast<double>(SelfMinorFaults() - consumer_faults0) / static_cast<double>(f.tensor_items);
   std::map<std::string, double> t;
   if (f.torch) t = Torch(script, {"queue_tensor", "--mib", "64", "--items", absl::StrCat(f.tensor_items)});
   const double base = t.count("queue_tensor_ms") ? t["queue_tensor_ms"] : 0;
   Line(absl::StrFormat("BENCH queue_tensor_64MiB %.2f ms baseline=%.2f ratio=%s", ours, base,
                        base > 0 ? absl::StrFormat("%.2f", base / ours) : "n/a"));
+  // Where an item's time went: a reused arena takes no page faults in steady state, so
+  // the fill runs at memory bandwidth; faults here mean fresh pages per item.
+  const double n = static_cast<double>(std::max<int64_t>(1, cost.items));
+  std::cout << absl::StrFormat(
+                   "  (producer per item: alloc %.2f ms, fill %.2f ms (%.1f GB/s), put %.2f ms, "
+                   "%.0f minor faults; consumer %.0f minor faults per item)",
+                   cost.alloc_ns / n / 1e6, cost.fill_ns / n / 1e6,
+                   cost.fill_ns > 0 ? n * static_cast<double>(numel * 4) / cost.fill_ns : 0.0,
+                   cost.put_ns / n / 1e6, cost.minor_faults / n, consumer_faults)
+            << std::endl;
 }
 
 void QueueSmall(const Flags& f, const std::string& node, const std::string& script) {
@@ -373,6 +427,8 @@ int Main(int argc, char** argv) {
   app.add_option("--small-work-items", f.small_work_items, "items of the 50 µs preprocessing figure")
       ->check(CLI::PositiveNumber);
   app.add_option("--tensor-items", f.tensor_items, "64 MiB items")->check(CLI::PositiveNumber);
+  app.add_option("--tensor-warmup", f.tensor_warmup, "64 MiB items put and read before the timed ones")
+      ->check(CLI::PositiveNumber);
   app.add_option("--small-items", f.small_items, "1 KiB items")->check(CLI::PositiveNumber);
   app.add_option("--hogwild-steps", f.hogwild_steps, "steps per Hogwild worker")->check(CLI::PositiveNumber);
   app.add_flag("!--no-torch", f.torch, "skip the PyTorch baselines");

@@ -7,8 +7,10 @@
 // running on the cluster's directory. `start` runs one daemon in the foreground for real
 // multi-machine clusters (one head, one agent per machine).
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,9 +18,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -534,9 +538,81 @@ int RepairCluster(const ClusterRecord& r, const Liveness& live, const UpFlags& f
   return 0;
 }
 
+// `drover up` and `drover down` change one DROVER_HOME's cluster: two at once would
+// each start (or stop) daemons the other does not know of. Each holds an flock on
+// $DROVER_HOME/cluster.lock (owner-only) while it works, with its pid in the file; a
+// second one says which pid holds it and waits for it, at most `wait`. The lock goes
+// with the process (the fd is close-on-exec: the daemons it starts never hold it).
+class HomeLock {
+ public:
+  // The lock, or an error saying who holds it and what to do.
+  static absl::StatusOr<HomeLock> Take(const std::string& what, absl::Duration wait,
+                                       bool progress) {
+    const std::string home = DroverHome();
+    if (auto s = MakeDirs(home, 0700); !s.ok()) return s;
+    const std::string path = home + "/cluster.lock";
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("cannot open the lock file ", path, ": ", std::strerror(errno)));
+    }
+    ::fchmod(fd, 0600);
+    auto holder = [fd] {
+      char buf[32] = {};
+      const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+      std::string text(buf, n > 0 ? static_cast<size_t>(n) : 0);
+      text = std::string(absl::StripAsciiWhitespace(text));
+      return text.empty() ? std::string("a process that has not written its pid yet")
+                          : absl::StrCat("pid ", text);
+    };
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK) {
+        const int err = errno;
+        ::close(fd);
+        return absl::UnavailableError(absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
+      }
+      const std::string first = holder();
+      if (progress) {
+        std::cerr << "drover: another `drover up` or `drover down` (" << first
+                  << ") is working on the cluster in " << home << " (it holds " << path
+                  << "); waiting for it, at most " << absl::FormatDuration(wait) << "\n";
+      }
+      const bool got = WaitFor([fd] { return ::flock(fd, LOCK_EX | LOCK_NB) == 0; }, wait);
+      if (!got) {
+        const std::string now = holder();
+        ::close(fd);
+        return absl::UnavailableError(absl::StrCat(
+            "another `drover up` or `drover down` (", now, ") still holds ", path, " after ",
+            absl::FormatDuration(wait), "; `drover ", what,
+            "` changes nothing while it works: wait for it to finish, or stop it, and run `drover ",
+            what, "` again"));
+      }
+    }
+    const std::string pid = absl::StrCat(::getpid(), "\n");
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+      // The lock holds without it; only the message of a waiting one is poorer.
+    }
+    return HomeLock(fd);
+  }
+  HomeLock(HomeLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
+  HomeLock& operator=(HomeLock&&) = delete;
+  ~HomeLock() {
+    if (fd_ < 0) return;
+    (void)!::ftruncate(fd_, 0);
+    ::close(fd_);  // releases the flock
+  }
+
+ private:
+  explicit HomeLock(int fd) : fd_(fd) {}
+  int fd_;
+};
+
 int CmdUp(const UpFlags& f, bool json) {
   auto memory = ParseMemoryFlag("--memory-per-node", f.memory_per_node);
   if (!memory.ok()) return Fail(memory.status(), kUsageError);
+  // The other's work takes up to its own --timeout per step: wait a bit more than ours.
+  auto lock = HomeLock::Take("up", absl::Seconds(f.timeout_s) * 2, !json);
+  if (!lock.ok()) return Fail(lock.status());
   const std::string home = DroverHome();
   const std::string dir = home + "/cluster";
   // Never a second cluster over live daemons of the first: bring back what is dead.
@@ -774,6 +850,13 @@ void TerminateAll(const std::vector<Found>& procs, absl::Duration grace) {
 }
 
 int CmdDown(bool json) {
+  // Where no cluster is recorded, there is nothing to lock (nor a DROVER_HOME to make).
+  std::optional<HomeLock> lock;
+  if (::access(ClusterFile().c_str(), F_OK) == 0) {
+    auto taken = HomeLock::Take("down", absl::Seconds(120), !json);
+    if (!taken.ok()) return Fail(taken.status());
+    lock.emplace(*std::move(taken));
+  }
   auto record = ReadClusterFile();
   if (!record.ok()) {
     if (absl::IsNotFound(record.status())) {

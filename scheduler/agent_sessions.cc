@@ -5,6 +5,7 @@
 namespace drover {
 
 int64_t AgentSessions::Open(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
   Session& s = nodes_[node_id];
   s.id = next_id_++;
   s.closed = false;
@@ -12,6 +13,8 @@ int64_t AgentSessions::Open(const std::string& node_id) {
 }
 
 bool AgentSessions::Closed(const std::string& node_id, int64_t session_id, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return false;
   auto it = nodes_.find(node_id);
   if (it == nodes_.end() || it->second.id != session_id) return false;
   if (!it->second.closed) {
@@ -21,14 +24,24 @@ bool AgentSessions::Closed(const std::string& node_id, int64_t session_id, absl:
   return true;
 }
 
-void AgentSessions::Forget(const std::string& node_id) { nodes_.erase(node_id); }
+void AgentSessions::Forget(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  nodes_.erase(node_id);
+}
 
-bool AgentSessions::IsCurrent(const std::string& node_id, int64_t session_id) const {
+void AgentSessions::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+}
+
+bool AgentSessions::IsCurrent(const std::string& node_id, int64_t session_id) {
+  absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   return it != nodes_.end() && it->second.id == session_id;
 }
 
-absl::Time AgentSessions::NextDue() const {
+absl::Time AgentSessions::NextDue() {
+  absl::MutexLock lock(&mu_);
   absl::Time next = absl::InfiniteFuture();
   for (const auto& [id, s] : nodes_) {
     if (s.closed) next = std::min(next, s.closed_at + grace_);
@@ -37,6 +50,7 @@ absl::Time AgentSessions::NextDue() const {
 }
 
 std::vector<AgentSessions::Lost> AgentSessions::TakeDue(absl::Time now) {
+  absl::MutexLock lock(&mu_);
   std::vector<Lost> due;
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     if (it->second.closed && it->second.closed_at + grace_ <= now) {

@@ -35,20 +35,6 @@ int ExitCodeOf(const proto::ExitInfo& e) {
   return 1;
 }
 
-absl::Status CheckKvScope(const proto::JobInfo* job, const proto::KvScope& scope) {
-  if (job == nullptr) {
-    return absl::NotFoundError(absl::StrCat("KV: no job '", scope.job_id(), "'"));
-  }
-  if (IsTerminal(job->state()) || job->restart_count() != scope.generation()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "KV: job ", scope.job_id(), " is not running generation ", scope.generation(),
-        " (state ", proto::JobState_Name(job->state()), ", generation ",
-        job->restart_count(), "); a restarted process must use its own "
-        "TORCHELASTIC_RESTART_COUNT"));
-  }
-  return absl::OkStatus();
-}
-
 std::optional<proto::WatchGenerationReply> GenerationEnd(const proto::JobInfo& job,
                                                          int generation,
                                                          const std::string& cause_node_ip) {

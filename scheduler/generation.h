@@ -1,6 +1,6 @@
 // How a job generation ends, and how that is told: the failure descriptions in a job's
-// reason and in WatchGeneration's answer, the exit code `drover run` returns, and which
-// generation a rendezvous call may use.
+// reason and in WatchGeneration's answer, and the exit code `drover run` returns (which
+// generation a rendezvous call may use: rendezvous.h).
 //
 // Pure functions over a JobInfo snapshot: SchedulerCore calls them under its lock, and
 // generation_test.cc tests them without a scheduler.
@@ -28,10 +28,6 @@ std::string DescribeFailure(const proto::ExitInfo& e, const std::string& node_ip
 
 // The job's exit code for a failed process: 128 + signal, its exit code, or 1.
 int ExitCodeOf(const proto::ExitInfo& e);
-
-// OK if `job` (null: unknown) runs generation `scope.generation()` now: the KV scope
-// is usable. NOT_FOUND for an unknown job, FAILED_PRECONDITION otherwise.
-absl::Status CheckKvScope(const proto::JobInfo* job, const proto::KvScope& scope);
 
 // WatchGeneration's answer for `generation` of `job`, or nullopt while it runs on.
 // `cause_node_ip` is the IP of the root cause's node ("" if unknown).

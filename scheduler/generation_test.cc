@@ -32,23 +32,6 @@ TEST(GenerationTest, DescribesFailuresAndTheirExitCodes) {
   EXPECT_FALSE(Failed(Exit(0, 0)));
 }
 
-TEST(GenerationTest, KvScopeIsTheRunningGenerationOnly) {
-  proto::KvScope scope;
-  scope.set_job_id("job-a-1");
-  scope.set_generation(1);
-  EXPECT_EQ(CheckKvScope(nullptr, scope).code(), absl::StatusCode::kNotFound);
-  proto::JobInfo job;
-  job.set_job_id("job-a-1");
-  job.set_state(proto::RUNNING);
-  job.set_restart_count(1);
-  EXPECT_TRUE(CheckKvScope(&job, scope).ok());
-  scope.set_generation(0);
-  EXPECT_EQ(CheckKvScope(&job, scope).code(), absl::StatusCode::kFailedPrecondition);
-  scope.set_generation(1);
-  job.set_state(proto::CANCELLED);
-  EXPECT_EQ(CheckKvScope(&job, scope).code(), absl::StatusCode::kFailedPrecondition);
-}
-
 TEST(GenerationTest, WatchAnswersFailureEndAndMovingOn) {
   proto::JobInfo job;
   job.set_job_id("job-a-1");

@@ -1,8 +1,7 @@
 // JobKv: the key-value scopes of running job generations, for rendezvous.
 //
-// Not thread-safe: SchedulerCore guards it with its own lock (so a scope disappears
-// atomically with the generation it belongs to, and waiting readers are woken by the
-// core's condition machinery).
+// Not thread-safe: Rendezvous (rendezvous.h) guards it with its lock, checks the scopes
+// and runs the waits.
 #ifndef DROVER_SCHEDULER_JOB_KV_H_
 #define DROVER_SCHEDULER_JOB_KV_H_
 

@@ -64,6 +64,22 @@ void JobPersister::Put(const proto::JobInfo& job) {
   }
 }
 
+void JobPersister::PutActor(const std::string& actor_id, int64_t version, std::string record) {
+  if (store_->InMemory()) {
+    if (absl::Status s = store_->PutActor(actor_id, version, record); !s.ok()) {
+      DROVER_LOG(WARNING) << "saving actor " << actor_id << ": " << s;
+    }
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] =
+      actors_queued_.insert_or_assign(actor_id, std::make_pair(version, std::move(record)));
+  if (inserted) {
+    order_.push_back(std::string(1, kActorMark) + actor_id);
+    cv_.SignalAll();
+  }
+}
+
 absl::Status JobPersister::AwaitStored(const std::string& job_id, absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = clock_->Now() + timeout;
@@ -121,7 +137,7 @@ absl::Status JobPersister::WaitForIds(const std::string& counter, absl::Duration
 
 size_t JobPersister::backlog() {
   absl::MutexLock lock(&mu_);
-  return queued_.size() + (in_flight_.empty() ? 0 : 1);
+  return queued_.size() + actors_queued_.size() + (in_flight_.empty() ? 0 : 1);
 }
 
 void JobPersister::AddBlockLocked(const std::string& counter, int64_t last) {
@@ -174,9 +190,29 @@ void JobPersister::RefillLocked(const std::string& counter) {
   if (last.ok()) AddBlockLocked(counter, *last);
 }
 
+void JobPersister::WriteActorLocked(const std::string& key) {
+  const std::string id = key.substr(1);
+  auto node = actors_queued_.extract(id);
+  std::pair<int64_t, std::string> record = std::move(node.mapped());
+  in_flight_ = key;
+  mu_.Unlock();
+  absl::Status s = store_->PutActor(id, record.first, record.second);
+  mu_.Lock();
+  in_flight_.clear();
+  NoteResultLocked(s, absl::StrCat("saving actor ", id));
+  if (!s.ok() && actors_queued_.count(id) == 0) {
+    actors_queued_.emplace(id, std::move(record));
+    order_.push_front(key);
+  }
+}
+
 void JobPersister::WriteFrontLocked() {
   const std::string id = order_.front();
   order_.pop_front();
+  if (!id.empty() && id[0] == kActorMark) {
+    WriteActorLocked(id);
+    return;
+  }
   auto node = queued_.extract(id);
   proto::JobInfo record = std::move(node.mapped());
   in_flight_ = id;

@@ -9,6 +9,8 @@
 //     with its newest record (coalesced). A failed write is retried with back-off
 //     (100 ms doubling to 2 s) until it succeeds; the store's PutJob ignores a record
 //     older than the stored one, so retries and late writes never undo newer ones.
+//   - PutActor queues an actor's record the same way (LeaseManager's records, opaque
+//     here), in the same order as jobs, coalesced per actor.
 //   - Replies that promise durability (SubmitJob, CancelJob) wait in AwaitStored for the
 //     job's queued records to be written, without the scheduler's lock.
 //   - A store that works in memory (StateStore::InMemory) is written through at once
@@ -67,6 +69,8 @@ class JobPersister {
   // Queues `job`'s record for writing; replaces a queued, unwritten record of the job.
   // (An in-memory store is written at once.)
   void Put(const proto::JobInfo& job);
+  // Queues an actor's record (StateStore::PutActor) like Put; never waits.
+  void PutActor(const std::string& actor_id, int64_t version, std::string record);
   // Waits up to `timeout` until no record of `job_id` is queued or being written (every
   // record Put before the call is stored). UNAVAILABLE, naming the store and its last
   // error, if that does not happen in time.
@@ -88,6 +92,10 @@ class JobPersister {
   size_t backlog();
 
  private:
+  // Marks an actor's id in order_ and in_flight_ (job ids never start with it).
+  static constexpr char kActorMark = '\x01';
+  void WriteActorLocked(const std::string& actor_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   struct IdBlocks {
     std::deque<std::pair<int64_t, int64_t>> ranges;  // [first, last], oldest first
     int64_t left = 0;                                // ids in `ranges`
@@ -116,7 +124,10 @@ class JobPersister {
   // Signalled when work is queued, a store call ends, or Stop is called.
   absl::CondVar cv_;
   std::map<std::string, proto::JobInfo> queued_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids of queued_, write order
+  // Actors' records not written yet: id -> (version, record).
+  std::map<std::string, std::pair<int64_t, std::string>> actors_queued_ ABSL_GUARDED_BY(mu_);
+  // Write order: ids of queued_, and kActorMark + id of actors_queued_.
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);
   std::string in_flight_ ABSL_GUARDED_BY(mu_);          // job being written, or ""
   std::map<std::string, IdBlocks> ids_ ABSL_GUARDED_BY(mu_);
   // After a failed store call: no call before retry_at_; failing since when

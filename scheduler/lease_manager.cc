@@ -4,7 +4,10 @@
 #include <thread>
 
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/exit_text.h"
 #include "common/log.h"
 #include "common/rpc.h"
@@ -28,6 +31,29 @@ std::string NewLeaseTag() {
 
 // How long an actor placement waits between tries when nothing fits.
 constexpr absl::Duration kActorRetry = absl::Seconds(1);
+// How long a lease of an earlier lifetime that ended before its node registered is
+// remembered (its node registers within seconds of the scheduler's start).
+constexpr absl::Duration kEndedEarlyMemory = absl::Minutes(2);
+
+// An actor's record in the state store: "<size of info>:" ActorInfo CreateActorRequest
+// (both serialized), so that a restarted scheduler knows it and can make it again.
+std::string EncodeActor(const proto::ActorInfo& info, const proto::CreateActorRequest& create) {
+  const std::string i = info.SerializeAsString();
+  return absl::StrCat(i.size(), ":", i, create.SerializeAsString());
+}
+
+bool DecodeActor(absl::string_view record, proto::ActorInfo* info,
+                 proto::CreateActorRequest* create) {
+  const size_t colon = record.find(':');
+  size_t n = 0;
+  if (colon == absl::string_view::npos || !absl::SimpleAtoi(record.substr(0, colon), &n)) {
+    return false;
+  }
+  absl::string_view rest = record.substr(colon + 1);
+  return n <= rest.size() && info->ParseFromArray(rest.data(), static_cast<int>(n)) &&
+         create->ParseFromArray(rest.data() + n, static_cast<int>(rest.size() - n)) &&
+         !info->actor_id().empty() && info->actor_id() == create->creation().actor_id();
+}
 
 class GrpcWorkerClient : public WorkerClient {
  public:
@@ -263,7 +289,11 @@ void LeaseManager::ReturnLease(const std::string& lease_id, const std::string& r
   {
     absl::MutexLock l(&mu_);
     auto it = leases_.find(lease_id);
-    if (it == leases_.end() || !it->second.actor_id.empty()) return;  // actors' end with them
+    if (it == leases_.end()) {
+      NoteEndedEarlyLocked(lease_id);
+      return;
+    }
+    if (!it->second.actor_id.empty()) return;  // actors' end with them
     DROVER_LOG(DEBUG) << "lease " << lease_id << " returned: " << reason;
     ReleaseLocked(lease_id, reason);
     SettleLocked(&answers);
@@ -289,9 +319,28 @@ void LeaseManager::Adopt(const std::string& node_id, const std::string& agent_ad
   {
     absl::MutexLock l(&mu_);
     if (stopped_) return;
+    std::set<std::string> adopted_actors;
     for (const proto::HeldLease& h : held) {
       if (h.lease_id().empty() || leases_.count(h.lease_id()) > 0) continue;  // known
-      if (absl::Status running = book_->CheckJobRunning(h.job_id()); !running.ok()) {
+      if (ended_early_.count(h.lease_id()) > 0) continue;  // returned before it was adopted
+      absl::Status running = book_->CheckJobRunning(h.job_id());
+      Actor* actor = nullptr;
+      if (running.ok() && !h.actor_id().empty()) {
+        auto a = actors_.find(h.actor_id());
+        if (a != actors_.end()) {
+          actor = &a->second;
+          // A recorded actor is adopted only on the worker its record names; any other
+          // worker of it (a start the old scheduler never recorded, an incarnation it
+          // replaced, a dead one's) would be a second copy.
+          if (!actor->awaiting_adoption || actor->info.worker_id() != h.worker_id()) {
+            running = absl::FailedPreconditionError(absl::StrCat(
+                "actor ", h.actor_id(), " is ", proto::ActorState_Name(actor->info.state()),
+                actor->info.worker_id().empty() ? std::string()
+                                                : absl::StrCat(" on worker ", actor->info.worker_id())));
+          }
+        }
+      }
+      if (!running.ok()) {
         proto::KillWorkerRequest kill;
         kill.set_worker_id(h.worker_id());
         kill.set_reason(absl::StrCat("its lease ", h.lease_id(), " outlived the scheduler, and ",
@@ -301,7 +350,18 @@ void LeaseManager::Adopt(const std::string& node_id, const std::string& agent_ad
       }
       std::optional<ResourceBook::Grant> g = book_->Adopt(
           node_id, h.shape(), std::vector<int>(h.gpu_ids().begin(), h.gpu_ids().end()));
-      if (!g.has_value()) continue;
+      if (!g.has_value()) {
+        // Its node is not ALIVE (it died meanwhile): the actor is lost below and made
+        // again elsewhere, so this worker must not serve it on.
+        if (actor != nullptr) {
+          proto::KillWorkerRequest kill;
+          kill.set_worker_id(h.worker_id());
+          kill.set_reason(absl::StrCat("its actor ", h.actor_id(), " could not be adopted on node ",
+                                       node_id, ", which is not alive"));
+          kills.push_back(std::move(kill));
+        }
+        continue;
+      }
       Lease& lease = leases_[h.lease_id()];
       lease.id = h.lease_id();
       lease.job_id = h.job_id();
@@ -315,7 +375,17 @@ void LeaseManager::Adopt(const std::string& node_id, const std::string& agent_ad
       ++room_version_;
       DROVER_LOG(INFO) << "lease " << h.lease_id() << " of " << h.owner() << " on node " << node_id
                        << " adopted (it outlived the scheduler)";
+      if (actor != nullptr) {
+        actor->awaiting_adoption = false;
+        actor->lease_id = h.lease_id();
+        actor->info.set_agent_address(agent_address);
+        adopted_actors.insert(h.actor_id());
+        DROVER_LOG(INFO) << "actor " << h.actor_id() << " stays ALIVE on worker " << h.worker_id();
+      }
     }
+    LoseUnadoptedLocked(node_id, adopted_actors,
+                        absl::StrCat("was gone when node ", node_id,
+                                     " registered again after the scheduler restarted"));
   }
   for (proto::KillWorkerRequest& kill : kills) {
     background_.Post([this, agent_address, kill = std::move(kill)] {
@@ -417,8 +487,9 @@ void LeaseManager::WorkerExited(const proto::ReportWorkerExitRequest& req) {
 
 void LeaseManager::WorkerExitedLocked(const proto::ReportWorkerExitRequest& req) {
   auto it = leases_.find(req.lease_id());
+  const bool known = it != leases_.end();
   std::string actor_id = req.actor_id();
-  if (it != leases_.end()) {
+  if (known) {
     if (actor_id.empty()) actor_id = it->second.actor_id;
     proto::TimelineEvent e = TimelineEventOf(proto::TIMELINE_WORKER_EXITED, 0, req.node_id(), {},
                                              DescribeExit(req.exit(), /*with_stderr=*/false));
@@ -429,9 +500,15 @@ void LeaseManager::WorkerExitedLocked(const proto::ReportWorkerExitRequest& req)
     NoteLocked(it->second.job_id, std::move(e));
     ReleaseLocked(req.lease_id(), "its worker exited");
   }
+  if (!known) NoteEndedEarlyLocked(req.lease_id());
   if (actor_id.empty()) return;
   auto a = actors_.find(actor_id);
-  if (a == actors_.end() || a->second.lease_id != req.lease_id()) return;  // an older incarnation
+  if (a == actors_.end()) return;
+  // A recovered actor whose worker's exit overtook its node's registration.
+  const bool unadopted = a->second.awaiting_adoption && !req.worker_id().empty() &&
+                         a->second.info.worker_id() == req.worker_id();
+  if (!unadopted && a->second.lease_id != req.lease_id()) return;  // an older incarnation
+  a->second.awaiting_adoption = false;
   a->second.lease_id.clear();
   ActorLost(a->second,
             absl::StrCat("its worker ", req.worker_id(), " on node ", req.node_id(), " ",
@@ -463,6 +540,92 @@ void LeaseManager::NodeDeadLocked(const std::string& node_id, const std::string&
       ActorLost(a->second, absl::StrCat("its node ", node_id, " was lost (", reason, ")"), nullptr);
     }
   }
+  LoseUnadoptedLocked(node_id, {}, absl::StrCat("was lost with its node ", node_id, " (", reason, ")"));
+}
+
+void LeaseManager::LoseUnadoptedLocked(const std::string& node_id,
+                                       const std::set<std::string>& keep, const std::string& why) {
+  for (auto& [id, a] : actors_) {
+    if (!a.awaiting_adoption || keep.count(id) > 0) continue;
+    if (!node_id.empty() && a.info.node_id() != node_id) continue;
+    a.awaiting_adoption = false;
+    DROVER_LOG(INFO) << "actor " << id << ": its worker " << a.info.worker_id() << " " << why;
+    ActorLost(a, absl::StrCat("its worker ", a.info.worker_id(), " on node ", a.info.node_id(), " ", why),
+              nullptr);
+  }
+}
+
+void LeaseManager::NoteEndedEarlyLocked(const std::string& lease_id) {
+  // Only leases of an earlier lifetime can still be adopted.
+  if (lease_id.empty() || absl::StartsWith(lease_id, absl::StrCat("lease-", lease_tag_, "-"))) return;
+  const absl::Time now = clock_->Now();
+  for (auto it = ended_early_.begin(); it != ended_early_.end();) {
+    it = it->second < now ? ended_early_.erase(it) : std::next(it);
+  }
+  // Bounded: a client sending returns of made-up ids costs at most this.
+  if (ended_early_.size() >= 100'000) return;
+  ended_early_[lease_id] = now + kEndedEarlyMemory;
+}
+
+absl::Status LeaseManager::Recover() {
+  DROVER_ASSIGN_OR_RETURN(std::vector<std::string> records, book_->SavedActors());
+  if (records.empty()) return absl::OkStatus();
+  int alive = 0, placed = 0, dead = 0;
+  {
+    absl::MutexLock l(&mu_);
+    for (const std::string& record : records) {
+      proto::ActorInfo info;
+      proto::CreateActorRequest create;
+      if (!DecodeActor(record, &info, &create)) {
+        DROVER_LOG(WARNING) << "skipping a corrupt actor record (" << record.size() << " bytes)";
+        continue;
+      }
+      const std::string id = info.actor_id();
+      if (actors_.count(id) > 0) continue;
+      Actor& a = actors_[id];
+      a.info = std::move(info);
+      a.create = std::move(create);
+      a.told_state = a.info.state();
+      if (a.info.state() == proto::ACTOR_DEAD) {
+        a.killed = true;
+        ++dead;
+        continue;
+      }
+      if (absl::Status running = book_->CheckJobRunning(a.info.job_id()); !running.ok()) {
+        a.killed = true;
+        a.info.set_state(proto::ACTOR_DEAD);
+        a.info.set_reason(absl::StrCat("its job ", a.info.job_id(),
+                                       " ended while the scheduler was away"));
+        ChangedLocked(a);
+        ++dead;
+        continue;
+      }
+      if (!a.info.name().empty()) names_[a.info.name()] = id;
+      jobs_with_workers_.insert(a.info.job_id());
+      if (a.info.state() == proto::ACTOR_ALIVE) {
+        a.awaiting_adoption = true;
+        ++alive;
+      } else {
+        StartPlacing(id);
+        ++placed;
+      }
+    }
+    if (alive > 0) {
+      const absl::Time until = clock_->Now() + kAdoptionWait;
+      placing_.Spawn([this, until] {
+        absl::MutexLock l(&mu_);
+        while (!stopped_ && clock_->Now() < until) clock_->WaitWithDeadline(&changed_, &mu_, until);
+        if (stopped_) return;
+        LoseUnadoptedLocked("", {}, absl::StrCat("did not come back: its node did not register within ",
+                                                 absl::FormatDuration(kAdoptionWait),
+                                                 " after the scheduler restarted"));
+      });
+    }
+  }
+  DROVER_LOG(INFO) << "recovered " << records.size() << " actor record(s): " << alive
+                   << " alive (waiting for their nodes), " << placed << " to place, " << dead
+                   << " dead";
+  return absl::OkStatus();
 }
 
 void LeaseManager::JobEnded(const std::string& job_id,
@@ -488,6 +651,7 @@ void LeaseManager::JobEnded(const std::string& job_id,
     for (auto& [id, a] : actors_) {
       if (a.info.job_id() != job_id || a.info.state() == proto::ACTOR_DEAD) continue;
       a.killed = true;
+      a.awaiting_adoption = false;
       a.info.set_state(proto::ACTOR_DEAD);
       a.info.set_reason(absl::StrCat("its job ", job_id, " ended"));
       names_.erase(a.info.name());
@@ -529,6 +693,7 @@ LeaseManager::Actor* LeaseManager::FindActorLocked(const std::string& id, const 
 void LeaseManager::ChangedLocked(Actor& a) {
   a.info.set_version(a.info.version() + 1);
   changed_.SignalAll();
+  book_->SaveActor(a.info.actor_id(), a.info.version(), EncodeActor(a.info, a.create));
   if (a.told_state == a.info.state()) return;  // only its pending reason changed
   a.told_state = a.info.state();
   proto::TimelineEvent e = TimelineEventOf(
@@ -713,6 +878,12 @@ absl::Status LeaseManager::KillActor(const std::string& actor_id, const std::str
     if (auto l2 = leases_.find(a.lease_id); l2 != leases_.end()) {
       agent = l2->second.grant.agent_address;
       kill.set_worker_id(l2->second.worker_id);
+      kill.set_reason(a.info.reason());
+    } else if (a.awaiting_adoption) {
+      // Recovered, its node not registered again yet: its record knows the worker.
+      a.awaiting_adoption = false;
+      agent = a.info.agent_address();
+      kill.set_worker_id(a.info.worker_id());
       kill.set_reason(a.info.reason());
     }
   }

@@ -31,7 +31,9 @@
 // Actors are leases for life, kept here with their records: created by placing a lease
 // whose worker runs the actor's factory; restarted on another lease after their worker
 // dies (max_restarts); dead when killed, when their job ends or when restarts run out,
-// with the reason every caller gets.
+// with the reason every caller gets. Each change of an actor's record is saved
+// (ResourceBook::SaveActor, to the state store) and a restarted scheduler reloads the
+// records (Recover), keeping live actors on their workers as their nodes report them.
 //
 // Threading: one mutex guards leases, requests and actors. Calls to agents (StartWorker,
 // KillWorker, StopJob) are made without it, from small pools (actors' from their
@@ -104,6 +106,13 @@ class ResourceBook {
                                      const std::vector<int>& gpu_ids) {
     return std::nullopt;
   }
+  // Queues an actor's record (LeaseManager's encoding) for the state store. Called
+  // under the lease manager's lock: must never wait on I/O.
+  virtual void SaveActor(const std::string& actor_id, int64_t version, std::string record) {}
+  // The actors' records saved by an earlier scheduler (none if the store keeps none).
+  virtual absl::StatusOr<std::vector<std::string>> SavedActors() {
+    return std::vector<std::string>();
+  }
   // Gives back what Reserve took (no-op for a node that is gone).
   virtual void Release(const Grant& grant) = 0;
   // OK while the job exists and has not ended; else why.
@@ -175,6 +184,17 @@ class LeaseManager {
   void ReturnLease(const std::string& lease_id, const std::string& reason);
   void WorkerExited(const proto::ReportWorkerExitRequest& req);
 
+  // Loads the actors an earlier scheduler saved (ResourceBook::SavedActors; each record
+  // is saved on every change of it). Call once, after the jobs are loaded and before
+  // serving. A PENDING or RESTARTING actor is placed again; an ALIVE one waits for its
+  // node to re-register with its lease (Adopt), which keeps it ALIVE on the same worker
+  // (its owner's connection to it never broke); a node that re-registers without it,
+  // dies, or is not back within kAdoptionWait loses it as a worker exit (restarted per
+  // max_restarts). Actors of jobs that ended meanwhile are DEAD.
+  absl::Status Recover();
+  // How long a recovered ALIVE actor waits for its node to come back.
+  static constexpr absl::Duration kAdoptionWait = absl::Seconds(60);
+
   absl::StatusOr<proto::ActorInfo> CreateActor(const proto::CreateActorRequest& req);
   // Waits up to req.wait_ms() for a version after req.after_version() (or, by name,
   // for the actor to exist). NOT_FOUND for an unknown id or name.
@@ -186,7 +206,10 @@ class LeaseManager {
   // A node (re-)registered holding `held` leases (RegisterNodeRequest.leases): those
   // this book does not know, of running jobs, are recorded as started leases on their
   // resources (after a scheduler restart, the book is rebuilt so); those of jobs that
-  // ended or are unknown are killed.
+  // ended or are unknown are killed, and so are workers of actors that moved on (dead,
+  // or served by another worker now). A lease returned or whose worker exited before
+  // its node registered (the agent's report overtook the registration) is not booked.
+  // Recovered actors on this node that it no longer holds are lost (Recover).
   void Adopt(const std::string& node_id, const std::string& agent_address,
              const std::vector<proto::HeldLease>& held);
   // A pending job claims resources now (another than before): task leases on them are
@@ -282,6 +305,9 @@ class LeaseManager {
     std::string lease_id;
     bool killed = false;
     int told_state = -1;                 // the state the timeline last heard of
+    // Recovered ALIVE, its lease not adopted yet (Recover): its worker is known by
+    // info.node_id() and info.worker_id() only.
+    bool awaiting_adoption = false;
   };
 
   // Reserves and starts a worker for `job`, in this thread (actors); returns the lease
@@ -336,6 +362,12 @@ class LeaseManager {
   void ChangedLocked(Actor& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Actor* FindActorLocked(const std::string& id, const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Loses, as a worker exit, the recovered actors still awaiting adoption on `node_id`
+  // ("" for every node) except those in `keep`.
+  void LoseUnadoptedLocked(const std::string& node_id, const std::set<std::string>& keep,
+                           const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Remembers a lease of an earlier scheduler lifetime that ended before it was adopted.
+  void NoteEndedEarlyLocked(const std::string& lease_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   ResourceBook* const book_;
   std::unique_ptr<WorkerClient> workers_;
@@ -372,6 +404,9 @@ class LeaseManager {
   std::map<std::string, Actor> actors_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> names_ ABSL_GUARDED_BY(mu_);  // live actor name -> id
   std::set<std::string> jobs_with_workers_ ABSL_GUARDED_BY(mu_);
+  // Leases of an earlier lifetime returned (or whose worker exited) before their node
+  // registered, until when they are remembered: Adopt does not book them.
+  std::map<std::string, absl::Time> ended_early_ ABSL_GUARDED_BY(mu_);
   int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t leases_granted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_ended_ ABSL_GUARDED_BY(mu_) = 0;

@@ -30,13 +30,25 @@ grpc::Status LeasesService::DriverSession(grpc::ServerContext* ctx,
   if (grpc::Status s = CheckToken(*ctx, token_); !s.ok()) return s;
   if (absl::Status s = core_->CheckDriver(req->job_id()); !s.ok()) return ToGrpcStatus(s);
   core_->DriverAttached(req->job_id());
+  // The first notice lists every node; later ones the nodes that changed (a death, a
+  // store restart), as they change: the driver never polls for them.
+  NodeFeed* feed = core_->node_feed();
+  uint64_t seen = 0;
   proto::DriverNotice attached;
   attached.set_attached(true);
+  for (proto::DriverNodeState& n : feed->Next(&seen, absl::InfinitePast())) {
+    *attached.add_nodes() = std::move(n);
+  }
   writer->Write(attached);
-  // The sync API has no close callback: look every 100 ms. A driver that exits (or is
-  // killed) closes its connection, and the call is cancelled.
+  // The sync API has no close callback: look every 100 ms (waiting for node news
+  // meanwhile). A driver that exits (or is killed) closes its connection, and the call
+  // is cancelled.
   while (!ctx->IsCancelled() && !stopping_ && core_->CheckDriver(req->job_id()).ok()) {
-    absl::SleepFor(kSessionPoll);
+    std::vector<proto::DriverNodeState> changed = feed->Next(&seen, absl::Now() + kSessionPoll);
+    if (changed.empty()) continue;
+    proto::DriverNotice notice;
+    for (proto::DriverNodeState& n : changed) *notice.add_nodes() = std::move(n);
+    if (!writer->Write(notice)) break;
   }
   if (ctx->IsCancelled()) core_->EndDriver(req->job_id(), "its driver disconnected");
   return grpc::Status::OK;

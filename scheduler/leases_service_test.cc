@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "common/rpc.h"
 #include "gtest/gtest.h"
 #include "scheduler/testing/core_fakes.h"
@@ -145,6 +146,71 @@ TEST(LeasesServiceTest, WaitingCallsHoldNoThreadAndEndWithTheirDriver) {
     }
   }
   EXPECT_EQ(leases.counts().pending_requests, 0);
+  service.BeginShutdown();
+  server->Shutdown();
+  core->SetLeaseManager(nullptr);
+  core->Stop();
+}
+
+// A node's death reaches the driver over its session as it happens: the driver needs
+// no GetClusterStatus poll to learn that its objects there are lost.
+TEST(LeasesServiceTest, DriverSessionPushesANodesDeathToItsDriver) {
+  FakeClock clock;
+  SchedulerOptions o;
+  o.clock = &clock;
+  o.node_timeout = absl::Seconds(10);
+  auto core = std::make_unique<SchedulerCore>(o, NewMemoryStateStore(),
+                                              std::make_unique<testing::FakeAgents>());
+  ASSERT_TRUE(core->Start().ok());
+  LeaseManager leases(core->resource_book(), std::make_unique<FakeWorkers>());
+  core->SetLeaseManager(&leases);
+  PackageStore packages(absl::StrCat(getenv("TEST_TMPDIR"), "/packages-push"));
+  LeasesService service(core.get(), &leases, &packages, kToken);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  AddListeningPort(&builder, "127.0.0.1:0", &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  auto stub = proto::Leases::NewStub(MakeChannel(absl::StrCat("127.0.0.1:", port)));
+
+  proto::RegisterNodeRequest node;
+  node.set_agent_address("10.0.0.1:7000");
+  node.set_node_ip("10.0.0.1");
+  node.mutable_total()->set_cpus(2);
+  absl::StatusOr<proto::RegisterNodeReply> registered = core->RegisterNode(node);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  proto::RegisterDriverRequest driver;
+  driver.set_request_id("driver-push");
+  absl::StatusOr<std::string> job = core->RegisterDriver(driver);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  grpc::ClientContext ctx;
+  PrepareContext(&ctx, kToken, std::chrono::seconds(30));
+  proto::DriverSessionRequest req;
+  req.set_job_id(*job);
+  std::unique_ptr<grpc::ClientReader<proto::DriverNotice>> reader = stub->DriverSession(&ctx, req);
+  proto::DriverNotice notice;
+  ASSERT_TRUE(reader->Read(&notice));
+  EXPECT_TRUE(notice.attached());
+  ASSERT_EQ(notice.nodes_size(), 1);
+  EXPECT_EQ(notice.nodes(0).node_id(), registered->node_id());
+  EXPECT_TRUE(notice.nodes(0).alive());
+  EXPECT_EQ(notice.nodes(0).agent_address(), "10.0.0.1:7000");
+
+  // The node falls silent past the node timeout: the monitor declares it dead and the
+  // session tells the driver, unasked.
+  clock.Advance(absl::Seconds(11));
+  ASSERT_TRUE(reader->Read(&notice)) << "no notice of the node's death";
+  EXPECT_FALSE(notice.attached());
+  ASSERT_EQ(notice.nodes_size(), 1);
+  EXPECT_EQ(notice.nodes(0).node_id(), registered->node_id());
+  EXPECT_FALSE(notice.nodes(0).alive());
+  EXPECT_NE(notice.nodes(0).reason().find("no heartbeat"), std::string::npos)
+      << notice.nodes(0).reason();
+
+  ctx.TryCancel();
+  reader->Finish();
   service.BeginShutdown();
   server->Shutdown();
   core->SetLeaseManager(nullptr);

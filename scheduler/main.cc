@@ -187,6 +187,8 @@ int main(int argc, char** argv) {
   drover::SchedulerMetrics metrics(core.get(), &leases);
   timeline.SetListener(metrics.TimelineListener());
   absl::Status started = core->Start();
+  // Actors saved by an earlier scheduler (after the jobs: an ended job's actors are dead).
+  if (started.ok()) started = leases.Recover();
   if (!started.ok()) {
     std::cerr << "drover-scheduler: cannot load state: " << started.message() << "\n";
     return 2;

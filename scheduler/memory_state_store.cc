@@ -45,6 +45,26 @@ class MemoryStateStore final : public StateStore {
     return jobs;
   }
 
+  absl::Status PutActor(const std::string& actor_id, int64_t version,
+                        const std::string& record) override {
+    if (actor_id.empty()) return absl::InvalidArgumentError("cannot store an actor with an empty id");
+    if (!keep_jobs_) return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    Stored& stored = actors_[actor_id];
+    if (!stored.record.empty() && stored.version > version) return absl::OkStatus();
+    stored.record = record;
+    stored.version = version;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<std::string>> LoadActors() override {
+    std::vector<std::string> records;
+    absl::MutexLock lock(&mu_);
+    records.reserve(actors_.size());
+    for (const auto& [id, stored] : actors_) records.push_back(stored.record);
+    return records;
+  }
+
   absl::StatusOr<int64_t> ReserveIds(const std::string& counter, int64_t count) override {
     if (count < 1) return absl::InvalidArgumentError("ReserveIds: count must be >= 1");
     absl::MutexLock lock(&mu_);
@@ -58,10 +78,11 @@ class MemoryStateStore final : public StateStore {
   const bool keep_jobs_;
   absl::Mutex mu_;
   struct Stored {
-    std::string record;  // JobInfo.SerializeAsString()
+    std::string record;  // JobInfo.SerializeAsString(), or an actor's record
     int64_t version = 0;
   };
   absl::flat_hash_map<std::string, Stored> jobs_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Stored> actors_ ABSL_GUARDED_BY(mu_);
   // Counter name -> last value handed out (absent: 0).
   std::map<std::string, int64_t> counters_ ABSL_GUARDED_BY(mu_);
 };

@@ -74,7 +74,7 @@ void NodeTable::Set(const std::string& node_id, const std::string& node_ip,
   e.use.node_ip = node_ip;
   e.use.total = total;
   e.use.gpu_ids = std::move(gpu_ids);
-  e.order = order;
+  e.use.order = order;
   stale_ = true;
   ++totals_version_;
   ++version_;
@@ -153,7 +153,7 @@ void NodeTable::Rebuild() {
     if (e.alive) alive.push_back(&e);
   }
   std::stable_sort(alive.begin(), alive.end(),
-                   [](const Entry* a, const Entry* b) { return a->order < b->order; });
+                   [](const Entry* a, const Entry* b) { return a->use.order < b->use.order; });
   alive_.clear();
   free_.clear();
   total_.clear();

@@ -41,6 +41,7 @@ struct NodeUse {
   proto::Resources used;
   std::vector<int> gpu_ids;  // every GPU index of the node, ascending
   std::set<int> used_gpus;
+  int64_t order = 0;  // placement preference (smaller: first); registration order
 };
 
 class NodeTable {
@@ -111,7 +112,6 @@ class NodeTable {
  private:
   struct Entry {
     NodeUse use;
-    int64_t order = 0;
     bool alive = false;
     int endless_holds = 0;
     std::multiset<absl::Time> hold_ends;

@@ -3,9 +3,11 @@
 // Layout (every key starts with the store's prefix):
 //   <prefix>jobs            HASH  job_id -> JobInfo.SerializeAsString()
 //   <prefix>job-versions    HASH  job_id -> JobInfo.version of the stored record
+//   <prefix>actors          HASH  actor_id -> the record LeaseManager encodes
+//   <prefix>actor-versions  HASH  actor_id -> its version
 //   <prefix>counter:<name>  STRING, advanced with INCRBY
 //
-// PutJob is one Lua script (atomic on the server) that writes the record and its
+// PutJob (and PutActor) is one Lua script (atomic on the server) that writes the record and its
 // version unless a higher version is stored: a command that timed out here may still
 // be executed by a server that was only slow, after a newer write on a new connection.
 //
@@ -44,7 +46,7 @@ namespace {
 
 constexpr struct timeval kConnectTimeout = {1, 0};
 
-// KEYS: jobs hash, versions hash. ARGV: job id, record, version.
+// KEYS: records hash, versions hash. ARGV: id, record, version.
 constexpr char kPutJobScript[] =
     "local v = redis.call('HGET', KEYS[2], ARGV[1]) "
     "if v and tonumber(v) > tonumber(ARGV[3]) then return 0 end "
@@ -134,6 +136,8 @@ class RedisStateStore final : public StateStore {
                               absl::StrContains(host_, ':') ? "]" : "", ":", port_)),
         jobs_key_(absl::StrCat(key_prefix, "jobs")),
         versions_key_(absl::StrCat(key_prefix, "job-versions")),
+        actors_key_(absl::StrCat(key_prefix, "actors")),
+        actor_versions_key_(absl::StrCat(key_prefix, "actor-versions")),
         counter_key_prefix_(absl::StrCat(key_prefix, "counter:")) {}
 
   ~RedisStateStore() override {
@@ -200,6 +204,40 @@ class RedisStateStore final : public StateStore {
       jobs.push_back(std::move(job));
     }
     return jobs;
+  }
+
+  absl::Status PutActor(const std::string& actor_id, int64_t version,
+                        const std::string& record) override {
+    if (actor_id.empty()) return absl::InvalidArgumentError("cannot store an actor with an empty id");
+    const std::string v = absl::StrCat(version);
+    absl::StatusOr<ReplyPtr> reply =
+        Run(FormatCommand("EVAL %s 2 %b %b %b %b %b", kPutJobScript, actors_key_.data(),
+                          actors_key_.size(), actor_versions_key_.data(),
+                          actor_versions_key_.size(), actor_id.data(), actor_id.size(),
+                          record.data(), record.size(), v.data(), v.size()),
+            Retry::kIdempotent);
+    if (!reply.ok()) return Annotate(reply.status(), absl::StrCat("storing actor ", actor_id));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<std::string>> LoadActors() override {
+    absl::StatusOr<ReplyPtr> reply =
+        Run(FormatCommand("HGETALL %b", actors_key_.data(), actors_key_.size()),
+            Retry::kIdempotent);
+    if (!reply.ok()) return Annotate(reply.status(), "loading actors");
+    const redisReply* r = reply->get();
+    if (r->type != REDIS_REPLY_ARRAY || r->elements % 2 != 0) {
+      return absl::InternalError(absl::StrCat("redis ", address_, ": unexpected reply type ",
+                                              r->type, " to HGETALL ", actors_key_));
+    }
+    std::vector<std::string> records;
+    records.reserve(r->elements / 2);
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+      const redisReply* value = r->element[i + 1];
+      if (value->type != REDIS_REPLY_STRING) continue;
+      records.emplace_back(value->str, value->len);
+    }
+    return records;
   }
 
   absl::StatusOr<int64_t> ReserveIds(const std::string& counter, int64_t count) override {
@@ -356,6 +394,8 @@ class RedisStateStore final : public StateStore {
   const std::string address_;  // "host:port", for messages and Describe().
   const std::string jobs_key_;
   const std::string versions_key_;
+  const std::string actors_key_;
+  const std::string actor_versions_key_;
   const std::string counter_key_prefix_;
 
   absl::Mutex mu_;

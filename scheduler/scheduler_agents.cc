@@ -75,7 +75,10 @@ proto::HeartbeatReply SchedulerCore::Heartbeat(const proto::HeartbeatRequest& re
     }
     reply.set_known(true);
     node->last_heartbeat = clock_->Now();
+    const bool store_restarted =
+        req.object_store().restarts() != node->info.object_store().restarts();
     *node->info.mutable_object_store() = req.object_store();
+    if (store_restarted) PublishNodeLocked(*node);  // drivers' objects there are lost
     ApplyProcessTableLocked(*node, req, /*reattach=*/false, &reply, out);
   });
   return reply;

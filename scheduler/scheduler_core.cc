@@ -44,6 +44,8 @@ SchedulerCore::SchedulerCore(SchedulerOptions options, std::unique_ptr<StateStor
       agents_(std::move(agents)),
       persister_(store_.get(), clock_),
       job_tag_(NewJobTag()),
+      objects_(clock_),
+      kv_(clock_),
       sessions_(options_.session_grace),
       book_(MakeBook(this)),
       outbound_(std::make_unique<ThreadPool>(4)) {}
@@ -83,12 +85,11 @@ absl::Status SchedulerCore::Start() {
       Node& node = nodes_[p.node_id()];
       if (node.info.node_id().empty()) {
         node.info.set_node_id(p.node_id());
-        node.info.set_node_ip(p.node_ip());
-        node.info.set_state(proto::RECONNECTING);
-        node.info.set_reason("known from a running job; waiting for its agent to re-register");
         node.last_heartbeat = now;
-        node.order = static_cast<int64_t>(nodes_.size());
-        table_.Set(p.node_id(), p.node_ip(), proto::Resources(), {}, node.order);
+        table_.Set(p.node_id(), p.node_ip(), proto::Resources(), {},
+                   static_cast<int64_t>(nodes_.size()));
+        SetNodeStateLocked(node, proto::RECONNECTING,
+                           "known from a running job; waiting for its agent to re-register");
       }
       Allocation a;
       a.node_id = p.node_id();
@@ -119,9 +120,12 @@ void SchedulerCore::Stop() {
     for (auto& [id, job] : jobs_) {
       if (job.changed != nullptr) job.changed->SignalAll();
     }
-    objects_added_.SignalAll();
     monitor_wake_.SignalAll();
   }
+  // Their waits end (the lock order allows them under mu_, but none needs it).
+  objects_.Stop();
+  kv_.Stop();
+  sessions_.Stop();
   if (monitor_.joinable()) monitor_.join();
   {
     // Calls in flight end within their deadline; their reactions use the pool.
@@ -168,20 +172,18 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     bool known = nodes_.count(id) > 0;
     Node& node = nodes_[id];
     bool reattach = known && node.info.state() == proto::RECONNECTING;
-    if (!known) node.order = static_cast<int64_t>(nodes_.size());
+    const NodeUse* placed = table_.Find(id);
+    const int64_t order = known && placed != nullptr ? placed->order
+                                                     : static_cast<int64_t>(nodes_.size());
     node.info.set_node_id(id);
     node.info.set_agent_address(req.agent_address());
-    node.info.set_node_ip(req.node_ip());
     node.info.set_hostname(req.hostname());
-    node.info.set_state(proto::ALIVE);
-    node.info.clear_reason();
-    *node.info.mutable_total() = req.total();
     node.info.mutable_gpu_names()->CopyFrom(req.gpu_names());
     node.info.mutable_warnings()->CopyFrom(req.warnings());
     node.info.set_metrics_address(req.metrics_address());
     table_.Set(id, req.node_ip(), req.total(),
-               std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), node.order);
-    table_.SetAlive(id, true);
+               std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), order);
+    SetNodeStateLocked(node, proto::ALIVE, "");
     node.last_heartbeat = clock_->Now();
     node.registration = std::max(node.registration + 1, absl::ToUnixMicros(node.last_heartbeat));
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "
@@ -207,13 +209,10 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
 void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Actions* out) {
   DROVER_LOG(WARNING) << "node " << node.info.node_id() << " declared dead: " << reason;
   notes_pending_ = true;
-  node.info.set_state(proto::DEAD);
-  node.info.set_reason(reason);
-  table_.SetAlive(node.info.node_id(), false);
+  // Its object store is unreachable too: nobody should try to pull from it.
+  SetNodeStateLocked(node, proto::DEAD, reason);
   dead_nodes_.emplace_back(node.info.node_id(), reason);
   sessions_.Forget(node.info.node_id());  // a later close of its session means nothing
-  // Its object store is unreachable: nobody should try to pull from it.
-  objects_.RemoveNode(node.info.node_id());
   for (Job* job : RunningJobsLocked()) {
     std::vector<int> lost;
     for (const auto& p : job->info.placement()) {
@@ -222,6 +221,31 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
     FailRanksLocked(*job, node.info.node_id(), lost,
                     absl::StrCat("was lost: its node was declared dead (", reason, ")"), out);
   }
+}
+
+void SchedulerCore::SetNodeStateLocked(Node& node, proto::NodeState state,
+                                       const std::string& reason) {
+  const std::string& id = node.info.node_id();
+  node.info.set_state(state);
+  node.info.set_reason(reason);
+  table_.SetAlive(id, state == proto::ALIVE);
+  if (state == proto::ALIVE) {
+    objects_.NodeUp(id, node.info.agent_address());
+  } else {
+    objects_.NodeDown(id);
+  }
+  PublishNodeLocked(node);
+}
+
+void SchedulerCore::PublishNodeLocked(const Node& node) {
+  proto::DriverNodeState n;
+  n.set_node_id(node.info.node_id());
+  n.set_alive(node.info.state() == proto::ALIVE);
+  if (!n.alive()) n.set_reason(node.info.reason());
+  n.set_agent_address(node.info.agent_address());
+  n.set_store_restarts(node.info.object_store().restarts());
+  n.set_store_last_restart_ms(node.info.object_store().last_restart_ms());
+  node_feed_.Publish(n);
 }
 
 void SchedulerCore::MonitorLoop(absl::Time started) {
@@ -260,7 +284,7 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
         if (silent > options_.node_timeout) {
           DeclareDeadLocked(
               node,
-              absl::StrCat("no heartbeat from ", id, " (", node.info.node_ip(), ") for ",
+              absl::StrCat("no heartbeat from ", id, " (", NodeIpLocked(id), ") for ",
                            absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(100))),
                            "; the node timeout is ",
                            absl::FormatDuration(options_.node_timeout)),
@@ -452,6 +476,15 @@ void SchedulerCore::IndexLocked(Job& job) {
     ++state_counts_[state];
     job.counted_state = state;
   }
+  // The rendezvous KV accepts the running generation only, and drops the others. A job
+  // that never left the queue has no rank to call it: not told (no entry per queued job).
+  const bool never_ran = state == proto::PENDING && job.kv_state < 0;
+  if (!never_ran &&
+      (job.kv_state != state || job.kv_generation != job.info.restart_count())) {
+    job.kv_state = state;
+    job.kv_generation = job.info.restart_count();
+    kv_.JobChanged(job.info.job_id(), state, job.kv_generation);
+  }
 }
 
 std::vector<SchedulerCore::Job*> SchedulerCore::RunningJobsLocked() {
@@ -574,7 +607,6 @@ void SchedulerCore::ReleaseLocked(Job& job) {
 
 void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::string& reason,
                                  int exit_code) {
-  kv_.DropJob(job.info.job_id());
   ended_jobs_.push_back(job.info.job_id());
   notes_pending_ = true;
   job.info.set_state(state);
@@ -653,7 +685,6 @@ void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Acti
     if (job.info.restarting()) {
       job.info.set_restarting(false);
       job.info.set_restart_count(job.info.restart_count() + 1);
-      kv_.DropOlderThan(job.info.job_id(), job.info.restart_count());
       NoteLocked(job, TimelineEventOf(proto::TIMELINE_REQUEUED, job.info.restart_count()));
       job.info.set_state(proto::PENDING);
       job.info.clear_placement();
@@ -741,11 +772,14 @@ proto::GetClusterStatusReply SchedulerCore::ClusterStatus() {
   proto::GetClusterStatusReply reply;
   // Batched with the agents' reports: in its turn, however many of them there are.
   RunBatched([&](Actions*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::vector<const Node*> nodes;
-    for (const auto& [id, n] : nodes_) nodes.push_back(&n);
+    std::vector<std::pair<int64_t, const Node*>> nodes;  // by registration order
+    for (const auto& [id, n] : nodes_) {
+      const NodeUse* use = table_.Find(id);
+      nodes.emplace_back(use == nullptr ? 0 : use->order, &n);
+    }
     std::sort(nodes.begin(), nodes.end(),
-              [](const Node* a, const Node* b) { return a->order < b->order; });
-    for (const Node* n : nodes) *reply.add_nodes() = NodeViewLocked(*n);
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [order, n] : nodes) *reply.add_nodes() = NodeViewLocked(*n);
     for (int s = proto::JobState_MIN; s <= proto::JobState_MAX; ++s) {
       (*reply.mutable_job_counts())[proto::JobState_Name(static_cast<proto::JobState>(s))] =
           static_cast<int32_t>(state_counts_[s]);
@@ -760,7 +794,9 @@ proto::NodeInfo SchedulerCore::NodeViewLocked(const Node& n) {
   proto::NodeInfo info = n.info;
   info.clear_free_gpu_ids();
   if (const NodeUse* use = table_.Find(n.info.node_id())) {
-    *info.mutable_free() = SubtractResources(n.info.total(), use->used);
+    info.set_node_ip(use->node_ip);
+    *info.mutable_total() = use->total;
+    *info.mutable_free() = SubtractResources(use->total, use->used);
     for (int g : use->gpu_ids) {
       if (!use->used_gpus.count(g)) info.add_free_gpu_ids(g);
     }
@@ -786,14 +822,9 @@ void SchedulerCore::ChangedLocked(Job& job) {
   IndexLocked(job);
 }
 
-void SchedulerCore::SignalJobLocked(const std::string& job_id) {
-  Job* job = FindJobLocked(job_id);
-  if (job != nullptr && job->changed != nullptr) job->changed->SignalAll();
-}
-
 std::string SchedulerCore::NodeIpLocked(const std::string& node_id) {
-  const Node* n = FindNodeLocked(node_id);
-  return n == nullptr ? "" : n->info.node_ip();
+  const NodeUse* n = table_.Find(node_id);
+  return n == nullptr ? "" : n->node_ip;
 }
 
 }  // namespace drover

@@ -8,17 +8,27 @@
 //   - node_table.h: the nodes' resources as placement reads them (pure);
 //   - placement.h: gang placement on node capacities (pure);
 //   - generation.h: how a generation's end is described and told (pure);
-//   - job_kv.h + scheduler_rendezvous.cc: the rendezvous KV and generation watches;
+//   - rendezvous.h: the rendezvous KV of running generations (scheduler_rendezvous.cc
+//     also has the generation watches);
 //   - object_directory.h: which node holds which object;
 //   - agent_sessions.h + scheduler_sessions.cc: agents' sessions, the fast path of
 //     failure detection (a dead agent's closed connection);
+//   - node_feed.h: the nodes' state pushed to drivers over their sessions;
 //   - job_persister.h: job records and ids written to the StateStore off the lock.
 // New kinds of state (leases, tasks, actors) belong in units of their own in the same
-// way: a table or pure policy with its own header and test, guarded by mu_, reached
-// through thin SchedulerCore methods in a file of their own (as scheduler_rendezvous.cc
-// does for the KV), never as more fields and branches in this class.
+// way: a table or pure policy with its own header and test, reached through thin
+// SchedulerCore methods in a file of their own (as scheduler_objects.cc does for the
+// object directory), never as more fields and branches in this class.
 //
-// Threading: every public method is thread-safe; one mutex guards all state. Calls to
+// Threading: every public method is thread-safe. One mutex (mu_) guards the job state
+// machine and the nodes; the object directory, the rendezvous KV, the agents' sessions
+// and the node feed are thread-safe classes with a lock of their own, so their traffic
+// (object reports and lookups, rendezvous and its waits, drivers' node news) never
+// waits for mu_. Lock order (ABSL_ACQUIRED_BEFORE/AFTER on the mutexes; absl's
+// deadlock detection checks it in every test): LeaseManager's mutex (its ResourceBook
+// calls take mu_) before mu_; mu_ before batch_mu_ and before the locks of objects_,
+// kv_, sessions_ and node_feed_, which are leaves: nothing is called out, and no other
+// lock taken, while one is held. No lock is held across an RPC or a callback. Calls to
 // agents and to the state store are never made under it: methods collect agent calls
 // and hand them to a small outbound thread pool (launches go out from there without
 // blocking it: StartProcessesAsync, whose reactions run on gRPC's threads), and job
@@ -60,13 +70,14 @@
 #include "proto/scheduler.pb.h"
 #include "scheduler/agent_client.h"
 #include "scheduler/agent_sessions.h"
-#include "scheduler/job_kv.h"
 #include "scheduler/job_persister.h"
 #include "scheduler/job_timeline.h"
 #include "scheduler/lease_manager.h"
+#include "scheduler/node_feed.h"
 #include "scheduler/node_table.h"
 #include "scheduler/object_directory.h"
 #include "scheduler/queue_policy.h"
+#include "scheduler/rendezvous.h"
 #include "scheduler/state_store.h"
 
 namespace drover {
@@ -135,9 +146,9 @@ class SchedulerCore {
   absl::StatusOr<proto::JobInfo> CancelJob(const std::string& job_id);
   proto::GetClusterStatusReply ClusterStatus();
 
-  // Object directory (object_directory.h), guarded by the same mutex as the node table.
-  // A dead node's entries are dropped when it is declared dead; reads list ALIVE nodes
-  // only. FAILED_PRECONDITION if the node is unknown or not ALIVE.
+  // Object directory (object_directory.h, its own lock; these methods live in
+  // scheduler_objects.cc). A dead node's entries are dropped when it is declared dead;
+  // reads list ALIVE nodes only. FAILED_PRECONDITION if the node is unknown or not ALIVE.
   absl::Status AddObjectLocations(const proto::AddObjectLocationsRequest& req);
   void RemoveObjectLocations(const proto::RemoveObjectLocationsRequest& req);
   // With `wait` > 0, waits up to `wait` (at most 10 minutes) until an ALIVE node holds
@@ -148,9 +159,9 @@ class SchedulerCore {
       const std::string& object_id, absl::Duration wait = absl::ZeroDuration(),
       const std::function<bool()>& cancelled = nullptr);
 
-  // Rendezvous key-value store of running job generations (job_kv.h; these methods
-  // live in scheduler_rendezvous.cc). Every call fails with FAILED_PRECONDITION unless
-  // the scope's job runs that generation.
+  // Rendezvous key-value store of running job generations (rendezvous.h, its own lock;
+  // these methods live in scheduler_rendezvous.cc). Every call fails with
+  // FAILED_PRECONDITION unless the scope's job runs that generation.
   absl::Status KvSet(const proto::KvSetRequest& req);
   // Waits up to `wait` for the key (DEADLINE_EXCEEDED naming it); ABORTED if the
   // generation ends while waiting.
@@ -204,12 +215,18 @@ class SchedulerCore {
   // declared dead. Ignored for a replaced session, and once Stop() has begun.
   void AgentSessionClosed(const std::string& node_id, int64_t session_id);
 
+  // The nodes' state as drivers see it, for their sessions (LeasesService::
+  // DriverSession) to push to them. Lives as long as the core.
+  NodeFeed* node_feed() { return &node_feed_; }
+
  private:
+  // A node: what placement needs of it (its IP, total, GPUs, what is used, its order
+  // and whether it is ALIVE) is kept in table_ only, under the same id; the rest here.
+  // NodeViewLocked puts the two together; SetNodeStateLocked changes the state of both.
   struct Node {
-    proto::NodeInfo info;  // total, state, addresses; `free` filled on read
-    // Registration order, for stable placement preference. Its resources in use and
-    // its GPUs are in table_.
-    int64_t order = 0;
+    // State, reason, agent address and what the agent reports. node_ip, total and free
+    // are left empty here (table_ has them) and filled on read.
+    proto::NodeInfo info;
     absl::Time last_heartbeat;
     // RegisterNodeReply.registration of its last registration (0 before one): starts
     // sent to the node carry it, so an agent registered since refuses a late one.
@@ -242,6 +259,9 @@ class SchedulerCore {
     int counted_state = -1;
     // Moves whenever `allocs` is filled or cleared.
     int64_t allocs_gen = 0;
+    // What kv_ was last told of it (state, generation): told again only on a change.
+    int kv_state = -1;
+    int kv_generation = -1;
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -327,8 +347,6 @@ class SchedulerCore {
   void NoteLocked(const Job& job, proto::TimelineEvent e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (options_.timeline != nullptr) options_.timeline->Record(job.info.job_id(), std::move(e));
   }
-  // Wakes the long polls of the job `job_id`, if it exists (its KV changed).
-  void SignalJobLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Runs a pass of the queue policy (queue_policy.h) if anything changed since the
   // last one, and applies its decisions: places the jobs it starts, records why the
@@ -370,6 +388,12 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DeclareDeadLocked(Node& node, const std::string& reason, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells node_feed_ (the drivers) of the node's state now.
+  void PublishNodeLocked(const Node& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The one place a node's state changes: the record, whether table_ places on it,
+  // whether objects_ takes its reports (at `agent_address`), and the drivers' feed.
+  void SetNodeStateLocked(Node& node, proto::NodeState state, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The start of launch `a` failed on its node i (`why`): that node's ranks and those
   // of the nodes after it, which are never asked, are failed.
   void FailLaunchLocked(Job& job, const Action& a, size_t i, const absl::Status& why, Actions* out)
@@ -385,8 +409,6 @@ class SchedulerCore {
   proto::NodeInfo NodeViewLocked(const Node& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Node* FindNodeLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Job* FindJobLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // OK if `scope`'s job is running that generation (not ended, not restarted since).
-  absl::Status CheckKvScopeLocked(const proto::KvScope& scope) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The node's IP for messages, "" if unknown.
   std::string NodeIpLocked(const std::string& node_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits (without mu_) until `job_id`'s changes are stored; `what` names the change
@@ -403,7 +425,8 @@ class SchedulerCore {
   // Per scheduler lifetime, in every job id: "job-<tag>-<n>" (see NewJobTag).
   const std::string job_tag_;
 
-  absl::Mutex mu_;
+  absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(batch_mu_, *objects_.mutex(), *kv_.mutex(),
+                                       *sessions_.mutex(), *node_feed_.mutex());
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   // Idempotency key -> the job it made (jobs_ never drops a job).
@@ -417,12 +440,12 @@ class SchedulerCore {
   std::map<int, int64_t> state_counts_ ABSL_GUARDED_BY(mu_);
   // Every known node's resources (ALIVE ones are placed on) and holds.
   NodeTable table_ ABSL_GUARDED_BY(mu_);
-  ObjectDirectory objects_ ABSL_GUARDED_BY(mu_);
-  // Signalled (SignalAll) when copies are added to objects_, and by Stop(): wakes the
-  // GetObjectLocations calls that wait for a holder (each re-checks its own object).
-  absl::CondVar objects_added_;
-  JobKv kv_ ABSL_GUARDED_BY(mu_);
-  AgentSessions sessions_ ABSL_GUARDED_BY(mu_);
+  // Thread-safe, each with a lock of its own, taken after mu_ (when at all under it)
+  // and never before: the lock order above. Told of node and job changes under mu_.
+  ObjectDirectory objects_;
+  Rendezvous kv_;
+  AgentSessions sessions_;
+  NodeFeed node_feed_;
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
   // stop them anyway (MonitorLoop).
   std::map<std::string, absl::Time> deferred_stops_ ABSL_GUARDED_BY(mu_);

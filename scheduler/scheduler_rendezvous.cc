@@ -1,6 +1,6 @@
-// SchedulerCore's rendezvous part: the KV of running job generations (job_kv.h) and
-// the generation watches (WatchGeneration). Same class and lock as scheduler_core.cc;
-// the rules they apply are the pure functions of generation.h.
+// SchedulerCore's rendezvous part: the KV of running job generations (rendezvous.h,
+// with a lock of its own) and the generation watches (WatchGeneration, under mu_: they
+// read the jobs' state); the rules they apply are the pure functions of generation.h.
 #include <optional>
 #include <string>
 
@@ -11,86 +11,22 @@
 namespace drover {
 
 // ---------------------------------------------------------------------------
-// Rendezvous KV
+// Rendezvous KV: its own class and lock (rendezvous.h); none of these takes mu_.
 
-absl::Status SchedulerCore::CheckKvScopeLocked(const proto::KvScope& scope) {
-  const Job* job = FindJobLocked(scope.job_id());
-  return CheckKvScope(job == nullptr ? nullptr : &job->info, scope);
-}
-
-absl::Status SchedulerCore::KvSet(const proto::KvSetRequest& req) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
-  absl::Status s =
-      kv_.Set({req.scope().job_id(), req.scope().generation()}, req.key(), req.value());
-  if (s.ok()) SignalJobLocked(req.scope().job_id());
-  return s;
-}
+absl::Status SchedulerCore::KvSet(const proto::KvSetRequest& req) { return kv_.Set(req); }
 
 absl::StatusOr<proto::KvGetReply> SchedulerCore::KvGet(const proto::KvGetRequest& req,
                                                        absl::Duration wait) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
-  const JobKv::Scope scope{req.scope().job_id(), req.scope().generation()};
-  proto::KvGetReply reply;
-  std::optional<std::string> value = kv_.Get(scope, req.key());
-  if (!value && wait > absl::ZeroDuration()) {
-    bool scope_ended = false;
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      if (stopping_ || !CheckKvScopeLocked(req.scope()).ok()) {
-        scope_ended = true;
-        return true;
-      }
-      value = kv_.Get(scope, req.key());
-      return value.has_value();
-    };
-    // The scope was checked above: its job exists.
-    AwaitJobLocked(*FindJobLocked(scope.first),
-                   clock_->Now() + std::min(wait, absl::Minutes(5)), ready);
-    if (scope_ended) {
-      return absl::AbortedError(absl::StrCat("KV: job ", scope.first, " generation ",
-                                             scope.second, " ended while waiting for '",
-                                             req.key(), "'"));
-    }
-    if (!value) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "KV: key '", req.key(), "' of job ", scope.first, " did not appear within ",
-          absl::FormatDuration(wait), "; did every rank reach the rendezvous?"));
-    }
-  }
-  reply.set_found(value.has_value());
-  if (value) reply.set_value(*value);
-  return reply;
+  return kv_.Get(req, wait);
 }
 
 absl::StatusOr<proto::KvCompareAndSetReply> SchedulerCore::KvCompareAndSet(
     const proto::KvCompareAndSetRequest& req) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
-  std::optional<std::string> expected;
-  if (!req.expect_absent()) expected = req.expected();
-  std::optional<std::string> current;
-  auto swapped = kv_.CompareAndSet({req.scope().job_id(), req.scope().generation()}, req.key(),
-                                   expected, req.desired(), &current);
-  if (!swapped.ok()) return swapped.status();
-  if (*swapped) SignalJobLocked(req.scope().job_id());
-  proto::KvCompareAndSetReply reply;
-  reply.set_swapped(*swapped);
-  reply.set_found(current.has_value());
-  if (current) reply.set_current(*current);
-  return reply;
+  return kv_.CompareAndSet(req);
 }
 
 absl::StatusOr<proto::KvAddReply> SchedulerCore::KvAdd(const proto::KvAddRequest& req) {
-  absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckKvScopeLocked(req.scope()); !s.ok()) return s;
-  auto sum = kv_.Add({req.scope().job_id(), req.scope().generation()}, req.key(), req.delta(),
-                     req.request_id());
-  if (!sum.ok()) return sum.status();
-  SignalJobLocked(req.scope().job_id());
-  proto::KvAddReply reply;
-  reply.set_value(*sum);
-  return reply;
+  return kv_.Add(req);
 }
 
 // ---------------------------------------------------------------------------

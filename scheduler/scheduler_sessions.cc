@@ -1,6 +1,6 @@
 // SchedulerCore's part of failure detection through agents' sessions: the table of
-// sessions (agent_sessions.h) and what the core does with it. Same class and lock as
-// scheduler_core.cc; the gRPC side is agent_session_hub.h. Also: a stalled scheduler
+// sessions (agent_sessions.h, which has a lock of its own, taken after mu_) and what the
+// core does with it. The gRPC side is agent_session_hub.h. Also: a stalled scheduler
 // does not hold the nodes' silence meanwhile against them (ForgiveStallLocked).
 #include <algorithm>
 #include <string>
@@ -33,13 +33,16 @@ absl::StatusOr<proto::AgentSessionNotice> SchedulerCore::OpenAgentSession(
 }
 
 void SchedulerCore::AgentSessionClosed(const std::string& node_id, int64_t session_id) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_ || !sessions_.Closed(node_id, session_id, clock_->Now())) return;
+  // The table's own lock only (ignored once Stop() has begun: AgentSessions::Stop).
+  if (!sessions_.Closed(node_id, session_id, clock_->Now())) return;
   DROVER_LOG(INFO) << "the agent of node " << node_id << " closed its session " << session_id
                    << "; the node is declared dead in "
                    << absl::FormatDuration(sessions_.grace())
                    << " unless the agent opens a new one";
-  monitor_wake_.Signal();  // the monitor's next pass may now come sooner
+  // The monitor's next pass may now come sooner. Taken after the table's lock is
+  // released (the order is mu_ before it), and only to signal without a lost wake-up.
+  absl::MutexLock lock(&mu_);
+  monitor_wake_.Signal();
 }
 
 void SchedulerCore::ExpireAgentSessionsLocked(absl::Time now, Actions* out) {
@@ -48,7 +51,7 @@ void SchedulerCore::ExpireAgentSessionsLocked(absl::Time now, Actions* out) {
     if (node == nullptr || node->info.state() != proto::ALIVE) continue;
     DeclareDeadLocked(
         *node,
-        absl::StrCat("the agent of ", lost.node_id, " (", node->info.node_ip(),
+        absl::StrCat("the agent of ", lost.node_id, " (", NodeIpLocked(lost.node_id),
                      ") closed its connection ",
                      absl::FormatDuration(absl::Trunc(now - lost.closed, absl::Milliseconds(100))),
                      " ago and opened no new session: the agent process exited or was killed"),

@@ -174,6 +174,15 @@ class SchedulerCore::Book : public ResourceBook {
     return core_->address_;
   }
 
+  // The persister queues (or, in memory, writes through): never waits on Redis, so the
+  // lease manager may call it under its lock.
+  void SaveActor(const std::string& actor_id, int64_t version, std::string record) override {
+    core_->persister_.PutActor(actor_id, version, std::move(record));
+  }
+  absl::StatusOr<std::vector<std::string>> SavedActors() override {
+    return core_->store_->LoadActors();
+  }
+
  private:
   SchedulerCore* const core_;
   LeasePlacer placer_;  // guarded by core_->mu_
@@ -187,7 +196,8 @@ void SchedulerCore::SetLeaseManager(LeaseManager* leases) { leases_.store(leases
 
 void SchedulerCore::AdoptLeases(const std::string& node_id, const proto::RegisterNodeRequest& req) {
   LeaseManager* leases = leases_.load();
-  if (leases == nullptr || req.leases().empty()) return;
+  // Also with no leases: actors the node ran before a restart and no longer holds end.
+  if (leases == nullptr) return;
   leases->Adopt(node_id, req.agent_address(),
                 std::vector<proto::HeldLease>(req.leases().begin(), req.leases().end()));
 }
@@ -195,14 +205,7 @@ void SchedulerCore::AdoptLeases(const std::string& node_id, const proto::Registe
 void SchedulerCore::TakeNotesLocked(LeaseNotes* notes) {
   for (std::string& job : ended_jobs_) {
     // Its objects, to be deleted from the stores that hold them.
-    std::map<std::string, std::vector<std::string>> objects;
-    for (auto& [node, id] : objects_.WithPrefix(job + ".")) {
-      const Node* n = FindNodeLocked(node);
-      if (n != nullptr && n->info.state() == proto::ALIVE) {
-        objects[n->info.agent_address()].push_back(id);
-      }
-    }
-    notes->ended.emplace_back(std::move(job), std::move(objects));
+    notes->ended.emplace_back(job, objects_.ByAgent(job + "."));
   }
   ended_jobs_.clear();
   for (auto& dead : dead_nodes_) notes->dead.push_back(std::move(dead));

@@ -1,4 +1,5 @@
-// Where the scheduler keeps the records that must survive it: jobs and id counters.
+// Where the scheduler keeps the records that must survive it: jobs, actors and id
+// counters.
 //
 // Two implementations: in memory (the default; lost when the scheduler exits) and
 // Redis through hiredis (durable; a restarted scheduler reloads every job and
@@ -31,6 +32,17 @@ class StateStore {
   virtual absl::Status PutJob(const proto::JobInfo& job) = 0;
   // Every stored job, in no particular order.
   virtual absl::StatusOr<std::vector<proto::JobInfo>> LoadJobs() = 0;
+  // Inserts or replaces the actor record `record` (opaque bytes: LeaseManager encodes
+  // it) keyed by `actor_id`, unless the stored one has a higher `version` (as PutJob).
+  // The default keeps nothing (a store that does not outlive the scheduler).
+  virtual absl::Status PutActor(const std::string& actor_id, int64_t version,
+                                const std::string& record) {
+    return absl::OkStatus();
+  }
+  // Every stored actor record, in no particular order.
+  virtual absl::StatusOr<std::vector<std::string>> LoadActors() {
+    return std::vector<std::string>();
+  }
   // Atomically advances the named counter by `count` (>= 1) and returns its new value:
   // the ids new_value - count + 1 .. new_value are the caller's (first call: 1..count).
   virtual absl::StatusOr<int64_t> ReserveIds(const std::string& counter, int64_t count) = 0;
@@ -44,7 +56,7 @@ class StateStore {
 };
 
 // Keeps everything in this process. With `keep_jobs` false it keeps only the counters
-// and drops job records (LoadJobs returns none): for a scheduler whose state ends with
+// and drops job and actor records (LoadJobs and LoadActors return none): for a scheduler whose state ends with
 // its process and is never loaded back (drover-scheduler without --redis), where
 // keeping a copy of every record would only cost memory (docs/scaling.md).
 std::unique_ptr<StateStore> NewMemoryStateStore(bool keep_jobs = true);

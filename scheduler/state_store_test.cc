@@ -132,6 +132,21 @@ TEST_P(StateStoreTest, PutJobKeepsTheNewestVersion) {
   ExpectSameJob((*store_->LoadJobs())[0], newer);
 }
 
+// Actors' records (opaque bytes here) are kept per id, the newest version winning, and
+// apart from jobs.
+TEST_P(StateStoreTest, PutActorKeepsTheNewestRecordPerActor) {
+  ASSERT_TRUE(store_->PutActor("actor-1", 3, "one at 3").ok());
+  ASSERT_TRUE(store_->PutActor("actor-2", 1, std::string("two\0bytes", 9)).ok());
+  ASSERT_TRUE(store_->PutActor("actor-1", 2, "one at 2, late").ok());
+  ASSERT_TRUE(store_->PutActor("actor-2", 4, "two at 4").ok());
+  EXPECT_FALSE(store_->PutActor("", 1, "x").ok());
+  auto loaded = store_->LoadActors();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  std::sort(loaded->begin(), loaded->end());
+  EXPECT_EQ(*loaded, (std::vector<std::string>{"one at 3", "two at 4"}));
+  EXPECT_TRUE(store_->LoadJobs()->empty());
+}
+
 TEST_P(StateStoreTest, ReserveIdsHandsOutBlocks) {
   auto last = store_->ReserveIds("job", 32);
   ASSERT_TRUE(last.ok()) << last.status();

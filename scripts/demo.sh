@@ -6,8 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh demo
+setup_s=$SECONDS
 echo "demo: building (the first build takes a few minutes on 2 cores)"
 bazel build //cli:drover 2>&1 | tail -1
+build_s=$((SECONDS - setup_s))
 DROVER="$(bazel info bazel-bin 2>/dev/null)/cli/drover"
 export DROVER_HOME="${DROVER_HOME:-$(mktemp -d /tmp/drover-demo.XXXXXX)}"
 trap '"$DROVER" down >/dev/null 2>&1 || true' EXIT
@@ -28,3 +30,4 @@ echo
 "$DROVER" jobs
 "$DROVER" down
 trap - EXIT
+echo "demo: done in ${SECONDS} s (packages ${setup_s} s, build ${build_s} s, cluster and jobs $((SECONDS - setup_s - build_s)) s)"

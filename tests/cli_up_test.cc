@@ -1,7 +1,9 @@
 // `drover up` / `drover down` as a user runs them: a local cluster with nothing else to
 // install or start, state in memory or (with --redis) in a redis-server it starts.
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <fcntl.h>
 #include <dirent.h>
 #include <hiredis/hiredis.h>
 #include <sys/wait.h>
@@ -10,6 +12,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -227,6 +230,53 @@ int CountDaemons(const std::string& program, const std::string& needle) {
   int n = 0;
   for (const std::string& p : ProcessesNaming(needle)) n += absl::StrContains(p, program);
   return n;
+}
+
+// Two `drover up` (or `down`) at once in one DROVER_HOME: each takes an flock on
+// $DROVER_HOME/cluster.lock; a second one names the pid that holds it, waits, and
+// refuses clearly when it waited too long. Here the test holds the lock itself.
+TEST_F(CliUpTest, UpAndDownWaitForTheHomeLockAndNameItsHolder) {
+  const std::string lock_path = home_ + "/cluster.lock";
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::string me = absl::StrCat(::getpid(), "\n");
+  ASSERT_EQ(::pwrite(fd, me.data(), me.size(), 0), static_cast<ssize_t>(me.size()));
+  std::string out, err;
+  // --timeout 1: it waits twice that for the lock, then refuses.
+  EXPECT_NE(Drover({"up", "--nodes", "1", "--timeout", "1"}, &out, &err), 0) << out << err;
+  EXPECT_TRUE(absl::StrContains(err, absl::StrCat("(pid ", ::getpid(), ") is working on the cluster")))
+      << err;
+  EXPECT_TRUE(absl::StrContains(err, absl::StrCat("(pid ", ::getpid(), ") still holds ", lock_path)))
+      << err;
+  EXPECT_FALSE(ReadFile(home_ + "/cluster.json").ok()) << "up started a cluster without the lock";
+  EXPECT_EQ(CountDaemons("drover-scheduler", home_ + "/"), 0);
+  ::close(fd);  // released: now it starts
+  ASSERT_EQ(Drover({"up", "--nodes", "1"}, &out, &err), 0) << out << err;
+  EXPECT_FALSE(absl::StrContains(err, "is working on the cluster")) << err;
+  struct stat st;
+  ASSERT_EQ(::stat(lock_path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(Drover({"down"}, &out, &err), 0) << err;
+}
+
+// Two `drover up` started together in one DROVER_HOME make one cluster: the second
+// waits for the first, then finds its cluster running.
+TEST_F(CliUpTest, TwoUpsAtOnceInOneHomeStartOneCluster) {
+  std::string out[2], err[2];
+  int rc[2] = {-1, -1};
+  std::thread a([&] { rc[0] = Drover({"up", "--nodes", "1"}, &out[0], &err[0]); });
+  std::thread b([&] { rc[1] = Drover({"up", "--nodes", "1"}, &out[1], &err[1]); });
+  a.join();
+  b.join();
+  EXPECT_EQ(rc[0], 0) << err[0];
+  EXPECT_EQ(rc[1], 0) << err[1];
+  EXPECT_EQ(CountDaemons("drover-scheduler", home_ + "/"), 1)
+      << absl::StrJoin(ProcessesNaming(home_ + "/"), "\n") << "\n" << err[0] << "\n" << err[1];
+  EXPECT_EQ(CountDaemons("drover-agent", home_ + "/"), 1)
+      << absl::StrJoin(ProcessesNaming(home_ + "/"), "\n");
+  ASSERT_EQ(Drover({"down"}, &out[0], &err[0]), 0) << err[0];
+  EXPECT_EQ(CountDaemons("drover-scheduler", home_ + "/"), 0);
 }
 
 class CliUpRestartTest : public CliUpTest {

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds examples/external_workspace, a Bazel workspace of its own that uses this
 # checkout as the external repository @drover (drover_dependencies(), the README's
-# .bazelrc lines, @drover//sdk:drover), then runs its drover_job targets with
-# `bazel run` against a local cluster started by drover's own CLI, and checks their
-# output and exit codes. Everything it starts is stopped, everything it writes removed.
+# .bazelrc lines, @drover//sdk:drover), builds @drover//cli:drover and
+# @drover//python:drover there and checks that they are where the README says
+# (bazel-bin/external/drover/...) and work (the CLI starts the cluster, Python puts and
+# gets a value), then runs its drover_job targets with `bazel run` against that
+# cluster, and checks their output and exit codes. Everything it starts is stopped, everything it writes removed.
 #
 # Not a `bazel test` (Bazel inside Bazel's sandbox is awkward): scripts/test.sh runs it
 # after `bazel test //...`. The outer workspace has its own output base (a fresh Bazel
@@ -73,9 +75,36 @@ start=$SECONDS
 outer_bazel build //... >"$log" 2>&1 || fail "bazel build //... in the outer workspace"
 echo "external_workspace_test: bazel build //... in the outer workspace: $((SECONDS - start)) s"
 
-(cd "$repo" && bazel build //cli:drover >"$log" 2>&1) || fail "bazel build //cli:drover in $repo"
-drover="$(cd "$repo" && bazel info bazel-bin 2>/dev/null)/cli/drover"
-"$drover" up --nodes 2 >"$log" 2>&1 || fail "drover up"
+# The CLI and the Python module where the README says an outer workspace finds them
+# (bazel-bin/external/drover/...; bazel-bin is `bazel info bazel-bin`, the folder the
+# convenience link points to). The cluster below is started by that CLI, which finds
+# its daemons beside itself.
+start=$SECONDS
+outer_bazel build @drover//cli:drover @drover//python:drover >"$log" 2>&1 ||
+  fail "bazel build @drover//cli:drover @drover//python:drover in the outer workspace"
+echo "external_workspace_test: bazel build @drover//cli:drover @drover//python:drover: $((SECONDS - start)) s"
+outer_bin="$(outer_bazel info bazel-bin 2>/dev/null)"
+drover="$outer_bin/external/drover/cli/drover"
+[[ -x "$drover" ]] || fail "no CLI at bazel-bin/external/drover/cli/drover (the README's path)"
+[[ -f "$outer_bin/external/drover/python/drover.so" ]] ||
+  fail "no Python module at bazel-bin/external/drover/python/drover.so (the README's path)"
+# The module links the SDK the CLI was built from: no second configuration compiled it
+# again (a transition's output folder is bazel-out/k8-<mode>-ST-<hash>).
+if compgen -G "$outer_bin/../../*-ST-*" >/dev/null; then
+  fail "a configuration of its own compiled drover again: $(cd "$outer_bin/../.." && ls -d ./*-ST-*)"
+fi
+"$drover" up --nodes 2 >"$log" 2>&1 || fail "drover up (the outer workspace's CLI)"
+
+# `import drover` from the README's folder, and a value through the cluster's store.
+PYTHONPATH="$outer_bin/external/drover/python" python3 -c '
+import drover
+drover.init()  # the cluster of $DROVER_HOME, as for the CLI
+ref = drover.put({"squares": [1, 4, 9]})
+assert drover.get(ref, timeout=30) == {"squares": [1, 4, 9]}, drover.get(ref)
+drover.shutdown()
+print("python module: put/get through the cluster ok")
+' >"$log" 2>&1 || fail "import drover from bazel-bin/external/drover/python and put/get a value"
+echo "external_workspace_test: import drover from bazel-bin/external/drover/python: put/get ok"
 
 # drover run: the job's output streams back and `bazel run` exits with the job's code;
 # arguments after `--` follow the target's own.

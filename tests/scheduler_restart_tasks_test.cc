@@ -1,10 +1,13 @@
-// Issue 19 item 4 (steps 1 and 2): a driver's tasks and actors outlive scheduler
-// restarts on a --redis cluster. Its job stands (the new scheduler waits for its driver
-// to open its session again), its leased workers and actors run on, their leases are
-// booked again from the agents' registrations, and its tasks and ordered actor calls go
-// on and come back right.
+// Issue 19 item 4: a driver's tasks and actors outlive scheduler restarts on a --redis
+// cluster. Its job stands (the new scheduler waits for its driver to open its session
+// again), its leased workers and actors run on, their leases are booked again from the
+// agents' registrations, the actors' records come back from Redis (a named one is found
+// by name again, on the same worker), lookups made while the scheduler is away wait for
+// it, results stored on either node are found through the rebuilt object directory, and
+// the tasks and ordered actor calls go on and come back right.
 #include <signal.h>
 
+#include <iostream>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -27,37 +30,75 @@ class SchedulerRestartTasksTest : public TwoNodeClusterTest {
   }
 };
 
-TEST_F(SchedulerRestartTasksTest, ADriversTasksGoOnAcrossTwoSchedulerKills) {
-  const std::string stop = absl::StrCat(cluster_->dir(), "/stop-stream");
-  const std::string base = absl::StrCat(cluster_->dir(), "/streamer");
-  pid_t pid = StartDriver(*cluster_, "tests/task_program", {"stream", "16", stop, "2"}, base);
+TEST_F(SchedulerRestartTasksTest, TwoHundredTasksAndTwoActorsOutliveTwoSchedulerKills) {
+  const std::string stop = absl::StrCat(cluster_->dir(), "/stop-outlive");
+  const std::string base = absl::StrCat(cluster_->dir(), "/outlive");
+  pid_t pid = StartDriver(*cluster_, "tests/task_program",
+                          {"outlive", "200", stop, "kept-counter", cluster_->agent_node_id(0),
+                           cluster_->agent_node_id(1)},
+                          base);
   auto done = [&] {
     int64_t n = 0;
     return absl::SimpleAtoi(ReadDriverOutput(base).Get("done"), &n) ? n : int64_t{0};
   };
-  ASSERT_TRUE(WaitFor([&] { return done() >= 16; }, absl::Seconds(120)))
+  // The driver ended early (it prints why as "outlive=..."): waiting longer is useless.
+  auto ended = [&] { return ReadDriverOutput(base).kv.count("outlive") > 0; };
+  // Two rounds of 200 before the first kill: every lease and both actors are in use.
+  ASSERT_TRUE(WaitFor([&] { return done() >= 400 || ended(); }, absl::Seconds(180)))
       << ReadDriverOutput(base).All() << cluster_->DaemonLogs();
+  ASSERT_FALSE(ended()) << ReadDriverOutput(base).All();
   const std::string job = ReadDriverOutput(base).Get("job");
   for (int kill = 0; kill < 2; ++kill) {
-    ASSERT_TRUE(cluster_->RestartScheduler(SIGKILL).ok()) << cluster_->DaemonLogs();
-    // The job stands, and its tasks go on: a round on every CPU after the restart.
+    if (kill == 0) {
+      ASSERT_TRUE(cluster_->RestartScheduler(SIGKILL).ok()) << cluster_->DaemonLogs();
+    } else {
+      // A lookup by name made while the scheduler is away waits for it (saying so).
+      auto away_lines = [&] {
+        const std::string err = ReadDriverOutput(base).err;
+        int n = 0;
+        for (size_t at = err.find("does not answer"); at != std::string::npos;
+             at = err.find("does not answer", at + 1)) {
+          ++n;
+        }
+        return n;
+      };
+      const int said = away_lines();
+      cluster_->StopScheduler(SIGKILL);
+      ASSERT_TRUE(WriteFileAtomic(stop + ".lookup", "1").ok());
+      EXPECT_TRUE(WaitFor([&] { return away_lines() > said || ended(); }, absl::Seconds(60)))
+          << ReadDriverOutput(base).All();
+      EXPECT_EQ(ReadDriverOutput(base).Get("looked_up"), "<missing looked_up>");
+      ASSERT_TRUE(cluster_->StartSchedulerAgain().ok()) << cluster_->DaemonLogs();
+      EXPECT_TRUE(WaitFor([&] { return ReadDriverOutput(base).kv.count("looked_up") > 0 || ended(); },
+                          absl::Seconds(90)))
+          << ReadDriverOutput(base).All() << cluster_->DaemonLogs();
+      EXPECT_EQ(ReadDriverOutput(base).Get("looked_up"), "1 ok");
+    }
+    // The job stands, and its tasks go on: two more rounds after the restart.
     const int64_t before = done();
-    EXPECT_TRUE(WaitFor([&] { return done() >= before + 16; }, absl::Seconds(120)))
+    EXPECT_TRUE(WaitFor([&] { return done() >= before + 400 || ended(); }, absl::Seconds(180)))
         << "kill " << kill << ": " << ReadDriverOutput(base).All() << cluster_->DaemonLogs();
     auto info = cluster_->client().GetJob(job);
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_EQ(info->state, JobState::kRunning) << info->reason;
   }
   ASSERT_TRUE(WriteFileAtomic(stop, "").ok());
-  DriverRun r = FinishDriver(*cluster_, pid, base, absl::Seconds(120));
+  DriverRun r = FinishDriver(*cluster_, pid, base, absl::Seconds(180));
   EXPECT_EQ(r.code, 0) << r.All() << cluster_->DaemonLogs();
-  EXPECT_EQ(r.Get("stream"), "ok") << r.All();
-  // Two actors, called in order all along (their connections outlive the scheduler).
+  EXPECT_EQ(r.Get("outlive"), "ok") << r.All();
+  // Both actors called in order all along (their connections outlive the scheduler).
   EXPECT_TRUE(absl::StartsWith(r.Get("actors"), "ok ")) << r.All();
+  // The named one found by name after both restarts: the same worker, its state kept.
+  EXPECT_EQ(r.Get("named"), "ok same worker") << r.All();
+  // Results stored on each node, read after the restarts.
+  EXPECT_EQ(r.Get("blob0"), "ok") << r.All();
+  EXPECT_EQ(r.Get("blob1"), "ok") << r.All();
   EXPECT_TRUE(absl::StrContains(r.err, "waiting for it to come back")) << r.err;
-  auto ended = cluster_->client().WaitJob(job, absl::Seconds(30));
-  ASSERT_TRUE(ended.ok()) << ended.status();
-  EXPECT_EQ(ended->state, JobState::kSucceeded) << ended->reason;
+  EXPECT_TRUE(absl::StrContains(r.err, "answers again")) << r.err;
+  std::cerr << "the driver's stderr:\n" << r.err;
+  auto last = cluster_->client().WaitJob(job, absl::Seconds(30));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->state, JobState::kSucceeded) << last->reason;
 }
 
 }  // namespace

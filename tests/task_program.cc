@@ -5,12 +5,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -596,6 +598,125 @@ int Stream(int in_flight, const std::string& stop, int actors = 0) {
   return 0;
 }
 
+// Issue 19 item 4's whole test, through scheduler restarts: keeps `in_flight` tasks of
+// 50 ms submitted until `stop` exists, printing how many finished ("done=N"); two
+// counters, the second named `name`, get an ordered Log call per finished task, and the
+// named one is looked up by name every 100 finished tasks (a lookup made while the
+// scheduler is away waits for it). First, a 3 MiB result is made on each of `node_a`
+// and `node_b` (stored there), read only at the end: the scheduler's object directory
+// must find their nodes again. At the end the named actor is looked up once more and
+// must be the same worker with the whole log. Each time the file `stop`.lookup names a
+// new number N, a thread of its own looks the named actor up ("asking=N", then
+// "looked_up=N ok"): the test does it while the scheduler is away.
+int Outlive(int in_flight, const std::string& stop, const std::string& name,
+            const std::string& node_a, const std::string& node_b) {
+  std::mutex print_mu;  // Print is not thread-safe
+  auto say = [&](const std::string& k, const std::string& v) {
+    std::lock_guard<std::mutex> l(print_mu);
+    Print(k, v);
+  };
+  std::atomic<bool> finished{false};
+  std::thread looker([&] {
+    std::string last;
+    while (!finished.load()) {
+      std::ifstream in(stop + ".lookup");
+      std::string n;
+      if (in >> n && n != last) {
+        last = n;
+        say("asking", n);
+        auto found = drover::GetActor<Counter>(name);
+        say("looked_up", absl::StrCat(n, found.ok() ? " ok" : absl::StrCat(" ", Err(found.status()))));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+  struct Join {
+    std::atomic<bool>& finished;
+    std::thread& t;
+    ~Join() {
+      finished = true;
+      t.join();
+    }
+  } join{finished, looker};
+  std::vector<drover::ActorHandle<Counter>> counters;
+  counters.push_back(drover::Actor(MakeCounter).Remote(int64_t{0}));
+  counters.push_back(drover::Actor(MakeCounter).SetName(name).Remote(int64_t{0}));
+  auto pid = drover::Get(counters[1].Task(&Counter::Pid).Remote(), absl::Seconds(120));
+  auto first = drover::Get(counters[0].Task(&Counter::Value).Remote(), absl::Seconds(120));
+  if (!pid.ok() || !first.ok()) {
+    say("actors", Err(pid.ok() ? first.status() : pid.status()));
+    return 1;
+  }
+  std::vector<drover::ObjectRef<std::vector<uint8_t>>> blobs;
+  const std::vector<std::string> nodes = {node_a, node_b};
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    blobs.push_back(drover::Task(Blob).SetNodeAffinity(nodes[i]).Remote(int64_t{3} << 20, static_cast<int>(i) + 11));
+  }
+  if (drover::Wait(blobs, static_cast<int>(blobs.size()), absl::Seconds(120)).ready.size() != blobs.size()) {
+    say("blobs", "not made in 120s");
+    return 1;
+  }
+  std::vector<drover::ObjectRef<std::vector<int64_t>>> logs(counters.size());
+  int64_t calls = 0;
+  int lookups = 0;
+  std::deque<drover::ObjectRef<int64_t>> refs;
+  int64_t done = 0;
+  auto finish_one = [&]() -> bool {
+    auto r = drover::Get(refs.front(), absl::Seconds(120));
+    refs.pop_front();
+    if (!r.ok() || *r != 50) {
+      say("outlive", r.ok() ? std::to_string(*r) : Err(r.status()));
+      return false;
+    }
+    say("done", std::to_string(++done));
+    for (size_t a = 0; a < counters.size(); ++a) logs[a] = counters[a].Task(&Counter::Log).Remote(calls);
+    ++calls;
+    if (done % 100 == 0) {
+      auto found = drover::GetActor<Counter>(name);
+      if (!found.ok()) {
+        say("outlive", absl::StrCat("GetActor('", name, "') after ", done, " tasks: ", Err(found.status())));
+        return false;
+      }
+      ++lookups;
+    }
+    return true;
+  };
+  say("ready", "1");
+  std::cout.flush();
+  while (::access(stop.c_str(), F_OK) != 0) {
+    while (refs.size() < static_cast<size_t>(in_flight)) refs.push_back(drover::Task(Sleeps).Remote(int64_t{50}));
+    if (!finish_one()) return 1;
+  }
+  while (!refs.empty()) {
+    if (!finish_one()) return 1;
+  }
+  for (size_t a = 0; a < counters.size(); ++a) {
+    auto log = drover::Get(logs[a], absl::Seconds(120));
+    bool ordered = log.ok() && log->size() == static_cast<size_t>(calls);
+    for (size_t i = 0; ordered && i < log->size(); ++i) ordered = (*log)[i] == static_cast<int64_t>(i);
+    if (!ordered) {
+      say("actors", log.ok() ? absl::StrCat("actor ", a, " logged ", log->size(), " of ", calls, ": ",
+                                              absl::StrJoin(*log, ","))
+                               : Err(log.status()));
+      return 1;
+    }
+  }
+  say("actors", absl::StrCat("ok ", calls, " calls each"));
+  auto found = drover::GetActor<Counter>(name);
+  auto again = found.ok() ? drover::Get(found->Task(&Counter::Pid).Remote(), absl::Seconds(60))
+                          : absl::StatusOr<std::string>(found.status());
+  say("named", !again.ok() ? Err(again.status())
+                             : *again == *pid ? "ok same worker" : absl::StrCat("pid ", *again, " not ", *pid));
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    auto b = drover::Get(blobs[i], absl::Seconds(60));
+    const bool right = b.ok() && Checksum(*b) == Checksum(Blob(int64_t{3} << 20, static_cast<int>(i) + 11));
+    say(absl::StrCat("blob", i), right ? "ok" : b.ok() ? "wrong bytes" : Err(b.status()));
+  }
+  say("lookups", std::to_string(lookups));
+  say("outlive", "ok");
+  return 0;
+}
+
 // One task that needs all 4 CPUs of `node`.
 int Whole(const std::string& node) {
   auto r = drover::Get(drover::Task(Add).SetNodeAffinity(node).SetResources({.cpus = 4}).Remote(int64_t{1}, int64_t{2}),
@@ -642,6 +763,9 @@ int main(int argc, char** argv) {
   if (scenario == "timeline" && argc > 4) return Timeline(argv[2], argv[3], argv[4]);
   if (scenario == "stream" && argc > 3) {
     return Stream(std::atoi(argv[2]), argv[3], argc > 4 ? std::atoi(argv[4]) : 0);
+  }
+  if (scenario == "outlive" && argc > 6) {
+    return Outlive(std::atoi(argv[2]), argv[3], argv[4], argv[5], argv[6]);
   }
   if (scenario == "many" && argc > 3) return Many(std::atoi(argv[2]), argv[3]);
   std::cerr << "unknown scenario " << scenario << "\n";

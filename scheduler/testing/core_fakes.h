@@ -61,6 +61,10 @@ class SharedStore : public StateStore {
   explicit SharedStore(StateStore* s) : s_(s) {}
   absl::Status PutJob(const proto::JobInfo& j) override { return s_->PutJob(j); }
   absl::StatusOr<std::vector<proto::JobInfo>> LoadJobs() override { return s_->LoadJobs(); }
+  absl::Status PutActor(const std::string& id, int64_t v, const std::string& r) override {
+    return s_->PutActor(id, v, r);
+  }
+  absl::StatusOr<std::vector<std::string>> LoadActors() override { return s_->LoadActors(); }
   absl::StatusOr<int64_t> ReserveIds(const std::string& c, int64_t n) override {
     return s_->ReserveIds(c, n);
   }

@@ -1,19 +1,65 @@
 #include "sdk/runtime/actor_client.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/rpc.h"
 #include "common/status.h"
-#include "sdk/runtime/task_submitter.h"
+#include "common/status_macros.h"
 
 namespace drover::internal {
 namespace {
 
 constexpr absl::Duration kPollWait = absl::Seconds(2);
+// How long an actor call to the scheduler waits for it while it is away (a restart).
+constexpr absl::Duration kHeadAwayPatience = absl::Seconds(60);
+
+// Whether stderr was told that the scheduler is away (once per outage, not per call).
+std::atomic<bool> said_away{false};
+
+bool Away(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
+
+// Makes a call to the scheduler (`attempt`: one try, with a context of its own) and,
+// while the scheduler does not answer (UNAVAILABLE, DEADLINE_EXCEEDED: a restart
+// under way), tries again with back-off (100 ms doubling to 2 s) for up to
+// kHeadAwayPatience, saying so once on stderr; then fails naming the scheduler. Each
+// call it retries is safe to repeat: creations carry the actor's id, reads and kills
+// are idempotent.
+absl::Status WhileHeadAway(const std::string& where, const std::string& what,
+                           const std::function<absl::Status()>& attempt,
+                           const std::function<bool()>& stopping) {
+  absl::Status s = attempt();
+  if (Away(s)) {
+    const absl::Time give_up = absl::Now() + kHeadAwayPatience;
+    absl::Duration pause = absl::Milliseconds(100);
+    while (Away(s)) {
+      if (!said_away.exchange(true)) {
+        std::cerr << "drover: the scheduler at " << where << " does not answer (" << s.message()
+                  << "); " << what << " waits for it to come back (up to "
+                  << absl::FormatDuration(kHeadAwayPatience) << ")" << std::endl;
+      }
+      if (absl::Now() + pause > give_up || stopping()) {
+        said_away.store(false);  // the next outage is told again
+        return absl::UnavailableError(absl::StrCat(
+            "the scheduler at ", where, " has not answered for ",
+            absl::FormatDuration(kHeadAwayPatience), " (", what, "; last error: ", s.message(), ")"));
+      }
+      absl::SleepFor(pause);
+      pause = std::min(pause * 2, absl::Seconds(2));
+      s = attempt();
+    }
+  }
+  if (said_away.exchange(false)) {
+    std::cerr << "drover: the scheduler at " << where << " answers again" << std::endl;
+  }
+  return s;
+}
 
 std::string Describe(const proto::ActorInfo& info) {
   std::string s = absl::StrCat("actor ", info.actor_id());
@@ -30,7 +76,14 @@ absl::Status ActorDeadError(const proto::ActorInfo& info) {
       absl::StrCat(Describe(info), " is dead: ", info.reason().empty() ? "unknown cause" : info.reason()));
 }
 
-ActorClient::ActorClient(RuntimeContext* ctx) : ctx_(ctx) {}
+ActorClient::ActorClient(Deps deps)
+    : owner_(std::move(deps.owner)),
+      directory_(deps.directory),
+      connector_(deps.connector),
+      agents_(deps.agents),
+      objects_(*deps.objects),
+      clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
+      scheduler_address_(std::move(deps.scheduler_address)) {}
 
 ActorClient::~ActorClient() { Shutdown(); }
 
@@ -48,7 +101,7 @@ std::shared_ptr<ActorState> ActorClient::FromId(const std::string& id) {
 std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
                                                 const CallOptions& options,
                                                 std::vector<TaskArgument> args) {
-  const std::string id = absl::StrCat("actor-", ctx_->NewObjectId());
+  const std::string id = absl::StrCat("actor-", owner_.new_id());
   std::shared_ptr<ActorState> a = FromId(id);
   const FunctionInfo* fn = FindFunctionByKey(factory_key);
   if (fn == nullptr || fn->kind != FunctionKind::kFactory) {
@@ -63,21 +116,21 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
   task->display = options.name.empty() ? fn->name : options.name;
   task->options = options;
   task->args = std::move(args);
-  ResolveArguments(task, [this, a, task, fn](absl::Status s) {
+  ResolveArguments(objects_, task, [this, a, task, fn](absl::Status s) {
     if (!s.ok()) {
       FailAll(a, s);
       return;
     }
     threads_.Spawn([this, a, task, fn] {
       proto::TaskSpec spec;
-      absl::Status built = BuildTaskSpec(*task, 0, &spec);
+      absl::Status built = BuildTaskSpec(objects_, *task, 0, &spec);
       if (!built.ok()) {
         FailAll(a, built);
         return;
       }
       proto::CreateActorRequest req;
-      req.set_job_id(ctx_->job_id);
-      req.set_owner(ctx_->owner);
+      req.set_job_id(owner_.job_id);
+      req.set_owner(owner_.owner);
       proto::ActorCreation* c = req.mutable_creation();
       c->set_actor_id(a->id);
       c->set_factory(fn->name);
@@ -90,16 +143,16 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       req.mutable_shape()->set_gpus(o.resources.gpus);
       req.mutable_shape()->set_memory_bytes(o.resources.memory_bytes);
       for (const auto& [k, v] : o.resources.custom) (*req.mutable_shape()->mutable_custom())[k] = v;
-      *req.mutable_package() = ctx_->package;
+      *req.mutable_package() = owner_.package;
       req.mutable_hint()->set_node_id(o.node_id);
       req.mutable_hint()->set_soft(o.soft_affinity);
       req.mutable_hint()->set_spread(o.spread);  // SetSpread holds for actors too
       req.set_max_restarts(o.max_restarts);
       req.set_request_id(a->id);
-      grpc::ClientContext cctx;
-      PrepareContext(&cctx, ctx_->token, std::chrono::milliseconds(30000));
       proto::CreateActorReply reply;
-      absl::Status st = FromGrpcStatus(ctx_->leases->CreateActor(&cctx, req, &reply));
+      absl::Status st = WhileHeadAway(
+          scheduler_address_, absl::StrCat("creating actor ", a->id),
+          [&] { return directory_->CreateActor(req, &reply); }, [this] { return ShuttingDown(); });
       if (!st.ok()) {
         FailAll(a, absl::Status(st.code(), absl::StrCat("cannot create actor ", a->id, " (",
                                                         task->display, "): ", st.message())));
@@ -116,10 +169,10 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
                                             const std::string& method_key,
                                             const CallOptions& options,
                                             std::vector<TaskArgument> args) {
-  const std::string id = ctx_->NewObjectId();
+  const std::string id = owner_.new_id();
   const FunctionInfo* fn = FindFunctionByKey(method_key);
   if (fn == nullptr || fn->kind != FunctionKind::kMethod) {
-    return TheObjectTable().NewFailed(
+    return objects_.NewFailed(
         id, absl::InvalidArgumentError(absl::StrCat(
                 "cannot call ", DescribeUnregistered(method_key), " on actor ", a->id,
                 ": it is not registered; add &Class::Method to DROVER_REMOTE(...)")));
@@ -129,7 +182,7 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
   task->display = options.name.empty() ? fn->name : options.name;
   task->options = options;
   task->args = std::move(args);
-  task->result = TheObjectTable().NewPending(id);
+  task->result = objects_.NewPending(id);
   task->return_id = id;
   std::shared_ptr<RefState> result = task->result;
   absl::Status dead;
@@ -139,11 +192,11 @@ std::shared_ptr<RefState> ActorClient::Call(const std::shared_ptr<ActorState>& a
     if (dead.ok()) a->queue_.push_back(ActorState::Call{task, false, absl::OkStatus()});
   }
   if (!dead.ok()) {
-    TheObjectTable().Fail(result, std::move(dead));
+    objects_.Fail(result, std::move(dead));
     return result;
   }
   std::weak_ptr<ActorState> weak = a;
-  ResolveArguments(task, [this, weak, task](absl::Status s) {
+  ResolveArguments(objects_, task, [this, weak, task](absl::Status s) {
     std::shared_ptr<ActorState> a = weak.lock();
     if (a == nullptr) return;
     {
@@ -165,7 +218,7 @@ void ActorClient::Pump(const std::shared_ptr<ActorState>& a) {
   SendReady(a, &failed);
   // After send_mu_ is released: a failed call's dependents may be calls on this actor,
   // whose callbacks Pump again.
-  for (auto& [t, s] : failed) TheObjectTable().Fail(t->result, s);
+  for (auto& [t, s] : failed) objects_.Fail(t->result, s);
 }
 
 void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
@@ -199,7 +252,7 @@ void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
         }
         const uint64_t seq = a->next_seq_++;
         proto::TaskFrame frame;
-        absl::Status built = BuildTaskSpec(*c.task, seq, frame.mutable_push());
+        absl::Status built = BuildTaskSpec(objects_, *c.task, seq, frame.mutable_push());
         if (!built.ok()) {
           failed.emplace_back(c.task, built);
           continue;
@@ -214,16 +267,16 @@ void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
 
 absl::StatusOr<proto::ActorInfo> ActorClient::Fetch(const std::string& id, const std::string& name,
                                                     int64_t after, absl::Duration wait) {
-  grpc::ClientContext cctx;
-  PrepareContext(&cctx, ctx_->token,
-                 std::chrono::milliseconds(absl::ToInt64Milliseconds(wait) + 5000));
   proto::GetActorRequest req;
   req.set_actor_id(id);
   req.set_name(name);
   req.set_after_version(after);
   req.set_wait_ms(absl::ToInt64Milliseconds(wait));
   proto::GetActorReply reply;
-  DROVER_RETURN_IF_ERROR(FromGrpcStatus(ctx_->leases->GetActor(&cctx, req, &reply)));
+  DROVER_RETURN_IF_ERROR(WhileHeadAway(
+      scheduler_address_,
+      id.empty() ? absl::StrCat("looking up actor '", name, "'") : absl::StrCat("actor ", id),
+      [&] { return directory_->GetActor(req, &reply); }, [this] { return ShuttingDown(); }));
   return reply.actor();
 }
 
@@ -233,7 +286,7 @@ void ActorClient::Update(const std::shared_ptr<ActorState>& a, const proto::Acto
   a->info_ = info;
   a->known_ = true;
   if (info.state() == proto::ACTOR_DEAD && a->dead_.ok()) a->dead_ = ActorDeadError(info);
-  if (!info.agent_address().empty()) ctx_->store->NoteAgent(info.node_id(), info.agent_address());
+  if (!info.agent_address().empty()) agents_->NoteAgent(info.node_id(), info.agent_address());
   a->changed_.SignalAll();
 }
 
@@ -249,7 +302,7 @@ void ActorClient::FailAll(const std::shared_ptr<ActorState>& a, const absl::Stat
     a->connecting_ = false;
     a->changed_.SignalAll();
   }
-  for (auto& t : failed) TheObjectTable().Fail(t->result, s);
+  for (auto& t : failed) objects_.Fail(t->result, s);
 }
 
 void ActorClient::Connect(std::shared_ptr<ActorState> a) {
@@ -271,7 +324,7 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
         // Creation not yet recorded (CreateActor in flight) or an unknown id.
         absl::MutexLock l(&a->mu_);
         if (!a->known_) {
-          a->changed_.WaitWithTimeout(&a->mu_, absl::Milliseconds(50));
+          clock_->WaitWithDeadline(&a->changed_, &a->mu_, clock_->Now() + absl::Milliseconds(50));
           continue;
         }
       }
@@ -283,7 +336,7 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
     if (info->state() == proto::ACTOR_DEAD) break;
     if (info->state() != proto::ACTOR_ALIVE) continue;
     absl::StatusOr<std::unique_ptr<FramedSocket>> sock =
-        ConnectToWorker(ctx_, info->node_id(), info->unix_path(), info->tcp_address(), "", a->id);
+        connector_->Connect(info->node_id(), info->unix_path(), info->tcp_address(), "", a->id);
     if (!sock.ok()) {
       // Moved or restarting: wait for its record to change.
       absl::MutexLock l(&a->mu_);
@@ -326,7 +379,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
       a->in_flight_.erase(it);
     }
     // An actor call is not run again (the actor's state moved on): no lineage.
-    ApplyReply(t, *frame.mutable_reply(), /*lineage=*/false);
+    ApplyReply(objects_, t, *frame.mutable_reply(), /*lineage=*/false);
   }
   // The connection broke: the actor's worker died (or we are shutting down).
   std::vector<std::shared_ptr<TaskRecord>> lost;
@@ -346,7 +399,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
   }
   if (shutdown) {
     for (auto& t : lost) {
-      TheObjectTable().Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
+      objects_.Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
     }
     return;
   }
@@ -358,7 +411,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
     if (!info->reason().empty()) cause = info->reason();
   }
   for (auto& t : lost) {
-    TheObjectTable().Fail(t->result, absl::UnavailableError(absl::StrCat(
+    objects_.Fail(t->result, absl::UnavailableError(absl::StrCat(
                                          "actor ", a->id, " died while running ", t->display, ": ",
                                          cause)));
   }
@@ -376,13 +429,13 @@ absl::StatusOr<std::shared_ptr<ActorState>> ActorClient::Lookup(const std::strin
 }
 
 absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
-  grpc::ClientContext cctx;
-  PrepareContext(&cctx, ctx_->token);
   proto::KillActorRequest req;
   req.set_actor_id(a->id);
   req.set_reason("killed by drover::Kill");
   proto::KillActorReply reply;
-  absl::Status s = FromGrpcStatus(ctx_->leases->KillActor(&cctx, req, &reply));
+  absl::Status s = WhileHeadAway(
+      scheduler_address_, absl::StrCat("killing actor ", a->id),
+      [&] { return directory_->KillActor(req, &reply); }, [this] { return ShuttingDown(); });
   if (!s.ok()) return s;
   // The scheduler's record says DEAD now: so does this handle, at once (as ray.kill), so
   // a call made after Kill returns fails with the kill's reason instead of racing the
@@ -403,7 +456,7 @@ absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
 }
 
 absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock_->Now() + timeout;
   for (;;) {
     int64_t after = 0;
     {
@@ -412,7 +465,7 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
       if (a->known_ && a->info_.state() == proto::ACTOR_ALIVE) return absl::OkStatus();
       if (a->known_) after = a->info_.version();
     }
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock_->Now();
     if (left <= absl::ZeroDuration()) {
       absl::MutexLock l(&a->mu_);
       return absl::DeadlineExceededError(absl::StrCat(
@@ -423,7 +476,8 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
     if (!info.ok()) {
       if (info.status().code() != absl::StatusCode::kNotFound) return info.status();
       absl::MutexLock l(&a->mu_);
-      a->changed_.WaitWithTimeout(&a->mu_, absl::Milliseconds(20));  // creation in flight
+      // Creation in flight.
+      clock_->WaitWithDeadline(&a->changed_, &a->mu_, clock_->Now() + absl::Milliseconds(20));
       continue;
     }
     Update(a, *info);
@@ -431,7 +485,7 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
 }
 
 absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock_->Now() + timeout;
   for (;;) {
     int64_t after = 0;
     {
@@ -439,7 +493,7 @@ absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::D
       if (!a->dead_.ok()) return a->dead_;
       if (a->known_) after = a->info_.version();
     }
-    const absl::Duration left = deadline - absl::Now();
+    const absl::Duration left = deadline - clock_->Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat("actor ", a->id, " is not dead"));
     }
@@ -447,6 +501,11 @@ absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::D
     if (!info.ok()) return info.status();
     Update(a, *info);
   }
+}
+
+bool ActorClient::ShuttingDown() {
+  absl::MutexLock l(&mu_);
+  return shutdown_;
 }
 
 void ActorClient::Shutdown() {

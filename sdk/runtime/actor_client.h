@@ -13,6 +13,10 @@
 // (waiting for the actor to be ALIVE) runs on its own thread. No call's result is failed
 // or completed while a lock is held: its done callbacks (a dependent call's) take the
 // actor's locks again. Thread-safe.
+//
+// Collaborators (seams.h): the scheduler's actor records, worker connections, agents,
+// the object table and the clock, wired by runtime.cc and by unit tests
+// (actor_client_test.cc) with fakes.
 #ifndef DROVER_SDK_RUNTIME_ACTOR_CLIENT_H_
 #define DROVER_SDK_RUNTIME_ACTOR_CLIENT_H_
 
@@ -25,9 +29,11 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "common/framed_socket.h"
 #include "common/thread_group.h"
 #include "sdk/runtime/context.h"
+#include "sdk/runtime/seams.h"
 
 namespace drover::internal {
 
@@ -62,7 +68,18 @@ class ActorState {
 
 class ActorClient {
  public:
-  explicit ActorClient(RuntimeContext* ctx);
+  // What an actor client works with. Every pointer outlives the client.
+  struct Deps {
+    OwnerIdentity owner;
+    ActorDirectory* directory = nullptr;
+    WorkerConnector* connector = nullptr;
+    WorkerAgents* agents = nullptr;
+    ObjectTable* objects = nullptr;
+    Clock* clock = nullptr;
+    // Named in the messages of calls that wait while the scheduler is away.
+    std::string scheduler_address;
+  };
+  explicit ActorClient(Deps deps);
   ~ActorClient();
 
   std::shared_ptr<ActorState> Create(const std::string& factory_key, const CallOptions& options,
@@ -90,14 +107,21 @@ class ActorClient {
                  std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>>* failed);
   void Connect(std::shared_ptr<ActorState> a);
   void Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock);
+  bool ShuttingDown() ABSL_LOCKS_EXCLUDED(mu_);
   // Asks the scheduler for the actor's record, waiting up to `wait` for a version after
-  // `after` (0: now).
+  // `after` (0: now). While the scheduler is away (a restart), waits for it (bounded).
   absl::StatusOr<proto::ActorInfo> Fetch(const std::string& id, const std::string& name,
                                          int64_t after, absl::Duration wait);
   void Update(const std::shared_ptr<ActorState>& a, const proto::ActorInfo& info);
   void FailAll(const std::shared_ptr<ActorState>& a, const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
 
-  RuntimeContext* const ctx_;
+  const OwnerIdentity owner_;
+  ActorDirectory* const directory_;
+  WorkerConnector* const connector_;
+  WorkerAgents* const agents_;
+  ObjectTable& objects_;
+  Clock* const clock_;
+  const std::string scheduler_address_;
   absl::Mutex mu_;
   std::unordered_map<std::string, std::weak_ptr<ActorState>> actors_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::shared_ptr<FramedSocket>> sockets_ ABSL_GUARDED_BY(mu_);

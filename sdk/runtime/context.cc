@@ -5,13 +5,24 @@
 #include "absl/strings/str_cat.h"
 
 namespace drover::internal {
+namespace {
+
+std::atomic<RuntimeContext*> current_context{nullptr};
+
+}  // namespace
+
+RuntimeContext* CurrentRuntimeContext() { return current_context.load(std::memory_order_acquire); }
+
+void SetCurrentRuntimeContext(RuntimeContext* ctx) {
+  current_context.store(ctx, std::memory_order_release);
+}
 
 std::string RuntimeContext::NewObjectId() {
   return absl::StrCat(job_id, ".", owner_tag, ".",
                       absl::Hex(next_id.fetch_add(1, std::memory_order_relaxed)));
 }
 
-void ResolveArguments(const std::shared_ptr<TaskRecord>& task,
+void ResolveArguments(ObjectTable& objects, const std::shared_ptr<TaskRecord>& task,
                       std::function<void(absl::Status)> done) {
   for (size_t i = 0; i < task->args.size(); ++i) {
     if (!task->args[i].error.ok()) {
@@ -37,19 +48,19 @@ void ResolveArguments(const std::shared_ptr<TaskRecord>& task,
     return;
   }
   // So a Get of the result that times out says which argument it waits for, and why.
-  if (task->result) TheObjectTable().SetWaitsOn(task->result, task->display, std::move(waits_on));
+  if (task->result) objects.SetWaitsOn(task->result, task->display, std::move(waits_on));
   auto pending = std::make_shared<Pending>();
   pending->left = static_cast<int>(refs.size());
   pending->done = std::move(done);
   std::weak_ptr<TaskRecord> weak = task;
   for (const auto& ref : refs) {
-    TheObjectTable().WhenDone(ref, [pending, weak] {
+    objects.WhenDone(ref, [&objects, pending, weak] {
       if (pending->left.fetch_sub(1) != 1) return;
       std::shared_ptr<TaskRecord> t = weak.lock();
       if (t == nullptr) return;
       for (size_t i = 0; i < t->args.size(); ++i) {
         if (!t->args[i].ref) continue;
-        ObjectTable::Outcome o = TheObjectTable().Read(t->args[i].ref);
+        ObjectTable::Outcome o = objects.Read(t->args[i].ref);
         if (o.state == RefState::State::kFailed) {
           pending->done(absl::Status(
               o.error.code(), absl::StrCat("argument ", i + 1, " of ", t->display,
@@ -73,7 +84,7 @@ void AddStored(const StoredRef& r, google::protobuf::RepeatedPtrField<proto::Sto
 
 }  // namespace
 
-absl::Status BuildTaskSpec(const TaskRecord& task, uint64_t seq, proto::TaskSpec* spec,
+absl::Status BuildTaskSpec(ObjectTable& objects, const TaskRecord& task, uint64_t seq, proto::TaskSpec* spec,
                            std::map<std::string, uint64_t>* bytes_per_node) {
   spec->set_seq(seq);
   spec->set_function(task.function);
@@ -90,7 +101,7 @@ absl::Status BuildTaskSpec(const TaskRecord& task, uint64_t seq, proto::TaskSpec
       }
       continue;
     }
-    ObjectTable::Outcome o = TheObjectTable().Read(a.ref);
+    ObjectTable::Outcome o = objects.Read(a.ref);
     if (o.state != RefState::State::kReady) {
       return absl::FailedPreconditionError(
           absl::StrCat("an argument of ", task.display, " is not ready"));
@@ -112,11 +123,11 @@ absl::Status BuildTaskSpec(const TaskRecord& task, uint64_t seq, proto::TaskSpec
   return absl::OkStatus();
 }
 
-void ApplyReply(const std::shared_ptr<TaskRecord>& task, proto::TaskReply& reply, bool lineage) {
+void ApplyReply(ObjectTable& objects, const std::shared_ptr<TaskRecord>& task, proto::TaskReply& reply, bool lineage) {
   std::shared_ptr<RefState> result = task->result;
   if (reply.code() != static_cast<int>(absl::StatusCode::kOk)) {
     // The worker's message already names the task and the node.
-    TheObjectTable().Fail(result,
+    objects.Fail(result,
                           absl::Status(static_cast<absl::StatusCode>(reply.code()), reply.message()));
     return;
   }
@@ -132,10 +143,10 @@ void ApplyReply(const std::shared_ptr<TaskRecord>& task, proto::TaskReply& reply
   if (lineage && (v.stored || !v.contained.empty())) {
     // The result keeps its task (and so the task's arguments) to make it again; the
     // task lets go of the result, so the two do not keep each other alive.
-    TheObjectTable().SetLineage(result, task);
+    objects.SetLineage(result, task);
     task->result.reset();
   }
-  TheObjectTable().Complete(result, std::move(v));
+  objects.Complete(result, std::move(v));
 }
 
 absl::Status TaskError(const TaskRecord& task, absl::StatusCode code, const std::string& what) {

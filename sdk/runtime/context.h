@@ -44,8 +44,14 @@ struct RuntimeContext {
   std::string NewObjectId();
 };
 
-// The context of the initialized runtime, or null (before Init, after Shutdown).
+// The context of the initialized runtime, or null (before Init, after Shutdown). For
+// the entry points of the public API (Queue::Create, Tensor stores, ...), which take no
+// context; the cores (TaskSubmitter, ActorClient, ObjectTable) take what they need as
+// arguments instead.
 RuntimeContext* CurrentRuntimeContext();
+// Set by drover::Init and cleared by drover::Shutdown (runtime.cc, the one place that
+// wires the process's runtime); nothing else sets it.
+void SetCurrentRuntimeContext(RuntimeContext* ctx);
 
 // A task (or actor call, or actor creation) as its owner keeps it until it is done.
 struct TaskRecord {
@@ -68,17 +74,18 @@ struct TaskRecord {
 
 // Calls `done` once every reference argument of `task` is done: OK, or the first
 // argument's error (naming the argument). `done` runs on the completing thread.
-void ResolveArguments(const std::shared_ptr<TaskRecord>& task,
+// `objects` (the table the task's refs live in) outlives the wait.
+void ResolveArguments(ObjectTable& objects, const std::shared_ptr<TaskRecord>& task,
                       std::function<void(absl::Status)> done);
 
 // The wire form of a task whose arguments are resolved.
-absl::Status BuildTaskSpec(const TaskRecord& task, uint64_t seq, proto::TaskSpec* spec,
+absl::Status BuildTaskSpec(ObjectTable& objects, const TaskRecord& task, uint64_t seq, proto::TaskSpec* spec,
                            std::map<std::string, uint64_t>* bytes_per_node = nullptr);
 
 // What a TaskReply makes of the result object: its value, or an error naming the task
 // and the node. With `lineage`, a result kept in a store remembers the task that made
 // it, to make it again if the store's node is lost (see ObjectTable::SetLineage).
-void ApplyReply(const std::shared_ptr<TaskRecord>& task, proto::TaskReply& reply, bool lineage);
+void ApplyReply(ObjectTable& objects, const std::shared_ptr<TaskRecord>& task, proto::TaskReply& reply, bool lineage);
 
 // An error naming the task, for failures outside its code (a worker died, a node was
 // lost, it was cancelled).

@@ -17,11 +17,6 @@ constexpr absl::Duration kSpinBeforeSleep = absl::Microseconds(50);
 
 RefState::~RefState() { table_->Released(this); }
 
-ObjectTable& TheObjectTable() {
-  static ObjectTable* table = new ObjectTable();
-  return *table;
-}
-
 void ObjectTable::set_release(ReleaseFn fn) {
   absl::MutexLock l(&mu_);
   release_ = std::move(fn);

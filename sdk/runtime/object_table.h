@@ -7,6 +7,9 @@
 // RefState is shared by every ObjectRef copy; when the last one goes, the object is
 // released (its store copy deleted).
 //
+// The process's table is made by runtime.cc (which wires the runtime) and handed to
+// the cores; unit tests make their own.
+//
 // Threading: one mutex (ObjectTable::mu_) guards every RefState's mutable fields. Done
 // callbacks run without it, on the thread that completed the object: so whoever calls
 // Complete, Fail or WhenDone must hold no lock that a callback may take (a dependent
@@ -152,9 +155,6 @@ class ObjectTable {
   uint64_t next_done_seq_ ABSL_GUARDED_BY(mu_) = 1;
   ReleaseFn release_ ABSL_GUARDED_BY(mu_);
 };
-
-// The process's table (lives until exit, so refs may outlive the runtime).
-ObjectTable& TheObjectTable();
 
 }  // namespace drover::internal
 

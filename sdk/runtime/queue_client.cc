@@ -11,7 +11,6 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "drover/task.h"
-#include "sdk/internal/runtime_internal.h"
 #include "sdk/runtime/store_tensor.h"
 
 namespace drover::internal {
@@ -238,7 +237,6 @@ absl::StatusOr<std::shared_ptr<QueueClient>> CreateQueue(const QueueOptions& opt
   return q;
 }
 
-void ReturnOrDeleteStored(const std::vector<StoredRef>& objects) { StoreObjectStorage::ReturnOrDelete(objects); }
 
 void DrainQueuesBeforeExit() {
   std::vector<std::pair<std::shared_ptr<QueueClient>, absl::Duration>> queues;

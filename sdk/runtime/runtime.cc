@@ -35,7 +35,9 @@
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/object_table.h"
 #include "sdk/runtime/package.h"
+#include "sdk/runtime/seams_grpc.h"
 #include "sdk/runtime/queue_client.h"
+#include "sdk/runtime/store_tensor.h"
 #include "sdk/runtime/task_submitter.h"
 #include "sdk/runtime/worker_server.h"
 
@@ -59,6 +61,17 @@ std::string RandomTag() {
 
 class Runtime;
 
+// The process-wide state of the task runtime lives here and nowhere else: the runtime
+// (g_runtime, g_current), the context its public entry points read
+// (SetCurrentRuntimeContext) and the object table. The cores take what they need as
+// arguments (TaskSubmitter::Deps, ActorClient::Deps).
+
+// The process's object table: lives until exit, so refs may outlive the runtime.
+ObjectTable& TheObjectTable() {
+  static ObjectTable* table = new ObjectTable();
+  return *table;
+}
+
 absl::Mutex g_mu;
 Runtime* g_runtime ABSL_GUARDED_BY(g_mu) = nullptr;
 std::atomic<Runtime*> g_current{nullptr};
@@ -72,6 +85,9 @@ class Runtime {
   absl::Time nodes_read ABSL_GUARDED_BY(nodes_mu) = absl::InfinitePast();
   // A GetClusterStatus call of RefreshNodes is in flight.
   bool nodes_refreshing ABSL_GUARDED_BY(nodes_mu) = false;
+  // A plain driver's session is attached: the scheduler pushes node changes over it
+  // (ApplyPushedNodes), so the tables below are current without polling.
+  bool nodes_pushed ABSL_GUARDED_BY(nodes_mu) = false;
   std::map<std::string, std::pair<bool, std::string>> nodes ABSL_GUARDED_BY(nodes_mu);  // alive, why not
   std::map<std::string, std::string> agents ABSL_GUARDED_BY(nodes_mu);  // node id -> agent address
   // Node id -> (restarts, when it last died) of its object store, from the heartbeats.
@@ -83,10 +99,12 @@ class Runtime {
   // without nodes_mu (no lock is held across an RPC): one refresh is in flight at a
   // time, other callers wait for its result (bounded by its deadline) and the tables
   // are swapped in under the lock after. A failed read leaves the old tables.
+  // Processes without a driver session (in a job, workers) poll so; a plain driver's
+  // tables are pushed (ApplyPushedNodes) while its session is attached.
   void RefreshNodes() ABSL_LOCKS_EXCLUDED(nodes_mu) {
     {
       absl::MutexLock l(&nodes_mu);
-      if (absl::Now() - nodes_read <= absl::Milliseconds(100)) return;
+      if (nodes_pushed || absl::Now() - nodes_read <= absl::Milliseconds(100)) return;
       if (nodes_refreshing) {
         nodes_mu.Await(absl::Condition(
             +[](bool* refreshing) { return !*refreshing; }, &nodes_refreshing));
@@ -117,6 +135,28 @@ class Runtime {
       }
     }
     nodes_read = absl::Now();
+  }
+
+  // A notice of the driver's session: the nodes that changed (every node in the
+  // session's first notice, which replaces what was known).
+  void ApplyPushedNodes(const proto::DriverNotice& notice) ABSL_LOCKS_EXCLUDED(nodes_mu) {
+    absl::MutexLock l(&nodes_mu);
+    if (notice.attached()) nodes.clear();
+    for (const proto::DriverNodeState& n : notice.nodes()) {
+      nodes[n.node_id()] = {n.alive(), n.reason()};
+      agents[n.node_id()] = n.agent_address();
+      if (n.store_restarts() > 0) {
+        store_restarts[n.node_id()] = {n.store_restarts(),
+                                       absl::FromUnixMillis(n.store_last_restart_ms())};
+      }
+    }
+    nodes_read = absl::Now();
+    nodes_pushed = true;
+  }
+  // The session broke: poll again until it is attached again.
+  void LostPushedNodes() ABSL_LOCKS_EXCLUDED(nodes_mu) {
+    absl::MutexLock l(&nodes_mu);
+    nodes_pushed = false;
   }
 
   // The address of `node_id`'s agent ("" if the scheduler does not know the node).
@@ -153,6 +193,10 @@ class Runtime {
     *why = it->second.second.empty() ? "it is not alive" : it->second.second;
     return !it->second.first;
   }
+  // The real collaborators of the core (seams.h), and the core wired to them.
+  std::unique_ptr<GrpcScheduler> scheduler_calls;
+  std::unique_ptr<SocketWorkerConnector> connector;
+  std::unique_ptr<GrpcWorkerAgents> worker_agents;
   std::unique_ptr<TaskSubmitter> submitter;
   std::unique_ptr<ActorClient> actors;
   // A plain driver's session with the scheduler (its job ends when this ends): the
@@ -311,7 +355,8 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
   const std::string token = rt->ctx.token;
   const std::string where = rt->ctx.scheduler_address;
   std::shared_ptr<Runtime::Session> session = rt->session;
-  rt->session_thread = std::thread([leases, session, job, token, where, attached] {
+  // Shutdown() joins the thread before the runtime goes.
+  rt->session_thread = std::thread([rt, leases, session, job, token, where, attached] {
     proto::DriverSessionRequest sreq;
     sreq.set_job_id(job);
     absl::Time away_since = absl::InfinitePast();
@@ -327,6 +372,7 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
       std::unique_ptr<grpc::ClientReader<proto::DriverNotice>> reader = leases->DriverSession(&cctx, sreq);
       proto::DriverNotice notice;
       while (reader->Read(&notice)) {
+        rt->ApplyPushedNodes(notice);
         if (!notice.attached()) continue;
         attached->store(1);
         if (away_since != absl::InfinitePast()) {
@@ -337,6 +383,7 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
         }
       }
       const grpc::Status s = reader->Finish();
+      rt->LostPushedNodes();
       absl::MutexLock l(&session->mu);
       session->call = nullptr;
       if (session->stop) break;
@@ -433,8 +480,15 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
   // scheduler lists for their node.
   Runtime* raw = rt.get();
   ctx.store->set_agent_resolver([raw](const std::string& node_id) { return raw->AgentOf(node_id); });
-  rt->submitter = std::make_unique<TaskSubmitter>(&rt->ctx);
-  rt->actors = std::make_unique<ActorClient>(&rt->ctx);
+  rt->scheduler_calls = std::make_unique<GrpcScheduler>(&rt->ctx);
+  rt->connector = std::make_unique<SocketWorkerConnector>(&rt->ctx);
+  rt->worker_agents = std::make_unique<GrpcWorkerAgents>(&rt->ctx);
+  rt->submitter = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
+      IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
+      &TheObjectTable(), Clock::Real()});
+  rt->actors = std::make_unique<ActorClient>(ActorClient::Deps{
+      IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
+      &TheObjectTable(), Clock::Real(), rt->ctx.scheduler_address});
   return rt;
 }
 
@@ -442,9 +496,8 @@ void ShutdownAtExit() { drover::Shutdown(); }
 
 }  // namespace
 
-RuntimeContext* CurrentRuntimeContext() {
-  Runtime* rt = ActiveRuntime();
-  return rt == nullptr ? nullptr : &rt->ctx;
+void ReturnOrDeleteStored(const std::vector<StoredRef>& objects) {
+  StoreObjectStorage::ReturnOrDelete(objects);
 }
 
 
@@ -752,6 +805,7 @@ absl::Status Init(int argc, char** argv, const InitOptions& options) {
     internal::g_runtime = r;
   }
   internal::g_current.store(r, std::memory_order_release);
+  internal::SetCurrentRuntimeContext(&r->ctx);
   internal::SetRuntimeCodecContext(internal::TheStoreCodecContext());
   internal::TheObjectTable().set_release([](const std::vector<internal::StoredRef>& objects) {
     if (Runtime* cur = internal::ActiveRuntime()) cur->ctx.store->Delete(objects);
@@ -787,6 +841,7 @@ void Shutdown() {
   if (!RunningAsWorker()) internal::DrainQueuesBeforeExit();
   internal::SetRuntimeCodecContext(nullptr);
   internal::g_current.store(nullptr, std::memory_order_release);
+  internal::SetCurrentRuntimeContext(nullptr);
   r->Shutdown();
   // Threads of other parts may still read the context briefly: the runtime is leaked
   // on purpose (one per process).

@@ -12,15 +12,15 @@ namespace {
 struct Config {
   object_store::Client* store = nullptr;
   std::string node_id;
-  std::string (*new_id)() = nullptr;
+  std::function<std::string()> new_id;
 };
 std::atomic<Config*> config{nullptr};
 
 }  // namespace
 
 void StoreDraft::Configure(object_store::Client* store, std::string node_id,
-                           std::string (*new_id)()) {
-  config.store(new Config{store, std::move(node_id), new_id});  // lives as long as the process
+                           std::function<std::string()> new_id) {
+  config.store(new Config{store, std::move(node_id), std::move(new_id)});  // lives as long as the process
 }
 
 std::shared_ptr<Storage> StoreDraft::Allocate(size_t bytes, DType dtype,

@@ -8,6 +8,7 @@
 #ifndef DROVER_SDK_RUNTIME_STORE_DRAFT_H_
 #define DROVER_SDK_RUNTIME_STORE_DRAFT_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,7 +34,7 @@ class StoreDraft final : public Storage {
                                            const std::vector<int64_t>& shape, uint8_t** data);
   // Where Allocate takes drafts from (this worker's store, node and ids). Not owned.
   static void Configure(object_store::Client* store, std::string node_id,
-                        std::string (*new_id)());
+                        std::function<std::string()> new_id);
 
   ~StoreDraft() override;
   bool writable() const override;

@@ -9,9 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "common/exit_text.h"
 #include "common/log.h"
-#include "common/rpc.h"
 #include "common/status.h"
 
 namespace drover::internal {
@@ -28,67 +26,20 @@ constexpr int kMaxLeaseRequests = 4;
 constexpr size_t kMaxWorkersPerKey = 256;
 // Callers spin for the results of tasks that run shorter than this (µs).
 constexpr double kSpinRunUs = 20;
-// A worker idle this long is handed back.
-constexpr absl::Duration kIdleReturn = absl::Milliseconds(200);
 constexpr absl::Duration kHousekeepingPeriod = absl::Milliseconds(50);
 // How long one RequestLease call waits at the scheduler.
 constexpr int64_t kLeaseWaitMs = 2000;
 
-std::chrono::milliseconds Ms(absl::Duration d) {
-  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
-}
-
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectToWorker(RuntimeContext* ctx,
-                                                             const std::string& node_id,
-                                                             const std::string& unix_path,
-                                                             const std::string& tcp_address,
-                                                             const std::string& lease_id,
-                                                             const std::string& actor_id) {
-  absl::StatusOr<std::unique_ptr<FramedSocket>> sock =
-      absl::UnavailableError("the worker has no address");
-  if (node_id == ctx->node_id && !unix_path.empty()) sock = FramedSocket::ConnectUnix(unix_path);
-  if (!sock.ok() && !tcp_address.empty()) {
-    sock = FramedSocket::ConnectTcp(tcp_address, *ctx->transport);
-  }
-  if (!sock.ok()) return sock.status();
-  proto::TaskFrame hello;
-  hello.mutable_hello()->set_token(ctx->token);
-  hello.mutable_hello()->set_lease_id(lease_id);
-  hello.mutable_hello()->set_actor_id(actor_id);
-  hello.mutable_hello()->set_caller(ctx->owner);
-  DROVER_RETURN_IF_ERROR((*sock)->Send(hello));
-  proto::TaskFrame reply;
-  DROVER_RETURN_IF_ERROR((*sock)->Read(&reply));
-  if (!reply.has_hello_reply()) {
-    return absl::UnavailableError("the worker did not answer the hello (not a drover worker?)");
-  }
-  if (reply.hello_reply().code() != static_cast<int>(absl::StatusCode::kOk)) {
-    return absl::Status(static_cast<absl::StatusCode>(reply.hello_reply().code()),
-                        reply.hello_reply().message());
-  }
-  return sock;
-}
-
-std::string DescribeWorkerExit(RuntimeContext* ctx, const std::string& agent_address,
-                               const std::string& worker_id, absl::Duration wait) {
-  if (agent_address.empty() || worker_id.empty()) return "";
-  proto::Workers::Stub* stub = ctx->store->WorkersAt(agent_address);
-  grpc::ClientContext cctx;
-  PrepareContext(&cctx, ctx->token, Ms(wait + absl::Seconds(2)));
-  proto::WaitWorkerExitRequest req;
-  req.set_worker_id(worker_id);
-  req.set_wait_ms(absl::ToInt64Milliseconds(wait));
-  proto::WaitWorkerExitReply reply;
-  grpc::Status s = stub->WaitWorkerExit(&cctx, req, &reply);
-  if (!s.ok()) return absl::StrCat("its agent could not say how (", s.error_message(), ")");
-  if (!reply.exited()) return "";
-  return DescribeExit(reply.exit());
-}
-
-TaskSubmitter::TaskSubmitter(RuntimeContext* ctx) : ctx_(ctx) {
+TaskSubmitter::TaskSubmitter(Deps deps)
+    : owner_(std::move(deps.owner)),
+      leases_(deps.leases),
+      connector_(deps.connector),
+      agents_(deps.agents),
+      objects_(*deps.objects),
+      clock_(deps.clock != nullptr ? deps.clock : Clock::Real()) {
   housekeeping_ = std::thread([this] { HousekeepingLoop(); });
 }
 
@@ -99,7 +50,7 @@ void TaskSubmitter::Submit(std::shared_ptr<TaskRecord> task) {
     absl::MutexLock l(&mu_);
     by_result_[task->result.get()] = task;
   }
-  ResolveArguments(task, [this, task](absl::Status s) {
+  ResolveArguments(objects_, task, [this, task](absl::Status s) {
     if (!s.ok()) {
       FailTask(task, s);
     } else {
@@ -137,7 +88,7 @@ void TaskSubmitter::Enqueue(std::shared_ptr<TaskRecord> task) {
     task->wire_bytes += a.value.bytes.size();
     for (const StoredRef& s : a.value.stored) bytes[s.node_id] += s.size;
     if (a.ref) {
-      ObjectTable::Outcome o = TheObjectTable().Read(a.ref);
+      ObjectTable::Outcome o = objects_.Read(a.ref);
       if (o.value.stored) bytes[o.value.stored->node_id] += o.value.stored->size;
       if (o.value.inline_bytes) task->wire_bytes += o.value.inline_bytes->size();
       for (const StoredRef& s : o.value.contained) bytes[s.node_id] += s.size;
@@ -205,7 +156,7 @@ void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
     }
     const uint64_t seq = best->next_seq++;
     proto::TaskFrame frame;
-    absl::Status built = BuildTaskSpec(*t, seq, frame.mutable_push());
+    absl::Status built = BuildTaskSpec(objects_, *t, seq, frame.mutable_push());
     if (!built.ok()) {
       by_result_.erase(t->result.get());
       out->failures.emplace_back(std::move(t), std::move(built));
@@ -235,12 +186,12 @@ void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
          static_cast<size_t>(k.lease_requests) < k.queue.size() &&
          k.workers.size() + k.lease_requests < kMaxWorkersPerKey) {
     ++k.lease_requests;
-    std::string request_id = absl::StrCat(ctx_->owner_tag, "-", k.name, "-", ++k.request_counter);
+    std::string request_id = absl::StrCat(owner_.owner_tag, "-", k.name, "-", ++k.request_counter);
     Key* kp = &k;
     if (!threads_.Spawn([this, kp, request_id] { RequestLease(kp, request_id); })) --k.lease_requests;
   }
   if (!k.pending_reason.empty()) {
-    for (const auto& t : k.queue) TheObjectTable().SetPendingReason(t->result, k.pending_reason);
+    for (const auto& t : k.queue) objects_.SetPendingReason(t->result, k.pending_reason);
   }
 }
 
@@ -249,45 +200,38 @@ void TaskSubmitter::Flush(Outbox& out) {
     // A failed send is seen by the worker's reader, which re-queues its tasks.
     s.worker->sock->SendFrames(s.frames).IgnoreError();
   }
-  for (auto& [t, status] : out.failures) TheObjectTable().Fail(t->result, std::move(status));
+  for (auto& [t, status] : out.failures) objects_.Fail(t->result, std::move(status));
 }
 
 void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
   proto::RequestLeaseRequest req;
   {
     absl::MutexLock l(&mu_);
-    req.set_job_id(ctx_->job_id);
-    req.set_owner(ctx_->owner);
+    req.set_job_id(owner_.job_id);
+    req.set_owner(owner_.owner);
     *req.mutable_shape() = k->shape;
-    *req.mutable_package() = ctx_->package;
+    *req.mutable_package() = owner_.package;
     *req.mutable_hint() = k->hint;
     req.set_wait_ms(kLeaseWaitMs);
     req.set_request_id(request_id);
   }
   absl::Duration backoff = absl::Milliseconds(50);
   for (;;) {
-    grpc::ClientContext cctx;
-    PrepareContext(&cctx, ctx_->token, std::chrono::milliseconds(kLeaseWaitMs + 10000));
     {
       absl::MutexLock l(&mu_);
       if (shutdown_) {
         --k->lease_requests;
         return;
       }
-      lease_calls_.insert(&cctx);
     }
     proto::RequestLeaseReply reply;
-    absl::Status s = FromGrpcStatus(ctx_->leases->RequestLease(&cctx, req, &reply));
-    {
-      absl::MutexLock l(&mu_);
-      lease_calls_.erase(&cctx);
-    }
+    absl::Status s = leases_->RequestLease(req, &reply);
     std::unique_ptr<FramedSocket> sock;
     if (s.ok() && reply.granted()) {
-      ctx_->store->NoteAgent(reply.node_id(), reply.agent_address());
+      agents_->NoteAgent(reply.node_id(), reply.agent_address());
       absl::StatusOr<std::unique_ptr<FramedSocket>> c =
-          ConnectToWorker(ctx_, reply.node_id(), reply.unix_path(), reply.tcp_address(),
-                          reply.lease_id(), "");
+          connector_->Connect(reply.node_id(), reply.unix_path(), reply.tcp_address(),
+                              reply.lease_id(), "");
       if (c.ok()) {
         sock = *std::move(c);
       } else {
@@ -295,13 +239,7 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
                                                          " on node ", reply.node_id(), ": ",
                                                          c.status().message()));
         // Give the lease back; the next request gets another worker.
-        grpc::ClientContext rctx;
-        PrepareContext(&rctx, ctx_->token);
-        proto::ReturnWorkerLeaseRequest rr;
-        rr.set_lease_id(reply.lease_id());
-        rr.set_reason("the owner could not connect to its worker");
-        proto::ReturnWorkerLeaseReply rrep;
-        ctx_->leases->ReturnLease(&rctx, rr, &rrep);
+        leases_->ReturnLease(reply.lease_id(), "the owner could not connect to its worker");
         request_id += "r";
         req.set_request_id(request_id);
       }
@@ -318,7 +256,7 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         w->worker_id = reply.worker_id();
         w->agent_address = reply.agent_address();
         w->sock = std::move(sock);
-        w->idle_since = absl::Now();
+        w->idle_since = clock_->Now();
         k->workers.push_back(w);
         k->pending_reason.clear();
         threads_.Spawn([this, w] { ReaderLoop(w); });
@@ -348,10 +286,12 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         } else if (!reply.granted()) {
           k->pending_reason = absl::StrCat("pending: ", reply.pending_reason());
         }
-        for (const auto& t : k->queue) TheObjectTable().SetPendingReason(t->result, k->pending_reason);
+        for (const auto& t : k->queue) objects_.SetPendingReason(t->result, k->pending_reason);
         if (!s.ok()) {
           // The scheduler is unreachable or refused: back off before asking again.
-          cv_.WaitWithTimeout(&mu_, backoff);
+          const absl::Time until = clock_->Now() + backoff;
+          while (!shutdown_ && !clock_->WaitWithDeadline(&cv_, &mu_, until)) {
+          }
           backoff = std::min(backoff * 2, absl::Seconds(2));
           if (shutdown_) {
             --k->lease_requests;
@@ -404,7 +344,7 @@ void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
         const double run = static_cast<double>(reply.run_us());
         w->avg_run_us = w->avg_run_us < 0 ? run : 0.8 * w->avg_run_us + 0.2 * run;
       }
-      if (w->in_flight.empty()) w->idle_since = absl::Now();
+      if (w->in_flight.empty()) w->idle_since = clock_->Now();
       if (w->revoked && w->in_flight.empty()) HandBackLocked(w);
       by_result_.erase(t->result.get());
       PumpLocked(*w->key, &out);
@@ -415,7 +355,7 @@ void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
       Enqueue(t);
       continue;
     }
-    ApplyReply(t, reply, /*lineage=*/true);
+    ApplyReply(objects_, t, reply, /*lineage=*/true);
   }
 }
 
@@ -431,7 +371,7 @@ void TaskSubmitter::WorkerLost(const std::shared_ptr<Worker>& w, const absl::Sta
     w->in_flight.clear();
   }
   if (unfinished.empty()) return;
-  std::string how = DescribeWorkerExit(ctx_, w->agent_address, w->worker_id, absl::Seconds(2));
+  std::string how = agents_->DescribeExit(w->agent_address, w->worker_id, absl::Seconds(2));
   if (how.empty()) how = std::string(why.message());
   for (auto& t : unfinished) {
     if (t->cancelled) {
@@ -466,7 +406,7 @@ void TaskSubmitter::FailTask(const std::shared_ptr<TaskRecord>& t, absl::Status 
     absl::MutexLock l(&mu_);
     by_result_.erase(t->result.get());
   }
-  TheObjectTable().Fail(t->result, std::move(s));
+  objects_.Fail(t->result, std::move(s));
 }
 
 absl::Status TaskSubmitter::Cancel(const RefState* ref, bool force) {
@@ -504,14 +444,8 @@ absl::Status TaskSubmitter::Cancel(const RefState* ref, bool force) {
   }
   if (on == nullptr) return absl::OkStatus();  // resolving its arguments: never sent
   if (force) {
-    proto::Workers::Stub* stub = ctx_->store->WorkersAt(on->agent_address);
-    grpc::ClientContext cctx;
-    PrepareContext(&cctx, ctx_->token);
-    proto::KillWorkerRequest req;
-    req.set_worker_id(on->worker_id);
-    req.set_reason(absl::StrCat("drover::Cancel(force) of ", t->display));
-    proto::KillWorkerReply reply;
-    return FromGrpcStatus(stub->KillWorker(&cctx, req, &reply));
+    return agents_->KillWorker(on->agent_address, on->worker_id,
+                               absl::StrCat("drover::Cancel(force) of ", t->display));
   }
   proto::TaskFrame frame;
   frame.mutable_cancel()->set_seq(seq);
@@ -521,8 +455,8 @@ absl::Status TaskSubmitter::Cancel(const RefState* ref, bool force) {
 void TaskSubmitter::HousekeepingLoop() {
   absl::MutexLock l(&mu_);
   while (!shutdown_) {
-    cv_.WaitWithTimeout(&mu_, kHousekeepingPeriod);
-    const absl::Time now = absl::Now();
+    clock_->WaitWithDeadline(&cv_, &mu_, clock_->Now() + kHousekeepingPeriod);
+    const absl::Time now = clock_->Now();
     for (auto& [name, k] : keys_) {
       if (!k->queue.empty()) continue;
       for (auto it = k->workers.begin(); it != k->workers.end();) {
@@ -555,7 +489,6 @@ void TaskSubmitter::Shutdown() {
     if (shutdown_) return;
     shutdown_ = true;
     cv_.SignalAll();
-    for (grpc::ClientContext* c : lease_calls_) c->TryCancel();
     for (auto& [name, k] : keys_) {
       for (auto& t : k->queue) dropped.push_back(std::move(t));
       k->queue.clear();
@@ -567,8 +500,9 @@ void TaskSubmitter::Shutdown() {
       }
     }
   }
+  leases_->CancelAll();
   for (auto& t : dropped) {
-    TheObjectTable().Fail(t->result, TaskError(*t, absl::StatusCode::kCancelled,
+    objects_.Fail(t->result, TaskError(*t, absl::StatusCode::kCancelled,
                                                "drover::Shutdown was called before it finished"));
   }
   if (housekeeping_.joinable()) housekeeping_.join();

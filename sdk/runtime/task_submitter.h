@@ -18,6 +18,10 @@
 // mutex, and so does failing a task: failing its result runs the result's done
 // callbacks on this thread, and a dependent task's callback comes back here (FailTask,
 // Enqueue). Work decided under the mutex goes into an Outbox, carried out after it.
+// Collaborators (seams.h): the scheduler's lease calls, worker connections, agents,
+// the object table and the clock come in as interfaces, wired by runtime.cc and by
+// unit tests (task_submitter_test.cc) with fakes.
+//
 // Thread-safe.
 #ifndef DROVER_SDK_RUNTIME_TASK_SUBMITTER_H_
 #define DROVER_SDK_RUNTIME_TASK_SUBMITTER_H_
@@ -35,29 +39,30 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/framed_socket.h"
 #include "common/thread_group.h"
 #include "sdk/runtime/context.h"
+#include "sdk/runtime/seams.h"
 
 namespace drover::internal {
 
-// Connects to a worker (Unix socket on this node, else TCP) and says hello. Returns the
-// connection, or why the worker refused.
-absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectToWorker(RuntimeContext* ctx,
-                                                             const std::string& node_id,
-                                                             const std::string& unix_path,
-                                                             const std::string& tcp_address,
-                                                             const std::string& lease_id,
-                                                             const std::string& actor_id);
-
-// How a worker ended, from its agent (waits up to `wait` for the reap); a short text
-// such as "killed by SIGKILL; stderr ends with: ..." or "" if unknown.
-std::string DescribeWorkerExit(RuntimeContext* ctx, const std::string& agent_address,
-                               const std::string& worker_id, absl::Duration wait);
-
 class TaskSubmitter {
  public:
-  explicit TaskSubmitter(RuntimeContext* ctx);
+  // What a submitter works with. Every pointer outlives the submitter.
+  struct Deps {
+    OwnerIdentity owner;
+    LeaseClient* leases = nullptr;
+    WorkerConnector* connector = nullptr;
+    WorkerAgents* agents = nullptr;
+    ObjectTable* objects = nullptr;
+    Clock* clock = nullptr;
+  };
+  // Timing of lease returns (the defaults suit production; tests shorten nothing but
+  // drive `clock`).
+  static constexpr absl::Duration kIdleReturn = absl::Milliseconds(200);
+
+  explicit TaskSubmitter(Deps deps);
   ~TaskSubmitter();
   TaskSubmitter(const TaskSubmitter&) = delete;
   TaskSubmitter& operator=(const TaskSubmitter&) = delete;
@@ -134,15 +139,18 @@ class TaskSubmitter {
   void FailTask(const std::shared_ptr<TaskRecord>& t, absl::Status s) ABSL_LOCKS_EXCLUDED(mu_);
   std::string KeyName(const TaskRecord& t, const std::map<std::string, uint64_t>& bytes) const;
 
-  RuntimeContext* const ctx_;
+  const OwnerIdentity owner_;
+  LeaseClient* const leases_;
+  WorkerConnector* const connector_;
+  WorkerAgents* const agents_;
+  ObjectTable& objects_;
+  Clock* const clock_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Key>> keys_ ABSL_GUARDED_BY(mu_);
   // Result id -> task, for Cancel, while queued or in flight.
   std::unordered_map<const RefState*, std::weak_ptr<TaskRecord>> by_result_ ABSL_GUARDED_BY(mu_);
 
-  // Lease requests in progress, cancelled by Shutdown.
-  std::set<grpc::ClientContext*> lease_calls_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar cv_;  // shutdown_
   // Lease-request and reader threads; Shutdown waits for them.

@@ -18,7 +18,6 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "sdk/internal/runtime_internal.h"
 #include "sdk/runtime/package.h"
 #include "sdk/runtime/store_draft.h"
 
@@ -194,7 +193,8 @@ int WorkerServer::Refuse(FramedSocket& agent, proto::WorkerControl& reg, const a
 void WorkerServer::UseStoreForLargeTensors() {
   if (!ctx_->store->has_store()) return;
   // Returning such a tensor then seals it in place.
-  StoreDraft::Configure(ctx_->store->store(), ctx_->node_id, &NewObjectId);
+  StoreDraft::Configure(ctx_->store->store(), ctx_->node_id,
+                        [ctx = ctx_] { return ctx->NewObjectId(); });
   SetLargeTensorAllocator(&StoreDraft::Allocate, StoreDraft::kMinBytes);
 }
 

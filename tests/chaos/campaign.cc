@@ -67,6 +67,7 @@ class Campaign {
   std::set<std::string> shm_before_;
   std::unique_ptr<testing::NetnsNetwork> net_;
   std::unique_ptr<testing::TestCluster> cluster_;
+  std::unique_ptr<FaultInjector> injector_;
   std::vector<std::string> spill_dirs_;      // every node's
   std::vector<std::string> spill_mounts_;    // node i's, if a mount of its own
   std::vector<FaultRecord> faults_;
@@ -125,10 +126,16 @@ absl::Status Campaign::Setup() {
 }
 
 void Campaign::InjectAll(const std::vector<Fault>& schedule, absl::Time t0) {
-  FaultInjector injector(*cluster_, net_.get(), spill_mounts_);
+  InjectorOptions io;
+  io.drover = testing::Runfile("cli/drover");
+  io.store_client = testing::Runfile("tests/chaos/chaos_store_client");
+  io.work_dir = dir_ + "/injector";
+  io.report = &report_;
+  (void)MakeDirs(io.work_dir, 0777);
+  injector_ = std::make_unique<FaultInjector>(*cluster_, net_.get(), spill_mounts_, io);
   for (const Fault& f : schedule) {
     absl::SleepFor(t0 + f.at - absl::Now());
-    FaultRecord r = injector.Inject(f);
+    FaultRecord r = injector_->Inject(f);
     std::string line = absl::StrFormat(
         "%s (at +%.1fs, %s UTC): %s", Describe(f), absl::ToDoubleSeconds(r.start - t0),
         absl::FormatTime("%H:%M:%E3S", r.start, absl::UTCTimeZone()), r.target);
@@ -213,6 +220,7 @@ void Campaign::AfterFaults(Workload& workload, std::vector<JobRecord>& jobs) {
 }
 
 void Campaign::Teardown(const std::set<pid_t>& pids) {
+  injector_.reset();
   cluster_.reset();  // agents first (they stop their workers and stores), then the rest
   CheckNothingLeft(cluster_dir_, token_file_, private_mounts_, shm_before_, pids, spill_dirs_,
                    report_);
@@ -314,6 +322,7 @@ absl::StatusOr<CampaignResult> Campaign::Run() {
   ctx.faults = faults_;
   Say(absl::StrCat("settling ", jobs.size(), " jobs"));
   SettleJobs(ctx, absl::Now() + absl::Seconds(120), jobs, /*sweep=*/true, report_);
+  injector_->CheckSubmits(workload.client(), faults_, report_);
   Say("new work after the faults");
   AfterFaults(workload, jobs);
   Say("checking");

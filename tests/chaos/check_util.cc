@@ -14,7 +14,8 @@ namespace {
 
 bool ClusterWide(FaultKind k) {
   return k == FaultKind::kKillScheduler || k == FaultKind::kKillRedis ||
-         k == FaultKind::kStopScheduler || k == FaultKind::kStopRedis;
+         k == FaultKind::kStopScheduler || k == FaultKind::kStopRedis ||
+         k == FaultKind::kRestartHead;
 }
 
 // The lines of `text` as a multiset.
@@ -139,11 +140,13 @@ void CheckRunOutput(const CheckContext& ctx, const JobRecord& r, const JobInfo& 
   int expected = 0;
   std::vector<std::string> missing =
       Missing(truth, r, r.cli_out, &expected, j.end_time.value_or(absl::InfiniteFuture()));
-  // `drover run` answers within ~1 s of its job's end and may leave out the output of a
-  // node the scheduler calls dead, naming that node after the job's outcome (`drover
-  // logs` reads it later): allowed when a fault explains it and the CLI said so.
-  const bool named_unread = absl::StrContains(r.cli_err, "is not shown") &&
-                            absl::StrContains(r.cli_err, "drover logs ") &&
+  // `drover run` answers within ~1 s of its job's end and may leave out output it could
+  // not read, saying so after the job's outcome: a node the scheduler calls dead or does
+  // not know since it restarted ("... is not shown"), or a scheduler it could not reach
+  // to follow the job ("the job's output could not be followed: ..."). Allowed when a
+  // fault explains it and the CLI said so (`drover logs` reads it later).
+  const bool named_unread = (absl::StrContains(r.cli_err, "is not shown") ||
+                             absl::StrContains(r.cli_err, "output could not be followed")) &&
                             TouchedBy(ctx, r, j) != nullptr;
   if (!missing.empty() && !named_unread) {
     report.Violated("run-output-complete",

@@ -149,7 +149,8 @@ bool LostStart(const CheckContext& ctx, const JobRecord& r, const JobInfo& j,
   for (const FaultRecord& f : ctx.faults) {
     if (!f.injected || f.start > end || f.end + ctx.settle < r.submitted) continue;
     if (f.fault.kind == FaultKind::kKillAgent && f.nodes.count(e.node_id)) return false;
-    scheduler_killed |= f.fault.kind == FaultKind::kKillScheduler;
+    scheduler_killed |=
+        f.fault.kind == FaultKind::kKillScheduler || f.fault.kind == FaultKind::kRestartHead;
   }
   return scheduler_killed;
 }

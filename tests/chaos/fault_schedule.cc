@@ -54,6 +54,7 @@ absl::Duration Hold(FaultKind k, absl::Duration t, Rng& rng) {
     case FaultKind::kKillAgent:
       return rng.Between(absl::Milliseconds(200), absl::Seconds(2));
     case FaultKind::kKillScheduler:
+    case FaultKind::kRestartHead:
       return rng.Between(absl::ZeroDuration(), absl::Seconds(2));
     case FaultKind::kKillRedis:
       return rng.Between(absl::Milliseconds(500), absl::Seconds(4));
@@ -92,6 +93,7 @@ const char* FaultKindName(FaultKind kind) {
     case FaultKind::kStopRedis: return "stop-redis";
     case FaultKind::kCutNode: return "cut-node";
     case FaultKind::kFillSpill: return "fill-spill";
+    case FaultKind::kRestartHead: return "restart-head";
   }
   return "?";
 }

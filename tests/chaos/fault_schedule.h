@@ -31,8 +31,10 @@ enum class FaultKind {
   kCutNode,    // the node's network link down, then up (or, without network
                // namespaces, its agent and store stopped: docs/reliability.md)
   kFillSpill,  // the node's spill directory filled up by a file of someone else's
+  kRestartHead,  // SIGKILL the scheduler (every other time its Redis too); `drover up`
+                 // brings the head back, as a person would
 };
-constexpr int kFaultKinds = 12;
+constexpr int kFaultKinds = 13;
 
 // "kill-agent", "stop-redis", "cut-node", ...
 const char* FaultKindName(FaultKind kind);

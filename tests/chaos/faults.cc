@@ -8,9 +8,19 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/files.h"
+#include "tests/chaos/check_util.h"
+#include "tests/chaos/cluster_env.h"
 #include "tests/chaos/procs.h"
 
 namespace drover::chaos {
@@ -18,11 +28,62 @@ namespace {
 
 constexpr char kFiller[] = "zz-chaos-filler";
 
+// How long after its store answers again an SDK client must have put and got an
+// object: the SDK reconnects within ~0.1 s on a quiet machine; the bound allows for a
+// loaded 2-core one.
+constexpr absl::Duration kStoreClientBound = absl::Seconds(10);
+
+// The command line of `pid`, one string per argument; empty if it is gone.
+std::vector<std::string> CmdlineOf(pid_t pid) {
+  auto raw = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+  if (!raw.ok()) return {};
+  return absl::StrSplit(*raw, '\0', absl::SkipEmpty());
+}
+
+std::string JsonQuoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string JsonList(const std::vector<std::string>& v) {
+  std::vector<std::string> q;
+  for (const std::string& s : v) q.push_back(JsonQuoted(s));
+  return absl::StrCat("[", absl::StrJoin(q, ", "), "]");
+}
+
+// The integer after `"key":` in a JSON text (0 if absent).
+int64_t JsonInt(const std::string& json, const std::string& key) {
+  const size_t at = json.find(absl::StrCat("\"", key, "\""));
+  if (at == std::string::npos) return 0;
+  size_t p = json.find(':', at);
+  if (p == std::string::npos) return 0;
+  ++p;
+  while (p < json.size() && json[p] == ' ') ++p;
+  size_t e = p;
+  while (e < json.size() && json[e] >= '0' && json[e] <= '9') ++e;
+  int64_t v = 0;
+  return absl::SimpleAtoi(json.substr(p, e - p), &v) ? v : 0;
+}
+
+// Lines of a file ("" entries dropped); empty if it is missing.
+std::vector<std::string> FileLines(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return {};
+  return absl::StrSplit(*text, '\n', absl::SkipEmpty());
+}
+
 }  // namespace
 
 FaultInjector::FaultInjector(testing::TestCluster& cluster, testing::NetnsNetwork* net,
-                             std::vector<std::string> spill_dirs)
-    : cluster_(cluster), net_(net), spill_dirs_(std::move(spill_dirs)) {}
+                             std::vector<std::string> spill_dirs, InjectorOptions options)
+    : cluster_(cluster),
+      net_(net),
+      spill_dirs_(std::move(spill_dirs)),
+      options_(std::move(options)) {}
 
 FaultRecord FaultInjector::Inject(const Fault& f) {
   FaultRecord r;
@@ -71,6 +132,9 @@ FaultRecord FaultInjector::Inject(const Fault& f) {
     case FaultKind::kFillSpill:
       FillSpill(f, r);
       break;
+    case FaultKind::kRestartHead:
+      RestartHead(f, r);
+      break;
   }
   r.end = absl::Now();
   return r;
@@ -98,11 +162,22 @@ void FaultInjector::KillAgent(const Fault& f, FaultRecord& r) {
 }
 
 void FaultInjector::KillStore(const Fault& f, FaultRecord& r) {
+  const std::string node = cluster_.agent_node_id(f.node);
+  r.nodes.insert(node);
+  // An SDK client on the node, putting and getting in a loop, to see it recover.
+  std::string client_job, why;
+  const std::string dir = absl::StrCat(options_.work_dir, "/store-", ++serial_);
+  const std::string client_dir =
+      options_.store_client.empty() ? "" : StartStoreClients(dir, node, client_job, why);
   const pid_t store = StoreOf(f.node);
   r.target = absl::StrCat("store of ", AgentTarget(f.node), " (pid ", store, ")");
-  r.nodes.insert(cluster_.agent_node_id(f.node));
+  if (!client_job.empty()) absl::StrAppend(&r.target, " under SDK client job ", client_job);
+  auto stop_clients = [&] {
+    if (!client_job.empty()) (void)WriteFileAtomic(dir + "/stop", "", 0644);
+  };
   if (store <= 0) {
     r.note = "the node runs no store now";
+    stop_clients();
     return;
   }
   ::kill(store, SIGKILL);
@@ -118,6 +193,101 @@ void FaultInjector::KillStore(const Fault& f, FaultRecord& r) {
     r.recovery = absl::DeadlineExceededError(
         absl::StrCat("the agent did not restart its store within 20 s (pid ", store, " killed)"));
   }
+  if (!client_dir.empty() && back) {
+    JudgeStoreClient(client_dir, node, absl::Now(), r);
+  } else if (!why.empty() && options_.report != nullptr) {
+    options_.report->Note("store kills without an SDK client under them", why);
+  }
+  stop_clients();
+}
+
+std::string FaultInjector::StartStoreClients(const std::string& dir, const std::string& node,
+                                             std::string& job, std::string& why) {
+  if (absl::Status s = MakeDirs(dir, 0777); !s.ok()) {
+    why = std::string(s.message());
+    return "";
+  }
+  const int nodes = static_cast<int>(spill_dirs_.size());
+  JobSpec spec = testing::TestCluster::JobOf({options_.store_client, dir}, nodes, 1);
+  spec.name = "chaos-store-client";
+  spec.idempotency_key = absl::StrCat("chaos-store-client-", ::getpid(), "-", serial_);
+  absl::StatusOr<JobInfo> info = cluster_.client().Submit(spec);
+  for (int i = 0; !info.ok() && absl::IsUnavailable(info.status()) && i < 20; ++i) {
+    absl::SleepFor(absl::Milliseconds(500));
+    info = cluster_.client().Submit(spec);
+  }
+  if (!info.ok()) {
+    why = absl::StrCat("its job was not made: ", info.status().ToString());
+    return "";
+  }
+  job = info->job_id;
+  const std::string out = absl::StrCat(dir, "/", node, ".out");
+  const bool ready = testing::WaitFor(
+      [&] {
+        for (const std::string& l : FileLines(out)) {
+          if (absl::StartsWith(l, "ready")) return true;
+        }
+        return false;
+      },
+      absl::Seconds(30));
+  if (!ready) {
+    why = absl::StrCat("its rank on ", node, " (job ", job, ") was not ready in 30 s");
+    return "";
+  }
+  return dir;
+}
+
+// The client's rank on the killed store's node wrote (chaos_store_client.cc):
+// "recovered MS" when its first put+get started after `go` succeeded, then "anchor
+// WHAT" for the object it put before the kill.
+void FaultInjector::JudgeStoreClient(const std::string& dir, const std::string& node,
+                                     absl::Time back, FaultRecord& r) {
+  (void)WriteFileAtomic(dir + "/go", "", 0644);
+  const std::string out = absl::StrCat(dir, "/", node, ".out");
+  std::string recovered, anchor;
+  testing::WaitFor(
+      [&] {
+        for (const std::string& l : FileLines(out)) {
+          if (absl::StartsWith(l, "recovered ")) recovered = l.substr(10);
+          if (absl::StartsWith(l, "anchor ")) anchor = l.substr(7);
+        }
+        return !anchor.empty();
+      },
+      kStoreClientBound + absl::Seconds(20));
+  Report* report = options_.report;
+  if (report == nullptr) return;
+  const std::string where = absl::StrCat("the SDK client on ", node, " (", dir, ")");
+  int64_t ms = 0;
+  if (recovered.empty() || !absl::SimpleAtoi(recovered, &ms)) {
+    report->Violated("store-client-recovers",
+                     absl::StrCat(where, " did not put and get again within ",
+                                  absl::FormatDuration(kStoreClientBound + absl::Seconds(20)),
+                                  " of its store's restart; it wrote: ",
+                                  absl::StrJoin(FileLines(out), " | ")));
+    return;
+  }
+  const absl::Duration took = absl::FromUnixMillis(ms) - back;
+  r.note = absl::StrCat("SDK client back ", absl::FormatDuration(absl::Trunc(took, absl::Milliseconds(1))),
+                        " after the store");
+  if (took > kStoreClientBound) {
+    report->Violated("store-client-recovers",
+                     absl::StrCat(where, " put and got again only ", absl::FormatDuration(took),
+                                  " after its store was back (bound ",
+                                  absl::FormatDuration(kStoreClientBound), ")"));
+  } else {
+    report->Held("store-client-recovers");
+  }
+  // The object put before the kill went with the store: NOT_FOUND, naming the node
+  // and the restart.
+  if (absl::StartsWith(anchor, "NOT_FOUND") && absl::StrContains(anchor, node) &&
+      absl::StrContains(anchor, "restarted")) {
+    report->Held("store-client-recovers");
+  } else {
+    report->Violated("store-client-recovers",
+                     absl::StrCat(where, ": the Get of an object put before the store's "
+                                         "restart said \"", anchor,
+                                  "\", not NOT_FOUND naming ", node, " and its restart"));
+  }
 }
 
 void FaultInjector::KillScheduler(const Fault& f, FaultRecord& r) {
@@ -131,10 +301,210 @@ void FaultInjector::KillScheduler(const Fault& f, FaultRecord& r) {
 void FaultInjector::KillRedis(const Fault& f, FaultRecord& r) {
   testing::RedisServer* redis = cluster_.redis();
   r.target = absl::StrCat("redis-server (pid ", redis->pid(), ")");
+  // Submits in flight as it dies: bursts from a few clients at once, going on until
+  // it is back.
+  constexpr int kSubmitters = 3;
+  std::atomic<bool> stop{false};
+  std::vector<std::vector<SubmitProbe>> bursts(kSubmitters);
+  std::vector<std::thread> submitters;
+  for (int t = 0; t < kSubmitters; ++t) {
+    const int serial = ++serial_;
+    submitters.emplace_back([&, t, serial] { SubmitBurst(serial, stop, bursts[t]); });
+  }
+  absl::SleepFor(absl::Milliseconds(100));  // let the first submits leave
   ::kill(redis->pid(), SIGKILL);
   r.injected = true;
   absl::SleepFor(f.hold);
   r.recovery = redis->Restart();  // same port and AOF: the data written before stays
+  stop = true;
+  size_t n = 0;
+  for (int t = 0; t < kSubmitters; ++t) {
+    submitters[t].join();
+    n += bursts[t].size();
+    probes_.insert(probes_.end(), bursts[t].begin(), bursts[t].end());
+  }
+  r.note = absl::StrCat(n, " submits in flight");
+}
+
+void FaultInjector::SubmitBurst(int serial, const std::atomic<bool>& stop,
+                                std::vector<SubmitProbe>& out) {
+  const std::string dir = absl::StrCat(options_.work_dir, "/submits-", serial);
+  if (!MakeDirs(dir, 0777).ok()) return;
+  for (int i = 0; !stop.load() && i < 50; ++i) {
+    SubmitProbe p;
+    p.key = absl::StrCat("chaos-burst-", ::getpid(), "-", serial, "-", i);
+    p.runs_file = absl::StrCat(dir, "/", i, ".runs");
+    p.submitted = absl::Now();
+    JobSpec spec = testing::TestCluster::JobOf(
+        {"/bin/sh", "-c", absl::StrCat("echo \"$DROVER_JOB_ID\" >> ", p.runs_file)}, 1);
+    spec.name = "chaos-burst";
+    spec.idempotency_key = p.key;
+    // Every attempt with the same key, whatever the error (a retry with the key is
+    // always safe: that is the contract under test), until one is acknowledged.
+    const absl::Time give_up = p.submitted + absl::Seconds(60);
+    while (true) {
+      absl::StatusOr<JobInfo> job = cluster_.client().Submit(spec);
+      if (job.ok()) {
+        p.acked.insert(job->job_id);
+        // Once more: the answer must name the same job.
+        absl::StatusOr<JobInfo> again = cluster_.client().Submit(spec);
+        if (again.ok()) p.acked.insert(again->job_id);
+        break;
+      }
+      p.last_error = job.status();
+      if (absl::Now() >= give_up) {
+        p.gave_up = true;
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    out.push_back(std::move(p));
+  }
+}
+
+void FaultInjector::CheckSubmits(Client& client, const std::vector<FaultRecord>& faults,
+                                 Report& report) {
+  absl::StatusOr<std::vector<JobInfo>> all = client.ListJobs();
+  if (!all.ok()) {
+    report.Violated("submit-once", absl::StrCat("ListJobs: ", all.status().ToString()));
+    return;
+  }
+  std::map<std::string, std::vector<const JobInfo*>> by_key;
+  for (const JobInfo& j : *all) {
+    if (!j.spec.idempotency_key.empty()) by_key[j.spec.idempotency_key].push_back(&j);
+  }
+  for (const auto& [key, jobs] : by_key) {
+    if (jobs.size() == 1) continue;
+    std::vector<std::string> ids;
+    for (const JobInfo* j : jobs) ids.push_back(j->job_id);
+    report.Violated("submit-once", absl::StrCat("idempotency key ", key, " made ", jobs.size(),
+                                                " jobs: ", absl::StrJoin(ids, ", ")));
+  }
+  for (const SubmitProbe& p : probes_) {
+    const std::string what = absl::StrCat("burst submit ", p.key);
+    if (p.acked.size() > 1) {
+      report.Violated("submit-once", absl::StrCat(what, " was answered with ", p.acked.size(),
+                                                  " jobs: ", absl::StrJoin(p.acked, ", ")));
+      continue;
+    }
+    const std::vector<std::string> runs = FileLines(p.runs_file);
+    if (p.acked.empty()) {
+      // Never acknowledged (Redis down past the retries): it may still have made a job,
+      // but only one, and run it once.
+      if (runs.size() > 1) {
+        report.Violated("submit-once", absl::StrCat(what, " (never acknowledged: ",
+                                                    p.last_error.ToString(), ") ran ",
+                                                    runs.size(), " times"));
+      } else {
+        report.Note("burst submits never acknowledged", absl::StrCat(what, ": ", p.last_error.ToString()));
+      }
+      continue;
+    }
+    const std::string& job = *p.acked.begin();
+    absl::StatusOr<JobInfo> info = client.GetJob(job);
+    if (!info.ok()) {
+      report.Violated("submit-once", absl::StrCat(what, " was acknowledged as ", job,
+                                                  " but the cluster has no such job: ",
+                                                  info.status().ToString()));
+      continue;
+    }
+    if (runs.size() > 1) {
+      // The known start race (a scheduler killed between a start and its record) runs
+      // a job twice under one id: that issue's, not a second job from a retry.
+      bool same = std::all_of(runs.begin(), runs.end(), [&](const std::string& l) { return l == job; });
+      bool scheduler_killed = false;
+      for (const FaultRecord& f : faults) {
+        scheduler_killed |= f.injected && f.end >= p.submitted &&
+                            (f.fault.kind == FaultKind::kKillScheduler ||
+                             f.fault.kind == FaultKind::kRestartHead);
+      }
+      report.Violated(same && scheduler_killed ? "starts-exactly-once" : "submit-once",
+                      absl::StrCat(what, " (", job, ") ran ", runs.size(), " times: ",
+                                   absl::StrJoin(runs, ", ")));
+    } else if (info->state == JobState::kSucceeded && (runs.empty() || runs[0] != job)) {
+      report.Violated("submit-once", absl::StrCat(what, ": ", job, " SUCCEEDED but its run wrote ",
+                                                  runs.empty() ? "nothing" : runs[0]));
+    } else {
+      report.Held("submit-once");
+    }
+  }
+}
+
+void FaultInjector::RestartHead(const Fault& f, FaultRecord& r) {
+  testing::RedisServer* redis = cluster_.redis();
+  const bool with_redis = redis != nullptr && (f.pick & 1) != 0;
+  const pid_t scheduler = cluster_.scheduler_pid();
+  std::vector<std::string> scheduler_argv = CmdlineOf(scheduler);
+  // Brought back, it must listen where the agents and clients look for it (as `drover
+  // up` records its scheduler's command line: with the port it got).
+  const std::string port = cluster_.address().substr(cluster_.address().rfind(':') + 1);
+  for (size_t i = 0; i + 1 < scheduler_argv.size(); ++i) {
+    if (scheduler_argv[i] == "--port") scheduler_argv[i + 1] = port;
+  }
+  r.target = absl::StrCat("scheduler (pid ", scheduler, ")");
+  if (with_redis) absl::StrAppend(&r.target, " and redis-server (pid ", redis->pid(), ")");
+  absl::StrAppend(&r.target, ", brought back by `drover up`");
+  // The record `drover up` keeps of a cluster it started, written for this one: `up`
+  // then finds it partly alive and brings back what is dead, in place.
+  const std::string home = options_.work_dir + "/up-home";
+  std::vector<std::string> agent_pids;
+  for (size_t i = 0; i < spill_dirs_.size(); ++i) {
+    agent_pids.push_back(absl::StrCat(cluster_.agent_pid(static_cast<int>(i))));
+  }
+  std::string record = absl::StrCat(
+      "{\n  \"address\": ", JsonQuoted(cluster_.address()),
+      ",\n  \"token_file\": ", JsonQuoted(cluster_.token_file()),
+      ",\n  \"dir\": ", JsonQuoted(cluster_.dir()),
+      ",\n  \"scheduler_pid\": ", scheduler,
+      ",\n  \"scheduler_argv\": ", JsonList(scheduler_argv),
+      ",\n  \"agent_pids\": [", absl::StrJoin(agent_pids, ", "), "]");
+  if (redis != nullptr) {
+    absl::StrAppend(&record, ",\n  \"redis\": ", JsonQuoted(redis->address()),
+                    ",\n  \"redis_pid\": ", redis->pid(),
+                    ",\n  \"redis_argv\": ", JsonList(redis->argv()));
+    if (!redis->password_file().empty()) {
+      absl::StrAppend(&record, ",\n  \"redis_password_file\": ", JsonQuoted(redis->password_file()));
+    }
+  }
+  absl::StrAppend(&record, "\n}\n");
+  if (absl::Status s = MakeDirs(home, 0700); !s.ok()) {
+    r.recovery = s;
+    return;
+  }
+  if (absl::Status s = WriteFileAtomic(home + "/cluster.json", record, 0600); !s.ok()) {
+    r.recovery = s;
+    return;
+  }
+  cluster_.KillScheduler();
+  if (with_redis) {
+    ::kill(redis->pid(), SIGKILL);
+    redis->Stop();  // reaps it
+  }
+  r.injected = true;
+  absl::SleepFor(f.hold);
+  ClusterEnv env{cluster_.address(), cluster_.token_file(), home, options_.work_dir};
+  std::vector<std::string> argv = {options_.drover, "up", "--nodes",
+                                   absl::StrCat(spill_dirs_.size()), "--timeout", "120"};
+  if (redis != nullptr) argv.push_back("--redis");
+  RunResult up = RunWithCluster(env, argv, absl::Seconds(150));
+  const std::string after = ReadFile(home + "/cluster.json").value_or("");
+  const pid_t new_scheduler = static_cast<pid_t>(JsonInt(after, "scheduler_pid"));
+  const pid_t new_redis = static_cast<pid_t>(JsonInt(after, "redis_pid"));
+  if (new_scheduler > 0 && new_scheduler != scheduler) cluster_.AdoptScheduler(new_scheduler);
+  if (with_redis && new_redis > 0) redis->Adopt(new_redis);
+  std::vector<std::string> said = absl::StrSplit(up.err, '\n', absl::SkipEmpty());
+  r.note = said.empty() ? "" : said.back();
+  if (up.exit != 0 || new_scheduler <= 0 || new_scheduler == scheduler ||
+      (with_redis && new_redis <= 0)) {
+    r.recovery = absl::InternalError(absl::StrCat("`drover up` exited ", up.exit,
+                                                  up.timed_out ? " (timed out)" : "", ": ",
+                                                  Tail(up.err, 600)));
+    // The campaign goes on with a head brought back the test cluster's way.
+    if (with_redis && !redis->running()) (void)redis->Restart();
+    if (cluster_.scheduler_pid() <= 0 || ::kill(cluster_.scheduler_pid(), 0) != 0) {
+      (void)cluster_.RestartScheduler(SIGKILL);
+    }
+  }
 }
 
 void FaultInjector::Stop(pid_t pid, const Fault& f, FaultRecord& r) {

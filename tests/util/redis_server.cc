@@ -63,6 +63,15 @@ bool AnswersPing(const std::string& host, int port, const std::string& password)
   return ok;
 }
 
+// True while `pid` runs: it exists and is not a zombie its parent has yet to reap.
+bool Exists(pid_t pid) {
+  if (::kill(pid, 0) != 0) return false;
+  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return false;
+  const size_t paren = stat->rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat->size() || (*stat)[paren + 2] != 'Z';
+}
+
 }  // namespace
 
 RedisServer::RedisServer(std::string binary, std::string dir, bool appendonly, int port,
@@ -117,7 +126,13 @@ absl::Status RedisServer::Launch() {
     // The password goes in a config file only the owner reads, never on the command
     // line (which every local user sees in ps).
     const std::string conf = absl::StrCat(dir_, "/redis.conf");
-    absl::Status s = WriteFileAtomic(conf, absl::StrCat("requirepass ", password_, "\n"), 0600);
+    // The config file's path in the process title (as `drover up` has it) tells
+    // `drover up`/`down` which cluster's Redis this is.
+    absl::Status s = WriteFileAtomic(
+        conf,
+        absl::StrCat("requirepass ", password_,
+                     "\nproc-title-template \"{title} {listen-addr} {config-file}\"\n"),
+        0600);
     if (!s.ok()) return s;
     options.argv.push_back(conf);
   }
@@ -127,6 +142,7 @@ absl::Status RedisServer::Launch() {
     options.argv.insert(options.argv.end(),
                         {"--appendonly", "yes", "--appendfsync", "always"});
   }
+  argv_ = options.argv;
   const std::string log_path = absl::StrCat(dir_, "/redis-server.log");
   options.stdout_path = log_path;
   options.stderr_path = log_path;
@@ -165,7 +181,19 @@ void RedisServer::Stop() {
   int status = 0;
   while (true) {
     pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == pid_ || (r < 0 && errno != EINTR)) break;
+    if (r == pid_ || (r < 0 && errno != EINTR && errno != ECHILD)) break;
+    if (r < 0 && errno == ECHILD) {
+      // Not our child (adopted): gone once it no longer exists; SIGKILL after the grace.
+      if (!Exists(pid_)) break;
+      if (absl::Now() >= deadline) {
+        ::kill(pid_, SIGKILL);
+        const absl::Time last = absl::Now() + kStopGrace;
+        while (Exists(pid_) && absl::Now() < last) absl::SleepFor(kPollInterval);
+        break;
+      }
+      absl::SleepFor(kPollInterval);
+      continue;
+    }
     if (absl::Now() >= deadline) {
       ::kill(pid_, SIGKILL);
       while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {

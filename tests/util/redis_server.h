@@ -14,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -58,6 +59,12 @@ class RedisServer {
   // and waits until it answers PING. With appendonly, the data written before is
   // reloaded from the AOF; otherwise the new server starts empty.
   absl::Status Restart();
+  // The command line the server was last started with (to start it again elsewhere,
+  // e.g. `drover up` bringing a cluster's Redis back in place).
+  const std::vector<std::string>& argv() const { return argv_; }
+  // The server now runs as `pid`, started by someone else from argv() (it was killed
+  // and brought back): Stop and Restart stop that one.
+  void Adopt(pid_t pid) { pid_ = pid; }
 
  private:
   RedisServer(std::string binary, std::string dir, bool appendonly, int port,
@@ -73,6 +80,7 @@ class RedisServer {
   const int port_;
   const std::string password_;
   pid_t pid_ = -1;
+  std::vector<std::string> argv_;
 };
 
 }  // namespace testing

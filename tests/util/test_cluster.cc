@@ -30,18 +30,34 @@ std::string JsonString(const std::string& json, const std::string& key) {
   return json.substr(pos, json.find('"', pos) - pos);
 }
 
+// True once `pid` is gone: reaped here if it is our child; otherwise (a process
+// another program started and left, adopted by init) once it no longer exists or is a
+// zombie its new parent has yet to reap.
+bool Gone(pid_t pid) {
+  int status;
+  pid_t r = ::waitpid(pid, &status, WNOHANG);
+  if (r == pid) return true;
+  if (r == 0) return false;
+  if (::kill(pid, 0) != 0) return true;
+  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return true;
+  const size_t paren = stat->rfind(')');
+  return paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z';
+}
+
 void StopProcess(pid_t pid, int first_signal) {
   if (pid <= 0) return;
   ::kill(pid, first_signal);
   absl::Time deadline = absl::Now() + absl::Seconds(15);
-  int status;
   while (absl::Now() < deadline) {
-    pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid || r < 0) return;
+    if (Gone(pid)) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ::kill(pid, SIGKILL);
-  ::waitpid(pid, &status, 0);
+  deadline = absl::Now() + absl::Seconds(10);
+  while (!Gone(pid) && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 }  // namespace
@@ -213,13 +229,25 @@ std::string TestCluster::agent_node_id(int i) const {
   return text.ok() ? JsonString(*text, "node_id") : "";
 }
 
+void TestCluster::KillScheduler() {
+  StopProcess(scheduler_, SIGKILL);
+  scheduler_ = -1;
+}
+
 absl::Status TestCluster::RestartScheduler(int sig) {
-  auto hp = absl::StrSplit(address_, ':');
-  std::vector<std::string> parts(hp.begin(), hp.end());
-  int port = std::atoi(parts.back().c_str());
+  StopScheduler(sig);
+  return StartSchedulerAgain();
+}
+
+void TestCluster::StopScheduler(int sig) {
   StopProcess(scheduler_, sig);
   scheduler_ = -1;
-  return StartScheduler(port);
+}
+
+absl::Status TestCluster::StartSchedulerAgain() {
+  auto hp = absl::StrSplit(address_, ':');
+  std::vector<std::string> parts(hp.begin(), hp.end());
+  return StartScheduler(std::atoi(parts.back().c_str()));
 }
 
 int RunDrover(const std::vector<std::string>& args, const std::vector<std::string>& env,

@@ -87,6 +87,15 @@ class TestCluster {
   // Stops the scheduler with `sig` (SIGKILL: it runs no code; SIGTERM: it shuts down
   // cleanly) and starts a new one on the same port and state.
   absl::Status RestartScheduler(int sig = SIGKILL);
+  // RestartScheduler in two halves, for a test that acts while the scheduler is away.
+  void StopScheduler(int sig = SIGKILL);
+  absl::Status StartSchedulerAgain();
+  // SIGKILLs the scheduler and returns once it is gone (reaped if it is our child).
+  void KillScheduler();
+  // The scheduler now runs as `pid`, started by someone else (`drover up` bringing the
+  // head back in place, on the same port, ready file and state): it is stopped with
+  // the rest of the cluster like one this cluster started.
+  void AdoptScheduler(pid_t pid) { scheduler_ = pid; }
 
   // Runs the `drover` CLI against this cluster (DROVER_ADDRESS, DROVER_TOKEN_FILE and,
   // with TLS, DROVER_TLS_CA set; `extra_env` entries replace them); returns its exit

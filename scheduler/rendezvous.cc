@@ -1,0 +1,138 @@
+#include "scheduler/rendezvous.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_state.h"
+
+namespace drover {
+
+void Rendezvous::JobChanged(const std::string& job_id, proto::JobState state, int generation) {
+  absl::MutexLock lock(&mu_);
+  Job& job = jobs_[job_id];
+  if (job.state == state && job.generation == generation) return;
+  job.state = state;
+  job.generation = generation;
+  if (IsTerminal(state)) {
+    kv_.DropJob(job_id);
+  } else {
+    kv_.DropOlderThan(job_id, generation);
+  }
+  if (job.changed != nullptr) job.changed->SignalAll();
+}
+
+absl::Status Rendezvous::CheckScopeLocked(const proto::KvScope& scope) {
+  auto it = jobs_.find(scope.job_id());
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("KV: no job '", scope.job_id(), "' has started on this cluster"));
+  }
+  const Job& job = it->second;
+  if (IsTerminal(job.state) || job.generation != scope.generation()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "KV: job ", scope.job_id(), " is not running generation ", scope.generation(),
+        " (state ", proto::JobState_Name(job.state), ", generation ", job.generation,
+        "); a restarted process must use its own TORCHELASTIC_RESTART_COUNT"));
+  }
+  return absl::OkStatus();
+}
+
+void Rendezvous::SignalLocked(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it != jobs_.end() && it->second.changed != nullptr) it->second.changed->SignalAll();
+}
+
+absl::Status Rendezvous::Set(const proto::KvSetRequest& req) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckScopeLocked(req.scope()); !s.ok()) return s;
+  absl::Status s =
+      kv_.Set({req.scope().job_id(), req.scope().generation()}, req.key(), req.value());
+  if (s.ok()) SignalLocked(req.scope().job_id());
+  return s;
+}
+
+absl::StatusOr<proto::KvGetReply> Rendezvous::Get(const proto::KvGetRequest& req,
+                                                  absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckScopeLocked(req.scope()); !s.ok()) return s;
+  const JobKv::Scope scope{req.scope().job_id(), req.scope().generation()};
+  std::optional<std::string> value = kv_.Get(scope, req.key());
+  if (!value && wait > absl::ZeroDuration()) {
+    // The scope was checked above: its job is known.
+    Job& job = jobs_[scope.first];
+    if (job.changed == nullptr) job.changed = std::make_shared<absl::CondVar>();
+    std::shared_ptr<absl::CondVar> changed = job.changed;
+    const absl::Time deadline = clock_->Now() + std::min(wait, absl::Minutes(5));
+    bool scope_ended = false;
+    bool timed_out = false;
+    while (true) {
+      if (stopped_ || !CheckScopeLocked(req.scope()).ok()) {
+        scope_ended = true;
+        break;
+      }
+      value = kv_.Get(scope, req.key());
+      if (value || timed_out) break;
+      timed_out = clock_->WaitWithDeadline(changed.get(), &mu_, deadline);
+    }
+    if (scope_ended) {
+      return absl::AbortedError(absl::StrCat("KV: job ", scope.first, " generation ",
+                                             scope.second, " ended while waiting for '",
+                                             req.key(), "'"));
+    }
+    if (!value) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "KV: key '", req.key(), "' of job ", scope.first, " did not appear within ",
+          absl::FormatDuration(wait), "; did every rank reach the rendezvous?"));
+    }
+  }
+  proto::KvGetReply reply;
+  reply.set_found(value.has_value());
+  if (value) reply.set_value(*value);
+  return reply;
+}
+
+absl::StatusOr<proto::KvCompareAndSetReply> Rendezvous::CompareAndSet(
+    const proto::KvCompareAndSetRequest& req) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckScopeLocked(req.scope()); !s.ok()) return s;
+  std::optional<std::string> expected;
+  if (!req.expect_absent()) expected = req.expected();
+  std::optional<std::string> current;
+  auto swapped = kv_.CompareAndSet({req.scope().job_id(), req.scope().generation()}, req.key(),
+                                   expected, req.desired(), &current);
+  if (!swapped.ok()) return swapped.status();
+  if (*swapped) SignalLocked(req.scope().job_id());
+  proto::KvCompareAndSetReply reply;
+  reply.set_swapped(*swapped);
+  reply.set_found(current.has_value());
+  if (current) reply.set_current(*current);
+  return reply;
+}
+
+absl::StatusOr<proto::KvAddReply> Rendezvous::Add(const proto::KvAddRequest& req) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckScopeLocked(req.scope()); !s.ok()) return s;
+  auto sum = kv_.Add({req.scope().job_id(), req.scope().generation()}, req.key(), req.delta(),
+                     req.request_id());
+  if (!sum.ok()) return sum.status();
+  SignalLocked(req.scope().job_id());
+  proto::KvAddReply reply;
+  reply.set_value(*sum);
+  return reply;
+}
+
+void Rendezvous::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+  for (auto& [id, job] : jobs_) {
+    if (job.changed != nullptr) job.changed->SignalAll();
+  }
+}
+
+size_t Rendezvous::scopes() {
+  absl::MutexLock lock(&mu_);
+  return kv_.scopes();
+}
+
+}  // namespace drover

@@ -1,0 +1,85 @@
+// Rendezvous: the key-value scopes of running job generations (the KV that collective
+// groups, torchrun's c10d store and Gloo meet in), with the waits on them.
+//
+// A scope is (job id, generation). Calls are accepted only while the scope's job runs
+// that generation, which SchedulerCore tells as jobs change (JobChanged: from a job's
+// first start on, so a queued job costs nothing here): a job that ends drops its
+// scopes, a restarted one drops those of older generations, and a wait on a scope that
+// ends is answered ABORTED at once. Values live in a JobKv (job_kv.h).
+//
+// Why a class and a lock of its own: rendezvous traffic (every rank's sets and
+// blocking gets at each group's start) must not queue behind placement and heartbeats
+// on the core's mutex, and a wait for a key must not wake on every change of the
+// scheduler. Waits are woken per job: a change in one job's KV wakes only its waiters.
+//
+// Thread safety: thread-safe. Lock order: SchedulerCore's mutex before this one (the
+// core calls JobChanged holding it); nothing is called out while it is held.
+#ifndef DROVER_SCHEDULER_RENDEZVOUS_H_
+#define DROVER_SCHEDULER_RENDEZVOUS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "proto/scheduler.pb.h"
+#include "scheduler/job_kv.h"
+
+namespace drover {
+
+class Rendezvous {
+ public:
+  // `clock` times the waits; not owned.
+  explicit Rendezvous(Clock* clock = Clock::Real()) : clock_(clock) {}
+
+  // The job `job_id` is now in `state` running generation `generation` (its restart
+  // count). Scopes of older generations are dropped, all of them once the job ended.
+  void JobChanged(const std::string& job_id, proto::JobState state, int generation)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Each call fails with NOT_FOUND for a job never told (unknown, or not started yet),
+  // FAILED_PRECONDITION unless the
+  // scope's job runs that generation, and as JobKv says for bad keys and values.
+  absl::Status Set(const proto::KvSetRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits up to `wait` (at most 5 minutes) for the key: DEADLINE_EXCEEDED naming it;
+  // ABORTED if the generation ends (or Stop() is called) while waiting.
+  absl::StatusOr<proto::KvGetReply> Get(const proto::KvGetRequest& req, absl::Duration wait)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<proto::KvCompareAndSetReply> CompareAndSet(
+      const proto::KvCompareAndSetRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<proto::KvAddReply> Add(const proto::KvAddRequest& req) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Ends every wait, now and later. Idempotent.
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+  // For lock-order annotations only (scheduler_core.h: ABSL_ACQUIRED_BEFORE).
+  absl::Mutex* mutex() ABSL_LOCK_RETURNED(mu_) { return &mu_; }
+
+  // Scopes holding values (for tests).
+  size_t scopes() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Job {
+    proto::JobState state = proto::PENDING;
+    int generation = 0;
+    // Signalled (SignalAll) when the job's KV or state changes, and by Stop(). Made by
+    // the first wait (most jobs never wait); shared, so a waiter keeps it alive.
+    std::shared_ptr<absl::CondVar> changed;
+  };
+  // OK if `scope`'s job runs that generation.
+  absl::Status CheckScopeLocked(const proto::KvScope& scope) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SignalLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Clock* const clock_;
+  absl::Mutex mu_;
+  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
+  JobKv kv_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace drover
+
+#endif  // DROVER_SCHEDULER_RENDEZVOUS_H_

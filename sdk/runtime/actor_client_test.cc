@@ -1,0 +1,296 @@
+// ActorClient on fakes (testing/fake_seams.h): a fake scheduler keeps actor records,
+// fake actor workers at the far end of socketpairs answer calls. Creation, call order,
+// arguments holding calls back, deaths, restarts and kills, in milliseconds.
+#include "sdk/runtime/actor_client.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <typeinfo>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sdk/runtime/object_table.h"
+#include "sdk/runtime/testing/fake_seams.h"
+
+namespace drover::internal {
+namespace {
+
+using testing::Answer;
+using testing::FakeAgents;
+using testing::FakeScheduler;
+using testing::FakeWorker;
+using testing::FakeWorkerConnector;
+using testing::WaitFor;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+
+struct Counter {};
+const char kFactoryKey[] = "test-factory-key";
+const char kMethodKey[] = "test-method-key";
+
+void RegisterOnce() {
+  static bool done = [] {
+    FunctionInfo factory;
+    factory.name = "MakeCounter";
+    factory.kind = FunctionKind::kFactory;
+    factory.cls = &typeid(Counter);
+    RegisterFunction(kFactoryKey, factory);
+    FunctionInfo method;
+    method.name = "Counter::Add";
+    method.kind = FunctionKind::kMethod;
+    RegisterFunction(kMethodKey, method);
+    return true;
+  }();
+  (void)done;
+}
+
+class ActorClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kAbort);
+    RegisterOnce();
+    workers_.SetPolicy([this](const proto::TaskSpec&) {
+      return hold_.load() ? Answer::kHold : Answer::kReply;
+    });
+    OwnerIdentity id;
+    id.job_id = "job1";
+    id.owner = "job1/42@n1";
+    id.owner_tag = "abcd1234";
+    id.node_id = "n1";
+    id.package.set_hash("pkg-hash");
+    id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
+    client_ = std::make_unique<ActorClient>(ActorClient::Deps{
+        std::move(id), &scheduler_, &workers_, &agents_, &table_, Clock::Real()});
+  }
+
+  std::shared_ptr<ActorState> Create(CallOptions options = {}) {
+    return client_->Create(kFactoryKey, options, {});
+  }
+  std::shared_ptr<RefState> Call(const std::shared_ptr<ActorState>& a, const std::string& name = "",
+                                 std::vector<TaskArgument> args = {}) {
+    CallOptions o;
+    o.name = name;
+    return client_->Call(a, kMethodKey, o, std::move(args));
+  }
+  ObjectTable::Outcome Wait(const std::shared_ptr<RefState>& ref) {
+    EXPECT_TRUE(table_.WaitDone(ref, absl::Now() + kWait)) << ref->id << " not done";
+    return table_.Read(ref);
+  }
+  std::string Value(const std::shared_ptr<RefState>& ref) {
+    ObjectTable::Outcome o = Wait(ref);
+    if (o.state != RefState::State::kReady) return absl::StrCat("failed: ", o.error.ToString());
+    return *o.value.inline_bytes;
+  }
+  absl::Status Error(const std::shared_ptr<RefState>& ref) {
+    ObjectTable::Outcome o = Wait(ref);
+    return o.state == RefState::State::kFailed ? o.error : absl::OkStatus();
+  }
+  std::vector<std::string> Names(const std::shared_ptr<FakeWorker>& w) {
+    std::vector<std::string> names;
+    for (const auto& s : w->Received()) names.push_back(s.name());
+    return names;
+  }
+
+  ObjectTable table_;
+  FakeScheduler scheduler_;
+  FakeWorkerConnector workers_;
+  FakeAgents agents_{&workers_};
+  std::atomic<bool> hold_{false};
+  std::atomic<int> ids_{0};
+  std::unique_ptr<ActorClient> client_;
+};
+
+TEST_F(ActorClientTest, CreationAsksTheSchedulerWithTheFactoryShapeAndRestarts) {
+  CallOptions o;
+  o.max_restarts = 2;
+  o.resources.cpus = 2;
+  o.name = "counter";
+  std::shared_ptr<ActorState> a = Create(o);
+  ASSERT_TRUE(client_->WaitReady(a, kWait).ok());
+  std::vector<proto::CreateActorRequest> c = scheduler_.Creations();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].job_id(), "job1");
+  EXPECT_EQ(c[0].owner(), "job1/42@n1");
+  EXPECT_EQ(c[0].creation().actor_id(), a->id);
+  EXPECT_EQ(c[0].creation().factory(), "MakeCounter");
+  EXPECT_EQ(c[0].creation().name(), "counter");
+  EXPECT_EQ(c[0].max_restarts(), 2);
+  EXPECT_EQ(c[0].shape().cpus(), 2);
+  EXPECT_EQ(c[0].package().hash(), "pkg-hash");
+  EXPECT_EQ(c[0].request_id(), a->id);
+}
+
+TEST_F(ActorClientTest, CallRunsOnTheActorsWorker) {
+  std::shared_ptr<ActorState> a = Create();
+  std::shared_ptr<RefState> r = Call(a);
+  EXPECT_EQ(Value(r), "ok:Counter::Add");
+  std::shared_ptr<FakeWorker> w = workers_.Worker(0);
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->actor_id, a->id);
+  EXPECT_EQ(w->lease_id, "");
+}
+
+TEST_F(ActorClientTest, CallsRunInTheOrderTheyWereMade) {
+  std::shared_ptr<ActorState> a = Create();
+  std::vector<std::shared_ptr<RefState>> refs;
+  std::vector<std::string> want;
+  for (int i = 0; i < 30; ++i) {
+    want.push_back(absl::StrCat("call-", i));
+    refs.push_back(Call(a, want.back()));
+  }
+  for (auto& r : refs) EXPECT_EQ(Value(r), "ok:Counter::Add");
+  ASSERT_EQ(workers_.Workers().size(), 1u);  // one connection for all of them
+  EXPECT_EQ(Names(workers_.Worker(0)), want);
+}
+
+TEST_F(ActorClientTest, CallWaitingForAnArgumentHoldsBackTheCallsAfterIt) {
+  std::shared_ptr<ActorState> a = Create();
+  ASSERT_EQ(Value(Call(a, "warm")), "ok:Counter::Add");
+  std::shared_ptr<RefState> dep = table_.NewPending("job1.dep");
+  TaskArgument arg;
+  arg.ref = dep;
+  std::shared_ptr<RefState> first = Call(a, "first", {arg});
+  std::shared_ptr<RefState> second = Call(a, "second");
+  absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(workers_.Worker(0)->Received().size(), 1u);  // only "warm"
+  EXPECT_EQ(table_.Read(second).state, RefState::State::kPending);
+  table_.Complete(dep, ObjectValue{std::make_shared<const std::string>("v"), std::nullopt, {}});
+  EXPECT_EQ(Value(second), "ok:Counter::Add");
+  EXPECT_EQ(Value(first), "ok:Counter::Add");
+  EXPECT_EQ(Names(workers_.Worker(0)), (std::vector<std::string>{"warm", "first", "second"}));
+}
+
+TEST_F(ActorClientTest, FailedArgumentFailsOnlyItsCall) {
+  std::shared_ptr<ActorState> a = Create();
+  TaskArgument bad;
+  bad.ref = table_.NewFailed("job1.bad", absl::NotFoundError("gone"));
+  std::shared_ptr<RefState> first = Call(a, "first", {bad});
+  std::shared_ptr<RefState> second = Call(a, "second");
+  absl::Status s = Error(first);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(s.message(), "argument 1 of first failed: gone");
+  EXPECT_EQ(Value(second), "ok:Counter::Add");
+}
+
+TEST_F(ActorClientTest, UnregisteredMethodFailsNamingTheActor) {
+  std::shared_ptr<ActorState> a = Create();
+  std::shared_ptr<RefState> r = client_->Call(a, "no-such-key", CallOptions{}, {});
+  absl::Status s = Error(r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(a->id));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not registered"));
+}
+
+TEST_F(ActorClientTest, UnregisteredFactoryMakesADeadActor) {
+  std::shared_ptr<ActorState> a = client_->Create("no-such-factory", CallOptions{}, {});
+  absl::Status s = Error(Call(a));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not registered as an actor factory"));
+  EXPECT_TRUE(scheduler_.Creations().empty());
+}
+
+TEST_F(ActorClientTest, CreationThatFailsFailsTheQueuedCalls) {
+  scheduler_.SetCreateError(absl::UnavailableError("the head is away"));
+  std::shared_ptr<ActorState> a = Create();
+  absl::Status s = Error(Call(a));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("cannot create actor " + a->id));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the head is away"));
+}
+
+TEST_F(ActorClientTest, CallsInFlightFailWithTheCauseAndLaterCallsGoToTheRestartedActor) {
+  std::shared_ptr<ActorState> a = Create();
+  hold_ = true;
+  std::shared_ptr<RefState> lost = Call(a, "lost");
+  std::shared_ptr<FakeWorker> w = workers_.Worker(0);
+  ASSERT_TRUE(w->WaitReceived(1));
+  // The scheduler restarts it elsewhere, then its old worker's connection breaks.
+  proto::ActorInfo info = *scheduler_.Actor(a->id);
+  info.set_state(proto::ACTOR_ALIVE);
+  info.set_reason("its worker was killed by SIGKILL");
+  info.set_unix_path("actor:restarted");
+  scheduler_.SetActor(info);
+  w->Die();
+  absl::Status s = Error(lost);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.message(), absl::StrCat("actor ", a->id,
+                                      " died while running lost: its worker was killed by SIGKILL"));
+  hold_ = false;
+  EXPECT_EQ(Value(Call(a, "after")), "ok:Counter::Add");
+  ASSERT_EQ(workers_.Workers().size(), 2u);
+  EXPECT_EQ(Names(workers_.Worker(1)), (std::vector<std::string>{"after"}));
+}
+
+TEST_F(ActorClientTest, CallsOnADeadActorFailWithItsReason) {
+  std::shared_ptr<ActorState> a = Create();
+  ASSERT_EQ(Value(Call(a)), "ok:Counter::Add");
+  proto::ActorInfo info = *scheduler_.Actor(a->id);
+  info.set_state(proto::ACTOR_DEAD);
+  info.set_reason("it ran out of restarts (exit code 1)");
+  scheduler_.SetActor(info);
+  workers_.Worker(0)->Die();
+  ASSERT_TRUE(WaitFor([&] {
+    absl::Status s = client_->WaitDead(a, absl::Milliseconds(1));
+    return s.code() == absl::StatusCode::kFailedPrecondition;
+  }));
+  absl::Status s = Error(Call(a));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat("actor ", a->id, " (")));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("is dead: it ran out of restarts (exit code 1)"));
+}
+
+TEST_F(ActorClientTest, KillMakesTheHandleDeadAtOnce) {
+  std::shared_ptr<ActorState> a = Create();
+  ASSERT_TRUE(client_->WaitReady(a, kWait).ok());
+  ASSERT_TRUE(client_->Kill(a).ok());
+  ASSERT_EQ(scheduler_.Kills().size(), 1u);
+  EXPECT_EQ(scheduler_.Kills()[0].actor_id(), a->id);
+  absl::Status s = Error(Call(a));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("is dead: killed by drover::Kill"));
+  EXPECT_EQ(workers_.connects(), 0);
+}
+
+TEST_F(ActorClientTest, LookupFindsANamedActor) {
+  CallOptions o;
+  o.name = "counter";
+  std::shared_ptr<ActorState> a = Create(o);
+  ASSERT_TRUE(client_->WaitReady(a, kWait).ok());
+  absl::StatusOr<std::shared_ptr<ActorState>> found = client_->Lookup("counter", kWait);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(found->get(), a.get());  // one state per actor in this process
+  EXPECT_EQ(client_->Lookup("nobody", absl::Milliseconds(10)).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ActorClientTest, WaitReadyTimesOutNamingWhyTheActorWaits) {
+  proto::ActorInfo info;
+  info.set_actor_id("actor-x");
+  info.set_state(proto::ACTOR_PENDING);
+  info.set_pending_reason("no node has 8 GPUs");
+  scheduler_.SetActor(info);
+  std::shared_ptr<ActorState> a = client_->FromId("actor-x");
+  absl::Status s = client_->WaitReady(a, absl::Milliseconds(50));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(s.message(), "actor actor-x is not ready: no node has 8 GPUs");
+}
+
+TEST_F(ActorClientTest, ShutdownFailsCallsInFlight) {
+  std::shared_ptr<ActorState> a = Create();
+  hold_ = true;
+  std::shared_ptr<RefState> r = Call(a);
+  ASSERT_TRUE(workers_.Worker(0)->WaitReceived(1));
+  client_->Shutdown();
+  absl::Status s = Error(r);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(s.message(), "drover::Shutdown was called");
+}
+
+}  // namespace
+}  // namespace drover::internal

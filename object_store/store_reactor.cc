@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/event_loop.h"
 #include "common/files.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -23,8 +23,9 @@
 namespace drover::object_store {
 namespace {
 
-constexpr uint64_t kListenKey = ~0ull;
-constexpr uint64_t kWakeKey = ~0ull - 1;
+// Client ids count up from 1: these never collide with them (nor with the loop's
+// EventLoop::kWakeKey).
+constexpr uint64_t kListenKey = ~0ull - 1;
 constexpr size_t kMaxQueuedReplyBytes = 64u << 20;
 constexpr size_t kReadChunk = 64u << 10;
 
@@ -94,8 +95,6 @@ StoreReactor::StoreReactor(int arena_fd, uint64_t arena_capacity, absl::Duration
 StoreReactor::~StoreReactor() {
   for (auto& [id, conn] : conns_) close(conn.fd);
   if (listen_fd_ >= 0) close(listen_fd_);
-  if (wake_fd_ >= 0) close(wake_fd_);
-  if (epoll_fd_ >= 0) close(epoll_fd_);
   if (spare_fd_ >= 0) close(spare_fd_);
 }
 
@@ -111,40 +110,19 @@ absl::Status StoreReactor::Listen(const std::string& path) {
   // Connecting needs write permission on the file: owner only.
   if (chmod(path.c_str(), 0600) != 0) return Errno(absl::StrCat("chmod ", path));
   if (listen(listen_fd_, 128) != 0) return Errno("listen");
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) return Errno("epoll_create1");
-  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) return Errno("eventfd");
+  DROVER_RETURN_IF_ERROR(loop_.Init());
   spare_fd_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  DROVER_RETURN_IF_ERROR(Watch(listen_fd_, kListenKey, EPOLLIN, EPOLL_CTL_ADD));
-  return Watch(wake_fd_, kWakeKey, EPOLLIN, EPOLL_CTL_ADD);
+  return Watch(listen_fd_, kListenKey, EPOLLIN, /*add=*/true);
 }
 
-void StoreReactor::Wake() {
-  uint64_t one = 1;
-  ssize_t n = write(wake_fd_, &one, sizeof(one));
-  (void)n;
-}
+void StoreReactor::Wake() { loop_.Wake(); }
 
-absl::Status StoreReactor::Watch(int fd, uint64_t key, uint32_t events, int op) {
-  epoll_event ev;
-  memset(&ev, 0, sizeof(ev));
-  ev.events = events;
-  ev.data.u64 = key;
-  if (epoll_ctl(epoll_fd_, op, fd, &ev) != 0) return Errno("epoll_ctl");
-  return absl::OkStatus();
+absl::Status StoreReactor::Watch(int fd, uint64_t key, uint32_t events, bool add) {
+  return add ? loop_.Add(fd, key, events) : loop_.Modify(fd, key, events);
 }
 
 int StoreReactor::Wait(epoll_event* events, int max_events, absl::Time next_deadline) {
-  int timeout_ms = -1;
-  if (next_deadline != absl::InfiniteFuture()) {
-    const absl::Duration left = next_deadline - absl::Now();
-    timeout_ms = left <= absl::ZeroDuration()
-                     ? 0
-                     : static_cast<int>(std::min<int64_t>(
-                           absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))),
-                           1 << 30));
-  }
+  const int timeout_ms = EventLoop::TimeoutMs(next_deadline);
   // Within a stay-awake window: poll, yielding the CPU between polls, until an event
   // comes, the policy ends the window or the deadline is due.
   absl::Time last = absl::Now();
@@ -159,12 +137,12 @@ int StoreReactor::Wait(epoll_event* events, int max_events, absl::Time next_dead
     if (step == PollingPolicy::Step::kMove) MoveOffThisCpu();
     if (step != PollingPolicy::Step::kPoll) policy_.Rebaseline(InvoluntarySwitches());
     last = absl::Now();
-    int n = epoll_wait(epoll_fd_, events, max_events, 0);
+    int n = loop_.Wait(events, max_events, 0);
     if (n != 0) return n;
     if (next_deadline <= now) return 0;
     sched_yield();
   }
-  return epoll_wait(epoll_fd_, events, max_events, timeout_ms);
+  return loop_.Wait(events, max_events, timeout_ms);
 }
 
 // Why move rather than sleep: a client's request over the Unix socket wakes a sleeping
@@ -197,7 +175,7 @@ uint64_t StoreReactor::InvoluntarySwitches() {
 
 StoreConn* StoreReactor::Dispatch(const epoll_event& event, bool* stop) {
   const uint64_t key = event.data.u64;
-  if (key == kWakeKey) {
+  if (key == EventLoop::kWakeKey) {
     *stop = true;
     return nullptr;
   }
@@ -241,7 +219,7 @@ void StoreReactor::AcceptAll() {
     std::string frame;
     absl::Status s = AppendFrame(hello, &frame);
     if (s.ok()) s = SendFd(fd, arena_fd_, frame);
-    if (s.ok()) s = Watch(fd, id, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_ADD);
+    if (s.ok()) s = Watch(fd, id, EPOLLIN | EPOLLRDHUP, /*add=*/true);
     if (!s.ok()) {
       DROVER_LOG(WARNING) << "object store: dropping new client " << id << ": " << s;
       close(fd);
@@ -329,7 +307,7 @@ void StoreReactor::Flush(StoreConn& c) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         if (!c.want_write) {
           c.want_write = true;
-          (void)Watch(c.fd, c.id, EPOLLIN | EPOLLRDHUP | EPOLLOUT, EPOLL_CTL_MOD);
+          (void)Watch(c.fd, c.id, EPOLLIN | EPOLLRDHUP | EPOLLOUT, /*add=*/false);
         }
         return;
       }
@@ -342,7 +320,7 @@ void StoreReactor::Flush(StoreConn& c) {
   c.out_start = 0;
   if (c.want_write) {
     c.want_write = false;
-    (void)Watch(c.fd, c.id, EPOLLIN | EPOLLRDHUP, EPOLL_CTL_MOD);
+    (void)Watch(c.fd, c.id, EPOLLIN | EPOLLRDHUP, /*add=*/false);
   }
 }
 
@@ -356,7 +334,7 @@ void StoreReactor::CloseMarked(std::vector<std::pair<ClientId, std::string>>* cl
   for (auto& [id, why] : close_reasons_) {
     auto it = conns_.find(id);
     if (it == conns_.end()) continue;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->second.fd, nullptr);
+    loop_.Remove(it->second.fd);
     close(it->second.fd);
     conns_.erase(it);
     closed->emplace_back(id, std::move(why));

@@ -1,5 +1,6 @@
 // StoreReactor: the store's sockets and its event loop's waiting. It owns the
-// listening Unix socket, the epoll set, the eventfd that stops the loop, and every
+// listening Unix socket, the event loop (common/event_loop.h, the one the task layer's
+// servers run on too: the epoll set and the eventfd that stops the loop), and every
 // client connection: accepting (with the StoreHello that carries the arena's
 // descriptor), reading frames, queueing and flushing replies, and closing. It knows
 // nothing of what a request means (request_switch.h) and decides nothing about
@@ -26,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/event_loop.h"
 #include "object_store/object_id.h"
 #include "object_store/polling_policy.h"
 #include "object_store/protocol.h"
@@ -120,7 +122,7 @@ class StoreReactor {
   size_t connections() const { return conns_.size(); }
 
  private:
-  absl::Status Watch(int fd, uint64_t key, uint32_t events, int op);
+  absl::Status Watch(int fd, uint64_t key, uint32_t events, bool add);
   void AcceptAll();
   void Flush(StoreConn& c);
   // Moves this thread to another allowed CPU (PollingPolicy::Step::kMove).
@@ -132,8 +134,7 @@ class StoreReactor {
   const uint64_t arena_capacity_;
   PollingPolicy policy_;
   int listen_fd_ = -1;
-  int epoll_fd_ = -1;
-  int wake_fd_ = -1;
+  EventLoop loop_;
   int spare_fd_ = -1;  // given up to accept (and drop) a client when out of descriptors
   bool bound_ = false;
   ClientId next_client_id_ = 1;

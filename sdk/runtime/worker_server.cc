@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -109,18 +108,20 @@ absl::StatusOr<WorkerEnvironment> WorkerEnvironment::Read() {
 }
 
 WorkerServer::WorkerServer(RuntimeContext* ctx, WorkerEnvironment env)
-    : ctx_(ctx), env_(std::move(env)) {}
+    : ctx_(ctx), env_(std::move(env)), server_(this, [&] {
+        FrameServer::Options o;
+        o.name = absl::StrCat("worker ", env_.worker_id);
+        // Callers from other nodes: TLS in a TLS cluster.
+        o.tcp_security = ctx_->transport.get();
+        return o;
+      }()) {}
 
 WorkerServer::~WorkerServer() {
-  for (auto& [fd, c] : conns_) c->stream.reset();
-  if (unix_fd_ >= 0) ::close(unix_fd_);
-  if (tcp_fd_ >= 0) ::close(tcp_fd_);
-  if (epoll_fd_ >= 0) ::close(epoll_fd_);
-  if (!unix_path_.empty()) ::unlink(unix_path_.c_str());
   if (actor_ != nullptr && actor_deleter_ != nullptr) actor_deleter_(actor_);
   for (int fd : term_pipe_) {
     if (fd >= 0) ::close(fd);
   }
+  // server_ closes the sockets and removes the Unix socket's file.
 }
 
 std::string WorkerServer::Where() const {
@@ -128,163 +129,155 @@ std::string WorkerServer::Where() const {
 }
 
 absl::Status WorkerServer::Setup() {
-  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) return absl::InternalError(absl::StrCat("epoll_create1: ", std::strerror(errno)));
+  DROVER_RETURN_IF_ERROR(server_.Init());
   unix_path_ = absl::StrCat(env_.socket_dir, "/", env_.worker_id, ".sock");
-  absl::StatusOr<int> u = ListenUnix(unix_path_);
-  if (!u.ok()) return u.status();
-  unix_fd_ = *u;
-  absl::StatusOr<int> t = ListenTcp(env_.node_ip, &tcp_port_);
-  if (!t.ok()) return t.status();
-  tcp_fd_ = *t;
-  for (int fd : {unix_fd_, tcp_fd_}) {
-    DROVER_RETURN_IF_ERROR(SetNonBlocking(fd));  // Accept takes every waiting connection
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
-  }
+  DROVER_RETURN_IF_ERROR(server_.ListenUnix(unix_path_));
+  DROVER_ASSIGN_OR_RETURN(tcp_port_, server_.ListenTcp(env_.node_ip));
   return absl::OkStatus();
 }
 
 int WorkerServer::Run() {
   build_id_ = BuildId();
+  absl::StatusOr<std::unique_ptr<FramedSocket>> agent = ConnectToAgent();
+  if (!agent.ok()) return 3;
+  proto::WorkerControl reg = Registration();
+  if (absl::Status s = CheckBuildId(); !s.ok()) return Refuse(**agent, reg, s);
+  if (absl::Status s = Setup(); !s.ok()) return Refuse(**agent, reg, s);
+  reg.mutable_register_()->set_unix_path(unix_path_);
+  reg.mutable_register_()->set_tcp_port(tcp_port_);
+  UseStoreForLargeTensors();
+  if (absl::Status s = (*agent)->Send(reg); !s.ok()) return 3;
+  StartTimeline();
+  if (absl::Status s = JoinControl(*std::move(agent)); !s.ok()) {
+    std::cerr << "drover worker " << env_.worker_id << ": " << s.message() << "\n";
+    return 3;
+  }
+  return Serve();
+}
+
+absl::StatusOr<std::unique_ptr<FramedSocket>> WorkerServer::ConnectToAgent() {
   absl::StatusOr<std::unique_ptr<FramedSocket>> agent = FramedSocket::ConnectUnix(env_.control_socket);
   if (!agent.ok()) {
     std::cerr << "drover worker " << env_.worker_id << ": cannot reach the agent's control socket "
               << env_.control_socket << ": " << agent.status().message() << "\n";
-    return 3;
   }
+  return agent;
+}
+
+proto::WorkerControl WorkerServer::Registration() const {
   proto::WorkerControl reg;
   proto::WorkerRegister* r = reg.mutable_register_();
   r->set_token(ctx_->token);
   r->set_worker_id(env_.worker_id);
   r->set_pid(static_cast<int32_t>(::getpid()));
   r->set_build_id(build_id_);
-  if (!env_.expected_build_id.empty() && env_.expected_build_id != build_id_) {
-    std::string msg = absl::StrCat(
-        "this binary (build id ", build_id_.empty() ? "none" : build_id_,
-        ") is not the program whose tasks it was started for (build id ", env_.expected_build_id,
-        "): the package on this node is a different build; rebuild and run the driver again so "
-        "that the cluster gets the current binary");
-    std::cerr << "drover worker " << env_.worker_id << ": " << msg << "\n";
-    r->set_error(msg);
-    (void)(*agent)->Send(reg);
-    return 3;
-  }
-  if (absl::Status s = Setup(); !s.ok()) {
-    r->set_error(std::string(s.message()));
-    (void)(*agent)->Send(reg);
-    std::cerr << "drover worker " << env_.worker_id << ": " << s.message() << "\n";
-    return 3;
-  }
-  r->set_unix_path(unix_path_);
-  r->set_tcp_port(tcp_port_);
-  if (ctx_->store->has_store()) {
-    // Large tensors the tasks make live in the store from the start: returning one
-    // seals it in place.
-    StoreDraft::Configure(ctx_->store->store(), ctx_->node_id,
-                          [ctx = ctx_] { return ctx->NewObjectId(); });
-    SetLargeTensorAllocator(&StoreDraft::Allocate, StoreDraft::kMinBytes);
-  }
-  if (absl::Status s = (*agent)->Send(reg); !s.ok()) return 3;
-  if (TimelineSwitch("DROVER_TIMELINE", true) && !ctx_->job_id.empty() &&
-      !ctx_->scheduler_address.empty()) {
-    TimelineReporterOptions to;
-    to.reporter = absl::StrCat(env_.worker_id, "@", ctx_->node_id);
-    to.job_id = ctx_->job_id;
-    to.node_id = ctx_->node_id;
-    to.worker_id = env_.worker_id;
-    to.capacity = TimelineBufferFromEnvironment(to.capacity);
-    to.batch = std::min(to.batch, to.capacity);
-    timeline_ = std::make_unique<TimelineReporter>(
-        to, SchedulerTimelineSender(ctx_->scheduler_address, ctx_->token));
-    CatchTerm();
-  }
-  // The control connection joins the loop as a plain fd (we own the framing from here).
-  control_ = std::make_shared<Conn>();
-  control_->fd = ::dup((*agent)->fd());
-  control_->stream = std::make_unique<SocketStream>(control_->fd);
-  control_->control = true;
-  control_->hello = true;
-  agent->reset();
-  SetNonBlocking(control_->fd).IgnoreError();
-  conns_[control_->fd] = control_;
-  Watch(control_, EPOLL_CTL_ADD);
+  return reg;
+}
 
-  epoll_event events[64];
-  // Stay awake a moment after work (polling, yielding the CPU between polls) while
-  // calls come back to back: the next call of a caller that waits for each result
-  // comes within microseconds, and a worker that went to sleep would first have to be
-  // woken (tens of microseconds on a VM whose idle CPU halts). When calls came further
-  // apart than that, polling would only take the CPU from others: sleep at once.
+absl::Status WorkerServer::CheckBuildId() const {
+  if (env_.expected_build_id.empty() || env_.expected_build_id == build_id_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "this binary (build id ", build_id_.empty() ? "none" : build_id_,
+      ") is not the program whose tasks it was started for (build id ", env_.expected_build_id,
+      "): the package on this node is a different build; rebuild and run the driver again so "
+      "that the cluster gets the current binary"));
+}
+
+int WorkerServer::Refuse(FramedSocket& agent, proto::WorkerControl& reg, const absl::Status& why) {
+  std::cerr << "drover worker " << env_.worker_id << ": " << why.message() << "\n";
+  reg.mutable_register_()->set_error(std::string(why.message()));
+  (void)agent.Send(reg);
+  return 3;
+}
+
+void WorkerServer::UseStoreForLargeTensors() {
+  if (!ctx_->store->has_store()) return;
+  // Returning such a tensor then seals it in place.
+  StoreDraft::Configure(ctx_->store->store(), ctx_->node_id,
+                        [ctx = ctx_] { return ctx->NewObjectId(); });
+  SetLargeTensorAllocator(&StoreDraft::Allocate, StoreDraft::kMinBytes);
+}
+
+void WorkerServer::StartTimeline() {
+  if (!TimelineSwitch("DROVER_TIMELINE", true) || ctx_->job_id.empty() ||
+      ctx_->scheduler_address.empty()) {
+    return;
+  }
+  TimelineReporterOptions to;
+  to.reporter = absl::StrCat(env_.worker_id, "@", ctx_->node_id);
+  to.job_id = ctx_->job_id;
+  to.node_id = ctx_->node_id;
+  to.worker_id = env_.worker_id;
+  to.capacity = TimelineBufferFromEnvironment(to.capacity);
+  to.batch = std::min(to.batch, to.capacity);
+  timeline_ = std::make_unique<TimelineReporter>(
+      to, SchedulerTimelineSender(ctx_->scheduler_address, ctx_->token));
+  CatchTerm();
+}
+
+absl::Status WorkerServer::JoinControl(std::unique_ptr<FramedSocket> agent) {
+  // The loop owns the framing from here: it gets its own descriptor of the socket.
+  const int fd = ::dup(agent->fd());
+  agent.reset();
+  if (fd < 0) return absl::InternalError(absl::StrCat("dup of the control socket: ", std::strerror(errno)));
+  auto control = std::make_shared<Conn>();
+  control->control = true;
+  control->hello = true;
+  DROVER_RETURN_IF_ERROR(server_.Adopt(std::make_unique<SocketStream>(fd), control).status());
+  control_ = std::move(control);
+  return absl::OkStatus();
+}
+
+int WorkerServer::Serve() {
   absl::Time idle_since = absl::InfiniteFuture();
   bool stay_awake = true;
   while (!stop_) {
-    int n = 0;
-    if (!pending_.empty()) {
-      n = ::epoll_wait(epoll_fd_, events, 64, 0);
-    } else {
-      const absl::Time until = stay_awake ? idle_since + kStayAwake : absl::InfinitePast();
-      while ((n = ::epoll_wait(epoll_fd_, events, 64, 0)) == 0 && absl::Now() < until) {
-        sched_yield();
-      }
-      if (n == 0) {
-        // Sleep until something arrives, or until a lease nobody claimed expires.
-        const bool waiting_for_holder = !lease_id_.empty() && !lease_connected_;
-        const int timeout_ms =
-            waiting_for_holder
-                ? static_cast<int>(std::max<int64_t>(
-                      0, absl::ToInt64Milliseconds(lease_claim_by_ - absl::Now()) + 1))
-                : -1;
-        n = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
-        if (n == 0 && waiting_for_holder && absl::Now() >= lease_claim_by_) ReleaseUnclaimedLease();
-      }
-      if (idle_since != absl::InfiniteFuture()) {
-        stay_awake = absl::Now() - idle_since <= kStayAwake;
-        idle_since = absl::InfiniteFuture();
-      }
-    }
-    if (n < 0 && errno != EINTR) {
+    if (WaitForWork(&idle_since, &stay_awake) < 0) {
       DROVER_LOG(ERROR) << "epoll_wait: " << std::strerror(errno);
       return 1;
     }
-    for (int i = 0; i < n; ++i) {
-      const int fd = events[i].data.fd;
-      if (fd == term_pipe_[0]) {
-        terminated_ = true;
-        stop_ = true;
-        continue;
-      }
-      if (fd == unix_fd_ || fd == tcp_fd_) {
-        Accept(fd);
-        continue;
-      }
-      auto it = conns_.find(fd);
-      if (it == conns_.end()) continue;
-      std::shared_ptr<Conn> c = it->second;
-      if (events[i].events & EPOLLOUT) Flush(c);
-      const bool resume_read = c->read_wants_write && (events[i].events & EPOLLOUT);
-      if (resume_read || (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) {
-        if (!ReadFrom(c)) Close(c);
-      }
-    }
-    // Run what arrived, for a bounded time, then read and reply again.
-    const absl::Time until = absl::Now() + kBatchTime;
-    const bool ran = !pending_.empty();
-    while (!pending_.empty() && !stop_) {
-      Pending p = std::move(pending_.front());
-      pending_.pop_front();
-      RunTask(p);
-      if (absl::Now() >= until) break;
-    }
-    for (auto& [fd, c] : conns_) {
-      if (!c->out.empty()) Flush(c);
-    }
+    const bool ran = RunPending();
+    server_.FlushAll();
     if (ran && pending_.empty()) idle_since = absl::Now();
   }
   if (terminated_) DieOfTerm();
   return 0;
+}
+
+// Stay awake a moment after work (polling, yielding the CPU between polls) while calls
+// come back to back: the next call of a caller that waits for each result comes within
+// microseconds, and a worker that went to sleep would first have to be woken (tens of
+// microseconds on a VM whose idle CPU halts). When calls came further apart than that,
+// polling would only take the CPU from others: sleep at once.
+int WorkerServer::WaitForWork(absl::Time* idle_since, bool* stay_awake) {
+  if (!pending_.empty()) return server_.Poll(0);
+  const absl::Time until = *stay_awake ? *idle_since + kStayAwake : absl::InfinitePast();
+  int n;
+  while ((n = server_.Poll(0)) == 0 && absl::Now() < until && !stop_) sched_yield();
+  if (n == 0 && !stop_) {
+    // Sleep until something arrives, or until a lease nobody claimed expires.
+    const bool waiting_for_holder = !lease_id_.empty() && !lease_connected_;
+    n = server_.Poll(waiting_for_holder ? EventLoop::TimeoutMs(lease_claim_by_) : -1);
+    if (n == 0 && waiting_for_holder && absl::Now() >= lease_claim_by_) ReleaseUnclaimedLease();
+  }
+  if (*idle_since != absl::InfiniteFuture()) {
+    *stay_awake = absl::Now() - *idle_since <= kStayAwake;
+    *idle_since = absl::InfiniteFuture();
+  }
+  return n;
+}
+
+bool WorkerServer::RunPending() {
+  // Run what arrived, for a bounded time, then read and reply again.
+  const absl::Time until = absl::Now() + kBatchTime;
+  const bool ran = !pending_.empty();
+  while (!pending_.empty() && !stop_) {
+    Pending p = std::move(pending_.front());
+    pending_.pop_front();
+    RunTask(p);
+    if (absl::Now() >= until) break;
+  }
+  return ran;
 }
 
 namespace {
@@ -304,10 +297,12 @@ void OnTerm(int) {
 void WorkerServer::CatchTerm() {
   if (::pipe2(term_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) return;
   g_term_fd = term_pipe_[1];
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.fd = term_pipe_[0];
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, term_pipe_[0], &ev);
+  if (!server_.WatchFd(term_pipe_[0], [this] {
+        terminated_ = true;
+        stop_ = true;
+      }).ok()) {
+    return;
+  }
   struct sigaction sa {};
   sa.sa_handler = OnTerm;
   sigemptyset(&sa.sa_mask);
@@ -321,60 +316,19 @@ void WorkerServer::DieOfTerm() {
   std::_Exit(128 + SIGTERM);
 }
 
-void WorkerServer::Accept(int listen_fd) {
-  for (;;) {
-    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
-    SetNoDelay(fd);
-    auto c = std::make_shared<Conn>();
-    c->fd = fd;
-    if (listen_fd == tcp_fd_) {
-      // Callers from other nodes: TLS in a TLS cluster (the handshake runs in ReadFrom).
-      absl::StatusOr<std::unique_ptr<SocketStream>> s =
-          ctx_->transport->ServerEnd(fd, absl::StrCat("a caller of worker ", env_.worker_id));
-      if (!s.ok()) {
-        DROVER_LOG(WARNING) << s.status();
-        continue;  // ServerEnd closed it
-      }
-      c->stream = *std::move(s);
-    } else {
-      c->stream = std::make_unique<SocketStream>(fd);
-    }
-    conns_[fd] = c;
-    Watch(c, EPOLL_CTL_ADD);
+void WorkerServer::OnFrame(const std::shared_ptr<FrameConn>& fc, std::string_view payload) {
+  std::shared_ptr<Conn> c = std::static_pointer_cast<Conn>(fc);
+  if (c->control) {
+    OnControl(c, payload);
+  } else {
+    OnTaskFrame(c, payload);
   }
 }
 
-void WorkerServer::Watch(const std::shared_ptr<Conn>& c, int op) {
-  epoll_event ev{};
-  ev.events = EPOLLIN | (!c->out.empty() || c->read_wants_write ? EPOLLOUT : 0);
-  ev.data.fd = c->fd;
-  ::epoll_ctl(epoll_fd_, op, c->fd, &ev);
-}
-
-bool WorkerServer::ReadFrom(const std::shared_ptr<Conn>& c) {
-  const bool was_waiting = c->read_wants_write;
-  if (!ReadAvailable(*c->stream, c->reader, &c->read_wants_write)) return false;
-  if (was_waiting != c->read_wants_write) Watch(c, EPOLL_CTL_MOD);
-  for (;;) {
-    std::string_view payload;
-    absl::StatusOr<bool> got = c->reader.Next(&payload);
-    if (!got.ok()) return false;
-    if (!*got) break;
-    if (c->control) {
-      OnControl(c, payload);
-    } else {
-      OnFrame(c, payload);
-    }
-    if (c->closed) return false;
-  }
-  return true;
-}
-
-void WorkerServer::OnFrame(const std::shared_ptr<Conn>& c, std::string_view payload) {
+void WorkerServer::OnTaskFrame(const std::shared_ptr<Conn>& c, std::string_view payload) {
   proto::TaskFrame frame;
   if (!frame.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    c->closed = true;  // not our protocol
+    c->MarkClosed();  // not our protocol
     return;
   }
   if (!c->hello) {
@@ -400,10 +354,9 @@ void WorkerServer::OnFrame(const std::shared_ptr<Conn>& c, std::string_view payl
     }
     hr->set_code(static_cast<int>(ok.code()));
     hr->set_message(std::string(ok.message()));
-    AppendFrame(reply, &c->out);
-    Flush(c);
+    server_.Send(c, reply);
     if (!ok.ok()) {
-      c->closed = true;
+      c->MarkClosed();
       return;
     }
     c->hello = true;
@@ -439,14 +392,18 @@ void WorkerServer::OnControl(const std::shared_ptr<Conn>& c, std::string_view pa
 }
 
 void WorkerServer::TellRevoked() {
-  for (auto& [fd, c] : conns_) {
-    if (!c->lease || c->closed || !c->hello) continue;
+  server_.ForEach([&](const std::shared_ptr<FrameConn>& fc) {
+    const Conn& c = static_cast<const Conn&>(*fc);
+    if (!c.lease || c.closed() || !c.hello) return;
     proto::TaskFrame frame;
     frame.mutable_revoked()->set_lease_id(lease_id_);
     frame.mutable_revoked()->set_reason(lease_revoked_);
-    AppendFrame(frame, &c->out);
-    Flush(c);
-  }
+    server_.Send(fc, frame);
+  });
+}
+
+void WorkerServer::SendControl(const proto::WorkerControl& msg) {
+  if (control_ != nullptr && !control_->closed()) server_.Send(control_, msg);
 }
 
 void WorkerServer::CreateActor(const proto::ActorCreation& creation) {
@@ -493,12 +450,11 @@ void WorkerServer::CreateActor(const proto::ActorCreation& creation) {
   }
   done->set_code(static_cast<int>(status.code()));
   done->set_message(std::string(status.message()));
-  AppendFrame(reply, &control_->out);
-  Flush(control_);
+  SendControl(reply);
 }
 
 void WorkerServer::RunTask(Pending& p) {
-  if (p.conn->closed) return;
+  if (p.conn->closed()) return;
   proto::TaskFrame frame;
   proto::TaskReply* reply = frame.mutable_reply();
   if (cancelled_.erase({p.conn.get(), p.spec.seq()}) > 0) {
@@ -520,7 +476,7 @@ void WorkerServer::RunTask(Pending& p) {
       timeline_->CountDropped();
     }
   }
-  AppendFrame(frame, &p.conn->out);
+  p.conn->Queue(frame);  // written after the batch (Serve)
 }
 
 void WorkerServer::NoteTask(const proto::TaskSpec& spec, const proto::TaskReply& reply,
@@ -613,16 +569,6 @@ proto::TaskReply WorkerServer::Execute(const proto::TaskSpec& spec) {
   return reply;
 }
 
-void WorkerServer::Flush(const std::shared_ptr<Conn>& c) {
-  if (c->fd < 0) return;
-  if (!WriteAvailable(*c->stream, &c->out)) {
-    c->out.clear();
-    c->closed = true;
-    return;
-  }
-  Watch(c, EPOLL_CTL_MOD);
-}
-
 void WorkerServer::ReleaseUnclaimedLease() {
   // Its holder never connected (it died after the lease was granted): give it back.
   DROVER_LOG(WARNING) << "worker " << env_.worker_id << ": lease " << lease_id_
@@ -631,23 +577,15 @@ void WorkerServer::ReleaseUnclaimedLease() {
   proto::WorkerControl msg;
   msg.mutable_lease_ended()->set_lease_id(lease_id_);
   lease_id_.clear();
-  if (control_ != nullptr && control_->fd >= 0) {
-    AppendFrame(msg, &control_->out);
-    Flush(control_);
-  }
+  SendControl(msg);
 }
 
-void WorkerServer::Close(const std::shared_ptr<Conn>& c) {
-  if (c->fd < 0) return;
+void WorkerServer::OnClosed(const std::shared_ptr<FrameConn>& fc, std::string_view why) {
+  const std::shared_ptr<Conn> c = std::static_pointer_cast<Conn>(fc);
   if (c->control) {
     // The agent is gone: so is this worker.
     stop_ = true;
   }
-  c->closed = true;
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
-  conns_.erase(c->fd);
-  c->stream.reset();  // closes the socket
-  c->fd = -1;
   if (c->lease) {
     int unfinished = 0;
     for (const Pending& p : pending_) unfinished += p.conn == c ? 1 : 0;
@@ -656,10 +594,7 @@ void WorkerServer::Close(const std::shared_ptr<Conn>& c) {
     msg.mutable_lease_ended()->set_unfinished(unfinished);
     lease_id_.clear();
     lease_connected_ = false;
-    if (control_ != nullptr && control_->fd >= 0) {
-      AppendFrame(msg, &control_->out);
-      Flush(control_);
-    }
+    SendControl(msg);
     // Its holder is done (or gone, and its job may end): send what the timeline holds.
     if (timeline_ != nullptr) timeline_->Flush(absl::ZeroDuration());
   }

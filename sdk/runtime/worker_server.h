@@ -19,9 +19,10 @@
 //      agent's stop at the end of the job): the loop sees the signal through a pipe,
 //      sends, then dies of the signal as before.
 //
-// Threading: one thread runs everything (an epoll loop), so actor methods need no
-// locks and run in the order calls arrived. Tasks the user's code submits from inside
-// a task go through the same process's runtime (its own threads).
+// Threading: one thread runs everything (a FrameServer loop, common/frame_server.h),
+// so actor methods need no locks and run in the order calls arrived. Tasks the user's
+// code submits from inside a task go through the same process's runtime (its own
+// threads).
 #ifndef DROVER_SDK_RUNTIME_WORKER_SERVER_H_
 #define DROVER_SDK_RUNTIME_WORKER_SERVER_H_
 
@@ -33,6 +34,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/frame_server.h"
 #include "common/framed_socket.h"
 #include "common/socket_stream.h"
 #include "common/timeline_reporter.h"
@@ -52,10 +54,10 @@ struct WorkerEnvironment {
   static absl::StatusOr<WorkerEnvironment> Read();
 };
 
-class WorkerServer {
+class WorkerServer : private FrameServer::Handler {
  public:
   WorkerServer(RuntimeContext* ctx, WorkerEnvironment env);
-  ~WorkerServer();
+  ~WorkerServer() override;
   WorkerServer(const WorkerServer&) = delete;
   WorkerServer& operator=(const WorkerServer&) = delete;
 
@@ -64,16 +66,11 @@ class WorkerServer {
   int Run();
 
  private:
-  struct Conn {
-    int fd = -1;
-    std::unique_ptr<SocketStream> stream;  // owns fd (plain, or TLS for TCP callers)
-    bool read_wants_write = false;         // a TLS read (its handshake) waits to write
-    FrameReader reader;
-    std::string out;       // replies not yet written
+  // A connection of server_: the agent's, a lease holder's or an actor's caller's.
+  struct Conn : FrameConn {
     bool hello = false;    // authenticated
     bool control = false;  // the agent's connection
     bool lease = false;    // the lease holder's connection
-    bool closed = false;
     std::string caller;
   };
   struct Pending {
@@ -81,17 +78,40 @@ class WorkerServer {
     proto::TaskSpec spec;
   };
 
+  // Run's steps, in order.
+  // The agent's control socket, connected (an error is printed; the exit code is 3).
+  absl::StatusOr<std::unique_ptr<FramedSocket>> ConnectToAgent();
+  // This worker's registration, without its addresses yet.
+  proto::WorkerControl Registration() const;
+  // FAILED_PRECONDITION when this binary is not the build the owner runs.
+  absl::Status CheckBuildId() const;
+  // Tells the agent (and stderr) why this worker cannot serve; returns the exit code.
+  int Refuse(FramedSocket& agent, proto::WorkerControl& reg, const absl::Status& why);
+  // The loop and its listening sockets.
   absl::Status Setup();
-  void Accept(int listen_fd);
-  // Reads what `c` has; false once it is closed.
-  bool ReadFrom(const std::shared_ptr<Conn>& c);
-  // Adds (or changes) `c` in the epoll set: readable, and writable when it has
-  // something to write.
-  void Watch(const std::shared_ptr<Conn>& c, int op);
-  void OnFrame(const std::shared_ptr<Conn>& c, std::string_view payload);
+  // Large tensors that tasks make are allocated in the node's store from the start.
+  void UseStoreForLargeTensors();
+  // The job's timeline reporter and the SIGTERM pipe, unless DROVER_TIMELINE=0.
+  void StartTimeline();
+  // The agent's connection joins the loop.
+  absl::Status JoinControl(std::unique_ptr<FramedSocket> agent);
+  // The loop: wait, run what arrived, reply; until the agent goes or SIGTERM.
+  int Serve();
+  // Polls while tasks wait (or for kStayAwake after work), else sleeps until something
+  // arrives or an unclaimed lease is due. Returns FrameServer::Poll's result.
+  int WaitForWork(absl::Time* idle_since, bool* stay_awake);
+  // Runs queued tasks for up to kBatchTime; true if any was queued.
+  bool RunPending();
+
+  // FrameServer::Handler.
+  std::shared_ptr<FrameConn> NewConnection() override { return std::make_shared<Conn>(); }
+  void OnFrame(const std::shared_ptr<FrameConn>& c, std::string_view payload) override;
+  void OnClosed(const std::shared_ptr<FrameConn>& c, std::string_view why) override;
+
+  void OnTaskFrame(const std::shared_ptr<Conn>& c, std::string_view payload);
   void OnControl(const std::shared_ptr<Conn>& c, std::string_view payload);
-  void Close(const std::shared_ptr<Conn>& c);
-  void Flush(const std::shared_ptr<Conn>& c);
+  // Queues `msg` for the agent and writes it (nothing once the agent is gone).
+  void SendControl(const proto::WorkerControl& msg);
   void RunTask(Pending& p);
   void CreateActor(const proto::ActorCreation& creation);
   proto::TaskReply Execute(const proto::TaskSpec& spec);
@@ -101,14 +121,11 @@ class WorkerServer {
 
   RuntimeContext* const ctx_;
   const WorkerEnvironment env_;
-  int epoll_fd_ = -1;
-  int unix_fd_ = -1;
-  int tcp_fd_ = -1;
+  FrameServer server_;
   int tcp_port_ = 0;
   std::string unix_path_;
   std::string build_id_;
   std::shared_ptr<Conn> control_;
-  std::map<int, std::shared_ptr<Conn>> conns_;
   std::deque<Pending> pending_;
   std::set<std::pair<Conn*, uint64_t>> cancelled_;
   std::string lease_id_;       // assigned by the agent

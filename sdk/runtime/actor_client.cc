@@ -31,12 +31,12 @@ bool Away(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDead
 // kHeadAwayPatience, saying so once on stderr; then fails naming the scheduler. Each
 // call it retries is safe to repeat: creations carry the actor's id, reads and kills
 // are idempotent.
-absl::Status WhileHeadAway(const std::string& where, const std::string& what,
+absl::Status WhileHeadAway(Clock* clock, const std::string& where, const std::string& what,
                            const std::function<absl::Status()>& attempt,
                            const std::function<bool()>& stopping) {
   absl::Status s = attempt();
   if (Away(s)) {
-    const absl::Time give_up = absl::Now() + kHeadAwayPatience;
+    const absl::Time give_up = clock->Now() + kHeadAwayPatience;
     absl::Duration pause = absl::Milliseconds(100);
     while (Away(s)) {
       if (!said_away.exchange(true)) {
@@ -44,13 +44,20 @@ absl::Status WhileHeadAway(const std::string& where, const std::string& what,
                   << "); " << what << " waits for it to come back (up to "
                   << absl::FormatDuration(kHeadAwayPatience) << ")" << std::endl;
       }
-      if (absl::Now() + pause > give_up || stopping()) {
+      if (clock->Now() + pause > give_up || stopping()) {
         said_away.store(false);  // the next outage is told again
         return absl::UnavailableError(absl::StrCat(
             "the scheduler at ", where, " has not answered for ",
             absl::FormatDuration(kHeadAwayPatience), " (", what, "; last error: ", s.message(), ")"));
       }
-      absl::SleepFor(pause);
+      {
+        absl::Mutex m;
+        absl::CondVar never;
+        absl::MutexLock l(&m);
+        const absl::Time until = clock->Now() + pause;
+        while (!clock->WaitWithDeadline(&never, &m, until)) {
+        }
+      }
       pause = std::min(pause * 2, absl::Seconds(2));
       s = attempt();
     }
@@ -151,7 +158,7 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       req.set_request_id(a->id);
       proto::CreateActorReply reply;
       absl::Status st = WhileHeadAway(
-          scheduler_address_, absl::StrCat("creating actor ", a->id),
+          clock_, scheduler_address_, absl::StrCat("creating actor ", a->id),
           [&] { return directory_->CreateActor(req, &reply); }, [this] { return ShuttingDown(); });
       if (!st.ok()) {
         FailAll(a, absl::Status(st.code(), absl::StrCat("cannot create actor ", a->id, " (",
@@ -274,7 +281,7 @@ absl::StatusOr<proto::ActorInfo> ActorClient::Fetch(const std::string& id, const
   req.set_wait_ms(absl::ToInt64Milliseconds(wait));
   proto::GetActorReply reply;
   DROVER_RETURN_IF_ERROR(WhileHeadAway(
-      scheduler_address_,
+      clock_, scheduler_address_,
       id.empty() ? absl::StrCat("looking up actor '", name, "'") : absl::StrCat("actor ", id),
       [&] { return directory_->GetActor(req, &reply); }, [this] { return ShuttingDown(); }));
   return reply.actor();
@@ -434,7 +441,7 @@ absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
   req.set_reason("killed by drover::Kill");
   proto::KillActorReply reply;
   absl::Status s = WhileHeadAway(
-      scheduler_address_, absl::StrCat("killing actor ", a->id),
+      clock_, scheduler_address_, absl::StrCat("killing actor ", a->id),
       [&] { return directory_->KillActor(req, &reply); }, [this] { return ShuttingDown(); });
   if (!s.ok()) return s;
   // The scheduler's record says DEAD now: so does this handle, at once (as ray.kill), so

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sdk/runtime/object_table.h"
@@ -196,12 +197,47 @@ TEST_F(ActorClientTest, UnregisteredFactoryMakesADeadActor) {
 }
 
 TEST_F(ActorClientTest, CreationThatFailsFailsTheQueuedCalls) {
-  scheduler_.SetCreateError(absl::UnavailableError("the head is away"));
+  scheduler_.SetCreateError(absl::FailedPreconditionError("job job1 has ended"));
   std::shared_ptr<ActorState> a = Create();
   absl::Status s = Error(Call(a));
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("cannot create actor " + a->id));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("job job1 has ended"));
+  EXPECT_EQ(scheduler_.Creations().size(), 1u);  // not an outage: asked once
+}
+
+TEST_F(ActorClientTest, ACreationWaitsForASchedulerThatIsAwayAndGoesOnWhenItAnswers) {
+  scheduler_.SetCreateError(absl::UnavailableError("the head is away"), /*times=*/2);
+  std::shared_ptr<ActorState> a = Create();
+  EXPECT_EQ(Value(Call(a)), "ok:Counter::Add");
+  EXPECT_EQ(scheduler_.Creations().size(), 3u);
+}
+
+TEST_F(ActorClientTest, ACreationGivesUpAfterTheSchedulerHasBeenAwayAMinute) {
+  FakeClock clock;
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/43@n1";
+  id.owner_tag = "abcd5678";
+  id.node_id = "n1";
+  id.new_id = [this] { return absl::StrCat("job1.abcd5678.", ++ids_); };
+  ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &workers_, &agents_, &table_,
+                                       &clock, "head:7000"});
+  scheduler_.SetCreateError(absl::UnavailableError("the head is away"));
+  std::shared_ptr<ActorState> a = client.Create(kFactoryKey, CallOptions{}, {});
+  std::shared_ptr<RefState> ref = client.Call(a, kMethodKey, CallOptions{}, {});
+  // Fake time moves a second per step; the creation gives up once a minute has passed.
+  const absl::Time real_deadline = absl::Now() + kWait;
+  while (!table_.WaitDone(ref, absl::Now() + absl::Milliseconds(5)) && absl::Now() < real_deadline) {
+    clock.Advance(absl::Seconds(1));
+  }
+  absl::Status s = Error(ref);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("the scheduler at head:7000 has not answered for 1m"));
   EXPECT_THAT(std::string(s.message()), HasSubstr("the head is away"));
+  EXPECT_GE(scheduler_.Creations().size(), 3u);
+  EXPECT_LE(clock.Now() - absl::FromUnixSeconds(1'000'000'000), absl::Seconds(70));
+  client.Shutdown();
 }
 
 TEST_F(ActorClientTest, CallsInFlightFailWithTheCauseAndLaterCallsGoToTheRestartedActor) {

@@ -305,16 +305,20 @@ bool FakeScheduler::cancelled() {
   return cancelled_;
 }
 
-void FakeScheduler::SetCreateError(absl::Status s) {
+void FakeScheduler::SetCreateError(absl::Status s, int times) {
   absl::MutexLock l(&mu_);
   create_error_ = std::move(s);
+  create_error_times_ = times;
 }
 
 absl::Status FakeScheduler::CreateActor(const proto::CreateActorRequest& req,
                                         proto::CreateActorReply* reply) {
   absl::MutexLock l(&mu_);
   creations_.push_back(req);
-  if (!create_error_.ok()) return create_error_;
+  if (!create_error_.ok() && create_error_times_ != 0) {
+    if (create_error_times_ > 0) --create_error_times_;
+    return create_error_;
+  }
   proto::ActorInfo& info = actors_[req.creation().actor_id()];
   info.set_actor_id(req.creation().actor_id());
   info.set_name(req.creation().name());

@@ -143,8 +143,8 @@ class FakeScheduler : public LeaseClient, public ActorDirectory {
   bool cancelled() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Actors: CreateActor records the actor ALIVE at "actor:<id>" on node n1 unless
-  // `create_error` is set (then CreateActor fails with it).
-  void SetCreateError(absl::Status s) ABSL_LOCKS_EXCLUDED(mu_);
+  // `create_error` is set (then CreateActor fails with it, `times` times; -1: always).
+  void SetCreateError(absl::Status s, int times = -1) ABSL_LOCKS_EXCLUDED(mu_);
   // Replaces an actor's record (its version is bumped) and wakes GetActor waiters.
   void SetActor(proto::ActorInfo info) ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<proto::ActorInfo> Actor(const std::string& id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -159,6 +159,7 @@ class FakeScheduler : public LeaseClient, public ActorDirectory {
   std::vector<std::pair<std::string, std::string>> returned_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status create_error_ ABSL_GUARDED_BY(mu_);
+  int create_error_times_ ABSL_GUARDED_BY(mu_) = -1;
   std::map<std::string, proto::ActorInfo> actors_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::CreateActorRequest> creations_ ABSL_GUARDED_BY(mu_);
   std::vector<proto::KillActorRequest> kills_ ABSL_GUARDED_BY(mu_);

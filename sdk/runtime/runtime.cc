@@ -210,6 +210,13 @@ class Runtime {
   std::shared_ptr<Session> session = std::make_shared<Session>();
   std::thread session_thread;
 
+  // A runtime that MakeRuntime gives up on after RegisterDriver started the session
+  // thread (the session never attached, a later step failed) still has that thread:
+  // stop and join it instead of destroying a joinable std::thread (std::terminate).
+  ~Runtime() {
+    if (session_thread.joinable()) Shutdown();
+  }
+
   void Shutdown() {
     if (actors) actors->Shutdown();
     if (submitter) submitter->Shutdown();

@@ -549,12 +549,17 @@ class HomeLock {
   static absl::StatusOr<HomeLock> Take(const std::string& what, absl::Duration wait,
                                        bool progress) {
     const std::string home = DroverHome();
-    if (auto s = MakeDirs(home, 0700); !s.ok()) return s;
+    if (auto s = MakeDirs(home, 0700); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("cannot make DROVER_HOME ", home,
+                                                 " for its lock file: ", s.message()));
+    }
     const std::string path = home + "/cluster.lock";
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot open the lock file ", path, ": ", std::strerror(errno)));
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot open the lock file ", path, ": ", std::strerror(errno), "; `drover ", what,
+          "` needs to create and lock it: make ", home,
+          " yours and writable (no symlink there), or set DROVER_HOME to a directory of yours"));
     }
     ::fchmod(fd, 0600);
     auto holder = [fd] {
@@ -569,7 +574,10 @@ class HomeLock {
       if (errno != EWOULDBLOCK) {
         const int err = errno;
         ::close(fd);
-        return absl::UnavailableError(absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
+        return absl::UnavailableError(absl::StrCat(
+            "cannot lock ", path, ": ", std::strerror(err), "; `drover ", what,
+            "` needs a local file system that supports flock for DROVER_HOME (set DROVER_HOME "
+            "to a local directory)"));
       }
       const std::string first = holder();
       if (progress) {
@@ -583,8 +591,8 @@ class HomeLock {
         ::close(fd);
         return absl::UnavailableError(absl::StrCat(
             "another `drover up` or `drover down` (", now, ") still holds ", path, " after ",
-            absl::FormatDuration(wait), "; `drover ", what,
-            "` changes nothing while it works: wait for it to finish, or stop it, and run `drover ",
+            absl::FormatDuration(wait), "; this `drover ", what,
+            "` changed nothing: wait for that one to finish (or stop it), then run `drover ",
             what, "` again"));
       }
     }
@@ -850,9 +858,11 @@ void TerminateAll(const std::vector<Found>& procs, absl::Duration grace) {
 }
 
 int CmdDown(bool json) {
-  // Where no cluster is recorded, there is nothing to lock (nor a DROVER_HOME to make).
+  // Without a DROVER_HOME there is nothing to lock (nor to stop). With one, lock even
+  // before a cluster is recorded: a `drover up` writes its record only once its head
+  // runs, and a `down` meanwhile must wait for it rather than find nothing to stop.
   std::optional<HomeLock> lock;
-  if (::access(ClusterFile().c_str(), F_OK) == 0) {
+  if (::access(DroverHome().c_str(), F_OK) == 0) {
     auto taken = HomeLock::Take("down", absl::Seconds(120), !json);
     if (!taken.ok()) return Fail(taken.status());
     lock.emplace(*std::move(taken));

@@ -63,6 +63,10 @@ class FakeSource : public JobLogSource {
     absl::MutexLock lock(&mu_);
     get_job_failures_ = times;
   }
+  int GetJobFailuresLeft() {
+    absl::MutexLock lock(&mu_);
+    return get_job_failures_;
+  }
   int Reads(const std::string& node) {
     absl::MutexLock lock(&mu_);
     return agents_["agent-of-" + node].reads;
@@ -409,7 +413,11 @@ TEST(JobLogPrinterTest, AnUnreachableSchedulerIsWaitedForWhileFollowing) {
   options.follow = true;
   JobLogPrinter printer(source, sink, "job-1", options);
   std::thread ender([&] {
-    absl::SleepFor(absl::Milliseconds(50));
+    // The job ends only once following has met both failures (the printer waited).
+    for (absl::Time deadline = absl::Now() + absl::Seconds(30);
+         source.GetJobFailuresLeft() > 0 && absl::Now() < deadline;) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
     source.SetJob(Job(JobState::kSucceeded, {{0, "n1"}}, 0));
   });
   absl::StatusOr<JobInfo> job = printer.Run();

@@ -103,9 +103,11 @@ class FrameServerTest : public ::testing::Test {
   }
   int ConnectRaw() {
     absl::StatusOr<std::unique_ptr<FramedSocket>> s = FramedSocket::ConnectUnix(path_);
-    EXPECT_TRUE(s.ok()) << s.status();
-    int fd = ::dup((*s)->fd());
-    return fd;
+    if (!s.ok()) {
+      ADD_FAILURE() << s.status();
+      return -1;
+    }
+    return ::dup((*s)->fd());
   }
   static std::string Echo(FramedSocket& s, const std::string& text) {
     EXPECT_TRUE(s.Send(Msg(text)).ok());

@@ -271,7 +271,9 @@ void WorkerPool::Stop(Worker& w, const std::string& reason) {
   const int gen = w.generation;
   const absl::Duration grace = options_.kill_grace;
   // Not under mu_: the process manager's thread may be waiting for it in OnProcessExit.
-  std::thread([pm = pm_, job, gen, grace] { pm->StopGeneration(job, gen, grace); }).detach();
+  std::thread([pm = pm_, job, gen, grace, why = absl::StrCat("worker ", w.id, ": ", reason)] {
+    pm->StopGeneration(job, gen, grace, why);
+  }).detach();
 }
 
 absl::Status WorkerPool::KillWorker(const proto::KillWorkerRequest& req) {

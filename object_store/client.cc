@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <cstddef>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -105,40 +104,6 @@ struct Client::Link {
   std::unique_ptr<internal::LeasedPuts> leased;  // borrows *conn
 };
 
-// Either counted in users_ (the fast path: the link is one of link_ and retired_, not
-// freed while counted) or holding a reference (after a reconnect).
-class Client::LinkUse {
- public:
-  // REQUIRES: client->users_ was incremented for this use.
-  LinkUse(Client* client, Link* link) : counted_(client), link_(link) {}
-  explicit LinkUse(std::shared_ptr<Link> held) : held_(std::move(held)), link_(held_.get()) {}
-  LinkUse(LinkUse&& o) noexcept
-      : counted_(std::exchange(o.counted_, nullptr)),
-        held_(std::move(o.held_)),
-        link_(std::exchange(o.link_, nullptr)) {}
-  LinkUse& operator=(LinkUse&& o) noexcept {
-    if (this != &o) {
-      Done();
-      counted_ = std::exchange(o.counted_, nullptr);
-      held_ = std::move(o.held_);
-      link_ = std::exchange(o.link_, nullptr);
-    }
-    return *this;
-  }
-  ~LinkUse() { Done(); }
-  Link& operator*() const { return *link_; }
-  Link* operator->() const { return link_; }
-
- private:
-  void Done() {
-    if (counted_ != nullptr) counted_->users_.fetch_sub(1, std::memory_order_release);
-    counted_ = nullptr;
-  }
-  Client* counted_ = nullptr;
-  std::shared_ptr<Link> held_;
-  Link* link_ = nullptr;
-};
-
 namespace {
 
 // How many broken links a client keeps mapped (see Client::retired_).
@@ -166,8 +131,7 @@ Client::Client(std::string socket_path, ClientOptions options,
                std::shared_ptr<internal::Connection> conn)
     : socket_path_(std::move(socket_path)),
       options_(options),
-      link_(std::make_shared<Link>(std::move(conn))),
-      current_(link_.get()) {}
+      link_(std::make_shared<Link>(std::move(conn))) {}
 
 Client::~Client() = default;
 
@@ -192,20 +156,9 @@ uint64_t Client::reconnects() const {
   return reconnects_;
 }
 
-void Client::TrimRetiredLocked() {
-  if (retired_.size() <= kMaxRetired) return;
-  if (users_.load(std::memory_order_seq_cst) != 0) return;  // the next try frees them
-  retired_.erase(retired_.begin(), retired_.end() - static_cast<std::ptrdiff_t>(kMaxRetired));
-}
-
-absl::StatusOr<Client::LinkUse> Client::Current() {
-  users_.fetch_add(1, std::memory_order_seq_cst);
-  Link* current = current_.load(std::memory_order_seq_cst);
-  if (!current->conn->broken()) return LinkUse(this, current);
-  users_.fetch_sub(1, std::memory_order_release);
+absl::StatusOr<std::shared_ptr<Client::Link>> Client::Current() {
   absl::MutexLock l(&link_mu_);
-  TrimRetiredLocked();
-  if (!link_->conn->broken()) return LinkUse(link_);
+  if (!link_->conn->broken()) return link_;
   const absl::Time now = absl::Now();
   if (away_since_ == absl::InfiniteFuture()) {
     away_since_ = now;
@@ -222,15 +175,14 @@ absl::StatusOr<Client::LinkUse> Client::Current() {
         internal::Connection::Open(socket_path_);
     if (conn.ok()) {
       retired_.push_back(std::move(link_));
+      if (retired_.size() > kMaxRetired) retired_.erase(retired_.begin());
       link_ = std::make_shared<Link>(*std::move(conn));
-      current_.store(link_.get(), std::memory_order_seq_cst);
-      TrimRetiredLocked();
       ++reconnects_;
       DROVER_LOG(WARNING) << "connected again to the object store at " << socket_path_ << " ("
                           << absl::FormatDuration(absl::Now() - away_since_)
                           << " after it went away); the objects it held before are lost";
       away_since_ = absl::InfiniteFuture();
-      return LinkUse(link_);
+      return link_;
     }
     last = conn.status();
     const absl::Time t = absl::Now();
@@ -246,7 +198,7 @@ absl::StatusOr<Client::LinkUse> Client::Current() {
 
 template <typename F>
 auto Client::Run(F&& f) -> decltype(f(std::declval<Link&>())) {
-  absl::StatusOr<LinkUse> link = Current();
+  absl::StatusOr<std::shared_ptr<Link>> link = Current();
   if (!link.ok()) return link.status();
   auto r = f(**link);
   if (StatusOf(r).ok() || !(*link)->conn->broken()) return r;
@@ -301,7 +253,7 @@ absl::Status Client::LostBeforeSeal(Link& link, const ObjectId& id, absl::Status
 }
 
 absl::Status Client::Seal(const ObjectId& id) {
-  absl::StatusOr<LinkUse> link = Current();
+  absl::StatusOr<std::shared_ptr<Link>> link = Current();
   if (!link.ok()) return link.status();
   return SealOn(**link, id);
 }
@@ -323,7 +275,7 @@ absl::Status Client::SealOn(Link& link, const ObjectId& id) {
 }
 
 absl::StatusOr<ObjectRef> Client::SealKeepingReference(const MutableObject& object) {
-  absl::StatusOr<LinkUse> link = Current();
+  absl::StatusOr<std::shared_ptr<Link>> link = Current();
   if (!link.ok()) return link.status();
   internal::Connection& c = *(*link)->conn;
   absl::Status s;
@@ -344,7 +296,7 @@ absl::StatusOr<ObjectRef> Client::SealKeepingReference(const MutableObject& obje
 }
 
 absl::Status Client::Abort(const ObjectId& id) {
-  absl::StatusOr<LinkUse> link = Current();
+  absl::StatusOr<std::shared_ptr<Link>> link = Current();
   if (!link.ok()) return link.status();
   return AbortOn(**link, id);
 }

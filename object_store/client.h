@@ -50,7 +50,6 @@
 #ifndef DROVER_OBJECT_STORE_CLIENT_H_
 #define DROVER_OBJECT_STORE_CLIENT_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -252,15 +251,9 @@ class Client {
   struct Link;
   Client(std::string socket_path, ClientOptions options,
          std::shared_ptr<internal::Connection> conn);
-  // A use of a link, keeping it alive while held (client.cc).
-  class LinkUse;
   // The current link; if it is broken, connects again first (waiting for the store as
-  // ClientOptions says). UNAVAILABLE if the store is not back. While the link is
-  // intact it takes no lock and copies no shared_ptr (every call goes through here).
-  absl::StatusOr<LinkUse> Current();
-  // Frees the retired links past the last kMaxRetired while no fast-path use is in
-  // progress (one might be on any of them).
-  void TrimRetiredLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(link_mu_);
+  // ClientOptions says). UNAVAILABLE if the store is not back.
+  absl::StatusOr<std::shared_ptr<Link>> Current();
   // Runs `f(link)` on the current link and, if the link broke meanwhile (its store went
   // away), once more on a new one.
   template <typename F>
@@ -278,12 +271,6 @@ class Client {
   mutable absl::Mutex link_mu_;
   // The transport (internal/connection.h), shared with the ObjectRefs handed out.
   std::shared_ptr<Link> link_ ABSL_GUARDED_BY(link_mu_);
-  // link_.get(), for Current's fast path; set under link_mu_.
-  std::atomic<Link*> current_;
-  // Current's fast-path uses in progress. A retired link is freed only while there is
-  // none: a use counts itself before it reads current_, and a reconnect changes
-  // current_ before it reads this, so a use it does not see reads the new link.
-  std::atomic<int64_t> users_{0};
   // Links that broke, kept mapped so that spans of MutableObjects created on them do
   // not dangle (the last few only: each keeps a dead store's arena mapped).
   std::vector<std::shared_ptr<Link>> retired_ ABSL_GUARDED_BY(link_mu_);

@@ -42,8 +42,9 @@ void JobPersister::Stop(absl::Duration grace) {
   if (thread_.joinable()) thread_.join();
   absl::MutexLock lock(&mu_);
   stopped_ = true;
-  if (!queued_.empty()) {
-    DROVER_LOG(WARNING) << "stopping with " << queued_.size() << " job record(s) not saved to "
+  if (!queued_.empty() || !actors_queued_.empty()) {
+    DROVER_LOG(WARNING) << "stopping with " << queued_.size() << " job record(s) and "
+                        << actors_queued_.size() << " actor record(s) not saved to "
                         << store_->Describe() << ": " << last_error_;
   }
   cv_.SignalAll();

@@ -76,10 +76,6 @@ class LeasePlacer {
     explicit Index(const proto::Resources& shape) : shape_(shape) {}
     void Sync(NodeTable& table);
     bool Fits(int i) const { return i >= 0 && static_cast<size_t>(i) < fits_.size() && fits_[i]; }
-    // The first node that fits in view order (-1: none).
-    int First() const { return in_order_.empty() ? -1 : *in_order_.begin(); }
-    // The node with the most free CPUs that fits, the first in view order of equals.
-    int MostCpus() const { return by_cpus_.empty() ? -1 : by_cpus_.begin()->second; }
     // The fitting nodes in view order, and by (-free CPUs, view index).
     const std::set<int>& in_order() const { return in_order_; }
     const std::set<std::pair<double, int>>& by_cpus() const { return by_cpus_; }

@@ -116,17 +116,6 @@ std::map<std::string, std::vector<std::string>> ObjectDirectory::ByAgent(
   return out;
 }
 
-std::vector<std::pair<std::string, std::string>> ObjectDirectory::WithPrefix(
-    const std::string& prefix) {
-  absl::MutexLock lock(&mu_);
-  std::vector<std::pair<std::string, std::string>> out;
-  for (auto it = by_object_.lower_bound(prefix);
-       it != by_object_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
-    for (const auto& [node, size] : it->second) out.emplace_back(node, it->first);
-  }
-  return out;
-}
-
 void ObjectDirectory::Stop() {
   absl::MutexLock lock(&mu_);
   stopped_ = true;

@@ -72,9 +72,6 @@ class ObjectDirectory {
   // holding each copy.
   std::map<std::string, std::vector<std::string>> ByAgent(const std::string& prefix)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Every (node, object) whose object id starts with `prefix`.
-  std::vector<std::pair<std::string, std::string>> WithPrefix(const std::string& prefix)
-      ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every wait, now and later. Idempotent.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   // For lock-order annotations only (scheduler_core.h: ABSL_ACQUIRED_BEFORE).

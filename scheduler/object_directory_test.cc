@@ -30,21 +30,6 @@ TEST(ObjectDirectoryTest, AddIsIdempotentAndListsHoldersInNodeOrder) {
   EXPECT_EQ(d.size(), 2);
 }
 
-TEST(ObjectDirectoryTest, WithPrefixListsEveryCopyOfTheMatchingObjectsOnly) {
-  ObjectDirectory d;
-  d.NodeUp("node-1", "agent-1:1");
-  d.NodeUp("node-2", "agent-2:1");
-  ASSERT_TRUE(d.Add("node-1", "job-a.1", 10).ok());
-  ASSERT_TRUE(d.Add("node-2", "job-a.1", 10).ok());
-  ASSERT_TRUE(d.Add("node-1", "job-a.2", 10).ok());
-  ASSERT_TRUE(d.Add("node-1", "job-ab.1", 10).ok());  // shares the text, not the prefix with its dot
-  ASSERT_TRUE(d.Add("node-2", "job-b.1", 10).ok());
-  using P = std::pair<std::string, std::string>;
-  EXPECT_EQ(d.WithPrefix("job-a."),
-            (std::vector<P>{{"node-1", "job-a.1"}, {"node-2", "job-a.1"}, {"node-1", "job-a.2"}}));
-  EXPECT_TRUE(d.WithPrefix("job-c.").empty());
-}
-
 TEST(ObjectDirectoryTest, UnknownObjectHasNoHolders) {
   ObjectDirectory d;
   d.NodeUp("node-1", "agent-1:1");

@@ -151,6 +151,11 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
 
 std::string SchedulerCore::StaleRunningLocked(const Job* job, const Node& node,
                                               const proto::ProcessStatus& p) {
+  // The usual case, on every heartbeat for every running process: nothing to say.
+  if (job != nullptr && p.generation() == job->info.restart_count() &&
+      job->live.count(p.rank()) > 0) {
+    return "";
+  }
   const std::string what =
       absl::StrCat("job ", p.job_id(), " generation ", p.generation(), " rank ", p.rank(),
                    " (pid ", p.pid(), ") running");
@@ -158,7 +163,6 @@ std::string SchedulerCore::StaleRunningLocked(const Job* job, const Node& node,
   if (p.generation() != job->info.restart_count()) {
     return absl::StrCat(what, ", but the job is at generation ", job->info.restart_count());
   }
-  if (job->live.count(p.rank()) > 0) return "";
   // The rank's exit is recorded, yet the table says it runs. A table is taken before
   // its heartbeat is sent and applied after whatever overtook it: an exit report sent
   // later (the process has ended since) is the usual case. Stopping the generation

@@ -625,7 +625,8 @@ int Outlive(int in_flight, const std::string& stop, const std::string& name,
       if (in >> n && n != last) {
         last = n;
         say("asking", n);
-        auto found = drover::GetActor<Counter>(name);
+        // Given a minute: a lookup waits for an away scheduler within its own timeout.
+        auto found = drover::GetActor<Counter>(name, absl::Seconds(60));
         say("looked_up", absl::StrCat(n, found.ok() ? " ok" : absl::StrCat(" ", Err(found.status()))));
       }
       absl::SleepFor(absl::Milliseconds(20));
@@ -673,7 +674,7 @@ int Outlive(int in_flight, const std::string& stop, const std::string& name,
     for (size_t a = 0; a < counters.size(); ++a) logs[a] = counters[a].Task(&Counter::Log).Remote(calls);
     ++calls;
     if (done % 100 == 0) {
-      auto found = drover::GetActor<Counter>(name);
+      auto found = drover::GetActor<Counter>(name, absl::Seconds(60));
       if (!found.ok()) {
         say("outlive", absl::StrCat("GetActor('", name, "') after ", done, " tasks: ", Err(found.status())));
         return false;

@@ -25,49 +25,6 @@ std::atomic<bool> said_away{false};
 
 bool Away(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
 
-// Makes a call to the scheduler (`attempt`: one try, with a context of its own) and,
-// while the scheduler does not answer (UNAVAILABLE, DEADLINE_EXCEEDED: a restart
-// under way), tries again with back-off (100 ms doubling to 2 s) for up to
-// kHeadAwayPatience, saying so once on stderr; then fails naming the scheduler. Each
-// call it retries is safe to repeat: creations carry the actor's id, reads and kills
-// are idempotent.
-absl::Status WhileHeadAway(Clock* clock, const std::string& where, const std::string& what,
-                           const std::function<absl::Status()>& attempt,
-                           const std::function<bool()>& stopping) {
-  absl::Status s = attempt();
-  if (Away(s)) {
-    const absl::Time give_up = clock->Now() + kHeadAwayPatience;
-    absl::Duration pause = absl::Milliseconds(100);
-    while (Away(s)) {
-      if (!said_away.exchange(true)) {
-        std::cerr << "drover: the scheduler at " << where << " does not answer (" << s.message()
-                  << "); " << what << " waits for it to come back (up to "
-                  << absl::FormatDuration(kHeadAwayPatience) << ")" << std::endl;
-      }
-      if (clock->Now() + pause > give_up || stopping()) {
-        said_away.store(false);  // the next outage is told again
-        return absl::UnavailableError(absl::StrCat(
-            "the scheduler at ", where, " has not answered for ",
-            absl::FormatDuration(kHeadAwayPatience), " (", what, "; last error: ", s.message(), ")"));
-      }
-      {
-        absl::Mutex m;
-        absl::CondVar never;
-        absl::MutexLock l(&m);
-        const absl::Time until = clock->Now() + pause;
-        while (!clock->WaitWithDeadline(&never, &m, until)) {
-        }
-      }
-      pause = std::min(pause * 2, absl::Seconds(2));
-      s = attempt();
-    }
-  }
-  if (said_away.exchange(false)) {
-    std::cerr << "drover: the scheduler at " << where << " answers again" << std::endl;
-  }
-  return s;
-}
-
 std::string Describe(const proto::ActorInfo& info) {
   std::string s = absl::StrCat("actor ", info.actor_id());
   if (!info.class_name().empty()) absl::StrAppend(&s, " (", info.class_name());
@@ -157,9 +114,9 @@ std::shared_ptr<ActorState> ActorClient::Create(const std::string& factory_key,
       req.set_max_restarts(o.max_restarts);
       req.set_request_id(a->id);
       proto::CreateActorReply reply;
-      absl::Status st = WhileHeadAway(
-          clock_, scheduler_address_, absl::StrCat("creating actor ", a->id),
-          [&] { return directory_->CreateActor(req, &reply); }, [this] { return ShuttingDown(); });
+      absl::Status st =
+          WhileSchedulerAway(absl::StrCat("creating actor ", a->id), kHeadAwayPatience,
+                             [&] { return directory_->CreateActor(req, &reply); });
       if (!st.ok()) {
         FailAll(a, absl::Status(st.code(), absl::StrCat("cannot create actor ", a->id, " (",
                                                         task->display, "): ", st.message())));
@@ -273,17 +230,17 @@ void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
 }
 
 absl::StatusOr<proto::ActorInfo> ActorClient::Fetch(const std::string& id, const std::string& name,
-                                                    int64_t after, absl::Duration wait) {
+                                                    int64_t after, absl::Duration wait,
+                                                    absl::Duration patience) {
   proto::GetActorRequest req;
   req.set_actor_id(id);
   req.set_name(name);
   req.set_after_version(after);
   req.set_wait_ms(absl::ToInt64Milliseconds(wait));
   proto::GetActorReply reply;
-  DROVER_RETURN_IF_ERROR(WhileHeadAway(
-      clock_, scheduler_address_,
+  DROVER_RETURN_IF_ERROR(WhileSchedulerAway(
       id.empty() ? absl::StrCat("looking up actor '", name, "'") : absl::StrCat("actor ", id),
-      [&] { return directory_->GetActor(req, &reply); }, [this] { return ShuttingDown(); }));
+      patience, [&] { return directory_->GetActor(req, &reply); }));
   return reply.actor();
 }
 
@@ -325,7 +282,7 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
       // Once the record says ALIVE, connect; else wait for it to change.
       if (a->known_ && a->info_.state() != proto::ACTOR_ALIVE) after = a->info_.version();
     }
-    absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", after, kPollWait);
+    absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", after, kPollWait, kHeadAwayPatience);
     if (!info.ok()) {
       if (info.status().code() == absl::StatusCode::kNotFound) {
         // Creation not yet recorded (CreateActor in flight) or an unknown id.
@@ -411,7 +368,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
     return;
   }
   // What happened? The scheduler hears of the worker's exit from its agent.
-  absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", version, absl::Seconds(5));
+  absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", version, absl::Seconds(5), kHeadAwayPatience);
   std::string cause = "its worker's connection broke";
   if (info.ok()) {
     Update(a, *info);
@@ -427,7 +384,7 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
 
 absl::StatusOr<std::shared_ptr<ActorState>> ActorClient::Lookup(const std::string& name,
                                                                 absl::Duration timeout) {
-  absl::StatusOr<proto::ActorInfo> info = Fetch("", name, 0, timeout);
+  absl::StatusOr<proto::ActorInfo> info = Fetch("", name, 0, timeout, timeout);
   if (!info.ok()) return info.status();
   std::shared_ptr<ActorState> a = FromId(info->actor_id());
   Update(a, *info);
@@ -440,9 +397,8 @@ absl::Status ActorClient::Kill(const std::shared_ptr<ActorState>& a) {
   req.set_actor_id(a->id);
   req.set_reason("killed by drover::Kill");
   proto::KillActorReply reply;
-  absl::Status s = WhileHeadAway(
-      clock_, scheduler_address_, absl::StrCat("killing actor ", a->id),
-      [&] { return directory_->KillActor(req, &reply); }, [this] { return ShuttingDown(); });
+  absl::Status s = WhileSchedulerAway(absl::StrCat("killing actor ", a->id), kHeadAwayPatience,
+                                      [&] { return directory_->KillActor(req, &reply); });
   if (!s.ok()) return s;
   // The scheduler's record says DEAD now: so does this handle, at once (as ray.kill), so
   // a call made after Kill returns fails with the kill's reason instead of racing the
@@ -479,7 +435,7 @@ absl::Status ActorClient::WaitReady(const std::shared_ptr<ActorState>& a, absl::
           "actor ", a->id, " is not ready",
           a->info_.pending_reason().empty() ? "" : absl::StrCat(": ", a->info_.pending_reason())));
     }
-    absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", after, std::min(left, kPollWait));
+    absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", after, std::min(left, kPollWait), left);
     if (!info.ok()) {
       if (info.status().code() != absl::StatusCode::kNotFound) return info.status();
       absl::MutexLock l(&a->mu_);
@@ -504,15 +460,48 @@ absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::D
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(absl::StrCat("actor ", a->id, " is not dead"));
     }
-    absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", after, std::min(left, kPollWait));
+    absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", after, std::min(left, kPollWait), left);
     if (!info.ok()) return info.status();
     Update(a, *info);
   }
 }
 
-bool ActorClient::ShuttingDown() {
-  absl::MutexLock l(&mu_);
-  return shutdown_;
+absl::Status ActorClient::WhileSchedulerAway(const std::string& what, absl::Duration patience,
+                                             const std::function<absl::Status()>& attempt) {
+  absl::Status s = attempt();
+  if (!Away(s)) return s;
+  const absl::Time give_up = clock_->Now() + patience;
+  absl::Duration pause = absl::Milliseconds(100);
+  while (Away(s)) {
+    if (!said_away.exchange(true)) {
+      std::cerr << "drover: the scheduler at " << scheduler_address_ << " does not answer ("
+                << s.message() << "); " << what << " waits for it to come back (up to "
+                << absl::FormatDuration(patience) << ")" << std::endl;
+    }
+    if (clock_->Now() + pause > give_up) {
+      said_away.store(false);  // the next outage is told again
+      return absl::UnavailableError(absl::StrCat(
+          "the scheduler at ", scheduler_address_, " has not answered for ",
+          absl::FormatDuration(patience), " (", what, "; last error: ", s.message(), ")"));
+    }
+    {
+      absl::MutexLock l(&mu_);
+      const absl::Time until = clock_->Now() + pause;
+      while (!shutdown_ && !clock_->WaitWithDeadline(&stopping_, &mu_, until)) {
+      }
+      if (shutdown_) {
+        return absl::CancelledError(absl::StrCat("drover::Shutdown was called while ", what,
+                                                 " waited for the scheduler at ",
+                                                 scheduler_address_));
+      }
+    }
+    pause = std::min(pause * 2, absl::Seconds(2));
+    s = attempt();
+  }
+  if (said_away.exchange(false)) {
+    std::cerr << "drover: the scheduler at " << scheduler_address_ << " answers again" << std::endl;
+  }
+  return s;
 }
 
 void ActorClient::Shutdown() {
@@ -521,6 +510,7 @@ void ActorClient::Shutdown() {
     absl::MutexLock l(&mu_);
     if (shutdown_) return;
     shutdown_ = true;
+    stopping_.SignalAll();  // calls waiting for an away scheduler
     for (auto& [id, s] : sockets_) socks.push_back(s);
   }
   for (auto& s : socks) s->Shutdown();

@@ -107,11 +107,21 @@ class ActorClient {
                  std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>>* failed);
   void Connect(std::shared_ptr<ActorState> a);
   void Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock);
-  bool ShuttingDown() ABSL_LOCKS_EXCLUDED(mu_);
   // Asks the scheduler for the actor's record, waiting up to `wait` for a version after
-  // `after` (0: now). While the scheduler is away (a restart), waits for it (bounded).
+  // `after` (0: now). While the scheduler is away (a restart), waits for it up to
+  // `patience` (a caller's own bound, or the client's 60 s).
   absl::StatusOr<proto::ActorInfo> Fetch(const std::string& id, const std::string& name,
-                                         int64_t after, absl::Duration wait);
+                                         int64_t after, absl::Duration wait,
+                                         absl::Duration patience);
+  // Makes a call to the scheduler (`attempt`: one try) and, while the scheduler does not
+  // answer (UNAVAILABLE, DEADLINE_EXCEEDED: a restart under way), tries again with
+  // back-off (100 ms doubling to 2 s) for up to `patience`, saying so once per outage on
+  // stderr; then fails naming the scheduler. CANCELLED if Shutdown is called meanwhile.
+  // Every call retried is safe to repeat: creations carry the actor's id, reads and
+  // kills are idempotent.
+  absl::Status WhileSchedulerAway(const std::string& what, absl::Duration patience,
+                                  const std::function<absl::Status()>& attempt)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Update(const std::shared_ptr<ActorState>& a, const proto::ActorInfo& info);
   void FailAll(const std::shared_ptr<ActorState>& a, const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -126,6 +136,7 @@ class ActorClient {
   std::unordered_map<std::string, std::weak_ptr<ActorState>> actors_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::shared_ptr<FramedSocket>> sockets_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  absl::CondVar stopping_;  // signalled by Shutdown
   // Creations, connections and readers; Shutdown waits for them.
   ThreadGroup threads_;
 };

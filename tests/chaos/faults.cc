@@ -475,7 +475,7 @@ void FaultInjector::RestartHead(const Fault& f, FaultRecord& r) {
     r.recovery = s;
     return;
   }
-  cluster_.KillScheduler();
+  cluster_.StopScheduler(SIGKILL);
   if (with_redis) {
     ::kill(redis->pid(), SIGKILL);
     redis->Stop();  // reaps it

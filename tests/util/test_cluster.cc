@@ -229,11 +229,6 @@ std::string TestCluster::agent_node_id(int i) const {
   return text.ok() ? JsonString(*text, "node_id") : "";
 }
 
-void TestCluster::KillScheduler() {
-  StopProcess(scheduler_, SIGKILL);
-  scheduler_ = -1;
-}
-
 absl::Status TestCluster::RestartScheduler(int sig) {
   StopScheduler(sig);
   return StartSchedulerAgain();

@@ -90,8 +90,6 @@ class TestCluster {
   // RestartScheduler in two halves, for a test that acts while the scheduler is away.
   void StopScheduler(int sig = SIGKILL);
   absl::Status StartSchedulerAgain();
-  // SIGKILLs the scheduler and returns once it is gone (reaped if it is our child).
-  void KillScheduler();
   // The scheduler now runs as `pid`, started by someone else (`drover up` bringing the
   // head back in place, on the same port, ready file and state): it is stopped with
   // the rest of the cluster like one this cluster started.

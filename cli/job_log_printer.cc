@@ -61,9 +61,9 @@ void JobLogPrinter::Lines::Append(std::string* out, int rank, absl::string_view 
   out->append(line.data(), line.size());
 }
 
-void JobLogPrinter::Lines::Write(const LogChunk& c) {
+void JobLogPrinter::Lines::Write(const std::string& node, const LogChunk& c) {
   absl::MutexLock lock(&mu_);
-  std::string& buf = partial_[{c.rank, c.stream}];
+  std::string& buf = partial_[{node, c.rank, c.stream}];
   buf += c.data;
   size_t start = 0;
   std::string out;
@@ -85,8 +85,8 @@ void JobLogPrinter::Lines::Flush() {
   for (auto& [key, buf] : partial_) {
     if (buf.empty()) continue;
     std::string out;
-    Append(&out, key.first, buf + "\n");
-    sink_.Write(key.second, out);
+    Append(&out, std::get<1>(key), buf + "\n");
+    sink_.Write(std::get<2>(key), out);
     buf.clear();
   }
 }
@@ -236,7 +236,7 @@ void JobLogPrinter::StreamNode(const std::string& node) {
           LogChunk rest = c;
           if (c.offset < off) rest.data.erase(0, off - c.offset);
           off = c.offset + c.data.size();
-          lines_.Write(rest);
+          lines_.Write(node, rest);
           printed = true;
         },
         last_pass ? options_.stop : &finished_, last_pass ? attempt : absl::Hours(24 * 365));

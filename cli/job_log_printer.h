@@ -19,6 +19,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -135,7 +136,9 @@ class JobLogPrinter {
   class Lines {
    public:
     Lines(bool prefix, LogSink& sink) : prefix_(prefix), sink_(sink) {}
-    void Write(const LogChunk& c) ABSL_LOCKS_EXCLUDED(mu_);
+    // `c` as read from `node`: each node's stream of a rank is its own (a rank restarted
+    // elsewhere writes on two nodes, read at once by two readers).
+    void Write(const std::string& node, const LogChunk& c) ABSL_LOCKS_EXCLUDED(mu_);
     // A line of the CLI's own on stderr, between the job's lines.
     void Note(const std::string& line) ABSL_LOCKS_EXCLUDED(mu_);
     // The last partial line of each stream, ended.
@@ -147,7 +150,8 @@ class JobLogPrinter {
     const bool prefix_;
     LogSink& sink_;
     absl::Mutex mu_;
-    std::map<std::pair<int, LogStream>, std::string> partial_ ABSL_GUARDED_BY(mu_);
+    // (node, rank, stream) -> the line begun and not ended yet.
+    std::map<std::tuple<std::string, int, LogStream>, std::string> partial_ ABSL_GUARDED_BY(mu_);
   };
 
   // Starts a streamer for each node of `job` that has none yet; names the nodes that

@@ -98,13 +98,18 @@ declare -A sdk=()
 multiarch="$(gcc -dumpmachine 2>/dev/null || echo x86_64-linux-gnu)"
 for f in $(PKG_CONFIG_PATH="$root/lib/pkgconfig" pkg-config --libs drover); do
   [[ "$f" == -l* && "$f" != -ldrover_sdk ]] || continue
-  lib="lib${f#-l}.so"
   path=""
-  for d in "/usr/lib/$multiarch" /usr/lib "/lib/$multiarch"; do
-    [[ -e "$d/$lib" ]] && { path="$d/$lib"; break; }
+  # A shared library first, else the static one (glibc's -lrt is only librt.a); in the
+  # multiarch folders or the compiler's own (libatomic.so is in gcc's folder).
+  for lib in "lib${f#-l}.so" "lib${f#-l}.a"; do
+    for d in "/usr/lib/$multiarch" /usr/lib "/lib/$multiarch"; do
+      [[ -e "$d/$lib" ]] && { path="$d/$lib"; break 2; }
+    done
+    c="$(g++ -print-file-name="$lib" 2>/dev/null || true)"
+    [[ "$c" == /* && -e "$c" ]] && { path="$c"; break; }
   done
   if [[ -z "$path" ]]; then
-    echo "package: drover.pc links $f, but no $lib was found" >&2
+    echo "package: drover.pc links $f, but no lib${f#-l}.so or .a was found" >&2
     exit 1
   fi
   pkg="$(owner "$path")" || { echo "package: no Debian package owns $path (drover.pc's $f)" >&2; exit 1; }

@@ -52,7 +52,7 @@ if [ -n "$release" ]; then
   dest="$repo/dist/$name"
   if [ ! -x "$dest/bin/drover" ] || [ "$release" -nt "$dest/bin/drover" ]; then
     rm -rf "$dest"
-    top="$(tar -tzf "$release" | head -1)"
+    top="$(tar -tzf "$release" 2>/dev/null | head -1 || true)"
     if [ "${top%%/*}" != "$name" ]; then
       echo "demo: $release does not hold a folder $name/: not a scripts/package.sh archive" >&2
       exit 1

@@ -121,10 +121,10 @@ for pkg in pkg-config g++; do sdk[$pkg]=1; done
   echo "# GROUP PACKAGE: the Debian $debian ($arch) packages drover $version needs."
   echo "# runtime: the binaries' shared libraries; demo: scripts/demo.sh's jobs;"
   echo "# optional: drover up --redis; sdk: building against lib/libdrover_sdk.a."
-  printf 'runtime %s\n' $(printf '%s\n' "${!runtime[@]}" | sort)
+  printf '%s\n' "${!runtime[@]}" | sort | sed 's/^/runtime /'
   printf 'demo %s\n' python3 python3-torch
   printf 'optional %s\n' redis-server
-  printf 'sdk %s\n' $(printf '%s\n' "${!sdk[@]}" | sort)
+  printf '%s\n' "${!sdk[@]}" | sort | sed 's/^/sdk /'
 } > "$share/packages.txt"
 
 {

@@ -31,8 +31,13 @@ if [ -n "$release" ]; then
       elif command -v python3 >/dev/null 2>&1; then
         python3 -c 'import sys, urllib.request; urllib.request.urlretrieve(sys.argv[1], sys.argv[2])' "$release" "$file.part"
       else
-        echo "demo: downloading $release needs curl, wget or python3; install one, or give DROVER_RELEASE a local file" >&2
-        exit 1
+        # A minimal Debian has none of them: curl (and the CA certificates https needs).
+        echo "demo: installing curl to download it"
+        sudo_=()
+        [ "$(id -u)" -eq 0 ] || sudo_=(sudo)
+        "${sudo_[@]}" apt-get update -qq
+        "${sudo_[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl ca-certificates >/dev/null
+        curl -fsSL -o "$file.part" "$release"
       fi
       mv "$file.part" "$file"
       release="$file" ;;

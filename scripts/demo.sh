@@ -81,7 +81,7 @@ else
   setup_s=$SECONDS
   echo "demo: no release archive (DROVER_RELEASE, or dist/drover-*.tar.gz from scripts/package.sh):"
   echo "demo: building from source, the first build takes a few minutes on 2 cores;"
-  echo "demo: a release archive makes a fresh machine's demo ~4 times faster (100-131 s, not ~7 min; docs/build.md)"
+  echo "demo: a release archive makes a fresh machine's demo ~4 times faster (72-131 s measured, not ~7 min; docs/build.md)"
   bazel build //cli:drover 2>&1 | tail -1
   build_s=$((SECONDS - setup_s))
   DROVER="$(bazel info bazel-bin 2>/dev/null)/cli/drover"

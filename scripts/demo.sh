@@ -48,6 +48,11 @@ if [ -n "$release" ]; then
   fi
   release="$(cd "$(dirname "$release")" && pwd)/$(basename "$release")"
   name="$(basename "$release" .tar.gz)"
+  case "$name" in
+    drover-*-debian12-*) ;;
+    *) echo "demo: $release is not named like a scripts/package.sh archive (drover-<version>-debian12-<arch>.tar.gz)" >&2
+       exit 1 ;;
+  esac
   if [ "$(dpkg --print-architecture 2>/dev/null)" != "${name##*-}" ]; then
     echo "demo: $name is built for ${name##*-}, this machine is $(dpkg --print-architecture 2>/dev/null || echo 'not Debian')" >&2
     exit 1

@@ -100,8 +100,9 @@ set(PACKAGE_VERSION "0")
 set(PACKAGE_VERSION_COMPATIBLE TRUE)
 CMAKE
 
+# ${pcfiledir}: the install can be moved (scripts/package.sh's archive unpacks anywhere).
 cat > "$prefix/lib/pkgconfig/drover.pc" <<PC
-prefix=$prefix
+prefix=\${pcfiledir}/../..
 libdir=\${prefix}/lib
 includedir=\${prefix}/include
 

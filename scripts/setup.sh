@@ -8,12 +8,22 @@
 #                                suite, the Python module and fuzzing need (Chromium,
 #                                Slurm, munge, clang/libFuzzer, Gloo, gtest, npm's
 #                                playwright-core)
+#   bash scripts/setup.sh release PACKAGES_TXT
+#                                what a release archive's binaries and the demo's jobs
+#                                need: the 'runtime' and 'demo' lines of its
+#                                share/drover/packages.txt (no compiler, no -dev, no Bazel)
 set -euo pipefail
 
 profile="${1:-test}"
 case "$profile" in
   demo|test) ;;
-  *) echo "setup: unknown profile '$profile' (expected 'demo' or 'test')" >&2; exit 2 ;;
+  release)
+    manifest="${2:-}"
+    if [ -z "$manifest" ] || [ ! -r "$manifest" ]; then
+      echo "setup: 'release' needs a release archive's packages.txt (got '${manifest}')" >&2
+      exit 2
+    fi ;;
+  *) echo "setup: unknown profile '$profile' (expected 'demo', 'test' or 'release PACKAGES_TXT')" >&2; exit 2 ;;
 esac
 
 # Runs a command as root: directly when root, else through sudo (never asked for when
@@ -55,6 +65,13 @@ TEST_PACKAGES=(
 
 PACKAGES=("${DEMO_PACKAGES[@]}")
 if [ "$profile" = test ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
+if [ "$profile" = release ]; then
+  mapfile -t PACKAGES < <(awk '$1 == "runtime" || $1 == "demo" {print $2}' "$manifest")
+  if [ ${#PACKAGES[@]} -eq 0 ]; then
+    echo "setup: $manifest lists no runtime packages: not a drover release manifest" >&2
+    exit 2
+  fi
+fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -81,7 +98,7 @@ else
   fi
 fi
 
-if [ "$profile" = demo ]; then exit 0; fi
+if [ "$profile" != test ]; then exit 0; fi
 
 # The dashboard's browser test (tests/dashboard_browser_test) drives Debian's chromium
 # with playwright-core from npm, pinned by tests/dashboard/package-lock.json and

@@ -2,7 +2,8 @@
 # Runs the whole test suite: installs what is missing, then `bazel test //...`, then
 # tests/external_workspace_test.sh (a workspace of its own built against @drover and
 # its drover_job targets run on a local cluster: Bazel inside `bazel test` is awkward)
-# and tests/cmake_install_test.sh (scripts/install.sh, then the quickstart built with CMake).
+# and tests/cmake_install_test.sh (scripts/package.sh's release archive unpacked, the
+# quickstart built with CMake against it, a local cluster from its binaries).
 # Tests start their own daemons and redis-server on free loopback ports; one creates
 # network namespaces and one a local Slurm, so the suite runs as root: started as a
 # user, it runs itself again through sudo. Extra arguments go to `bazel test`.

@@ -68,8 +68,6 @@ class FrameConn {
   // Appends one frame to the output (nothing once closed); FrameServer::Flush (or Send)
   // writes it.
   void Queue(const google::protobuf::MessageLite& msg);
-  // Output not yet written.
-  size_t queued() const { return out_.size(); }
 
  private:
   friend class FrameServer;
@@ -155,8 +153,6 @@ class FrameServer {
     for (auto& [id, c] : conns_) f(c);
   }
   std::shared_ptr<FrameConn> Find(uint64_t id) const;
-  size_t connections() const { return conns_.size(); }
-  const std::string& name() const { return options_.name; }
 
  private:
   // Keys of the listening sockets and watched descriptors (connections use their ids).

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/event_loop.h"
 #include "common/status_macros.h"
 
 namespace drover::object_store {
@@ -301,11 +302,11 @@ absl::StatusOr<int> ConnectToStore(const std::string& socket_path) {
 }
 
 std::optional<int> PollTimeoutMs(absl::Time deadline) {
-  if (deadline == absl::InfiniteFuture()) return -1;
-  absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return std::nullopt;
-  return static_cast<int>(std::min<int64_t>(
-      absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30));
+  // EventLoop's rounding and cap; its 0 (due) is nullopt here, so that a caller can
+  // tell "passed" from "poll without waiting".
+  const int ms = EventLoop::TimeoutMs(deadline);
+  if (ms == 0) return std::nullopt;
+  return ms;
 }
 
 }  // namespace drover::object_store

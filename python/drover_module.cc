@@ -39,31 +39,6 @@
 namespace drover::python {
 namespace {
 
-// A loader input packed by PackPython, packed again as it is into the call's arguments.
-struct PackedInput {
-  std::shared_ptr<const msgpack::object_handle> value;
-};
-
-}  // namespace
-}  // namespace drover::python
-
-namespace msgpack {
-MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
-namespace adaptor {
-template <>
-struct pack<drover::python::PackedInput> {
-  template <typename Stream>
-  packer<Stream>& operator()(packer<Stream>& o, const drover::python::PackedInput& v) const {
-    return o.pack(v.value->get());
-  }
-};
-}  // namespace adaptor
-}  // MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS)
-}  // namespace msgpack
-
-namespace drover::python {
-namespace {
-
 bool worker_program_set = false;
 
 // Seconds (None: forever) as a Duration. Raises ValueError for a negative or NaN one.
@@ -75,13 +50,14 @@ absl::Duration Timeout(const py::object& seconds) {
 }
 
 // Makes a received value into Python objects: decodes it (may wait) without the GIL.
-py::object FromWire(const by_name::ReceivedValue& value) {
-  absl::StatusOr<std::unique_ptr<Received>> r;
+py::object FromWire(by_name::ReceivedValue value) {
+  absl::StatusOr<by_name::DecodedValue> r;
   {
     py::gil_scoped_release unlocked;
-    r = Receive(value);
+    r = by_name::Decode(std::move(value));
   }
-  return ToPython(*ValueOrRaise(std::move(r)));
+  by_name::DecodedValue v = ValueOrRaise(std::move(r));
+  return ToPython(v);
 }
 
 void Init(const std::string& worker_program, const std::vector<std::string>& worker_args,
@@ -160,19 +136,22 @@ std::vector<by_name::ReceivedValue> QueueTake(QueueHandle& q, const py::object& 
 }
 
 py::object QueueGetOne(QueueHandle& q, const py::object& timeout) {
-  return FromWire(QueueTake(q, timeout, 1).front());
+  return FromWire(std::move(QueueTake(q, timeout, 1).front()));
 }
 
 py::list QueueGetMany(QueueHandle& q, int max_items, const py::object& timeout) {
   std::vector<by_name::ReceivedValue> items = QueueTake(q, timeout, max_items);
   py::list out;
   // Every item is decoded (so objects no tensor takes are freed) before the first error.
-  std::vector<absl::StatusOr<std::unique_ptr<Received>>> received;
+  std::vector<absl::StatusOr<by_name::DecodedValue>> decoded;
   {
     py::gil_scoped_release unlocked;
-    for (const by_name::ReceivedValue& v : items) received.push_back(Receive(v));
+    for (by_name::ReceivedValue& v : items) decoded.push_back(by_name::Decode(std::move(v)));
   }
-  for (auto& r : received) out.append(ToPython(*ValueOrRaise(std::move(r))));
+  for (auto& r : decoded) {
+    by_name::DecodedValue v = ValueOrRaise(std::move(r));
+    out.append(ToPython(v));
+  }
   return out;
 }
 
@@ -188,7 +167,7 @@ py::object QueueNext(QueueHandle& q) {
     if (absl::IsOutOfRange(got.status())) throw py::stop_iteration();
     items = ValueOrRaise(std::move(got));
   }
-  return FromWire(items.front());
+  return FromWire(std::move(items.front()));
 }
 
 py::dict QueueInfoDict(QueueHandle& q) {
@@ -263,13 +242,14 @@ RefHandle PutObject(const py::object& value) {
 
 py::object GetObjectValue(const RefHandle& ref, const py::object& timeout) {
   const absl::Duration wait = Timeout(timeout);
-  absl::StatusOr<std::unique_ptr<Received>> r;
+  absl::StatusOr<by_name::DecodedValue> r;
   {
     py::gil_scoped_release unlocked;
     absl::StatusOr<by_name::ReceivedValue> v = ref.ref.Get(wait);
-    r = v.ok() ? Receive(*v) : absl::StatusOr<std::unique_ptr<Received>>(v.status());
+    r = v.ok() ? by_name::Decode(*std::move(v)) : absl::StatusOr<by_name::DecodedValue>(v.status());
   }
-  return ToPython(*ValueOrRaise(std::move(r)));
+  by_name::DecodedValue v = ValueOrRaise(std::move(r));
+  return ToPython(v);
 }
 
 // ---- drover.DataLoader ----
@@ -277,33 +257,27 @@ py::object GetObjectValue(const RefHandle& ref, const py::object& timeout) {
 // One pass over a loader's data set: its workers live as long as this does.
 class LoaderPass {
  public:
-  explicit LoaderPass(std::shared_ptr<internal::LoaderCore> core) : core_(std::move(core)) {}
+  explicit LoaderPass(by_name::AnyLoader loader) : loader_(std::move(loader)) {}
   ~LoaderPass() { Close(); }
 
   py::object Next() {
-    if (core_ == nullptr) throw py::stop_iteration();
-    absl::StatusOr<internal::LoaderResult> r;
+    if (!loader_.valid()) throw py::stop_iteration();
+    absl::StatusOr<LoaderItem<by_name::DecodedValue>> r;
     {
       py::gil_scoped_release unlocked;
-      r = internal::LoaderNext(*core_);
+      r = loader_.Next();
     }
     if (absl::IsOutOfRange(r.status())) {
       Finish();
       throw py::stop_iteration();
     }
-    internal::LoaderResult result = ValueOrRaise(std::move(r));
-    absl::StatusOr<std::unique_ptr<Received>> value;
-    {
-      py::gil_scoped_release unlocked;
-      value = Receive(result.value);
-    }
-    if (!value.ok()) Raise(internal::LoaderDecodeError(*core_, result.position, value.status()));
-    return ToPython(**value);
+    LoaderItem<by_name::DecodedValue> item = ValueOrRaise(std::move(r));
+    return ToPython(item.value);
   }
 
   py::list Skipped() const {
     py::list out;
-    for (const SkippedItem& s : core_ ? internal::LoaderSkipped(*core_) : skipped_) {
+    for (const SkippedItem& s : loader_.valid() ? loader_.skipped() : skipped_) {
       out.append(py::make_tuple(s.position, absl::StrCat(absl::StatusCodeToString(s.error.code()), ": ",
                                                          s.error.message())));
     }
@@ -311,7 +285,7 @@ class LoaderPass {
   }
 
   py::dict Progress() const {
-    const LoaderProgress p = core_ ? internal::LoaderProgressOf(*core_) : progress_;
+    const LoaderProgress p = loader_.valid() ? loader_.progress() : progress_;
     py::dict d;
     d["total"] = p.total;
     d["delivered"] = p.delivered;
@@ -324,23 +298,23 @@ class LoaderPass {
 
   // Stops the workers (what is left of the pass is dropped).
   void Close() {
-    if (core_ == nullptr) return;
-    std::shared_ptr<internal::LoaderCore> core = std::move(core_);
+    if (!loader_.valid()) return;
+    by_name::AnyLoader loader = std::move(loader_);
     if (Py_IsInitialized() && PyGILState_Check() && !_Py_IsFinalizing()) {
       py::gil_scoped_release unlocked;  // killing the workers takes round trips
-      core.reset();
+      loader = by_name::AnyLoader();
     }
   }
 
  private:
   // The end: keep what skipped() and progress() report, and let the workers go.
   void Finish() {
-    skipped_ = internal::LoaderSkipped(*core_);
-    progress_ = internal::LoaderProgressOf(*core_);
+    skipped_ = loader_.skipped();
+    progress_ = loader_.progress();
     Close();
   }
 
-  std::shared_ptr<internal::LoaderCore> core_;
+  by_name::AnyLoader loader_;
   std::vector<SkippedItem> skipped_;
   LoaderProgress progress_;
 };
@@ -371,7 +345,8 @@ class Loader {
     options_.max_retries = max_retries;
     options_.spread = spread;
     options_.node_id = node;
-    options_.resources = Resources{.cpus = cpus};
+    options_.resources = Resources();
+    options_.resources.cpus = cpus;
     options_.name = name;
     options_.pin_memory = pin_memory;
     options_.progress = progress == "on"    ? LoaderOptions::Progress::kOn
@@ -383,14 +358,12 @@ class Loader {
       range_ = IndexRange{inputs.attr("start").cast<int64_t>(), inputs.attr("stop").cast<int64_t>()};
       return;
     }
-    auto packed = std::make_shared<std::vector<PackedInput>>();
+    auto packed = std::make_shared<std::vector<std::string>>();
     size_t i = 0;
     for (py::handle item : py::iter(inputs)) {
       absl::StatusOr<std::string> bytes = PackPython(item);
       if (!bytes.ok()) throw py::value_error(absl::StrCat("input ", i, ": ", bytes.status().message()));
-      // Unpacked into a zone of its own (strings copied): it outlives `bytes`.
-      packed->push_back(PackedInput{std::make_shared<const msgpack::object_handle>(
-          msgpack::unpack(bytes->data(), bytes->size()))});
+      packed->push_back(*std::move(bytes));
       ++i;
     }
     inputs_ = std::move(packed);
@@ -402,21 +375,13 @@ class Loader {
   }
 
   std::shared_ptr<LoaderPass> Iter() {
-    internal::LoaderInputs in;
-    const int64_t b = options_.batch_size;
-    if (inputs_ != nullptr) {
-      in = b > 0 ? internal::MakeLoaderInputs<PackedInput, std::vector<PackedInput>>(inputs_, b)
-                 : internal::MakeLoaderInputs<PackedInput, PackedInput>(inputs_, 0);
-    } else {
-      in = b > 0 ? internal::MakeRangeInputs<std::vector<int64_t>>(range_, b)
-                 : internal::MakeRangeInputs<int64_t>(range_, 0);
-    }
-    absl::StatusOr<std::shared_ptr<internal::LoaderCore>> core;
+    absl::StatusOr<by_name::AnyLoader> loader;
     {
       py::gil_scoped_release unlocked;
-      core = internal::StartLoaderByName(std::move(in), function_, factory_, options_);
+      loader = inputs_ != nullptr ? by_name::AnyLoader::Start(inputs_, function_, factory_, options_)
+                                  : by_name::AnyLoader::Start(range_, function_, factory_, options_);
     }
-    auto pass = std::make_shared<LoaderPass>(ValueOrRaise(std::move(core)));
+    auto pass = std::make_shared<LoaderPass>(ValueOrRaise(std::move(loader)));
     last_ = pass;
     return pass;
   }
@@ -430,7 +395,7 @@ class Loader {
   const std::string factory_;
   LoaderOptions options_;
   IndexRange range_;
-  std::shared_ptr<const std::vector<PackedInput>> inputs_;
+  std::shared_ptr<const std::vector<std::string>> inputs_;
   std::shared_ptr<LoaderPass> last_;
 };
 

@@ -1,20 +1,13 @@
 #include "python/torch_view.h"
 
-#include <sys/mman.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <map>
 #include <memory>
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "object_store/tensor.h"
+#include "drover/by_name.h"
 #include "python/errors.h"
-#include "sdk/internal/runtime_internal.h"
 
 namespace drover::python {
 namespace {
@@ -117,36 +110,19 @@ py::object MakeView(const void* data, DType dtype, const std::vector<int64_t>& s
   return view;
 }
 
-}  // namespace
-
-absl::StatusOr<const void*> ReadOnlyAlias(const void* p) {
-  object_store::Client* store = internal::LocalStore();
-  if (store == nullptr) return p;
-  const uint8_t* base = store->arena_base();
-  const uint64_t capacity = store->arena_capacity();
-  const auto* q = static_cast<const uint8_t*>(p);
-  if (q < base || q >= base + capacity) return p;
-  static absl::Mutex mu;
-  // Read-only mappings by the read-write mapping's base: one per store connection,
-  // never unmapped (views may outlive the runtime).
-  static auto* aliases = new std::map<const uint8_t*, const uint8_t*>();
-  absl::MutexLock l(&mu);
-  const uint8_t*& alias = (*aliases)[base];
-  if (alias == nullptr) {
-    void* m = ::mmap(nullptr, capacity, PROT_READ, MAP_SHARED, store->arena_fd(), 0);
-    if (m == MAP_FAILED) {
-      aliases->erase(base);
-      return absl::ResourceExhaustedError(absl::StrCat("cannot map the object store's arena (", capacity,
-                                                       " bytes) read-only: ", std::strerror(errno)));
-    }
-    alias = static_cast<const uint8_t*>(m);
-  }
-  return alias + (q - base);
+// The strides (in elements) of a row-major array of `shape` (torch's rule: a dimension
+// of size 0 counts as 1).
+std::vector<int64_t> RowMajorStrides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (size_t i = shape.size(); i > 1; --i) strides[i - 2] = strides[i - 1] * std::max<int64_t>(shape[i - 1], 1);
+  return strides;
 }
+
+}  // namespace
 
 py::object TorchView(Tensor t, bool mutable_object) {
   const void* data = t.raw_data();
-  if (!t.writable() && !mutable_object) data = ValueOrRaise(ReadOnlyAlias(data));
+  if (!t.writable() && !mutable_object) data = ValueOrRaise(by_name::ReadOnlyAddress(data));
   const DType dtype = t.dtype();
   const std::vector<int64_t> shape = t.shape();
   const std::vector<int64_t> strides = t.strides();
@@ -157,7 +133,7 @@ py::object TorchView(SharedTensor t) {
   void* data = ValueOrRaise(t.raw_data());
   const DType dtype = t.dtype();
   const std::vector<int64_t> shape = t.shape();
-  return MakeView(data, dtype, shape, object_store::ContiguousStrides(shape),
+  return MakeView(data, dtype, shape, RowMajorStrides(shape),
                   std::make_shared<const SharedTensor>(std::move(t)));
 }
 

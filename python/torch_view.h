@@ -4,7 +4,8 @@
 // Read-only where the object is sealed. torch 1.13 has no read-only tensors (and warns,
 // then writes anyway, for a read-only buffer), so it is the MMU that refuses: the
 // process maps its node's store arena a second time, read-only (the same memfd pages,
-// PROT_READ), and views of sealed objects point into that mapping. A write through one
+// PROT_READ; by_name::ReadOnlyAddress), and views of sealed objects point into that
+// mapping. A write through one
 // (an in-place op, `t[0] = 1`) faults: the process dies with SIGSEGV, as a C++ write to
 // a sealed object's page would. Clone a view (`t.clone()`) to modify it. Writable views:
 // SharedTensors (mutable objects, written in place by every holder, Hogwild), and
@@ -21,7 +22,6 @@
 
 #include <pybind11/pybind11.h>
 
-#include "absl/status/statusor.h"
 #include "drover/shared_tensor.h"
 #include "drover/tensor.h"
 
@@ -37,11 +37,6 @@ py::object TorchView(Tensor t, bool mutable_object = false);
 // A writable torch.Tensor over a shared tensor's elements. Raises drover.Error after
 // Release.
 py::object TorchView(SharedTensor t);
-
-// Where `p`, a pointer into this process's read-write mapping of the store arena, is
-// in the read-only mapping (made on first use); `p` itself if it is not in the arena.
-// RESOURCE_EXHAUSTED if the mapping cannot be made.
-absl::StatusOr<const void*> ReadOnlyAlias(const void* p);
 
 }  // namespace drover::python
 

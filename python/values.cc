@@ -5,11 +5,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "drover/shared_tensor.h"
 #include "drover/task.h"
 #include "python/torch_view.h"
-#include "sdk/internal/runtime_internal.h"
 
 namespace drover::python {
 namespace {
@@ -18,11 +16,7 @@ namespace {
 // (a list containing itself) must end somewhere.
 constexpr int kMaxDepth = 64;
 
-struct StringWriter {
-  std::string* s;
-  void write(const char* data, size_t n) { s->append(data, n); }
-};
-using Packer = msgpack::packer<StringWriter>;
+using by_name::Packer;
 
 absl::Status Refuse(const std::string& where, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(where.empty() ? "the value" : "element " + where, " ", what));
@@ -93,8 +87,9 @@ absl::Status Pack(py::handle v, Packer& pk, const std::string& where, int depth,
   } else if (PyFloat_Check(v.ptr())) {
     pk.pack_double(PyFloat_AsDouble(v.ptr()));
   } else if (tensors && IsTorchTensor(v)) {  // before ints: a tensor has __index__
-    DROVER_ASSIGN_OR_RETURN(Tensor t, FromTorch(v, where));
-    pk.pack(t);  // the codec context in scope stores it (or seals it in place)
+    absl::StatusOr<Tensor> t = FromTorch(v, where);
+    if (!t.ok()) return t.status();
+    pk.pack(*t);  // the codec context in scope stores it (or seals it in place)
   } else if (PyIndex_Check(v.ptr())) {  // int, and numpy's integers
     py::int_ i = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
     if (!i) throw py::error_already_set();
@@ -126,15 +121,17 @@ absl::Status Pack(py::handle v, Packer& pk, const std::string& where, int depth,
     py::sequence seq = py::reinterpret_borrow<py::sequence>(v);
     pk.pack_array(static_cast<uint32_t>(seq.size()));
     for (size_t i = 0; i < seq.size(); ++i) {
-      DROVER_RETURN_IF_ERROR(Pack(seq[i], pk, absl::StrCat(where, "[", i, "]"), depth + 1, tensors));
+      absl::Status s = Pack(seq[i], pk, absl::StrCat(where, "[", i, "]"), depth + 1, tensors);
+      if (!s.ok()) return s;
     }
   } else if (PyDict_Check(v.ptr())) {
     py::dict d = py::reinterpret_borrow<py::dict>(v);
     pk.pack_map(static_cast<uint32_t>(d.size()));
     for (auto [key, value] : d) {
       const std::string at = absl::StrCat(where, "[", std::string(py::repr(key)), "]");
-      DROVER_RETURN_IF_ERROR(Pack(key, pk, at + " (its key)", depth + 1, tensors));
-      DROVER_RETURN_IF_ERROR(Pack(value, pk, at, depth + 1, tensors));
+      absl::Status s = Pack(key, pk, at + " (its key)", depth + 1, tensors);
+      if (s.ok()) s = Pack(value, pk, at, depth + 1, tensors);
+      if (!s.ok()) return s;
     }
   } else {
     return Refuse(where, absl::StrCat(
@@ -146,40 +143,7 @@ absl::Status Pack(py::handle v, Packer& pk, const std::string& where, int depth,
   return absl::OkStatus();
 }
 
-// The drover objects of a value's extensions, depth first.
-void CollectExts(const msgpack::object& o, std::vector<Received::Ext>& out) {
-  switch (o.type) {
-    case msgpack::type::ARRAY:
-      for (uint32_t i = 0; i < o.via.array.size; ++i) CollectExts(o.via.array.ptr[i], out);
-      break;
-    case msgpack::type::MAP:
-      for (uint32_t i = 0; i < o.via.map.size; ++i) {
-        CollectExts(o.via.map.ptr[i].key, out);
-        CollectExts(o.via.map.ptr[i].val, out);
-      }
-      break;
-    case msgpack::type::EXT:
-      switch (o.via.ext.type()) {
-        case internal::kTensorExtType:
-          out.emplace_back(internal::DecodeTensorExt(o.via.ext.data(), o.via.ext.size));
-          break;
-        case internal::kSharedTensorExtType:
-          out.emplace_back(internal::DecodeSharedTensor(o.via.ext.data(), o.via.ext.size));
-          break;
-        case internal::kQueueExtType:
-          out.emplace_back(by_name::AnyQueue::FromExtension(o.via.ext.data(), o.via.ext.size));
-          break;
-        default:
-          throw internal::DecodeError(absl::StrCat("a value of msgpack extension type ", int{o.via.ext.type()},
-                                                   ", which the Python module cannot read"));
-      }
-      break;
-    default:
-      break;
-  }
-}
-
-py::object Build(const msgpack::object& o, Received& r, size_t& next) {
+py::object Build(const msgpack::object& o, std::vector<by_name::DecodedValue::Extension>& exts, size_t& next) {
   switch (o.type) {
     case msgpack::type::NIL:
       return py::none();
@@ -201,19 +165,19 @@ py::object Build(const msgpack::object& o, Received& r, size_t& next) {
       return py::bytes(o.via.bin.ptr, o.via.bin.size);
     case msgpack::type::ARRAY: {
       py::list l(o.via.array.size);
-      for (uint32_t i = 0; i < o.via.array.size; ++i) l[i] = Build(o.via.array.ptr[i], r, next);
+      for (uint32_t i = 0; i < o.via.array.size; ++i) l[i] = Build(o.via.array.ptr[i], exts, next);
       return std::move(l);
     }
     case msgpack::type::MAP: {
       py::dict d;
       for (uint32_t i = 0; i < o.via.map.size; ++i) {
-        py::object key = Build(o.via.map.ptr[i].key, r, next);
-        d[key] = Build(o.via.map.ptr[i].val, r, next);
+        py::object key = Build(o.via.map.ptr[i].key, exts, next);
+        d[key] = Build(o.via.map.ptr[i].val, exts, next);
       }
       return std::move(d);
     }
     case msgpack::type::EXT: {
-      Received::Ext& ext = r.exts.at(next++);
+      by_name::DecodedValue::Extension& ext = exts.at(next++);
       if (auto* t = std::get_if<Tensor>(&ext)) return TorchView(std::move(*t));
       if (auto* s = std::get_if<SharedTensor>(&ext)) return TorchView(std::move(*s));
       return py::cast(QueueHandle{std::get<by_name::AnyQueue>(ext)});
@@ -226,74 +190,28 @@ py::object Build(const msgpack::object& o, Received& r, size_t& next) {
 
 absl::StatusOr<std::string> PackPython(py::handle value) {
   std::string out;
-  StringWriter w{&out};
+  by_name::ByteWriter w(&out);
   Packer pk(w);
-  DROVER_RETURN_IF_ERROR(Pack(value, pk, "", 0, /*tensors=*/false));
+  absl::Status s = Pack(value, pk, "", 0, /*tensors=*/false);
+  if (!s.ok()) return s;
   return out;
 }
 
-absl::StatusOr<internal::EncodedValue> EncodePython(py::handle value) {
-  internal::EncodedValue out;
-  internal::CodecContext* ctx = internal::CodecContext::Current();
-  if (ctx == nullptr) ctx = internal::RuntimeCodecContext();
-  internal::ScopedCodecContext scope(ctx);
-  // As internal::Encode does: the context collects what the value puts into the store.
-  std::vector<internal::StoredRef>* saved = nullptr;
-  std::vector<std::shared_ptr<const void>>* saved_keep = nullptr;
-  if (ctx != nullptr) {
-    saved = ctx->collected;
-    saved_keep = ctx->keepalive;
-    ctx->collected = &out.stored;
-    ctx->keepalive = &out.keepalive;
-  }
-  StringWriter w{&out.bytes};
-  Packer pk(w);
-  absl::Status status;
+absl::StatusOr<by_name::EncodedValue> EncodePython(py::handle value) {
+  // A Python exception (py::error_already_set) propagates as it is; Encode frees the
+  // objects stored for tensors packed before any failure.
   try {
-    status = Pack(value, pk, "", 0, /*tensors=*/true);
-  } catch (const internal::DecodeError& e) {
-    status = absl::InvalidArgumentError(e.what());
+    return by_name::Encode([&](Packer& pk) { return Pack(value, pk, "", 0, /*tensors=*/true); });
   } catch (const py::error_already_set&) {
-    if (ctx != nullptr) {
-      ctx->collected = saved;
-      ctx->keepalive = saved_keep;
-    }
-    if (!out.stored.empty()) internal::ReturnOrDeleteStored(out.stored);
     throw;
   } catch (const std::exception& e) {
-    status = absl::InvalidArgumentError(absl::StrCat("cannot encode the value: ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat("cannot encode the value: ", e.what()));
   }
-  if (ctx != nullptr) {
-    ctx->collected = saved;
-    ctx->keepalive = saved_keep;
-  }
-  if (!status.ok()) {
-    // Objects stored for tensors packed before the failure belong to no value.
-    if (!out.stored.empty()) internal::ReturnOrDeleteStored(out.stored);
-    return status;
-  }
-  return out;
 }
 
-absl::StatusOr<std::unique_ptr<Received>> Receive(const internal::OwnedValue& value) {
-  auto r = std::make_unique<Received>();
-  r->view = value.view;
-  DROVER_RETURN_IF_ERROR(internal::Unpack(r->view.bytes, &r->handle));
-  // Objects the value owns and no tensor takes are freed when the context goes.
-  std::unique_ptr<internal::CodecContext> owning;
-  if (!value.owned.empty() || value.pin) owning = internal::NewOwningContext(value.owned, value.pin);
-  internal::ScopedCodecContext scope(owning != nullptr ? owning.get() : internal::RuntimeCodecContext());
-  try {
-    CollectExts(r->handle.get(), r->exts);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(e.what());
-  }
-  return r;
-}
-
-py::object ToPython(Received& received) {
+py::object ToPython(by_name::DecodedValue& value) {
   size_t next = 0;
-  return Build(received.handle.get(), received, next);
+  return Build(value.object(), value.extensions(), next);
 }
 
 }  // namespace drover::python

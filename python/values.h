@@ -1,15 +1,15 @@
-// Values between Python and drover's wire form (msgpack, sdk/include/drover/internal/
-// codec.h), for the Python module: Python inputs of a DataLoader packed for the C++
-// functions that take them, and received values (queue items, loader results) made
-// into Python objects whose tensors are torch views of the store (torch_view.h).
+// Values between Python and drover's wire form (msgpack with drover's extensions,
+// drover/by_name.h), for the Python module: Python inputs of a DataLoader packed for
+// the C++ functions that take them, values to send, and received values (queue items,
+// loader results) made into Python objects whose tensors are torch views of the store
+// (torch_view.h).
 //
-// Receiving takes two steps so that the GIL is not held while waiting: Receive decodes
-// the value's extensions into drover objects (tensors pulled from other nodes, shared
-// tensors attached, queues found; this may block), then ToPython builds the Python
-// objects (quick; needs the GIL).
+// Receiving takes two steps so that the GIL is not held while waiting:
+// by_name::Decode decodes the value's extensions into drover objects (tensors pulled
+// from other nodes, shared tensors attached, queues found; this may block), then
+// ToPython builds the Python objects (quick; needs the GIL).
 //
-// Thread safety: PackPython and ToPython need the GIL; Receive must run without it
-// (it may wait on the network) and uses no Python object.
+// Thread safety: PackPython, EncodePython and ToPython need the GIL.
 #ifndef DROVER_PYTHON_VALUES_H_
 #define DROVER_PYTHON_VALUES_H_
 
@@ -22,10 +22,6 @@
 
 #include "absl/status/statusor.h"
 #include "drover/by_name.h"
-#include "drover/internal/codec.h"
-#include "drover/internal/pipeline_api.h"
-#include "drover/shared_tensor.h"
-#include "drover/tensor.h"
 
 namespace drover::python {
 
@@ -45,24 +41,10 @@ absl::StatusOr<std::string> PackPython(py::handle value);
 // around the copies).
 absl::StatusOr<by_name::EncodedValue> EncodePython(py::handle value);
 
-// A received value with the drover objects its extensions stand for, in the order
-// they appear in the value (depth first).
-struct Received {
-  using Ext = std::variant<Tensor, SharedTensor, by_name::AnyQueue>;
-  internal::ValueView view;  // keeps the bytes the handle points into
-  msgpack::object_handle handle;
-  std::vector<Ext> exts;
-};
-
-// Decodes `value`, taking over the store objects it owns (the tensors made from them
-// free them when the last view goes). INVALID_ARGUMENT for an extension Python cannot
-// read or a tensor that does not decode (the objects are freed then too).
-absl::StatusOr<std::unique_ptr<Received>> Receive(const by_name::ReceivedValue& value);
-
 // The Python object: None, bool, int, float, str, bytes, list (msgpack arrays: C++
 // vectors, tuples and structs), dict, torch.Tensor (drover tensors and shared tensors,
 // torch_view.h), drover.Queue. Raises a Python exception on failure.
-py::object ToPython(Received& received);
+py::object ToPython(by_name::DecodedValue& value);
 
 // What drover.Queue wraps (the module registers the class; ToPython casts to it).
 struct QueueHandle {

@@ -47,6 +47,11 @@ static_assert(!std::is_constructible_v<ActorHandle<Counter>, std::shared_ptr<int
 static_assert(!std::is_constructible_v<Queue<int>, std::shared_ptr<internal::QueueClient>>);
 static_assert(!std::is_constructible_v<by_name::AnyQueue, std::shared_ptr<internal::QueueClient>>);
 static_assert(!std::is_constructible_v<by_name::AnyRef, std::shared_ptr<internal::RefState>>);
+// By-name values own store objects: moved, never copied, and not made from internal state.
+static_assert(!std::is_copy_constructible_v<by_name::EncodedValue>);
+static_assert(!std::is_copy_constructible_v<by_name::ReceivedValue>);
+static_assert(!std::is_constructible_v<by_name::EncodedValue, internal::EncodedValue>);
+static_assert(!std::is_constructible_v<by_name::ReceivedValue, internal::OwnedValue>);
 
 }  // namespace
 }  // namespace drover

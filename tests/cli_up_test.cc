@@ -24,6 +24,7 @@
 #include "common/spawn.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/util/proc_stat.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
@@ -199,12 +200,7 @@ TEST_F(CliUpTest, StalePidsOfOtherProgramsAreNeverSignalled) {
 }
 
 // True once `pid` is gone (a zombie counts as gone: it runs nothing).
-bool Gone(pid_t pid) {
-  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat.ok()) return true;
-  const size_t paren = stat->rfind(')');
-  return paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z';
-}
+bool Gone(pid_t pid) { return !IsRunning(pid); }
 
 // Live processes whose command line mentions `needle` (zombies excluded), as
 // "PID PROGRAM...".

@@ -21,53 +21,21 @@
 #include "common/rpc.h"
 #include "gtest/gtest.h"
 #include "proto/scheduler.grpc.pb.h"
+#include "tests/util/proc_stat.h"
 #include "tests/util/test_cluster.h"
 
 namespace drover::testing {
 namespace {
 
 // The parent pid and the state letter of a process, from /proc/PID/stat.
-bool ReadStat(pid_t pid, pid_t* ppid, char* state, std::string* comm) {
-  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat.ok()) return false;
-  auto open = stat->find('(');
-  auto close = stat->rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close + 4 > stat->size()) {
-    return false;
-  }
-  *comm = stat->substr(open + 1, close - open - 1);
-  *state = (*stat)[close + 2];
-  *ppid = std::atoi(stat->c_str() + close + 4);
-  return true;
-}
-
-// Live (not zombie) drover-object-store processes whose parent is `parent`.
-std::vector<pid_t> StoresOf(pid_t parent) {
-  std::vector<pid_t> out;
-  DIR* d = opendir("/proc");
-  if (d == nullptr) return out;
-  while (dirent* e = readdir(d)) {
-    pid_t pid = std::atoi(e->d_name);
-    pid_t ppid;
-    char state;
-    std::string comm;
-    if (pid <= 0 || !ReadStat(pid, &ppid, &state, &comm)) continue;
-    // comm is cut at 15 characters.
-    if (ppid == parent && state != 'Z' && absl::StartsWith(comm, "drover-object")) {
-      out.push_back(pid);
-    }
-  }
-  closedir(d);
-  return out;
-}
+// Live (not zombie) drover-object-store processes whose parent is `parent` (comm is cut
+// at 15 characters).
+std::vector<pid_t> StoresOf(pid_t parent) { return RunningChildren(parent, "drover-object"); }
 
 // True while `pid` runs (a zombie has finished running).
 bool Running(pid_t pid) {
-  pid_t ppid;
-  char state;
-  std::string comm;
-  return ReadStat(pid, &ppid, &state, &comm) && state != 'Z' &&
-         absl::StartsWith(comm, "drover-object");
+  const std::optional<ProcStat> p = ReadProcStat(pid);
+  return p && p->state != 'Z' && absl::StartsWith(p->comm, "drover-object");
 }
 
 class ObjectStoreClusterTest : public ::testing::Test {

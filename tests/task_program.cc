@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -541,60 +542,88 @@ int Fill(const std::string& node) {
   return 0;
 }
 
+using Say = std::function<void(const std::string& key, const std::string& value)>;
+
+// One ordered Log call to each counter per Call; Check reads the logs back.
+struct OrderedCalls {
+  std::vector<drover::ActorHandle<Counter>> counters;
+  std::vector<drover::ObjectRef<std::vector<int64_t>>> logs;
+  int64_t calls = 0;
+
+  void Call() {
+    logs.resize(counters.size());
+    for (size_t a = 0; a < counters.size(); ++a) logs[a] = counters[a].Task(&Counter::Log).Remote(calls);
+    ++calls;
+  }
+  // Every counter logged 0 .. calls - 1 in order: "actors=ok <calls> calls each"; else
+  // "actors=" what went wrong, and false.
+  bool Check(const Say& say) {
+    logs.resize(counters.size());
+    for (size_t a = 0; a < counters.size(); ++a) {
+      auto log = drover::Get(logs[a], absl::Seconds(120));
+      bool ordered = log.ok() && log->size() == static_cast<size_t>(calls);
+      for (size_t i = 0; ordered && i < log->size(); ++i) ordered = (*log)[i] == static_cast<int64_t>(i);
+      if (!ordered) {
+        say("actors", log.ok() ? absl::StrCat("actor ", a, " logged ", log->size(), " of ", calls, ": ",
+                                                absl::StrJoin(*log, ","))
+                                 : Err(log.status()));
+        return false;
+      }
+    }
+    say("actors", absl::StrCat("ok ", calls, " calls each"));
+    return true;
+  }
+};
+
+// Keeps `in_flight` tasks of Sleeps(`ms`) submitted until the file `stop` exists, then
+// waits for the rest, printing "done=N" as each finishes and calling `after_each` (false
+// ends the stream). A task's wrong result or error is printed as `key`=...; false then.
+bool StreamUntil(int in_flight, int64_t ms, const std::string& stop, const std::string& key, const Say& say,
+                 const std::function<bool(int64_t done)>& after_each) {
+  std::deque<drover::ObjectRef<int64_t>> refs;
+  int64_t done = 0;
+  auto finish_one = [&]() -> bool {
+    auto r = drover::Get(refs.front(), absl::Seconds(120));
+    refs.pop_front();
+    if (!r.ok() || *r != ms) {
+      say(key, r.ok() ? std::to_string(*r) : Err(r.status()));
+      return false;
+    }
+    say("done", std::to_string(++done));
+    return after_each(done);
+  };
+  while (::access(stop.c_str(), F_OK) != 0) {
+    while (refs.size() < static_cast<size_t>(in_flight)) refs.push_back(drover::Task(Sleeps).Remote(ms));
+    if (!finish_one()) return false;
+  }
+  while (!refs.empty()) {
+    if (!finish_one()) return false;
+  }
+  return true;
+}
+
 // A driver that never lets up (issue 19 items 4 and 7): keeps `in_flight` one-CPU tasks
 // of 1 s submitted (more than the cluster has CPUs) until `stop` exists, printing how
 // many finished ("done=N") as they do; then waits for the rest. With `actors` > 0, as
 // many counters get an ordered call (Log) per finished task; their logs are checked at
 // the end ("actors=ok").
 int Stream(int in_flight, const std::string& stop, int actors = 0) {
-  std::vector<drover::ActorHandle<Counter>> counters;
+  const Say say = [](const std::string& k, const std::string& v) { Print(k, v); };
+  OrderedCalls ordered;
   for (int a = 0; a < actors; ++a) {
-    counters.push_back(drover::Actor(MakeCounter).Remote(int64_t{0}));
-    auto v = drover::Get(counters.back().Task(&Counter::Value).Remote(), absl::Seconds(120));
+    ordered.counters.push_back(drover::Actor(MakeCounter).Remote(int64_t{0}));
+    auto v = drover::Get(ordered.counters.back().Task(&Counter::Value).Remote(), absl::Seconds(120));
     if (!v.ok()) {
       Print("actors", Err(v.status()));
       return 1;
     }
   }
-  std::vector<drover::ObjectRef<std::vector<int64_t>>> logs(counters.size());
-  int64_t calls = 0;
-  auto call_actors = [&] {
-    for (size_t a = 0; a < counters.size(); ++a) logs[a] = counters[a].Task(&Counter::Log).Remote(calls);
-    ++calls;
-  };
-  std::deque<drover::ObjectRef<int64_t>> refs;
-  int64_t done = 0;
-  auto finish_one = [&]() -> bool {
-    auto r = drover::Get(refs.front(), absl::Seconds(120));
-    refs.pop_front();
-    if (!r.ok() || *r != 1000) {
-      Print("stream", r.ok() ? std::to_string(*r) : Err(r.status()));
-      return false;
-    }
-    Print("done", std::to_string(++done));
-    call_actors();
+  const bool streamed = StreamUntil(in_flight, 1000, stop, "stream", say, [&](int64_t) {
+    ordered.Call();
     return true;
-  };
-  while (::access(stop.c_str(), F_OK) != 0) {
-    while (refs.size() < static_cast<size_t>(in_flight)) {
-      refs.push_back(drover::Task(Sleeps).Remote(int64_t{1000}));
-    }
-    if (!finish_one()) return 1;
-  }
-  while (!refs.empty()) {
-    if (!finish_one()) return 1;
-  }
-  for (size_t a = 0; a < counters.size(); ++a) {
-    auto log = drover::Get(logs[a], absl::Seconds(120));
-    bool ordered = log.ok() && log->size() == static_cast<size_t>(calls);
-    for (size_t i = 0; ordered && i < log->size(); ++i) ordered = (*log)[i] == static_cast<int64_t>(i);
-    if (!ordered) {
-      Print("actors", log.ok() ? absl::StrCat("actor ", a, " logged ", absl::StrJoin(*log, ","))
-                               : Err(log.status()));
-      return 1;
-    }
-  }
-  if (!counters.empty()) Print("actors", absl::StrCat("ok ", calls, " calls each"));
+  });
+  if (!streamed) return 1;
+  if (actors > 0 && !ordered.Check(say)) return 1;
   Print("stream", "ok");
   return 0;
 }
@@ -640,7 +669,8 @@ int Outlive(int in_flight, const std::string& stop, const std::string& name,
       t.join();
     }
   } join{finished, looker};
-  std::vector<drover::ActorHandle<Counter>> counters;
+  OrderedCalls ordered;
+  std::vector<drover::ActorHandle<Counter>>& counters = ordered.counters;
   counters.push_back(drover::Actor(MakeCounter).Remote(int64_t{0}));
   counters.push_back(drover::Actor(MakeCounter).SetName(name).Remote(int64_t{0}));
   auto pid = drover::Get(counters[1].Task(&Counter::Pid).Remote(), absl::Seconds(120));
@@ -658,21 +688,11 @@ int Outlive(int in_flight, const std::string& stop, const std::string& name,
     say("blobs", "not made in 120s");
     return 1;
   }
-  std::vector<drover::ObjectRef<std::vector<int64_t>>> logs(counters.size());
-  int64_t calls = 0;
   int lookups = 0;
-  std::deque<drover::ObjectRef<int64_t>> refs;
-  int64_t done = 0;
-  auto finish_one = [&]() -> bool {
-    auto r = drover::Get(refs.front(), absl::Seconds(120));
-    refs.pop_front();
-    if (!r.ok() || *r != 50) {
-      say("outlive", r.ok() ? std::to_string(*r) : Err(r.status()));
-      return false;
-    }
-    say("done", std::to_string(++done));
-    for (size_t a = 0; a < counters.size(); ++a) logs[a] = counters[a].Task(&Counter::Log).Remote(calls);
-    ++calls;
+  say("ready", "1");
+  std::cout.flush();
+  const bool streamed = StreamUntil(in_flight, 50, stop, "outlive", say, [&](int64_t done) {
+    ordered.Call();
     if (done % 100 == 0) {
       auto found = drover::GetActor<Counter>(name, absl::Seconds(60));
       if (!found.ok()) {
@@ -682,28 +702,8 @@ int Outlive(int in_flight, const std::string& stop, const std::string& name,
       ++lookups;
     }
     return true;
-  };
-  say("ready", "1");
-  std::cout.flush();
-  while (::access(stop.c_str(), F_OK) != 0) {
-    while (refs.size() < static_cast<size_t>(in_flight)) refs.push_back(drover::Task(Sleeps).Remote(int64_t{50}));
-    if (!finish_one()) return 1;
-  }
-  while (!refs.empty()) {
-    if (!finish_one()) return 1;
-  }
-  for (size_t a = 0; a < counters.size(); ++a) {
-    auto log = drover::Get(logs[a], absl::Seconds(120));
-    bool ordered = log.ok() && log->size() == static_cast<size_t>(calls);
-    for (size_t i = 0; ordered && i < log->size(); ++i) ordered = (*log)[i] == static_cast<int64_t>(i);
-    if (!ordered) {
-      say("actors", log.ok() ? absl::StrCat("actor ", a, " logged ", log->size(), " of ", calls, ": ",
-                                              absl::StrJoin(*log, ","))
-                               : Err(log.status()));
-      return 1;
-    }
-  }
-  say("actors", absl::StrCat("ok ", calls, " calls each"));
+  });
+  if (!streamed || !ordered.Check(say)) return 1;
   auto found = drover::GetActor<Counter>(name);
   auto again = found.ok() ? drover::Get(found->Task(&Counter::Pid).Remote(), absl::Seconds(60))
                           : absl::StatusOr<std::string>(found.status());

@@ -137,6 +137,11 @@ def loader(program, seed, n):
     unordered = drover.DataLoader("MakeItem", range(n), num_workers=2, prefetch=4, seed=seed, cpus=0.5,
                                   ordered=False)
     say("unordered_same_set", sorted(checksum(t) for t in unordered) == sorted(ordered))
+    # Batched inputs: 5 pairs (a list of tuples) in batches of 2, and a range of 5.
+    pairs = drover.DataLoader("SumPairs", [(i, i + 1) for i in range(5)], batch_size=2, num_workers=1, cpus=0.5)
+    say("batched_pairs", [v // 10 for v in pairs])
+    indices = drover.DataLoader("SumIndices", range(3, 8), batch_size=2, num_workers=1, cpus=0.5)
+    say("batched_range", [v // 10 for v in indices])
     try:
         list(drover.DataLoader("NoSuchFunction", range(3), num_workers=1, max_retries=0, cpus=0.5))
         say("unknown_function", "no error")

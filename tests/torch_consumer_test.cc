@@ -98,6 +98,9 @@ TEST_F(TorchConsumerTest, ALoaderOfCppWorkersGivesTheBatchesOfASerialRun) {
   }
   EXPECT_EQ(py.Get("again_equal"), "True");
   EXPECT_EQ(py.Get("unordered_same_set"), "True");
+  // (0*1 + 1*2), (2*3 + 3*4), (4*5); (3 + 4), (5 + 6), (7).
+  EXPECT_EQ(py.Get("batched_pairs"), "[2, 18, 20]");
+  EXPECT_EQ(py.Get("batched_range"), "[7, 11, 7]");
   const std::string unknown = py.Get("unknown_function");
   EXPECT_TRUE(absl::StrContains(unknown, "NoSuchFunction is not a registered function")) << unknown;
 }

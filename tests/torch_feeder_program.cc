@@ -45,7 +45,21 @@ absl::StatusOr<drover::Tensor> MakeItem(int64_t index, uint64_t seed) {
   return t;
 }
 
-DROVER_REMOTE(MakeItem);
+// A batch of the loader test's batched inputs (pairs, or plain indices of a range):
+// each pair's product (an index: itself) plus the batch's seed's last digit, summed;
+// checks how Python packs a batch of inputs.
+int64_t SumPairs(std::vector<std::vector<int64_t>> pairs, uint64_t seed) {
+  int64_t sum = 0;
+  for (const std::vector<int64_t>& p : pairs) sum += p.at(0) * p.at(1);
+  return sum * 10 + static_cast<int64_t>(seed % 10);
+}
+int64_t SumIndices(std::vector<int64_t> indices, uint64_t seed) {
+  int64_t sum = 0;
+  for (int64_t i : indices) sum += i;
+  return sum * 10 + static_cast<int64_t>(seed % 10);
+}
+
+DROVER_REMOTE(MakeItem, SumPairs, SumIndices);
 
 namespace {
 

@@ -18,7 +18,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "cli/cluster_file.h"
 #include "common/files.h"
+#include "nlohmann/json.hpp"
 #include "tests/chaos/check_util.h"
 #include "tests/chaos/cluster_env.h"
 #include "tests/chaos/procs.h"
@@ -38,35 +40,6 @@ std::vector<std::string> CmdlineOf(pid_t pid) {
   auto raw = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
   if (!raw.ok()) return {};
   return absl::StrSplit(*raw, '\0', absl::SkipEmpty());
-}
-
-std::string JsonQuoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string JsonList(const std::vector<std::string>& v) {
-  std::vector<std::string> q;
-  for (const std::string& s : v) q.push_back(JsonQuoted(s));
-  return absl::StrCat("[", absl::StrJoin(q, ", "), "]");
-}
-
-// The integer after `"key":` in a JSON text (0 if absent).
-int64_t JsonInt(const std::string& json, const std::string& key) {
-  const size_t at = json.find(absl::StrCat("\"", key, "\""));
-  if (at == std::string::npos) return 0;
-  size_t p = json.find(':', at);
-  if (p == std::string::npos) return 0;
-  ++p;
-  while (p < json.size() && json[p] == ' ') ++p;
-  size_t e = p;
-  while (e < json.size() && json[e] >= '0' && json[e] <= '9') ++e;
-  int64_t v = 0;
-  return absl::SimpleAtoi(json.substr(p, e - p), &v) ? v : 0;
 }
 
 // Lines of a file ("" entries dropped); empty if it is missing.
@@ -447,31 +420,26 @@ void FaultInjector::RestartHead(const Fault& f, FaultRecord& r) {
   // The record `drover up` keeps of a cluster it started, written for this one: `up`
   // then finds it partly alive and brings back what is dead, in place.
   const std::string home = options_.work_dir + "/up-home";
-  std::vector<std::string> agent_pids;
-  for (size_t i = 0; i < spill_dirs_.size(); ++i) {
-    agent_pids.push_back(absl::StrCat(cluster_.agent_pid(static_cast<int>(i))));
-  }
-  std::string record = absl::StrCat(
-      "{\n  \"address\": ", JsonQuoted(cluster_.address()),
-      ",\n  \"token_file\": ", JsonQuoted(cluster_.token_file()),
-      ",\n  \"dir\": ", JsonQuoted(cluster_.dir()),
-      ",\n  \"scheduler_pid\": ", scheduler,
-      ",\n  \"scheduler_argv\": ", JsonList(scheduler_argv),
-      ",\n  \"agent_pids\": [", absl::StrJoin(agent_pids, ", "), "]");
+  // The keys are cli/cluster_file.h's (ParseClusterRecord reads them back below).
+  nlohmann::json record;
+  record["address"] = cluster_.address();
+  record["token_file"] = cluster_.token_file();
+  record["dir"] = cluster_.dir();
+  record["scheduler_pid"] = scheduler;
+  record["scheduler_argv"] = scheduler_argv;
+  record["agent_pids"] = nlohmann::json::array();
+  for (size_t i = 0; i < spill_dirs_.size(); ++i) record["agent_pids"].push_back(cluster_.agent_pid(static_cast<int>(i)));
   if (redis != nullptr) {
-    absl::StrAppend(&record, ",\n  \"redis\": ", JsonQuoted(redis->address()),
-                    ",\n  \"redis_pid\": ", redis->pid(),
-                    ",\n  \"redis_argv\": ", JsonList(redis->argv()));
-    if (!redis->password_file().empty()) {
-      absl::StrAppend(&record, ",\n  \"redis_password_file\": ", JsonQuoted(redis->password_file()));
-    }
+    record["redis"] = redis->address();
+    record["redis_pid"] = redis->pid();
+    record["redis_argv"] = redis->argv();
+    if (!redis->password_file().empty()) record["redis_password_file"] = redis->password_file();
   }
-  absl::StrAppend(&record, "\n}\n");
   if (absl::Status s = MakeDirs(home, 0700); !s.ok()) {
     r.recovery = s;
     return;
   }
-  if (absl::Status s = WriteFileAtomic(home + "/cluster.json", record, 0600); !s.ok()) {
+  if (absl::Status s = WriteFileAtomic(home + "/cluster.json", record.dump(2) + "\n", 0600); !s.ok()) {
     r.recovery = s;
     return;
   }
@@ -487,9 +455,10 @@ void FaultInjector::RestartHead(const Fault& f, FaultRecord& r) {
                                    absl::StrCat(spill_dirs_.size()), "--timeout", "120"};
   if (redis != nullptr) argv.push_back("--redis");
   RunResult up = RunWithCluster(env, argv, absl::Seconds(150));
-  const std::string after = ReadFile(home + "/cluster.json").value_or("");
-  const pid_t new_scheduler = static_cast<pid_t>(JsonInt(after, "scheduler_pid"));
-  const pid_t new_redis = static_cast<pid_t>(JsonInt(after, "redis_pid"));
+  const std::string path = home + "/cluster.json";
+  const absl::StatusOr<cli::ClusterRecord> after = cli::ParseClusterRecord(ReadFile(path).value_or(""), path);
+  const pid_t new_scheduler = after.ok() ? after->scheduler_pid : 0;
+  const pid_t new_redis = after.ok() ? after->redis_pid : 0;
   if (new_scheduler > 0 && new_scheduler != scheduler) cluster_.AdoptScheduler(new_scheduler);
   if (with_redis && new_redis > 0) redis->Adopt(new_redis);
   std::vector<std::string> said = absl::StrSplit(up.err, '\n', absl::SkipEmpty());

@@ -9,22 +9,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/files.h"
+#include "tests/util/proc_stat.h"
 
 namespace drover::chaos {
 namespace {
 
 bool ReadStat(pid_t pid, Proc* p) {
-  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat.ok()) return false;
-  const size_t open = stat->find('(');
-  const size_t close = stat->rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close + 4 > stat->size()) {
-    return false;
-  }
+  const std::optional<testing::ProcStat> stat = testing::ReadProcStat(pid);
+  if (!stat) return false;
   p->pid = pid;
-  p->comm = stat->substr(open + 1, close - open - 1);
-  p->state = (*stat)[close + 2];
-  p->ppid = std::atoi(stat->c_str() + close + 4);
+  p->comm = stat->comm;
+  p->state = stat->state;
+  p->ppid = stat->ppid;
   p->launcher = p->comm == "drover-launch";
   return true;
 }
@@ -85,19 +81,7 @@ std::vector<Proc> ClusterProcesses(const std::string& cluster_dir, const std::st
 }
 
 std::vector<pid_t> ChildrenOf(pid_t parent, const std::string& comm_prefix) {
-  std::vector<pid_t> out;
-  DIR* d = ::opendir("/proc");
-  if (d == nullptr) return out;
-  while (dirent* e = ::readdir(d)) {
-    const pid_t pid = std::atoi(e->d_name);
-    Proc p;
-    if (pid > 0 && ReadStat(pid, &p) && p.state != 'Z' && p.ppid == parent &&
-        absl::StartsWith(p.comm, comm_prefix)) {
-      out.push_back(pid);
-    }
-  }
-  ::closedir(d);
-  return out;
+  return testing::RunningChildren(parent, comm_prefix);
 }
 
 std::string Show(const Proc& p) {

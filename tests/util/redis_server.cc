@@ -19,6 +19,7 @@
 #include "common/files.h"
 #include "common/net.h"
 #include "common/spawn.h"
+#include "tests/util/proc_stat.h"
 
 namespace drover {
 namespace testing {
@@ -61,15 +62,6 @@ bool AnswersPing(const std::string& host, int port, const std::string& password)
   }
   redisFree(c);
   return ok;
-}
-
-// True while `pid` runs: it exists and is not a zombie its parent has yet to reap.
-bool Exists(pid_t pid) {
-  if (::kill(pid, 0) != 0) return false;
-  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat.ok()) return false;
-  const size_t paren = stat->rfind(')');
-  return paren == std::string::npos || paren + 2 >= stat->size() || (*stat)[paren + 2] != 'Z';
 }
 
 }  // namespace
@@ -184,11 +176,11 @@ void RedisServer::Stop() {
     if (r == pid_ || (r < 0 && errno != EINTR && errno != ECHILD)) break;
     if (r < 0 && errno == ECHILD) {
       // Not our child (adopted): gone once it no longer exists; SIGKILL after the grace.
-      if (!Exists(pid_)) break;
+      if (!IsRunning(pid_)) break;
       if (absl::Now() >= deadline) {
         ::kill(pid_, SIGKILL);
         const absl::Time last = absl::Now() + kStopGrace;
-        while (Exists(pid_) && absl::Now() < last) absl::SleepFor(kPollInterval);
+        while (IsRunning(pid_) && absl::Now() < last) absl::SleepFor(kPollInterval);
         break;
       }
       absl::SleepFor(kPollInterval);

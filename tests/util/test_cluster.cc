@@ -16,6 +16,7 @@
 #include "common/files.h"
 #include "common/net.h"
 #include "common/spawn.h"
+#include "tests/util/proc_stat.h"
 
 extern char** environ;
 
@@ -30,32 +31,17 @@ std::string JsonString(const std::string& json, const std::string& key) {
   return json.substr(pos, json.find('"', pos) - pos);
 }
 
-// True once `pid` is gone: reaped here if it is our child; otherwise (a process
-// another program started and left, adopted by init) once it no longer exists or is a
-// zombie its new parent has yet to reap.
-bool Gone(pid_t pid) {
-  int status;
-  pid_t r = ::waitpid(pid, &status, WNOHANG);
-  if (r == pid) return true;
-  if (r == 0) return false;
-  if (::kill(pid, 0) != 0) return true;
-  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  if (!stat.ok()) return true;
-  const size_t paren = stat->rfind(')');
-  return paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z';
-}
-
 void StopProcess(pid_t pid, int first_signal) {
   if (pid <= 0) return;
   ::kill(pid, first_signal);
   absl::Time deadline = absl::Now() + absl::Seconds(15);
   while (absl::Now() < deadline) {
-    if (Gone(pid)) return;
+    if (ReapedOrGone(pid)) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ::kill(pid, SIGKILL);
   deadline = absl::Now() + absl::Seconds(10);
-  while (!Gone(pid) && absl::Now() < deadline) {
+  while (!ReapedOrGone(pid) && absl::Now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
@@ -350,16 +336,7 @@ std::vector<pid_t> ProcessesOfJob(const std::string& job_id) {
     if (!env.ok()) continue;
     for (absl::string_view kv : absl::StrSplit(*env, '\0')) {
       if (kv == needle) {
-        // Zombies are dead: only count processes that still run.
-        auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-        if (stat.ok()) {
-          auto close = stat->rfind(')');
-          if (close != std::string::npos && close + 2 < stat->size() &&
-              (*stat)[close + 2] == 'Z') {
-            break;
-          }
-        }
-        out.push_back(pid);
+        if (IsRunning(pid)) out.push_back(pid);  // a zombie runs nothing
         break;
       }
     }

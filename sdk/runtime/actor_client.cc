@@ -1,10 +1,8 @@
 #include "sdk/runtime/actor_client.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <functional>
-#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -19,11 +17,6 @@ namespace {
 constexpr absl::Duration kPollWait = absl::Seconds(2);
 // How long an actor call to the scheduler waits for it while it is away (a restart).
 constexpr absl::Duration kHeadAwayPatience = absl::Seconds(60);
-
-// Whether stderr was told that the scheduler is away (once per outage, not per call).
-std::atomic<bool> said_away{false};
-
-bool Away(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
 
 std::string Describe(const proto::ActorInfo& info) {
   std::string s = absl::StrCat("actor ", info.actor_id());
@@ -47,7 +40,10 @@ ActorClient::ActorClient(Deps deps)
       agents_(deps.agents),
       objects_(*deps.objects),
       clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
-      scheduler_address_(std::move(deps.scheduler_address)) {}
+      scheduler_address_(std::move(deps.scheduler_address)),
+      own_outage_(deps.outage == nullptr ? std::make_unique<SchedulerOutage>(scheduler_address_)
+                                         : nullptr),
+      outage_(deps.outage != nullptr ? deps.outage : own_outage_.get()) {}
 
 ActorClient::~ActorClient() { Shutdown(); }
 
@@ -469,24 +465,20 @@ absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::D
 absl::Status ActorClient::WhileSchedulerAway(const std::string& what, absl::Duration patience,
                                              const std::function<absl::Status()>& attempt) {
   absl::Status s = attempt();
-  if (!Away(s)) return s;
+  if (!SchedulerOutage::IsAway(s)) return s;
   const absl::Time give_up = clock_->Now() + patience;
-  absl::Duration pause = absl::Milliseconds(100);
-  while (Away(s)) {
-    if (!said_away.exchange(true)) {
-      std::cerr << "drover: the scheduler at " << scheduler_address_ << " does not answer ("
-                << s.message() << "); " << what << " waits for it to come back (up to "
-                << absl::FormatDuration(patience) << ")" << std::endl;
-    }
-    if (clock_->Now() + pause > give_up) {
-      said_away.store(false);  // the next outage is told again
+  Backoff pause;
+  while (SchedulerOutage::IsAway(s)) {
+    outage_->Away(s, absl::StrCat(what, " (up to ", absl::FormatDuration(patience), ")"));
+    if (clock_->Now() + pause.Peek() > give_up) {
+      outage_->GiveUp();  // the next outage is told again
       return absl::UnavailableError(absl::StrCat(
           "the scheduler at ", scheduler_address_, " has not answered for ",
           absl::FormatDuration(patience), " (", what, "; last error: ", s.message(), ")"));
     }
     {
       absl::MutexLock l(&mu_);
-      const absl::Time until = clock_->Now() + pause;
+      const absl::Time until = clock_->Now() + pause.Next();
       while (!shutdown_ && !clock_->WaitWithDeadline(&stopping_, &mu_, until)) {
       }
       if (shutdown_) {
@@ -495,13 +487,15 @@ absl::Status ActorClient::WhileSchedulerAway(const std::string& what, absl::Dura
                                                  scheduler_address_));
       }
     }
-    pause = std::min(pause * 2, absl::Seconds(2));
     s = attempt();
   }
-  if (said_away.exchange(false)) {
-    std::cerr << "drover: the scheduler at " << scheduler_address_ << " answers again" << std::endl;
-  }
+  outage_->Back();
   return s;
+}
+
+std::pair<size_t, size_t> ActorClient::CallCounts(const std::shared_ptr<ActorState>& a) {
+  absl::MutexLock l(&a->mu_);
+  return {a->queue_.size(), a->in_flight_.size()};
 }
 
 void ActorClient::Shutdown() {

@@ -33,6 +33,7 @@
 #include "common/framed_socket.h"
 #include "common/thread_group.h"
 #include "sdk/runtime/context.h"
+#include "sdk/runtime/scheduler_outage.h"
 #include "sdk/runtime/seams.h"
 
 namespace drover::internal {
@@ -78,6 +79,9 @@ class ActorClient {
     Clock* clock = nullptr;
     // Named in the messages of calls that wait while the scheduler is away.
     std::string scheduler_address;
+    // Told while the scheduler is away (shared with the rest of the process, so one
+    // outage is one line); null: the client keeps its own.
+    SchedulerOutage* outage = nullptr;
   };
   explicit ActorClient(Deps deps);
   ~ActorClient();
@@ -95,6 +99,8 @@ class ActorClient {
   // code or signal and stderr tail); DEADLINE_EXCEEDED if it is still alive. For
   // clients of services an actor hosts that saw their connection break.
   absl::Status WaitDead(const std::shared_ptr<ActorState>& actor, absl::Duration timeout);
+  // For tests: calls of `actor` queued here (not yet sent) and in flight on its worker.
+  std::pair<size_t, size_t> CallCounts(const std::shared_ptr<ActorState>& actor);
   // Fails queued calls and closes connections; joins threads.
   void Shutdown();
 
@@ -115,8 +121,8 @@ class ActorClient {
                                          absl::Duration patience);
   // Makes a call to the scheduler (`attempt`: one try) and, while the scheduler does not
   // answer (UNAVAILABLE, DEADLINE_EXCEEDED: a restart under way), tries again with
-  // back-off (100 ms doubling to 2 s) for up to `patience`, saying so once per outage on
-  // stderr; then fails naming the scheduler. CANCELLED if Shutdown is called meanwhile.
+  // back-off (100 ms doubling to 2 s) for up to `patience`, telling the outage (once per
+  // outage for the whole process); then fails naming the scheduler. CANCELLED if Shutdown is called meanwhile.
   // Every call retried is safe to repeat: creations carry the actor's id, reads and
   // kills are idempotent.
   absl::Status WhileSchedulerAway(const std::string& what, absl::Duration patience,
@@ -132,6 +138,8 @@ class ActorClient {
   ObjectTable& objects_;
   Clock* const clock_;
   const std::string scheduler_address_;
+  std::unique_ptr<SchedulerOutage> own_outage_;
+  SchedulerOutage* const outage_;
   absl::Mutex mu_;
   std::unordered_map<std::string, std::weak_ptr<ActorState>> actors_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::shared_ptr<FramedSocket>> sockets_ ABSL_GUARDED_BY(mu_);

@@ -39,7 +39,8 @@ TaskSubmitter::TaskSubmitter(Deps deps)
       connector_(deps.connector),
       agents_(deps.agents),
       objects_(*deps.objects),
-      clock_(deps.clock != nullptr ? deps.clock : Clock::Real()) {
+      clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
+      outage_(deps.outage) {
   housekeeping_ = std::thread([this] { HousekeepingLoop(); });
 }
 
@@ -215,7 +216,7 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
     req.set_wait_ms(kLeaseWaitMs);
     req.set_request_id(request_id);
   }
-  absl::Duration backoff = absl::Milliseconds(50);
+  Backoff backoff(absl::Milliseconds(50), absl::Seconds(2));
   for (;;) {
     {
       absl::MutexLock l(&mu_);
@@ -226,6 +227,10 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
     }
     proto::RequestLeaseReply reply;
     absl::Status s = leases_->RequestLease(req, &reply);
+    // An answer ends an outage the session or an actor call told. A failed request
+    // tells none itself: the scheduler also answers UNAVAILABLE for a worker that
+    // failed to start, which is no outage.
+    if (s.ok() && outage_ != nullptr) outage_->Back();
     std::unique_ptr<FramedSocket> sock;
     if (s.ok() && reply.granted()) {
       agents_->NoteAgent(reply.node_id(), reply.agent_address());
@@ -289,10 +294,10 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
         for (const auto& t : k->queue) objects_.SetPendingReason(t->result, k->pending_reason);
         if (!s.ok()) {
           // The scheduler is unreachable or refused: back off before asking again.
-          const absl::Time until = clock_->Now() + backoff;
+          ++lease_backoffs_;
+          const absl::Time until = clock_->Now() + backoff.Next();
           while (!shutdown_ && !clock_->WaitWithDeadline(&cv_, &mu_, until)) {
           }
-          backoff = std::min(backoff * 2, absl::Seconds(2));
           if (shutdown_) {
             --k->lease_requests;
             return;
@@ -472,6 +477,7 @@ void TaskSubmitter::HousekeepingLoop() {
         }
       }
     }
+    ++housekeeping_passes_;
   }
 }
 
@@ -480,6 +486,17 @@ int TaskSubmitter::LeasedWorkers() {
   int n = 0;
   for (auto& [name, k] : keys_) n += static_cast<int>(k->workers.size());
   return n;
+}
+
+TaskSubmitter::Progress TaskSubmitter::ProgressForTest() {
+  absl::MutexLock l(&mu_);
+  Progress p;
+  p.housekeeping_passes = housekeeping_passes_;
+  p.lease_backoffs = lease_backoffs_;
+  for (auto& [name, k] : keys_) {
+    for (const auto& w : k->workers) p.revoked_workers += w->revoked && !w->lost ? 1 : 0;
+  }
+  return p;
 }
 
 void TaskSubmitter::Shutdown() {

@@ -43,6 +43,7 @@
 #include "common/framed_socket.h"
 #include "common/thread_group.h"
 #include "sdk/runtime/context.h"
+#include "sdk/runtime/scheduler_outage.h"
 #include "sdk/runtime/seams.h"
 
 namespace drover::internal {
@@ -57,6 +58,9 @@ class TaskSubmitter {
     WorkerAgents* agents = nullptr;
     ObjectTable* objects = nullptr;
     Clock* clock = nullptr;
+    // The process's outage notices: a lease request answered ends an outage told
+    // elsewhere (so one outage is one "away" and one "back" line); may be null.
+    SchedulerOutage* outage = nullptr;
   };
   // Timing of lease returns (the defaults suit production; tests shorten nothing but
   // drive `clock`).
@@ -77,6 +81,15 @@ class TaskSubmitter {
 
   // For tests and benchmarks: workers currently leased.
   int LeasedWorkers();
+  // For tests, so they can wait for a step instead of sleeping: idle checks done,
+  // back-off pauses begun after a failed lease request, and leased workers whose lease
+  // the scheduler wants back.
+  struct Progress {
+    uint64_t housekeeping_passes = 0;
+    uint64_t lease_backoffs = 0;
+    int revoked_workers = 0;
+  };
+  Progress ProgressForTest();
 
  private:
   struct Worker;
@@ -145,6 +158,7 @@ class TaskSubmitter {
   WorkerAgents* const agents_;
   ObjectTable& objects_;
   Clock* const clock_;
+  SchedulerOutage* const outage_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Key>> keys_ ABSL_GUARDED_BY(mu_);
@@ -153,6 +167,8 @@ class TaskSubmitter {
 
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar cv_;  // shutdown_
+  uint64_t housekeeping_passes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t lease_backoffs_ ABSL_GUARDED_BY(mu_) = 0;
   // Lease-request and reader threads; Shutdown waits for them.
   ThreadGroup threads_;
   std::thread housekeeping_;

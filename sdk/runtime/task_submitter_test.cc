@@ -49,12 +49,17 @@ class TaskSubmitterTest : public ::testing::Test {
     id.job_id = "job1";
     id.owner = "job1/42@n1";
     id.owner_tag = "abcd1234";
-    id.node_id = "n1";
     id.package.set_hash("pkg-hash");
     id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
     submitter_ = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
         std::move(id), &scheduler_, &workers_, &agents_, &table_,
         clock != nullptr ? clock : Clock::Real()});
+  }
+
+  // Waits until an idle check has run wholly after this call (what the clock says now).
+  void AwaitHousekeeping() {
+    const uint64_t seen = submitter_->ProgressForTest().housekeeping_passes;
+    ASSERT_TRUE(WaitFor([&] { return submitter_->ProgressForTest().housekeeping_passes >= seen + 2; }));
   }
 
   std::shared_ptr<TaskRecord> NewTask(const std::string& fn, std::vector<TaskArgument> args = {},
@@ -422,8 +427,9 @@ TEST_F(TaskSubmitterTest, UnreachableSchedulerIsAskedAgainAfterABackoffOnTheCloc
   ASSERT_TRUE(WaitFor([&] {
     return absl::StrContains(table_.PendingReason(r), "cannot get a worker: connection refused");
   }));
-  absl::SleepFor(absl::Milliseconds(30));
-  EXPECT_EQ(scheduler_.LeaseRequests().size(), 1u);  // the clock has not moved
+  // Parked in its back-off on the fake clock: no second request until the clock moves.
+  ASSERT_TRUE(WaitFor([&] { return submitter_->ProgressForTest().lease_backoffs >= 1; }));
+  EXPECT_EQ(scheduler_.LeaseRequests().size(), 1u);
   clock.Advance(absl::Milliseconds(60));
   EXPECT_TRUE(scheduler_.WaitLeaseRequests(2));
 }
@@ -582,7 +588,7 @@ TEST_F(TaskSubmitterTest, IdleWorkerIsHandedBackAfterTheIdleTime) {
   ASSERT_EQ(Value(Submit("f")), "ok:f");
   EXPECT_EQ(submitter_->LeasedWorkers(), 1);
   clock.Advance(TaskSubmitter::kIdleReturn / 2);
-  absl::SleepFor(absl::Milliseconds(20));
+  AwaitHousekeeping();
   EXPECT_EQ(submitter_->LeasedWorkers(), 1);
   clock.Advance(TaskSubmitter::kIdleReturn);
   EXPECT_TRUE(WaitFor([&] { return submitter_->LeasedWorkers() == 0; }));
@@ -596,7 +602,7 @@ TEST_F(TaskSubmitterTest, BusyWorkerIsKept) {
   std::shared_ptr<RefState> r = Submit("f");
   ASSERT_TRUE(workers_.Worker(0)->WaitReceived(1));
   clock.Advance(absl::Seconds(10));
-  absl::SleepFor(absl::Milliseconds(20));
+  AwaitHousekeeping();
   EXPECT_EQ(submitter_->LeasedWorkers(), 1);
   EXPECT_FALSE(workers_.Worker(0)->dead());
 }
@@ -609,7 +615,7 @@ TEST_F(TaskSubmitterTest, RevokedLeaseIsHandedBackOnceItsTasksFinish) {
   std::shared_ptr<FakeWorker> w = workers_.Worker(0);
   ASSERT_TRUE(w->WaitReceived(1));
   w->Revoke("a pending job claims it");
-  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(WaitFor([&] { return submitter_->ProgressForTest().revoked_workers == 1; }));
   EXPECT_FALSE(w->dead());  // a task is still in flight on it
   ASSERT_TRUE(w->Release(0, "v"));
   EXPECT_EQ(Value(r), "v");

@@ -10,15 +10,6 @@
 
 namespace drover::internal::testing {
 
-bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!pred()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
-
 // --- FakeWorker ---
 
 FakeWorker::FakeWorker(std::string worker_id, std::string node_id, std::string lease_id,

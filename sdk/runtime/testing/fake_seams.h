@@ -23,6 +23,7 @@
 #include "proto/lease.pb.h"
 #include "proto/task.pb.h"
 #include "sdk/runtime/seams.h"
+#include "tests/util/test_util.h"
 
 namespace drover::internal::testing {
 
@@ -190,8 +191,7 @@ class FakeAgents : public WorkerAgents {
   std::map<std::string, std::string> noted_ ABSL_GUARDED_BY(mu_);
 };
 
-// Waits up to `timeout` for `pred` (polled every millisecond).
-bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(5));
+using ::drover::testing::WaitFor;
 
 }  // namespace drover::internal::testing
 

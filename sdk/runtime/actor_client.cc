@@ -45,8 +45,7 @@ ActorClient::ActorClient(Deps deps)
                                          : nullptr),
       outage_(deps.outage != nullptr ? deps.outage : own_outage_.get()),
       own_loop_(deps.loop == nullptr ? std::make_unique<ConnectionLoop>() : nullptr),
-      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()),
-      losses_(std::make_unique<ThreadPool>(2)) {}
+      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()) {}
 
 ActorClient::~ActorClient() { Shutdown(); }
 
@@ -376,6 +375,7 @@ void ActorClient::OnClosed(const std::shared_ptr<ActorState>& a,
     shutdown = shutdown_;
     if (!shutdown) {
       // Asking the scheduler what happened may take seconds: not on the loop.
+      if (losses_ == nullptr) losses_ = std::make_unique<ThreadPool>(2);  // on first use
       losses_->Post([this, a, lost = std::move(lost), version]() mutable {
         AfterLoss(a, std::move(lost), version);
       });
@@ -545,7 +545,12 @@ void ActorClient::Shutdown() {
     mu_.Await(absl::Condition(+[](int* watching) { return *watching == 0; }, &watching_));
   }
   if (own_loop_ != nullptr) own_loop_->Stop();
-  losses_.reset();  // runs what was posted (it ends soon: Fetch sees shutdown_), joins
+  std::unique_ptr<ThreadPool> losses;
+  {
+    absl::MutexLock l(&mu_);
+    losses = std::move(losses_);
+  }
+  losses.reset();  // runs what was posted (it ends soon: Fetch sees shutdown_), joins
 }
 
 }  // namespace drover::internal

@@ -162,7 +162,8 @@ class ActorClient {
   int watching_ ABSL_GUARDED_BY(mu_) = 0;
   std::unique_ptr<ConnectionLoop> own_loop_;
   ConnectionLoop* const loop_;
-  std::unique_ptr<ThreadPool> losses_;
+  // Made on first use (a connection lost while not shutting down).
+  std::unique_ptr<ThreadPool> losses_ ABSL_GUARDED_BY(mu_);
   // Creations and connections; Shutdown waits for them.
   ThreadGroup threads_;
 };

@@ -45,9 +45,7 @@ TaskSubmitter::TaskSubmitter(Deps deps)
       clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
       outage_(deps.outage),
       own_loop_(deps.loop == nullptr ? std::make_unique<ConnectionLoop>() : nullptr),
-      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()),
-      losses_(std::make_unique<ThreadPool>(2)),
-      lease_pool_(std::make_unique<ThreadPool>(kLeaseThreads)) {
+      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()) {
   housekeeping_ = std::thread([this] { HousekeepingLoop(); });
 }
 
@@ -204,6 +202,8 @@ void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
     *req.mutable_hint() = k.hint;
     req.set_wait_ms(kLeaseWaitMs);
     req.set_request_id(absl::StrCat(owner_.owner_tag, "-", k.name, "-", ++k.request_counter));
+    // Made on first use: a process that submits no task (most workers) has none.
+    if (lease_pool_ == nullptr) lease_pool_ = std::make_unique<ThreadPool>(kLeaseThreads);
     lease_pool_->Post([this, ask] { RequestLease(ask); });
   }
   if (!k.pending_reason.empty()) {
@@ -392,6 +392,7 @@ void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view p
 
 void TaskSubmitter::WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why) {
   std::vector<std::shared_ptr<TaskRecord>> unfinished;
+  ThreadPool* losses = nullptr;
   {
     absl::MutexLock l(&mu_);
     Key& k = *w->key;
@@ -400,10 +401,12 @@ void TaskSubmitter::WorkerLost(const std::shared_ptr<Worker>& w, const absl::Sta
     w->lost = true;
     for (auto& [seq, t] : w->in_flight) unfinished.push_back(std::move(t));
     w->in_flight.clear();
+    if (unfinished.empty()) return;
+    if (losses_ == nullptr) losses_ = std::make_unique<ThreadPool>(2);  // on first use
+    losses = losses_.get();
   }
-  if (unfinished.empty()) return;
   // Off the loop thread: the agent may take seconds to say how the worker ended.
-  losses_->Post([this, w, why, unfinished = std::move(unfinished)]() mutable {
+  losses->Post([this, w, why, unfinished = std::move(unfinished)]() mutable {
     RetryOrFail(w, why, std::move(unfinished));
   });
 }
@@ -557,8 +560,14 @@ void TaskSubmitter::Shutdown() {
                                                "drover::Shutdown was called before it finished"));
   }
   if (housekeeping_.joinable()) housekeeping_.join();
-  // Lease requests end when cancelled (none is posted once shutdown_ is set).
-  lease_pool_.reset();
+  // Lease requests end when cancelled (none is posted once shutdown_ is set). Joined
+  // outside mu_, which they take.
+  std::unique_ptr<ThreadPool> pool;
+  {
+    absl::MutexLock l(&mu_);
+    pool = std::move(lease_pool_);
+  }
+  pool.reset();
   // Every socket is shut: the loop sees each close (no lease request adds one now).
   {
     absl::MutexLock l(&mu_);
@@ -566,7 +575,11 @@ void TaskSubmitter::Shutdown() {
         +[](int* watching) { return *watching == 0; }, &watching_));
   }
   if (own_loop_ != nullptr) own_loop_->Stop();
-  losses_.reset();  // runs the losses posted, then joins
+  {
+    absl::MutexLock l(&mu_);
+    pool = std::move(losses_);
+  }
+  pool.reset();  // runs the losses posted, then joins
 }
 
 }  // namespace drover::internal

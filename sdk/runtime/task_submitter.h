@@ -198,9 +198,10 @@ class TaskSubmitter {
   ConnectionLoop* const loop_;
   // Workers lost with tasks in flight: asking their agent how they ended takes up to
   // seconds, which the loop must not wait for.
-  std::unique_ptr<ThreadPool> losses_;
+  std::unique_ptr<ThreadPool> losses_ ABSL_GUARDED_BY(mu_);
   // Runs the lease requests of every key (a fixed number of threads).
-  std::unique_ptr<ThreadPool> lease_pool_;
+  // Made on first use; after shutdown_ is set nothing posts to it and Shutdown ends it.
+  std::unique_ptr<ThreadPool> lease_pool_ ABSL_GUARDED_BY(mu_);
   std::thread housekeeping_;
 };
 

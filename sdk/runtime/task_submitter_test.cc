@@ -705,5 +705,39 @@ TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithLeaseRequests) {
   EXPECT_LE(testing::ThreadCount(), base) << base << " threads with one request";
 }
 
+// A lease request answered ends an outage another part told (the session, an actor
+// call): one "back" line, and none from failed requests.
+TEST_F(TaskSubmitterTest, AnAnsweredLeaseRequestEndsAnOutageToldElsewhere) {
+  absl::Mutex mu;
+  std::vector<std::string> lines;
+  SchedulerOutage outage("head:7000", [&](const std::string& line) {
+    absl::MutexLock l(&mu);
+    lines.push_back(line);
+  });
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/42@n1";
+  id.owner_tag = "abcd1234";
+  id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
+  submitter_ = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
+      std::move(id), &scheduler_, &workers_, &agents_, &table_, Clock::Real(), &outage});
+  outage.Away(absl::UnavailableError("Socket closed"), "job job1");
+  std::atomic<int> calls{0};
+  scheduler_.SetLeasePolicy([&](const proto::RequestLeaseRequest&, proto::RequestLeaseReply* reply) {
+    if (calls.fetch_add(1) < 2) return absl::UnavailableError("connection refused");
+    reply->set_granted(true);
+    reply->set_lease_id("lease-1");
+    reply->set_worker_id("worker-of-lease-1");
+    reply->set_node_id("n1");
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(Value(Submit("f")), "ok:f");
+  EXPECT_FALSE(outage.away());
+  absl::MutexLock l(&mu);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_THAT(lines[0], HasSubstr("does not answer (Socket closed)"));
+  EXPECT_EQ(lines[1], "the scheduler at head:7000 is back");
+}
+
 }  // namespace
 }  // namespace drover::internal

@@ -1,10 +1,8 @@
 #include "sdk/runtime/actor_client.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <functional>
-#include <iostream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -19,11 +17,6 @@ namespace {
 constexpr absl::Duration kPollWait = absl::Seconds(2);
 // How long an actor call to the scheduler waits for it while it is away (a restart).
 constexpr absl::Duration kHeadAwayPatience = absl::Seconds(60);
-
-// Whether stderr was told that the scheduler is away (once per outage, not per call).
-std::atomic<bool> said_away{false};
-
-bool Away(const absl::Status& s) { return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s); }
 
 std::string Describe(const proto::ActorInfo& info) {
   std::string s = absl::StrCat("actor ", info.actor_id());
@@ -47,7 +40,12 @@ ActorClient::ActorClient(Deps deps)
       agents_(deps.agents),
       objects_(*deps.objects),
       clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
-      scheduler_address_(std::move(deps.scheduler_address)) {}
+      scheduler_address_(std::move(deps.scheduler_address)),
+      own_outage_(deps.outage == nullptr ? std::make_unique<SchedulerOutage>(scheduler_address_)
+                                         : nullptr),
+      outage_(deps.outage != nullptr ? deps.outage : own_outage_.get()),
+      own_loop_(deps.loop == nullptr ? std::make_unique<ConnectionLoop>() : nullptr),
+      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()) {}
 
 ActorClient::~ActorClient() { Shutdown(); }
 
@@ -309,15 +307,24 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
     }
     std::shared_ptr<FramedSocket> shared(std::move(*sock));
     {
+      absl::MutexLock l(&mu_);
+      if (shutdown_) break;  // (the socket closes with `shared`)
+      sockets_[a->id] = shared;
+      ++watching_;  // Shutdown shuts it down from here on, and waits for its close
+    }
+    {
       absl::MutexLock l(&a->mu_);
       a->sock_ = shared;
       a->connecting_ = false;
     }
-    {
-      absl::MutexLock l(&mu_);
-      sockets_[a->id] = shared;
+    absl::Status watched = loop_->Watch(
+        shared.get(), [this, a](std::string_view payload) { OnFrame(a, payload); },
+        [this, a, shared](const absl::Status&) { OnClosed(a, shared); });
+    if (!watched.ok()) {
+      shared->Shutdown();
+      OnClosed(a, shared);
+      return;
     }
-    threads_.Spawn([this, a, shared] { Reader(a, shared); });
     Pump(a);
     return;
   }
@@ -328,23 +335,28 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
   Pump(a);  // fails what is queued if it is dead
 }
 
-void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock) {
-  for (;;) {
-    proto::TaskFrame frame;
-    absl::Status s = sock->Read(&frame);
-    if (!s.ok()) break;
-    if (!frame.has_reply()) continue;
-    std::shared_ptr<TaskRecord> t;
-    {
-      absl::MutexLock l(&a->mu_);
-      auto it = a->in_flight_.find(frame.reply().seq());
-      if (it == a->in_flight_.end()) continue;
-      t = std::move(it->second);
-      a->in_flight_.erase(it);
-    }
-    // An actor call is not run again (the actor's state moved on): no lineage.
-    ApplyReply(objects_, t, *frame.mutable_reply(), /*lineage=*/false);
+void ActorClient::OnFrame(const std::shared_ptr<ActorState>& a, std::string_view payload) {
+  proto::TaskFrame frame;
+  if (!frame.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    absl::MutexLock l(&a->mu_);
+    if (a->sock_ != nullptr) a->sock_->Shutdown();  // a protocol mismatch: as a break
+    return;
   }
+  if (!frame.has_reply()) return;
+  std::shared_ptr<TaskRecord> t;
+  {
+    absl::MutexLock l(&a->mu_);
+    auto it = a->in_flight_.find(frame.reply().seq());
+    if (it == a->in_flight_.end()) return;
+    t = std::move(it->second);
+    a->in_flight_.erase(it);
+  }
+  // An actor call is not run again (the actor's state moved on): no lineage.
+  ApplyReply(objects_, t, *frame.mutable_reply(), /*lineage=*/false);
+}
+
+void ActorClient::OnClosed(const std::shared_ptr<ActorState>& a,
+                           const std::shared_ptr<FramedSocket>& sock) {
   // The connection broke: the actor's worker died (or we are shutting down).
   std::vector<std::shared_ptr<TaskRecord>> lost;
   int64_t version = 0;
@@ -358,15 +370,28 @@ void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSo
   bool shutdown = false;
   {
     absl::MutexLock l(&mu_);
-    if (sockets_[a->id] == sock) sockets_.erase(a->id);
+    auto it = sockets_.find(a->id);
+    if (it != sockets_.end() && it->second == sock) sockets_.erase(it);
     shutdown = shutdown_;
+    if (!shutdown) {
+      // Asking the scheduler what happened may take seconds: not on the loop.
+      if (losses_ == nullptr) losses_ = std::make_unique<ThreadPool>(2);  // on first use
+      losses_->Post([this, a, lost = std::move(lost), version]() mutable {
+        AfterLoss(a, std::move(lost), version);
+      });
+    }
   }
   if (shutdown) {
     for (auto& t : lost) {
       objects_.Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
     }
-    return;
   }
+  absl::MutexLock l(&mu_);
+  --watching_;
+}
+
+void ActorClient::AfterLoss(std::shared_ptr<ActorState> a,
+                            std::vector<std::shared_ptr<TaskRecord>> lost, int64_t version) {
   // What happened? The scheduler hears of the worker's exit from its agent.
   absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", version, absl::Seconds(5), kHeadAwayPatience);
   std::string cause = "its worker's connection broke";
@@ -469,24 +494,20 @@ absl::Status ActorClient::WaitDead(const std::shared_ptr<ActorState>& a, absl::D
 absl::Status ActorClient::WhileSchedulerAway(const std::string& what, absl::Duration patience,
                                              const std::function<absl::Status()>& attempt) {
   absl::Status s = attempt();
-  if (!Away(s)) return s;
+  if (!SchedulerOutage::IsAway(s)) return s;
   const absl::Time give_up = clock_->Now() + patience;
-  absl::Duration pause = absl::Milliseconds(100);
-  while (Away(s)) {
-    if (!said_away.exchange(true)) {
-      std::cerr << "drover: the scheduler at " << scheduler_address_ << " does not answer ("
-                << s.message() << "); " << what << " waits for it to come back (up to "
-                << absl::FormatDuration(patience) << ")" << std::endl;
-    }
-    if (clock_->Now() + pause > give_up) {
-      said_away.store(false);  // the next outage is told again
+  Backoff pause;
+  while (SchedulerOutage::IsAway(s)) {
+    outage_->Away(s, absl::StrCat(what, " (up to ", absl::FormatDuration(patience), ")"));
+    if (clock_->Now() + pause.Peek() > give_up) {
+      outage_->GiveUp();  // the next outage is told again
       return absl::UnavailableError(absl::StrCat(
           "the scheduler at ", scheduler_address_, " has not answered for ",
           absl::FormatDuration(patience), " (", what, "; last error: ", s.message(), ")"));
     }
     {
       absl::MutexLock l(&mu_);
-      const absl::Time until = clock_->Now() + pause;
+      const absl::Time until = clock_->Now() + pause.Next();
       while (!shutdown_ && !clock_->WaitWithDeadline(&stopping_, &mu_, until)) {
       }
       if (shutdown_) {
@@ -495,13 +516,15 @@ absl::Status ActorClient::WhileSchedulerAway(const std::string& what, absl::Dura
                                                  scheduler_address_));
       }
     }
-    pause = std::min(pause * 2, absl::Seconds(2));
     s = attempt();
   }
-  if (said_away.exchange(false)) {
-    std::cerr << "drover: the scheduler at " << scheduler_address_ << " answers again" << std::endl;
-  }
+  outage_->Back();
   return s;
+}
+
+std::pair<size_t, size_t> ActorClient::CallCounts(const std::shared_ptr<ActorState>& a) {
+  absl::MutexLock l(&a->mu_);
+  return {a->queue_.size(), a->in_flight_.size()};
 }
 
 void ActorClient::Shutdown() {
@@ -516,6 +539,18 @@ void ActorClient::Shutdown() {
   for (auto& s : socks) s->Shutdown();
   threads_.Close();
   threads_.Wait();
+  // Every socket is shut: the loop sees each close (no connection is added now).
+  {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(+[](int* watching) { return *watching == 0; }, &watching_));
+  }
+  if (own_loop_ != nullptr) own_loop_->Stop();
+  std::unique_ptr<ThreadPool> losses;
+  {
+    absl::MutexLock l(&mu_);
+    losses = std::move(losses_);
+  }
+  losses.reset();  // runs what was posted (it ends soon: Fetch sees shutdown_), joins
 }
 
 }  // namespace drover::internal

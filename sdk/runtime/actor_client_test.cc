@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
@@ -63,7 +64,6 @@ class ActorClientTest : public ::testing::Test {
     id.job_id = "job1";
     id.owner = "job1/42@n1";
     id.owner_tag = "abcd1234";
-    id.node_id = "n1";
     id.package.set_hash("pkg-hash");
     id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
     client_ = std::make_unique<ActorClient>(ActorClient::Deps{
@@ -158,7 +158,8 @@ TEST_F(ActorClientTest, CallWaitingForAnArgumentHoldsBackTheCallsAfterIt) {
   arg.ref = dep;
   std::shared_ptr<RefState> first = Call(a, "first", {arg});
   std::shared_ptr<RefState> second = Call(a, "second");
-  absl::SleepFor(absl::Milliseconds(20));
+  // A call is sent (or held) within Call itself: both wait here, none went out.
+  EXPECT_EQ(client_->CallCounts(a), (std::pair<size_t, size_t>{2, 0}));
   EXPECT_EQ(workers_.Worker(0)->Received().size(), 1u);  // only "warm"
   EXPECT_EQ(table_.Read(second).state, RefState::State::kPending);
   table_.Complete(dep, ObjectValue{std::make_shared<const std::string>("v"), std::nullopt, {}});
@@ -213,13 +214,43 @@ TEST_F(ActorClientTest, ACreationWaitsForASchedulerThatIsAwayAndGoesOnWhenItAnsw
   EXPECT_EQ(scheduler_.Creations().size(), 3u);
 }
 
+// The driver's session, actor calls and lease requests all notice a scheduler restart:
+// the user reads one "away" and one "back" line for it, not one pair per part.
+TEST_F(ActorClientTest, AnOutageIsToldOnceWhoeverNoticesIt) {
+  absl::Mutex mu;
+  std::vector<std::string> lines;
+  SchedulerOutage outage("head:7000", [&](const std::string& line) {
+    absl::MutexLock l(&mu);
+    lines.push_back(line);
+  });
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/44@n1";
+  id.owner_tag = "abcd9999";
+  id.new_id = [this] { return absl::StrCat("job1.abcd9999.", ++ids_); };
+  ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &workers_, &agents_, &table_,
+                                       Clock::Real(), "head:7000", &outage});
+  // The session noticed first (as runtime.cc's session thread tells it).
+  outage.Away(absl::UnavailableError("Socket closed"), "job job1");
+  scheduler_.SetCreateError(absl::UnavailableError("the head is away"), /*times=*/4);
+  std::shared_ptr<ActorState> a = client.Create(kFactoryKey, CallOptions{}, {});
+  std::shared_ptr<ActorState> b = client.Create(kFactoryKey, CallOptions{}, {});
+  EXPECT_EQ(Value(client.Call(a, kMethodKey, CallOptions{}, {})), "ok:Counter::Add");
+  EXPECT_EQ(Value(client.Call(b, kMethodKey, CallOptions{}, {})), "ok:Counter::Add");
+  outage.Back();  // the session attached again after the actor calls were answered
+  client.Shutdown();
+  absl::MutexLock l(&mu);
+  ASSERT_EQ(lines.size(), 2u) << absl::StrJoin(lines, "\n");
+  EXPECT_THAT(lines[0], HasSubstr("the scheduler at head:7000 does not answer (Socket closed)"));
+  EXPECT_EQ(lines[1], "the scheduler at head:7000 is back");
+}
+
 TEST_F(ActorClientTest, ACreationGivesUpAfterTheSchedulerHasBeenAwayAMinute) {
   FakeClock clock;
   OwnerIdentity id;
   id.job_id = "job1";
   id.owner = "job1/43@n1";
   id.owner_tag = "abcd5678";
-  id.node_id = "n1";
   id.new_id = [this] { return absl::StrCat("job1.abcd5678.", ++ids_); };
   ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &workers_, &agents_, &table_,
                                        &clock, "head:7000"});
@@ -326,6 +357,41 @@ TEST_F(ActorClientTest, ShutdownFailsCallsInFlight) {
   absl::Status s = Error(r);
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(s.message(), "drover::Shutdown was called");
+}
+
+// The client's threads do not grow with its actor connections: one loop reads them all
+// (a reader thread each would add 31 here).
+TEST_F(ActorClientTest, ThreadsDoNotGrowWithActorConnections) {
+  testing::SilentWorkerConnector silent;
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/45@n1";
+  id.owner_tag = "abcd7777";
+  id.new_id = [this] { return absl::StrCat("job1.abcd7777.", ++ids_); };
+  ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &silent, &agents_, &table_,
+                                       Clock::Real(), "head:7000"});
+  std::vector<std::shared_ptr<RefState>> calls;
+  auto connect_one = [&] {
+    std::shared_ptr<ActorState> a = client.Create(kFactoryKey, CallOptions{}, {});
+    calls.push_back(client.Call(a, kMethodKey, CallOptions{}, {}));  // connects it
+  };
+  connect_one();
+  ASSERT_TRUE(WaitFor([&] { return silent.connects() == 1; }));
+  // Its creation and connection threads end once it is connected.
+  ASSERT_TRUE(WaitFor([&] {
+    static int last = -1;
+    const int now = testing::ThreadCount();
+    const bool steady = now == last;
+    last = now;
+    return steady;
+  }));
+  const int base = testing::ThreadCount();
+  for (int i = 1; i < 32; ++i) connect_one();
+  ASSERT_TRUE(WaitFor([&] { return silent.connects() == 32; }, kWait));
+  EXPECT_TRUE(WaitFor([&] { return testing::ThreadCount() <= base + 2; }))
+      << testing::ThreadCount() << " threads, " << base << " with one connection";
+  client.Shutdown();
+  for (auto& r : calls) EXPECT_EQ(table_.Read(r).state, RefState::State::kFailed);
 }
 
 }  // namespace

@@ -32,9 +32,11 @@
 #include "sdk/runtime/actor_client.h"
 #include "sdk/internal/runtime_internal.h"
 #include "sdk/internal/tensor_internal.h"
+#include "sdk/runtime/connection_loop.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/object_table.h"
 #include "sdk/runtime/package.h"
+#include "sdk/runtime/scheduler_outage.h"
 #include "sdk/runtime/seams_grpc.h"
 #include "sdk/runtime/queue_client.h"
 #include "sdk/runtime/store_tensor.h"
@@ -62,9 +64,9 @@ std::string RandomTag() {
 class Runtime;
 
 // The process-wide state of the task runtime lives here and nowhere else: the runtime
-// (g_runtime, g_current), the context its public entry points read
-// (SetCurrentRuntimeContext) and the object table. The cores take what they need as
-// arguments (TaskSubmitter::Deps, ActorClient::Deps).
+// (g_runtime; the current one is the current context, SetCurrentRuntimeContext, since a
+// Runtime is its RuntimeContext) and the object table. The cores take what they need
+// as arguments (TaskSubmitter::Deps, ActorClient::Deps).
 
 // The process's object table: lives until exit, so refs may outlive the runtime.
 ObjectTable& TheObjectTable() {
@@ -74,11 +76,12 @@ ObjectTable& TheObjectTable() {
 
 absl::Mutex g_mu;
 Runtime* g_runtime ABSL_GUARDED_BY(g_mu) = nullptr;
-std::atomic<Runtime*> g_current{nullptr};
 
-class Runtime {
+// The runtime is its context: the one current-context pointer (context.h) is also the
+// current runtime, so there is no second pointer to keep in step with it.
+class Runtime : public RuntimeContext {
  public:
-  RuntimeContext ctx;
+  RuntimeContext& ctx = *this;
   // For node liveness (lost objects): the scheduler's view, cached briefly.
   std::unique_ptr<proto::Scheduler::Stub> scheduler;
   absl::Mutex nodes_mu;
@@ -197,8 +200,13 @@ class Runtime {
   std::unique_ptr<GrpcScheduler> scheduler_calls;
   std::unique_ptr<SocketWorkerConnector> connector;
   std::unique_ptr<GrpcWorkerAgents> worker_agents;
+  // Reads every worker and actor connection of the two cores below (one thread).
+  std::unique_ptr<ConnectionLoop> loop = std::make_unique<ConnectionLoop>();
   std::unique_ptr<TaskSubmitter> submitter;
   std::unique_ptr<ActorClient> actors;
+  // What the user is told while the scheduler is away: one line per outage, whichever
+  // of the session, the actor client and the submitter notices it first.
+  std::unique_ptr<SchedulerOutage> outage;
   // A plain driver's session with the scheduler (its job ends when this ends): the
   // call in progress, and whether the driver is shutting down.
   struct Session {
@@ -220,6 +228,7 @@ class Runtime {
   void Shutdown() {
     if (actors) actors->Shutdown();
     if (submitter) submitter->Shutdown();
+    loop->Stop();  // after the cores: they wait for the loop to see their connections close
     {
       absl::MutexLock l(&session->mu);
       session->stop = true;
@@ -230,7 +239,8 @@ class Runtime {
   }
 };
 
-Runtime* ActiveRuntime() { return g_current.load(std::memory_order_acquire); }
+// Only runtime.cc sets the current context, and only to a Runtime.
+Runtime* ActiveRuntime() { return static_cast<Runtime*>(CurrentRuntimeContext()); }
 
 // The codec's bridge to the store: large tensors are put into this node's store.
 class StoreCodecContext : public CodecContext {
@@ -360,14 +370,13 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
   proto::Leases::Stub* leases = rt->ctx.leases.get();
   const std::string job = reply.job_id();
   const std::string token = rt->ctx.token;
-  const std::string where = rt->ctx.scheduler_address;
   std::shared_ptr<Runtime::Session> session = rt->session;
+  SchedulerOutage* outage = rt->outage.get();
   // Shutdown() joins the thread before the runtime goes.
-  rt->session_thread = std::thread([rt, leases, session, job, token, where, attached] {
+  rt->session_thread = std::thread([rt, leases, session, job, token, outage, attached] {
     proto::DriverSessionRequest sreq;
     sreq.set_job_id(job);
-    absl::Time away_since = absl::InfinitePast();
-    absl::Duration pause = absl::Milliseconds(100);
+    Backoff pause;
     for (;;) {
       grpc::ClientContext cctx;
       cctx.AddMetadata(kTokenMetadataKey, token);
@@ -382,31 +391,22 @@ absl::Status RegisterDriver(Runtime* rt, int argc, char** argv) {
         rt->ApplyPushedNodes(notice);
         if (!notice.attached()) continue;
         attached->store(1);
-        if (away_since != absl::InfinitePast()) {
-          std::cerr << "drover: the scheduler at " << where << " is back; job " << job
-                    << " goes on" << std::endl;
-          away_since = absl::InfinitePast();
-          pause = absl::Milliseconds(100);
-        }
+        outage->Back();
+        pause.Reset();
       }
       const grpc::Status s = reader->Finish();
       rt->LostPushedNodes();
-      absl::MutexLock l(&session->mu);
-      session->call = nullptr;
-      if (session->stop) break;
-      // Never attached (Init says so), or refused for good (the job ended): done.
-      const bool away = s.ok() || s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                        s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-      if (attached->load() != 1 || !away) break;
-      if (away_since == absl::InfinitePast()) {
-        away_since = absl::Now();
-        std::cerr << "drover: lost the session with the scheduler at " << where << " ("
-                  << (s.ok() ? "it stopped" : s.error_message())
-                  << "); waiting for it to come back (job " << job
-                  << " stands if the scheduler keeps its jobs, --redis)" << std::endl;
+      {
+        absl::MutexLock l(&session->mu);
+        session->call = nullptr;
+        if (session->stop) break;
       }
-      session->stopped.WaitWithTimeout(&session->mu, pause);
-      pause = std::min(pause * 2, absl::Seconds(2));
+      // Never attached (Init says so), or refused for good (the job ended): done.
+      const absl::Status why = s.ok() ? absl::OkStatus() : FromGrpcStatus(s);
+      if (attached->load() != 1 || !(s.ok() || SchedulerOutage::IsAway(why))) break;
+      outage->Away(why, absl::StrCat("job ", job, " (it stands if the scheduler keeps its jobs, --redis)"));
+      absl::MutexLock l(&session->mu);
+      if (!session->stop) session->stopped.WaitWithTimeout(&session->mu, pause.Next());
     }
     if (attached->load() != 1) attached->store(-1);
   });
@@ -444,6 +444,7 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
   if (!token.ok()) return token.status();
   ctx.token = *token;
   ctx.scheduler_address = scheduler;
+  rt->outage = std::make_unique<SchedulerOutage>(scheduler);
   DROVER_ASSIGN_OR_RETURN(ctx.transport, TransportSecurity::Load(tls));
   // Every channel this process makes (stores, collectives, the runtime's own).
   SetProcessTransport(ctx.transport);
@@ -492,10 +493,11 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
   rt->worker_agents = std::make_unique<GrpcWorkerAgents>(&rt->ctx);
   rt->submitter = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
       IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
-      &TheObjectTable(), Clock::Real()});
+      &TheObjectTable(), Clock::Real(), rt->outage.get(), rt->loop.get()});
   rt->actors = std::make_unique<ActorClient>(ActorClient::Deps{
       IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
-      &TheObjectTable(), Clock::Real(), rt->ctx.scheduler_address});
+      &TheObjectTable(), Clock::Real(), rt->ctx.scheduler_address, rt->outage.get(),
+      rt->loop.get()});
   return rt;
 }
 
@@ -811,8 +813,7 @@ absl::Status Init(int argc, char** argv, const InitOptions& options) {
     absl::MutexLock l(&internal::g_mu);
     internal::g_runtime = r;
   }
-  internal::g_current.store(r, std::memory_order_release);
-  internal::SetCurrentRuntimeContext(&r->ctx);
+  internal::SetCurrentRuntimeContext(r);
   internal::SetRuntimeCodecContext(internal::TheStoreCodecContext());
   internal::TheObjectTable().set_release([](const std::vector<internal::StoredRef>& objects) {
     if (Runtime* cur = internal::ActiveRuntime()) cur->ctx.store->Delete(objects);
@@ -847,7 +848,6 @@ void Shutdown() {
   // Before the job can end: queues that must outlive this driver's work.
   if (!RunningAsWorker()) internal::DrainQueuesBeforeExit();
   internal::SetRuntimeCodecContext(nullptr);
-  internal::g_current.store(nullptr, std::memory_order_release);
   internal::SetCurrentRuntimeContext(nullptr);
   r->Shutdown();
   // Threads of other parts may still read the context briefly: the runtime is leaked

@@ -30,7 +30,6 @@ struct OwnerIdentity {
   std::string owner;
   // 8 hex characters unique to this process (lease request ids start with it).
   std::string owner_tag;
-  std::string node_id;
   // The binary workers run.
   proto::PackageRef package;
   // A fresh object id of this process.

@@ -32,7 +32,6 @@ absl::Status GrpcScheduler::RequestLease(const proto::RequestLeaseRequest& req,
     absl::MutexLock l(&mu_);
     calls_.erase(&cctx);
   }
-  if (s.ok() && reply->granted()) ctx_->store->NoteAgent(reply->node_id(), reply->agent_address());
   return s;
 }
 
@@ -140,7 +139,6 @@ OwnerIdentity IdentityOf(RuntimeContext* ctx) {
   id.job_id = ctx->job_id;
   id.owner = ctx->owner;
   id.owner_tag = ctx->owner_tag;
-  id.node_id = ctx->node_id;
   id.package = ctx->package;
   id.new_id = [ctx] { return ctx->NewObjectId(); };
   return id;

@@ -49,12 +49,17 @@ class TaskSubmitterTest : public ::testing::Test {
     id.job_id = "job1";
     id.owner = "job1/42@n1";
     id.owner_tag = "abcd1234";
-    id.node_id = "n1";
     id.package.set_hash("pkg-hash");
     id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
     submitter_ = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
         std::move(id), &scheduler_, &workers_, &agents_, &table_,
         clock != nullptr ? clock : Clock::Real()});
+  }
+
+  // Waits until an idle check has run wholly after this call (what the clock says now).
+  void AwaitHousekeeping() {
+    const uint64_t seen = submitter_->ProgressForTest().housekeeping_passes;
+    ASSERT_TRUE(WaitFor([&] { return submitter_->ProgressForTest().housekeeping_passes >= seen + 2; }));
   }
 
   std::shared_ptr<TaskRecord> NewTask(const std::string& fn, std::vector<TaskArgument> args = {},
@@ -422,8 +427,9 @@ TEST_F(TaskSubmitterTest, UnreachableSchedulerIsAskedAgainAfterABackoffOnTheCloc
   ASSERT_TRUE(WaitFor([&] {
     return absl::StrContains(table_.PendingReason(r), "cannot get a worker: connection refused");
   }));
-  absl::SleepFor(absl::Milliseconds(30));
-  EXPECT_EQ(scheduler_.LeaseRequests().size(), 1u);  // the clock has not moved
+  // Parked in its back-off on the fake clock: no second request until the clock moves.
+  ASSERT_TRUE(WaitFor([&] { return submitter_->ProgressForTest().lease_backoffs >= 1; }));
+  EXPECT_EQ(scheduler_.LeaseRequests().size(), 1u);
   clock.Advance(absl::Milliseconds(60));
   EXPECT_TRUE(scheduler_.WaitLeaseRequests(2));
 }
@@ -582,7 +588,7 @@ TEST_F(TaskSubmitterTest, IdleWorkerIsHandedBackAfterTheIdleTime) {
   ASSERT_EQ(Value(Submit("f")), "ok:f");
   EXPECT_EQ(submitter_->LeasedWorkers(), 1);
   clock.Advance(TaskSubmitter::kIdleReturn / 2);
-  absl::SleepFor(absl::Milliseconds(20));
+  AwaitHousekeeping();
   EXPECT_EQ(submitter_->LeasedWorkers(), 1);
   clock.Advance(TaskSubmitter::kIdleReturn);
   EXPECT_TRUE(WaitFor([&] { return submitter_->LeasedWorkers() == 0; }));
@@ -596,7 +602,7 @@ TEST_F(TaskSubmitterTest, BusyWorkerIsKept) {
   std::shared_ptr<RefState> r = Submit("f");
   ASSERT_TRUE(workers_.Worker(0)->WaitReceived(1));
   clock.Advance(absl::Seconds(10));
-  absl::SleepFor(absl::Milliseconds(20));
+  AwaitHousekeeping();
   EXPECT_EQ(submitter_->LeasedWorkers(), 1);
   EXPECT_FALSE(workers_.Worker(0)->dead());
 }
@@ -609,7 +615,7 @@ TEST_F(TaskSubmitterTest, RevokedLeaseIsHandedBackOnceItsTasksFinish) {
   std::shared_ptr<FakeWorker> w = workers_.Worker(0);
   ASSERT_TRUE(w->WaitReceived(1));
   w->Revoke("a pending job claims it");
-  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(WaitFor([&] { return submitter_->ProgressForTest().revoked_workers == 1; }));
   EXPECT_FALSE(w->dead());  // a task is still in flight on it
   ASSERT_TRUE(w->Release(0, "v"));
   EXPECT_EQ(Value(r), "v");
@@ -638,6 +644,99 @@ TEST_F(TaskSubmitterTest, SubmitAfterShutdownFails) {
   absl::Status s = Error(Submit("f"));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(s.message(), "drover::Shutdown was called");
+}
+
+// The submitter's threads do not grow with its worker connections: one loop reads
+// them all (a reader thread each would add 31 here).
+TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithWorkerConnections) {
+  testing::SilentWorkerConnector silent;
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/42@n1";
+  id.owner_tag = "abcd1234";
+  id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
+  TaskSubmitter submitter(TaskSubmitter::Deps{std::move(id), &scheduler_, &silent, &agents_,
+                                              &table_, Clock::Real()});
+  std::vector<std::shared_ptr<RefState>> refs;
+  auto submit = [&] {
+    std::shared_ptr<TaskRecord> t = NewTask("f");
+    refs.push_back(t->result);
+    submitter.Submit(std::move(t));
+  };
+  submit();
+  ASSERT_TRUE(WaitFor([&] { return submitter.LeasedWorkers() == 1; }));
+  const int base = testing::ThreadCount();
+  // Each task waits on its own worker (none answers), so each asks for a lease.
+  for (int i = 1; i < 32; ++i) submit();
+  ASSERT_TRUE(WaitFor([&] { return submitter.LeasedWorkers() == 32; }, kWait));
+  EXPECT_EQ(silent.connects(), 32);
+  // A lease request's thread may still be ending.
+  EXPECT_TRUE(WaitFor([&] { return testing::ThreadCount() <= base + 2; }))
+      << testing::ThreadCount() << " threads, " << base << " with one connection";
+  submitter.Shutdown();
+  for (auto& r : refs) EXPECT_EQ(table_.Read(r).state, RefState::State::kFailed);
+}
+
+// Lease requests run on a fixed pool: tasks of 24 functions whose leases stay pending
+// (no node has room) use no more threads than one (a thread each would add 23 here).
+TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithLeaseRequests) {
+  Start();
+  scheduler_.SetLeasePolicy([](const proto::RequestLeaseRequest&, proto::RequestLeaseReply* reply) {
+    absl::SleepFor(absl::Milliseconds(1));  // the scheduler holds it a while
+    reply->set_granted(false);
+    reply->set_pending_reason("waiting for 1 CPU");
+    return absl::OkStatus();
+  });
+  std::vector<std::shared_ptr<RefState>> refs;
+  refs.push_back(Submit("f0"));
+  ASSERT_TRUE(scheduler_.WaitLeaseRequests(1));
+  const int base = testing::ThreadCount();
+  for (int i = 1; i < 24; ++i) refs.push_back(Submit(absl::StrCat("f", i)));
+  // Every function's request is answered (again and again, in turn).
+  ASSERT_TRUE(WaitFor([&] {
+    for (auto& r : refs) {
+      if (!absl::StrContains(table_.PendingReason(r), "waiting for 1 CPU")) return false;
+    }
+    return true;
+  }, kWait));
+  std::set<std::string> ids;
+  for (const auto& r : scheduler_.LeaseRequests()) ids.insert(r.request_id());
+  EXPECT_EQ(ids.size(), 24u);
+  EXPECT_LE(testing::ThreadCount(), base) << base << " threads with one request";
+}
+
+// A lease request answered ends an outage another part told (the session, an actor
+// call): one "back" line, and none from failed requests.
+TEST_F(TaskSubmitterTest, AnAnsweredLeaseRequestEndsAnOutageToldElsewhere) {
+  absl::Mutex mu;
+  std::vector<std::string> lines;
+  SchedulerOutage outage("head:7000", [&](const std::string& line) {
+    absl::MutexLock l(&mu);
+    lines.push_back(line);
+  });
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/42@n1";
+  id.owner_tag = "abcd1234";
+  id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
+  submitter_ = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
+      std::move(id), &scheduler_, &workers_, &agents_, &table_, Clock::Real(), &outage});
+  outage.Away(absl::UnavailableError("Socket closed"), "job job1");
+  std::atomic<int> calls{0};
+  scheduler_.SetLeasePolicy([&](const proto::RequestLeaseRequest&, proto::RequestLeaseReply* reply) {
+    if (calls.fetch_add(1) < 2) return absl::UnavailableError("connection refused");
+    reply->set_granted(true);
+    reply->set_lease_id("lease-1");
+    reply->set_worker_id("worker-of-lease-1");
+    reply->set_node_id("n1");
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(Value(Submit("f")), "ok:f");
+  EXPECT_FALSE(outage.away());
+  absl::MutexLock l(&mu);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_THAT(lines[0], HasSubstr("does not answer (Socket closed)"));
+  EXPECT_EQ(lines[1], "the scheduler at head:7000 is back");
 }
 
 }  // namespace

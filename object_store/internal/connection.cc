@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <optional>
@@ -116,8 +117,18 @@ Connection::~Connection() {
   close(fd_);
 }
 
+absl::Status Connection::TimeLeftToSend(absl::Time deadline) const {
+  if (deadline == absl::InfiniteFuture() || deadline - absl::Now() >= kMinReplyWait) {
+    return absl::OkStatus();
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the call's deadline came before it could ask the object store at ", socket_path_,
+      " (it waited for the connection, which other calls held)"));
+}
+
 absl::StatusOr<const proto::StoreReply*> Connection::CallLocked(absl::Time deadline) {
   if (!broken_.ok()) return broken_;
+  DROVER_RETURN_IF_ERROR(TimeLeftToSend(deadline));
   const uint64_t rid = next_request_id_++;
   req_.set_request_id(rid);
   wbuf_.clear();
@@ -165,6 +176,7 @@ absl::Status Connection::AppendLocked() {
 
 absl::Status Connection::SendBatchLocked(absl::Time deadline) {
   if (!broken_.ok()) return broken_;
+  DROVER_RETURN_IF_ERROR(TimeLeftToSend(deadline));
   if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
   return absl::OkStatus();
 }
@@ -202,7 +214,10 @@ absl::StatusOr<absl::Span<const proto::StoreReply>> Connection::TakeSetAsideLock
     if (!broken_.ok()) return broken_;
     // Anything else that comes meanwhile answers an asynchronous request.
     bool set_aside;
-    if (absl::Status s = ReadOneLocked(&drain_reply_, deadline, &set_aside);
+    // Asked for already: a healthy store has answered, or is about to.
+    if (absl::Status s = ReadOneLocked(&drain_reply_,
+                                       std::max(deadline, absl::Now() + kMinReplyWait),
+                                       &set_aside);
         !s.ok()) {
       return Break(s);
     }

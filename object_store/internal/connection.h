@@ -58,6 +58,11 @@ struct ConnectionTimeouts {
   // The bound on a request with no deadline of its own, waiting for mu() included.
   absl::Duration call_timeout = absl::Seconds(60);
 };
+// The least time left before a call's deadline for it to send a request: a request
+// sent whose reply the call then gives up on breaks the connection (for every thread),
+// so a call that spent its time queueing for the connection answers DEADLINE_EXCEEDED
+// without sending rather than give a healthy store too little time.
+inline constexpr absl::Duration kMinReplyWait = absl::Seconds(1);
 // How long a connect waits for the store's hello at most (less if the caller's
 // deadline comes first).
 inline constexpr absl::Duration kHelloTimeout = absl::Seconds(30);
@@ -193,6 +198,9 @@ class Connection {
   // A deadline for what no caller waits for (asynchronous requests and their answers).
   absl::Time AsyncDeadline() const { return absl::Now() + timeouts_.reply_grace; }
   absl::Status WaitFd(short events, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DEADLINE_EXCEEDED, without touching the connection, if less than kMinReplyWait is
+  // left before `deadline`.
+  absl::Status TimeLeftToSend(absl::Time deadline) const;
   absl::Status WriteLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads the next reply that is not set aside into `*reply`.
   absl::Status ReadReplyLocked(proto::StoreReply* reply, absl::Time deadline)
@@ -261,6 +269,7 @@ class ABSL_SCOPED_LOCKABLE ConnectionLock {
 template <typename OnReply>
 absl::Status Connection::FinishBatchLocked(absl::Time deadline, OnReply&& on_reply) {
   if (!broken_.ok()) return broken_;
+  if (absl::Status s = TimeLeftToSend(deadline); !s.ok()) return s;
   if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
   for (int left = batch_size_; left > 0;) {
     if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s);

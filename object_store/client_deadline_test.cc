@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -169,15 +170,24 @@ TEST(ClientDeadlineTest, CallsAcrossAStopThenKillAndRestartAnswerByTheirDeadline
   // Every thread is in (or queued for) a call on the stopped store.
   EXPECT_TRUE(WaitFor([&] { return started_after_stop.load() >= 8; }, absl::Seconds(60)))
       << "calls with a 2 s timeout on a stopped store still waiting after 60 s";
+  const absl::Time stopped_at = absl::Now();
   store.Kill();
   store.Start();
+  const absl::Time restarted_at = absl::Now();
   // Later calls work on the new store.
   absl::Status put;
   EXPECT_TRUE(WaitFor([&] { return (put = c.Put("after", Pattern(100, 3))).ok(); },
                       absl::Seconds(60)))
       << put;
+  const absl::Time put_at = absl::Now();
   stop = true;
   for (std::thread& t : threads) t.join();
+  absl::Duration longest;
+  for (const Outcome& o : outcomes.Take()) longest = std::max(longest, o.took);
+  std::printf("restart took %s, first put %s later; longest call %s (timeout %s)\n",
+              absl::FormatDuration(restarted_at - stopped_at).c_str(),
+              absl::FormatDuration(put_at - restarted_at).c_str(),
+              absl::FormatDuration(longest).c_str(), absl::FormatDuration(timeout).c_str());
   for (const Outcome& o : outcomes.Take()) {
     EXPECT_TRUE(o.status.code() == absl::StatusCode::kDeadlineExceeded ||
                 o.status.code() == absl::StatusCode::kNotFound ||

@@ -27,7 +27,8 @@
 //
 // Errors (absl canonical codes): NOT_FOUND unknown id, ALREADY_EXISTS double create,
 // FAILED_PRECONDITION seal of a sealed object or of another client's object,
-// RESOURCE_EXHAUSTED no room even after spilling, DEADLINE_EXCEEDED a Get/Wait timeout,
+// RESOURCE_EXHAUSTED no room even after spilling, DEADLINE_EXCEEDED a Get/Wait timeout
+// or any call past its deadline (below),
 // UNAVAILABLE the store is away (it did not come back within the reconnect wait),
 // INVALID_ARGUMENT a malformed request.
 //

@@ -4,6 +4,8 @@
 // Covers each CPU algorithm, including the case no transport error would reveal: a
 // non-leader dying while its node's leader waits in shared memory and the other node
 // waits on that leader across nodes.
+#include <unistd.h>
+
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -98,6 +100,31 @@ void CheckKill(const std::string& algorithm, int nodes, int nproc, int ppn, int 
     std::printf("rank %d after %s ms: %s\n", r, report["waited_ms"].c_str(),
                 report["message"].c_str());
   }
+}
+
+// Local rank 0 SIGKILLed between creating the node's shared-memory segment and
+// unlinking it (issue 19's campaign left one in /dev/shm): once the job has ended the
+// segment is gone, removed by the rank's drover-launch (its owner, named in the segment).
+TEST(AbortTest, ShmSegmentOfARankKilledBeforeUnlinkingIsRemoved) {
+  TestClusterOptions o;
+  o.nodes = 1;
+  auto cluster = TestCluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  TestCluster& c = **cluster;
+  const std::string out = absl::StrCat(c.dir(), "/die");
+  ASSERT_TRUE(MakeDirs(out).ok());
+  auto done = c.RunJob(TestCluster::JobOf({Runfile("collective/collective_worker"),
+                                           "--mode=die_holding_shm", "--out=" + out},
+                                          2, 0),
+                       absl::Seconds(120));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state, JobState::kFailed) << done->reason;
+  const std::string name = ReadFile(out + "/segment.txt").value_or("");
+  ASSERT_FALSE(name.empty()) << "rank 0 did not record its segment\n" << c.DaemonLogs();
+  const std::string path = "/dev/shm/" + name;
+  EXPECT_TRUE(WaitFor([&] { return access(path.c_str(), F_OK) != 0; }, absl::Seconds(10)))
+      << path << " is still there after the job ended";
+  ::unlink(path.c_str());  // not to leave it behind when the check fails
 }
 
 TEST(AbortTest, ShmRankKilledInAllReduce) { CheckKill("shm", 1, 3, 0, 1); }

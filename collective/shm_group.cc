@@ -82,6 +82,7 @@
 #include "collective/group_internal.h"
 #include "collective/kv_store.h"
 #include "common/net.h"
+#include "common/shm_names.h"
 #include "gloo/types.h"
 
 namespace drover::collective::internal {
@@ -218,13 +219,19 @@ class ShmSegment {
     const std::string key = absl::StrCat(prefix, "shm/node", node_index);
     int fd = -1;
     if (local_rank == 0) {
-      // A random part, never only the pid: processes in other PID namespaces (Bazel's
-      // sandboxed tests, containers) share /dev/shm and may have the same pid and group
-      // prefix; a name taken is someone else's live segment, so pick another.
+      // The PID namespace and the owner (the rank's drover-launch) first, so that the
+      // owner can remove the segments of a rank that died before unlinking
+      // (common/shm_names.h); then this pid and a random part: a name taken is someone
+      // else's live segment, so pick another.
+      char prefix[96];
+      if (CollectiveSegmentPrefix(PidNamespaceId(), CollectiveSegmentOwner(), prefix,
+                                  sizeof(prefix)) < 0) {
+        return absl::InternalError(absl::StrCat(where, ": segment name too long"));
+      }
       absl::BitGen gen;
       for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
-        seg->name_ = absl::StrCat("/drover-coll-", ::getpid(), "-",
-                                  absl::Uniform<uint64_t>(gen), "-n", node_index);
+        seg->name_ = absl::StrCat(prefix, ::getpid(), "-", absl::Uniform<uint64_t>(gen), "-n",
+                                  node_index);
         fd = ::shm_open(seg->name_.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
         if (fd < 0 && errno != EEXIST) break;
       }

@@ -12,6 +12,9 @@
 //     every descendant that left it (setsid), which as a subreaper it still parents;
 //   - takes its signals synchronously (blocked, sigwaitinfo in the main loop): no
 //     handler, so the agent-death path may walk /proc and kill the whole subtree;
+//   - sets DROVER_LAUNCH_PID to its pid for CMD: collective shared-memory segments
+//     are named after it, and once everything under it is dead it unlinks the ones a
+//     rank that died left behind (common/shm_names.h);
 //   - exits with CMD's status, or re-raises the signal that killed CMD, so the agent
 //     sees exactly how the user's process ended.
 //
@@ -28,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/shm_names.h"
 #include "node_agent/process_tree.h"
 
 extern char** environ;
@@ -79,9 +83,15 @@ void KillLeftovers() {
   free(table);
 }
 
+// Removes the collective segments of processes under us that died before unlinking.
+// REQUIRES: nothing under us is alive.
+void UnlinkLeftSegments() { drover::UnlinkCollectiveSegments(drover::PidNamespaceId(), getpid()); }
+
 // The agent died: take down everything we started, then ourselves.
 [[noreturn]] void KillTreeAndDie() {
   KillLeftovers();
+  // Killed, if not yet reaped: none can use a segment any more.
+  UnlinkLeftSegments();
   kill(-getpgrp(), SIGKILL);  // includes ourselves
   _exit(137);
 }
@@ -135,6 +145,9 @@ int main(int argc, char** argv) {
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 
   // (c) fork + exec the user's command; the child gets the signal mask we started with.
+  char self[24];
+  snprintf(self, sizeof(self), "%ld", static_cast<long>(getpid()));
+  setenv(drover::kLaunchPidEnv, self, 1);
   pid_t child = fork();
   if (child < 0) {
     char msg[512];
@@ -185,6 +198,7 @@ int main(int argc, char** argv) {
     }
   }
 
+  UnlinkLeftSegments();
   // (f)
   MirrorStatus(status);
 }

@@ -22,6 +22,7 @@
 #include "common/files.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/shm_names.h"
 #include "common/spawn.h"
 #include "node_agent/process_tree.h"
 
@@ -574,6 +575,16 @@ bool ProcessManager::TryReap(Proc* p,
   if (p->pidfd >= 0) {
     ::close(p->pidfd);
     p->pidfd = -1;
+  }
+  if (r > 0) {
+    // The launcher removes the collective segments its ranks left when they died before
+    // unlinking them; this covers a launcher that was killed itself (it is their owner,
+    // common/shm_names.h).
+    const int removed = UnlinkCollectiveSegments(PidNamespaceId(), p->pid);
+    if (removed > 0) {
+      DROVER_LOG(INFO) << "job " << p->job_id << " rank " << p->rank << ": removed " << removed
+                       << " collective shared-memory segment(s) it left";
+    }
   }
   DROVER_LOG(INFO) << "job " << p->job_id << " generation " << p->generation << " rank "
                    << p->rank << " (pid " << p->pid << ") ended: "

@@ -55,10 +55,14 @@ absl::Status CheckLocation(const proto::ObjectLocation& loc, uint64_t capacity) 
 
 // Sends the connection's request and waits for its reply: the reply if its code is OK,
 // else the reply's status (or the transport's).
+// `wait_until`: what the request asks the store to wait until (a Get's timeout;
+// InfinitePast for none); `deadline`: the call's.
 absl::StatusOr<const proto::StoreReply*> CallChecked(internal::Connection& c,
-                                                     absl::Duration wait)
+                                                     absl::Time wait_until,
+                                                     absl::Time deadline)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu()) {
-  DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, c.CallLocked(wait));
+  DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply,
+                          c.CallLocked(c.ReplyDeadline(wait_until, deadline)));
   DROVER_RETURN_IF_ERROR(ReplyStatus(*reply));
   return reply;
 }
@@ -112,6 +116,29 @@ constexpr size_t kMaxRetired = 4;
 constexpr absl::Duration kFirstReconnectPause = absl::Milliseconds(5);
 constexpr absl::Duration kMaxReconnectPause = absl::Milliseconds(100);
 
+internal::ConnectionTimeouts TimeoutsOf(const ClientOptions& o) {
+  return internal::ConnectionTimeouts{.reply_grace = o.reply_grace,
+                                      .call_timeout = o.call_timeout};
+}
+
+// A Get's times: until when the store is asked to wait, and the call's deadline.
+struct GetTimes {
+  absl::Time wait_until;
+  absl::Time deadline;
+};
+GetTimes GetTimesFor(absl::Duration timeout, absl::Duration grace) {
+  if (timeout == absl::InfiniteDuration()) {
+    return {absl::InfiniteFuture(), absl::InfiniteFuture()};
+  }
+  const absl::Time until = absl::Now() + std::max(timeout, absl::ZeroDuration());
+  return {until, until + grace};
+}
+// The timeout left to ask the store for (the caller may have waited for the connection).
+absl::Duration LeftUntil(absl::Time until) {
+  if (until == absl::InfiniteFuture()) return absl::InfiniteDuration();
+  return std::max(until - absl::Now(), absl::ZeroDuration());
+}
+
 const absl::Status& StatusOf(const absl::Status& s) { return s; }
 template <typename T>
 const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
@@ -122,8 +149,10 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path,
                                                         ClientOptions options) {
-  DROVER_ASSIGN_OR_RETURN(std::shared_ptr<internal::Connection> conn,
-                          internal::Connection::Open(socket_path));
+  DROVER_ASSIGN_OR_RETURN(
+      std::shared_ptr<internal::Connection> conn,
+      internal::Connection::Open(socket_path, absl::Now() + options.call_timeout,
+                                 TimeoutsOf(options)));
   return std::unique_ptr<Client>(new Client(socket_path, options, std::move(conn)));
 }
 
@@ -156,8 +185,22 @@ uint64_t Client::reconnects() const {
   return reconnects_;
 }
 
-absl::StatusOr<std::shared_ptr<Client::Link>> Client::Current() {
+absl::Time Client::CallDeadline() const { return absl::Now() + options_.call_timeout; }
+
+namespace {
+bool Idle(bool* reconnecting) { return !*reconnecting; }
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Client::Link>> Client::Current(absl::Time deadline) {
   absl::MutexLock l(&link_mu_);
+  if (!link_->conn->broken()) return link_;
+  // Another thread connecting again: wait for its outcome rather than race it.
+  if (!link_mu_.AwaitWithDeadline(absl::Condition(&Idle, &reconnecting_), deadline)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the object store at ", socket_path_, " is away since ",
+        absl::FormatTime(away_since_),
+        " and another call's connect to it had not ended by this call's deadline"));
+  }
   if (!link_->conn->broken()) return link_;
   const absl::Time now = absl::Now();
   if (away_since_ == absl::InfiniteFuture()) {
@@ -166,43 +209,56 @@ absl::StatusOr<std::shared_ptr<Client::Link>> Client::Current() {
                         << link_->conn->broken_status().message()
                         << "); connecting again as soon as it is back";
   }
-  // Held while waiting: other callers wait for this one's outcome rather than race it.
-  const absl::Time give_up = std::max(now, away_since_ + options_.reconnect_wait);
-  absl::Status last;
+  const absl::Time give_up =
+      std::min(deadline, std::max(now, away_since_ + options_.reconnect_wait));
+  reconnecting_ = true;
+  // Connect without link_mu_: a stopped store accepts connections (its listen queue)
+  // but sends no hello, and every caller's wait must stay within its own deadline.
+  link_mu_.Unlock();
+  absl::StatusOr<std::shared_ptr<internal::Connection>> conn;
   for (absl::Duration pause = kFirstReconnectPause;;
        pause = std::min(pause * 2, kMaxReconnectPause)) {
-    absl::StatusOr<std::shared_ptr<internal::Connection>> conn =
-        internal::Connection::Open(socket_path_);
-    if (conn.ok()) {
-      retired_.push_back(std::move(link_));
-      if (retired_.size() > kMaxRetired) retired_.erase(retired_.begin());
-      link_ = std::make_shared<Link>(*std::move(conn));
-      ++reconnects_;
-      DROVER_LOG(WARNING) << "connected again to the object store at " << socket_path_ << " ("
-                          << absl::FormatDuration(absl::Now() - away_since_)
-                          << " after it went away); the objects it held before are lost";
-      away_since_ = absl::InfiniteFuture();
-      return link_;
-    }
-    last = conn.status();
+    conn = internal::Connection::Open(socket_path_, deadline, TimeoutsOf(options_));
+    if (conn.ok()) break;
     const absl::Time t = absl::Now();
     if (t >= give_up) break;
     absl::SleepFor(std::min(pause, give_up - t));
   }
-  return absl::UnavailableError(absl::StrCat(
+  link_mu_.Lock();
+  reconnecting_ = false;
+  if (conn.ok()) {
+    retired_.push_back(std::move(link_));
+    if (retired_.size() > kMaxRetired) retired_.erase(retired_.begin());
+    link_ = std::make_shared<Link>(*std::move(conn));
+    ++reconnects_;
+    DROVER_LOG(WARNING) << "connected again to the object store at " << socket_path_ << " ("
+                        << absl::FormatDuration(absl::Now() - away_since_)
+                        << " after it went away); the objects it held before are lost";
+    away_since_ = absl::InfiniteFuture();
+    return link_;
+  }
+  const std::string why = absl::StrCat(
       "the object store at ", socket_path_, " is away since ", absl::FormatTime(away_since_),
       " (", absl::FormatDuration(absl::Now() - away_since_),
-      "; its node agent restarts a store that died): ", last.message(),
-      "; retry later"));
+      "; its node agent restarts a store that died): ", conn.status().message());
+  if (absl::Now() >= deadline && deadline < away_since_ + options_.reconnect_wait) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(why, "; not back by this call's deadline"));
+  }
+  return absl::UnavailableError(absl::StrCat(why, "; retry later"));
 }
 
 template <typename F>
-auto Client::Run(F&& f) -> decltype(f(std::declval<Link&>())) {
-  absl::StatusOr<std::shared_ptr<Link>> link = Current();
+auto Client::Run(absl::Time deadline, F&& f) -> decltype(f(std::declval<Link&>())) {
+  absl::StatusOr<std::shared_ptr<Link>> link = Current(deadline);
   if (!link.ok()) return link.status();
   auto r = f(**link);
   if (StatusOf(r).ok() || !(*link)->conn->broken()) return r;
-  link = Current();
+  // A call that timed out is not made again: its deadline is spent.
+  if (StatusOf(r).code() == absl::StatusCode::kDeadlineExceeded || absl::Now() >= deadline) {
+    return r;
+  }
+  link = Current(deadline);
   if (!link.ok()) return link.status();
   return f(**link);
 }
@@ -210,23 +266,27 @@ auto Client::Run(F&& f) -> decltype(f(std::declval<Link&>())) {
 absl::StatusOr<MutableObject> Client::Create(const ObjectId& id, uint64_t data_size,
                                              absl::string_view metadata, bool secondary,
                                              bool mutable_object) {
-  return Run([&](Link& link) {
-    return CreateOn(link, id, data_size, metadata, secondary, mutable_object);
+  const absl::Time deadline = CallDeadline();
+  return Run(deadline, [&](Link& link) {
+    return CreateOn(link, id, data_size, metadata, secondary, mutable_object, deadline);
   });
 }
 
 absl::StatusOr<MutableObject> Client::CreateOn(Link& link, const ObjectId& id,
                                                uint64_t data_size, absl::string_view metadata,
-                                               bool secondary, bool mutable_object) {
+                                               bool secondary, bool mutable_object,
+                                               absl::Time deadline) {
   internal::Connection& c = *link.conn;
-  absl::MutexLock lock(&c.mu());
+  internal::ConnectionLock lock(c, deadline);
+  DROVER_RETURN_IF_ERROR(lock.status());
   auto* r = c.NewRequestLocked().mutable_create();
   r->set_id(id);
   r->set_data_size(data_size);
   r->set_metadata(metadata.data(), metadata.size());
   r->set_secondary(secondary);
   r->set_mutable_object(mutable_object);
-  DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, absl::ZeroDuration()));
+  DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply,
+                          CallChecked(c, absl::InfinitePast(), deadline));
   const proto::ObjectLocation& loc = reply->create().location();
   DROVER_RETURN_IF_ERROR(CheckLocation(loc, c.capacity()));
   MutableObject out;
@@ -253,18 +313,20 @@ absl::Status Client::LostBeforeSeal(Link& link, const ObjectId& id, absl::Status
 }
 
 absl::Status Client::Seal(const ObjectId& id) {
-  absl::StatusOr<std::shared_ptr<Link>> link = Current();
+  const absl::Time deadline = CallDeadline();
+  absl::StatusOr<std::shared_ptr<Link>> link = Current(deadline);
   if (!link.ok()) return link.status();
-  return SealOn(**link, id);
+  return SealOn(**link, id, deadline);
 }
 
-absl::Status Client::SealOn(Link& link, const ObjectId& id) {
+absl::Status Client::SealOn(Link& link, const ObjectId& id, absl::Time deadline) {
   internal::Connection& c = *link.conn;
   absl::Status s;
   {
-    absl::MutexLock lock(&c.mu());
+    internal::ConnectionLock lock(c, deadline);
+    DROVER_RETURN_IF_ERROR(lock.status());
     c.NewRequestLocked().mutable_seal()->set_id(id);
-    s = CallChecked(c, absl::ZeroDuration()).status();
+    s = CallChecked(c, absl::InfinitePast(), deadline).status();
     if (s.ok()) {
       // Drop the creator's reference.
       c.NewRequestLocked().mutable_release()->set_id(id);
@@ -275,14 +337,16 @@ absl::Status Client::SealOn(Link& link, const ObjectId& id) {
 }
 
 absl::StatusOr<ObjectRef> Client::SealKeepingReference(const MutableObject& object) {
-  absl::StatusOr<std::shared_ptr<Link>> link = Current();
+  const absl::Time deadline = CallDeadline();
+  absl::StatusOr<std::shared_ptr<Link>> link = Current(deadline);
   if (!link.ok()) return link.status();
   internal::Connection& c = *(*link)->conn;
   absl::Status s;
   {
-    absl::MutexLock lock(&c.mu());
+    internal::ConnectionLock lock(c, deadline);
+    DROVER_RETURN_IF_ERROR(lock.status());
     c.NewRequestLocked().mutable_seal()->set_id(object.id);
-    s = CallChecked(c, absl::ZeroDuration()).status();
+    s = CallChecked(c, absl::InfinitePast(), deadline).status();
   }
   if (!s.ok()) return LostBeforeSeal(**link, object.id, s);
   // The creator's reference (taken by Create) is the ref's from here on.
@@ -296,18 +360,20 @@ absl::StatusOr<ObjectRef> Client::SealKeepingReference(const MutableObject& obje
 }
 
 absl::Status Client::Abort(const ObjectId& id) {
-  absl::StatusOr<std::shared_ptr<Link>> link = Current();
+  const absl::Time deadline = CallDeadline();
+  absl::StatusOr<std::shared_ptr<Link>> link = Current(deadline);
   if (!link.ok()) return link.status();
-  return AbortOn(**link, id);
+  return AbortOn(**link, id, deadline);
 }
 
-absl::Status Client::AbortOn(Link& link, const ObjectId& id) {
+absl::Status Client::AbortOn(Link& link, const ObjectId& id, absl::Time deadline) {
   internal::Connection& c = *link.conn;
   absl::Status s;
   {
-    absl::MutexLock lock(&c.mu());
+    internal::ConnectionLock lock(c, deadline);
+    DROVER_RETURN_IF_ERROR(lock.status());
     c.NewRequestLocked().mutable_abort()->set_id(id);
-    s = CallChecked(c, absl::ZeroDuration()).status();
+    s = CallChecked(c, absl::InfinitePast(), deadline).status();
   }
   return LostBeforeSeal(link, id, s);
 }
@@ -328,27 +394,33 @@ void FillInlinePut(const ObjectId& id, absl::Span<const uint8_t> data,
 
 absl::Status Client::Put(const ObjectId& id, absl::Span<const uint8_t> data,
                          absl::string_view metadata) {
-  return Run([&](Link& link) -> absl::Status {
+  const absl::Time deadline = CallDeadline();
+  return Run(deadline, [&](Link& link) -> absl::Status {
     if (data.size() <= kMaxInlinePut) {
       // Small: the bytes ride along in the request; one round trip in all.
       internal::Connection& c = *link.conn;
-      absl::MutexLock lock(&c.mu());
+      internal::ConnectionLock lock(c, deadline);
+      DROVER_RETURN_IF_ERROR(lock.status());
       FillInlinePut(id, data, metadata, c.NewRequestLocked().mutable_create());
-      return CallChecked(c, absl::ZeroDuration()).status();
+      return CallChecked(c, absl::InfinitePast(), deadline).status();
     }
     // Medium: written into this client's lease and sealed in one round trip.
-    if (std::optional<absl::Status> leased = link.leased->TryPut(id, data, metadata)) {
+    if (std::optional<absl::Status> leased =
+            link.leased->TryPut(id, data, metadata, deadline)) {
       return *leased;
     }
     // Large (or no lease to be had): Create, copy, Seal, all on this link (the span
     // is in its mapping).
     DROVER_ASSIGN_OR_RETURN(MutableObject obj,
-                            CreateOn(link, id, data.size(), metadata, false, false));
+                            CreateOn(link, id, data.size(), metadata, false, false, deadline));
     // Beyond the caches one thread's copy is bounded by the cache lines it keeps in
     // flight: several copy faster (parallel_copy.h).
     if (!data.empty()) ParallelCopy(obj.data.data(), data.data(), data.size());
-    absl::Status s = SealOn(link, id);
-    if (!s.ok() && s.code() != absl::StatusCode::kUnavailable) (void)AbortOn(link, id);
+    absl::Status s = SealOn(link, id, deadline);
+    if (!s.ok() && s.code() != absl::StatusCode::kUnavailable &&
+        s.code() != absl::StatusCode::kDeadlineExceeded) {
+      (void)AbortOn(link, id, deadline);
+    }
     return s;
   });
 }
@@ -382,17 +454,19 @@ absl::Status Client::PutMany(const std::vector<ObjectId>& ids,
     size_t end = std::min(small.size(), start + kMaxBatch);
     // The replies of a batch that broke are not counted: the batch is sent again whole.
     std::vector<absl::Status> replies;
-    DROVER_RETURN_IF_ERROR(Run([&](Link& link) -> absl::Status {
+    const absl::Time deadline = CallDeadline();
+    DROVER_RETURN_IF_ERROR(Run(deadline, [&](Link& link) -> absl::Status {
       replies.assign(end - start, absl::OkStatus());
       internal::Connection& c = *link.conn;
-      absl::MutexLock lock(&c.mu());
+      internal::ConnectionLock lock(c, deadline);
+      DROVER_RETURN_IF_ERROR(lock.status());
       c.BeginBatchLocked();
       for (size_t k = start; k < end; ++k) {
         size_t i = small[k];
         FillInlinePut(ids[i], data[i], metadata, c.NewRequestLocked().mutable_create());
         DROVER_RETURN_IF_ERROR(c.AppendLocked());
       }
-      return c.FinishBatchLocked(absl::ZeroDuration(),
+      return c.FinishBatchLocked(c.ReplyDeadline(absl::InfinitePast(), deadline),
                                  [&](int j, const proto::StoreReply& reply) {
                                    replies[j] = ReplyStatus(reply);
                                  });
@@ -413,9 +487,27 @@ void Client::Release(std::vector<ObjectRef>* refs) {
     current = link_->conn;
   }
   internal::Connection& c = *current;
+  const absl::Time deadline = CallDeadline();
   size_t i = 0;
   while (i < refs->size()) {
-    absl::MutexLock lock(&c.mu());
+    internal::ConnectionLock lock(c, deadline);
+    if (!lock.status().ok()) {
+      // The connection is held by a call on a hung store (which drops it at its own
+      // deadline): the store frees these references when it goes.
+      DROVER_LOG(WARNING) << "object store: " << refs->size() - i
+                          << " releases not sent: " << lock.status().message();
+      for (; i < refs->size(); ++i) {
+        ObjectRef& ref = (*refs)[i];
+        if (ref.conn_ != current) {
+          ref.Reset();
+          continue;
+        }
+        ref.conn_.reset();
+        ref.data_ = {};
+        ref.metadata_ = {};
+      }
+      break;
+    }
     c.BeginBatchLocked();
     for (size_t n = 0; i < refs->size() && n < kMaxBatch; ++i) {
       ObjectRef& ref = (*refs)[i];
@@ -437,16 +529,19 @@ void Client::Release(std::vector<ObjectRef>* refs) {
 }
 
 absl::StatusOr<ObjectRef> Client::Get(const ObjectId& id, absl::Duration timeout) {
-  return Run([&](Link& link) -> absl::StatusOr<ObjectRef> {
+  const GetTimes t = GetTimesFor(timeout, options_.reply_grace);
+  return Run(t.deadline, [&](Link& link) -> absl::StatusOr<ObjectRef> {
     ObjectRef ref;
     absl::Status status;
     {
       internal::Connection& c = *link.conn;
-      absl::MutexLock lock(&c.mu());
+      internal::ConnectionLock lock(c, t.deadline);
+      DROVER_RETURN_IF_ERROR(lock.status());
       auto* r = c.NewRequestLocked().mutable_get();
       r->add_ids(id);
-      r->set_timeout_ms(TimeoutMs(timeout));
-      DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, timeout));
+      r->set_timeout_ms(TimeoutMs(LeftUntil(t.wait_until)));
+      DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply,
+                              CallChecked(c, t.wait_until, t.deadline));
       if (reply->get().results_size() != 1) {
         return absl::InternalError("the object store answered a Get of 1 id with another count");
       }
@@ -466,18 +561,21 @@ absl::StatusOr<ObjectRef> Client::Get(const ObjectId& id, absl::Duration timeout
 
 absl::StatusOr<std::vector<ObjectRef>> Client::Get(const std::vector<ObjectId>& ids,
                                                    absl::Duration timeout) {
-  return Run([&](Link& link) -> absl::StatusOr<std::vector<ObjectRef>> {
+  const GetTimes t = GetTimesFor(timeout, options_.reply_grace);
+  return Run(t.deadline, [&](Link& link) -> absl::StatusOr<std::vector<ObjectRef>> {
     std::vector<ObjectRef> refs;
     refs.reserve(ids.size());
     std::vector<std::string> missing;
     absl::Status status;
     {
       internal::Connection& c = *link.conn;
-      absl::MutexLock lock(&c.mu());
+      internal::ConnectionLock lock(c, t.deadline);
+      DROVER_RETURN_IF_ERROR(lock.status());
       auto* r = c.NewRequestLocked().mutable_get();
       for (const ObjectId& id : ids) r->add_ids(id);
-      r->set_timeout_ms(TimeoutMs(timeout));
-      DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, timeout));
+      r->set_timeout_ms(TimeoutMs(LeftUntil(t.wait_until)));
+      DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply,
+                              CallChecked(c, t.wait_until, t.deadline));
       const proto::GetReply& g = reply->get();
       if (g.results_size() != static_cast<int>(ids.size())) {
         return absl::InternalError("the object store answered a Get with the wrong count");
@@ -520,30 +618,36 @@ absl::Status Client::Wait(const std::vector<ObjectId>& ids, absl::Duration timeo
 }
 
 absl::Status Client::Delete(const ObjectId& id) {
-  return Run([&](Link& link) -> absl::Status {
+  const absl::Time deadline = CallDeadline();
+  return Run(deadline, [&](Link& link) -> absl::Status {
     internal::Connection& c = *link.conn;
-    absl::MutexLock lock(&c.mu());
+    internal::ConnectionLock lock(c, deadline);
+    DROVER_RETURN_IF_ERROR(lock.status());
     c.NewRequestLocked().mutable_delete_()->set_id(id);
-    return CallChecked(c, absl::ZeroDuration()).status();
+    return CallChecked(c, absl::InfinitePast(), deadline).status();
   });
 }
 
 absl::StatusOr<bool> Client::Contains(const ObjectId& id) {
-  return Run([&](Link& link) -> absl::StatusOr<bool> {
+  const absl::Time deadline = CallDeadline();
+  return Run(deadline, [&](Link& link) -> absl::StatusOr<bool> {
     internal::Connection& c = *link.conn;
-    absl::MutexLock lock(&c.mu());
+    internal::ConnectionLock lock(c, deadline);
+    DROVER_RETURN_IF_ERROR(lock.status());
     c.NewRequestLocked().mutable_contains()->set_id(id);
-    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, absl::ZeroDuration()));
+    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, absl::InfinitePast(), deadline));
     return reply->contains().contains();
   });
 }
 
 absl::StatusOr<StoreStats> Client::Stats() {
-  return Run([&](Link& link) -> absl::StatusOr<StoreStats> {
+  const absl::Time deadline = CallDeadline();
+  return Run(deadline, [&](Link& link) -> absl::StatusOr<StoreStats> {
     internal::Connection& c = *link.conn;
-    absl::MutexLock lock(&c.mu());
+    internal::ConnectionLock lock(c, deadline);
+    DROVER_RETURN_IF_ERROR(lock.status());
     c.NewRequestLocked().mutable_stats();
-    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, absl::ZeroDuration()));
+    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, CallChecked(c, absl::InfinitePast(), deadline));
     const proto::StoreStats& p = reply->stats();
     StoreStats out;
     out.capacity = p.capacity();

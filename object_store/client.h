@@ -27,9 +27,20 @@
 //
 // Errors (absl canonical codes): NOT_FOUND unknown id, ALREADY_EXISTS double create,
 // FAILED_PRECONDITION seal of a sealed object or of another client's object,
-// RESOURCE_EXHAUSTED no room even after spilling, DEADLINE_EXCEEDED a Get/Wait timeout,
+// RESOURCE_EXHAUSTED no room even after spilling, DEADLINE_EXCEEDED a Get/Wait timeout
+// or any call past its deadline (below),
 // UNAVAILABLE the store is away (it did not come back within the reconnect wait),
 // INVALID_ARGUMENT a malformed request.
+//
+// Deadlines: every call answers by its deadline, whatever the store does (stopped,
+// hung, killed, restarted). A Get or Wait with timeout T ends by T +
+// ClientOptions::reply_grace; every other call by ClientOptions::call_timeout. The
+// deadline bounds each wait of the call: for the connection (other threads' calls hold
+// it one at a time), for another thread's reconnect, for a connect and the store's
+// hello, for the reply. Past it the call answers DEADLINE_EXCEEDED naming the store's
+// socket and what it waited for; a connection whose reply never came is dropped, so
+// the next call connects again. A Get with an infinite timeout waits as long as it
+// takes (and so may calls queued behind it, up to their own deadlines).
 //
 // A store that restarts: the node agent restarts a store that died on the same socket
 // path (node_agent/store_supervisor.h). A call that finds the connection broken (or
@@ -131,6 +142,15 @@ struct ClientOptions {
   // to connect once and answers at once. The agent restarts a dead store within
   // ~0.2 s (longer if it keeps dying: up to 5 s between tries).
   absl::Duration reconnect_wait = absl::Seconds(15);
+  // How long the store may take to answer beyond what a call asks it to wait (a Get's
+  // timeout; nothing for the other calls). A store that has not answered by then is
+  // taken for stopped or hung: the call answers DEADLINE_EXCEEDED and the connection
+  // is dropped (the next call connects again).
+  absl::Duration reply_grace = absl::Seconds(5);
+  // The deadline of a call that has no timeout of its own (Put, Create, Seal, Delete,
+  // Contains, Stats...): waiting for the connection (held by other threads' calls),
+  // for the store to be back and for the reply, all together.
+  absl::Duration call_timeout = absl::Seconds(60);
 };
 
 struct StoreStats {
@@ -253,16 +273,20 @@ class Client {
          std::shared_ptr<internal::Connection> conn);
   // The current link; if it is broken, connects again first (waiting for the store as
   // ClientOptions says). UNAVAILABLE if the store is not back.
-  absl::StatusOr<std::shared_ptr<Link>> Current();
+  // DEADLINE_EXCEEDED if `deadline` passes first (waiting for another thread's
+  // reconnect, or connecting).
+  absl::StatusOr<std::shared_ptr<Link>> Current(absl::Time deadline);
   // Runs `f(link)` on the current link and, if the link broke meanwhile (its store went
-  // away), once more on a new one.
+  // away) and the deadline has not passed, once more on a new one.
   template <typename F>
-  auto Run(F&& f) -> decltype(f(std::declval<Link&>()));
+  auto Run(absl::Time deadline, F&& f) -> decltype(f(std::declval<Link&>()));
+  // The deadline of a call with no timeout of its own (call_timeout from now).
+  absl::Time CallDeadline() const;
   absl::StatusOr<MutableObject> CreateOn(Link& link, const ObjectId& id, uint64_t data_size,
                                          absl::string_view metadata, bool secondary,
-                                         bool mutable_object);
-  absl::Status SealOn(Link& link, const ObjectId& id);
-  absl::Status AbortOn(Link& link, const ObjectId& id);
+                                         bool mutable_object, absl::Time deadline);
+  absl::Status SealOn(Link& link, const ObjectId& id, absl::Time deadline);
+  absl::Status AbortOn(Link& link, const ObjectId& id, absl::Time deadline);
   // The status of a Seal/Abort that failed because the store went away.
   absl::Status LostBeforeSeal(Link& link, const ObjectId& id, absl::Status s);
 
@@ -277,6 +301,9 @@ class Client {
   // When the store was first found away (InfiniteFuture while connected).
   absl::Time away_since_ ABSL_GUARDED_BY(link_mu_) = absl::InfiniteFuture();
   uint64_t reconnects_ ABSL_GUARDED_BY(link_mu_) = 0;
+  // True while one thread connects again (without link_mu_: a connect may wait for a
+  // hello); the others wait for its outcome, each until its own deadline.
+  bool reconnecting_ ABSL_GUARDED_BY(link_mu_) = false;
 };
 
 }  // namespace drover::object_store

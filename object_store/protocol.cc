@@ -230,7 +230,7 @@ absl::StatusOr<StoreGreeting> ConnectAndReceiveHello(const std::string& socket_p
                                                      absl::Duration timeout,
                                                      google::protobuf::MessageLite* hello) {
   StoreGreeting g;
-  DROVER_ASSIGN_OR_RETURN(g.fd, ConnectToStore(socket_path));
+  DROVER_ASSIGN_OR_RETURN(g.fd, ConnectToStore(socket_path, timeout));
   timeval tv = absl::ToTimeval(std::max(timeout, absl::Milliseconds(1)));
   setsockopt(g.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   absl::StatusOr<int> arena_fd = RecvFrameWithFd(g.fd, hello);
@@ -279,7 +279,7 @@ absl::StatusOr<bool> FrameDecoder::Next(absl::string_view* body) {
   return true;
 }
 
-absl::StatusOr<int> ConnectToStore(const std::string& socket_path) {
+absl::StatusOr<int> ConnectToStore(const std::string& socket_path, absl::Duration timeout) {
   sockaddr_un addr;
   if (socket_path.empty() || socket_path.size() >= sizeof(addr.sun_path)) {
     return absl::InvalidArgumentError(
@@ -291,6 +291,11 @@ absl::StatusOr<int> ConnectToStore(const std::string& socket_path) {
   memcpy(addr.sun_path, socket_path.data(), socket_path.size());
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  if (timeout != absl::InfiniteDuration()) {
+    // A Unix connect waits for room in the listener's queue for up to SO_SNDTIMEO.
+    timeval tv = absl::ToTimeval(std::max(timeout, absl::Milliseconds(1)));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  }
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     int err = errno;
     close(fd);

@@ -40,8 +40,10 @@ inline constexpr uint64_t kSealAckFailed = 1ull << 63;
 // if the message is larger than kMaxFrameSize.
 // Connects a SOCK_STREAM Unix socket (close-on-exec) to the store at `socket_path`.
 // INVALID_ARGUMENT for a path that does not fit sockaddr_un; UNAVAILABLE (saying what
-// to check) if nothing listens there.
-absl::StatusOr<int> ConnectToStore(const std::string& socket_path);
+// to check) if nothing listens there, or if its queue of connections stays full for
+// `timeout` (a stopped store's backlog fills up).
+absl::StatusOr<int> ConnectToStore(const std::string& socket_path,
+                                   absl::Duration timeout = absl::InfiniteDuration());
 
 // poll(2) timeout in ms until `deadline` (-1 for an infinite deadline, rounded up,
 // capped at 2^30); nullopt once the deadline has passed.

@@ -10,10 +10,13 @@
 //                                                ranks loop allreduce; rank R SIGKILLs
 //                                                itself inside one; the others report the
 //                                                error they got (DIR/rankN.txt), exit 3
+//   collective_worker --mode=die_holding_shm --out=DIR
+//                                                rank 0 dies holding the node's segment
 //   collective_worker --mode=bench [--mib=64]    allreduce time, group vs raw Gloo ring
 //   --algorithm=auto|gloo|shm|hierarchical       GroupOptions::algorithm (default auto)
 // Exits 0 on success; on a mismatch prints what differed and exits 1.
 #include <signal.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -35,6 +38,7 @@
 #include "collective/group.h"
 #include "collective/group_internal.h"
 #include "collective/kv_store.h"
+#include "common/shm_names.h"
 #include "gloo/allreduce.h"
 #include "gloo/math.h"
 #include "gloo/rendezvous/context.h"
@@ -233,6 +237,47 @@ int RunCheckAllReduce(GroupOptions options) {
   return 0;
 }
 
+// Local rank 0 dies (SIGKILL, by its own hand) between creating the node's shared-memory
+// segment and unlinking it: a thread of its own, woken by inotify when the segment
+// appears in /dev/shm (before rank 0 can publish it, so before any other rank maps it
+// and the barrier lets rank 0 unlink it), writes its name to DIR/segment.txt and
+// raises SIGKILL. The other ranks wait until the job is stopped.
+int RunDieHoldingShm(GroupOptions options, const std::string& out_dir) {
+  options.algorithm = Algorithm::kShm;
+  options.timeout = absl::Seconds(120);
+  if (options.rank != 0) {
+    (void)NewGroup(options);  // never made: rank 0 dies first
+    absl::SleepFor(absl::Seconds(300));
+    return 0;
+  }
+  char prefix[96];
+  if (drover::CollectiveSegmentPrefix(drover::PidNamespaceId(),
+                                      drover::CollectiveSegmentOwner(), prefix,
+                                      sizeof(prefix)) < 0) {
+    Die("segment prefix");
+  }
+  const std::string mine = absl::StrCat(prefix + 1, getpid(), "-");
+  const int in = inotify_init1(IN_CLOEXEC);
+  if (in < 0 || inotify_add_watch(in, "/dev/shm", IN_CREATE) < 0) Die("inotify on /dev/shm");
+  std::thread([in, mine, out_dir] {
+    alignas(inotify_event) char buf[4096];
+    for (;;) {
+      ssize_t n = read(in, buf, sizeof(buf));
+      if (n <= 0) continue;
+      for (char* p = buf; p < buf + n;) {
+        auto* e = reinterpret_cast<inotify_event*>(p);
+        if (e->len > 0 && absl::StartsWith(e->name, mine)) {
+          std::ofstream(out_dir + "/segment.txt") << e->name << std::flush;
+          raise(SIGKILL);
+        }
+        p += sizeof(inotify_event) + e->len;
+      }
+    }
+  }).detach();
+  auto group = NewGroup(options);
+  Die(absl::StrCat("rank 0 outlived its segment's creation: ", group.status().ToString()));
+}
+
 int RunTimeout(GroupOptions options, const std::string& out_dir) {
   auto group = NewGroup(options);
   Check(group.status(), "NewGroup");
@@ -392,5 +437,6 @@ int main(int argc, char** argv) {
   if (mode == "timeout") return RunTimeout(*options, out_dir);
   if (mode == "kill") return RunKill(*options, victim, out_dir);
   if (mode == "bench") return RunBench(*options, mib, iters, out_dir);
+  if (mode == "die_holding_shm") return RunDieHoldingShm(*options, out_dir);
   Die("unknown mode " + mode);
 }

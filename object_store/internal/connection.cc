@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <optional>
@@ -29,10 +30,17 @@ constexpr size_t kReadChunk = 64u << 10;
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Connection>> Connection::Open(const std::string& socket_path) {
+absl::StatusOr<std::shared_ptr<Connection>> Connection::Open(const std::string& socket_path,
+                                                             absl::Time deadline,
+                                                             ConnectionTimeouts timeouts) {
+  const absl::Duration left = std::min(kHelloTimeout, deadline - absl::Now());
+  if (left <= absl::ZeroDuration()) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "no time left to connect to the object store at ", socket_path));
+  }
   proto::StoreHello hello;
   DROVER_ASSIGN_OR_RETURN(const StoreGreeting greeting,
-                          ConnectAndReceiveHello(socket_path, absl::Seconds(30), &hello));
+                          ConnectAndReceiveHello(socket_path, left, &hello));
   const int fd = greeting.fd;
   absl::StatusOr<std::unique_ptr<Arena>> arena =
       Arena::Map(greeting.arena_fd, hello.arena_capacity());
@@ -44,11 +52,61 @@ absl::StatusOr<std::shared_ptr<Connection>> Connection::Open(const std::string& 
   // From now on non-blocking with poll() for deadlines.
   int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-  return std::make_shared<Connection>(fd, std::move(*arena), hello.client_id());
+  return std::make_shared<Connection>(fd, std::move(*arena), hello.client_id(), socket_path,
+                                      timeouts);
 }
 
-Connection::Connection(int fd, std::unique_ptr<Arena> arena, uint64_t client_id)
-    : fd_(fd), arena_(std::move(arena)), client_id_(client_id) {}
+Connection::Connection(int fd, std::unique_ptr<Arena> arena, uint64_t client_id,
+                       std::string socket_path, ConnectionTimeouts timeouts)
+    : fd_(fd),
+      arena_(std::move(arena)),
+      client_id_(client_id),
+      socket_path_(std::move(socket_path)),
+      timeouts_(timeouts) {}
+
+absl::Status Connection::LockUntil(absl::Time deadline) {
+  {
+    absl::MutexLock g(&gate_);
+    if (!gate_.AwaitWithDeadline(absl::Condition(&free_), deadline)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the connection to the object store at ", socket_path_,
+          " did not come free by the call's deadline: another call has waited on it for ",
+          absl::FormatDuration(absl::Trunc(absl::Now() - held_since_, absl::Milliseconds(1))),
+          " (a long Get, or a store that stopped answering)"));
+    }
+    free_ = false;
+    held_since_ = absl::Now();
+  }
+  mu_.Lock();
+  return absl::OkStatus();
+}
+
+void Connection::Unlock() {
+  mu_.Unlock();
+  absl::MutexLock g(&gate_);
+  free_ = true;
+}
+
+namespace {
+
+const char* RequestName(const proto::StoreRequest& r) {
+  switch (r.op_case()) {
+    case proto::StoreRequest::kCreate: return r.create().inline_put() ? "put" : "create";
+    case proto::StoreRequest::kSeal: return "seal";
+    case proto::StoreRequest::kGet: return "get";
+    case proto::StoreRequest::kRelease: return "release";
+    case proto::StoreRequest::kDelete: return "delete";
+    case proto::StoreRequest::kContains: return "contains";
+    case proto::StoreRequest::kStats: return "stats";
+    case proto::StoreRequest::kAbort: return "abort";
+    case proto::StoreRequest::kLease: return "lease";
+    case proto::StoreRequest::kSealLeased: return "leased put's seal";
+    case proto::StoreRequest::kReturnLease: return "lease return";
+    default: return "request";
+  }
+}
+
+}  // namespace
 
 Connection::~Connection() {
   {
@@ -59,13 +117,22 @@ Connection::~Connection() {
   close(fd_);
 }
 
-absl::StatusOr<const proto::StoreReply*> Connection::CallLocked(absl::Duration wait) {
+absl::Status Connection::TimeLeftToSend(absl::Time deadline) const {
+  if (deadline == absl::InfiniteFuture() || deadline - absl::Now() >= kMinReplyWait) {
+    return absl::OkStatus();
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the call's deadline came before it could ask the object store at ", socket_path_,
+      " (it waited for the connection, which other calls held)"));
+}
+
+absl::StatusOr<const proto::StoreReply*> Connection::CallLocked(absl::Time deadline) {
   if (!broken_.ok()) return broken_;
+  DROVER_RETURN_IF_ERROR(TimeLeftToSend(deadline));
   const uint64_t rid = next_request_id_++;
   req_.set_request_id(rid);
   wbuf_.clear();
   DROVER_RETURN_IF_ERROR(AppendFrame(req_, &wbuf_));
-  const absl::Time deadline = DeadlineFor(wait);
   if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
   return AwaitReplyLocked(rid, deadline);
 }
@@ -75,7 +142,7 @@ void Connection::SendAsyncLocked() {
   req_.set_request_id(next_request_id_++);
   wbuf_.clear();
   if (!AppendFrame(req_, &wbuf_).ok()) return;
-  if (absl::Status s = WriteLocked(absl::Now() + kReplyGrace); !s.ok()) {
+  if (absl::Status s = WriteLocked(AsyncDeadline()); !s.ok()) {
     (void)Break(s);
     return;
   }
@@ -83,7 +150,14 @@ void Connection::SendAsyncLocked() {
 }
 
 void Connection::ReleaseAsync(const ObjectId& id) {
-  absl::MutexLock lock(&mu_);
+  ConnectionLock lock(*this, absl::Now() + timeouts_.call_timeout);
+  if (!lock.status().ok()) {
+    // The store keeps the reference until this connection closes (it is hung: the
+    // call holding it breaks it at its own deadline).
+    DROVER_LOG(WARNING) << "object store: release of " << id
+                        << " not sent: " << lock.status().message();
+    return;
+  }
   NewRequestLocked().mutable_release()->set_id(id);
   SendAsyncLocked();
 }
@@ -102,13 +176,14 @@ absl::Status Connection::AppendLocked() {
 
 absl::Status Connection::SendBatchLocked(absl::Time deadline) {
   if (!broken_.ok()) return broken_;
+  DROVER_RETURN_IF_ERROR(TimeLeftToSend(deadline));
   if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
   return absl::OkStatus();
 }
 
 void Connection::SendBatchAsyncLocked() {
   if (!broken_.ok() || batch_size_ == 0) return;
-  if (absl::Status s = WriteLocked(absl::Now() + kReplyGrace); !s.ok()) {
+  if (absl::Status s = WriteLocked(AsyncDeadline()); !s.ok()) {
     (void)Break(s);
     return;
   }
@@ -133,12 +208,16 @@ void Connection::SetAsideLocked(uint64_t first, int count) {
   set_aside_arrived_ = 0;
 }
 
-absl::StatusOr<absl::Span<const proto::StoreReply>> Connection::TakeSetAsideLocked() {
+absl::StatusOr<absl::Span<const proto::StoreReply>> Connection::TakeSetAsideLocked(
+    absl::Time deadline) {
   while (set_aside_arrived_ < set_aside_count_) {
     if (!broken_.ok()) return broken_;
     // Anything else that comes meanwhile answers an asynchronous request.
     bool set_aside;
-    if (absl::Status s = ReadOneLocked(&drain_reply_, absl::Now() + kReplyGrace, &set_aside);
+    // Asked for already: a healthy store has answered, or is about to.
+    if (absl::Status s = ReadOneLocked(&drain_reply_,
+                                       std::max(deadline, absl::Now() + kMinReplyWait),
+                                       &set_aside);
         !s.ok()) {
       return Break(s);
     }
@@ -150,12 +229,24 @@ absl::StatusOr<absl::Span<const proto::StoreReply>> Connection::TakeSetAsideLock
 }
 
 absl::Status Connection::Break(absl::Status s) {
-  broken_ = absl::UnavailableError(
-      absl::StrCat("connection to the object store is broken (", s.message(),
-                   "); connect again"));
-  broken_flag_.store(true, std::memory_order_release);
+  const bool timed_out = s.code() == absl::StatusCode::kDeadlineExceeded;
+  if (broken_.ok()) {
+    broken_ = absl::UnavailableError(absl::StrCat(
+        "connection to the object store at ", socket_path_, " is broken (",
+        timed_out ? absl::StrCat("no answer to a ", RequestName(req_), " by its deadline")
+                  : std::string(s.message()),
+        "); connect again"));
+    broken_flag_.store(true, std::memory_order_release);
+    absl::MutexLock g(&gate_);
+    broken_copy_ = broken_;
+  }
+  // A reply that comes late would answer the next request: the socket is done with.
   shutdown(fd_, SHUT_RDWR);
-  return broken_;
+  if (!timed_out) return broken_;
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the object store at ", socket_path_, " did not answer a ", RequestName(req_),
+      " request by the call's deadline (a stopped or hung store); the connection is "
+      "dropped and the next call connects again"));
 }
 
 void Connection::NoteAsyncReply(const proto::StoreReply& r) {
@@ -168,7 +259,7 @@ void Connection::NoteAsyncReply(const proto::StoreReply& r) {
 
 void Connection::AddUnackedLocked(int n) {
   unacked_ += n;
-  if (unacked_ >= kMaxUnacked) (void)DrainLocked(absl::Now() + kReplyGrace);
+  if (unacked_ >= kMaxUnacked) (void)DrainLocked(AsyncDeadline());
 }
 
 absl::Status Connection::DrainLocked(absl::Time deadline) {

@@ -13,7 +13,14 @@
 //
 // Thread safety: every *Locked method REQUIRES mu() held; the arena accessors need no
 // lock. One thread at a time drives the socket; a request and its reply, or a whole
-// batch, happen under one hold of mu().
+// batch, happen under one hold of mu(). mu() is taken only through ConnectionLock,
+// which waits for it no longer than the caller's deadline (a thread that holds it may
+// be waiting for the reply of a store that stopped answering).
+//
+// Deadlines: every wait (for mu(), for a reply, for room to write) ends at a deadline
+// the caller gives. A reply that does not come by its deadline breaks the connection
+// (the store may still answer it later, out of step with the next request): the call
+// gets DEADLINE_EXCEEDED naming the socket and the request, every later one UNAVAILABLE.
 //
 // Invariants: request ids grow by one per request sent; every reply read is either
 // the one a caller waits for, an answer to an asynchronous request (counted in
@@ -23,6 +30,7 @@
 #ifndef DROVER_OBJECT_STORE_INTERNAL_CONNECTION_H_
 #define DROVER_OBJECT_STORE_INTERNAL_CONNECTION_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -42,10 +50,22 @@
 
 namespace drover::object_store::internal {
 
-// How long a request may take the store to answer (on top of a Get's own timeout)
-// before the connection is given up as hung. Generous: a Get may restore a spilled
-// object of gigabytes from disk.
-inline constexpr absl::Duration kReplyGrace = absl::Seconds(120);
+// The waits of a connection's requests that have no caller's deadline (asynchronous
+// releases, the answers to them read later). Set by the Client (ClientOptions).
+struct ConnectionTimeouts {
+  // How long the store may take to answer beyond the request's own wait.
+  absl::Duration reply_grace = absl::Seconds(5);
+  // The bound on a request with no deadline of its own, waiting for mu() included.
+  absl::Duration call_timeout = absl::Seconds(60);
+};
+// The least time left before a call's deadline for it to send a request: a request
+// sent whose reply the call then gives up on breaks the connection (for every thread),
+// so a call that spent its time queueing for the connection answers DEADLINE_EXCEEDED
+// without sending rather than give a healthy store too little time.
+inline constexpr absl::Duration kMinReplyWait = absl::Seconds(1);
+// How long a connect waits for the store's hello at most (less if the caller's
+// deadline comes first).
+inline constexpr absl::Duration kHelloTimeout = absl::Seconds(30);
 // How long a waiting client spins (yielding the CPU) before it sleeps: the store
 // answers most requests within microseconds, and a sleeping reader costs a wake-up on
 // each side (~10 µs here).
@@ -55,10 +75,13 @@ class Connection {
  public:
   // Connects to the store at `socket_path`, receives its hello with the arena
   // descriptor and maps the arena. UNAVAILABLE if no store listens there or it sent no
-  // arena.
-  static absl::StatusOr<std::shared_ptr<Connection>> Open(const std::string& socket_path);
+  // arena by `deadline` (or within kHelloTimeout).
+  static absl::StatusOr<std::shared_ptr<Connection>> Open(
+      const std::string& socket_path, absl::Time deadline = absl::InfiniteFuture(),
+      ConnectionTimeouts timeouts = {});
 
-  Connection(int fd, std::unique_ptr<Arena> arena, uint64_t client_id);
+  Connection(int fd, std::unique_ptr<Arena> arena, uint64_t client_id,
+             std::string socket_path = "", ConnectionTimeouts timeouts = {});
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -72,14 +95,22 @@ class Connection {
   uint64_t client_id() const { return client_id_; }
 
   absl::Mutex& mu() ABSL_LOCK_RETURNED(mu_) { return mu_; }
+  const std::string& socket_path() const { return socket_path_; }
+  const ConnectionTimeouts& timeouts() const { return timeouts_; }
+  // The deadline of a reply to a request sent now that asks the store to wait until
+  // `wait_until` (InfinitePast: no wait), within the call's `deadline`.
+  absl::Time ReplyDeadline(absl::Time wait_until, absl::Time deadline) const {
+    if (wait_until == absl::InfiniteFuture()) return deadline;
+    return std::min(deadline, std::max(absl::Now(), wait_until) + timeouts_.reply_grace);
+  }
 
   // True once a socket error or a garbled reply broke the connection (for good).
   // Lock-free: callers ask it while another thread may wait in a long Get.
   bool broken() const { return broken_flag_.load(std::memory_order_acquire); }
   // Why it broke (OK while it is not).
-  absl::Status broken_status() ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock lock(&mu_);
-    return broken_;
+  absl::Status broken_status() ABSL_LOCKS_EXCLUDED(gate_) {
+    absl::MutexLock lock(&gate_);
+    return broken_copy_;
   }
 
   // The request to fill for the next send, cleared. Reused for every request (no
@@ -89,11 +120,11 @@ class Connection {
     return req_;
   }
 
-  // Sends the request and waits for its reply. Returns the reply, valid until the next
-  // read on this connection, or the transport's error (UNAVAILABLE: broken for good).
-  // `wait` bounds the store's own wait (a Get's timeout); kReplyGrace is added. The
-  // reply's own code is the caller's to look at.
-  absl::StatusOr<const proto::StoreReply*> CallLocked(absl::Duration wait)
+  // Sends the request and waits for its reply until `deadline` (ReplyDeadline).
+  // Returns the reply, valid until the next read on this connection, or the
+  // transport's error (UNAVAILABLE: broken for good; DEADLINE_EXCEEDED: no reply by
+  // the deadline, broken now). The reply's own code is the caller's to look at.
+  absl::StatusOr<const proto::StoreReply*> CallLocked(absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Sends the request without waiting for its reply (read before a later call's; a
@@ -118,7 +149,7 @@ class Connection {
   // for each (in the store's order). Transport errors only; replies' codes are the
   // callback's.
   template <typename OnReply>
-  absl::Status FinishBatchLocked(absl::Duration wait, OnReply&& on_reply)
+  absl::Status FinishBatchLocked(absl::Time deadline, OnReply&& on_reply)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the batch without reading anything.
   absl::Status SendBatchLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -145,12 +176,18 @@ class Connection {
   }
   // Reads until every reply set aside has come and hands them over, in request order
   // (valid until the next SetAsideLocked); ends the range. Transport errors only.
-  absl::StatusOr<absl::Span<const proto::StoreReply>> TakeSetAsideLocked()
+  absl::StatusOr<absl::Span<const proto::StoreReply>> TakeSetAsideLocked(absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
  private:
+  friend class ConnectionLock;
+  // Takes mu() if it comes by `deadline`; DEADLINE_EXCEEDED (naming the socket and
+  // how long the holder has had it) if not.
+  absl::Status LockUntil(absl::Time deadline) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  void Unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS;
   // Marks the connection broken by `s` (shutting the socket down) and returns the
-  // UNAVAILABLE every later call gets.
+  // UNAVAILABLE every later call gets, or, if `s` is a deadline that passed,
+  // DEADLINE_EXCEEDED naming the socket and what the call waited for.
   absl::Status Break(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An answer to an asynchronous request.
   void NoteAsyncReply(const proto::StoreReply& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -158,11 +195,12 @@ class Connection {
   // outstanding.
   void AddUnackedLocked(int n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DrainLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static absl::Time DeadlineFor(absl::Duration wait) {
-    return wait == absl::InfiniteDuration() ? absl::InfiniteFuture()
-                                            : absl::Now() + wait + kReplyGrace;
-  }
+  // A deadline for what no caller waits for (asynchronous requests and their answers).
+  absl::Time AsyncDeadline() const { return absl::Now() + timeouts_.reply_grace; }
   absl::Status WaitFd(short events, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DEADLINE_EXCEEDED, without touching the connection, if less than kMinReplyWait is
+  // left before `deadline`.
+  absl::Status TimeLeftToSend(absl::Time deadline) const;
   absl::Status WriteLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads the next reply that is not set aside into `*reply`.
   absl::Status ReadReplyLocked(proto::StoreReply* reply, absl::Time deadline)
@@ -178,6 +216,16 @@ class Connection {
   const int fd_;
   const std::unique_ptr<Arena> arena_;
   const uint64_t client_id_;
+  const std::string socket_path_;
+  const ConnectionTimeouts timeouts_;
+
+  // Guards who holds mu_: a thread waits here (bounded) for mu_ to be free, and takes
+  // mu_ itself only when it is (absl::Mutex has no bounded Lock). Never held while
+  // taking mu_; taken under mu_ (Unlock, Break).
+  absl::Mutex gate_ ABSL_ACQUIRED_AFTER(mu_);
+  bool free_ ABSL_GUARDED_BY(gate_) = true;
+  absl::Time held_since_ ABSL_GUARDED_BY(gate_);
+  absl::Status broken_copy_ ABSL_GUARDED_BY(gate_);  // broken_, readable without mu_
 
   absl::Mutex mu_;
   proto::StoreRequest req_ ABSL_GUARDED_BY(mu_);
@@ -200,10 +248,28 @@ class Connection {
   proto::StoreReply set_aside_[kMaxSetAside] ABSL_GUARDED_BY(mu_);
 };
 
+// Holds a Connection's mu() for a scope, if it came by the deadline (check status()).
+class ABSL_SCOPED_LOCKABLE ConnectionLock {
+ public:
+  ConnectionLock(Connection& c, absl::Time deadline) ABSL_EXCLUSIVE_LOCK_FUNCTION(c.mu())
+      : c_(c), status_(c.LockUntil(deadline)) {}
+  ~ConnectionLock() ABSL_UNLOCK_FUNCTION() {
+    if (status_.ok()) c_.Unlock();
+  }
+  ConnectionLock(const ConnectionLock&) = delete;
+  ConnectionLock& operator=(const ConnectionLock&) = delete;
+  // OK if the lock is held; DEADLINE_EXCEEDED if it did not come in time.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  Connection& c_;
+  const absl::Status status_;
+};
+
 template <typename OnReply>
-absl::Status Connection::FinishBatchLocked(absl::Duration wait, OnReply&& on_reply) {
+absl::Status Connection::FinishBatchLocked(absl::Time deadline, OnReply&& on_reply) {
   if (!broken_.ok()) return broken_;
-  const absl::Time deadline = DeadlineFor(wait);
+  if (absl::Status s = TimeLeftToSend(deadline); !s.ok()) return s;
   if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
   for (int left = batch_size_; left > 0;) {
     if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s);

@@ -39,7 +39,8 @@ LeasedPuts::LeasedPuts(Connection* conn)
 
 std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
                                                absl::Span<const uint8_t> data,
-                                               absl::string_view metadata) {
+                                               absl::string_view metadata,
+                                               absl::Time deadline) {
   const uint64_t data_offset = metadata.empty() ? 0 : AlignUp(metadata.size());
   const uint64_t block = AlignUp(data_offset + data.size());
   if (block > max_leased_block_ || id.empty()) return std::nullopt;
@@ -48,22 +49,23 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
   uint64_t next;  // what the next put probably needs
   size_t tail;    // bytes copied after the seal went out (overlapped seal), or 0
   {
-    absl::MutexLock lock(&c.mu());
+    ConnectionLock lock(c, deadline);
+    DROVER_RETURN_IF_ERROR(lock.status());
     recent_blocks_[recent_next_++ % kLeaseHistory] = block;
     next = *std::max_element(recent_blocks_, recent_blocks_ + kLeaseHistory);
-    DROVER_RETURN_IF_ERROR(TakeRefillLocked());
+    DROVER_RETURN_IF_ERROR(TakeRefillLocked(c.ReplyDeadline(absl::InfinitePast(), deadline)));
     if (lease_end_ - lease_cursor_ < block) {
       if (!LeaseWantedLocked()) return std::nullopt;
       c.BeginBatchLocked();
       if (!AppendRefillLocked(next).ok()) return std::nullopt;
       DROVER_RETURN_IF_ERROR(c.FinishBatchLocked(
-          absl::ZeroDuration(),
+          c.ReplyDeadline(absl::InfinitePast(), deadline),
           [&](int i, const proto::StoreReply& r) { OnRefillReplyLocked(i, r); }));
       if (lease_end_ - lease_cursor_ < block) return std::nullopt;
     }
     offset = lease_cursor_;
     lease_cursor_ += block;
-    if (data.size() >= kMinOverlappedPut && !ready_slot_tried_) GetReadySlotLocked();
+    if (data.size() >= kMinOverlappedPut && !ready_slot_tried_) GetReadySlotLocked(deadline);
     tail = ready_slot_ != 0 && data.size() >= kMinOverlappedPut
                ? std::min<size_t>(kOverlappedTail, data.size() / 4)
                : 0;
@@ -74,7 +76,9 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
   if (!metadata.empty()) memcpy(p, metadata.data(), metadata.size());
   if (!data.empty()) memcpy(p + data_offset, data.data(), data.size() - tail);
 
-  absl::MutexLock lock(&c.mu());
+  ConnectionLock lock(c, deadline);
+  // The block stays unused in the lease if the connection does not come in time.
+  DROVER_RETURN_IF_ERROR(lock.status());
   const uint64_t ready_value = tail > 0 ? ++ready_seq_ : 0;
   if (absl::Status s = AppendSealLocked(id, offset, data.size(), metadata.size(), ready_value);
       !s.ok()) {
@@ -87,8 +91,8 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
   // earlier refill's are, so that every grant is taken up and every rest returned).
   const bool refill = !refill_in_flight_ && lease_end_ - lease_cursor_ < next &&
                       LeaseWantedLocked() && AppendRefillLocked(next).ok();
-  const absl::Time deadline = absl::Now() + kReplyGrace;
-  DROVER_RETURN_IF_ERROR(c.SendBatchLocked(deadline));
+  const absl::Time reply_deadline = c.ReplyDeadline(absl::InfinitePast(), deadline);
+  DROVER_RETURN_IF_ERROR(c.SendBatchLocked(reply_deadline));
   if (refill) {
     c.SetAsideLocked(seal_rid + 1, c.batch_size() - 1);
     refill_in_flight_ = true;
@@ -106,7 +110,7 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
   }
   uint64_t want = seal_rid;
   while (true) {
-    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, c.AwaitReplyLocked(want, deadline));
+    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, c.AwaitReplyLocked(want, reply_deadline));
     const absl::StatusCode code = ReplyCode(*reply);
     if (want == seal_rid && tail > 0 && code == absl::StatusCode::kUnavailable) {
       // The store gave up waiting for the ready word (this thread was descheduled
@@ -116,7 +120,7 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
         return s;
       }
       want = c.batch_first();
-      DROVER_RETURN_IF_ERROR(c.SendBatchLocked(deadline));
+      DROVER_RETURN_IF_ERROR(c.SendBatchLocked(reply_deadline));
       continue;
     }
     if (want == seal_rid && tail > 0 && code == absl::StatusCode::kOk &&
@@ -145,10 +149,10 @@ absl::Status LeasedPuts::AppendSealLocked(const ObjectId& id, uint64_t offset,
   return c.AppendLocked();
 }
 
-absl::Status LeasedPuts::TakeRefillLocked() {
+absl::Status LeasedPuts::TakeRefillLocked(absl::Time deadline) {
   if (!refill_in_flight_) return absl::OkStatus();
   DROVER_ASSIGN_OR_RETURN(const absl::Span<const proto::StoreReply> replies,
-                          conn_->TakeSetAsideLocked());
+                          conn_->TakeSetAsideLocked(deadline));
   refill_in_flight_ = false;
   for (size_t i = 0; i < replies.size(); ++i) {
     OnRefillReplyLocked(static_cast<int>(i), replies[i]);
@@ -179,13 +183,13 @@ bool LeasedPuts::AwaitSealAckLocked(uint64_t ready_value) {
   }
 }
 
-void LeasedPuts::GetReadySlotLocked() {
+void LeasedPuts::GetReadySlotLocked(absl::Time deadline) {
   Connection& c = *conn_;
   ready_slot_tried_ = true;
   c.BeginBatchLocked();
   c.NewRequestLocked().mutable_lease()->set_bytes(kAlignment);
   if (!c.AppendLocked().ok()) return;
-  (void)c.FinishBatchLocked(absl::ZeroDuration(), [&](int, const proto::StoreReply& r) {
+  (void)c.FinishBatchLocked(c.ReplyDeadline(absl::InfinitePast(), deadline), [&](int, const proto::StoreReply& r) {
     if (ReplyCode(r) == absl::StatusCode::kOk && r.has_lease() &&
         r.lease().size() >= kAlignment && r.lease().offset() % kAlignment == 0 &&
         r.lease().offset() <= c.capacity() - kAlignment) {

@@ -55,14 +55,15 @@ class LeasedPuts {
 
   // Puts the object from the lease and returns the put's outcome; nullopt if it did
   // not (no lease to be had, the object too large for one, or a store that does not
-  // know leases): the caller then puts it with Create + Seal.
+  // know leases): the caller then puts it with Create + Seal. Waits (for the
+  // connection, for the store's answers) until `deadline` at most.
   std::optional<absl::Status> TryPut(const ObjectId& id, absl::Span<const uint8_t> data,
-                                     absl::string_view metadata)
+                                     absl::string_view metadata, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(conn_->mu());
 
  private:
   // Takes up the answers to a refill sent with an earlier put's seal.
-  absl::Status TakeRefillLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
+  absl::Status TakeRefillLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
   // Appends, to the batch being built, the return of what is left of the lease (if
   // anything) and a Lease request for `bytes`: two frames, or one.
   absl::Status AppendRefillLocked(uint64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
@@ -77,7 +78,7 @@ class LeasedPuts {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
   // Leases the 64-byte range that holds this client's ready word, once; kept until the
   // client disconnects. Without it, seals are not overlapped.
-  void GetReadySlotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
+  void GetReadySlotLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
   // The word after the ready word, where the store acknowledges an overlapped seal.
   const std::atomic<uint64_t>* SealAck() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
   // Spins (up to kSpin) for the store's acknowledgement of the overlapped seal with

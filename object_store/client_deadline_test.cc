@@ -1,0 +1,249 @@
+// object_store::Client calls answer by their deadlines whatever the store does: a store
+// that is stopped (SIGSTOP: its socket stays open and its listen queue accepts
+// connections, but nothing answers), then killed and started again on the same socket.
+// Pins issue 19's chaos-campaign hang: a read-back with 3 s Gets still waiting 13
+// minutes later, its threads queued on the connection's lock behind a reply that never
+// came, then reconnecting one after another with a 30 s hello each.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/spawn.h"
+#include "gtest/gtest.h"
+#include "object_store/client.h"
+#include "object_store/testing/store_process.h"
+
+namespace drover::object_store::testing {
+namespace {
+
+// drover-object-store on `socket`, which the test stops, kills and starts again.
+class StoppableStore {
+ public:
+  explicit StoppableStore(std::string socket) : socket_(std::move(socket)) {}
+  ~StoppableStore() { Kill(); }
+  void Start() {
+    SpawnOptions o;
+    o.argv = {Runfile("object_store/drover-object-store"), "--socket", socket_, "--capacity",
+              absl::StrCat(64 * kMiB)};
+    absl::StatusOr<pid_t> pid = Spawn(o);
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    pid_ = *pid;
+    ASSERT_TRUE(WaitFor([&] { return Client::Connect(socket_).ok(); }, absl::Seconds(60)));
+  }
+  void Stop() { ::kill(pid_, SIGSTOP); }
+  void Continue() { ::kill(pid_, SIGCONT); }
+  // SIGKILL works on a stopped process too.
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  const std::string socket_;
+  pid_t pid_ = -1;
+};
+
+// What one call answered and how long it took.
+struct Outcome {
+  absl::Status status;
+  absl::Duration took;
+};
+
+class Outcomes {
+ public:
+  void Add(absl::Status s, absl::Duration took) {
+    absl::MutexLock l(&mu_);
+    all_.push_back({std::move(s), took});
+  }
+  size_t size() {
+    absl::MutexLock l(&mu_);
+    return all_.size();
+  }
+  std::vector<Outcome> Take() {
+    absl::MutexLock l(&mu_);
+    return all_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<Outcome> all_ ABSL_GUARDED_BY(mu_);
+};
+
+// Generous: the default reply grace is 5 s, and the machine running the tests is loaded.
+constexpr absl::Duration kSlack = absl::Seconds(9);
+
+TEST(ClientDeadlineTest, GetsOnAStoppedStoreAnswerDeadlineExceededByTheirDeadline) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  StoppableStore store(socket);
+  store.Start();
+  auto client = Client::Connect(socket, ClientOptions{.call_timeout = absl::Seconds(3)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+  ASSERT_TRUE(c.Put("before", Pattern(100, 1)).ok());
+
+  store.Stop();
+  const absl::Duration timeout = absl::Seconds(1);
+  Outcomes outcomes;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      const absl::Time start = absl::Now();
+      absl::StatusOr<ObjectRef> ref = c.Get(absl::StrCat("missing-", t), timeout);
+      outcomes.Add(ref.status(), absl::Now() - start);
+    });
+  }
+  const bool all = WaitFor([&] { return outcomes.size() == 8; }, absl::Seconds(60));
+  if (!all) {
+    ADD_FAILURE() << "Gets with a 1 s timeout still waiting after 60 s on a stopped store";
+    store.Kill();  // EOF releases them
+  }
+  for (std::thread& t : threads) t.join();
+  for (const Outcome& o : outcomes.Take()) {
+    EXPECT_EQ(o.status.code(), absl::StatusCode::kDeadlineExceeded) << o.status;
+    EXPECT_TRUE(absl::StrContains(o.status.message(), socket)) << o.status;
+    EXPECT_LT(o.took, timeout + kSlack) << o.status;
+  }
+  if (!all) return;
+
+  // Calls with no timeout of their own end by ClientOptions::call_timeout.
+  for (int i = 0; i < 2; ++i) {
+    const absl::Time start = absl::Now();
+    absl::Status s = i == 0 ? c.Put("during", Pattern(100, 2)) : c.Contains("before").status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(3) + kSlack) << s;
+  }
+
+  // The connection whose reply never came was dropped: once the store answers again,
+  // the next calls connect again and work.
+  store.Continue();
+  absl::Status put;
+  EXPECT_TRUE(WaitFor([&] { return (put = c.Put("after", Pattern(100, 3))).ok(); },
+                      absl::Seconds(30)))
+      << put;
+  EXPECT_TRUE(c.Get("after", absl::ZeroDuration()).ok());
+  EXPECT_GE(c.reconnects(), 1u);
+}
+
+TEST(ClientDeadlineTest, CallsAcrossAStopThenKillAndRestartAnswerByTheirDeadlines) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  StoppableStore store(socket);
+  store.Start();
+  auto client = Client::Connect(socket, ClientOptions{.reconnect_wait = absl::Seconds(30)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+
+  const absl::Duration timeout = absl::Seconds(2);
+  Outcomes outcomes;
+  std::atomic<bool> stop{false};
+  std::atomic<int> started_after_stop{0};
+  std::atomic<bool> stopped{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        if (stopped.load()) started_after_stop++;
+        const absl::Time start = absl::Now();
+        absl::StatusOr<ObjectRef> ref = c.Get(absl::StrCat("missing-", t, "-", i), timeout);
+        outcomes.Add(ref.status(), absl::Now() - start);
+      }
+    });
+  }
+  ASSERT_TRUE(WaitFor([&] { return outcomes.size() >= 8; }, absl::Seconds(60)));
+  store.Stop();
+  stopped = true;
+  // Every thread is in (or queued for) a call on the stopped store.
+  EXPECT_TRUE(WaitFor([&] { return started_after_stop.load() >= 8; }, absl::Seconds(60)))
+      << "calls with a 2 s timeout on a stopped store still waiting after 60 s";
+  const absl::Time stopped_at = absl::Now();
+  store.Kill();
+  store.Start();
+  const absl::Time restarted_at = absl::Now();
+  // Later calls work on the new store.
+  absl::Status put;
+  EXPECT_TRUE(WaitFor([&] { return (put = c.Put("after", Pattern(100, 3))).ok(); },
+                      absl::Seconds(60)))
+      << put;
+  const absl::Time put_at = absl::Now();
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  absl::Duration longest;
+  for (const Outcome& o : outcomes.Take()) longest = std::max(longest, o.took);
+  std::printf("restart took %s, first put %s later; longest call %s (timeout %s)\n",
+              absl::FormatDuration(restarted_at - stopped_at).c_str(),
+              absl::FormatDuration(put_at - restarted_at).c_str(),
+              absl::FormatDuration(longest).c_str(), absl::FormatDuration(timeout).c_str());
+  for (const Outcome& o : outcomes.Take()) {
+    EXPECT_TRUE(o.status.code() == absl::StatusCode::kDeadlineExceeded ||
+                o.status.code() == absl::StatusCode::kNotFound ||
+                o.status.code() == absl::StatusCode::kUnavailable)
+        << o.status;
+    EXPECT_LT(o.took, timeout + kSlack) << o.status;
+  }
+  absl::StatusOr<ObjectRef> after = c.Get("after", absl::Seconds(5));
+  EXPECT_TRUE(after.ok()) << after.status();
+  EXPECT_GE(c.reconnects(), 1u);
+}
+
+// The campaign's hang, most directly: 16 threads with 3 s Gets queue on a connection to
+// a stopped store; their next calls connect again to it (its listen queue accepts, no
+// hello comes). Each call answers by its own deadline; none waits for the others'.
+TEST(ClientDeadlineTest, Issue19ReadbackThreadsOnAStoppedStoreDoNotQueueForMinutes) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  StoppableStore store(socket);
+  store.Start();
+  auto client = Client::Connect(socket);
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+  ASSERT_TRUE(c.Put("x", Pattern(100, 1)).ok());
+
+  store.Stop();
+  const absl::Duration timeout = absl::Seconds(3);
+  constexpr int kThreads = 16, kCallsEach = 2;
+  Outcomes outcomes;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kCallsEach; ++i) {
+        const absl::Time start = absl::Now();
+        absl::StatusOr<ObjectRef> ref = c.Get(absl::StrCat("r-", t, "-", i), timeout);
+        outcomes.Add(ref.status(), absl::Now() - start);
+      }
+    });
+  }
+  // Two rounds of (3 s + grace): each call is bounded alone.
+  const bool all = WaitFor([&] { return outcomes.size() == kThreads * kCallsEach; },
+                           absl::Seconds(90));
+  EXPECT_TRUE(all) << outcomes.size() << " of " << kThreads * kCallsEach
+                   << " read-back Gets answered within 90 s of stopping the store";
+  if (!all) store.Kill();  // EOF releases the one holding the connection
+  store.Kill();
+  store.Start();
+  for (std::thread& t : threads) t.join();
+  for (const Outcome& o : outcomes.Take()) {
+    EXPECT_LT(o.took, timeout + kSlack) << o.status;
+  }
+  absl::Status put;
+  EXPECT_TRUE(WaitFor([&] { return (put = c.Put("y", Pattern(100, 2))).ok(); },
+                      absl::Seconds(60)))
+      << put;
+}
+
+}  // namespace
+}  // namespace drover::object_store::testing

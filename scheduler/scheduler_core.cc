@@ -289,6 +289,12 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
                            "; the node timeout is ",
                            absl::FormatDuration(options_.node_timeout)),
               &actions);
+        } else {
+          // The next pass comes no later than the moment this node's silence passes the
+          // timeout: a pass that fell at exactly the timeout would otherwise leave the
+          // node alive for a whole tick more (and, on a fake clock moved just past the
+          // timeout, for ever).
+          wake = std::min(wake, node.last_heartbeat + options_.node_timeout + absl::Nanoseconds(1));
         }
       }
       for (auto it = time_limited_.begin(); it != time_limited_.end();) {

@@ -49,14 +49,28 @@ class WaitCountingClock : public FakeClock {
  public:
   bool WaitWithDeadline(absl::CondVar* cv, absl::Mutex* mu, absl::Time deadline) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (deadline - Now() > absl::Milliseconds(500)) ++long_waits_;
+    const absl::Time now = Now();
+    if (deadline - now > absl::Milliseconds(500)) ++long_waits_;
+    if (deadline > now && deadline - now <= absl::Milliseconds(200)) {
+      absl::MutexLock l(&seen_mu_);
+      last_wait_began_ = now;
+    }
     return FakeClock::WaitWithDeadline(cv, mu, deadline);
   }
   // How many waits of more than 500 ms have begun.
   int64_t long_waits() const { return long_waits_.load(); }
+  // The fake time at which the latest wait of at most the monitor's tick (200 ms) that
+  // had to wait began: the monitor waits again only after a pass, so this reaching
+  // Now() means a pass ran at Now() (the core's other waits are long).
+  absl::Time last_wait_began() {
+    absl::MutexLock l(&seen_mu_);
+    return last_wait_began_;
+  }
 
  private:
   std::atomic<int64_t> long_waits_{0};
+  absl::Mutex seen_mu_;
+  absl::Time last_wait_began_ ABSL_GUARDED_BY(seen_mu_) = absl::InfinitePast();
 };
 
 class SchedulerCoreTest : public ::testing::Test {
@@ -594,6 +608,11 @@ TEST_F(SchedulerCoreTest, SilentNodeIsDeclaredDead) {
   clock_.Advance(absl::Milliseconds(250));
   ASSERT_TRUE(core_->Heartbeat(hb).known());  // silent for 250 ms: alive
   clock_.Advance(absl::Milliseconds(300));    // 300 ms since the heartbeat: the timeout
+  // Let the monitor pass at exactly the timeout (the node is not late yet) before time
+  // moves on: its next pass must then come when the node is 1 ms late, not a tick
+  // (75 ms) after this one. Under load this pass happened by chance and the job stayed
+  // RUNNING (the clock never reached the next tick).
+  ASSERT_TRUE(WaitFor([&] { return clock_.last_wait_began() == clock_.Now(); }));
   EXPECT_EQ(Job(job.job_id()).state(), proto::RUNNING);
   EXPECT_EQ(core_->ClusterStatus().nodes(0).state(), proto::ALIVE);
   clock_.Advance(absl::Milliseconds(1));

@@ -482,15 +482,9 @@ void SchedulerCore::IndexLocked(Job& job) {
     ++state_counts_[state];
     job.counted_state = state;
   }
-  // The rendezvous KV accepts the running generation only, and drops the others. A job
-  // that never left the queue has no rank to call it: not told (no entry per queued job).
-  const bool never_ran = state == proto::PENDING && job.kv_state < 0;
-  if (!never_ran &&
-      (job.kv_state != state || job.kv_generation != job.info.restart_count())) {
-    job.kv_state = state;
-    job.kv_generation = job.info.restart_count();
-    kv_.JobChanged(job.info.job_id(), state, job.kv_generation);
-  }
+  // The rendezvous KV accepts the running generation only, drops the others and forgets
+  // the job when it ends (it ignores a queued job that never ran, and what it knows).
+  kv_.JobChanged(job.info.job_id(), state, job.info.restart_count());
 }
 
 std::vector<SchedulerCore::Job*> SchedulerCore::RunningJobsLocked() {

@@ -259,9 +259,6 @@ class SchedulerCore {
     int counted_state = -1;
     // Moves whenever `allocs` is filled or cleared.
     int64_t allocs_gen = 0;
-    // What kv_ was last told of it (state, generation): told again only on a change.
-    int kv_state = -1;
-    int kv_generation = -1;
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {

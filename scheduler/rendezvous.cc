@@ -8,7 +8,8 @@
 
 namespace drover {
 
-void Rendezvous::JobChanged(const std::string& job_id, proto::JobState state, int generation) {
+void Rendezvous::JobChanged(const std::string& job_id, proto::JobState state, int generation,
+                            bool failing) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (IsTerminal(state)) {
@@ -23,11 +24,40 @@ void Rendezvous::JobChanged(const std::string& job_id, proto::JobState state, in
   // A queued job that never ran has no rank to call: no entry until it starts.
   if (it == jobs_.end() && state == proto::PENDING) return;
   Job& job = jobs_[job_id];
-  if (job.state == state && job.generation == generation) return;
+  if (job.state == state && job.generation == generation && job.failing == failing) return;
   job.state = state;
   job.generation = generation;
+  job.failing = failing;
   kv_.DropOlderThan(job_id, generation);
   if (job.changed != nullptr) job.changed->SignalAll();
+}
+
+Rendezvous::Seen Rendezvous::Observe(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Seen seen;
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return seen;
+  seen.known = true;
+  seen.state = it->second.state;
+  seen.generation = it->second.generation;
+  seen.failing = it->second.failing;
+  return seen;
+}
+
+void Rendezvous::AwaitChange(const std::string& job_id, const Seen& seen, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (!stopped_) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    Job& job = it->second;
+    if (!seen.known || job.state != seen.state || job.generation != seen.generation ||
+        job.failing != seen.failing) {
+      return;
+    }
+    if (job.changed == nullptr) job.changed = std::make_shared<absl::CondVar>();
+    std::shared_ptr<absl::CondVar> changed = job.changed;
+    if (clock_->WaitWithDeadline(changed.get(), &mu_, deadline)) return;
+  }
 }
 
 absl::Status Rendezvous::CheckScopeLocked(const proto::KvScope& scope) {

@@ -41,7 +41,23 @@ class Rendezvous {
   // count). Scopes of older generations are dropped; an ended job is forgotten with all
   // of them. Idempotent (cheap when nothing changed); PENDING for a job not known here
   // (it never ran) is ignored.
-  void JobChanged(const std::string& job_id, proto::JobState state, int generation)
+  // `failing`: a process of that generation failed and the job restarts (what a
+  // generation watch hears, with the state and the generation).
+  void JobChanged(const std::string& job_id, proto::JobState state, int generation,
+                  bool failing = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // What is known of a job, for a generation watch (SchedulerCore::WatchGeneration)
+  // waiting here instead of under the core's lock: it reads Seen, then AwaitChange.
+  struct Seen {
+    bool known = false;  // false: not started, or ended (forgotten)
+    proto::JobState state = proto::PENDING;
+    int generation = 0;
+    bool failing = false;
+  };
+  Seen Observe(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until the job is no longer as `seen` says (a JobChanged that changed it, or
+  // the job is forgotten), Stop() is called, or `deadline` passes. Returns at once for
+  // a job not known.
+  void AwaitChange(const std::string& job_id, const Seen& seen, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Each call fails with FAILED_PRECONDITION unless the scope's job runs that generation
@@ -68,6 +84,7 @@ class Rendezvous {
   struct Job {
     proto::JobState state = proto::PENDING;
     int generation = 0;
+    bool failing = false;
     // Signalled (SignalAll) when the job's KV or state changes, and by Stop(). Made by
     // the first wait (most jobs never wait); shared, so a waiter keeps it alive.
     std::shared_ptr<absl::CondVar> changed;

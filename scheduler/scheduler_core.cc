@@ -121,11 +121,11 @@ void SchedulerCore::Stop() {
       if (job.changed != nullptr) job.changed->SignalAll();
     }
     monitor_wake_.SignalAll();
+    sessions_.Stop();
   }
   // Their waits end (the lock order allows them under mu_, but none needs it).
   objects_.Stop();
   kv_.Stop();
-  sessions_.Stop();
   if (monitor_.joinable()) monitor_.join();
   {
     // Calls in flight end within their deadline; their reactions use the pool.
@@ -484,7 +484,11 @@ void SchedulerCore::IndexLocked(Job& job) {
   }
   // The rendezvous KV accepts the running generation only, drops the others and forgets
   // the job when it ends (it ignores a queued job that never ran, and what it knows).
-  kv_.JobChanged(job.info.job_id(), state, job.info.restart_count());
+  // WatchGeneration waits on it too: `failing` is the one more fact GenerationEnd reads.
+  const bool failing = job.info.has_root_cause() &&
+                       job.info.root_cause().generation() == job.info.restart_count() &&
+                       job.info.restarting();
+  kv_.JobChanged(job.info.job_id(), state, job.info.restart_count(), failing);
 }
 
 std::vector<SchedulerCore::Job*> SchedulerCore::RunningJobsLocked() {

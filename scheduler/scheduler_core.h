@@ -21,13 +21,13 @@
 // object directory), never as more fields and branches in this class.
 //
 // Threading: every public method is thread-safe. One mutex (mu_) guards the job state
-// machine and the nodes; the object directory, the rendezvous KV, the agents' sessions
+// machine, the nodes and the agents' sessions; the object directory, the rendezvous KV
 // and the node feed are thread-safe classes with a lock of their own, so their traffic
 // (object reports and lookups, rendezvous and its waits, drivers' node news) never
 // waits for mu_. Lock order (ABSL_ACQUIRED_BEFORE/AFTER on the mutexes; absl's
 // deadlock detection checks it in every test): LeaseManager's mutex (its ResourceBook
 // calls take mu_) before mu_; mu_ before batch_mu_ and before the locks of objects_,
-// kv_, sessions_ and node_feed_, which are leaves: nothing is called out, and no other
+// kv_ and node_feed_, which are leaves: nothing is called out, and no other
 // lock taken, while one is held. No lock is held across an RPC or a callback. Calls to
 // agents and to the state store are never made under it: methods collect agent calls
 // and hand them to a small outbound thread pool (launches go out from there without
@@ -427,7 +427,7 @@ class SchedulerCore {
   const std::string job_tag_;
 
   absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(batch_mu_, *objects_.mutex(), *kv_.mutex(),
-                                       *sessions_.mutex(), *node_feed_.mutex());
+                                       *node_feed_.mutex());
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   // Idempotency key -> the job it made (jobs_ never drops a job).
@@ -445,8 +445,9 @@ class SchedulerCore {
   // and never before: the lock order above. Told of node and job changes under mu_.
   ObjectDirectory objects_;
   Rendezvous kv_;
-  AgentSessions sessions_;
   NodeFeed node_feed_;
+  // Not thread-safe: every use of it is under mu_ (agent_sessions.h says why).
+  AgentSessions sessions_ ABSL_GUARDED_BY(mu_);
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
   // stop them anyway (MonitorLoop).
   std::map<std::string, absl::Time> deferred_stops_ ABSL_GUARDED_BY(mu_);

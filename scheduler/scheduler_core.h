@@ -159,16 +159,9 @@ class SchedulerCore {
       const std::string& object_id, absl::Duration wait = absl::ZeroDuration(),
       const std::function<bool()>& cancelled = nullptr);
 
-  // Rendezvous key-value store of running job generations (rendezvous.h, its own lock;
-  // these methods live in scheduler_rendezvous.cc). Every call fails with
-  // FAILED_PRECONDITION unless the scope's job runs that generation.
-  absl::Status KvSet(const proto::KvSetRequest& req);
-  // Waits up to `wait` for the key (DEADLINE_EXCEEDED naming it); ABORTED if the
-  // generation ends while waiting.
-  absl::StatusOr<proto::KvGetReply> KvGet(const proto::KvGetRequest& req, absl::Duration wait);
-  absl::StatusOr<proto::KvCompareAndSetReply> KvCompareAndSet(
-      const proto::KvCompareAndSetRequest& req);
-  absl::StatusOr<proto::KvAddReply> KvAdd(const proto::KvAddRequest& req);
+  // The rendezvous key-value store of running job generations (rendezvous.h, its own
+  // lock; the core tells it of the jobs' changes). Lives as long as the core.
+  Rendezvous* rendezvous() { return &kv_; }
   // Waits up to `wait` for the scope's generation to fail or end (see
   // proto/scheduler.proto WatchGeneration); records the rank as watching. NOT_FOUND for
   // an unknown job.

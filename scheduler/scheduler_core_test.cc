@@ -739,19 +739,22 @@ TEST_F(SchedulerCoreTest, ObjectLocationsWaitAnswersWhenACopyIsAdded) {
   waiter.join();
   EXPECT_EQ(never.locations_size(), 0);
 
-  // A caller that goes away stops the wait (the service asks its call's IsCancelled).
+  // A caller that goes away stops the wait (the service asks its call's IsCancelled,
+  // without the directory's lock, after each second of waiting): one second, not the
+  // five minutes of its deadline.
   std::atomic<bool> gone{false};
+  done = false;
   waits = clock_.long_waits();
-  locs = AnswerWithoutTimePassing(
-      &clock_,
-      [&] {
-        return core_->GetObjectLocations("obj-never", absl::Minutes(5),
-                                         [&] { return gone.load(); });
-      },
-      [&] {
-        ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }));
-        gone = true;
-      });
+  std::thread leaver([&] {
+    locs = core_->GetObjectLocations("obj-never", absl::Minutes(5), [&] { return gone.load(); });
+    done = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }));
+  gone = true;
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(WaitFor([&] { return done.load(); })) << "the caller's going away was not seen";
+  if (!done) clock_.Advance(absl::Hours(1));
+  leaver.join();
   EXPECT_EQ(locs.locations_size(), 0);
 
   // Stop releases a waiting call with what it has: nothing.
@@ -784,14 +787,14 @@ TEST_F(SchedulerCoreTest, KvGetWaitsForASetFromAnotherRank) {
     *set.mutable_scope() = Scope(job);
     set.set_key("nccl-unique-id");
     set.set_value("abc");
-    EXPECT_TRUE(core_->KvSet(set).ok());
+    EXPECT_TRUE(core_->rendezvous()->Set(set).ok());
   });
-  auto r = core_->KvGet(get, absl::Seconds(10));
+  auto r = core_->rendezvous()->Get(get, absl::Seconds(10));
   setter.join();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->value(), "abc");
   get.set_key("never");
-  auto missing = core_->KvGet(get, absl::Milliseconds(50));
+  auto missing = core_->rendezvous()->Get(get, absl::Milliseconds(50));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(missing.status().message().find("'never'"), std::string::npos);
 }
@@ -808,7 +811,7 @@ TEST_F(SchedulerCoreTest, KvCompareAndSetIsAtomicUnderConcurrency) {
           proto::KvGetRequest get;
           *get.mutable_scope() = Scope(job);
           get.set_key("counter");
-          auto cur = core_->KvGet(get, absl::ZeroDuration());
+          auto cur = core_->rendezvous()->Get(get, absl::ZeroDuration());
           ASSERT_TRUE(cur.ok());
           proto::KvCompareAndSetRequest cas;
           *cas.mutable_scope() = Scope(job);
@@ -816,7 +819,7 @@ TEST_F(SchedulerCoreTest, KvCompareAndSetIsAtomicUnderConcurrency) {
           cas.set_expect_absent(!cur->found());
           cas.set_expected(cur->value());
           cas.set_desired(std::to_string(cur->found() ? std::stoi(cur->value()) + 1 : 1));
-          auto r = core_->KvCompareAndSet(cas);
+          auto r = core_->rendezvous()->CompareAndSet(cas);
           ASSERT_TRUE(r.ok());
           if (r->swapped()) break;
         }
@@ -828,7 +831,7 @@ TEST_F(SchedulerCoreTest, KvCompareAndSetIsAtomicUnderConcurrency) {
   *add.mutable_scope() = Scope(job);
   add.set_key("counter");
   add.set_delta(0);
-  EXPECT_EQ(core_->KvAdd(add)->value(), kThreads * kEach);
+  EXPECT_EQ(core_->rendezvous()->Add(add)->value(), kThreads * kEach);
 }
 
 TEST_F(SchedulerCoreTest, KvScopeEndsWithItsGeneration) {
@@ -840,7 +843,7 @@ TEST_F(SchedulerCoreTest, KvScopeEndsWithItsGeneration) {
   *set.mutable_scope() = Scope(job);
   set.set_key("k");
   set.set_value("v");
-  ASSERT_TRUE(core_->KvSet(set).ok());
+  ASSERT_TRUE(core_->rendezvous()->Set(set).ok());
   // A reader waiting on the old generation is told when it ends.
   proto::KvGetRequest get;
   *get.mutable_scope() = Scope(job);
@@ -848,19 +851,19 @@ TEST_F(SchedulerCoreTest, KvScopeEndsWithItsGeneration) {
   // ABORTED if it was already waiting, FAILED_PRECONDITION if it came after: either
   // way at once, not after its 20 s (which never pass: the clock stands still).
   absl::Status waited = AnswerWithoutTimePassing(
-      &clock_, [&] { return core_->KvGet(get, absl::Seconds(20)).status(); },
+      &clock_, [&] { return core_->rendezvous()->Get(get, absl::Seconds(20)).status(); },
       [&] { Exit(n1, job.job_id(), 0, 1); });  // fails -> restart to generation 1
   EXPECT_TRUE(waited.code() == absl::StatusCode::kAborted ||
               waited.code() == absl::StatusCode::kFailedPrecondition)
       << waited;
-  EXPECT_EQ(core_->KvSet(set).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->rendezvous()->Set(set).code(), absl::StatusCode::kFailedPrecondition);
   *set.mutable_scope() = Scope(job, 1);
-  ASSERT_TRUE(WaitFor([&] { return core_->KvSet(set).ok(); }));
+  ASSERT_TRUE(WaitFor([&] { return core_->rendezvous()->Set(set).ok(); }));
   get.set_key("k");
   *get.mutable_scope() = Scope(job, 1);
-  EXPECT_EQ(core_->KvGet(get, absl::ZeroDuration())->value(), "v");
+  EXPECT_EQ(core_->rendezvous()->Get(get, absl::ZeroDuration())->value(), "v");
   Exit(n1, job.job_id(), 0, 0, /*gen=*/1);  // succeeds: the job's KV is gone
-  EXPECT_EQ(core_->KvSet(set).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->rendezvous()->Set(set).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

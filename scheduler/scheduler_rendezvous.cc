@@ -13,25 +13,6 @@
 namespace drover {
 
 // ---------------------------------------------------------------------------
-// Rendezvous KV: its own class and lock (rendezvous.h); none of these takes mu_.
-
-absl::Status SchedulerCore::KvSet(const proto::KvSetRequest& req) { return kv_.Set(req); }
-
-absl::StatusOr<proto::KvGetReply> SchedulerCore::KvGet(const proto::KvGetRequest& req,
-                                                       absl::Duration wait) {
-  return kv_.Get(req, wait);
-}
-
-absl::StatusOr<proto::KvCompareAndSetReply> SchedulerCore::KvCompareAndSet(
-    const proto::KvCompareAndSetRequest& req) {
-  return kv_.CompareAndSet(req);
-}
-
-absl::StatusOr<proto::KvAddReply> SchedulerCore::KvAdd(const proto::KvAddRequest& req) {
-  return kv_.Add(req);
-}
-
-// ---------------------------------------------------------------------------
 // Generation watch
 
 absl::StatusOr<proto::WatchGenerationReply> SchedulerCore::WatchGeneration(

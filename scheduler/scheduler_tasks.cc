@@ -125,19 +125,16 @@ class SchedulerCore::Book : public ResourceBook {
   }
 
   void Release(const Grant& g) override {
-    Actions actions;
     {
       absl::MutexLock lock(&core_->mu_);
       core_->table_.Use(g.node_id, g.shape, g.gpu_ids, -1);
-      // Pending jobs may fit now.
-      core_->ScheduleLocked(&actions);
     }
-    // The caller holds the lease manager's lock: the launches (and the notes for the
-    // lease manager) go out from the outbound pool, not from here.
+    // Pending jobs may fit now. The caller holds the lease manager's lock: the queue
+    // pass (and its launches, and the notes for the lease manager) runs from the
+    // outbound pool instead, batched with the other reports waiting (RunBatched), so
+    // mu_ is held under the lease manager's lock only for the table's update.
     SchedulerCore* core = core_;
-    core_->outbound_->Post([core, actions = std::move(actions)]() mutable {
-      core->Dispatch(std::move(actions));
-    });
+    core_->outbound_->Post([core] { core->RunBatched([](Actions*) {}); });
   }
 
   absl::Status CheckJobRunning(const std::string& job_id) override {

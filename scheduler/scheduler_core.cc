@@ -306,7 +306,11 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
         // The running generation's deadline; none while it waits to be placed again.
         const absl::Time deadline = absl::FromUnixMillis(job->info.generation_start_ms()) +
                                     absl::Milliseconds(job->info.spec().time_limit_ms());
-        if (deadline > now || job->info.state() != proto::RUNNING || job->info.restarting()) {
+        const bool running = job->info.state() == proto::RUNNING && !job->info.restarting();
+        if (!running || deadline >= now) {
+          // Past the limit means after it (as for the node timeout), and the next pass
+          // comes then, not a tick after a pass at exactly the limit.
+          if (running) wake = std::min(wake, deadline + absl::Nanoseconds(1));
           ++it;
           continue;
         }

@@ -356,6 +356,9 @@ TEST_F(SchedulerCoreTest, JobPastItsTimeLimitIsStoppedAndFailsWithoutRestart) {
   ASSERT_EQ(Job(job->job_id()).state(), proto::RUNNING);
   EXPECT_EQ(Job(job->job_id()).generation_start_ms(), absl::ToUnixMillis(clock_.Now()));
   clock_.Advance(absl::Milliseconds(300));  // the limit, not past it
+  // Let the monitor pass at exactly the limit (this raced with the check below and
+  // failed the job: the limit counted as past), then 1 ms later (it must come then).
+  ASSERT_TRUE(WaitFor([&] { return clock_.last_wait_began() == clock_.Now(); }));
   EXPECT_EQ(Job(job->job_id()).state(), proto::RUNNING);
   clock_.Advance(absl::Milliseconds(1));
   ASSERT_TRUE(WaitFor([&] { return Job(job->job_id()).state() == proto::FAILED; }));

@@ -5,7 +5,6 @@
 namespace drover {
 
 int64_t AgentSessions::Open(const std::string& node_id) {
-  absl::MutexLock lock(&mu_);
   Session& s = nodes_[node_id];
   s.id = next_id_++;
   s.closed = false;
@@ -13,7 +12,6 @@ int64_t AgentSessions::Open(const std::string& node_id) {
 }
 
 bool AgentSessions::Closed(const std::string& node_id, int64_t session_id, absl::Time now) {
-  absl::MutexLock lock(&mu_);
   if (stopped_) return false;
   auto it = nodes_.find(node_id);
   if (it == nodes_.end() || it->second.id != session_id) return false;
@@ -25,23 +23,19 @@ bool AgentSessions::Closed(const std::string& node_id, int64_t session_id, absl:
 }
 
 void AgentSessions::Forget(const std::string& node_id) {
-  absl::MutexLock lock(&mu_);
   nodes_.erase(node_id);
 }
 
 void AgentSessions::Stop() {
-  absl::MutexLock lock(&mu_);
   stopped_ = true;
 }
 
 bool AgentSessions::IsCurrent(const std::string& node_id, int64_t session_id) {
-  absl::MutexLock lock(&mu_);
   auto it = nodes_.find(node_id);
   return it != nodes_.end() && it->second.id == session_id;
 }
 
 absl::Time AgentSessions::NextDue() {
-  absl::MutexLock lock(&mu_);
   absl::Time next = absl::InfiniteFuture();
   for (const auto& [id, s] : nodes_) {
     if (s.closed) next = std::min(next, s.closed_at + grace_);
@@ -50,7 +44,6 @@ absl::Time AgentSessions::NextDue() {
 }
 
 std::vector<AgentSessions::Lost> AgentSessions::TakeDue(absl::Time now) {
-  absl::MutexLock lock(&mu_);
   std::vector<Lost> due;
   for (auto it = nodes_.begin(); it != nodes_.end();) {
     if (it->second.closed && it->second.closed_at + grace_ <= now) {

@@ -13,10 +13,10 @@
 // just before the kill can be handled after the close was noticed, and would hide the
 // death until the node timeout.
 //
-// No clock of its own (callers pass the time). Thread-safe, with a mutex of its own:
-// SchedulerCore drives it from its RPCs and its monitor thread, and a session's close
-// (AgentSessionClosed, on the agent's stream) takes only this lock. Lock order:
-// SchedulerCore's mutex before this one; nothing is called out while it is held.
+// No clock of its own (callers pass the time). Not thread-safe: SchedulerCore keeps it
+// under its mutex, where every use of it is made anyway (an open checks the node is
+// ALIVE, the monitor's pass declares the lost nodes dead, a close wakes the monitor);
+// opens and closes are rare, so a lock of its own would gain nothing.
 #ifndef DROVER_SCHEDULER_AGENT_SESSIONS_H_
 #define DROVER_SCHEDULER_AGENT_SESSIONS_H_
 
@@ -25,8 +25,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace drover {
@@ -45,26 +43,24 @@ class AgentSessions {
 
   // A new session of `node_id`: it replaces the node's earlier one and cancels the
   // node's pending loss. Returns its id (increasing, never 0).
-  int64_t Open(const std::string& node_id) ABSL_LOCKS_EXCLUDED(mu_);
+  int64_t Open(const std::string& node_id);
   // The session ended from the agent's side, noticed at `now`. If it is the node's
   // current session, the node is lost at now + grace unless Open comes first. Returns
   // whether it was the current session (false: replaced, forgotten or unknown).
   // Always false once Stop() was called.
   bool Closed(const std::string& node_id, int64_t session_id, absl::Time now)
-      ABSL_LOCKS_EXCLUDED(mu_);
+     ;
   // Forgets the node (declared dead another way): a later close of its session is
   // ignored.
-  void Forget(const std::string& node_id) ABSL_LOCKS_EXCLUDED(mu_);
+  void Forget(const std::string& node_id);
   // Whether `session_id` is the node's current session, open or within its grace.
-  bool IsCurrent(const std::string& node_id, int64_t session_id) ABSL_LOCKS_EXCLUDED(mu_);
+  bool IsCurrent(const std::string& node_id, int64_t session_id);
   // When the next pending loss falls due; absl::InfiniteFuture() if none is pending.
-  absl::Time NextDue() ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Time NextDue();
   // The nodes whose loss has fallen due by `now`, in node id order; they are forgotten.
-  std::vector<Lost> TakeDue(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<Lost> TakeDue(absl::Time now);
   // The scheduler is stopping: closes are ignored from now on.
-  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
-  // For lock-order annotations only (scheduler_core.h: ABSL_ACQUIRED_BEFORE).
-  absl::Mutex* mutex() ABSL_LOCK_RETURNED(mu_) { return &mu_; }
+  void Stop();
 
  private:
   struct Session {
@@ -74,10 +70,9 @@ class AgentSessions {
   };
 
   const absl::Duration grace_;
-  absl::Mutex mu_;
-  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<std::string, Session> nodes_ ABSL_GUARDED_BY(mu_);
-  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t next_id_ = 1;
+  std::map<std::string, Session> nodes_;
+  bool stopped_ = false;
 };
 
 }  // namespace drover

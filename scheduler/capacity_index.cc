@@ -143,4 +143,22 @@ PlacementResult CapacityIndex::Place(const proto::JobSpec& spec, NodeTable& tabl
   return result;
 }
 
+const CapacityIndex::Overrides& ClaimedView::Set(
+    NodeTable& table, const std::map<std::string, proto::Resources>& resources,
+    const std::map<std::string, std::set<int>>& gpus) {
+  capacities_.clear();
+  capacities_.reserve(resources.size());  // no reallocation: pointers are kept
+  overrides_.clear();
+  for (const auto& [node, r] : resources) {
+    const int i = table.ViewIndex(node);  // ALIVE nodes only
+    if (i < 0) continue;
+    auto g = gpus.find(node);
+    capacities_.push_back(CapacityOf(*table.Find(node), /*free=*/true, &r,
+                                     g == gpus.end() ? nullptr : &g->second));
+    overrides_.emplace_back(i, &capacities_.back());
+  }
+  std::sort(overrides_.begin(), overrides_.end());
+  return overrides_;
+}
+
 }  // namespace drover

@@ -21,6 +21,8 @@
 #define DROVER_SCHEDULER_CAPACITY_INDEX_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <set>
 #include <utility>
 #include <vector>
@@ -66,6 +68,23 @@ class CapacityIndex {
   // With per_node_ > 0: the nodes with room for per_node_ processes, in preference order.
   std::set<int> roomy_;
   long total_ = 0;  // the sum of caps_
+};
+
+// What a pending job's claim (queue_policy.h's Claim: `resources` and `gpus` per node
+// id) leaves of its ALIVE nodes' free capacities: each free capacity less the claim,
+// nothing below zero, the claimed GPUs taken out. The one computation both the queue's
+// later jobs (CapacityIndex) and the leases placed beside the claim (LeasePlacer) use.
+class ClaimedView {
+ public:
+  // Works it out for `table` as it is now; the overrides stay valid until the next Set.
+  const CapacityIndex::Overrides& Set(NodeTable& table,
+                                      const std::map<std::string, proto::Resources>& resources,
+                                      const std::map<std::string, std::set<int>>& gpus);
+  const CapacityIndex::Overrides& overrides() const { return overrides_; }
+
+ private:
+  std::vector<NodeCapacity> capacities_;
+  CapacityIndex::Overrides overrides_;
 };
 
 }  // namespace drover

@@ -117,6 +117,7 @@ LeaseManager::LeaseManager(ResourceBook* book, std::unique_ptr<WorkerClient> wor
       clock_(clock != nullptr ? clock : Clock::Real()),
       options_(options),
       lease_tag_(NewLeaseTag()),
+      saves_actors_(book->SavesActors()),
       queue_(options.max_queued),
       starts_(std::max(1, options.start_threads)) {
   timer_ = std::thread([this] { TimerLoop(); });
@@ -559,12 +560,16 @@ void LeaseManager::NoteEndedEarlyLocked(const std::string& lease_id) {
   // Only leases of an earlier lifetime can still be adopted.
   if (lease_id.empty() || absl::StartsWith(lease_id, absl::StrCat("lease-", lease_tag_, "-"))) return;
   const absl::Time now = clock_->Now();
-  for (auto it = ended_early_.begin(); it != ended_early_.end();) {
-    it = it->second < now ? ended_early_.erase(it) : std::next(it);
+  // Oldest first (each is kept the same time): forgetting costs what expired.
+  while (!ended_early_order_.empty() && ended_early_order_.front().first < now) {
+    ended_early_.erase(ended_early_order_.front().second);
+    ended_early_order_.pop_front();
   }
   // Bounded: a client sending returns of made-up ids costs at most this.
   if (ended_early_.size() >= 100'000) return;
-  ended_early_[lease_id] = now + kEndedEarlyMemory;
+  if (ended_early_.insert(lease_id).second) {
+    ended_early_order_.emplace_back(now + kEndedEarlyMemory, lease_id);
+  }
 }
 
 absl::Status LeaseManager::Recover() {
@@ -679,6 +684,30 @@ void LeaseManager::JobEnded(const std::string& job_id,
   }
 }
 
+void LeaseManager::SaveActors() {
+  for (;;) {
+    std::vector<std::pair<proto::ActorInfo, proto::CreateActorRequest>> records;
+    {
+      absl::MutexLock lock(&mu_);
+      if (unsaved_.empty()) {
+        saving_ = false;
+        return;
+      }
+      records.reserve(unsaved_.size());
+      for (const std::string& id : unsaved_) {
+        auto it = actors_.find(id);
+        if (it != actors_.end()) records.emplace_back(it->second.info, it->second.create);
+      }
+      unsaved_.clear();
+    }
+    // One saver at a time (saving_), each record as it is now: a later change is saved
+    // by the next round, never overtaken by an older one.
+    for (const auto& [info, create] : records) {
+      book_->SaveActor(info.actor_id(), info.version(), EncodeActor(info, create));
+    }
+  }
+}
+
 LeaseManager::Actor* LeaseManager::FindActorLocked(const std::string& id, const std::string& name) {
   if (!id.empty()) {
     auto it = actors_.find(id);
@@ -693,7 +722,13 @@ LeaseManager::Actor* LeaseManager::FindActorLocked(const std::string& id, const 
 void LeaseManager::ChangedLocked(Actor& a) {
   a.info.set_version(a.info.version() + 1);
   changed_.SignalAll();
-  book_->SaveActor(a.info.actor_id(), a.info.version(), EncodeActor(a.info, a.create));
+  if (saves_actors_) {
+    unsaved_.insert(a.info.actor_id());
+    if (!saving_) {
+      saving_ = true;
+      starts_.Post([this] { SaveActors(); });
+    }
+  }
   if (a.told_state == a.info.state()) return;  // only its pending reason changed
   a.told_state = a.info.state();
   proto::TimelineEvent e = TimelineEventOf(

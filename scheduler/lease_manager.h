@@ -32,8 +32,9 @@
 // whose worker runs the actor's factory; restarted on another lease after their worker
 // dies (max_restarts); dead when killed, when their job ends or when restarts run out,
 // with the reason every caller gets. Each change of an actor's record is saved
-// (ResourceBook::SaveActor, to the state store) and a restarted scheduler reloads the
-// records (Recover), keeping live actors on their workers as their nodes report them.
+// (ResourceBook::SaveActor, to the state store; encoded off the lock, and only when the
+// store keeps it) and a restarted scheduler reloads the records (Recover), keeping live
+// actors on their workers as their nodes report them.
 //
 // Threading: one mutex guards leases, requests and actors. Calls to agents (StartWorker,
 // KillWorker, StopJob) are made without it, from small pools (actors' from their
@@ -106,8 +107,11 @@ class ResourceBook {
                                      const std::vector<int>& gpu_ids) {
     return std::nullopt;
   }
+  // Whether SaveActor keeps what it is given (the state store outlives the scheduler):
+  // if not, actors' records are not even encoded.
+  virtual bool SavesActors() { return false; }
   // Queues an actor's record (LeaseManager's encoding) for the state store. Called
-  // under the lease manager's lock: must never wait on I/O.
+  // without the lease manager's lock, from one thread at a time.
   virtual void SaveActor(const std::string& actor_id, int64_t version, std::string record) {}
   // The actors' records saved by an earlier scheduler (none if the store keeps none).
   virtual absl::StatusOr<std::vector<std::string>> SavedActors() {
@@ -360,6 +364,9 @@ class LeaseManager {
   void ActorLost(Actor& a, const std::string& why, const proto::ExitInfo* exit)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ChangedLocked(Actor& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Encodes and saves the records of unsaved_ (as they are now), without mu_, until
+  // none is left (on starts_; one at a time: saving_).
+  void SaveActors() ABSL_LOCKS_EXCLUDED(mu_);
   Actor* FindActorLocked(const std::string& id, const std::string& name)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Loses, as a worker exit, the recovered actors still awaiting adoption on `node_id`
@@ -380,6 +387,7 @@ class LeaseManager {
   // workers may still run and be returned by their agents after a restart, never share
   // an id with this one's (a return would free the wrong lease's resources).
   const std::string lease_tag_;
+  const bool saves_actors_;  // book_->SavesActors()
 
   absl::Mutex mu_;
   absl::CondVar freed_;    // resources freed, leases returned (actors' placing threads)
@@ -403,10 +411,15 @@ class LeaseManager {
   std::deque<std::pair<absl::Time, std::string>> expiry_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Actor> actors_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> names_ ABSL_GUARDED_BY(mu_);  // live actor name -> id
+  // Actors changed since their record was last saved, and whether SaveActors runs.
+  std::set<std::string> unsaved_ ABSL_GUARDED_BY(mu_);
+  bool saving_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> jobs_with_workers_ ABSL_GUARDED_BY(mu_);
   // Leases of an earlier lifetime returned (or whose worker exited) before their node
-  // registered, until when they are remembered: Adopt does not book them.
-  std::map<std::string, absl::Time> ended_early_ ABSL_GUARDED_BY(mu_);
+  // registered: Adopt does not book them. Remembered for kEndedEarlyMemory; the deque
+  // has them by when they are forgotten (oldest first).
+  std::set<std::string> ended_early_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::pair<absl::Time, std::string>> ended_early_order_ ABSL_GUARDED_BY(mu_);
   int64_t next_lease_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t leases_granted_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t leases_ended_ ABSL_GUARDED_BY(mu_) = 0;

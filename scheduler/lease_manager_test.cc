@@ -2,6 +2,7 @@
 // always answer.
 #include "scheduler/lease_manager.h"
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 
@@ -76,6 +77,75 @@ TEST(LeaseManagerTest, LeaseIdsAreNotReusedAcrossSchedulerLifetimes) {
     }
     leases.Stop();
   }
+}
+
+// RoomyBook whose store keeps actors' records (or not: `keeps`), saving them in memory.
+// A save reads the lease manager's counts, which take its lock: a save made under that
+// lock would deadlock (the deadlock detection aborts the test).
+class SavingBook : public RoomyBook {
+ public:
+  explicit SavingBook(bool keeps) : keeps_(keeps) {}
+  void Set(LeaseManager* leases) { leases_ = leases; }
+  bool SavesActors() override { return keeps_; }
+  void SaveActor(const std::string& actor_id, int64_t version, std::string record) override {
+    if (leases_ != nullptr) leases_->counts();
+    absl::MutexLock l(&mu_);
+    ++saves_;
+    version_ = std::max(version_, version);
+  }
+  int saves() {
+    absl::MutexLock l(&mu_);
+    return saves_;
+  }
+  int64_t version() {
+    absl::MutexLock l(&mu_);
+    return version_;
+  }
+
+ private:
+  const bool keeps_;
+  LeaseManager* leases_ = nullptr;
+  absl::Mutex mu_;
+  int saves_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+proto::CreateActorRequest Actor(const std::string& id) {
+  proto::CreateActorRequest req;
+  req.set_job_id("job-1");
+  req.set_owner("job-1/1@here");
+  req.mutable_creation()->set_actor_id(id);
+  req.mutable_creation()->set_factory("MakeCounter");
+  req.mutable_shape()->set_cpus(1);
+  req.mutable_package()->set_hash("abc");
+  return req;
+}
+
+TEST(LeaseManagerTest, ActorsRecordsAreSavedWithoutTheLockAndOnlyWhereKept) {
+  FakeClock clock;
+  SavingBook book(/*keeps=*/true);
+  LeaseManager leases(&book, std::make_unique<FakeWorkers>(), &clock);
+  book.Set(&leases);
+  absl::StatusOr<proto::ActorInfo> made = leases.CreateActor(Actor("actor-1"));
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_TRUE(leases.KillActor("actor-1", "done with it").ok());
+  proto::GetActorRequest get;
+  get.set_actor_id("actor-1");
+  absl::StatusOr<proto::ActorInfo> dead = leases.GetActor(get);
+  ASSERT_TRUE(dead.ok()) << dead.status();
+  // The last record saved is the newest (saves may coalesce, never go back).
+  EXPECT_TRUE(testing::WaitFor([&] { return book.version() == dead->version(); }))
+      << book.version() << " saved, " << dead->version() << " now";
+  EXPECT_GE(book.saves(), 1);
+  leases.Stop();
+
+  // A store that keeps nothing: nothing is encoded or saved.
+  SavingBook dropping(/*keeps=*/false);
+  LeaseManager other(&dropping, std::make_unique<FakeWorkers>(), &clock);
+  ASSERT_TRUE(other.CreateActor(Actor("actor-2")).ok());
+  ASSERT_TRUE(other.KillActor("actor-2", "done with it").ok());
+  other.Stop();
+  EXPECT_EQ(dropping.saves(), 0);
 }
 
 // One node with `slots` one-CPU slots; jobs run until ended; counts what the grant

@@ -19,20 +19,6 @@ bool LeaseFits(const proto::Resources& shape, const NodeCapacity& n) {
   return true;
 }
 
-std::map<std::string, NodeCapacity> ClaimedCapacities(
-    const NodeTable& table, const std::map<std::string, proto::Resources>& resources,
-    const std::map<std::string, std::set<int>>& gpus) {
-  std::map<std::string, NodeCapacity> out;
-  for (const auto& [node_id, claimed] : resources) {
-    const NodeUse* n = table.Find(node_id);
-    if (n == nullptr || !table.Alive(node_id)) continue;
-    auto g = gpus.find(node_id);
-    out.emplace(node_id, CapacityOf(*n, /*free=*/true, &claimed,
-                                    g == gpus.end() ? nullptr : &g->second));
-  }
-  return out;
-}
-
 namespace {
 
 // PlaceLease's order of nodes: the soft-affinity node, then by data bytes, then (spread)
@@ -154,14 +140,19 @@ LeasePlacement LeasePlacer::Place(const proto::Resources& shape, const proto::Pl
   const std::vector<NodeCapacity>& free = table.Free();
   static const Overrides kNone;
   const Overrides& over = overrides != nullptr ? *overrides : kNone;
+  // Node i's override, if any (`over` is by view index).
+  auto find = [&](int i) -> const NodeCapacity* {
+    if (over.empty()) return nullptr;
+    auto it = std::lower_bound(over.begin(), over.end(), std::make_pair(i, nullptr),
+                               [](const auto& a, const auto& b) { return a.first < b.first; });
+    return it != over.end() && it->first == i ? it->second : nullptr;
+  };
   // Node i's capacity for leases: the override's, else the table's.
   auto capacity = [&](int i) -> const NodeCapacity& {
-    if (!over.empty()) {
-      if (auto it = over.find(free[i].node_id); it != over.end()) return it->second;
-    }
-    return free[i];
+    const NodeCapacity* o = find(i);
+    return o != nullptr ? *o : free[i];
   };
-  auto overridden = [&](int i) { return !over.empty() && over.count(free[i].node_id) > 0; };
+  auto overridden = [&](int i) { return find(i) != nullptr; };
   auto refuse = [&] {
     if (!explain) return LeasePlacement();
     if (over.empty()) return PlaceLease(shape, hint, free, table.Total());
@@ -214,10 +205,9 @@ LeasePlacement LeasePlacer::Place(const proto::Resources& shape, const proto::Pl
     best_cpus = -neg_cpus;
     break;
   }
-  for (const auto& [node_id, n] : over) {
-    const int i = table.ViewIndex(node_id);
-    if (!index.Fits(i) || !LeaseFits(shape, n)) continue;
-    const double cpus = n.available.cpus();
+  for (const auto& [i, n] : over) {
+    if (!index.Fits(i) || !LeaseFits(shape, *n)) continue;
+    const double cpus = n->available.cpus();
     if (best < 0 || cpus > best_cpus || (cpus == best_cpus && i < best)) {
       best = i;
       best_cpus = cpus;

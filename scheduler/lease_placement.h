@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "proto/lease.pb.h"
+#include "scheduler/capacity_index.h"
 #include "scheduler/node_table.h"
 #include "scheduler/placement.h"
 
@@ -40,13 +41,6 @@ LeasePlacement PlaceLease(const proto::Resources& shape, const proto::PlacementH
 // Whether one process of `shape` fits in `n` (PlaceLease's test).
 bool LeaseFits(const proto::Resources& shape, const NodeCapacity& n);
 
-// The free capacity left for leases on each ALIVE node of a pending job's claim
-// (`resources` and `gpus` per node id, as queue_policy.h's Claim holds them): the free
-// capacity less the claim, nothing below zero, the claimed GPUs taken out.
-std::map<std::string, NodeCapacity> ClaimedCapacities(
-    const NodeTable& table, const std::map<std::string, proto::Resources>& resources,
-    const std::map<std::string, std::set<int>>& gpus);
-
 // PlaceLease(shape, hint, table.Free(), table.Total()), answered from an index per
 // shape: the ALIVE nodes one process of the shape fits on, in view order (packing) and
 // by free CPUs (spread), kept up to date from the table's change log. The hint's few
@@ -55,8 +49,9 @@ std::map<std::string, NodeCapacity> ClaimedCapacities(
 // PlaceLease for the reason and whether it could ever fit (a scan).
 //
 // A pending job's claim leaves less on the few nodes it claims: `overrides` gives those
-// nodes' capacity instead of the table's (ClaimedCapacities), and a grant still costs
-// what changed plus a look at each overridden node, not a scan of every node.
+// nodes' capacity instead of the table's (capacity_index.h's ClaimedView, which the
+// queue's placement of later jobs uses too), and a grant still costs what changed plus
+// a look at each overridden node, not a scan of every node.
 //
 // Checked against PlaceLease on random changing tables, with and without a claim
 // (lease_placement_test.cc). Keeps at most kMaxShapes indexes (the least recently used
@@ -64,8 +59,9 @@ std::map<std::string, NodeCapacity> ClaimedCapacities(
 class LeasePlacer {
  public:
   static constexpr size_t kMaxShapes = 64;
-  // Node id -> its capacity for leases, at most its free capacity in the table.
-  using Overrides = std::map<std::string, NodeCapacity>;
+  // (view index, its capacity for leases: at most its free capacity in the table), by
+  // index.
+  using Overrides = CapacityIndex::Overrides;
 
   LeasePlacement Place(const proto::Resources& shape, const proto::PlacementHint& hint,
                        NodeTable& table, bool explain, const Overrides* overrides = nullptr);

@@ -140,11 +140,10 @@ void PlacesAsPlaceLease(bool claims) {
         if (rng() % 2 == 0) claimed_gpus[id] = {static_cast<int>(rng() % 2)};
       }
     }
-    const LeasePlacer::Overrides left = ClaimedCapacities(table, claimed, claimed_gpus);
+    ClaimedView view;
+    const LeasePlacer::Overrides& left = view.Set(table, claimed, claimed_gpus);
     std::vector<NodeCapacity> free = table.Free();
-    for (NodeCapacity& n : free) {
-      if (auto it = left.find(n.node_id); it != left.end()) n = it->second;
-    }
+    for (const auto& [i, n] : left) free[i] = *n;
     const proto::Resources& shape = shapes[rng() % shapes.size()];
     proto::PlacementHint hint;
     switch (rng() % 5) {

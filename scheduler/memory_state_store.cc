@@ -73,6 +73,7 @@ class MemoryStateStore final : public StateStore {
 
   std::string Describe() const override { return "memory"; }
   bool InMemory() const override { return true; }
+  bool KeepsRecords() const override { return keep_jobs_; }
 
  private:
   const bool keep_jobs_;

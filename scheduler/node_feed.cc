@@ -22,7 +22,7 @@ void NodeFeed::Publish(const proto::DriverNodeState& node) {
 std::vector<proto::DriverNodeState> NodeFeed::Next(uint64_t* version, absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   while (version_ <= *version) {
-    if (changed_.WaitWithDeadline(&mu_, deadline)) break;
+    if (clock_->WaitWithDeadline(&changed_, &mu_, deadline)) break;
   }
   std::vector<proto::DriverNodeState> out;
   if (version_ <= *version) return out;

@@ -21,16 +21,20 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "proto/lease.pb.h"
 
 namespace drover {
 
 class NodeFeed {
  public:
+  // `clock` times Next's waits (tests use a fake); not owned.
+  explicit NodeFeed(Clock* clock = Clock::Real()) : clock_(clock) {}
+
   // Records `node` as it is now; a no-op if nothing changed since its last Publish.
   void Publish(const proto::DriverNodeState& node) ABSL_LOCKS_EXCLUDED(mu_);
   // The nodes published after `*version` (every node for 0), in node id order, and
-  // moves `*version` on. If there are none, waits until `deadline` (real time) for
+  // moves `*version` on. If there are none, waits until `deadline` (the clock's) for
   // some: callers bound their waits (a session looks at its client every 100 ms).
   std::vector<proto::DriverNodeState> Next(uint64_t* version, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -38,6 +42,7 @@ class NodeFeed {
   absl::Mutex* mutex() ABSL_LOCK_RETURNED(mu_) { return &mu_; }
 
  private:
+  Clock* const clock_;
   absl::Mutex mu_;
   absl::CondVar changed_;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;

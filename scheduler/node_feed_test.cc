@@ -4,6 +4,8 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "scheduler/testing/signal_clock.h"
+#include "tests/util/test_util.h"
 
 namespace drover {
 namespace {
@@ -42,15 +44,17 @@ TEST(NodeFeedTest, FirstReadListsEveryNodeThenOnlyTheChangedOnes) {
 }
 
 TEST(NodeFeedTest, AWaitingReaderIsWokenByAChange) {
-  NodeFeed feed;
+  // Time never moves: only the Publish's signal can end the wait.
+  testing::SignalOnlyClock clock;
+  NodeFeed feed(&clock);
   uint64_t seen = 0;
-  std::thread publisher([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    feed.Publish(Node("node-1", false, "dead"));
-  });
-  EXPECT_EQ(Ids(feed.Next(&seen, absl::Now() + absl::Seconds(30))),
-            (std::vector<std::string>{"node-1"}));
-  publisher.join();
+  std::vector<proto::DriverNodeState> got;
+  std::thread reader([&] { got = feed.Next(&seen, clock.Now() + absl::Seconds(30)); });
+  ASSERT_TRUE(testing::WaitFor([&] { return clock.waits() >= 1; }));
+  feed.Publish(Node("node-1", false, "dead"));
+  reader.join();
+  EXPECT_EQ(clock.stuck(), 0) << "the Publish did not wake the reader";
+  EXPECT_EQ(Ids(got), (std::vector<std::string>{"node-1"}));
 }
 
 TEST(NodeFeedTest, AReadWithNothingNewEndsAtItsDeadline) {

@@ -88,15 +88,20 @@ std::vector<ObjectDirectory::Holder> ObjectDirectory::Holders(const std::string&
 
 std::vector<ObjectDirectory::Holder> ObjectDirectory::WaitForHolders(
     const std::string& object_id, absl::Time deadline, const std::function<bool()>& cancelled) {
-  absl::MutexLock lock(&mu_);
   while (true) {
-    std::vector<Holder> out = HoldersLocked(object_id);
-    if (!out.empty() || stopped_ || clock_->Now() >= deadline ||
-        (cancelled != nullptr && cancelled())) {
-      return out;
+    {
+      absl::MutexLock lock(&mu_);
+      // Until an Add, Stop, the deadline, or a second has passed (to ask `cancelled`).
+      const absl::Time until = std::min(deadline, clock_->Now() + absl::Seconds(1));
+      while (true) {
+        std::vector<Holder> out = HoldersLocked(object_id);
+        if (!out.empty() || stopped_ || clock_->Now() >= deadline) return out;
+        if (clock_->Now() >= until) break;
+        clock_->WaitWithDeadline(&added_, &mu_, until);
+      }
     }
-    // At least once a second, to see whether the caller went away.
-    clock_->WaitWithDeadline(&added_, &mu_, std::min(deadline, clock_->Now() + absl::Seconds(1)));
+    // The caller's callback (it may look at its RPC's state) runs without the lock.
+    if (cancelled != nullptr && cancelled()) return {};
   }
 }
 

@@ -1,10 +1,13 @@
 #include "scheduler/object_directory.h"
 
+#include <atomic>
 #include <map>
 #include <thread>
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "scheduler/testing/signal_clock.h"
+#include "tests/util/test_util.h"
 
 namespace drover {
 namespace {
@@ -109,17 +112,45 @@ TEST(ObjectDirectoryTest, ByAgentGroupsAJobsObjectsByTheHoldersAgent) {
 }
 
 TEST(ObjectDirectoryTest, WaitForHoldersIsWokenByAnAddFromAnotherThread) {
-  ObjectDirectory d;
+  // Time never moves: only the Add's signal can end the wait (not its deadline, nor the
+  // once-a-second look at `cancelled`).
+  testing::SignalOnlyClock clock;
+  ObjectDirectory d(&clock);
   d.NodeUp("node-1", "a1");
-  std::thread adder([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    ASSERT_TRUE(d.Add("node-1", "obj-a", 3).ok());
+  std::vector<ObjectDirectory::Holder> h;
+  std::thread waiter([&] {
+    h = d.WaitForHolders("obj-a", clock.Now() + absl::Seconds(30), [] { return false; });
   });
-  std::vector<ObjectDirectory::Holder> h =
-      d.WaitForHolders("obj-a", absl::Now() + absl::Seconds(30));
-  adder.join();
+  ASSERT_TRUE(testing::WaitFor([&] { return clock.waits() >= 1; }));
+  ASSERT_TRUE(d.Add("node-1", "obj-a", 3).ok());
+  waiter.join();
+  EXPECT_EQ(clock.stuck(), 0) << "the Add did not wake the wait";
   ASSERT_EQ(h.size(), 1u);
   EXPECT_EQ(h[0].size, 3);
+}
+
+TEST(ObjectDirectoryTest, CancelledIsAskedWithoutTheDirectorysLock) {
+  FakeClock clock;
+  ObjectDirectory d(&clock);
+  d.NodeUp("node-1", "a1");
+  const absl::Time deadline = clock.Now() + absl::Seconds(30);
+  std::atomic<bool> done{false};
+  std::thread waiter([&] {
+    // The callback calls the directory, as one that looks at shared state might: asked
+    // under the directory's lock, it would deadlock.
+    EXPECT_TRUE(d.WaitForHolders("obj-a", deadline, [&] {
+                   d.Holders("obj-b");
+                   return true;
+                 }).empty());
+    done = true;
+  });
+  // Past the once-a-second looks (never past the deadline) until the wait gives up.
+  for (int i = 0; i < 20 && !testing::WaitFor([&] { return done.load(); }, absl::Milliseconds(100));
+       ++i) {
+    clock.Advance(absl::Seconds(1));
+  }
+  waiter.join();
+  EXPECT_TRUE(done.load());
 }
 
 TEST(ObjectDirectoryTest, StopEndsTheWaits) {

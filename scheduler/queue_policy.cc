@@ -214,19 +214,7 @@ class JobQueue::Pass {
 
   // What `claim` leaves of the claimed ALIVE nodes' free capacities, by view index.
   const CapacityIndex::Overrides& Claimed(const Claim& claim) {
-    claimed_.clear();
-    claimed_.reserve(claim.resources.size());  // no reallocation: pointers are kept
-    overrides_.clear();
-    for (const auto& [node, r] : claim.resources) {
-      const int i = table_->ViewIndex(node);
-      if (i < 0) continue;
-      auto gpus = claim.gpus.find(node);
-      claimed_.push_back(CapacityOf(*table_->Find(node), /*free=*/true, &r,
-                                    gpus == claim.gpus.end() ? nullptr : &gpus->second));
-      overrides_.emplace_back(i, &claimed_.back());
-    }
-    std::sort(overrides_.begin(), overrides_.end());
-    return overrides_;
+    return claimed_.Set(*table_, claim.resources, claim.gpus);
   }
 
   // Free capacities of the ALIVE nodes, less `claim`'s share.
@@ -290,8 +278,7 @@ class JobQueue::Pass {
   const absl::Time now_;
   const Callbacks* const cb_;
   std::vector<const NodeCapacity*> view_;
-  std::vector<NodeCapacity> claimed_;
-  CapacityIndex::Overrides overrides_;
+  ClaimedView claimed_;
 };
 
 JobQueue::JobQueue() = default;

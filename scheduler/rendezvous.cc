@@ -8,28 +8,67 @@
 
 namespace drover {
 
-void Rendezvous::JobChanged(const std::string& job_id, proto::JobState state, int generation) {
+void Rendezvous::JobChanged(const std::string& job_id, proto::JobState state, int generation,
+                            bool failing) {
   absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (IsTerminal(state)) {
+    // Forgotten with its values: a cluster that ran a million jobs keeps none of them
+    // here. Its waiters are woken and find the scope gone (ABORTED).
+    if (it == jobs_.end()) return;
+    if (it->second.changed != nullptr) it->second.changed->SignalAll();
+    jobs_.erase(it);
+    kv_.DropJob(job_id);
+    return;
+  }
+  // A queued job that never ran has no rank to call: no entry until it starts.
+  if (it == jobs_.end() && state == proto::PENDING) return;
   Job& job = jobs_[job_id];
-  if (job.state == state && job.generation == generation) return;
+  if (job.state == state && job.generation == generation && job.failing == failing) return;
   job.state = state;
   job.generation = generation;
-  if (IsTerminal(state)) {
-    kv_.DropJob(job_id);
-  } else {
-    kv_.DropOlderThan(job_id, generation);
-  }
+  job.failing = failing;
+  kv_.DropOlderThan(job_id, generation);
   if (job.changed != nullptr) job.changed->SignalAll();
+}
+
+Rendezvous::Seen Rendezvous::Observe(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Seen seen;
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return seen;
+  seen.known = true;
+  seen.state = it->second.state;
+  seen.generation = it->second.generation;
+  seen.failing = it->second.failing;
+  return seen;
+}
+
+void Rendezvous::AwaitChange(const std::string& job_id, const Seen& seen, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  while (!stopped_) {
+    auto it = jobs_.find(job_id);
+    if (it == jobs_.end()) return;
+    Job& job = it->second;
+    if (!seen.known || job.state != seen.state || job.generation != seen.generation ||
+        job.failing != seen.failing) {
+      return;
+    }
+    if (job.changed == nullptr) job.changed = std::make_shared<absl::CondVar>();
+    std::shared_ptr<absl::CondVar> changed = job.changed;
+    if (clock_->WaitWithDeadline(changed.get(), &mu_, deadline)) return;
+  }
 }
 
 absl::Status Rendezvous::CheckScopeLocked(const proto::KvScope& scope) {
   auto it = jobs_.find(scope.job_id());
   if (it == jobs_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat("KV: no job '", scope.job_id(), "' has started on this cluster"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("KV: job '", scope.job_id(),
+                     "' is not running on this cluster (not started yet, or ended)"));
   }
   const Job& job = it->second;
-  if (IsTerminal(job.state) || job.generation != scope.generation()) {
+  if (job.generation != scope.generation()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "KV: job ", scope.job_id(), " is not running generation ", scope.generation(),
         " (state ", proto::JobState_Name(job.state), ", generation ", job.generation,
@@ -133,6 +172,11 @@ void Rendezvous::Stop() {
 size_t Rendezvous::scopes() {
   absl::MutexLock lock(&mu_);
   return kv_.scopes();
+}
+
+size_t Rendezvous::jobs() {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
 }
 
 }  // namespace drover

@@ -121,11 +121,11 @@ void SchedulerCore::Stop() {
       if (job.changed != nullptr) job.changed->SignalAll();
     }
     monitor_wake_.SignalAll();
+    sessions_.Stop();
   }
   // Their waits end (the lock order allows them under mu_, but none needs it).
   objects_.Stop();
   kv_.Stop();
-  sessions_.Stop();
   if (monitor_.joinable()) monitor_.join();
   {
     // Calls in flight end within their deadline; their reactions use the pool.
@@ -289,6 +289,12 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
                            "; the node timeout is ",
                            absl::FormatDuration(options_.node_timeout)),
               &actions);
+        } else {
+          // The next pass comes no later than the moment this node's silence passes the
+          // timeout: a pass that fell at exactly the timeout would otherwise leave the
+          // node alive for a whole tick more (and, on a fake clock moved just past the
+          // timeout, for ever).
+          wake = std::min(wake, node.last_heartbeat + options_.node_timeout + absl::Nanoseconds(1));
         }
       }
       for (auto it = time_limited_.begin(); it != time_limited_.end();) {
@@ -300,7 +306,11 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
         // The running generation's deadline; none while it waits to be placed again.
         const absl::Time deadline = absl::FromUnixMillis(job->info.generation_start_ms()) +
                                     absl::Milliseconds(job->info.spec().time_limit_ms());
-        if (deadline > now || job->info.state() != proto::RUNNING || job->info.restarting()) {
+        const bool running = job->info.state() == proto::RUNNING && !job->info.restarting();
+        if (!running || deadline >= now) {
+          // Past the limit means after it (as for the node timeout), and the next pass
+          // comes then, not a tick after a pass at exactly the limit.
+          if (running) wake = std::min(wake, deadline + absl::Nanoseconds(1));
           ++it;
           continue;
         }
@@ -476,15 +486,13 @@ void SchedulerCore::IndexLocked(Job& job) {
     ++state_counts_[state];
     job.counted_state = state;
   }
-  // The rendezvous KV accepts the running generation only, and drops the others. A job
-  // that never left the queue has no rank to call it: not told (no entry per queued job).
-  const bool never_ran = state == proto::PENDING && job.kv_state < 0;
-  if (!never_ran &&
-      (job.kv_state != state || job.kv_generation != job.info.restart_count())) {
-    job.kv_state = state;
-    job.kv_generation = job.info.restart_count();
-    kv_.JobChanged(job.info.job_id(), state, job.kv_generation);
-  }
+  // The rendezvous KV accepts the running generation only, drops the others and forgets
+  // the job when it ends (it ignores a queued job that never ran, and what it knows).
+  // WatchGeneration waits on it too: `failing` is the one more fact GenerationEnd reads.
+  const bool failing = job.info.has_root_cause() &&
+                       job.info.root_cause().generation() == job.info.restart_count() &&
+                       job.info.restarting();
+  kv_.JobChanged(job.info.job_id(), state, job.info.restart_count(), failing);
 }
 
 std::vector<SchedulerCore::Job*> SchedulerCore::RunningJobsLocked() {

@@ -21,13 +21,13 @@
 // object directory), never as more fields and branches in this class.
 //
 // Threading: every public method is thread-safe. One mutex (mu_) guards the job state
-// machine and the nodes; the object directory, the rendezvous KV, the agents' sessions
+// machine, the nodes and the agents' sessions; the object directory, the rendezvous KV
 // and the node feed are thread-safe classes with a lock of their own, so their traffic
 // (object reports and lookups, rendezvous and its waits, drivers' node news) never
 // waits for mu_. Lock order (ABSL_ACQUIRED_BEFORE/AFTER on the mutexes; absl's
 // deadlock detection checks it in every test): LeaseManager's mutex (its ResourceBook
 // calls take mu_) before mu_; mu_ before batch_mu_ and before the locks of objects_,
-// kv_, sessions_ and node_feed_, which are leaves: nothing is called out, and no other
+// kv_ and node_feed_, which are leaves: nothing is called out, and no other
 // lock taken, while one is held. No lock is held across an RPC or a callback. Calls to
 // agents and to the state store are never made under it: methods collect agent calls
 // and hand them to a small outbound thread pool (launches go out from there without
@@ -159,16 +159,9 @@ class SchedulerCore {
       const std::string& object_id, absl::Duration wait = absl::ZeroDuration(),
       const std::function<bool()>& cancelled = nullptr);
 
-  // Rendezvous key-value store of running job generations (rendezvous.h, its own lock;
-  // these methods live in scheduler_rendezvous.cc). Every call fails with
-  // FAILED_PRECONDITION unless the scope's job runs that generation.
-  absl::Status KvSet(const proto::KvSetRequest& req);
-  // Waits up to `wait` for the key (DEADLINE_EXCEEDED naming it); ABORTED if the
-  // generation ends while waiting.
-  absl::StatusOr<proto::KvGetReply> KvGet(const proto::KvGetRequest& req, absl::Duration wait);
-  absl::StatusOr<proto::KvCompareAndSetReply> KvCompareAndSet(
-      const proto::KvCompareAndSetRequest& req);
-  absl::StatusOr<proto::KvAddReply> KvAdd(const proto::KvAddRequest& req);
+  // The rendezvous key-value store of running job generations (rendezvous.h, its own
+  // lock; the core tells it of the jobs' changes). Lives as long as the core.
+  Rendezvous* rendezvous() { return &kv_; }
   // Waits up to `wait` for the scope's generation to fail or end (see
   // proto/scheduler.proto WatchGeneration); records the rank as watching. NOT_FOUND for
   // an unknown job.
@@ -259,9 +252,6 @@ class SchedulerCore {
     int counted_state = -1;
     // Moves whenever `allocs` is filled or cleared.
     int64_t allocs_gen = 0;
-    // What kv_ was last told of it (state, generation): told again only on a change.
-    int kv_state = -1;
-    int kv_generation = -1;
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -430,7 +420,7 @@ class SchedulerCore {
   const std::string job_tag_;
 
   absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(batch_mu_, *objects_.mutex(), *kv_.mutex(),
-                                       *sessions_.mutex(), *node_feed_.mutex());
+                                       *node_feed_.mutex());
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   // Idempotency key -> the job it made (jobs_ never drops a job).
@@ -448,8 +438,9 @@ class SchedulerCore {
   // and never before: the lock order above. Told of node and job changes under mu_.
   ObjectDirectory objects_;
   Rendezvous kv_;
-  AgentSessions sessions_;
   NodeFeed node_feed_;
+  // Not thread-safe: every use of it is under mu_ (agent_sessions.h says why).
+  AgentSessions sessions_ ABSL_GUARDED_BY(mu_);
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
   // stop them anyway (MonitorLoop).
   std::map<std::string, absl::Time> deferred_stops_ ABSL_GUARDED_BY(mu_);

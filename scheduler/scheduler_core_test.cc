@@ -49,14 +49,28 @@ class WaitCountingClock : public FakeClock {
  public:
   bool WaitWithDeadline(absl::CondVar* cv, absl::Mutex* mu, absl::Time deadline) override
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (deadline - Now() > absl::Milliseconds(500)) ++long_waits_;
+    const absl::Time now = Now();
+    if (deadline - now > absl::Milliseconds(500)) ++long_waits_;
+    if (deadline > now && deadline - now <= absl::Milliseconds(200)) {
+      absl::MutexLock l(&seen_mu_);
+      last_wait_began_ = now;
+    }
     return FakeClock::WaitWithDeadline(cv, mu, deadline);
   }
   // How many waits of more than 500 ms have begun.
   int64_t long_waits() const { return long_waits_.load(); }
+  // The fake time at which the latest wait of at most the monitor's tick (200 ms) that
+  // had to wait began: the monitor waits again only after a pass, so this reaching
+  // Now() means a pass ran at Now() (the core's other waits are long).
+  absl::Time last_wait_began() {
+    absl::MutexLock l(&seen_mu_);
+    return last_wait_began_;
+  }
 
  private:
   std::atomic<int64_t> long_waits_{0};
+  absl::Mutex seen_mu_;
+  absl::Time last_wait_began_ ABSL_GUARDED_BY(seen_mu_) = absl::InfinitePast();
 };
 
 class SchedulerCoreTest : public ::testing::Test {
@@ -342,6 +356,9 @@ TEST_F(SchedulerCoreTest, JobPastItsTimeLimitIsStoppedAndFailsWithoutRestart) {
   ASSERT_EQ(Job(job->job_id()).state(), proto::RUNNING);
   EXPECT_EQ(Job(job->job_id()).generation_start_ms(), absl::ToUnixMillis(clock_.Now()));
   clock_.Advance(absl::Milliseconds(300));  // the limit, not past it
+  // Let the monitor pass at exactly the limit (this raced with the check below and
+  // failed the job: the limit counted as past), then 1 ms later (it must come then).
+  ASSERT_TRUE(WaitFor([&] { return clock_.last_wait_began() == clock_.Now(); }));
   EXPECT_EQ(Job(job->job_id()).state(), proto::RUNNING);
   clock_.Advance(absl::Milliseconds(1));
   ASSERT_TRUE(WaitFor([&] { return Job(job->job_id()).state() == proto::FAILED; }));
@@ -594,6 +611,11 @@ TEST_F(SchedulerCoreTest, SilentNodeIsDeclaredDead) {
   clock_.Advance(absl::Milliseconds(250));
   ASSERT_TRUE(core_->Heartbeat(hb).known());  // silent for 250 ms: alive
   clock_.Advance(absl::Milliseconds(300));    // 300 ms since the heartbeat: the timeout
+  // Let the monitor pass at exactly the timeout (the node is not late yet) before time
+  // moves on: its next pass must then come when the node is 1 ms late, not a tick
+  // (75 ms) after this one. Under load this pass happened by chance and the job stayed
+  // RUNNING (the clock never reached the next tick).
+  ASSERT_TRUE(WaitFor([&] { return clock_.last_wait_began() == clock_.Now(); }));
   EXPECT_EQ(Job(job.job_id()).state(), proto::RUNNING);
   EXPECT_EQ(core_->ClusterStatus().nodes(0).state(), proto::ALIVE);
   clock_.Advance(absl::Milliseconds(1));
@@ -720,19 +742,22 @@ TEST_F(SchedulerCoreTest, ObjectLocationsWaitAnswersWhenACopyIsAdded) {
   waiter.join();
   EXPECT_EQ(never.locations_size(), 0);
 
-  // A caller that goes away stops the wait (the service asks its call's IsCancelled).
+  // A caller that goes away stops the wait (the service asks its call's IsCancelled,
+  // without the directory's lock, after each second of waiting): one second, not the
+  // five minutes of its deadline.
   std::atomic<bool> gone{false};
+  done = false;
   waits = clock_.long_waits();
-  locs = AnswerWithoutTimePassing(
-      &clock_,
-      [&] {
-        return core_->GetObjectLocations("obj-never", absl::Minutes(5),
-                                         [&] { return gone.load(); });
-      },
-      [&] {
-        ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }));
-        gone = true;
-      });
+  std::thread leaver([&] {
+    locs = core_->GetObjectLocations("obj-never", absl::Minutes(5), [&] { return gone.load(); });
+    done = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }));
+  gone = true;
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_TRUE(WaitFor([&] { return done.load(); })) << "the caller's going away was not seen";
+  if (!done) clock_.Advance(absl::Hours(1));
+  leaver.join();
   EXPECT_EQ(locs.locations_size(), 0);
 
   // Stop releases a waiting call with what it has: nothing.
@@ -765,14 +790,14 @@ TEST_F(SchedulerCoreTest, KvGetWaitsForASetFromAnotherRank) {
     *set.mutable_scope() = Scope(job);
     set.set_key("nccl-unique-id");
     set.set_value("abc");
-    EXPECT_TRUE(core_->KvSet(set).ok());
+    EXPECT_TRUE(core_->rendezvous()->Set(set).ok());
   });
-  auto r = core_->KvGet(get, absl::Seconds(10));
+  auto r = core_->rendezvous()->Get(get, absl::Seconds(10));
   setter.join();
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->value(), "abc");
   get.set_key("never");
-  auto missing = core_->KvGet(get, absl::Milliseconds(50));
+  auto missing = core_->rendezvous()->Get(get, absl::Milliseconds(50));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(missing.status().message().find("'never'"), std::string::npos);
 }
@@ -789,7 +814,7 @@ TEST_F(SchedulerCoreTest, KvCompareAndSetIsAtomicUnderConcurrency) {
           proto::KvGetRequest get;
           *get.mutable_scope() = Scope(job);
           get.set_key("counter");
-          auto cur = core_->KvGet(get, absl::ZeroDuration());
+          auto cur = core_->rendezvous()->Get(get, absl::ZeroDuration());
           ASSERT_TRUE(cur.ok());
           proto::KvCompareAndSetRequest cas;
           *cas.mutable_scope() = Scope(job);
@@ -797,7 +822,7 @@ TEST_F(SchedulerCoreTest, KvCompareAndSetIsAtomicUnderConcurrency) {
           cas.set_expect_absent(!cur->found());
           cas.set_expected(cur->value());
           cas.set_desired(std::to_string(cur->found() ? std::stoi(cur->value()) + 1 : 1));
-          auto r = core_->KvCompareAndSet(cas);
+          auto r = core_->rendezvous()->CompareAndSet(cas);
           ASSERT_TRUE(r.ok());
           if (r->swapped()) break;
         }
@@ -809,7 +834,7 @@ TEST_F(SchedulerCoreTest, KvCompareAndSetIsAtomicUnderConcurrency) {
   *add.mutable_scope() = Scope(job);
   add.set_key("counter");
   add.set_delta(0);
-  EXPECT_EQ(core_->KvAdd(add)->value(), kThreads * kEach);
+  EXPECT_EQ(core_->rendezvous()->Add(add)->value(), kThreads * kEach);
 }
 
 TEST_F(SchedulerCoreTest, KvScopeEndsWithItsGeneration) {
@@ -821,7 +846,7 @@ TEST_F(SchedulerCoreTest, KvScopeEndsWithItsGeneration) {
   *set.mutable_scope() = Scope(job);
   set.set_key("k");
   set.set_value("v");
-  ASSERT_TRUE(core_->KvSet(set).ok());
+  ASSERT_TRUE(core_->rendezvous()->Set(set).ok());
   // A reader waiting on the old generation is told when it ends.
   proto::KvGetRequest get;
   *get.mutable_scope() = Scope(job);
@@ -829,19 +854,19 @@ TEST_F(SchedulerCoreTest, KvScopeEndsWithItsGeneration) {
   // ABORTED if it was already waiting, FAILED_PRECONDITION if it came after: either
   // way at once, not after its 20 s (which never pass: the clock stands still).
   absl::Status waited = AnswerWithoutTimePassing(
-      &clock_, [&] { return core_->KvGet(get, absl::Seconds(20)).status(); },
+      &clock_, [&] { return core_->rendezvous()->Get(get, absl::Seconds(20)).status(); },
       [&] { Exit(n1, job.job_id(), 0, 1); });  // fails -> restart to generation 1
   EXPECT_TRUE(waited.code() == absl::StatusCode::kAborted ||
               waited.code() == absl::StatusCode::kFailedPrecondition)
       << waited;
-  EXPECT_EQ(core_->KvSet(set).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->rendezvous()->Set(set).code(), absl::StatusCode::kFailedPrecondition);
   *set.mutable_scope() = Scope(job, 1);
-  ASSERT_TRUE(WaitFor([&] { return core_->KvSet(set).ok(); }));
+  ASSERT_TRUE(WaitFor([&] { return core_->rendezvous()->Set(set).ok(); }));
   get.set_key("k");
   *get.mutable_scope() = Scope(job, 1);
-  EXPECT_EQ(core_->KvGet(get, absl::ZeroDuration())->value(), "v");
+  EXPECT_EQ(core_->rendezvous()->Get(get, absl::ZeroDuration())->value(), "v");
   Exit(n1, job.job_id(), 0, 0, /*gen=*/1);  // succeeds: the job's KV is gone
-  EXPECT_EQ(core_->KvSet(set).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(core_->rendezvous()->Set(set).code(), absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

@@ -224,7 +224,7 @@ grpc::Status SchedulerService::KvSet(grpc::ServerContext* ctx, const proto::KvSe
                                      proto::KvSetReply*) {
   DROVER_CHECK_TOKEN(ctx);
   if (req->scope().job_id().empty()) return Invalid("KvSet needs scope.job_id");
-  return ToGrpcStatus(core_->KvSet(*req));
+  return ToGrpcStatus(core_->rendezvous()->Set(*req));
 }
 
 grpc::Status SchedulerService::KvGet(grpc::ServerContext* ctx, const proto::KvGetRequest* req,
@@ -233,7 +233,7 @@ grpc::Status SchedulerService::KvGet(grpc::ServerContext* ctx, const proto::KvGe
   if (req->scope().job_id().empty()) return Invalid("KvGet needs scope.job_id");
   // Answered before the client's deadline, so it hears DEADLINE_EXCEEDED with the key.
   const absl::Duration wait = WaitWithin(ctx, req->wait_timeout_ms());
-  auto r = core_->KvGet(*req, wait);
+  auto r = core_->rendezvous()->Get(*req, wait);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *reply = std::move(*r);
   return grpc::Status::OK;
@@ -244,7 +244,7 @@ grpc::Status SchedulerService::KvCompareAndSet(grpc::ServerContext* ctx,
                                                proto::KvCompareAndSetReply* reply) {
   DROVER_CHECK_TOKEN(ctx);
   if (req->scope().job_id().empty()) return Invalid("KvCompareAndSet needs scope.job_id");
-  auto r = core_->KvCompareAndSet(*req);
+  auto r = core_->rendezvous()->CompareAndSet(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *reply = std::move(*r);
   return grpc::Status::OK;
@@ -254,7 +254,7 @@ grpc::Status SchedulerService::KvAdd(grpc::ServerContext* ctx, const proto::KvAd
                                      proto::KvAddReply* reply) {
   DROVER_CHECK_TOKEN(ctx);
   if (req->scope().job_id().empty()) return Invalid("KvAdd needs scope.job_id");
-  auto r = core_->KvAdd(*req);
+  auto r = core_->rendezvous()->Add(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *reply = std::move(*r);
   return grpc::Status::OK;

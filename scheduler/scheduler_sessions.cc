@@ -33,16 +33,17 @@ absl::StatusOr<proto::AgentSessionNotice> SchedulerCore::OpenAgentSession(
 }
 
 void SchedulerCore::AgentSessionClosed(const std::string& node_id, int64_t session_id) {
-  // The table's own lock only (ignored once Stop() has begun: AgentSessions::Stop).
-  if (!sessions_.Closed(node_id, session_id, clock_->Now())) return;
+  {
+    absl::MutexLock lock(&mu_);
+    // Ignored once Stop() has begun (AgentSessions::Stop).
+    if (!sessions_.Closed(node_id, session_id, clock_->Now())) return;
+    // The monitor's next pass may now come sooner (at the loss).
+    monitor_wake_.Signal();
+  }
   DROVER_LOG(INFO) << "the agent of node " << node_id << " closed its session " << session_id
                    << "; the node is declared dead in "
-                   << absl::FormatDuration(sessions_.grace())
+                   << absl::FormatDuration(options_.session_grace)
                    << " unless the agent opens a new one";
-  // The monitor's next pass may now come sooner. Taken after the table's lock is
-  // released (the order is mu_ before it), and only to signal without a lost wake-up.
-  absl::MutexLock lock(&mu_);
-  monitor_wake_.Signal();
 }
 
 void SchedulerCore::ExpireAgentSessionsLocked(absl::Time now, Actions* out) {

@@ -48,7 +48,7 @@ class SchedulerCore::Book : public ResourceBook {
     NodeTable& table = core_->table_;
     const Claim& claim = core_->queue_.claim();
     if (claim.job_id.empty()) return placer_.Place(shape, hint, table, explain);
-    const LeasePlacer::Overrides left = ClaimedCapacities(table, claim.resources, claim.gpus);
+    const LeasePlacer::Overrides& left = claimed_.Set(table, claim.resources, claim.gpus);
     LeasePlacement p = placer_.Place(shape, hint, table, explain, &left);
     if (!p.ok && !p.never) {
       p.reason = absl::StrCat(p.reason, " beside what pending job ", claim.job_id,
@@ -125,19 +125,16 @@ class SchedulerCore::Book : public ResourceBook {
   }
 
   void Release(const Grant& g) override {
-    Actions actions;
     {
       absl::MutexLock lock(&core_->mu_);
       core_->table_.Use(g.node_id, g.shape, g.gpu_ids, -1);
-      // Pending jobs may fit now.
-      core_->ScheduleLocked(&actions);
     }
-    // The caller holds the lease manager's lock: the launches (and the notes for the
-    // lease manager) go out from the outbound pool, not from here.
+    // Pending jobs may fit now. The caller holds the lease manager's lock: the queue
+    // pass (and its launches, and the notes for the lease manager) runs from the
+    // outbound pool instead, batched with the other reports waiting (RunBatched), so
+    // mu_ is held under the lease manager's lock only for the table's update.
     SchedulerCore* core = core_;
-    core_->outbound_->Post([core, actions = std::move(actions)]() mutable {
-      core->Dispatch(std::move(actions));
-    });
+    core_->outbound_->Post([core] { core->RunBatched([](Actions*) {}); });
   }
 
   absl::Status CheckJobRunning(const std::string& job_id) override {
@@ -166,8 +163,8 @@ class SchedulerCore::Book : public ResourceBook {
     return core_->address_;
   }
 
-  // The persister queues (or, in memory, writes through): never waits on Redis, so the
-  // lease manager may call it under its lock.
+  bool SavesActors() override { return core_->store_->KeepsRecords(); }
+  // The persister queues (or, in memory, writes through): never waits on Redis.
   void SaveActor(const std::string& actor_id, int64_t version, std::string record) override {
     core_->persister_.PutActor(actor_id, version, std::move(record));
   }
@@ -177,7 +174,9 @@ class SchedulerCore::Book : public ResourceBook {
 
  private:
   SchedulerCore* const core_;
-  LeasePlacer placer_;  // guarded by core_->mu_
+  // Guarded by core_->mu_.
+  LeasePlacer placer_;
+  ClaimedView claimed_;
 };
 
 std::unique_ptr<ResourceBook> SchedulerCore::MakeBook(SchedulerCore* core) {

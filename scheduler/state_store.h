@@ -53,6 +53,8 @@ class StateStore {
   // True if every call completes in memory, at once and without I/O (so a caller may
   // make it under its own lock); false for a store behind a network connection.
   virtual bool InMemory() const { return false; }
+  // False if records put are dropped (never loaded back): callers need not make them.
+  virtual bool KeepsRecords() const { return true; }
 };
 
 // Keeps everything in this process. With `keep_jobs` false it keeps only the counters

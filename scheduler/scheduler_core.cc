@@ -42,7 +42,7 @@ SchedulerCore::SchedulerCore(SchedulerOptions options, std::unique_ptr<StateStor
       clock_(options_.clock),
       store_(std::move(store)),
       agents_(std::move(agents)),
-      persister_(store_.get(), clock_),
+      persister_(store_.get(), clock_, options_.test_store_delay),
       job_tag_(NewJobTag()),
       objects_(clock_),
       kv_(clock_),
@@ -101,6 +101,11 @@ absl::Status SchedulerCore::Start() {
     }
     job.info.set_live_processes(static_cast<int>(job.live.size()));
     ++job.allocs_gen;
+    // The placement is stored before a start is sent (Dispatch), the start's answer
+    // after: none recorded means the start may never have gone out.
+    job.start_unconfirmed = job.info.state() == proto::RUNNING && !job.info.restarting() &&
+                            job.info.started_processes() == 0 &&
+                            job.info.exited_ranks_size() == 0 && job.info.placement_size() > 0;
     if (!IsTerminal(job.info.state()) && job.info.spec().time_limit_ms() > 0) {
       time_limited_.insert(job.info.job_id());
     }
@@ -127,6 +132,8 @@ void SchedulerCore::Stop() {
   kv_.Stop();
   sessions_.Stop();
   if (monitor_.joinable()) monitor_.join();
+  // Launches still waiting for their placement to be stored are not sent.
+  persister_.CancelWaits();
   {
     // Calls in flight end within their deadline; their reactions use the pool.
     absl::MutexLock lock(&calls_mu_);
@@ -220,6 +227,9 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
     }
     FailRanksLocked(*job, node.info.node_id(), lost,
                     absl::StrCat("was lost: its node was declared dead (", reason, ")"), out);
+    if (job->start_unconfirmed && job->info.placement(0).node_id() == node.info.node_id()) {
+      ResolveStartLocked(*job, /*started=*/true, out);
+    }
   }
 }
 

@@ -109,6 +109,12 @@ struct SchedulerOptions {
   // Told what happens to each job (job_timeline.h), if set. Not owned; must outlive
   // the core.
   JobTimeline* timeline = nullptr;
+  // Fault points for tests (scheduler main reads them from the environment, once):
+  // end the process (_exit) as soon as the last node of a launch answered its start,
+  // before the answer is applied (DROVER_TEST_CRASH_AFTER_START=1); hold each job
+  // record this long before its write, as a slow store would (DROVER_TEST_STORE_DELAY_MS).
+  bool test_crash_after_start = false;
+  absl::Duration test_store_delay = absl::ZeroDuration();
 };
 
 // The payload, on SubmitJob's UNAVAILABLE, naming the job that was made and will run
@@ -262,6 +268,12 @@ class SchedulerCore {
     // What kv_ was last told of it (state, generation): told again only on a change.
     int kv_state = -1;
     int kv_generation = -1;
+    // Reloaded RUNNING with no start of its generation confirmed in the record: the
+    // scheduler may have stopped after storing the placement and before the start
+    // reached a node. Its first node's registration decides (ResolveStartLocked);
+    // until then `unreported` keeps the ranks other nodes registered without.
+    bool start_unconfirmed = false;
+    std::set<int> unreported;
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -325,6 +337,20 @@ class SchedulerCore {
   // the master's answer).
   bool ApplyStartLocked(const Action& a, size_t i, const absl::StatusOr<int>& port,
                         int* master_port, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the ranks of launches whose job ended or moved on while their placement was
+  // being stored (they are never sent), and returns the others.
+  std::vector<std::shared_ptr<Action>> DropStaleLaunchesLocked(
+      std::vector<std::shared_ptr<Action>> launches, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Settles a reloaded job whose start was unconfirmed (Job::start_unconfirmed), once its
+  // first node's processes are known: `started` (the node reports a rank of the
+  // generation, or is dead) fails the ranks other nodes registered without, as never
+  // started; otherwise no start of the generation reached any node (a later node's start
+  // is sent only after the first node's answered, and a registered agent refuses a start
+  // sent before its registration), so the generation is placed again, as PENDING.
+  void ResolveStartLocked(Job& job, bool started, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Test fault point (SchedulerOptions::test_crash_after_start).
+  void MaybeCrashAfterStart(const Action& a, size_t i, const absl::StatusOr<int>& port);
   // An outbound call (a launch, a stop) is over: its last reaction is done with the
   // core. Stop() waits for every call dispatched to end so.
   void EndCall();

@@ -199,8 +199,10 @@ std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaun
   std::vector<std::shared_ptr<Action>> kept;
   for (auto& a : launches) {
     Job* job = FindJobLocked(a->job_id);
-    if (job == nullptr || job->info.restart_count() != a->generation) continue;
-    if (IsTerminal(job->info.state()) || stopping_) {
+    // Stopping: not sent, and not failed either; the next scheduler finds the placement
+    // stored with no start confirmed and settles it (ResolveStartLocked).
+    if (job == nullptr || job->info.restart_count() != a->generation || stopping_) continue;
+    if (IsTerminal(job->info.state())) {
       // Sent now, it would start processes of a job that has ended (a cancel while its
       // placement was being stored): its ranks end here instead.
       FailLaunchLocked(*job, *a, 0,

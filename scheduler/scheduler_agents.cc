@@ -182,6 +182,17 @@ void SchedulerCore::ResolveStartLocked(Job& job, bool started, Actions* out) {
     }
     return;
   }
+  if (IsTerminal(job.info.state()) || job.info.restarting()) {
+    // Ended meanwhile (a cancel before its nodes came back): nothing to place again.
+    for (const auto& p : job.info.placement()) {
+      if (job.live.count(p.rank()) == 0) continue;
+      FailRanksLocked(job, p.node_id(), {p.rank()},
+                      "was never started: the scheduler stopped before its start reached the "
+                      "node",
+                      out);
+    }
+    return;
+  }
   DROVER_LOG(INFO) << job.info.job_id() << " generation " << job.info.restart_count()
                    << ": no node has its processes (the scheduler stopped before the start "
                       "reached them); placing it again";

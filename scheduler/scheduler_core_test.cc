@@ -1120,5 +1120,21 @@ TEST_F(StartOnceTest, AJobCancelledBeforeItsPlacementWasStoredIsNeverStarted) {
   EXPECT_EQ(core_->ClusterStatus().nodes(0).free().cpus(), 8);
 }
 
+// Cancelled before its nodes came back, a job whose start never reached them is not
+// placed again: its ranks end as never started, its resources are freed.
+TEST_F(SchedulerCoreTest, AJobCancelledBeforeItsUnstartedNodesCameBackIsNotPlacedAgain) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-4", {"n1"})).ok());
+  Make(absl::Seconds(30));
+  ASSERT_TRUE(core_->CancelJob("job-t-4").ok());
+  Register("10.0.0.1", 0, "n1");
+  auto j = Job("job-t-4");
+  EXPECT_EQ(j.state(), proto::CANCELLED);
+  EXPECT_EQ(j.live_processes(), 0);
+  core_->Stop();
+  EXPECT_EQ(agents_->starts(), 0u);
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().cpus(), 8);
+}
+
 }  // namespace
 }  // namespace drover

@@ -164,6 +164,20 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
     }
     FailRanksLocked(*job, node.info.node_id(), lost,
                     "is gone: its node agent restarted and no longer has the process", out);
+    // Ended (a cancel) or failing while the node was away: its stop went nowhere then
+    // (the node's address was unknown); it goes now.
+    const bool to_stop = IsTerminal(job->info.state()) ||
+                         (job->info.restarting() && deferred_stops_.count(id) == 0);
+    bool runs_here = false;
+    for (int rank : reported[id]) runs_here = runs_here || job->live.count(rank) > 0;
+    if (to_stop && runs_here) {
+      Action a;
+      a.kind = Action::kStop;
+      a.job_id = id;
+      a.generation = job->info.restart_count();
+      a.stop_address = node.info.agent_address();
+      out->push_back(std::move(a));
+    }
   }
 }
 

@@ -1136,5 +1136,31 @@ TEST_F(SchedulerCoreTest, AJobCancelledBeforeItsUnstartedNodesCameBackIsNotPlace
   EXPECT_EQ(core_->ClusterStatus().nodes(0).free().cpus(), 8);
 }
 
+// A job cancelled while its node was away (after a scheduler restart) had its stop
+// sent nowhere: the node's registration, reporting the rank running, gets it.
+TEST_F(SchedulerCoreTest, AJobCancelledWhileItsNodeWasAwayIsStoppedWhenItRegisters) {
+  core_.reset();
+  proto::JobInfo info = PlacedNotStarted("job-t-5", {"n1"});
+  info.set_started_processes(1);
+  ASSERT_TRUE(store_->PutJob(info).ok());
+  Make(absl::Seconds(30));
+  ASSERT_TRUE(core_->CancelJob("job-t-5").ok());
+  proto::RegisterNodeRequest req;
+  req.set_node_id("n1");
+  req.set_agent_address("10.0.0.1:7000");
+  req.set_node_ip("10.0.0.1");
+  req.mutable_total()->set_cpus(8);
+  auto* p = req.add_processes();
+  p->set_job_id("job-t-5");
+  p->set_rank(0);
+  p->set_running(true);
+  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  EXPECT_EQ(Job("job-t-5").state(), proto::CANCELLED);
+  core_->Stop();  // drains the calls to the agents
+  ASSERT_EQ(agents_->stops(), 1u);
+  EXPECT_EQ(agents_->stop_calls()[0].first, "10.0.0.1:7000");
+  EXPECT_EQ(agents_->stop_calls()[0].second.job_id(), "job-t-5");
+}
+
 }  // namespace
 }  // namespace drover

@@ -150,14 +150,13 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
         lost.push_back(p.rank());
       }
     }
-    if (job->start_unconfirmed) {
-      if (job->info.placement(0).node_id() != node.info.node_id()) {
-        // Never started, or gone: the first node's report tells which.
-        job->unreported.insert(lost.begin(), lost.end());
-        continue;
-      }
+    if (job->start_unconfirmed && job->info.placement(0).node_id() != node.info.node_id()) {
+      // Never started, or gone: the first node's report tells which.
+      job->unreported.insert(lost.begin(), lost.end());
+      lost.clear();
+    } else if (job->start_unconfirmed) {
       if (reported[id].empty()) {
-        ResolveStartLocked(*job, /*started=*/false, out);
+        ResolveStartLocked(*job, /*started=*/false, out);  // nothing runs here
         continue;
       }
       ResolveStartLocked(*job, /*started=*/true, out);

@@ -1162,5 +1162,28 @@ TEST_F(SchedulerCoreTest, AJobCancelledWhileItsNodeWasAwayIsStoppedWhenItRegiste
   EXPECT_EQ(agents_->stop_calls()[0].second.job_id(), "job-t-5");
 }
 
+// The same for a later node of a gang whose start was not confirmed: it is stopped there
+// as it registers, before the first node has settled the start.
+TEST_F(SchedulerCoreTest, ACancelledGangStillRunningOnALaterNodeIsStoppedThere) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-6", {"n1", "n2"})).ok());
+  Make(absl::Seconds(30));
+  ASSERT_TRUE(core_->CancelJob("job-t-6").ok());
+  proto::RegisterNodeRequest req;
+  req.set_node_id("n2");
+  req.set_agent_address("10.0.0.2:7000");
+  req.set_node_ip("10.0.0.2");
+  req.mutable_total()->set_cpus(8);
+  auto* p = req.add_processes();
+  p->set_job_id("job-t-6");
+  p->set_rank(1);
+  p->set_running(true);
+  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  core_->Stop();  // drains the calls to the agents
+  ASSERT_EQ(agents_->stops(), 1u);
+  EXPECT_EQ(agents_->stop_calls()[0].first, "10.0.0.2:7000");
+  EXPECT_EQ(agents_->starts(), 0u);
+}
+
 }  // namespace
 }  // namespace drover

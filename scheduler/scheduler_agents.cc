@@ -160,6 +160,19 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
         continue;
       }
       ResolveStartLocked(*job, /*started=*/true, out);
+    } else if (job->unconfirmed_nodes.erase(node.info.node_id()) > 0 && reported[id].empty() &&
+               !lost.empty()) {
+      // Its start never reached this node (none of its ranks is here, and it refuses a
+      // start sent before its registration): sent now, its first and only one.
+      if (job->info.state() == proto::RUNNING && !job->info.restarting()) {
+        ResendStartLocked(*job, node.info.node_id(), out);
+        continue;
+      }
+      FailRanksLocked(*job, node.info.node_id(), lost,
+                      "was never started: the scheduler stopped before its start reached the "
+                      "node",
+                      out);
+      lost.clear();
     }
     FailRanksLocked(*job, node.info.node_id(), lost,
                     "is gone: its node agent restarted and no longer has the process", out);
@@ -216,6 +229,24 @@ void SchedulerCore::ResolveStartLocked(Job& job, bool started, Actions* out) {
   job.info.clear_placement();
   job.info.set_reason("placed again: the scheduler stopped before its start reached the nodes");
   ChangedLocked(job);
+}
+
+void SchedulerCore::ResendStartLocked(Job& job, const std::string& node_id, Actions* out) {
+  Node* node = FindNodeLocked(node_id);
+  if (node == nullptr) return;
+  proto::StartProcessesRequest req = StartRequestLocked(job, node_id);
+  DROVER_LOG(INFO) << job.info.job_id() << " generation " << job.info.restart_count()
+                   << ": node " << node_id << " has none of its ranks (the scheduler stopped "
+                   << "before the start reached it); starting them now";
+  Action a;
+  a.kind = Action::kLaunch;
+  a.job_id = job.info.job_id();
+  a.generation = job.info.restart_count();
+  a.master_port = job.info.master_port();
+  a.ranks.push_back(RanksOf(req));
+  a.node_ids.push_back(node_id);
+  a.starts.emplace_back(node->info.agent_address(), std::move(req));
+  out->push_back(std::move(a));
 }
 
 std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaunchesLocked(
@@ -333,7 +364,8 @@ void SchedulerCore::RunLaunch(std::shared_ptr<Action> a, size_t i, int master_po
 
 void SchedulerCore::RunLaunches(std::vector<std::shared_ptr<Action>> launches) {
   if (launches.size() == 1) {
-    RunLaunch(std::move(launches[0]), 0, 0);
+    const int master_port = launches[0]->master_port;
+    RunLaunch(std::move(launches[0]), 0, master_port);
     return;
   }
   // The first (master) node of each launch, all on one agent: one call, one batch of
@@ -342,7 +374,7 @@ void SchedulerCore::RunLaunches(std::vector<std::shared_ptr<Action>> launches) {
   reqs.reserve(launches.size());
   for (const auto& a : launches) {
     reqs.push_back(std::move(a->starts[0].second));  // sent once (see RunLaunch)
-    reqs.back().set_master_port(0);
+    reqs.back().set_master_port(a->master_port);
   }
   const std::string address = launches[0]->starts[0].first;
   agents_->StartProcessesBatchAsync(

@@ -274,6 +274,10 @@ class SchedulerCore {
     // until then `unreported` keeps the ranks other nodes registered without.
     bool start_unconfirmed = false;
     std::set<int> unreported;
+    // Reloaded RUNNING with the first node's start confirmed: the later nodes whose start
+    // the record does not confirm. Such a node registering with none of its ranks never
+    // got its start (and refuses it now): it is sent again (ResendStartLocked).
+    std::set<std::string> unconfirmed_nodes;
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -287,6 +291,9 @@ class SchedulerCore {
     std::vector<std::string> node_ids;
     std::vector<std::vector<int>> ranks;  // per node, its start's ranks
     std::string stop_address;
+    // kLaunch: the master's port when the first node of `starts` is not the master (a
+    // start sent again to a later node after a restart); 0: the first node picks it.
+    int master_port = 0;
   };
   // What the lease manager is told once the lock is released: jobs that ended (with
   // their objects' ids by the agent address holding them), nodes declared dead (with
@@ -349,6 +356,13 @@ class SchedulerCore {
   // is sent only after the first node's answered, and a registered agent refuses a start
   // sent before its registration), so the generation is placed again, as PENDING.
   void ResolveStartLocked(Job& job, bool started, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The start of `job`'s current generation on `node_id` (its ranks there).
+  proto::StartProcessesRequest StartRequestLocked(const Job& job, const std::string& node_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the start of `job`'s ranks on `node_id` again, with the master port the record
+  // holds (see Job::unconfirmed_nodes).
+  void ResendStartLocked(Job& job, const std::string& node_id, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Test fault point (SchedulerOptions::test_crash_after_start).
   void MaybeCrashAfterStart(const Action& a, size_t i, const absl::StatusOr<int>& port);
   // An outbound call (a launch, a stop) is over: its last reaction is done with the

@@ -1185,5 +1185,41 @@ TEST_F(SchedulerCoreTest, ACancelledGangStillRunningOnALaterNodeIsStoppedThere) 
   EXPECT_EQ(agents_->starts(), 0u);
 }
 
+// The first node's start is confirmed (its port is recorded), a later node's is not, and
+// that node comes back with none of its ranks: its start never reached it, and is sent
+// now with the recorded master port, not failed as "gone" (the chaos campaign's lost
+// starts of gangs: job-4guj-1871, job-m3pd-1732).
+TEST_F(SchedulerCoreTest, ALaterNodeWhoseStartNeverCameGetsItAfterTheRestart) {
+  core_.reset();
+  proto::JobInfo info = PlacedNotStarted("job-t-7", {"n1", "n2"});
+  info.set_started_processes(1);
+  info.set_master_port(29511);
+  ASSERT_TRUE(store_->PutJob(info).ok());
+  Make(absl::Seconds(30));
+  proto::RegisterNodeRequest req;
+  req.set_node_id("n1");
+  req.set_agent_address("10.0.0.1:7000");
+  req.set_node_ip("10.0.0.1");
+  req.mutable_total()->set_cpus(8);
+  auto* p = req.add_processes();
+  p->set_job_id("job-t-7");
+  p->set_rank(0);
+  p->set_running(true);
+  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  Register("10.0.0.2", 0, "n2");
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  auto [address, start] = agents_->start_calls()[0];
+  EXPECT_EQ(address, "10.0.0.2:7000");
+  EXPECT_EQ(start.generation(), 0);
+  EXPECT_EQ(start.master_port(), 29511);
+  ASSERT_EQ(start.processes_size(), 1);
+  EXPECT_EQ(start.processes(0).rank(), 1);
+  EXPECT_EQ(start.world_size(), 2);
+  auto j = Job("job-t-7");
+  EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
+  EXPECT_EQ(j.live_processes(), 2);
+  ASSERT_TRUE(WaitFor([&] { return Job("job-t-7").started_processes() == 2; }));
+}
+
 }  // namespace
 }  // namespace drover

@@ -405,6 +405,10 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
     agent_env = worker_env_;
     auto it = gens_.find(key);
     if (it != gens_.end()) {
+      // A repeated start (a retried RPC, or a second placement on this node): its
+      // processes started once, here; acknowledged, nothing started again.
+      DROVER_LOG(INFO) << "start of job " << req.job_id() << " generation " << req.generation()
+                       << " repeated: already started here; nothing started again";
       *master_port = it->second.master_port;
       return absl::OkStatus();
     }

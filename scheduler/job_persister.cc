@@ -13,8 +13,8 @@ constexpr absl::Duration kMaxBackoff = absl::Seconds(2);
 
 }  // namespace
 
-JobPersister::JobPersister(StateStore* store, Clock* clock)
-    : store_(store), clock_(clock), backoff_(kMinBackoff) {}
+JobPersister::JobPersister(StateStore* store, Clock* clock, absl::Duration write_delay)
+    : store_(store), clock_(clock), write_delay_(write_delay), backoff_(kMinBackoff) {}
 
 JobPersister::~JobPersister() { Stop(absl::ZeroDuration()); }
 
@@ -40,6 +40,7 @@ void JobPersister::Stop(absl::Duration grace) {
     }
   }
   if (thread_.joinable()) thread_.join();
+  CancelWaits();
   absl::MutexLock lock(&mu_);
   stopped_ = true;
   if (!queued_.empty() || !actors_queued_.empty()) {
@@ -58,11 +59,7 @@ void JobPersister::Put(const proto::JobInfo& job) {
     return;
   }
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] = queued_.insert_or_assign(job.job_id(), job);
-  if (inserted) {
-    order_.push_back(job.job_id());
-    cv_.SignalAll();
-  }
+  QueueLocked(queued_, job.job_id(), job.job_id(), job);
 }
 
 void JobPersister::PutActor(const std::string& actor_id, int64_t version, std::string record) {
@@ -73,12 +70,8 @@ void JobPersister::PutActor(const std::string& actor_id, int64_t version, std::s
     return;
   }
   absl::MutexLock lock(&mu_);
-  auto [it, inserted] =
-      actors_queued_.insert_or_assign(actor_id, std::make_pair(version, std::move(record)));
-  if (inserted) {
-    order_.push_back(std::string(1, kActorMark) + actor_id);
-    cv_.SignalAll();
-  }
+  QueueLocked(actors_queued_, actor_id, std::string(1, kActorMark) + actor_id,
+              std::make_pair(version, std::move(record)));
 }
 
 absl::Status JobPersister::AwaitStored(const std::string& job_id, absl::Duration timeout) {
@@ -96,7 +89,56 @@ absl::Status JobPersister::AwaitStored(const std::string& job_id, absl::Duration
 
 bool JobPersister::Stored(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  return queued_.count(job_id) == 0 && in_flight_ != job_id;
+  return StoredLocked(job_id);
+}
+
+bool JobPersister::AllStored(const std::vector<std::string>& job_ids) {
+  if (store_->InMemory()) return true;
+  absl::MutexLock lock(&mu_);
+  for (const std::string& id : job_ids) {
+    if (!StoredLocked(id)) return false;
+  }
+  return true;
+}
+
+void JobPersister::WhenStored(std::vector<std::string> job_ids,
+                              std::function<void(bool stored)> done) {
+  bool stored = true;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& id : job_ids) stored = stored && StoredLocked(id);
+    if (!stored && !waits_cancelled_) {
+      waiters_.push_back(Waiter{std::move(job_ids), std::move(done)});
+      return;
+    }
+  }
+  done(stored);
+}
+
+void JobPersister::CancelWaits() {
+  absl::MutexLock lock(&mu_);
+  waits_cancelled_ = true;
+  RunWaitersLocked(/*cancel=*/true);
+}
+
+void JobPersister::RunWaitersLocked(bool cancel) {
+  if (waiters_.empty()) return;
+  std::vector<Waiter> ready;
+  for (size_t i = 0; i < waiters_.size();) {
+    bool stored = true;
+    for (const std::string& id : waiters_[i].job_ids) stored = stored && StoredLocked(id);
+    if (stored || cancel) {
+      ready.push_back(std::move(waiters_[i]));
+      waiters_[i] = std::move(waiters_.back());
+      waiters_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  if (ready.empty()) return;
+  mu_.Unlock();
+  for (Waiter& w : ready) w.done(!cancel);
+  mu_.Lock();
 }
 
 absl::Status JobPersister::Health() {
@@ -191,42 +233,49 @@ void JobPersister::RefillLocked(const std::string& counter) {
   if (last.ok()) AddBlockLocked(counter, *last);
 }
 
-void JobPersister::WriteActorLocked(const std::string& key) {
-  const std::string id = key.substr(1);
-  auto node = actors_queued_.extract(id);
-  std::pair<int64_t, std::string> record = std::move(node.mapped());
+template <typename Record, typename Write>
+void JobPersister::WriteKeyedLocked(std::map<std::string, Record>& queued, const std::string& id,
+                                    const std::string& key, const std::string& what,
+                                    Write write) {
+  auto node = queued.extract(id);
+  Record record = std::move(node.mapped());
   in_flight_ = key;
   mu_.Unlock();
-  absl::Status s = store_->PutActor(id, record.first, record.second);
+  absl::Status s = write(record);
   mu_.Lock();
   in_flight_.clear();
-  NoteResultLocked(s, absl::StrCat("saving actor ", id));
-  if (!s.ok() && actors_queued_.count(id) == 0) {
-    actors_queued_.emplace(id, std::move(record));
+  NoteResultLocked(s, absl::StrCat("saving ", what, " ", id));
+  if (!s.ok() && queued.count(id) == 0) {
+    // Retried first, as it was first; a newer record queued meanwhile replaces it.
+    queued.emplace(id, std::move(record));
     order_.push_front(key);
   }
 }
 
+template <typename Record>
+void JobPersister::QueueLocked(std::map<std::string, Record>& queued, const std::string& id,
+                               const std::string& key, Record record) {
+  auto [it, inserted] = queued.insert_or_assign(id, std::move(record));
+  if (inserted) {
+    order_.push_back(key);
+    cv_.SignalAll();
+  }
+}
+
 void JobPersister::WriteFrontLocked() {
-  const std::string id = order_.front();
+  const std::string key = order_.front();
   order_.pop_front();
-  if (!id.empty() && id[0] == kActorMark) {
-    WriteActorLocked(id);
+  if (!key.empty() && key[0] == kActorMark) {
+    WriteKeyedLocked(actors_queued_, key.substr(1), key, "actor",
+                     [&](const std::pair<int64_t, std::string>& r) {
+                       return store_->PutActor(key.substr(1), r.first, r.second);
+                     });
     return;
   }
-  auto node = queued_.extract(id);
-  proto::JobInfo record = std::move(node.mapped());
-  in_flight_ = id;
-  mu_.Unlock();
-  absl::Status s = store_->PutJob(record);
-  mu_.Lock();
-  in_flight_.clear();
-  NoteResultLocked(s, absl::StrCat("saving job ", id));
-  if (!s.ok() && queued_.count(id) == 0) {
-    // Retried first, as it was first; a newer record queued meanwhile replaces it.
-    queued_.emplace(id, std::move(record));
-    order_.push_front(id);
-  }
+  WriteKeyedLocked(queued_, key, key, "job", [&](const proto::JobInfo& r) {
+    if (write_delay_ > absl::ZeroDuration()) absl::SleepFor(write_delay_);
+    return store_->PutJob(r);
+  });
 }
 
 void JobPersister::Loop() {
@@ -246,6 +295,7 @@ void JobPersister::Loop() {
       continue;
     }
     cv_.SignalAll();  // a store call ended: waiters re-check
+    RunWaitersLocked(/*cancel=*/false);
   }
 }
 

@@ -13,6 +13,9 @@
 //     here), in the same order as jobs, coalesced per actor.
 //   - Replies that promise durability (SubmitJob, CancelJob) wait in AwaitStored for the
 //     job's queued records to be written, without the scheduler's lock.
+//   - Launches wait in WhenStored (a callback, never a blocked thread) until the record
+//     naming their placement is written: a start is sent only once a restarted
+//     scheduler would find where it went (docs/architecture.md, "starts exactly once").
 //   - A store that works in memory (StateStore::InMemory) is written through at once
 //     by Put: nothing can stall, and the launch path keeps no extra thread hop.
 //   - Ids come from blocks reserved in the store ahead of need (ReserveIds): TakeId,
@@ -29,6 +32,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -54,7 +58,10 @@ class JobPersister {
   // A store that has failed every call for this long is down, not slow (Health).
   static constexpr absl::Duration kDownAfter = absl::Seconds(10);
 
-  JobPersister(StateStore* store, Clock* clock);
+  // `write_delay` (tests only: DROVER_TEST_STORE_DELAY_MS) holds each job record this
+  // long before its write, as a slow store would.
+  JobPersister(StateStore* store, Clock* clock,
+               absl::Duration write_delay = absl::ZeroDuration());
   // Stop(0).
   ~JobPersister();
   JobPersister(const JobPersister&) = delete;
@@ -78,6 +85,15 @@ class JobPersister {
   // True if no record of `job_id` is queued or being written (every record Put before
   // the call is stored). Never waits.
   bool Stored(const std::string& job_id);
+  // Stored, for each of `job_ids`.
+  bool AllStored(const std::vector<std::string>& job_ids);
+  // Calls `done(true)` once every record of `job_ids` Put before the call is stored: at
+  // once (on the caller's thread) if they are, else on the writer's thread, with no lock
+  // held. `done(false)` if the persister stops first (CancelWaits, Stop). Never waits.
+  void WhenStored(std::vector<std::string> job_ids, std::function<void(bool stored)> done);
+  // Calls every pending WhenStored callback with false, now and for later calls (the
+  // owner is shutting down and must not wait on a store that may never answer).
+  void CancelWaits();
   // UNAVAILABLE if the store has failed every call for longer than kDownAfter (it is
   // down: refuse new work at once rather than accept what cannot be saved); else OK.
   absl::Status Health();
@@ -94,7 +110,16 @@ class JobPersister {
  private:
   // Marks an actor's id in order_ and in_flight_ (job ids never start with it).
   static constexpr char kActorMark = '\x01';
-  void WriteActorLocked(const std::string& actor_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Jobs and actors share one keyed path: queued by id (`key` in order_ and
+  // in_flight_: the id, marked for an actor), coalesced, written in order off the lock
+  // by `write`, and put back first in line if the write failed.
+  template <typename Record>
+  void QueueLocked(std::map<std::string, Record>& queued, const std::string& id,
+                   const std::string& key, Record record) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  template <typename Record, typename Write>
+  void WriteKeyedLocked(std::map<std::string, Record>& queued, const std::string& id,
+                        const std::string& key, const std::string& what, Write write)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct IdBlocks {
     std::deque<std::pair<int64_t, int64_t>> ranges;  // [first, last], oldest first
@@ -102,6 +127,16 @@ class JobPersister {
   };
 
   void Loop();
+  // Runs the WhenStored callbacks whose jobs are all stored (or all, with `stored`
+  // false, when cancelling). Takes and releases mu_ around the calls.
+  void RunWaitersLocked(bool cancel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool StoredLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queued_.count(job_id) == 0 && in_flight_ != job_id;
+  }
+  struct Waiter {
+    std::vector<std::string> job_ids;
+    std::function<void(bool)> done;
+  };
   // A counter whose reserved ids are low; "" if none.
   std::string CounterToRefillLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefillLocked(const std::string& counter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -119,6 +154,7 @@ class JobPersister {
 
   StateStore* const store_;
   Clock* const clock_;
+  const absl::Duration write_delay_;
 
   absl::Mutex mu_;
   // Signalled when work is queued, a store call ends, or Stop is called.
@@ -136,6 +172,8 @@ class JobPersister {
   absl::Duration backoff_ ABSL_GUARDED_BY(mu_);
   absl::Time failing_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  bool waits_cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // the thread has exited
   absl::Time stop_deadline_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();

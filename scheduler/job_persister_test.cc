@@ -2,6 +2,7 @@
 // or make fail: writes in order, coalesced, retried; durability waits; id blocks.
 #include "scheduler/job_persister.h"
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -132,6 +133,47 @@ TEST_F(HeldPersisterTest, AwaitStoredTimesOutWhileTheStoreIsStuckAndSucceedsAfte
   auto loaded = store.inner()->LoadJobs();
   ASSERT_TRUE(loaded.ok());
   ASSERT_EQ(loaded->size(), 1u);
+}
+
+// What a launch waits on: the callback runs once every named job's records are stored
+// (at once if they are), never while a record of them is queued or being written.
+TEST_F(HeldPersisterTest, WhenStoredCallsBackOnceEveryNamedJobIsStored) {
+  std::atomic<int> calls{0};
+  std::atomic<bool> stored_answer{false};
+  p.WhenStored({"never-queued"}, [&](bool stored) {
+    stored_answer = stored;
+    ++calls;
+  });
+  EXPECT_EQ(calls.load(), 1);  // at once, on this thread
+  EXPECT_TRUE(stored_answer.load());
+  p.Put(Record("a", 1));
+  p.Put(Record("b", 1));
+  ASSERT_TRUE(WaitFor([&] { return store.waiting() == 1; }));  // a is being written
+  p.WhenStored({"a", "b"}, [&](bool stored) {
+    stored_answer = stored;
+    ++calls;
+  });
+  p.Put(Record("b", 2));  // a newer record of b: it too is waited for
+  EXPECT_EQ(calls.load(), 1);
+  store.Hold(false);
+  ASSERT_TRUE(WaitFor([&] { return calls.load() == 2; }));
+  EXPECT_TRUE(stored_answer.load());
+  EXPECT_TRUE(p.AllStored({"a", "b"}));
+  const std::vector<std::pair<std::string, int64_t>> want = {{"a", 1}, {"b", 2}};
+  EXPECT_EQ(store.written(), want);
+}
+
+// A scheduler that stops must not wait on a store that may never answer: the waiting
+// launches are told "not stored", and later ones at once.
+TEST_F(HeldPersisterTest, CancelWaitsAnswersEveryWaiterNotStored) {
+  p.Put(Record("a", 1));
+  std::atomic<int> not_stored{0};
+  p.WhenStored({"a"}, [&](bool stored) { not_stored += stored ? 0 : 1; });
+  p.CancelWaits();
+  EXPECT_EQ(not_stored.load(), 1);
+  p.WhenStored({"a"}, [&](bool stored) { not_stored += stored ? 0 : 1; });
+  EXPECT_EQ(not_stored.load(), 2);
+  store.Hold(false);
 }
 
 TEST(JobPersisterTest, FailedWritesAreRetriedAndALongOutageRefusesNewWork) {

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -139,6 +140,20 @@ SchedulerOptions BuildOptions(const SchedulerFlags& f) {
   options.heartbeat_interval = absl::Milliseconds(f.heartbeat_ms);
   options.kill_grace = absl::Milliseconds(f.kill_grace_ms);
   options.abort_notice = absl::Milliseconds(f.abort_notice_ms);
+  // Fault points for tests (SchedulerOptions): never set in production.
+  if (const char* v = std::getenv("DROVER_TEST_CRASH_AFTER_START"); v != nullptr) {
+    options.test_crash_after_start = std::string(v) == "1";
+  }
+  int64_t delay_ms = 0;
+  if (const char* v = std::getenv("DROVER_TEST_STORE_DELAY_MS");
+      v != nullptr && absl::SimpleAtoi(v, &delay_ms) && delay_ms > 0) {
+    options.test_store_delay = absl::Milliseconds(delay_ms);
+  }
+  if (options.test_crash_after_start || options.test_store_delay > absl::ZeroDuration()) {
+    DROVER_LOG(WARNING) << "test fault points on: crash after a start "
+                        << options.test_crash_after_start << ", store delay "
+                        << options.test_store_delay;
+  }
   return options;
 }
 

@@ -1,9 +1,15 @@
 // SchedulerCore's traffic with the agents: what they report (heartbeats with their
 // process tables, exits, launch replies), applied in batches (RunBatched), and the calls
 // made to them (launches, stops: Dispatch).
+#include <unistd.h>
+
+#include <algorithm>
+#include <iostream>
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "scheduler/generation.h"
 #include "scheduler/scheduler_core.h"
 
 namespace drover {
@@ -144,9 +150,132 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
         lost.push_back(p.rank());
       }
     }
+    if (job->start_unconfirmed && job->info.placement(0).node_id() != node.info.node_id()) {
+      // Never started, or gone: the first node's report tells which.
+      job->unreported.insert(lost.begin(), lost.end());
+      lost.clear();
+    } else if (job->start_unconfirmed) {
+      if (reported[id].empty()) {
+        ResolveStartLocked(*job, /*started=*/false, out);  // nothing runs here
+        continue;
+      }
+      ResolveStartLocked(*job, /*started=*/true, out);
+    } else if (job->unconfirmed_nodes.erase(node.info.node_id()) > 0 && reported[id].empty() &&
+               !lost.empty()) {
+      // Its start never reached this node (none of its ranks is here, and it refuses a
+      // start sent before its registration): sent now, its first and only one.
+      if (job->info.state() == proto::RUNNING && !job->info.restarting()) {
+        ResendStartLocked(*job, node.info.node_id(), out);
+        continue;
+      }
+      FailRanksLocked(*job, node.info.node_id(), lost,
+                      "was never started: the scheduler stopped before its start reached the "
+                      "node",
+                      out);
+      lost.clear();
+    }
     FailRanksLocked(*job, node.info.node_id(), lost,
                     "is gone: its node agent restarted and no longer has the process", out);
+    // Ended (a cancel) or failing while the node was away: its stop went nowhere then
+    // (the node's address was unknown); it goes now.
+    const bool to_stop = IsTerminal(job->info.state()) ||
+                         (job->info.restarting() && deferred_stops_.count(id) == 0);
+    bool runs_here = false;
+    for (int rank : reported[id]) runs_here = runs_here || job->live.count(rank) > 0;
+    if (to_stop && runs_here) {
+      Action a;
+      a.kind = Action::kStop;
+      a.job_id = id;
+      a.generation = job->info.restart_count();
+      a.stop_address = node.info.agent_address();
+      out->push_back(std::move(a));
+    }
   }
+}
+
+void SchedulerCore::ResolveStartLocked(Job& job, bool started, Actions* out) {
+  job.start_unconfirmed = false;
+  std::vector<int> unreported(job.unreported.begin(), job.unreported.end());
+  job.unreported.clear();
+  if (started) {
+    // Their node registered without them and refuses a start sent before that.
+    for (const auto& p : job.info.placement()) {
+      if (std::find(unreported.begin(), unreported.end(), p.rank()) == unreported.end()) continue;
+      FailRanksLocked(job, p.node_id(), {p.rank()},
+                      "was never started: the scheduler stopped before its start reached the "
+                      "node",
+                      out);
+    }
+    return;
+  }
+  if (IsTerminal(job.info.state()) || job.info.restarting()) {
+    // Ended meanwhile (a cancel before its nodes came back): nothing to place again.
+    for (const auto& p : job.info.placement()) {
+      if (job.live.count(p.rank()) == 0) continue;
+      FailRanksLocked(job, p.node_id(), {p.rank()},
+                      "was never started: the scheduler stopped before its start reached the "
+                      "node",
+                      out);
+    }
+    return;
+  }
+  DROVER_LOG(INFO) << job.info.job_id() << " generation " << job.info.restart_count()
+                   << ": no node has its processes (the scheduler stopped before the start "
+                      "reached them); placing it again";
+  job.live.clear();
+  job.info.set_live_processes(0);
+  ReleaseLocked(job);
+  job.info.set_state(proto::PENDING);
+  job.info.clear_placement();
+  job.info.set_reason("placed again: the scheduler stopped before its start reached the nodes");
+  ChangedLocked(job);
+}
+
+void SchedulerCore::ResendStartLocked(Job& job, const std::string& node_id, Actions* out) {
+  Node* node = FindNodeLocked(node_id);
+  if (node == nullptr) return;
+  proto::StartProcessesRequest req = StartRequestLocked(job, node_id);
+  DROVER_LOG(INFO) << job.info.job_id() << " generation " << job.info.restart_count()
+                   << ": node " << node_id << " has none of its ranks (the scheduler stopped "
+                   << "before the start reached it); starting them now";
+  Action a;
+  a.kind = Action::kLaunch;
+  a.job_id = job.info.job_id();
+  a.generation = job.info.restart_count();
+  a.master_port = job.info.master_port();
+  a.ranks.push_back(RanksOf(req));
+  a.node_ids.push_back(node_id);
+  a.starts.emplace_back(node->info.agent_address(), std::move(req));
+  out->push_back(std::move(a));
+}
+
+std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaunchesLocked(
+    std::vector<std::shared_ptr<Action>> launches, Actions* out) {
+  std::vector<std::shared_ptr<Action>> kept;
+  for (auto& a : launches) {
+    Job* job = FindJobLocked(a->job_id);
+    // Stopping: not sent, and not failed either; the next scheduler finds the placement
+    // stored with no start confirmed and settles it (ResolveStartLocked).
+    if (job == nullptr || job->info.restart_count() != a->generation || stopping_) continue;
+    if (IsTerminal(job->info.state())) {
+      // Sent now, it would start processes of a job that has ended (a cancel while its
+      // placement was being stored): its ranks end here instead.
+      FailLaunchLocked(*job, *a, 0,
+                       absl::CancelledError("the job ended before its start was sent"), out);
+      continue;
+    }
+    kept.push_back(std::move(a));
+  }
+  return kept;
+}
+
+void SchedulerCore::MaybeCrashAfterStart(const Action& a, size_t i,
+                                         const absl::StatusOr<int>& port) {
+  if (!options_.test_crash_after_start || !port.ok() || i + 1 != a.starts.size()) return;
+  DROVER_LOG(WARNING) << "DROVER_TEST_CRASH_AFTER_START: exiting after the start of "
+                      << a.job_id << " generation " << a.generation;
+  std::cerr.flush();
+  _exit(86);
 }
 
 std::string SchedulerCore::StaleRunningLocked(const Job* job, const Node& node,
@@ -219,6 +348,7 @@ void SchedulerCore::RunLaunch(std::shared_ptr<Action> a, size_t i, int master_po
   req.set_master_port(master_port);  // 0 for the first (master) node: it picks one
   agents_->StartProcessesAsync(
       a->starts[i].first, std::move(req), [this, a, i, master_port](absl::StatusOr<int> port) {
+        MaybeCrashAfterStart(*a, i, port);
         bool proceed = false;
         int next_port = master_port;
         RunBatched([&](Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -234,7 +364,8 @@ void SchedulerCore::RunLaunch(std::shared_ptr<Action> a, size_t i, int master_po
 
 void SchedulerCore::RunLaunches(std::vector<std::shared_ptr<Action>> launches) {
   if (launches.size() == 1) {
-    RunLaunch(std::move(launches[0]), 0, 0);
+    const int master_port = launches[0]->master_port;
+    RunLaunch(std::move(launches[0]), 0, master_port);
     return;
   }
   // The first (master) node of each launch, all on one agent: one call, one batch of
@@ -243,12 +374,13 @@ void SchedulerCore::RunLaunches(std::vector<std::shared_ptr<Action>> launches) {
   reqs.reserve(launches.size());
   for (const auto& a : launches) {
     reqs.push_back(std::move(a->starts[0].second));  // sent once (see RunLaunch)
-    reqs.back().set_master_port(0);
+    reqs.back().set_master_port(a->master_port);
   }
   const std::string address = launches[0]->starts[0].first;
   agents_->StartProcessesBatchAsync(
       address, std::move(reqs),
       [this, launches = std::move(launches)](std::vector<absl::StatusOr<int>> ports) {
+        for (size_t k = 0; k < launches.size(); ++k) MaybeCrashAfterStart(*launches[k], 0, ports[k]);
         std::vector<int> next_ports(launches.size(), 0);
         std::vector<char> proceed(launches.size(), 0);
         RunBatched([&](Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -303,7 +435,32 @@ void SchedulerCore::Dispatch(Actions actions) {
     });
   }
   for (auto& [agent, group] : launches) {
-    outbound_->Post([this, group = std::move(group)]() mutable { RunLaunches(std::move(group)); });
+    // A start is sent only once its placement is stored: a scheduler that stops after
+    // sending it comes back knowing where the job runs and reattaches it, instead of
+    // placing it again (a second run of each rank). See docs/architecture.md, "starts
+    // exactly once".
+    std::vector<std::string> ids;
+    ids.reserve(group.size());
+    for (const auto& a : group) ids.push_back(a->job_id);
+    if (persister_.AllStored(ids)) {  // an in-memory store; a store that kept up
+      outbound_->Post([this, group = std::move(group)]() mutable { RunLaunches(std::move(group)); });
+      continue;
+    }
+    persister_.WhenStored(std::move(ids), [this, group = std::move(group)](bool stored) mutable {
+      if (!stored) {  // the scheduler is stopping: nothing is sent
+        for (size_t k = 0; k < group.size(); ++k) EndCall();
+        return;
+      }
+      outbound_->Post([this, group = std::move(group)]() mutable {
+        // The job may have ended meanwhile (a cancel): check before sending.
+        const size_t before = group.size();
+        RunBatched([&](Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          group = DropStaleLaunchesLocked(std::move(group), out);
+        });
+        for (size_t k = group.size(); k < before; ++k) EndCall();
+        if (!group.empty()) RunLaunches(std::move(group));
+      });
+    });
   }
 }
 

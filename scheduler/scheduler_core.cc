@@ -42,7 +42,7 @@ SchedulerCore::SchedulerCore(SchedulerOptions options, std::unique_ptr<StateStor
       clock_(options_.clock),
       store_(std::move(store)),
       agents_(std::move(agents)),
-      persister_(store_.get(), clock_),
+      persister_(store_.get(), clock_, options_.test_store_delay),
       job_tag_(NewJobTag()),
       objects_(clock_),
       kv_(clock_),
@@ -101,6 +101,29 @@ absl::Status SchedulerCore::Start() {
     }
     job.info.set_live_processes(static_cast<int>(job.live.size()));
     ++job.allocs_gen;
+    // The placement is stored before a start is sent (Dispatch), the start's answer
+    // after: none recorded means the start may never have gone out.
+    const bool starting = job.info.state() == proto::RUNNING && !job.info.restarting() &&
+                          job.info.exited_ranks_size() == 0 && job.info.placement_size() > 0;
+    job.start_unconfirmed = starting && job.info.started_processes() == 0;
+    if (starting && !job.start_unconfirmed && job.info.master_port() > 0) {
+      // Nodes are started in the order of the placement, and started_processes counts
+      // the ranks of those that answered: the confirmed ones are a prefix.
+      std::vector<std::string> order;
+      std::map<std::string, int> ranks;
+      for (const auto& p : job.info.placement()) {
+        if (ranks[p.node_id()]++ == 0) order.push_back(p.node_id());
+      }
+      int confirmed = job.info.started_processes();
+      for (const std::string& id : order) {
+        if (confirmed >= ranks[id]) {
+          confirmed -= ranks[id];
+        } else {
+          confirmed = 0;
+          job.unconfirmed_nodes.insert(id);
+        }
+      }
+    }
     if (!IsTerminal(job.info.state()) && job.info.spec().time_limit_ms() > 0) {
       time_limited_.insert(job.info.job_id());
     }
@@ -127,6 +150,8 @@ void SchedulerCore::Stop() {
   objects_.Stop();
   kv_.Stop();
   if (monitor_.joinable()) monitor_.join();
+  // Launches still waiting for their placement to be stored are not sent.
+  persister_.CancelWaits();
   {
     // Calls in flight end within their deadline; their reactions use the pool.
     absl::MutexLock lock(&calls_mu_);
@@ -220,6 +245,9 @@ void SchedulerCore::DeclareDeadLocked(Node& node, const std::string& reason, Act
     }
     FailRanksLocked(*job, node.info.node_id(), lost,
                     absl::StrCat("was lost: its node was declared dead (", reason, ")"), out);
+    if (job->start_unconfirmed && job->info.placement(0).node_id() == node.info.node_id()) {
+      ResolveStartLocked(*job, /*started=*/true, out);
+    }
   }
 }
 
@@ -511,21 +539,15 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   job.live.clear();
   job.allocs.clear();
   ++job.allocs_gen;
-  std::map<std::string, proto::StartProcessesRequest> by_node;
   std::vector<std::string> node_order;
   for (auto& p : ranks) {
     Allocation a{p.node_id(), per, std::vector<int>(p.gpu_ids().begin(), p.gpu_ids().end())};
     table_.Use(a.node_id, a.res, a.gpus, +1);
     job.allocs.push_back(std::move(a));
     job.live.insert(p.rank());
-    auto [it, inserted] = by_node.emplace(p.node_id(), proto::StartProcessesRequest());
-    if (inserted) node_order.push_back(p.node_id());
-    auto* proc = it->second.add_processes();
-    proc->set_rank(p.rank());
-    proc->set_local_rank(p.local_rank());
-    proc->mutable_gpu_ids()->CopyFrom(p.gpu_ids());
-    it->second.set_group_rank(p.group_rank());
-    it->second.set_node_registration(nodes_[p.node_id()].registration);
+    if (std::find(node_order.begin(), node_order.end(), p.node_id()) == node_order.end()) {
+      node_order.push_back(p.node_id());
+    }
     *job.info.add_placement() = std::move(p);
   }
   const auto& spec = job.info.spec();
@@ -554,17 +576,7 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
     if (std::find(used.begin(), used.end(), node_id) == used.end()) {
       job.info.add_nodes_used(node_id);
     }
-    auto& req = by_node[node_id];
-    req.set_job_id(job.info.job_id());
-    req.set_generation(job.info.restart_count());
-    req.mutable_command()->CopyFrom(spec.command());
-    req.mutable_env()->insert(spec.env().begin(), spec.env().end());
-    req.set_cwd(spec.cwd());
-    req.set_world_size(spec.nproc());
-    req.set_local_world_size(req.processes_size());
-    req.set_master_addr(job.info.master_addr());
-    req.set_max_restarts(spec.max_restarts());
-    req.set_scheduler_address(address_);
+    proto::StartProcessesRequest req = StartRequestLocked(job, node_id);
     a.ranks.push_back(RanksOf(req));
     NoteLocked(job, TimelineEventOf(proto::TIMELINE_PLACED, a.generation, node_id, a.ranks.back()));
     a.starts.emplace_back(nodes_[node_id].info.agent_address(), std::move(req));
@@ -574,6 +586,32 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
                    << absl::StrJoin(node_order, ",");
   ChangedLocked(job);
   out->push_back(std::move(a));
+}
+
+proto::StartProcessesRequest SchedulerCore::StartRequestLocked(const Job& job,
+                                                               const std::string& node_id) {
+  const auto& spec = job.info.spec();
+  proto::StartProcessesRequest req;
+  for (const auto& p : job.info.placement()) {
+    if (p.node_id() != node_id) continue;
+    auto* proc = req.add_processes();
+    proc->set_rank(p.rank());
+    proc->set_local_rank(p.local_rank());
+    proc->mutable_gpu_ids()->CopyFrom(p.gpu_ids());
+    req.set_group_rank(p.group_rank());
+  }
+  req.set_node_registration(nodes_[node_id].registration);
+  req.set_job_id(job.info.job_id());
+  req.set_generation(job.info.restart_count());
+  req.mutable_command()->CopyFrom(spec.command());
+  req.mutable_env()->insert(spec.env().begin(), spec.env().end());
+  req.set_cwd(spec.cwd());
+  req.set_world_size(spec.nproc());
+  req.set_local_world_size(req.processes_size());
+  req.set_master_addr(job.info.master_addr());
+  req.set_max_restarts(spec.max_restarts());
+  req.set_scheduler_address(address_);
+  return req;
 }
 
 void SchedulerCore::StopJobLocked(Job& job, Actions* out) {

@@ -109,6 +109,12 @@ struct SchedulerOptions {
   // Told what happens to each job (job_timeline.h), if set. Not owned; must outlive
   // the core.
   JobTimeline* timeline = nullptr;
+  // Fault points for tests (scheduler main reads them from the environment, once):
+  // end the process (_exit) as soon as the last node of a launch answered its start,
+  // before the answer is applied (DROVER_TEST_CRASH_AFTER_START=1); hold each job
+  // record this long before its write, as a slow store would (DROVER_TEST_STORE_DELAY_MS).
+  bool test_crash_after_start = false;
+  absl::Duration test_store_delay = absl::ZeroDuration();
 };
 
 // The payload, on SubmitJob's UNAVAILABLE, naming the job that was made and will run
@@ -252,6 +258,16 @@ class SchedulerCore {
     int counted_state = -1;
     // Moves whenever `allocs` is filled or cleared.
     int64_t allocs_gen = 0;
+    // Reloaded RUNNING with no start of its generation confirmed in the record: the
+    // scheduler may have stopped after storing the placement and before the start
+    // reached a node. Its first node's registration decides (ResolveStartLocked);
+    // until then `unreported` keeps the ranks other nodes registered without.
+    bool start_unconfirmed = false;
+    std::set<int> unreported;
+    // Reloaded RUNNING with the first node's start confirmed: the later nodes whose start
+    // the record does not confirm. Such a node registering with none of its ranks never
+    // got its start (and refuses it now): it is sent again (ResendStartLocked).
+    std::set<std::string> unconfirmed_nodes;
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -265,6 +281,9 @@ class SchedulerCore {
     std::vector<std::string> node_ids;
     std::vector<std::vector<int>> ranks;  // per node, its start's ranks
     std::string stop_address;
+    // kLaunch: the master's port when the first node of `starts` is not the master (a
+    // start sent again to a later node after a restart); 0: the first node picks it.
+    int master_port = 0;
   };
   // What the lease manager is told once the lock is released: jobs that ended (with
   // their objects' ids by the agent address holding them), nodes declared dead (with
@@ -315,6 +334,27 @@ class SchedulerCore {
   // the master's answer).
   bool ApplyStartLocked(const Action& a, size_t i, const absl::StatusOr<int>& port,
                         int* master_port, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the ranks of launches whose job ended or moved on while their placement was
+  // being stored (they are never sent), and returns the others.
+  std::vector<std::shared_ptr<Action>> DropStaleLaunchesLocked(
+      std::vector<std::shared_ptr<Action>> launches, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Settles a reloaded job whose start was unconfirmed (Job::start_unconfirmed), once its
+  // first node's processes are known: `started` (the node reports a rank of the
+  // generation, or is dead) fails the ranks other nodes registered without, as never
+  // started; otherwise no start of the generation reached any node (a later node's start
+  // is sent only after the first node's answered, and a registered agent refuses a start
+  // sent before its registration), so the generation is placed again, as PENDING.
+  void ResolveStartLocked(Job& job, bool started, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The start of `job`'s current generation on `node_id` (its ranks there).
+  proto::StartProcessesRequest StartRequestLocked(const Job& job, const std::string& node_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the start of `job`'s ranks on `node_id` again, with the master port the record
+  // holds (see Job::unconfirmed_nodes).
+  void ResendStartLocked(Job& job, const std::string& node_id, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Test fault point (SchedulerOptions::test_crash_after_start).
+  void MaybeCrashAfterStart(const Action& a, size_t i, const absl::StatusOr<int>& port);
   // An outbound call (a launch, a stop) is over: its last reaction is done with the
   // core. Stop() waits for every call dispatched to end so.
   void EndCall();

@@ -21,6 +21,7 @@ namespace {
 
 using testing::FakeAgents;
 using testing::SharedStore;
+using testing::OneCpuJob;
 using testing::WaitFor;
 
 // Runs `call` (a long poll) on a thread, then `trigger`; returns what `call` answered.
@@ -992,6 +993,257 @@ TEST_F(SchedulerCoreTest, StartsCarryTheRegistrationTheyWereSentUnder) {
   Submit(1, 0, 0);
   ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 2; }));
   EXPECT_EQ(agents_->start_calls().at(1).second.node_registration(), again->registration());
+}
+
+// A store that refuses every RUNNING record while `refuse` (a placement not stored).
+class RunningRefused : public SharedStore {
+ public:
+  using SharedStore::SharedStore;
+  absl::Status PutJob(const proto::JobInfo& j) override {
+    if (j.state() == proto::RUNNING && refuse.load()) {
+      ++refused;
+      return absl::UnavailableError("down");
+    }
+    return SharedStore::PutJob(j);
+  }
+  std::atomic<bool> refuse{true};
+  std::atomic<int> refused{0};
+};
+
+class StartOnceTest : public SchedulerCoreTest {
+ protected:
+  // A new core over a RunningRefused over the same store; its submits answer "not saved
+  // yet" after 50 ms.
+  RunningRefused* MakeOverRefusingStore() {
+    core_.reset();
+    auto owned = std::make_unique<RunningRefused>(store_.get());
+    RunningRefused* store = owned.get();
+    auto agents = std::make_unique<FakeAgents>();
+    agents_ = agents.get();
+    SchedulerOptions o;
+    o.durable_wait = absl::Milliseconds(50);
+    core_ = std::make_unique<SchedulerCore>(o, std::move(owned), std::move(agents));
+    EXPECT_TRUE(core_->Start().ok());
+    return store;
+  }
+};
+
+// Starts exactly once across a scheduler crash (docs/architecture.md, "starts exactly
+// once"): a start goes out only once the record naming its placement is stored, so a
+// scheduler killed after sending it reattaches the job instead of placing it again.
+TEST_F(StartOnceTest, AStartIsSentOnlyOnceItsPlacementIsStored) {
+  RunningRefused* store = MakeOverRefusingStore();
+  Register("10.0.0.1", 0);
+  auto submitted = core_->SubmitJob(OneCpuJob());
+  ASSERT_FALSE(submitted.ok());  // accepted, placed, not saved
+  // Three refused writes: the persister's back-off (100, 200 ms) has passed twice.
+  ASSERT_TRUE(WaitFor([&] { return store->refused.load() >= 3; }, absl::Seconds(20)));
+  EXPECT_EQ(agents_->starts(), 0u) << "a start went out before its placement was stored";
+  store->refuse = false;
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }, absl::Seconds(20)));
+}
+
+// A job record stored RUNNING on `nodes` (rank i on nodes[i]) with no start confirmed,
+// as a scheduler killed between storing a placement and sending its start leaves it.
+proto::JobInfo PlacedNotStarted(const std::string& id, const std::vector<std::string>& nodes) {
+  proto::JobInfo info;
+  info.set_job_id(id);
+  *info.mutable_spec() = OneCpuJob(static_cast<int>(nodes.size()));
+  info.set_state(proto::RUNNING);
+  info.set_version(3);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    auto* p = info.add_placement();
+    p->set_rank(static_cast<int>(i));
+    p->set_local_rank(0);
+    p->set_group_rank(static_cast<int>(i));
+    p->set_node_id(nodes[i]);
+    p->set_node_ip(absl::StrCat("10.0.0.", i + 1));
+  }
+  info.set_live_processes(static_cast<int>(nodes.size()));
+  return info;
+}
+
+// The start never reached the node: the restarted scheduler places the generation
+// again (its first and only start) instead of failing it as "gone".
+TEST_F(SchedulerCoreTest, APlacementStoredWhoseStartNeverWentOutIsPlacedAgain) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-1", {"n1", "n2"})).ok());
+  Make(absl::Seconds(30));
+  EXPECT_EQ(Job("job-t-1").state(), proto::RUNNING);
+  Register("10.0.0.2", 0, "n2");  // not the first node: it waits for the first
+  EXPECT_EQ(Job("job-t-1").state(), proto::RUNNING);
+  EXPECT_EQ(Job("job-t-1").live_processes(), 2);
+  EXPECT_EQ(agents_->starts(), 0u);
+  Register("10.0.0.1", 0, "n1");  // neither has a process: none ever started
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() >= 1; }));
+  auto j = Job("job-t-1");
+  EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
+  EXPECT_EQ(j.restart_count(), 0);
+  EXPECT_EQ(j.exited_ranks_size(), 0);
+  core_->Stop();  // every start is sent
+  int ranks = 0;
+  for (const auto& [address, req] : agents_->start_calls()) {
+    EXPECT_EQ(req.generation(), 0);
+    ranks += req.processes_size();
+  }
+  EXPECT_EQ(ranks, 2);
+}
+
+// The first node has its rank: the start went out. A later node registered without its
+// rank: that start never reached it (and never will: it refuses starts from before its
+// registration), said as such, not as a restarted agent.
+TEST_F(SchedulerCoreTest, ARankWhoseStartNeverReachedItsNodeFailsSayingSo) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-2", {"n1", "n2"})).ok());
+  Make(absl::Seconds(30));
+  Register("10.0.0.2", 0, "n2");
+  proto::RegisterNodeRequest req;
+  req.set_node_id("n1");
+  req.set_agent_address("10.0.0.1:7000");
+  req.set_node_ip("10.0.0.1");
+  req.mutable_total()->set_cpus(8);
+  auto* p = req.add_processes();
+  p->set_job_id("job-t-2");
+  p->set_rank(0);
+  p->set_running(true);
+  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  auto j = Job("job-t-2");
+  EXPECT_EQ(j.state(), proto::FAILED);
+  EXPECT_EQ(j.root_cause().rank(), 1);
+  EXPECT_TRUE(absl::StrContains(j.root_cause().error(), "never started")) << j.root_cause().error();
+  EXPECT_EQ(agents_->starts(), 0u);
+}
+
+// A confirmed start whose process the node no longer has is gone, as before.
+TEST_F(SchedulerCoreTest, AConfirmedStartMissingOnItsNodeIsGone) {
+  core_.reset();
+  proto::JobInfo info = PlacedNotStarted("job-t-3", {"n1"});
+  info.set_started_processes(1);
+  ASSERT_TRUE(store_->PutJob(info).ok());
+  Make(absl::Seconds(30));
+  Register("10.0.0.1", 0, "n1");
+  auto j = Job("job-t-3");
+  EXPECT_EQ(j.state(), proto::FAILED);
+  EXPECT_TRUE(absl::StrContains(j.root_cause().error(), "is gone")) << j.root_cause().error();
+  EXPECT_EQ(agents_->starts(), 0u);
+}
+
+// A job cancelled while its placement was being stored never starts.
+TEST_F(StartOnceTest, AJobCancelledBeforeItsPlacementWasStoredIsNeverStarted) {
+  RunningRefused* store = MakeOverRefusingStore();
+  Register("10.0.0.1", 0);
+  auto submitted = core_->SubmitJob(OneCpuJob());
+  ASSERT_FALSE(submitted.ok());
+  ASSERT_TRUE(WaitFor([&] { return store->refused.load() >= 1; }, absl::Seconds(20)));
+  const std::string id = std::string(submitted.status().GetPayload(kAcceptedJobPayload)->Flatten());
+  (void)core_->CancelJob(id);  // stands; stored once the store answers
+  store->refuse = false;
+  ASSERT_TRUE(WaitFor([&] { return Job(id).live_processes() == 0; }, absl::Seconds(20)));
+  EXPECT_EQ(Job(id).state(), proto::CANCELLED);
+  core_->Stop();
+  EXPECT_EQ(agents_->starts(), 0u);
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().cpus(), 8);
+}
+
+// Cancelled before its nodes came back, a job whose start never reached them is not
+// placed again: its ranks end as never started, its resources are freed.
+TEST_F(SchedulerCoreTest, AJobCancelledBeforeItsUnstartedNodesCameBackIsNotPlacedAgain) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-4", {"n1"})).ok());
+  Make(absl::Seconds(30));
+  ASSERT_TRUE(core_->CancelJob("job-t-4").ok());
+  Register("10.0.0.1", 0, "n1");
+  auto j = Job("job-t-4");
+  EXPECT_EQ(j.state(), proto::CANCELLED);
+  EXPECT_EQ(j.live_processes(), 0);
+  core_->Stop();
+  EXPECT_EQ(agents_->starts(), 0u);
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().cpus(), 8);
+}
+
+// A job cancelled while its node was away (after a scheduler restart) had its stop
+// sent nowhere: the node's registration, reporting the rank running, gets it.
+TEST_F(SchedulerCoreTest, AJobCancelledWhileItsNodeWasAwayIsStoppedWhenItRegisters) {
+  core_.reset();
+  proto::JobInfo info = PlacedNotStarted("job-t-5", {"n1"});
+  info.set_started_processes(1);
+  ASSERT_TRUE(store_->PutJob(info).ok());
+  Make(absl::Seconds(30));
+  ASSERT_TRUE(core_->CancelJob("job-t-5").ok());
+  proto::RegisterNodeRequest req;
+  req.set_node_id("n1");
+  req.set_agent_address("10.0.0.1:7000");
+  req.set_node_ip("10.0.0.1");
+  req.mutable_total()->set_cpus(8);
+  auto* p = req.add_processes();
+  p->set_job_id("job-t-5");
+  p->set_rank(0);
+  p->set_running(true);
+  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  EXPECT_EQ(Job("job-t-5").state(), proto::CANCELLED);
+  core_->Stop();  // drains the calls to the agents
+  ASSERT_EQ(agents_->stops(), 1u);
+  EXPECT_EQ(agents_->stop_calls()[0].first, "10.0.0.1:7000");
+  EXPECT_EQ(agents_->stop_calls()[0].second.job_id(), "job-t-5");
+}
+
+// The same for a later node of a gang whose start was not confirmed: it is stopped there
+// as it registers, before the first node has settled the start.
+TEST_F(SchedulerCoreTest, ACancelledGangStillRunningOnALaterNodeIsStoppedThere) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-6", {"n1", "n2"})).ok());
+  Make(absl::Seconds(30));
+  ASSERT_TRUE(core_->CancelJob("job-t-6").ok());
+  proto::RegisterNodeRequest req;
+  req.set_node_id("n2");
+  req.set_agent_address("10.0.0.2:7000");
+  req.set_node_ip("10.0.0.2");
+  req.mutable_total()->set_cpus(8);
+  auto* p = req.add_processes();
+  p->set_job_id("job-t-6");
+  p->set_rank(1);
+  p->set_running(true);
+  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  core_->Stop();  // drains the calls to the agents
+  ASSERT_EQ(agents_->stops(), 1u);
+  EXPECT_EQ(agents_->stop_calls()[0].first, "10.0.0.2:7000");
+  EXPECT_EQ(agents_->starts(), 0u);
+}
+
+// The first node's start is confirmed (its port is recorded), a later node's is not, and
+// that node comes back with none of its ranks: its start never reached it, and is sent
+// now with the recorded master port, not failed as "gone" (the chaos campaign's lost
+// starts of gangs: job-4guj-1871, job-m3pd-1732).
+TEST_F(SchedulerCoreTest, ALaterNodeWhoseStartNeverCameGetsItAfterTheRestart) {
+  core_.reset();
+  proto::JobInfo info = PlacedNotStarted("job-t-7", {"n1", "n2"});
+  info.set_started_processes(1);
+  info.set_master_port(29511);
+  ASSERT_TRUE(store_->PutJob(info).ok());
+  Make(absl::Seconds(30));
+  proto::RegisterNodeRequest req;
+  req.set_node_id("n1");
+  req.set_agent_address("10.0.0.1:7000");
+  req.set_node_ip("10.0.0.1");
+  req.mutable_total()->set_cpus(8);
+  auto* p = req.add_processes();
+  p->set_job_id("job-t-7");
+  p->set_rank(0);
+  p->set_running(true);
+  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  Register("10.0.0.2", 0, "n2");
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  auto [address, start] = agents_->start_calls()[0];
+  EXPECT_EQ(address, "10.0.0.2:7000");
+  EXPECT_EQ(start.generation(), 0);
+  EXPECT_EQ(start.master_port(), 29511);
+  ASSERT_EQ(start.processes_size(), 1);
+  EXPECT_EQ(start.processes(0).rank(), 1);
+  EXPECT_EQ(start.world_size(), 2);
+  auto j = Job("job-t-7");
+  EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
+  EXPECT_EQ(j.live_processes(), 2);
+  ASSERT_TRUE(WaitFor([&] { return Job("job-t-7").started_processes() == 2; }));
 }
 
 }  // namespace

@@ -6,6 +6,10 @@
 // it, results stored on either node are found through the rebuilt object directory, and
 // the tasks and ordered actor calls go on and come back right.
 #include <signal.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <vector>
 
 #include <iostream>
 #include <string>
@@ -14,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/files.h"
 #include "gtest/gtest.h"
 #include "tests/util/driver_program.h"
@@ -106,6 +111,129 @@ TEST_F(SchedulerRestartTasksTest, TwoHundredTasksAndTwoActorsOutliveTwoScheduler
   auto last = cluster_->client().WaitJob(job, absl::Seconds(30));
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(last->state, JobState::kSucceeded) << last->reason;
+}
+
+
+// Starts exactly once across a scheduler crash (docs/architecture.md, "starts exactly
+// once"). The scheduler dies (_exit, as a SIGKILL: DROVER_TEST_CRASH_AFTER_START) right
+// after the agents answered a gang's starts, with its Redis writes slowed
+// (DROVER_TEST_STORE_DELAY_MS) as a loaded machine slows them: before the placement was
+// stored ahead of the start, the restarted scheduler did not know the job had started
+// (or that it existed at all) and ran its ranks a second time.
+class StartOnceAcrossACrashTest : public TwoNodeClusterTest {
+ protected:
+  static void SetUpTestSuite() {
+    TestClusterOptions o = TwoNodes();
+    o.redis = true;
+    StartCluster(o);
+  }
+
+  // Restarts the scheduler with the fault points on, submits a 2-rank gang (one per
+  // node) that appends "start-<rank>" to <dir>/<name>.starts, prints hello-<rank> and
+  // waits for <dir>/<name>.go; waits for the scheduler to die after the starts, starts
+  // it again (fault points off) and returns the job's id ("" after a test failure).
+  std::string SubmitAcrossACrash(const std::string& name) {
+    const std::string base = absl::StrCat(cluster_->dir(), "/", name);
+    const int crashes = Crashes();
+    ::setenv("DROVER_TEST_CRASH_AFTER_START", "1", 1);
+    ::setenv("DROVER_TEST_STORE_DELAY_MS", "1500", 1);
+    absl::Status restarted = cluster_->RestartScheduler(SIGTERM);
+    ::unsetenv("DROVER_TEST_CRASH_AFTER_START");
+    ::unsetenv("DROVER_TEST_STORE_DELAY_MS");
+    EXPECT_TRUE(restarted.ok()) << restarted;
+    if (!restarted.ok()) return "";
+    // Both agents registered with this scheduler (its starts need them ALIVE).
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          auto st = cluster_->client().Status();
+          if (!st.ok() || st->nodes.size() != 2) return false;
+          for (const auto& n : st->nodes) {
+            if (n.state != NodeState::kAlive) return false;
+          }
+          return true;
+        },
+        absl::Seconds(60)))
+        << cluster_->DaemonLogs();
+    JobSpec spec;
+    spec.command = {"/bin/sh", "-c",
+                    absl::StrCat("echo start-$RANK >> ", base, ".starts; echo hello-$RANK; ",
+                                 "while [ ! -e ", base, ".go ]; do sleep 0.05; done")};
+    spec.nproc = 2;
+    spec.nproc_per_node = 1;
+    spec.per_process.cpus = 1;
+    spec.idempotency_key = absl::StrCat("start-once-", name);
+    std::string job;
+    if (auto submitted = cluster_->client().Submit(spec); submitted.ok()) {
+      job = submitted->job_id;
+    } else if (auto accepted = AcceptedJobId(submitted.status())) {
+      job = *accepted;
+    }
+    EXPECT_TRUE(WaitFor([&] { return Crashes() > crashes; }, absl::Seconds(60)))
+        << cluster_->DaemonLogs();
+    cluster_->StopScheduler(SIGKILL);  // reaps it
+    absl::Status again = cluster_->StartSchedulerAgain();
+    EXPECT_TRUE(again.ok()) << again;
+    if (job.empty()) {
+      // The submit's answer was lost with the scheduler: the same request id returns the
+      // job it made (if it was saved), never a second one.
+      EXPECT_TRUE(WaitFor(
+          [&] {
+            auto submitted = cluster_->client().Submit(spec);
+            if (submitted.ok()) job = submitted->job_id;
+            return submitted.ok();
+          },
+          absl::Seconds(60)));
+    }
+    return job;
+  }
+
+  // How many times a scheduler of the cluster ended at the fault point (its log is
+  // appended to across restarts).
+  int Crashes() {
+    auto text = ReadFile(cluster_->dir() + "/scheduler.log");
+    if (!text.ok()) return 0;
+    int n = 0;
+    for (size_t at = text->find("DROVER_TEST_CRASH_AFTER_START: exiting"); at != std::string::npos;
+         at = text->find("DROVER_TEST_CRASH_AFTER_START: exiting", at + 1)) {
+      ++n;
+    }
+    return n;
+  }
+
+  // The lines of <dir>/<name>.starts, sorted.
+  std::vector<std::string> Starts(const std::string& name) {
+    auto text = ReadFile(absl::StrCat(cluster_->dir(), "/", name, ".starts"));
+    if (!text.ok()) return {};
+    std::vector<std::string> lines = absl::StrSplit(*text, '\n', absl::SkipEmpty());
+    std::sort(lines.begin(), lines.end());
+    return lines;
+  }
+};
+
+TEST_F(StartOnceAcrossACrashTest, RanksStartOnceWhenTheSchedulerDiesRightAfterTheirStart) {
+  const std::string job = SubmitAcrossACrash("succeeds");
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(WriteFileAtomic(absl::StrCat(cluster_->dir(), "/succeeds.go"), "").ok());
+  auto last = cluster_->client().WaitJob(job, absl::Seconds(120));
+  ASSERT_TRUE(last.ok()) << last.status() << cluster_->DaemonLogs();
+  EXPECT_EQ(last->state, JobState::kSucceeded) << last->reason << cluster_->DaemonLogs();
+  EXPECT_EQ(last->restart_count, 0);
+  EXPECT_EQ(Starts("succeeds"), (std::vector<std::string>{"start-0", "start-1"}));
+}
+
+TEST_F(StartOnceAcrossACrashTest, ACancelAfterTheCrashLeavesTheJobCancelledWithItsLogs) {
+  const std::string job = SubmitAcrossACrash("cancelled");
+  ASSERT_FALSE(job.empty());
+  auto cancelled = cluster_->client().Cancel(job);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  auto last = cluster_->client().WaitJob(job, absl::Seconds(120));
+  ASSERT_TRUE(last.ok()) << last.status() << cluster_->DaemonLogs();
+  EXPECT_EQ(last->state, JobState::kCancelled) << last->reason;
+  EXPECT_EQ(Starts("cancelled"), (std::vector<std::string>{"start-0", "start-1"}));
+  std::string out, err;
+  EXPECT_EQ(cluster_->RunCli({"logs", job}, &out, &err), 0) << err;
+  EXPECT_TRUE(absl::StrContains(out, "hello-0")) << out << err;
+  EXPECT_TRUE(absl::StrContains(out, "hello-1")) << out << err;
 }
 
 }  // namespace

@@ -583,7 +583,10 @@ bool ProcessManager::TryReap(Proc* p,
   if (r > 0) {
     // The launcher removes the collective segments its ranks left when they died before
     // unlinking them; this covers a launcher that was killed itself (it is their owner,
-    // common/shm_names.h).
+    // common/shm_names.h). Its rank may outlive it then (still in its process group):
+    // that rank's exit is reported now, so it is killed first, never left running with
+    // its segments unlinked under it.
+    if (::kill(-p->pid, 0) == 0) SignalTree(p->pid, SIGKILL);
     const int removed = UnlinkCollectiveSegments(PidNamespaceId(), p->pid);
     if (removed > 0) {
       DROVER_LOG(INFO) << "job " << p->job_id << " rank " << p->rank << ": removed " << removed

@@ -117,7 +117,9 @@ constexpr absl::Duration kFirstReconnectPause = absl::Milliseconds(5);
 constexpr absl::Duration kMaxReconnectPause = absl::Milliseconds(100);
 
 internal::ConnectionTimeouts TimeoutsOf(const ClientOptions& o) {
-  return internal::ConnectionTimeouts{.reply_grace = o.reply_grace,
+  // A grace under kMinReplyWait would refuse every call before it is sent.
+  return internal::ConnectionTimeouts{.reply_grace = std::max(o.reply_grace,
+                                                              internal::kMinReplyWait),
                                       .call_timeout = o.call_timeout};
 }
 
@@ -416,11 +418,11 @@ absl::Status Client::Put(const ObjectId& id, absl::Span<const uint8_t> data,
     // Beyond the caches one thread's copy is bounded by the cache lines it keeps in
     // flight: several copy faster (parallel_copy.h).
     if (!data.empty()) ParallelCopy(obj.data.data(), data.data(), data.size());
-    absl::Status s = SealOn(link, id, deadline);
-    if (!s.ok() && s.code() != absl::StatusCode::kUnavailable &&
-        s.code() != absl::StatusCode::kDeadlineExceeded) {
-      (void)AbortOn(link, id, deadline);
-    }
+    // The copy of a large object may take much of the call's time on its own: the
+    // seal gets a deadline of its own, or the object would stay created and unsealed.
+    const absl::Time seal_deadline = std::max(deadline, CallDeadline());
+    absl::Status s = SealOn(link, id, seal_deadline);
+    if (!s.ok() && !link.conn->broken()) (void)AbortOn(link, id, seal_deadline);
     return s;
   });
 }

@@ -23,6 +23,7 @@ void Rendezvous::JobChanged(const std::string& job_id, proto::JobState state, in
   }
   // A queued job that never ran has no rank to call: no entry until it starts.
   if (it == jobs_.end() && state == proto::PENDING) return;
+  if (it == jobs_.end()) added_.SignalAll();
   Job& job = jobs_[job_id];
   if (job.state == state && job.generation == generation && job.failing == failing) return;
   job.state = state;
@@ -48,7 +49,13 @@ void Rendezvous::AwaitChange(const std::string& job_id, const Seen& seen, absl::
   absl::MutexLock lock(&mu_);
   while (!stopped_) {
     auto it = jobs_.find(job_id);
-    if (it == jobs_.end()) return;
+    if (it == jobs_.end()) {
+      if (seen.known) return;  // forgotten: it ended
+      // Not known yet: waits for news of it, never returning at once (a caller that
+      // polls again would spin).
+      if (clock_->WaitWithDeadline(&added_, &mu_, deadline)) return;
+      continue;
+    }
     Job& job = it->second;
     if (!seen.known || job.state != seen.state || job.generation != seen.generation ||
         job.failing != seen.failing) {
@@ -164,6 +171,7 @@ absl::StatusOr<proto::KvAddReply> Rendezvous::Add(const proto::KvAddRequest& req
 void Rendezvous::Stop() {
   absl::MutexLock lock(&mu_);
   stopped_ = true;
+  added_.SignalAll();
   for (auto& [id, job] : jobs_) {
     if (job.changed != nullptr) job.changed->SignalAll();
   }

@@ -98,6 +98,9 @@ class Rendezvous {
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
   JobKv kv_ ABSL_GUARDED_BY(mu_);
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  // Signalled when a job becomes known here, and by Stop(): what a wait for a job not
+  // known yet (queued, or placed again after a restart) wakes on.
+  absl::CondVar added_;
 };
 
 }  // namespace drover

@@ -151,12 +151,14 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
       }
     }
     if (job->start_unconfirmed && job->info.placement(0).node_id() != node.info.node_id()) {
-      // Never started, or gone: the first node's report tells which.
+      // Never started, or gone: the first node's report tells which. A later node that
+      // runs ranks of it proves the start went out, whatever the first node reports.
+      if (!reported[id].empty()) job->seen_running = true;
       job->unreported.insert(lost.begin(), lost.end());
       lost.clear();
     } else if (job->start_unconfirmed) {
-      if (reported[id].empty()) {
-        ResolveStartLocked(*job, /*started=*/false, out);  // nothing runs here
+      if (reported[id].empty() && !job->seen_running) {
+        ResolveStartLocked(*job, /*started=*/false, out);  // nothing runs anywhere
         continue;
       }
       ResolveStartLocked(*job, /*started=*/true, out);
@@ -262,6 +264,15 @@ std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaun
       // placement was being stored): its ranks end here instead.
       FailLaunchLocked(*job, *a, 0,
                        absl::CancelledError("the job ended before its start was sent"), out);
+      continue;
+    }
+    if (job->info.restarting()) {
+      // Its generation failed meanwhile (a node died while the placement was being
+      // stored) and its stop has gone out already: started now, these ranks would run a
+      // failed generation nobody stops. They end here, so the restart can go on.
+      FailLaunchLocked(
+          *job, *a, 0,
+          absl::AbortedError("the generation failed before its start was sent"), out);
       continue;
     }
     kept.push_back(std::move(a));

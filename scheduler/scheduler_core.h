@@ -264,6 +264,9 @@ class SchedulerCore {
     // until then `unreported` keeps the ranks other nodes registered without.
     bool start_unconfirmed = false;
     std::set<int> unreported;
+    // A later node registered running ranks of it while its start was unconfirmed: the
+    // start went out, so it is never placed again under the same generation.
+    bool seen_running = false;
     // Reloaded RUNNING with the first node's start confirmed: the later nodes whose start
     // the record does not confirm. Such a node registering with none of its ranks never
     // got its start (and refuses it now): it is sent again (ResendStartLocked).

@@ -1145,6 +1145,31 @@ TEST_F(StartOnceTest, AJobCancelledBeforeItsPlacementWasStoredIsNeverStarted) {
   EXPECT_EQ(core_->ClusterStatus().nodes(0).free().cpus(), 8);
 }
 
+// A generation that failed while its placement was being stored (a node came back
+// without its rank, so the stop went out at once) is never started: its unsent ranks
+// end there, and the next generation is the one started.
+TEST_F(StartOnceTest, AGenerationThatFailedBeforeItsStartWasSentIsNeverStarted) {
+  RunningRefused* store = MakeOverRefusingStore();
+  Register("10.0.0.1", 0);
+  const std::string second = Register("10.0.0.2", 0);
+  proto::JobSpec spec = OneCpuJob(2);
+  spec.set_nproc_per_node(1);
+  spec.set_max_restarts(1);
+  auto submitted = core_->SubmitJob(spec);
+  ASSERT_FALSE(submitted.ok());
+  ASSERT_TRUE(WaitFor([&] { return store->refused.load() >= 1; }, absl::Seconds(20)));
+  const std::string id = std::string(submitted.status().GetPayload(kAcceptedJobPayload)->Flatten());
+  Register("10.0.0.2", 0, second);  // its agent restarted: rank 1 is gone, generation 0 fails
+  EXPECT_TRUE(Job(id).restarting());
+  store->refuse = false;
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() >= 2; }, absl::Seconds(20)))
+      << "generation 1 never started: " << Job(id).DebugString();
+  core_->Stop();
+  for (const auto& [address, req] : agents_->start_calls()) {
+    EXPECT_EQ(req.generation(), 1) << "a start of the failed generation went to " << address;
+  }
+}
+
 // Cancelled before its nodes came back, a job whose start never reached them is not
 // placed again: its ranks end as never started, its resources are freed.
 TEST_F(SchedulerCoreTest, AJobCancelledBeforeItsUnstartedNodesCameBackIsNotPlacedAgain) {

@@ -46,7 +46,7 @@ absl::StatusOr<proto::WatchGenerationReply> SchedulerCore::WatchGeneration(
       // Still running. kv_ is told, under mu_, of every change GenerationEnd reads
       // (IndexLocked): read here, a change made after it is one AwaitChange sees.
       seen = kv_.Observe(job_id);
-      if (!seen.known || clock_->Now() >= deadline) return proto::WatchGenerationReply();
+      if (clock_->Now() >= deadline) return proto::WatchGenerationReply();
     }
     // The wait holds kv_'s lock only: a long poll per rank never waits on mu_.
     kv_.AwaitChange(job_id, seen, deadline);

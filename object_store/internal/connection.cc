@@ -240,9 +240,15 @@ absl::Status Connection::Break(absl::Status s) {
     absl::MutexLock g(&gate_);
     broken_copy_ = broken_;
   }
-  // A reply that comes late would answer the next request: the socket is done with.
-  shutdown(fd_, SHUT_RDWR);
-  if (!timed_out) return broken_;
+  if (!timed_out) {
+    shutdown(fd_, SHUT_RDWR);
+    return broken_;
+  }
+  // No answer by the deadline: nothing is sent on this connection again (a late reply
+  // would answer the next request), but the socket stays open until the connection is
+  // destroyed. Closing it would make a store that is only slow or stopped drop this
+  // client's references and unsealed objects while ObjectRefs and MutableObjects still
+  // point into that memory, which the store could then hand to other objects.
   return absl::DeadlineExceededError(absl::StrCat(
       "the object store at ", socket_path_, " did not answer a ", RequestName(req_),
       " request by the call's deadline (a stopped or hung store); the connection is "

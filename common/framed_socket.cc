@@ -194,38 +194,6 @@ absl::Status FramedSocket::Read(google::protobuf::MessageLite* msg) {
   }
 }
 
-absl::Status FramedSocket::ReadReady(const std::function<void(std::string_view)>& on_frame,
-                                     bool* wants_write) {
-  *wants_write = false;
-  absl::Status ended;
-  for (;;) {
-    char* p = reader_.WritePtr(kReadChunk);
-    IoWait wait;
-    absl::StatusOr<size_t> n = stream_->ReadSome(p, kReadChunk, &wait);
-    if (!n.ok()) {
-      ended = n.status();
-      break;
-    }
-    if (wait == IoWait::kWrite) *wants_write = true;
-    if (wait != IoWait::kNone) break;
-    if (*n == 0) {
-      ended = absl::UnavailableError("connection closed by the peer");
-      break;
-    }
-    reader_.Commit(*n);
-    // A short read drained a plain socket; OpenSSL may hold more of a record: read on.
-    if (*n < kReadChunk && !stream_->tls()) break;
-  }
-  for (;;) {
-    std::string_view payload;
-    absl::StatusOr<bool> got = reader_.Next(&payload);
-    if (!got.ok()) return got.status();
-    if (!*got) break;
-    on_frame(payload);
-  }
-  return ended;
-}
-
 void FramedSocket::Shutdown() { stream_->Shutdown(); }
 
 absl::StatusOr<int> ListenUnix(const std::string& path, int backlog) {

@@ -17,7 +17,6 @@
 #define DROVER_COMMON_FRAMED_SOCKET_H_
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -81,13 +80,6 @@ class FramedSocket {
   // Reads the next frame into `msg`, blocking. UNAVAILABLE on end of stream or error
   // (the message says which), DATA_LOSS for a frame that does not parse.
   absl::Status Read(google::protobuf::MessageLite* msg);
-  // For an event loop instead of Read (the socket set non-blocking; Sends still work,
-  // waiting in poll() when the socket is full): reads what has arrived and calls
-  // `on_frame` with each whole frame's payload (valid during the call). OK while the
-  // connection is open; UNAVAILABLE once it ended or broke, after the frames that came
-  // before. `*wants_write`: a TLS read must wait until the socket is writable.
-  absl::Status ReadReady(const std::function<void(std::string_view)>& on_frame,
-                         bool* wants_write);
   // Shuts the socket down both ways: a blocked Read returns, later Sends fail.
   void Shutdown();
 

@@ -43,9 +43,7 @@ ActorClient::ActorClient(Deps deps)
       scheduler_address_(std::move(deps.scheduler_address)),
       own_outage_(deps.outage == nullptr ? std::make_unique<SchedulerOutage>(scheduler_address_)
                                          : nullptr),
-      outage_(deps.outage != nullptr ? deps.outage : own_outage_.get()),
-      own_loop_(deps.loop == nullptr ? std::make_unique<ConnectionLoop>() : nullptr),
-      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()) {}
+      outage_(deps.outage != nullptr ? deps.outage : own_outage_.get()) {}
 
 ActorClient::~ActorClient() { Shutdown(); }
 
@@ -307,24 +305,15 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
     }
     std::shared_ptr<FramedSocket> shared(std::move(*sock));
     {
-      absl::MutexLock l(&mu_);
-      if (shutdown_) break;  // (the socket closes with `shared`)
-      sockets_[a->id] = shared;
-      ++watching_;  // Shutdown shuts it down from here on, and waits for its close
-    }
-    {
       absl::MutexLock l(&a->mu_);
       a->sock_ = shared;
       a->connecting_ = false;
     }
-    absl::Status watched = loop_->Watch(
-        shared.get(), [this, a](std::string_view payload) { OnFrame(a, payload); },
-        [this, a, shared](const absl::Status&) { OnClosed(a, shared); });
-    if (!watched.ok()) {
-      shared->Shutdown();
-      OnClosed(a, shared);
-      return;
+    {
+      absl::MutexLock l(&mu_);
+      sockets_[a->id] = shared;
     }
+    threads_.Spawn([this, a, shared] { Reader(a, shared); });
     Pump(a);
     return;
   }
@@ -335,28 +324,23 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
   Pump(a);  // fails what is queued if it is dead
 }
 
-void ActorClient::OnFrame(const std::shared_ptr<ActorState>& a, std::string_view payload) {
-  proto::TaskFrame frame;
-  if (!frame.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-    absl::MutexLock l(&a->mu_);
-    if (a->sock_ != nullptr) a->sock_->Shutdown();  // a protocol mismatch: as a break
-    return;
+void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock) {
+  for (;;) {
+    proto::TaskFrame frame;
+    absl::Status s = sock->Read(&frame);
+    if (!s.ok()) break;
+    if (!frame.has_reply()) continue;
+    std::shared_ptr<TaskRecord> t;
+    {
+      absl::MutexLock l(&a->mu_);
+      auto it = a->in_flight_.find(frame.reply().seq());
+      if (it == a->in_flight_.end()) continue;
+      t = std::move(it->second);
+      a->in_flight_.erase(it);
+    }
+    // An actor call is not run again (the actor's state moved on): no lineage.
+    ApplyReply(objects_, t, *frame.mutable_reply(), /*lineage=*/false);
   }
-  if (!frame.has_reply()) return;
-  std::shared_ptr<TaskRecord> t;
-  {
-    absl::MutexLock l(&a->mu_);
-    auto it = a->in_flight_.find(frame.reply().seq());
-    if (it == a->in_flight_.end()) return;
-    t = std::move(it->second);
-    a->in_flight_.erase(it);
-  }
-  // An actor call is not run again (the actor's state moved on): no lineage.
-  ApplyReply(objects_, t, *frame.mutable_reply(), /*lineage=*/false);
-}
-
-void ActorClient::OnClosed(const std::shared_ptr<ActorState>& a,
-                           const std::shared_ptr<FramedSocket>& sock) {
   // The connection broke: the actor's worker died (or we are shutting down).
   std::vector<std::shared_ptr<TaskRecord>> lost;
   int64_t version = 0;
@@ -370,28 +354,15 @@ void ActorClient::OnClosed(const std::shared_ptr<ActorState>& a,
   bool shutdown = false;
   {
     absl::MutexLock l(&mu_);
-    auto it = sockets_.find(a->id);
-    if (it != sockets_.end() && it->second == sock) sockets_.erase(it);
+    if (sockets_[a->id] == sock) sockets_.erase(a->id);
     shutdown = shutdown_;
-    if (!shutdown) {
-      // Asking the scheduler what happened may take seconds: not on the loop.
-      if (losses_ == nullptr) losses_ = std::make_unique<ThreadPool>(2);  // on first use
-      losses_->Post([this, a, lost = std::move(lost), version]() mutable {
-        AfterLoss(a, std::move(lost), version);
-      });
-    }
   }
   if (shutdown) {
     for (auto& t : lost) {
       objects_.Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
     }
+    return;
   }
-  absl::MutexLock l(&mu_);
-  --watching_;
-}
-
-void ActorClient::AfterLoss(std::shared_ptr<ActorState> a,
-                            std::vector<std::shared_ptr<TaskRecord>> lost, int64_t version) {
   // What happened? The scheduler hears of the worker's exit from its agent.
   absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", version, absl::Seconds(5), kHeadAwayPatience);
   std::string cause = "its worker's connection broke";
@@ -539,18 +510,6 @@ void ActorClient::Shutdown() {
   for (auto& s : socks) s->Shutdown();
   threads_.Close();
   threads_.Wait();
-  // Every socket is shut: the loop sees each close (no connection is added now).
-  {
-    absl::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(+[](int* watching) { return *watching == 0; }, &watching_));
-  }
-  if (own_loop_ != nullptr) own_loop_->Stop();
-  std::unique_ptr<ThreadPool> losses;
-  {
-    absl::MutexLock l(&mu_);
-    losses = std::move(losses_);
-  }
-  losses.reset();  // runs what was posted (it ends soon: Fetch sees shutdown_), joins
 }
 
 }  // namespace drover::internal

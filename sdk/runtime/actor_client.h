@@ -9,11 +9,8 @@
 // flight fail with the cause (the worker's exit code or signal and stderr tail); queued
 // calls go to the restarted actor, or fail if it is dead for good.
 //
-// Threading: one mutex per actor; the replies of every actor connection are read by
-// one ConnectionLoop thread (shared with the task submitter), and what a broken
-// connection needs (asking the scheduler what happened) runs on a small pool;
-// creating an actor and connecting to it (waiting for it to be ALIVE) run on their own
-// thread per actor until it is connected. No call's result is failed
+// Threading: one mutex per actor; a reader thread per connected actor; connecting
+// (waiting for the actor to be ALIVE) runs on its own thread. No call's result is failed
 // or completed while a lock is held: its done callbacks (a dependent call's) take the
 // actor's locks again. Thread-safe.
 //
@@ -36,8 +33,6 @@
 #include "common/framed_socket.h"
 #include "common/thread_group.h"
 #include "sdk/runtime/context.h"
-#include "common/thread_pool.h"
-#include "sdk/runtime/connection_loop.h"
 #include "sdk/runtime/scheduler_outage.h"
 #include "sdk/runtime/seams.h"
 
@@ -87,8 +82,6 @@ class ActorClient {
     // Told while the scheduler is away (shared with the rest of the process, so one
     // outage is one line); null: the client keeps its own.
     SchedulerOutage* outage = nullptr;
-    // Reads the actor connections; null: the client runs its own.
-    ConnectionLoop* loop = nullptr;
   };
   explicit ActorClient(Deps deps);
   ~ActorClient();
@@ -119,13 +112,7 @@ class ActorClient {
   void SendReady(const std::shared_ptr<ActorState>& a,
                  std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>>* failed);
   void Connect(std::shared_ptr<ActorState> a);
-  // One frame of `a`'s connection (on the loop thread).
-  void OnFrame(const std::shared_ptr<ActorState>& a, std::string_view payload);
-  // `a`'s connection `sock` ended (on the loop thread): fails its calls in flight with
-  // the cause, asked of the scheduler on the pool.
-  void OnClosed(const std::shared_ptr<ActorState>& a, const std::shared_ptr<FramedSocket>& sock);
-  void AfterLoss(std::shared_ptr<ActorState> a, std::vector<std::shared_ptr<TaskRecord>> lost,
-                 int64_t version);
+  void Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock);
   // Asks the scheduler for the actor's record, waiting up to `wait` for a version after
   // `after` (0: now). While the scheduler is away (a restart), waits for it up to
   // `patience` (a caller's own bound, or the client's 60 s).
@@ -158,13 +145,7 @@ class ActorClient {
   std::unordered_map<std::string, std::shared_ptr<FramedSocket>> sockets_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar stopping_;  // signalled by Shutdown
-  // Connections on the loop whose close has not yet been handled; Shutdown waits for 0.
-  int watching_ ABSL_GUARDED_BY(mu_) = 0;
-  std::unique_ptr<ConnectionLoop> own_loop_;
-  ConnectionLoop* const loop_;
-  // Made on first use (a connection lost while not shutting down).
-  std::unique_ptr<ThreadPool> losses_ ABSL_GUARDED_BY(mu_);
-  // Creations and connections; Shutdown waits for them.
+  // Creations, connections and readers; Shutdown waits for them.
   ThreadGroup threads_;
 };
 

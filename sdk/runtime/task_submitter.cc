@@ -23,9 +23,6 @@ constexpr double kTargetQueuedUs = 1000;
 constexpr size_t kMaxDepth = 512;
 // Lease requests outstanding per scheduling key, and workers per key.
 constexpr int kMaxLeaseRequests = 4;
-// Threads that make lease requests, for all keys: a request the scheduler holds (up to
-// kLeaseWaitMs) keeps one, and one that is not granted goes to the back of the queue.
-constexpr int kLeaseThreads = 8;
 constexpr size_t kMaxWorkersPerKey = 256;
 // Callers spin for the results of tasks that run shorter than this (µs).
 constexpr double kSpinRunUs = 20;
@@ -43,9 +40,7 @@ TaskSubmitter::TaskSubmitter(Deps deps)
       agents_(deps.agents),
       objects_(*deps.objects),
       clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
-      outage_(deps.outage),
-      own_loop_(deps.loop == nullptr ? std::make_unique<ConnectionLoop>() : nullptr),
-      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()) {
+      outage_(deps.outage) {
   housekeeping_ = std::thread([this] { HousekeepingLoop(); });
 }
 
@@ -183,7 +178,7 @@ void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
     }
     AppendFrame(frame, &s->frames);
   }
-  if (k.queue.empty() || shutdown_) return;
+  if (k.queue.empty()) return;
   // Tasks wait and no worker has room: ask for more workers.
   bool known = false;
   for (const auto& w : k.workers) known |= w->avg_run_us >= 0;
@@ -192,19 +187,9 @@ void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
          static_cast<size_t>(k.lease_requests) < k.queue.size() &&
          k.workers.size() + k.lease_requests < kMaxWorkersPerKey) {
     ++k.lease_requests;
-    auto ask = std::make_shared<LeaseAsk>();
-    ask->k = &k;
-    proto::RequestLeaseRequest& req = ask->req;
-    req.set_job_id(owner_.job_id);
-    req.set_owner(owner_.owner);
-    *req.mutable_shape() = k.shape;
-    *req.mutable_package() = owner_.package;
-    *req.mutable_hint() = k.hint;
-    req.set_wait_ms(kLeaseWaitMs);
-    req.set_request_id(absl::StrCat(owner_.owner_tag, "-", k.name, "-", ++k.request_counter));
-    // Made on first use: a process that submits no task (most workers) has none.
-    if (lease_pool_ == nullptr) lease_pool_ = std::make_unique<ThreadPool>(kLeaseThreads);
-    lease_pool_->Post([this, ask] { RequestLease(ask); });
+    std::string request_id = absl::StrCat(owner_.owner_tag, "-", k.name, "-", ++k.request_counter);
+    Key* kp = &k;
+    if (!threads_.Spawn([this, kp, request_id] { RequestLease(kp, request_id); })) --k.lease_requests;
   }
   if (!k.pending_reason.empty()) {
     for (const auto& t : k.queue) objects_.SetPendingReason(t->result, k.pending_reason);
@@ -219,132 +204,121 @@ void TaskSubmitter::Flush(Outbox& out) {
   for (auto& [t, status] : out.failures) objects_.Fail(t->result, std::move(status));
 }
 
-void TaskSubmitter::RequestLease(const std::shared_ptr<LeaseAsk>& ask) {
-  Key* const k = ask->k;
-  proto::RequestLeaseRequest& req = ask->req;
+void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
+  proto::RequestLeaseRequest req;
   {
     absl::MutexLock l(&mu_);
-    if (shutdown_) {
-      --k->lease_requests;
-      return;
-    }
+    req.set_job_id(owner_.job_id);
+    req.set_owner(owner_.owner);
+    *req.mutable_shape() = k->shape;
+    *req.mutable_package() = owner_.package;
+    *req.mutable_hint() = k->hint;
+    req.set_wait_ms(kLeaseWaitMs);
+    req.set_request_id(request_id);
   }
-  proto::RequestLeaseReply reply;
-  absl::Status s = leases_->RequestLease(req, &reply);
-  // An answer ends an outage the session or an actor call told. A failed request
-  // tells none itself: the scheduler also answers UNAVAILABLE for a worker that
-  // failed to start, which is no outage.
-  if (s.ok() && outage_ != nullptr) outage_->Back();
-  std::unique_ptr<FramedSocket> sock;
-  if (s.ok() && reply.granted()) {
-    agents_->NoteAgent(reply.node_id(), reply.agent_address());
-    absl::StatusOr<std::unique_ptr<FramedSocket>> c =
-        connector_->Connect(reply.node_id(), reply.unix_path(), reply.tcp_address(),
-                            reply.lease_id(), "");
-    if (c.ok()) {
-      sock = *std::move(c);
-    } else {
-      s = absl::Status(c.status().code(), absl::StrCat("cannot reach worker ", reply.worker_id(),
-                                                       " on node ", reply.node_id(), ": ",
-                                                       c.status().message()));
-      // Give the lease back; the next request gets another worker.
-      leases_->ReturnLease(reply.lease_id(), "the owner could not connect to its worker");
-      req.set_request_id(absl::StrCat(req.request_id(), "r"));
+  Backoff backoff(absl::Milliseconds(50), absl::Seconds(2));
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      if (shutdown_) {
+        --k->lease_requests;
+        return;
+      }
     }
-  }
-  Outbox out;
-  std::shared_ptr<Worker> watch;
-  {
-    absl::MutexLock l(&mu_);
-    if (sock != nullptr && !shutdown_) {
-      --k->lease_requests;
-      auto w = std::make_shared<Worker>();
-      w->key = k;
-      w->lease_id = reply.lease_id();
-      w->node_id = reply.node_id();
-      w->worker_id = reply.worker_id();
-      w->agent_address = reply.agent_address();
-      w->sock = std::move(sock);
-      w->idle_since = clock_->Now();
-      k->workers.push_back(w);
-      k->pending_reason.clear();
-      ++watching_;
-      watch = w;
-      PumpLocked(*k, &out);
-    } else if (shutdown_ || k->queue.empty()) {
-      // Nothing left to run (or shutting down): a granted worker goes back unused.
-      --k->lease_requests;
-      if (sock != nullptr) sock->Shutdown();
-      return;
-    } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
-               s.code() == absl::StatusCode::kInvalidArgument) {
-      // Refused for good (the job has ended, the request is wrong): the queued tasks
-      // fail now with why, instead of each waiting out its Get's timeout (found by the
-      // chaos campaign: a driver whose job a scheduler restart had ended hung for
-      // minutes on "not ready after 30s").
-      --k->lease_requests;
-      for (auto& t : k->queue) {
-        by_result_.erase(t->result.get());
-        absl::Status refused =
-            TaskError(*t, s.code(), absl::StrCat("cannot get a worker: ", s.message()));
-        out.failures.emplace_back(std::move(t), std::move(refused));
+    proto::RequestLeaseReply reply;
+    absl::Status s = leases_->RequestLease(req, &reply);
+    // An answer ends an outage the session or an actor call told. A failed request
+    // tells none itself: the scheduler also answers UNAVAILABLE for a worker that
+    // failed to start, which is no outage.
+    if (s.ok() && outage_ != nullptr) outage_->Back();
+    std::unique_ptr<FramedSocket> sock;
+    if (s.ok() && reply.granted()) {
+      agents_->NoteAgent(reply.node_id(), reply.agent_address());
+      absl::StatusOr<std::unique_ptr<FramedSocket>> c =
+          connector_->Connect(reply.node_id(), reply.unix_path(), reply.tcp_address(),
+                              reply.lease_id(), "");
+      if (c.ok()) {
+        sock = *std::move(c);
+      } else {
+        s = absl::Status(c.status().code(), absl::StrCat("cannot reach worker ", reply.worker_id(),
+                                                         " on node ", reply.node_id(), ": ",
+                                                         c.status().message()));
+        // Give the lease back; the next request gets another worker.
+        leases_->ReturnLease(reply.lease_id(), "the owner could not connect to its worker");
+        request_id += "r";
+        req.set_request_id(request_id);
       }
-      k->queue.clear();
-    } else {
-      if (!s.ok()) {
-        k->pending_reason = absl::StrCat("cannot get a worker: ", s.message());
-      } else if (!reply.granted()) {
-        k->pending_reason = absl::StrCat("pending: ", reply.pending_reason());
-      }
-      for (const auto& t : k->queue) objects_.SetPendingReason(t->result, k->pending_reason);
-      if (!s.ok()) {
-        // The scheduler is unreachable or refused: back off before asking again.
-        ++lease_backoffs_;
-        const absl::Time until = clock_->Now() + ask->backoff.Next();
-        while (!shutdown_ && !clock_->WaitWithDeadline(&cv_, &mu_, until)) {
+    }
+    Outbox out;
+    {
+      absl::MutexLock l(&mu_);
+      if (sock != nullptr && !shutdown_) {
+        --k->lease_requests;
+        auto w = std::make_shared<Worker>();
+        w->key = k;
+        w->lease_id = reply.lease_id();
+        w->node_id = reply.node_id();
+        w->worker_id = reply.worker_id();
+        w->agent_address = reply.agent_address();
+        w->sock = std::move(sock);
+        w->idle_since = clock_->Now();
+        k->workers.push_back(w);
+        k->pending_reason.clear();
+        threads_.Spawn([this, w] { ReaderLoop(w); });
+        PumpLocked(*k, &out);
+      } else if (shutdown_ || k->queue.empty()) {
+        // Nothing left to run (or shutting down): a granted worker goes back unused.
+        --k->lease_requests;
+        if (sock != nullptr) sock->Shutdown();
+        return;
+      } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
+                 s.code() == absl::StatusCode::kInvalidArgument) {
+        // Refused for good (the job has ended, the request is wrong): the queued tasks
+        // fail now with why, instead of each waiting out its Get's timeout (found by the
+        // chaos campaign: a driver whose job a scheduler restart had ended hung for
+        // minutes on "not ready after 30s").
+        --k->lease_requests;
+        for (auto& t : k->queue) {
+          by_result_.erase(t->result.get());
+          absl::Status refused =
+              TaskError(*t, s.code(), absl::StrCat("cannot get a worker: ", s.message()));
+          out.failures.emplace_back(std::move(t), std::move(refused));
         }
-        if (shutdown_) {
-          --k->lease_requests;
-          return;
+        k->queue.clear();
+      } else {
+        if (!s.ok()) {
+          k->pending_reason = absl::StrCat("cannot get a worker: ", s.message());
+        } else if (!reply.granted()) {
+          k->pending_reason = absl::StrCat("pending: ", reply.pending_reason());
         }
+        for (const auto& t : k->queue) objects_.SetPendingReason(t->result, k->pending_reason);
+        if (!s.ok()) {
+          // The scheduler is unreachable or refused: back off before asking again.
+          ++lease_backoffs_;
+          const absl::Time until = clock_->Now() + backoff.Next();
+          while (!shutdown_ && !clock_->WaitWithDeadline(&cv_, &mu_, until)) {
+          }
+          if (shutdown_) {
+            --k->lease_requests;
+            return;
+          }
+        }
+        continue;
       }
-      // Asked again from the back of the pool's queue, so requests of other keys
-      // (which may be granted) are not held up behind one that waits.
-      lease_pool_->Post([this, ask] { RequestLease(ask); });
-      return;
     }
-  }
-  // Watched before its tasks go: their replies are read as soon as they come.
-  if (watch != nullptr) Watch(watch);
-  Flush(out);
-}
-
-void TaskSubmitter::Watch(const std::shared_ptr<Worker>& w) {
-  absl::Status s = loop_->Watch(
-      w->sock.get(), [this, w](std::string_view payload) { OnFrame(w, payload); },
-      [this, w](const absl::Status& why) {
-        WorkerLost(w, w->read_error.ok() ? why : w->read_error);
-        absl::MutexLock l(&mu_);
-        --watching_;
-      });
-  if (!s.ok()) {
-    WorkerLost(w, s);
-    absl::MutexLock l(&mu_);
-    --watching_;
+    Flush(out);
+    return;
   }
 }
 
-void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view payload) {
-  {
+void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
+  for (;;) {
     proto::TaskFrame frame;
-    if (!frame.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
-      if (w->read_error.ok()) {
-        w->read_error = absl::DataLossError("a frame does not parse (protocol mismatch?)");
-      }
-      w->sock->Shutdown();  // the loop sees the close and calls WorkerLost
+    absl::Status s = w->sock->Read(&frame);
+    if (!s.ok()) {
+      WorkerLost(w, s);
       return;
     }
-    if (!w->read_error.ok()) return;
     if (frame.has_revoked()) {
       Outbox out;
       {
@@ -358,16 +332,16 @@ void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view p
         PumpLocked(*w->key, &out);  // its queued tasks ask for other leases
       }
       Flush(out);
-      return;
+      continue;
     }
-    if (!frame.has_reply()) return;
+    if (!frame.has_reply()) continue;
     proto::TaskReply& reply = *frame.mutable_reply();
     std::shared_ptr<TaskRecord> t;
     Outbox out;
     {
       absl::MutexLock l(&mu_);
       auto it = w->in_flight.find(reply.seq());
-      if (it == w->in_flight.end()) return;  // answered already (a cancel raced)
+      if (it == w->in_flight.end()) continue;  // answered already (a cancel raced)
       t = std::move(it->second);
       w->in_flight.erase(it);
       w->in_flight_bytes -= std::min(w->in_flight_bytes, t->wire_bytes);
@@ -384,7 +358,7 @@ void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view p
     if (reply.code() == static_cast<int>(absl::StatusCode::kCancelled) && !t->cancelled) {
       // A cancel of an earlier attempt: run it again.
       Enqueue(t);
-      return;
+      continue;
     }
     ApplyReply(objects_, t, reply, /*lineage=*/true);
   }
@@ -392,7 +366,6 @@ void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view p
 
 void TaskSubmitter::WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why) {
   std::vector<std::shared_ptr<TaskRecord>> unfinished;
-  ThreadPool* losses = nullptr;
   {
     absl::MutexLock l(&mu_);
     Key& k = *w->key;
@@ -401,18 +374,8 @@ void TaskSubmitter::WorkerLost(const std::shared_ptr<Worker>& w, const absl::Sta
     w->lost = true;
     for (auto& [seq, t] : w->in_flight) unfinished.push_back(std::move(t));
     w->in_flight.clear();
-    if (unfinished.empty()) return;
-    if (losses_ == nullptr) losses_ = std::make_unique<ThreadPool>(2);  // on first use
-    losses = losses_.get();
   }
-  // Off the loop thread: the agent may take seconds to say how the worker ended.
-  losses->Post([this, w, why, unfinished = std::move(unfinished)]() mutable {
-    RetryOrFail(w, why, std::move(unfinished));
-  });
-}
-
-void TaskSubmitter::RetryOrFail(const std::shared_ptr<Worker>& w, const absl::Status& why,
-                                std::vector<std::shared_ptr<TaskRecord>> unfinished) {
+  if (unfinished.empty()) return;
   std::string how = agents_->DescribeExit(w->agent_address, w->worker_id, absl::Seconds(2));
   if (how.empty()) how = std::string(why.message());
   for (auto& t : unfinished) {
@@ -560,26 +523,9 @@ void TaskSubmitter::Shutdown() {
                                                "drover::Shutdown was called before it finished"));
   }
   if (housekeeping_.joinable()) housekeeping_.join();
-  // Lease requests end when cancelled (none is posted once shutdown_ is set). Joined
-  // outside mu_, which they take.
-  std::unique_ptr<ThreadPool> pool;
-  {
-    absl::MutexLock l(&mu_);
-    pool = std::move(lease_pool_);
-  }
-  pool.reset();
-  // Every socket is shut: the loop sees each close (no lease request adds one now).
-  {
-    absl::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* watching) { return *watching == 0; }, &watching_));
-  }
-  if (own_loop_ != nullptr) own_loop_->Stop();
-  {
-    absl::MutexLock l(&mu_);
-    pool = std::move(losses_);
-  }
-  pool.reset();  // runs the losses posted, then joins
+  // Lease requests end when cancelled; readers once their socket is shut.
+  threads_.Close();
+  threads_.Wait();
 }
 
 }  // namespace drover::internal

@@ -13,10 +13,8 @@
 // up to their max_retries on another worker, or fail naming the task, the node and how
 // the worker ended.
 //
-// Threading: one mutex guards the keys and workers; the replies of every worker
-// connection are read by one ConnectionLoop thread (shared with the actor client);
-// a worker lost with tasks in flight is asked about on a small pool; lease requests
-// (at most four per scheduling key) run on a pool of eight threads for all keys. Sends happen outside the
+// Threading: one mutex guards the keys and workers; each worker connection has a
+// reader thread; lease requests run on their own threads. Sends happen outside the
 // mutex, and so does failing a task: failing its result runs the result's done
 // callbacks on this thread, and a dependent task's callback comes back here (FailTask,
 // Enqueue). Work decided under the mutex goes into an Outbox, carried out after it.
@@ -33,7 +31,6 @@
 #include <set>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -44,8 +41,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/framed_socket.h"
-#include "common/thread_pool.h"
-#include "sdk/runtime/connection_loop.h"
+#include "common/thread_group.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/scheduler_outage.h"
 #include "sdk/runtime/seams.h"
@@ -65,8 +61,6 @@ class TaskSubmitter {
     // The process's outage notices: a lease request answered ends an outage told
     // elsewhere (so one outage is one "away" and one "back" line); may be null.
     SchedulerOutage* outage = nullptr;
-    // Reads the worker connections; null: the submitter runs its own.
-    ConnectionLoop* loop = nullptr;
   };
   // Timing of lease returns (the defaults suit production; tests shorten nothing but
   // drive `clock`).
@@ -123,8 +117,6 @@ class TaskSubmitter {
     double avg_run_us = -1;
     absl::Time idle_since = absl::InfinitePast();
     bool lost = false;
-    // A frame that did not parse (the loop thread's; the connection is shut for it).
-    absl::Status read_error;
     // The scheduler wants the lease back (a pending job claims it): no new tasks go to
     // it, and it is handed back once those sent have finished.
     bool revoked = false;
@@ -149,24 +141,9 @@ class TaskSubmitter {
   // Sends, then fails, what `out` holds.
   void Flush(Outbox& out) ABSL_LOCKS_EXCLUDED(mu_);
   size_t DepthOf(const Worker& w) const;
-  // One lease request in progress: its key, the request (its id gains an "r" per
-  // worker it could not connect to) and the pause before asking again after a failure.
-  struct LeaseAsk {
-    Key* k = nullptr;
-    proto::RequestLeaseRequest req;
-    Backoff backoff{absl::Milliseconds(50), absl::Seconds(2)};
-  };
-  // Asks once (on lease_pool_); asks again later (posted) unless granted or refused.
-  void RequestLease(const std::shared_ptr<LeaseAsk>& ask) ABSL_LOCKS_EXCLUDED(mu_);
-  // Reads `w`'s connection on the loop; WorkerLost if that cannot start.
-  void Watch(const std::shared_ptr<Worker>& w) ABSL_LOCKS_EXCLUDED(mu_);
-  // One frame from `w` (on the loop thread).
-  void OnFrame(const std::shared_ptr<Worker>& w, std::string_view payload) ABSL_LOCKS_EXCLUDED(mu_);
-  // `w`'s connection ended: its tasks in flight go to RetryOrFail on the pool.
+  void RequestLease(Key* k, std::string request_id) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReaderLoop(std::shared_ptr<Worker> w) ABSL_LOCKS_EXCLUDED(mu_);
   void WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
-  // Retries (or fails, naming the node, the worker and how it ended) `w`'s tasks.
-  void RetryOrFail(const std::shared_ptr<Worker>& w, const absl::Status& why,
-                   std::vector<std::shared_ptr<TaskRecord>> unfinished) ABSL_LOCKS_EXCLUDED(mu_);
   // Hands `w`'s lease back (closes the connection; its agent returns the lease).
   // REQUIRES: nothing in flight on it.
   void HandBackLocked(const std::shared_ptr<Worker>& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -192,16 +169,8 @@ class TaskSubmitter {
   absl::CondVar cv_;  // shutdown_
   uint64_t housekeeping_passes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t lease_backoffs_ ABSL_GUARDED_BY(mu_) = 0;
-  // Connections on the loop whose close has not yet been handled; Shutdown waits for 0.
-  int watching_ ABSL_GUARDED_BY(mu_) = 0;
-  std::unique_ptr<ConnectionLoop> own_loop_;
-  ConnectionLoop* const loop_;
-  // Workers lost with tasks in flight: asking their agent how they ended takes up to
-  // seconds, which the loop must not wait for.
-  std::unique_ptr<ThreadPool> losses_ ABSL_GUARDED_BY(mu_);
-  // Runs the lease requests of every key (a fixed number of threads).
-  // Made on first use; after shutdown_ is set nothing posts to it and Shutdown ends it.
-  std::unique_ptr<ThreadPool> lease_pool_ ABSL_GUARDED_BY(mu_);
+  // Lease-request and reader threads; Shutdown waits for them.
+  ThreadGroup threads_;
   std::thread housekeeping_;
 };
 

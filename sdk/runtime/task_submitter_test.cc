@@ -646,65 +646,6 @@ TEST_F(TaskSubmitterTest, SubmitAfterShutdownFails) {
   EXPECT_EQ(s.message(), "drover::Shutdown was called");
 }
 
-// The submitter's threads do not grow with its worker connections: one loop reads
-// them all (a reader thread each would add 31 here).
-TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithWorkerConnections) {
-  testing::SilentWorkerConnector silent;
-  OwnerIdentity id;
-  id.job_id = "job1";
-  id.owner = "job1/42@n1";
-  id.owner_tag = "abcd1234";
-  id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
-  TaskSubmitter submitter(TaskSubmitter::Deps{std::move(id), &scheduler_, &silent, &agents_,
-                                              &table_, Clock::Real()});
-  std::vector<std::shared_ptr<RefState>> refs;
-  auto submit = [&] {
-    std::shared_ptr<TaskRecord> t = NewTask("f");
-    refs.push_back(t->result);
-    submitter.Submit(std::move(t));
-  };
-  submit();
-  ASSERT_TRUE(WaitFor([&] { return submitter.LeasedWorkers() == 1; }));
-  const int base = testing::ThreadCount();
-  // Each task waits on its own worker (none answers), so each asks for a lease.
-  for (int i = 1; i < 32; ++i) submit();
-  ASSERT_TRUE(WaitFor([&] { return submitter.LeasedWorkers() == 32; }, kWait));
-  EXPECT_EQ(silent.connects(), 32);
-  // A lease request's thread may still be ending.
-  EXPECT_TRUE(WaitFor([&] { return testing::ThreadCount() <= base + 2; }))
-      << testing::ThreadCount() << " threads, " << base << " with one connection";
-  submitter.Shutdown();
-  for (auto& r : refs) EXPECT_EQ(table_.Read(r).state, RefState::State::kFailed);
-}
-
-// Lease requests run on a fixed pool: tasks of 24 functions whose leases stay pending
-// (no node has room) use no more threads than one (a thread each would add 23 here).
-TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithLeaseRequests) {
-  Start();
-  scheduler_.SetLeasePolicy([](const proto::RequestLeaseRequest&, proto::RequestLeaseReply* reply) {
-    absl::SleepFor(absl::Milliseconds(1));  // the scheduler holds it a while
-    reply->set_granted(false);
-    reply->set_pending_reason("waiting for 1 CPU");
-    return absl::OkStatus();
-  });
-  std::vector<std::shared_ptr<RefState>> refs;
-  refs.push_back(Submit("f0"));
-  ASSERT_TRUE(scheduler_.WaitLeaseRequests(1));
-  const int base = testing::ThreadCount();
-  for (int i = 1; i < 24; ++i) refs.push_back(Submit(absl::StrCat("f", i)));
-  // Every function's request is answered (again and again, in turn).
-  ASSERT_TRUE(WaitFor([&] {
-    for (auto& r : refs) {
-      if (!absl::StrContains(table_.PendingReason(r), "waiting for 1 CPU")) return false;
-    }
-    return true;
-  }, kWait));
-  std::set<std::string> ids;
-  for (const auto& r : scheduler_.LeaseRequests()) ids.insert(r.request_id());
-  EXPECT_EQ(ids.size(), 24u);
-  EXPECT_LE(testing::ThreadCount(), base) << base << " threads with one request";
-}
-
 // A lease request answered ends an outage another part told (the session, an actor
 // call): one "back" line, and none from failed requests.
 TEST_F(TaskSubmitterTest, AnAnsweredLeaseRequestEndsAnOutageToldElsewhere) {

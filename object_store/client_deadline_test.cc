@@ -139,6 +139,37 @@ TEST(ClientDeadlineTest, GetsOnAStoppedStoreAnswerDeadlineExceededByTheirDeadlin
   EXPECT_GE(c.reconnects(), 1u);
 }
 
+// A reference taken before a call timed out stays valid: the timed-out connection is
+// not closed under it, so a store that comes back keeps the object referenced and never
+// hands its memory to another object while the ref still maps it.
+TEST(ClientDeadlineTest, AReferenceHeldAcrossATimeoutStaysHeldByAStoreThatComesBack) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  StoppableStore store(socket);
+  store.Start();
+  auto client = Client::Connect(socket, ClientOptions{.call_timeout = absl::Seconds(3)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+  const std::vector<uint8_t> bytes = Pattern(100000, 7);
+  ASSERT_TRUE(c.Put("held", bytes).ok());
+  absl::StatusOr<ObjectRef> ref = c.Get("held", absl::ZeroDuration());
+  ASSERT_TRUE(ref.ok()) << ref.status();
+
+  store.Stop();
+  EXPECT_EQ(c.Get("missing", absl::Seconds(1)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  store.Continue();
+  auto other = Client::Connect(socket);
+  ASSERT_TRUE(other.ok()) << other.status();
+  // A few round trips: the store has read whatever the old connection's socket holds.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*other)->Stats().ok());
+  absl::StatusOr<StoreStats> stats = (*other)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GE(stats->referenced, 1u)
+      << "the store dropped the references of the connection whose call timed out";
+  EXPECT_EQ(std::vector<uint8_t>(ref->data().begin(), ref->data().end()), bytes);
+}
+
 TEST(ClientDeadlineTest, CallsAcrossAStopThenKillAndRestartAnswerByTheirDeadlines) {
   ScratchDir dir;
   const std::string socket = dir.path() + "/store.sock";

@@ -32,6 +32,9 @@ int CollectiveSegmentPrefix(unsigned long long ns, pid_t owner, char* buf, size_
 }
 
 int UnlinkCollectiveSegments(unsigned long long ns, pid_t owner) {
+  // Without the namespace's id, pids of other sandboxes sharing /dev/shm could match:
+  // remove nothing rather than someone else's segments.
+  if (ns == 0) return 0;
   char prefix[96];
   const int len = CollectiveSegmentPrefix(ns, owner, prefix, sizeof(prefix));
   if (len < 0) return 0;

@@ -32,7 +32,7 @@ pid_t CollectiveSegmentOwner();
 int CollectiveSegmentPrefix(unsigned long long ns, pid_t owner, char* buf, size_t size);
 
 // Unlinks every segment of `owner` in PID namespace `ns` from /dev/shm. Returns how
-// many it removed (-1 if /dev/shm cannot be read).
+// many it removed (-1 if /dev/shm cannot be read; none when `ns` is 0, unknown).
 // REQUIRES: nothing of the owner's subtree is alive (their segments are in use).
 int UnlinkCollectiveSegments(unsigned long long ns, pid_t owner);
 

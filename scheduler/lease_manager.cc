@@ -146,6 +146,11 @@ void LeaseManager::Stop() {
   if (timer_.joinable()) timer_.join();
   placing_.Close();
   placing_.Wait();
+  // The last actor records reach the store before it stops (SaveActors runs on starts_,
+  // behind worker starts); bounded, so a save stuck on the store cannot hold the exit.
+  absl::MutexLock l(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(+[](bool* saving) { return !*saving; }, &saving_),
+                       absl::Seconds(5));
 }
 
 void LeaseManager::StartPlacing(const std::string& actor_id) {

@@ -27,36 +27,6 @@
 namespace drover::object_store::testing {
 namespace {
 
-// drover-object-store on `socket`, which the test stops, kills and starts again.
-class StoppableStore {
- public:
-  explicit StoppableStore(std::string socket) : socket_(std::move(socket)) {}
-  ~StoppableStore() { Kill(); }
-  void Start() {
-    SpawnOptions o;
-    o.argv = {Runfile("object_store/drover-object-store"), "--socket", socket_, "--capacity",
-              absl::StrCat(64 * kMiB)};
-    absl::StatusOr<pid_t> pid = Spawn(o);
-    ASSERT_TRUE(pid.ok()) << pid.status();
-    pid_ = *pid;
-    ASSERT_TRUE(WaitFor([&] { return Client::Connect(socket_).ok(); }, absl::Seconds(60)));
-  }
-  void Stop() { ::kill(pid_, SIGSTOP); }
-  void Continue() { ::kill(pid_, SIGCONT); }
-  // SIGKILL works on a stopped process too.
-  void Kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  const std::string socket_;
-  pid_t pid_ = -1;
-};
-
 // What one call answered and how long it took.
 struct Outcome {
   absl::Status status;
@@ -89,8 +59,8 @@ constexpr absl::Duration kSlack = absl::Seconds(9);
 TEST(ClientDeadlineTest, GetsOnAStoppedStoreAnswerDeadlineExceededByTheirDeadline) {
   ScratchDir dir;
   const std::string socket = dir.path() + "/store.sock";
-  StoppableStore store(socket);
-  store.Start();
+  RestartableStore store(socket);
+  ASSERT_TRUE(store.StartAndWait());
   auto client = Client::Connect(socket, ClientOptions{.call_timeout = absl::Seconds(3)});
   ASSERT_TRUE(client.ok()) << client.status();
   Client& c = **client;
@@ -145,8 +115,8 @@ TEST(ClientDeadlineTest, GetsOnAStoppedStoreAnswerDeadlineExceededByTheirDeadlin
 TEST(ClientDeadlineTest, AReferenceHeldAcrossATimeoutStaysHeldByAStoreThatComesBack) {
   ScratchDir dir;
   const std::string socket = dir.path() + "/store.sock";
-  StoppableStore store(socket);
-  store.Start();
+  RestartableStore store(socket);
+  ASSERT_TRUE(store.StartAndWait());
   auto client = Client::Connect(socket, ClientOptions{.call_timeout = absl::Seconds(3)});
   ASSERT_TRUE(client.ok()) << client.status();
   Client& c = **client;
@@ -173,8 +143,8 @@ TEST(ClientDeadlineTest, AReferenceHeldAcrossATimeoutStaysHeldByAStoreThatComesB
 TEST(ClientDeadlineTest, CallsAcrossAStopThenKillAndRestartAnswerByTheirDeadlines) {
   ScratchDir dir;
   const std::string socket = dir.path() + "/store.sock";
-  StoppableStore store(socket);
-  store.Start();
+  RestartableStore store(socket);
+  ASSERT_TRUE(store.StartAndWait());
   auto client = Client::Connect(socket, ClientOptions{.reconnect_wait = absl::Seconds(30)});
   ASSERT_TRUE(client.ok()) << client.status();
   Client& c = **client;
@@ -203,7 +173,7 @@ TEST(ClientDeadlineTest, CallsAcrossAStopThenKillAndRestartAnswerByTheirDeadline
       << "calls with a 2 s timeout on a stopped store still waiting after 60 s";
   const absl::Time stopped_at = absl::Now();
   store.Kill();
-  store.Start();
+  EXPECT_TRUE(store.StartAndWait());
   const absl::Time restarted_at = absl::Now();
   // Later calls work on the new store.
   absl::Status put;
@@ -237,8 +207,8 @@ TEST(ClientDeadlineTest, CallsAcrossAStopThenKillAndRestartAnswerByTheirDeadline
 TEST(ClientDeadlineTest, Issue19ReadbackThreadsOnAStoppedStoreDoNotQueueForMinutes) {
   ScratchDir dir;
   const std::string socket = dir.path() + "/store.sock";
-  StoppableStore store(socket);
-  store.Start();
+  RestartableStore store(socket);
+  ASSERT_TRUE(store.StartAndWait());
   auto client = Client::Connect(socket);
   ASSERT_TRUE(client.ok()) << client.status();
   Client& c = **client;
@@ -265,7 +235,7 @@ TEST(ClientDeadlineTest, Issue19ReadbackThreadsOnAStoppedStoreDoNotQueueForMinut
                    << " read-back Gets answered within 90 s of stopping the store";
   if (!all) store.Kill();  // EOF releases the one holding the connection
   store.Kill();
-  store.Start();
+  EXPECT_TRUE(store.StartAndWait());
   for (std::thread& t : threads) t.join();
   for (const Outcome& o : outcomes.Take()) {
     EXPECT_LT(o.took, timeout + kSlack) << o.status;

@@ -21,33 +21,6 @@
 namespace drover::object_store::testing {
 namespace {
 
-// drover-object-store on `socket`, started again on the same path by Start.
-class RestartableStore {
- public:
-  explicit RestartableStore(std::string socket) : socket_(std::move(socket)) {}
-  ~RestartableStore() { Kill(SIGTERM); }
-  pid_t Start() {
-    SpawnOptions o;
-    o.argv = {Runfile("object_store/drover-object-store"), "--socket", socket_, "--capacity",
-              absl::StrCat(64 * kMiB)};
-    absl::StatusOr<pid_t> pid = Spawn(o);
-    EXPECT_TRUE(pid.ok()) << pid.status();
-    pid_ = pid.ok() ? *pid : -1;
-    return pid_;
-  }
-  void Kill(int sig) {
-    if (pid_ <= 0) return;
-    ::kill(pid_, sig);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-
- private:
-  const std::string socket_;
-  pid_t pid_ = -1;
-};
-
 TEST(ClientReconnectTest, CallsWaitForARestartedStoreAndGoOn) {
   ScratchDir dir;
   const std::string socket = dir.path() + "/store.sock";

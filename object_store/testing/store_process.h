@@ -33,6 +33,44 @@ using ::drover::testing::WaitFor;
 
 inline constexpr uint64_t kMiB = 1ull << 20;
 
+// drover-object-store on `socket`, which a test stops (SIGSTOP), continues, kills and
+// starts again on the same path, as the node agent restarts a store that died.
+class RestartableStore {
+ public:
+  explicit RestartableStore(std::string socket) : socket_(std::move(socket)) {}
+  // SIGKILL: it also ends a stopped store.
+  ~RestartableStore() { Kill(SIGKILL); }
+  // Spawns the store; returns its pid (-1, with a test failure, if it cannot).
+  pid_t Start() {
+    SpawnOptions o;
+    o.argv = {Runfile("object_store/drover-object-store"), "--socket", socket_, "--capacity",
+              absl::StrCat(64 * kMiB)};
+    absl::StatusOr<pid_t> pid = Spawn(o);
+    EXPECT_TRUE(pid.ok()) << pid.status();
+    pid_ = pid.ok() ? *pid : -1;
+    return pid_;
+  }
+  // Start, then wait until a client can connect.
+  bool StartAndWait() {
+    return Start() > 0 &&
+           WaitFor([&] { return Client::Connect(socket_).ok(); }, absl::Seconds(60));
+  }
+  void Stop() { ::kill(pid_, SIGSTOP); }
+  void Continue() { ::kill(pid_, SIGCONT); }
+  // Sends `sig` and reaps the store.
+  void Kill(int sig = SIGKILL) {
+    if (pid_ <= 0) return;
+    ::kill(pid_, sig);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+
+ private:
+  const std::string socket_;
+  pid_t pid_ = -1;
+};
+
 // A short scratch directory: Unix socket paths are limited to 107 bytes, and Bazel's
 // TEST_TMPDIR is longer than that on this machine.
 class ScratchDir {

@@ -471,7 +471,6 @@ absl::Status ActorClient::WhileSchedulerAway(const std::string& what, absl::Dura
   while (SchedulerOutage::IsAway(s)) {
     outage_->Away(s, absl::StrCat(what, " (up to ", absl::FormatDuration(patience), ")"));
     if (clock_->Now() + pause.Peek() > give_up) {
-      outage_->GiveUp();  // the next outage is told again
       return absl::UnavailableError(absl::StrCat(
           "the scheduler at ", scheduler_address_, " has not answered for ",
           absl::FormatDuration(patience), " (", what, "; last error: ", s.message(), ")"));

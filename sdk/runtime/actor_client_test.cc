@@ -271,6 +271,41 @@ TEST_F(ActorClientTest, ACreationGivesUpAfterTheSchedulerHasBeenAwayAMinute) {
   client.Shutdown();
 }
 
+// An actor creation that gives up ends no outage: the session, still waiting, tells no
+// second "away" line, and the one "back" line comes when the scheduler answers.
+TEST_F(ActorClientTest, ACreationThatGivesUpLeavesTheOutageToldOnce) {
+  absl::Mutex mu;
+  std::vector<std::string> lines;
+  SchedulerOutage outage("head:7000", [&](const std::string& line) {
+    absl::MutexLock l(&mu);
+    lines.push_back(line);
+  });
+  FakeClock clock;
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/45@n1";
+  id.owner_tag = "abcd4321";
+  id.new_id = [this] { return absl::StrCat("job1.abcd4321.", ++ids_); };
+  ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &workers_, &agents_, &table_,
+                                       &clock, "head:7000", &outage});
+  scheduler_.SetCreateError(absl::UnavailableError("the head is away"));
+  std::shared_ptr<ActorState> a = client.Create(kFactoryKey, CallOptions{}, {});
+  std::shared_ptr<RefState> ref = client.Call(a, kMethodKey, CallOptions{}, {});
+  const absl::Time real_deadline = absl::Now() + kWait;
+  while (!table_.WaitDone(ref, absl::Now() + absl::Milliseconds(5)) && absl::Now() < real_deadline) {
+    clock.Advance(absl::Seconds(1));
+  }
+  EXPECT_EQ(Error(ref).code(), absl::StatusCode::kUnavailable);
+  // The session is still waiting for the same outage.
+  outage.Away(absl::UnavailableError("Socket closed"), "job job1");
+  outage.Back();
+  client.Shutdown();
+  absl::MutexLock l(&mu);
+  ASSERT_EQ(lines.size(), 2u) << absl::StrJoin(lines, "\n");
+  EXPECT_THAT(lines[0], HasSubstr("does not answer"));
+  EXPECT_EQ(lines[1], "the scheduler at head:7000 is back");
+}
+
 TEST_F(ActorClientTest, CallsInFlightFailWithTheCauseAndLaterCallsGoToTheRestartedActor) {
   std::shared_ptr<ActorState> a = Create();
   hold_ = true;

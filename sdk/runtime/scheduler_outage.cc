@@ -37,11 +37,6 @@ void SchedulerOutage::Back() {
   sink_(absl::StrCat("the scheduler at ", address_, " is back"));
 }
 
-void SchedulerOutage::GiveUp() {
-  absl::MutexLock l(&mu_);
-  away_ = false;
-}
-
 bool SchedulerOutage::away() {
   absl::MutexLock l(&mu_);
   return away_;

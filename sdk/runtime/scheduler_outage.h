@@ -37,11 +37,10 @@ class SchedulerOutage {
   // actor a-1", "job j-1 (it stands if ...)"). Tells the user if this is the first
   // notice of the outage.
   void Away(const absl::Status& why, absl::string_view waiting) ABSL_LOCKS_EXCLUDED(mu_);
-  // The scheduler answered: tells the user it is back if an outage was told.
+  // The scheduler answered: tells the user it is back if an outage was told. A caller
+  // that gives up waiting ends nothing: the outage stays told until an answer comes,
+  // so the parts still waiting print no second "away" line.
   void Back() ABSL_LOCKS_EXCLUDED(mu_);
-  // An outage was told and not yet ended: the next Away of another outage is told
-  // again once this one ended (by Back, or by GiveUp).
-  void GiveUp() ABSL_LOCKS_EXCLUDED(mu_);
   bool away() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

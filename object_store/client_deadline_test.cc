@@ -98,8 +98,8 @@ TEST(ClientDeadlineTest, GetsOnAStoppedStoreAnswerDeadlineExceededByTheirDeadlin
     EXPECT_LT(absl::Now() - start, absl::Seconds(3) + kSlack) << s;
   }
 
-  // The connection whose reply never came was dropped: once the store answers again,
-  // the next calls connect again and work.
+  // The connection whose reply never came is not used again: once the store answers
+  // again, the next calls connect again and work.
   store.Continue();
   absl::Status put;
   EXPECT_TRUE(WaitFor([&] { return (put = c.Put("after", Pattern(100, 3))).ok(); },

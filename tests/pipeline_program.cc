@@ -154,6 +154,14 @@ int64_t DiesOnItem(int64_t index, uint64_t) {
   return index * index;
 }
 
+// Item 0 takes 5 ms, so the worker reads the calls sent meanwhile together and runs 1, 2
+// and 3 in one batch; item 3 kills its worker before the replies of 1 and 2 are sent.
+int64_t DiesAfterABatch(int64_t index, uint64_t) {
+  if (index == 0) absl::SleepFor(absl::Milliseconds(5));
+  if (index == 3) ::kill(::getpid(), SIGKILL);
+  return index * index;
+}
+
 // A worker with state made once: a "vocabulary" keyed by its seed.
 class Tokenizer {
  public:
@@ -648,6 +656,32 @@ int LoaderWorkerKilled() {
   return Done("loader_worker_killed");
 }
 
+// One worker holding several calls dies on the third: the replies of the calls it
+// finished in the same batch are lost with it, and the death must not be charged to
+// them (it was, to the oldest one: an innocent item named, or every life used up).
+int LoaderBatchDeath() {
+  auto loader = drover::DataLoader<int64_t>::Create(
+      drover::IndexRange{0, 7}, DiesAfterABatch,
+      {.num_workers = 1, .prefetch = 8, .on_error = drover::LoaderOptions::OnError::kSkip, .max_retries = 1});
+  if (!loader.ok()) return Print("error", Err(loader.status())), 1;
+  std::vector<int64_t> got;
+  absl::Status end;
+  for (;;) {
+    auto v = loader->Next();
+    if (!v.ok()) {
+      end = v.status();
+      break;
+    }
+    got.push_back(*v);
+  }
+  Print("results", absl::StrJoin(got, ","));
+  Print("end", Err(end));
+  std::vector<std::string> skipped;
+  for (const auto& s : loader->skipped()) skipped.push_back(absl::StrCat(s.position, ": ", s.error.message()));
+  Print("skipped", absl::StrJoin(skipped, " | "));
+  return Done("loader_batch_death");
+}
+
 // pin_memory: even small (inline) results are in this node's store arena, and copy to
 // a "device" (host memory here) exactly; a GPU that is not there is a clear error.
 int LoaderPinned(bool progress_on) {
@@ -674,7 +708,7 @@ int LoaderPinned(bool progress_on) {
 }  // namespace
 
 DROVER_REMOTE(Produce, ProduceTensors, AddToStripe, MakeStripeWorker, &StripeWorker::Add, SumOf, Where, MakeItem, MakeBatch, NodeOfItem, BigItem, Picky,
-              ShortItem, DiesOnItem, MakeTokenizer, &Tokenizer::Encode);
+              ShortItem, DiesOnItem, DiesAfterABatch, MakeTokenizer, &Tokenizer::Encode);
 
 int main(int argc, char** argv) {
   absl::Status init = drover::Init(argc, argv);
@@ -696,6 +730,7 @@ int main(int argc, char** argv) {
   if (scenario == "loader_memory") return LoaderMemory();
   if (scenario == "loader_failures") return LoaderFailures();
   if (scenario == "loader_worker_killed") return LoaderWorkerKilled();
+  if (scenario == "loader_batch_death") return LoaderBatchDeath();
   if (scenario == "loader_short_items") return LoaderShortItems();
   if (scenario == "loader_pinned") return LoaderPinned(argc > 4 && std::string(argv[4]) == "progress");
   std::cerr << "unknown scenario '" << scenario << "'\n";

@@ -175,6 +175,19 @@ TEST_F(PipelineTest, AWorkerKilledMidItemIsRetriedOrTheItemNamed) {
   EXPECT_TRUE(absl::StrContains(doomed, "killed by SIGKILL")) << doomed;
 }
 
+// A worker runs the calls it holds in a batch and replies after it: a death in the batch
+// loses the replies of the calls that finished first. Only the item that killed it is
+// named (CI once named an innocent one).
+TEST_F(PipelineTest, ADeathInABatchIsChargedOnlyToTheItemThatCausedIt) {
+  DriverRun r = Run("loader_batch_death");
+  ASSERT_EQ(r.code, 0) << r.All();
+  EXPECT_EQ(r.Get("results"), "0,1,4,16,25,36") << r.All();
+  EXPECT_TRUE(absl::StartsWith(r.Get("end"), "OUT_OF_RANGE")) << r.Get("end");
+  const std::string skipped = r.Get("skipped");
+  EXPECT_TRUE(absl::StartsWith(skipped, "3: loader 'data': item 3: its worker died 2 times")) << skipped;
+  EXPECT_FALSE(absl::StrContains(skipped, "|")) << skipped;
+}
+
 TEST_F(PipelineTest, PinnedResultsAreInTheArenaAndProgressStaysOutOfLogs) {
   DriverRun r = Run("loader_pinned");
   ASSERT_EQ(r.code, 0) << r.All();

@@ -44,8 +44,7 @@ int64_t LoaderCore::ChunkSize(const Worker& w) const {
   const int64_t mean_us = std::max<int64_t>(1, w.runs > 0 ? w.run_us_total / w.runs : run_us_total_ / runs_);
   const int64_t mean_bytes = std::max<int64_t>(1, result_bytes_total_ / runs_);
   // Results that fit in a call's bytes: a call may carry more than prefetch/2 items,
-  // unless the prefetch is tiny (under 4: the caller asked for items one by one, and a
-  // death is then charged to exactly the item that was running).
+  // unless the prefetch is tiny (under 4: the caller asked for items one by one).
   const int64_t by_bytes = options_.prefetch < 4 ? options_.prefetch / 2
                                                  : std::max<int64_t>(options_.prefetch / 2, kBytesPerCall / mean_bytes);
   const int64_t most = std::max<int64_t>(1, std::min(kMaxItemsPerCall, by_bytes));
@@ -94,7 +93,11 @@ absl::Status LoaderCore::Start() {
     spec.function = function_;
     spec.factory = factory_;
     spec.info = WorkerInfo{i, options_.num_workers, options_.seed, options_.name};
-    auto actor = Actor(MakeLoaderWorker).SetResources(options_.resources).SetMaxRestarts(options_.max_retries);
+    // An item that kills every worker it runs on costs up to max_retries + 2 deaths (one
+    // in a call that is not exclusive, charged to no item: CallFailed; max_retries + 1
+    // charged to it): a lone worker outlives one such item and goes on with the rest.
+    auto actor =
+        Actor(MakeLoaderWorker).SetResources(options_.resources).SetMaxRestarts(options_.max_retries + 2);
     if (!options_.node_id.empty()) {
       actor.SetNodeAffinity(options_.node_id);
     } else {
@@ -142,7 +145,7 @@ absl::Status LoaderCore::Dispatch() {
     size_t best_index = 0;
     for (size_t i = 0; i < workers_.size(); ++i) {
       Worker& w = workers_[i];
-      if (w.dead || w.in_flight >= InFlightLimit(w)) continue;
+      if (w.dead || w.exclusive || w.in_flight >= InFlightLimit(w)) continue;
       if (best == nullptr || w.in_flight < best->in_flight) {
         best = &w;
         best_index = i;
@@ -151,18 +154,17 @@ absl::Status LoaderCore::Dispatch() {
     if (best == nullptr) break;
     std::vector<LoaderCall> calls;
     std::vector<int64_t> positions;
-    const int64_t chunk = ChunkSize(*best);
+    const bool exclusive = !retry_.empty() && suspects_.count(retry_.front()) > 0;
+    if (exclusive && best->in_flight > 0) break;  // wait for an idle worker
+    const int64_t chunk = exclusive ? 1 : ChunkSize(*best);
     const int64_t limit = InFlightLimit(*best);
     while (static_cast<int64_t>(positions.size()) < chunk &&
            best->in_flight + static_cast<int64_t>(positions.size()) < limit) {
       int64_t pos;
-      bool alone = false;  // an item suspected of killing its worker runs in a call of its own
       if (!retry_.empty()) {
-        alone = solo_.count(retry_.front()) > 0;
-        if (alone && !positions.empty()) break;
+        if (!exclusive && suspects_.count(retry_.front()) > 0) break;
         pos = retry_.front();
         retry_.pop_front();
-        solo_.erase(pos);
       } else if (next_position_ < inputs_.count && Admitted() < window) {
         pos = next_position_++;
       } else {
@@ -170,20 +172,23 @@ absl::Status LoaderCore::Dispatch() {
       }
       absl::StatusOr<EncodedValue> input = inputs_.encode(pos);
       if (!input.ok()) {
+        suspects_.erase(pos);
         Failed(pos, absl::Status(input.status().code(), absl::StrCat(Describe(pos), ": its input does not encode: ",
                                                                     input.status().message())));
+        if (exclusive) break;
         continue;
       }
       calls.push_back(LoaderCall{pos, std::move(input->bytes), ItemSeed(options_.seed, pos)});
       positions.push_back(pos);
-      if (alone) break;
     }
-    if (positions.empty()) break;
+    if (positions.empty()) {
+      if (exclusive) continue;  // the suspect failed to encode: look again
+      break;
+    }
     best->in_flight += static_cast<int64_t>(positions.size());
+    best->exclusive = exclusive;
     ++calls_sent_;
-    const uint64_t seq = next_seq_++;
-    best->outstanding.push_back(seq);
-    calls_.push_back(Call{seq, best_index, std::move(positions),
+    calls_.push_back(Call{next_seq_++, best_index, exclusive, std::move(positions),
                           best->handle.Task(&LoaderWorker::Run).Remote(std::move(calls))});
   }
   return absl::OkStatus();
@@ -211,18 +216,12 @@ absl::Status LoaderCore::Collect() {
   for (Call& c : finished) {
     Worker& w = workers_[c.worker];
     w.in_flight -= static_cast<int64_t>(c.positions.size());
-    // The oldest call a worker holds is the one it runs, unless the worker already died
-    // running an older one (whose failure came first and left this one at the front).
-    const bool behind_death = queued_behind_death_.erase(c.seq) > 0;
-    const bool was_running =
-        !behind_death && !w.outstanding.empty() && w.outstanding.front() == c.seq;
-    w.outstanding.erase(std::find(w.outstanding.begin(), w.outstanding.end(), c.seq));
+    if (c.exclusive) w.exclusive = false;
     absl::StatusOr<std::vector<LoaderOutcome>> v = Get(c.ref, absl::ZeroDuration());
     if (v.ok()) {
       TakeOutcomes(c, *std::move(v));
     } else {
-      if (was_running) queued_behind_death_.insert(w.outstanding.begin(), w.outstanding.end());
-      CallFailed(c, was_running, v.status());
+      CallFailed(c, v.status());
     }
   }
   return absl::OkStatus();
@@ -235,6 +234,7 @@ void LoaderCore::TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outco
     auto it = expected.find(o.position);
     if (it == expected.end() || it->second) continue;  // not asked for: ignore
     it->second = true;
+    suspects_.erase(o.position);
     run_us_total_ += o.run_us;
     ++runs_;
     Worker& w = workers_[call.worker];
@@ -258,25 +258,26 @@ void LoaderCore::TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outco
     arrival_.push_back(o.position);
   }
   for (auto& [p, seen] : expected) {
+    if (!seen) suspects_.erase(p);
     if (!seen) Failed(p, absl::InternalError(absl::StrCat(Describe(p), ": its worker returned no outcome for it")));
   }
 }
 
-void LoaderCore::CallFailed(const Call& call, bool was_running, const absl::Status& error) {
+void LoaderCore::CallFailed(const Call& call, const absl::Status& error) {
   Worker& w = workers_[call.worker];
   last_death_ = error;
   // Dead for good (restarts used up)? Then it takes no more calls.
   absl::Status alive = WaitActorReady(ActorAccess::State(w.handle), absl::ZeroDuration());
   if (!alive.ok() && alive.code() != absl::StatusCode::kDeadlineExceeded) w.dead = true;
-  const bool charge = was_running && call.positions.size() == 1;
   for (int64_t p : call.positions) {
-    if (charge && ++attempts_[p] > options_.max_retries) {
+    if (call.exclusive && ++attempts_[p] > options_.max_retries) {
+      suspects_.erase(p);
       Failed(p, absl::Status(error.code(), absl::StrCat("loader '", options_.name, "': ", Describe(p),
                                                         ": its worker died ", attempts_[p], " times running it; the last time: ",
                                                         error.message())));
       continue;
     }
-    if (was_running && !charge) solo_.insert(p);
+    suspects_.insert(p);
     retry_.push_back(p);
     ++retried_;
   }

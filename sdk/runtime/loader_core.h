@@ -59,12 +59,15 @@ class LoaderCore {
     // Its items' run times as it measured them (ChunkSize).
     int64_t run_us_total = 0;
     int64_t runs = 0;
-    // Its calls not answered yet, oldest first: the front one is the one running.
-    std::deque<uint64_t> outstanding;
+    // It runs a suspect's call alone: nothing else is sent to it until that call ends.
+    bool exclusive = false;
   };
   struct Call {
     uint64_t seq = 0;
     size_t worker = 0;
+    // A suspect's call, sent to an idle worker with nothing queued behind it: a death
+    // while it runs is the suspect's.
+    bool exclusive = false;
     std::vector<int64_t> positions;
     ObjectRef<std::vector<LoaderOutcome>> ref;
   };
@@ -79,11 +82,12 @@ class LoaderCore {
   // Waits for at least one call to finish and takes in its outcomes.
   absl::Status Collect();
   void TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outcomes);
-  // The call failed as a whole: its worker died (or is dead for good). Only the call
-  // that was running is charged, and only if it held one item; the items of a running
-  // call of several run again one by one (so the one that kills its worker is found),
-  // and calls queued behind it run again uncharged.
-  void CallFailed(const Call& call, bool was_running, const absl::Status& error);
+  // The call failed as a whole: its worker died (or is dead for good). Which item killed
+  // it is known only for an exclusive call (a worker runs the calls it holds one after
+  // another and sends their replies after a batch of them, so a death can also lose the
+  // replies of calls that finished before it): only that item is charged. The items of
+  // any other failed call become suspects, each run again in an exclusive call of its own.
+  void CallFailed(const Call& call, const absl::Status& error);
   void Failed(int64_t position, absl::Status error);
   // The next deliverable position, if any (and takes it out).
   bool TakeReady(int64_t* position, Made* made);
@@ -108,10 +112,9 @@ class LoaderCore {
   std::vector<Worker> workers_;
   std::vector<Call> calls_;
   std::deque<int64_t> retry_;
-  std::set<int64_t> solo_;  // retries to run alone
-  // Calls that were queued on a worker behind the call it died running: when they fail
-  // too, the death is not theirs (they are not charged, and may share a call).
-  std::set<uint64_t> queued_behind_death_;
+  // Items in a call whose worker died: each runs in an exclusive call until it is made
+  // or fails for good.
+  std::set<int64_t> suspects_;
   uint64_t next_seq_ = 1;
   int64_t next_position_ = 0;
   int64_t next_ordered_ = 0;  // ordered: the position Next returns next

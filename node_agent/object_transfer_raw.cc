@@ -181,6 +181,11 @@ absl::StatusOr<std::unique_ptr<SocketStream>> AcceptRawReader(
         absl::StrCat("ReadObject of ", printable_id,
                      ": the raw connection did not present the offer's token"));
   }
+  if (absl::Status s = conn->WriteAll(kRawAck, sizeof(kRawAck) - 1, give_up); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("ReadObject of ", printable_id,
+                                               ": cannot acknowledge the raw reader's token: ",
+                                               s.message()));
+  }
   return conn;
 }
 
@@ -281,33 +286,51 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
   }
   *connected = true;
   absl::Time last_progress = absl::Now();
-  while (*got < want) {
-    if (stop) return absl::UnavailableError("shutting down");
-    IoWait wait;
-    absl::StatusOr<size_t> k = (*conn)->ReadSome(
-        dst + *got, static_cast<size_t>(std::min<int64_t>(want - *got, kRawIoBytes)), &wait);
-    if (!k.ok()) {
-      return absl::UnavailableError(
-          absl::StrCat("the raw connection (", where, ") broke: ", k.status().message()));
+  // Reads `n` bytes into `to`, counting them in `*count`, with the stall and deadline
+  // bounds of the whole transfer.
+  auto read_exactly = [&](uint8_t* to, int64_t n, int64_t* count) -> absl::Status {
+    while (*count < n) {
+      if (stop) return absl::UnavailableError("shutting down");
+      IoWait wait;
+      absl::StatusOr<size_t> k = (*conn)->ReadSome(
+          to + *count, static_cast<size_t>(std::min<int64_t>(n - *count, kRawIoBytes)), &wait);
+      if (!k.ok()) {
+        return absl::UnavailableError(
+            absl::StrCat("the raw connection (", where, ") broke: ", k.status().message()));
+      }
+      if (*k > 0) {
+        *count += static_cast<int64_t>(*k);
+        if (progress != nullptr && count == got) *progress = *got;
+        last_progress = absl::Now();
+        continue;
+      }
+      if (wait == IoWait::kNone) {
+        return absl::UnavailableError(
+            absl::StrCat("the holder closed the raw connection (", where, ")"));
+      }
+      absl::Time now = absl::Now();
+      if (now >= deadline) return absl::DeadlineExceededError("the deadline passed");
+      if (now - last_progress >= stall) {
+        return absl::UnavailableError(absl::StrCat("no data on the raw connection (", where,
+                                                   ") for ", absl::FormatDuration(stall)));
+      }
+      (void)(*conn)->Await(wait, std::min(deadline, now + kTick));
     }
-    if (*k > 0) {
-      *got += static_cast<int64_t>(*k);
-      if (progress != nullptr) *progress = *got;
-      last_progress = absl::Now();
-      continue;
-    }
-    if (wait == IoWait::kNone) {
-      return absl::UnavailableError(
-          absl::StrCat("the holder closed the raw connection (", where, ")"));
-    }
-    absl::Time now = absl::Now();
-    if (now >= deadline) return absl::DeadlineExceededError("the deadline passed");
-    if (now - last_progress >= stall) {
-      return absl::UnavailableError(absl::StrCat("no data on the raw connection (", where,
-                                                 ") for ", absl::FormatDuration(stall)));
-    }
-    (void)(*conn)->Await(wait, std::min(deadline, now + kTick));
+    return absl::OkStatus();
+  };
+  // The holder acknowledges the token before the bytes: anything else (a TLS holder's
+  // alert to a plain-text puller) is never taken for the object's bytes.
+  uint8_t ack[sizeof(kRawAck) - 1];
+  int64_t ack_got = 0;
+  DROVER_RETURN_IF_ERROR(read_exactly(ack, sizeof(ack), &ack_got));
+  if (std::memcmp(ack, kRawAck, sizeof(ack)) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "the raw offer at ", where,
+        " answered the token with bytes that are not drover's acknowledgement (a holder "
+        "with TLS answering a puller without, or another program on that port): every node "
+        "of a cluster must use the same TLS setting"));
   }
+  return read_exactly(dst, want, got);
   return absl::OkStatus();
 }
 

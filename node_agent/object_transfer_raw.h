@@ -7,8 +7,9 @@
 // reaches it by (ListenOn, port 0, one connection), offers the port and a random token
 // (NewRawToken) on the gRPC stream, accepts the one connection that presents the token
 // (AcceptRawReader) and sends the bytes from the pinned object (SendRaw). The puller
-// connects, presents the token and receives the bytes straight into the store
-// allocation (ReceiveRaw). Every wait is bounded and cancellable; a peer that makes no
+// connects, presents the token, reads the holder's acknowledgement (kRawAck: bytes that
+// are anything else, such as a TLS alert to a plain-text puller, are never taken for the
+// object's) and receives the bytes straight into the store allocation (ReceiveRaw). Every wait is bounded and cancellable; a peer that makes no
 // progress for `stall` fails the transfer.
 //
 // Thread safety: stateless functions; each connection is used by one thread.
@@ -30,6 +31,8 @@
 namespace drover {
 
 inline constexpr size_t kRawTokenBytes = 32;
+// What the holder sends once the token checks out, before the object's bytes.
+inline constexpr char kRawAck[] = "drover-raw-ok\n";
 
 // Owns a file descriptor (-1: none) and closes it.
 class ScopedFd {

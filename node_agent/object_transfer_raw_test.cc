@@ -1,5 +1,8 @@
 #include "node_agent/object_transfer_raw.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <string>
 #include <thread>
@@ -227,6 +230,38 @@ TEST(ObjectTransferRawTest, TlsAndPlainTextEndsDoNotConnect) {
     EXPECT_FALSE(served.ok()) << "holder tls " << holder_tls;
     EXPECT_EQ(received, 0);
   }
+}
+
+// A plain-text puller reaching a holder that answers the token with something other
+// than the acknowledgement (a TLS holder's 7-byte alert, as CI once saw) takes none of
+// it for the object's bytes and says what is wrong.
+TEST(ObjectTransferRawTest, BytesBeforeTheAcknowledgementAreNeverTakenForTheObject) {
+  Holder h;
+  ScopedFd listener(h.listener);
+  h.thread = std::thread([&] {
+    ScopedFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    std::string token(kRawTokenBytes, '\0');
+    size_t have = 0;
+    while (have < token.size()) {
+      const ssize_t k = ::read(conn.get(), &token[have], token.size() - have);
+      if (k <= 0) return;
+      have += static_cast<size_t>(k);
+    }
+    const char alert[] = {0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x50};
+    (void)!::write(conn.get(), alert, sizeof(alert));
+    (void)!::write(conn.get(), "0123456789abcdefghij", 20);  // then the "object"
+  });
+  uint8_t buf[16];
+  int64_t received = 0;
+  bool connected = false;
+  std::atomic<bool> stop{false};
+  absl::Status s = ReceiveRaw("127.0.0.1", h.port, h.token, *Transport(false), buf, sizeof(buf),
+                              absl::Now() + absl::Seconds(30), absl::Seconds(5), kStall, stop,
+                              &received, &connected);
+  h.thread.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "same TLS setting")) << s;
+  EXPECT_EQ(received, 0);
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "common/auth.h"
 #include "common/rpc.h"
+#include "node_agent/object_transfer_raw.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -670,6 +671,15 @@ TEST_F(ObjectTransferTest, RawOfferNeedsItsTokenAndTheHoldersOwnAddress) {
     EXPECT_TRUE(chunk.data().empty());
     int fd = connect_to(chunk.raw_port());
     ASSERT_EQ(::send(fd, chunk.raw_token().data(), 32, 0), 32);
+    // The holder's acknowledgement of the token comes first.
+    std::string ack(sizeof(kRawAck) - 1, '\0');
+    size_t acked = 0;
+    while (acked < ack.size()) {
+      ssize_t k = ::recv(fd, &ack[acked], ack.size() - acked, 0);
+      if (k <= 0) break;
+      acked += static_cast<size_t>(k);
+    }
+    EXPECT_EQ(ack, kRawAck);
     std::string got(data.size(), '\0');
     size_t have = 0;
     while (have < got.size()) {

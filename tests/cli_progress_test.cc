@@ -65,13 +65,25 @@ class Terminal {
   bool WaitForText(const std::string& needle, absl::Duration timeout = absl::Seconds(30)) {
     return WaitFor([&] { return absl::StrContains(text(), needle); }, timeout);
   }
+  // Everything written so far, once the reader has taken it all in (a poll that found
+  // nothing to read after this call began). For output of a child that has exited:
+  // right after the exit the reader may not have read its last lines yet (under load).
+  std::string Drained(absl::Duration timeout = absl::Seconds(30)) {
+    const int64_t since = idle_polls_.load();
+    EXPECT_TRUE(WaitFor([&] { return idle_polls_.load() >= since + 2; }, timeout))
+        << "the terminal's reader did not drain it";
+    return text();
+  }
 
  private:
   void ReadLoop() {
     char buf[4096];
     while (!stop_) {
       pollfd p{master_, POLLIN, 0};
-      if (poll(&p, 1, 20) <= 0) continue;
+      if (poll(&p, 1, 20) <= 0) {
+        ++idle_polls_;
+        continue;
+      }
       ssize_t n = read(master_, buf, sizeof(buf));
       if (n <= 0) continue;
       absl::MutexLock lock(&mu_);
@@ -83,6 +95,7 @@ class Terminal {
   int slave_ = -1;
   std::string path_;
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> idle_polls_{0};
   std::thread reader_;
   absl::Mutex mu_;
   std::string text_ ABSL_GUARDED_BY(mu_);
@@ -177,11 +190,8 @@ TEST(CliProgressTest, RunShowsPendingThenRunningOnATerminalAndKeepsOutputLinesCl
   ASSERT_TRUE(terminal.WaitForText("[rank1]: err-1")) << terminal.text();
   ASSERT_TRUE(WriteFileAtomic(finish, "").ok());
   EXPECT_EQ(WaitExit(run), 0) << terminal.text();
-  // The reader thread may not have drained the terminal yet when the CLI has exited
-  // (it missed the last lines once, under load 13+).
-  EXPECT_TRUE(terminal.WaitForText("SUCCEEDED in")) << terminal.text();
-
-  const std::string screen = terminal.text();
+  const std::string screen = terminal.Drained();
+  EXPECT_TRUE(absl::StrContains(screen, "SUCCEEDED in")) << screen;
   for (const char* marker : {"[rank0]: out-0", "[rank1]: out-1", "[rank0]: err-0",
                              "[rank1]: err-1", "[rank0]: done-0", "[rank1]: done-1"}) {
     ExpectCleanLines(screen, marker);
@@ -211,7 +221,7 @@ TEST(CliProgressTest, UpShowsNodesRegisteringOnATerminalOnly) {
     pid_t up = StartOnTerminal(terminal, {"up", "--nodes", "2", "--cpus-per-node", "1"}, env);
     ASSERT_GT(up, 0);
     EXPECT_EQ(WaitExit(up), 0) << terminal.text();
-    const std::string screen = terminal.text();
+    const std::string screen = terminal.Drained();
     EXPECT_TRUE(std::regex_search(screen, std::regex("\rdrover: [0-2] of 2 nodes registered")))
         << screen;
     ExpectCleanLines(screen, "drover: 2 nodes ready");

@@ -64,11 +64,13 @@ class ObserveTest : public ::testing::Test {
     return sum;
   }
 
-  // A 2-rank job (one per node) that runs until the test creates `go`.
-  JobInfo StartGatedJob(const std::string& go, int exit_code_of_rank1 = 0) {
+  // A 2-rank job (one per node): two ranks that wait for `go` (rank 1 for `go`-1 when `rank1_gated_apart`), then
+  // exit: rank 1 with `exit_code_of_rank1`, rank 0 with 0.
+  JobInfo StartGatedJob(const std::string& go, int exit_code_of_rank1 = 0, bool rank1_gated_apart = false) {
     JobSpec spec = TestCluster::JobOf(
         {"sh", "-c",
-         absl::StrCat("while [ ! -e ", go, " ]; do sleep 0.02; done; echo out-$RANK; ",
+         absl::StrCat("g=", go, "; ", rank1_gated_apart ? absl::StrCat("[ \"$RANK\" = 1 ] && g=", go, "-1; ") : "",
+                      "while [ ! -e $g ]; do sleep 0.02; done; echo out-$RANK; ",
                       "[ \"$RANK\" = 1 ] && exit ", exit_code_of_rank1, "; exit 0")},
         2, 1);
     auto job = cluster_->client().Submit(spec);
@@ -121,7 +123,9 @@ TEST_F(ObserveTest, SchedulerAndAgentMetricsMoveAsJobsRunAndEnd) {
                                       {{"kind", "rank"}, {"cause", "exit_code"}});
 
   const std::string go = GoFile("go-metrics");
-  JobInfo job = StartGatedJob(go, /*exit_code_of_rank1=*/3);
+  // Rank 0 ends first (and is counted) before rank 1 fails: were they let go together,
+  // rank 1's failure could stop rank 0 before its own exit 0 (seen under load).
+  JobInfo job = StartGatedJob(go, /*exit_code_of_rank1=*/3, /*rank1_gated_apart=*/true);
   // While it runs: one more job RUNNING, one CPU taken on each node, ranks started.
   Exposition during;
   ASSERT_TRUE(WaitFor([&] {
@@ -137,7 +141,12 @@ TEST_F(ObserveTest, SchedulerAndAgentMetricsMoveAsJobsRunAndEnd) {
   EXPECT_EQ(AgentsSum("drover_agent_processes_started_total", {{"kind", "rank"}}),
             started_here0 + 2);
 
-  const JobInfo done = Finish(job, go);
+  std::ofstream(go) << "go";
+  ASSERT_TRUE(WaitFor([&] {
+    return MustScrape(scheduler_metrics_).Sum("drover_rank_exits_total", {{"cause", "success"}}) ==
+           ok_exits0 + 1;
+  })) << cluster_->DaemonLogs();
+  const JobInfo done = Finish(job, go + "-1");
   EXPECT_EQ(done.state, JobState::kFailed) << done.reason;
   Exposition after;
   ASSERT_TRUE(WaitFor([&] {

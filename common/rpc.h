@@ -37,6 +37,11 @@ std::shared_ptr<grpc::Channel> MakeCustomChannel(const std::string& address,
 void AddListeningPort(grpc::ServerBuilder* builder, const std::string& address,
                       int* selected_port);
 
+// How much later than a call's own wait (a `timeout_ms` the server honours) its gRPC
+// deadline is set, so that the server's answer, which names what it waited for, comes
+// before gRPC's bare "Deadline Exceeded" even on a loaded machine.
+inline constexpr std::chrono::milliseconds kServerAnswerGrace{5000};
+
 // Fills `ctx` with the token and a deadline `timeout` from now.
 void PrepareContext(grpc::ClientContext* ctx, const std::string& token,
                     std::chrono::milliseconds timeout = kDefaultRpcTimeout);

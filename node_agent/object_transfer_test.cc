@@ -233,9 +233,10 @@ class ObjectTransferTest : public ::testing::Test {
                      std::chrono::milliseconds timeout = std::chrono::milliseconds(30000),
                      const std::string& token = kToken, bool wait_for_holder = false) {
     grpc::ClientContext ctx;
-    PrepareContext(&ctx, token, timeout);
+    PrepareContext(&ctx, token, timeout + kServerAnswerGrace);  // as the SDK calls it
     proto::FetchObjectRequest req;
     req.set_object_id(id);
+    req.set_timeout_ms(timeout.count());
     req.set_wait_for_holder(wait_for_holder);
     return n->stub->FetchObject(&ctx, req, reply);
   }

@@ -137,7 +137,7 @@ std::unique_ptr<PendingFetch> Objects::Impl::StartFetch(const std::string& id,
   fetch->req.set_timeout_ms(left_ms);
   fetch->req.set_wait_for_holder(true);
   fetch->req.set_job_id(Env("DROVER_JOB_ID"));  // the job whose timeline shows the pull
-  PrepareContext(&fetch->ctx, agent->token, std::chrono::milliseconds(left_ms));
+  PrepareContext(&fetch->ctx, agent->token, std::chrono::milliseconds(left_ms) + kServerAnswerGrace);
   PendingFetch* f = fetch.get();  // lives until `done` (its destructor waits)
   agent->stub->async()->FetchObject(&f->ctx, &f->req, &f->reply, [f](grpc::Status status) {
     f->status = std::move(status);

@@ -1,5 +1,6 @@
 #include "sdk/runtime/store_access.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -67,10 +68,10 @@ absl::StatusOr<object_store::ObjectRef> StoreAccess::GetRef(const std::string& o
   // Not here: this node's agent pulls it from a node that has it, waiting for the
   // directory to list one if it was just made (its holder reports it in a moment).
   grpc::ClientContext ctx;
-  PrepareContext(&ctx, token_, Until(deadline));
+  PrepareContext(&ctx, token_, Until(deadline) + kServerAnswerGrace);
   proto::FetchObjectRequest req;
   req.set_object_id(object_id);
-  req.set_timeout_ms(Until(deadline).count());
+  req.set_timeout_ms(std::max<int64_t>(1, Until(deadline).count()));
   req.set_wait_for_holder(true);
   proto::FetchObjectReply reply;
   absl::Status s = FromGrpcStatus(transfer_->FetchObject(&ctx, req, &reply));

@@ -169,6 +169,11 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
         ResolveStartLocked(*job, /*started=*/false, out);  // nothing runs anywhere
         continue;
       }
+      // The start went out: its ranks missing here are gone (failed first, so that the
+      // settling below knows whether the master still runs).
+      FailRanksLocked(*job, node.info.node_id(), lost,
+                      "is gone: its node agent restarted and no longer has the process", out);
+      lost.clear();
       ResolveStartLocked(*job, /*started=*/true, out);
     } else if (job->unconfirmed_nodes.erase(node.info.node_id()) > 0 && reported[id].empty() &&
                !lost.empty()) {
@@ -291,7 +296,23 @@ void SchedulerCore::StartLaterNodesLocked(Job& job, const std::vector<std::strin
   // The master's answer was lost with the scheduler that sent its start. Its node holds
   // the generation, so a start sent to it again starts nothing and answers the port
   // (ProcessManager::StartOnManager); the later nodes follow with it, as at a first start.
+  // Only while a rank of it runs there: an agent told to forget the generation (all its
+  // ranks there exited) would start it again.
   const std::string& first = job.info.placement(0).node_id();
+  const Node* first_node = FindNodeLocked(first);
+  bool master_runs = first_node != nullptr && first_node->info.state() == proto::ALIVE;
+  bool any_live = false;
+  for (const auto& p : job.info.placement()) {
+    if (p.node_id() == first) any_live = any_live || job.live.count(p.rank()) > 0;
+  }
+  if (!master_runs || !any_live) {
+    FailNeverStartedLocked(job, std::set<std::string>(node_ids.begin(), node_ids.end()),
+                           absl::StrCat("was never started: the scheduler stopped before its "
+                                        "start reached the node, and ", first,
+                                        " no longer runs the master's ranks to start it with"),
+                           out);
+    return;
+  }
   Action a;
   a.kind = Action::kLaunch;
   a.job_id = job.info.job_id();
@@ -300,7 +321,7 @@ void SchedulerCore::StartLaterNodesLocked(Job& job, const std::vector<std::strin
   order.insert(order.end(), node_ids.begin(), node_ids.end());
   for (const std::string& id : order) {
     Node* node = FindNodeLocked(id);
-    if (node == nullptr) continue;
+    if (node == nullptr) continue;  // not the first: it just registered
     proto::StartProcessesRequest req = StartRequestLocked(job, id);
     a.ranks.push_back(RanksOf(req));
     a.node_ids.push_back(id);
@@ -345,6 +366,16 @@ std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaun
     for (const auto& ranks : a->ranks) {
       for (int r : ranks) job->unsent.erase(r);
     }
+    const bool stale = IsTerminal(job->info.state()) || job->info.restarting();
+    if (stale && a->reask) {
+      // Never sent: the nodes waiting for its answer are not started either.
+      job->asking_port = false;
+      std::set<std::string> awaiting;
+      awaiting.swap(job->awaiting_port);
+      FailNeverStartedLocked(*job, awaiting,
+                             "was not started: the job ended or failed before its start was sent",
+                             out);
+    }
     if (IsTerminal(job->info.state())) {
       // Sent now, it would start processes of a job that has ended (a cancel while its
       // placement was being stored): its ranks end here instead.
@@ -368,7 +399,9 @@ std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaun
 
 void SchedulerCore::MaybeCrashAfterStart(const Action& a, size_t i,
                                          const absl::StatusOr<int>& port) {
-  if (!options_.test_crash_after_start || !port.ok() || i + 1 != a.starts.size()) return;
+  const bool last = options_.test_crash_after_start && i + 1 == a.starts.size();
+  const bool master = options_.test_crash_after_master_start && i == 0 && a.starts.size() > 1;
+  if (!port.ok() || !(last || master)) return;
   DROVER_LOG(WARNING) << "DROVER_TEST_CRASH_AFTER_START: exiting after the start of "
                       << a.job_id << " generation " << a.generation;
   std::cerr.flush();
@@ -458,13 +491,15 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
   }
   ChangedLocked(*job);
   const std::string& id = job->info.job_id();
-  if (IsTerminal(job->info.state()) ||
-      (job->info.restarting() && deferred_stops_.count(id) == 0)) {
+  const bool ended = IsTerminal(job->info.state());
+  if (ended || job->info.restarting()) {
     // The job ended (a cancel) or its generation failed while this start was in flight:
     // the stop sent then may have reached the node before the start (an agent keeps no
-    // record of stops), so it goes again; the nodes after this one are not started.
+    // record of stops), so it goes again (unless it waits, for the watchers' notice);
+    // the nodes after this one are not started.
     Node* node = FindNodeLocked(a.node_ids[i]);
-    if (node != nullptr && !node->info.agent_address().empty()) {
+    if ((ended || deferred_stops_.count(id) == 0) && node != nullptr &&
+        !node->info.agent_address().empty()) {
       Action stop;
       stop.kind = Action::kStop;
       stop.job_id = id;

@@ -537,7 +537,10 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   job.info.clear_exited_ranks();
   job.info.clear_succeeded_ranks();
   job.live.clear();
-  job.unsent.clear();  // launches of an earlier placement are dropped when they come up
+  // Launches of an earlier placement are dropped when they come up.
+  job.unsent.clear();
+  job.asking_port = false;
+  job.awaiting_port.clear();
   job.allocs.clear();
   ++job.allocs_gen;
   std::vector<std::string> node_order;
@@ -778,13 +781,16 @@ void SchedulerCore::EndLocked(Job& job, proto::JobState state, const std::string
                               int exit_code, Actions* out) {
   FinishLocked(job, state, reason, exit_code);
   job.info.set_restarting(false);
-  if (!job.unsent.empty()) {
-    // Their start waits for the store (down, maybe for long): it will never be sent
-    // (DropStaleLaunchesLocked), so they end now and free what they hold.
+  if (!job.unsent.empty() || !job.awaiting_port.empty()) {
+    // Their start waits for the store (down, maybe for long), or for the master's port:
+    // it will never be sent (DropStaleLaunchesLocked, ApplyStartLocked), so they end now
+    // and free what they hold.
     std::set<int> unsent;
     unsent.swap(job.unsent);
+    std::set<std::string> awaiting;
+    awaiting.swap(job.awaiting_port);
     for (const auto& p : job.info.placement()) {
-      if (unsent.count(p.rank()) == 0) continue;
+      if (unsent.count(p.rank()) == 0 && awaiting.count(p.node_id()) == 0) continue;
       FailRanksLocked(job, p.node_id(), {p.rank()},
                       "was never started: the job ended before its start was sent", out);
     }

@@ -111,9 +111,12 @@ struct SchedulerOptions {
   JobTimeline* timeline = nullptr;
   // Fault points for tests (scheduler main reads them from the environment, once):
   // end the process (_exit) as soon as the last node of a launch answered its start,
-  // before the answer is applied (DROVER_TEST_CRASH_AFTER_START=1); hold each job
-  // record this long before its write, as a slow store would (DROVER_TEST_STORE_DELAY_MS).
+  // before the answer is applied (DROVER_TEST_CRASH_AFTER_START=1), or as soon as the
+  // first (master) node of a launch of several nodes answered, before the others are
+  // asked (DROVER_TEST_CRASH_AFTER_START=master); hold each job record this long before
+  // its write, as a slow store would (DROVER_TEST_STORE_DELAY_MS).
   bool test_crash_after_start = false;
+  bool test_crash_after_master_start = false;
   absl::Duration test_store_delay = absl::ZeroDuration();
 };
 

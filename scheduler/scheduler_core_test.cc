@@ -1189,6 +1189,50 @@ TEST_F(SchedulerCoreTest, ANodeBackWhileTheMasterIsAskedForItsPortIsStartedAfter
   ExpectMasterAskedThenLaterNodesStarted(agents_->start_calls(), 3);
 }
 
+// The first node comes back without rank 0 while a later node runs rank 1: the start
+// went out and rank 0 is gone. Its node is never sent the start again (to learn the
+// master's port for the third node, back without rank 2): that would start rank 0 a
+// second time. The job fails with rank 0 gone; rank 2 was never started, said so.
+TEST_F(SchedulerCoreTest, AMasterGoneWhileALaterNodeRunsIsNeverStartedAgain) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-11", {"n1", "n2", "n3"})).ok());
+  Make(absl::Seconds(30));
+  RegisterRunning(core_.get(), "n2", "job-t-11", 1);
+  Register("10.0.0.3", 0, "n3");
+  Register("10.0.0.1", 0, "n1");
+  auto j = Job("job-t-11");
+  EXPECT_EQ(j.state(), proto::FAILED) << j.reason();
+  EXPECT_EQ(j.root_cause().rank(), 0);
+  EXPECT_TRUE(absl::StrContains(j.root_cause().error(), "is gone")) << j.root_cause().error();
+  core_->Stop();  // drains the calls to the agents
+  EXPECT_EQ(agents_->starts(), 0u) << "a start went out: " << agents_->start_calls()[0].first;
+  EXPECT_EQ(Job("job-t-11").live_processes(), 1);  // rank 1, until its stop ends it
+}
+
+// Cancelled while its first node is asked for the master's port, a job ends the ranks
+// waiting for that answer at once, and starts nothing when the answer comes.
+TEST_F(SchedulerCoreTest, ACancelWhileTheMasterIsAskedForItsPortStartsNothingMore) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-12", {"n1", "n2", "n3"})).ok());
+  Make(absl::Seconds(30));
+  agents_->Hold("10.0.0.1:7000");
+  RegisterRunning(core_.get(), "n1", "job-t-12", 0);
+  Register("10.0.0.2", 0, "n2");
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  Register("10.0.0.3", 0, "n3");  // waits for the port
+  ASSERT_TRUE(core_->CancelJob("job-t-12").ok());
+  auto j = Job("job-t-12");
+  EXPECT_EQ(j.state(), proto::CANCELLED);
+  // Rank 0 runs, rank 1's start is under way; rank 2 ended (a job's resources are freed
+  // when its last rank ends).
+  EXPECT_EQ(j.live_processes(), 2);
+  agents_->Release();
+  ASSERT_TRUE(WaitFor([&] { return Job("job-t-12").live_processes() == 1; }));
+  core_->Stop();  // drains the calls to the agents
+  EXPECT_EQ(agents_->starts(), 1u) << "a later node was started for a cancelled job";
+  EXPECT_EQ(agents_->stop_calls().back().first, "10.0.0.1:7000");
+}
+
 // A gang cancelled while its master's start is in flight: its later node is never
 // started (it would run for a job that ended), and the master's node is sent the stop
 // again once the start is answered (the cancel's stop may have reached it first, and

@@ -455,8 +455,8 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
                                      int* master_port, Actions* out) {
   Job* job = FindJobLocked(a.job_id);
   if (job == nullptr || job->info.restart_count() != a.generation || stopping_) return false;
-  std::set<std::string> awaiting;
-  if (i == 0) {
+  std::set<std::string> awaiting;  // the nodes waiting for this answer (a re-ask's)
+  if (i == 0 && a.reask) {
     job->asking_port = false;
     awaiting.swap(job->awaiting_port);
   }
@@ -474,10 +474,6 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
   }
   if (!port.ok()) {
     FailLaunchLocked(*job, a, i, port.status(), out);
-    FailNeverStartedLocked(*job, awaiting,
-                           absl::StrCat("was not started: the start on ", a.node_ids[i],
-                                        " failed before (", port.status().message(), ")"),
-                           out);
     return false;
   }
   // This node's processes are spawned (`drover run`: "starting N/M").

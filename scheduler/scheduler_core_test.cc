@@ -1230,7 +1230,9 @@ TEST_F(SchedulerCoreTest, ACancelWhileTheMasterIsAskedForItsPortStartsNothingMor
   ASSERT_TRUE(WaitFor([&] { return Job("job-t-12").live_processes() == 1; }));
   core_->Stop();  // drains the calls to the agents
   EXPECT_EQ(agents_->starts(), 1u) << "a later node was started for a cancelled job";
-  EXPECT_EQ(agents_->stop_calls().back().first, "10.0.0.1:7000");
+  int to_master = 0;
+  for (const auto& [address, stop] : agents_->stop_calls()) to_master += address == "10.0.0.1:7000";
+  EXPECT_EQ(to_master, 2) << "the master's node was not sent the stop again after its start";
 }
 
 // A gang cancelled while its master's start is in flight: its later node is never
@@ -1254,7 +1256,9 @@ TEST_F(SchedulerCoreTest, AGangCancelledWhileItsMasterStartsNeverStartsItsLaterN
   for (const auto& [address, stop] : agents_->stop_calls()) {
     EXPECT_EQ(stop.job_id(), j->job_id());
   }
-  EXPECT_EQ(agents_->stop_calls().back().first, "10.0.0.1:7000");
+  int to_master = 0;
+  for (const auto& [address, stop] : agents_->stop_calls()) to_master += address == "10.0.0.1:7000";
+  EXPECT_EQ(to_master, 2) << "the master's node was not sent the stop again after its start";
   EXPECT_EQ(Job(j->job_id()).state(), proto::CANCELLED);
   EXPECT_EQ(Job(j->job_id()).live_processes(), 1);  // the master, until its exit is reported
 }

@@ -364,9 +364,10 @@ class SchedulerCore {
   // first node's processes are known: `started` (the node reports a rank of the
   // generation, or is dead) starts the ranks other nodes registered without
   // (StartLaterNodesLocked; failed as never started if the job is failing or ended) and
-  // counts the nodes not back yet as unconfirmed (Job::unconfirmed_nodes); otherwise no start of the generation reached any node (a later node's start
-  // is sent only after the first node's answered, and a registered agent refuses a start
-  // sent before its registration), so the generation is placed again, as PENDING.
+  // counts the nodes not back yet as unconfirmed (Job::unconfirmed_nodes); otherwise no
+  // start of the generation reached any node (a later node's start is sent only after
+  // the first node's answered, and a registered agent refuses a start sent before its
+  // registration), so the generation is placed again, as PENDING.
   void ResolveStartLocked(Job& job, bool started, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The start of `job`'s current generation on `node_id` (its ranks there).
   proto::StartProcessesRequest StartRequestLocked(const Job& job, const std::string& node_id)

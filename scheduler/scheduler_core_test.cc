@@ -1228,11 +1228,14 @@ TEST_F(SchedulerCoreTest, ACancelWhileTheMasterIsAskedForItsPortStartsNothingMor
   EXPECT_EQ(j.live_processes(), 2);
   agents_->Release();
   ASSERT_TRUE(WaitFor([&] { return Job("job-t-12").live_processes() == 1; }));
+  // The cancel's stop, then the one sent again once the start is answered.
+  ASSERT_TRUE(WaitFor([&] {
+    int n = 0;
+    for (const auto& [address, stop] : agents_->stop_calls()) n += address == "10.0.0.1:7000";
+    return n == 2;
+  })) << "the master's node was not sent the stop again after its start";
   core_->Stop();  // drains the calls to the agents
   EXPECT_EQ(agents_->starts(), 1u) << "a later node was started for a cancelled job";
-  int to_master = 0;
-  for (const auto& [address, stop] : agents_->stop_calls()) to_master += address == "10.0.0.1:7000";
-  EXPECT_EQ(to_master, 2) << "the master's node was not sent the stop again after its start";
 }
 
 // A gang cancelled while its master's start is in flight: its later node is never
@@ -1249,16 +1252,21 @@ TEST_F(SchedulerCoreTest, AGangCancelledWhileItsMasterStartsNeverStartsItsLaterN
   ASSERT_TRUE(j.ok()) << j.status();
   ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
   ASSERT_TRUE(core_->CancelJob(j->job_id()).ok());
+  auto stops_to_master = [&] {
+    int n = 0;
+    for (const auto& [address, stop] : agents_->stop_calls()) n += address == "10.0.0.1:7000";
+    return n;
+  };
   agents_->Release();
-  ASSERT_TRUE(WaitFor([&] { return agents_->stops() >= 2; }));
+  // The cancel's stop, then the one sent again once the start is answered.
+  ASSERT_TRUE(WaitFor([&] { return stops_to_master() == 2; }))
+      << "the master's node was not sent the stop again after its start";
+  ASSERT_TRUE(WaitFor([&] { return Job(j->job_id()).live_processes() == 1; }));
   core_->Stop();  // drains the calls to the agents
   EXPECT_EQ(agents_->starts(), 1u) << "the later node was started for a cancelled job";
   for (const auto& [address, stop] : agents_->stop_calls()) {
     EXPECT_EQ(stop.job_id(), j->job_id());
   }
-  int to_master = 0;
-  for (const auto& [address, stop] : agents_->stop_calls()) to_master += address == "10.0.0.1:7000";
-  EXPECT_EQ(to_master, 2) << "the master's node was not sent the stop again after its start";
   EXPECT_EQ(Job(j->job_id()).state(), proto::CANCELLED);
   EXPECT_EQ(Job(j->job_id()).live_processes(), 1);  // the master, until its exit is reported
 }

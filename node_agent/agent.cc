@@ -445,6 +445,7 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
   for (int g : resources_.gpu_ids) req.add_gpu_ids(g);
   for (const auto& n : resources_.gpu_names) req.add_gpu_names(n);
   for (const auto& w : resources_.warnings) req.add_warnings(w);
+  service_->FenceStarts();  // every start is in the table below, or refused
   for (auto& p : GangSnapshot()) *req.add_processes() = std::move(p);
   if (pool_ != nullptr) {
     for (auto& l : pool_->HeldLeases()) *req.add_leases() = std::move(l);

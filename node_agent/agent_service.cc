@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
@@ -131,13 +132,19 @@ grpc::Status AgentService::StartProcessesBatch(grpc::ServerContext* ctx,
   return grpc::Status::OK;
 }
 
+void AgentService::FenceStarts() {
+  absl::WriterMutexLock lock(&start_mu_);  // waits for the starts admitted so far
+  fenced_ = std::max(fenced_, registration_.load());
+}
+
 grpc::Status AgentService::StartOne(const proto::StartProcessesRequest& req, int* port) {
   if (std::string err = Validate(req); !err.empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, err);
   }
   // A start held up by a cut link can arrive after the scheduler gave up on it (and
   // failed the job): refused, so its processes never run.
-  if (const int64_t now = registration_.load();
+  absl::ReaderMutexLock lock(&start_mu_);
+  if (const int64_t now = std::max(registration_.load(), fenced_ + 1);
       req.node_registration() != 0 && req.node_registration() < now) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("job ", req.job_id(), " generation ", req.generation(),

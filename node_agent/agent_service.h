@@ -30,6 +30,12 @@ class AgentService final : public proto::NodeAgent::Service {
   // The agent's latest registration (RegisterNodeReply.registration): StartProcesses
   // sent under an earlier one is refused (StartProcessesRequest.node_registration).
   void SetRegistration(int64_t registration) { registration_ = registration; }
+  // Called right before the process table a registration reports is taken: from then on
+  // a start sent under the registration held so far is refused as well, and one admitted
+  // before has its processes in the table. So each start is in that table or refused;
+  // none slips in between the table and the new registration's reply (the scheduler
+  // would take its ranks as never started, or gone, while they run).
+  void FenceStarts();
   // Makes following StreamLogs calls end promptly (agent shutdown).
   void BeginShutdown() { shutting_down_ = true; }
 
@@ -58,6 +64,10 @@ class AgentService final : public proto::NodeAgent::Service {
   const absl::Duration default_grace_;
   std::atomic<bool> shutting_down_{false};
   std::atomic<int64_t> registration_{0};
+  // Held shared by a start from its check to its processes' spawn, exclusively by
+  // FenceStarts; `fenced_` is the registration a fence refuses starts under (and below).
+  absl::Mutex start_mu_;
+  int64_t fenced_ ABSL_GUARDED_BY(start_mu_) = 0;
   absl::Mutex mu_;
   std::string node_id_ ABSL_GUARDED_BY(mu_);
 };

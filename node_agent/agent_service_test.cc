@@ -188,6 +188,28 @@ TEST_F(AgentServiceTest, RefusesAStartSentBeforeItRegisteredAgain) {
   EXPECT_EQ(pm_->Snapshot().size(), 3u);
 }
 
+// Once the agent takes the process table it registers again with, a start sent under
+// the registration it held until then is refused too (its processes would be missing
+// from the table: the scheduler would take its ranks as never started, and start them
+// again, or as gone, while they run); one sent under the new registration runs.
+TEST_F(AgentServiceTest, RefusesAStartSentUnderTheRegistrationBeingReplaced) {
+  service_->SetRegistration(2000);
+  service_->FenceStarts();  // registering again: the table is being taken
+  auto late = Request("job-fenced", "echo late");
+  late.set_node_registration(2000);
+  proto::StartProcessesReply reply;
+  grpc::Status s = Start(late, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_TRUE(pm_->Snapshot().empty()) << "the start sent before the registration ran";
+  service_->SetRegistration(3000);
+  for (int64_t registration : {0, 3000}) {
+    auto req = Request(absl::StrCat("job-new-", registration), "true");
+    req.set_node_registration(registration);
+    EXPECT_TRUE(Start(req, &reply).ok()) << registration;
+  }
+  EXPECT_EQ(pm_->Snapshot().size(), 2u);
+}
+
 // Several starts in one call: each answered as its own StartProcesses call would be,
 // a refused one not stopping the others, a repeated one started once.
 TEST_F(AgentServiceTest, BatchAnswersEachStartOnItsOwn) {

@@ -143,15 +143,18 @@ SchedulerOptions BuildOptions(const SchedulerFlags& f) {
   // Fault points for tests (SchedulerOptions): never set in production.
   if (const char* v = std::getenv("DROVER_TEST_CRASH_AFTER_START"); v != nullptr) {
     options.test_crash_after_start = std::string(v) == "1";
+    options.test_crash_after_master_start = std::string(v) == "master";
   }
   int64_t delay_ms = 0;
   if (const char* v = std::getenv("DROVER_TEST_STORE_DELAY_MS");
       v != nullptr && absl::SimpleAtoi(v, &delay_ms) && delay_ms > 0) {
     options.test_store_delay = absl::Milliseconds(delay_ms);
   }
-  if (options.test_crash_after_start || options.test_store_delay > absl::ZeroDuration()) {
+  if (options.test_crash_after_start || options.test_crash_after_master_start ||
+      options.test_store_delay > absl::ZeroDuration()) {
     DROVER_LOG(WARNING) << "test fault points on: crash after a start "
-                        << options.test_crash_after_start << ", store delay "
+                        << options.test_crash_after_start << ", after a master's start "
+                        << options.test_crash_after_master_start << ", store delay "
                         << options.test_store_delay;
   }
   return options;

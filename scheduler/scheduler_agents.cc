@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "scheduler/generation.h"
 #include "scheduler/scheduler_core.h"
@@ -122,7 +123,10 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
     // Forgotten only once the job's record with these exits is stored: a scheduler
     // restarted from the store before that would find the job running and its
     // processes gone. A later heartbeat forgets it.
-    if (all_exited && persister_.Stored(key.first)) {
+    const Job* job = FindJobLocked(key.first);
+    const bool asking = job != nullptr && job->asking_port &&
+                        job->info.restart_count() == key.second;
+    if (all_exited && persister_.Stored(key.first) && !asking) {
       auto* f = reply->add_forget();
       f->set_job_id(key.first);
       f->set_generation(key.second);
@@ -151,23 +155,32 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
       }
     }
     if (job->start_unconfirmed && job->info.placement(0).node_id() != node.info.node_id()) {
-      // Never started, or gone: the first node's report tells which. A later node that
-      // runs ranks of it proves the start went out, whatever the first node reports.
-      if (!reported[id].empty()) job->seen_running = true;
-      job->unreported.insert(lost.begin(), lost.end());
-      lost.clear();
+      if (!reported[id].empty()) {
+        // A later node that runs ranks of it proves the start went out, whatever the
+        // first node reports; its ranks missing here had their start: they are gone.
+        job->seen_running = true;
+      } else {
+        // Never started, or gone: the first node's report tells which.
+        job->unreported.insert(lost.begin(), lost.end());
+        lost.clear();
+      }
     } else if (job->start_unconfirmed) {
       if (reported[id].empty() && !job->seen_running) {
         ResolveStartLocked(*job, /*started=*/false, out);  // nothing runs anywhere
         continue;
       }
+      // The start went out: its ranks missing here are gone (failed first, so that the
+      // settling below knows whether the master still runs).
+      FailRanksLocked(*job, node.info.node_id(), lost,
+                      "is gone: its node agent restarted and no longer has the process", out);
+      lost.clear();
       ResolveStartLocked(*job, /*started=*/true, out);
     } else if (job->unconfirmed_nodes.erase(node.info.node_id()) > 0 && reported[id].empty() &&
                !lost.empty()) {
       // Its start never reached this node (none of its ranks is here, and it refuses a
       // start sent before its registration): sent now, its first and only one.
       if (job->info.state() == proto::RUNNING && !job->info.restarting()) {
-        ResendStartLocked(*job, node.info.node_id(), out);
+        StartLaterNodesLocked(*job, {node.info.node_id()}, out);
         continue;
       }
       FailRanksLocked(*job, node.info.node_id(), lost,
@@ -197,16 +210,35 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
 
 void SchedulerCore::ResolveStartLocked(Job& job, bool started, Actions* out) {
   job.start_unconfirmed = false;
-  std::vector<int> unreported(job.unreported.begin(), job.unreported.end());
-  job.unreported.clear();
+  std::set<int> unreported;
+  unreported.swap(job.unreported);
   if (started) {
-    // Their node registered without them and refuses a start sent before that.
+    // The first node had the start. A later node's start went out only after the first
+    // node answered, and that answer may never have come (the scheduler stopped first),
+    // so no later node's start is confirmed: a node that came back with none of its
+    // ranks never got it (and refuses it now: it was sent before its registration),
+    // and a node not back yet is in the same doubt until it registers.
+    const std::string& first = job.info.placement(0).node_id();
+    std::vector<std::string> to_start;
+    std::set<std::string> never_started;
     for (const auto& p : job.info.placement()) {
-      if (std::find(unreported.begin(), unreported.end(), p.rank()) == unreported.end()) continue;
-      FailRanksLocked(job, p.node_id(), {p.rank()},
-                      "was never started: the scheduler stopped before its start reached the "
-                      "node",
-                      out);
+      const std::string& id = p.node_id();
+      if (id == first || job.live.count(p.rank()) == 0) continue;
+      if (unreported.count(p.rank()) > 0) {
+        if (never_started.insert(id).second) to_start.push_back(id);
+        continue;
+      }
+      const Node* node = FindNodeLocked(id);
+      if (node == nullptr || node->info.state() != proto::ALIVE) job.unconfirmed_nodes.insert(id);
+    }
+    if (to_start.empty()) return;
+    if (job.info.state() == proto::RUNNING && !job.info.restarting()) {
+      StartLaterNodesLocked(job, to_start, out);
+    } else {
+      FailNeverStartedLocked(job, never_started,
+                             "was never started: the scheduler stopped before its start "
+                             "reached the node",
+                             out);
     }
     return;
   }
@@ -248,6 +280,78 @@ void SchedulerCore::ResendStartLocked(Job& job, const std::string& node_id, Acti
   a.ranks.push_back(RanksOf(req));
   a.node_ids.push_back(node_id);
   a.starts.emplace_back(node->info.agent_address(), std::move(req));
+  QueueLaunchLocked(job, std::move(a), out);
+}
+
+void SchedulerCore::StartLaterNodesLocked(Job& job, const std::vector<std::string>& node_ids,
+                                          Actions* out) {
+  if (job.info.master_port() > 0) {
+    for (const std::string& id : node_ids) ResendStartLocked(job, id, out);
+    return;
+  }
+  if (job.asking_port) {
+    job.awaiting_port.insert(node_ids.begin(), node_ids.end());
+    return;
+  }
+  // The master's answer was lost with the scheduler that sent its start. Its node holds
+  // the generation, so a start sent to it again starts nothing and answers the port
+  // (ProcessManager::StartOnManager); the later nodes follow with it, as at a first start.
+  // Only while a rank of it runs there: an agent told to forget the generation (all its
+  // ranks there exited) would start it again.
+  const std::string& first = job.info.placement(0).node_id();
+  const Node* first_node = FindNodeLocked(first);
+  bool master_runs = first_node != nullptr && first_node->info.state() == proto::ALIVE;
+  bool any_live = false;
+  for (const auto& p : job.info.placement()) {
+    if (p.node_id() == first) any_live = any_live || job.live.count(p.rank()) > 0;
+  }
+  if (!master_runs || !any_live) {
+    FailNeverStartedLocked(job, std::set<std::string>(node_ids.begin(), node_ids.end()),
+                           absl::StrCat("was never started: the scheduler stopped before its "
+                                        "start reached the node, and ", first,
+                                        " no longer runs the master's ranks to start it with"),
+                           out);
+    return;
+  }
+  Action a;
+  a.kind = Action::kLaunch;
+  a.job_id = job.info.job_id();
+  a.generation = job.info.restart_count();
+  std::vector<std::string> order = {first};
+  order.insert(order.end(), node_ids.begin(), node_ids.end());
+  for (const std::string& id : order) {
+    Node* node = FindNodeLocked(id);
+    if (node == nullptr) continue;  // not the first: it just registered
+    proto::StartProcessesRequest req = StartRequestLocked(job, id);
+    a.ranks.push_back(RanksOf(req));
+    a.node_ids.push_back(id);
+    a.starts.emplace_back(node->info.agent_address(), std::move(req));
+  }
+  DROVER_LOG(INFO) << job.info.job_id() << " generation " << job.info.restart_count()
+                   << ": nodes " << absl::StrJoin(node_ids, ",") << " have none of its ranks "
+                   << "(the scheduler stopped before their start reached them); asking "
+                   << first << " for the master's port again, then starting them";
+  a.reask = true;
+  job.asking_port = true;
+  QueueLaunchLocked(job, std::move(a), out);
+}
+
+void SchedulerCore::FailNeverStartedLocked(Job& job, const std::set<std::string>& node_ids,
+                                           const std::string& why, Actions* out) {
+  for (const auto& p : job.info.placement()) {
+    if (node_ids.count(p.node_id()) == 0 || job.live.count(p.rank()) == 0) continue;
+    FailRanksLocked(job, p.node_id(), {p.rank()}, why, out);
+  }
+}
+
+void SchedulerCore::QueueLaunchLocked(Job& job, Action a, Actions* out) {
+  // With a store behind a network the launch waits for the placement to be stored
+  // (Dispatch); until DropStaleLaunchesLocked lets it go, its ranks are unsent.
+  if (!store_->InMemory()) {
+    for (size_t k = a.reask ? 1 : 0; k < a.ranks.size(); ++k) {
+      job.unsent.insert(a.ranks[k].begin(), a.ranks[k].end());
+    }
+  }
   out->push_back(std::move(a));
 }
 
@@ -259,10 +363,23 @@ std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaun
     // Stopping: not sent, and not failed either; the next scheduler finds the placement
     // stored with no start confirmed and settles it (ResolveStartLocked).
     if (job == nullptr || job->info.restart_count() != a->generation || stopping_) continue;
+    for (const auto& ranks : a->ranks) {
+      for (int r : ranks) job->unsent.erase(r);
+    }
+    const bool stale = IsTerminal(job->info.state()) || job->info.restarting();
+    if (stale && a->reask) {
+      // Never sent: the nodes waiting for its answer are not started either.
+      job->asking_port = false;
+      std::set<std::string> awaiting;
+      awaiting.swap(job->awaiting_port);
+      FailNeverStartedLocked(*job, awaiting,
+                             "was not started: the job ended or failed before its start was sent",
+                             out);
+    }
     if (IsTerminal(job->info.state())) {
       // Sent now, it would start processes of a job that has ended (a cancel while its
       // placement was being stored): its ranks end here instead.
-      FailLaunchLocked(*job, *a, 0,
+      FailLaunchLocked(*job, *a, a->reask ? 1 : 0,
                        absl::CancelledError("the job ended before its start was sent"), out);
       continue;
     }
@@ -271,7 +388,7 @@ std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaun
       // stored) and its stop has gone out already: started now, these ranks would run a
       // failed generation nobody stops. They end here, so the restart can go on.
       FailLaunchLocked(
-          *job, *a, 0,
+          *job, *a, a->reask ? 1 : 0,
           absl::AbortedError("the generation failed before its start was sent"), out);
       continue;
     }
@@ -282,7 +399,9 @@ std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaun
 
 void SchedulerCore::MaybeCrashAfterStart(const Action& a, size_t i,
                                          const absl::StatusOr<int>& port) {
-  if (!options_.test_crash_after_start || !port.ok() || i + 1 != a.starts.size()) return;
+  const bool last = options_.test_crash_after_start && i + 1 == a.starts.size();
+  const bool master = options_.test_crash_after_master_start && i == 0 && a.starts.size() > 1;
+  if (!port.ok() || !(last || master)) return;
   DROVER_LOG(WARNING) << "DROVER_TEST_CRASH_AFTER_START: exiting after the start of "
                       << a.job_id << " generation " << a.generation;
   std::cerr.flush();
@@ -336,6 +455,23 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
                                      int* master_port, Actions* out) {
   Job* job = FindJobLocked(a.job_id);
   if (job == nullptr || job->info.restart_count() != a.generation || stopping_) return false;
+  std::set<std::string> awaiting;  // the nodes waiting for this answer (a re-ask's)
+  if (i == 0 && a.reask) {
+    job->asking_port = false;
+    awaiting.swap(job->awaiting_port);
+  }
+  if (!port.ok() && a.reask && i == 0) {
+    // Its ranks there still run (as far as anyone knows): they stay live, and the failure
+    // of the ranks that now cannot start stops them.
+    const std::string why = absl::StrCat("was not started: asking ", a.node_ids[0],
+                                         " for the master's port failed (",
+                                         port.status().message(), ")");
+    for (size_t k = 1; k < a.starts.size(); ++k) {
+      FailRanksLocked(*job, a.node_ids[k], a.ranks[k], why, out);
+    }
+    FailNeverStartedLocked(*job, awaiting, why, out);
+    return false;
+  }
   if (!port.ok()) {
     FailLaunchLocked(*job, a, i, port.status(), out);
     return false;
@@ -350,6 +486,34 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
     job->info.set_master_port(*master_port);
   }
   ChangedLocked(*job);
+  const std::string& id = job->info.job_id();
+  const bool ended = IsTerminal(job->info.state());
+  if (ended || job->info.restarting()) {
+    // The job ended (a cancel) or its generation failed while this start was in flight:
+    // the stop sent then may have reached the node before the start (an agent keeps no
+    // record of stops), so it goes again (unless it waits, for the watchers' notice);
+    // the nodes after this one are not started.
+    Node* node = FindNodeLocked(a.node_ids[i]);
+    if ((ended || deferred_stops_.count(id) == 0) && node != nullptr &&
+        !node->info.agent_address().empty()) {
+      Action stop;
+      stop.kind = Action::kStop;
+      stop.job_id = id;
+      stop.generation = a.generation;
+      stop.stop_address = node->info.agent_address();
+      out->push_back(std::move(stop));
+    }
+    for (size_t k = i + 1; k < a.starts.size(); ++k) {
+      FailRanksLocked(*job, a.node_ids[k], a.ranks[k],
+                      "was not started: the job ended or failed before its start was sent",
+                      out);
+    }
+    FailNeverStartedLocked(*job, awaiting,
+                           "was not started: the job ended or failed before its start was sent",
+                           out);
+    return false;
+  }
+  for (const std::string& node_id : awaiting) ResendStartLocked(*job, node_id, out);
   return i + 1 < a.starts.size();
 }
 
@@ -450,13 +614,15 @@ void SchedulerCore::Dispatch(Actions actions) {
     // sending it comes back knowing where the job runs and reattaches it, instead of
     // placing it again (a second run of each rank). See docs/architecture.md, "starts
     // exactly once".
-    std::vector<std::string> ids;
-    ids.reserve(group.size());
-    for (const auto& a : group) ids.push_back(a->job_id);
-    if (persister_.AllStored(ids)) {  // an in-memory store; a store that kept up
+    if (store_->InMemory()) {  // stored at once (JobPersister::AllStored)
       outbound_->Post([this, group = std::move(group)]() mutable { RunLaunches(std::move(group)); });
       continue;
     }
+    // Otherwise, even stored already, the launch goes through DropStaleLaunchesLocked:
+    // its ranks count as unsent (Job::unsent) until it lets them go.
+    std::vector<std::string> ids;
+    ids.reserve(group.size());
+    for (const auto& a : group) ids.push_back(a->job_id);
     persister_.WhenStored(std::move(ids), [this, group = std::move(group)](bool stored) mutable {
       if (!stored) {  // the scheduler is stopping: nothing is sent
         for (size_t k = 0; k < group.size(); ++k) EndCall();

@@ -537,6 +537,10 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   job.info.clear_exited_ranks();
   job.info.clear_succeeded_ranks();
   job.live.clear();
+  // Launches of an earlier placement are dropped when they come up.
+  job.unsent.clear();
+  job.asking_port = false;
+  job.awaiting_port.clear();
   job.allocs.clear();
   ++job.allocs_gen;
   std::vector<std::string> node_order;
@@ -585,7 +589,7 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   DROVER_LOG(INFO) << "placed " << job.info.job_id() << " generation " << a.generation << " on "
                    << absl::StrJoin(node_order, ",");
   ChangedLocked(job);
-  out->push_back(std::move(a));
+  QueueLaunchLocked(job, std::move(a), out);
 }
 
 proto::StartProcessesRequest SchedulerCore::StartRequestLocked(const Job& job,
@@ -665,6 +669,7 @@ void SchedulerCore::FinishLocked(Job& job, proto::JobState state, const std::str
 
 void SchedulerCore::FailLaunchLocked(Job& job, const Action& a, size_t i, const absl::Status& why,
                                      Actions* out) {
+  if (i >= a.starts.size()) return;
   FailRanksLocked(job, a.node_ids[i], a.ranks[i],
                   absl::StrCat("could not be started: ", why.message()), out);
   // The nodes after it are never asked (they would need the master's port): their
@@ -776,6 +781,20 @@ void SchedulerCore::EndLocked(Job& job, proto::JobState state, const std::string
                               int exit_code, Actions* out) {
   FinishLocked(job, state, reason, exit_code);
   job.info.set_restarting(false);
+  if (!job.unsent.empty() || !job.awaiting_port.empty()) {
+    // Their start waits for the store (down, maybe for long), or for the master's port:
+    // it will never be sent (DropStaleLaunchesLocked, ApplyStartLocked), so they end now
+    // and free what they hold.
+    std::set<int> unsent;
+    unsent.swap(job.unsent);
+    std::set<std::string> awaiting;
+    awaiting.swap(job.awaiting_port);
+    for (const auto& p : job.info.placement()) {
+      if (unsent.count(p.rank()) == 0 && awaiting.count(p.node_id()) == 0) continue;
+      FailRanksLocked(job, p.node_id(), {p.rank()},
+                      "was never started: the job ended before its start was sent", out);
+    }
+  }
   StopJobLocked(job, out);
   if (job.live.empty()) ReleaseLocked(job);
   ChangedLocked(job);

@@ -111,9 +111,12 @@ struct SchedulerOptions {
   JobTimeline* timeline = nullptr;
   // Fault points for tests (scheduler main reads them from the environment, once):
   // end the process (_exit) as soon as the last node of a launch answered its start,
-  // before the answer is applied (DROVER_TEST_CRASH_AFTER_START=1); hold each job
-  // record this long before its write, as a slow store would (DROVER_TEST_STORE_DELAY_MS).
+  // before the answer is applied (DROVER_TEST_CRASH_AFTER_START=1), or as soon as the
+  // first (master) node of a launch of several nodes answered, before the others are
+  // asked (DROVER_TEST_CRASH_AFTER_START=master); hold each job record this long before
+  // its write, as a slow store would (DROVER_TEST_STORE_DELAY_MS).
   bool test_crash_after_start = false;
+  bool test_crash_after_master_start = false;
   absl::Duration test_store_delay = absl::ZeroDuration();
 };
 
@@ -271,6 +274,17 @@ class SchedulerCore {
     // the record does not confirm. Such a node registering with none of its ranks never
     // got its start (and refuses it now): it is sent again (ResendStartLocked).
     std::set<std::string> unconfirmed_nodes;
+    // The master's port is unknown (the record confirms no start) and a start of the
+    // first node's ranks was sent again to learn it (StartLaterNodesLocked): that node
+    // holds the generation, answers its port and starts nothing. Meanwhile the node is
+    // not told to forget the generation (it would then start it again), and the later
+    // nodes that come back without their ranks wait in `awaiting_port` for the answer.
+    bool asking_port = false;
+    std::set<std::string> awaiting_port;
+    // Ranks of the current generation whose start waits for the placement to be stored
+    // (Dispatch, JobPersister::WhenStored): none of them has reached a node, so a cancel
+    // ends them at once (EndLocked) instead of when the store answers.
+    std::set<int> unsent;
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -287,6 +301,10 @@ class SchedulerCore {
     // kLaunch: the master's port when the first node of `starts` is not the master (a
     // start sent again to a later node after a restart); 0: the first node picks it.
     int master_port = 0;
+    // kLaunch: its first node already runs its ranks; it is asked again only for the
+    // master's port (StartLaterNodesLocked). Its ranks there are never failed as not
+    // started: they run, and stay live so that the job's stop reaches them.
+    bool reask = false;
   };
   // What the lease manager is told once the lock is released: jobs that ended (with
   // their objects' ids by the agent address holding them), nodes declared dead (with
@@ -344,10 +362,12 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Settles a reloaded job whose start was unconfirmed (Job::start_unconfirmed), once its
   // first node's processes are known: `started` (the node reports a rank of the
-  // generation, or is dead) fails the ranks other nodes registered without, as never
-  // started; otherwise no start of the generation reached any node (a later node's start
-  // is sent only after the first node's answered, and a registered agent refuses a start
-  // sent before its registration), so the generation is placed again, as PENDING.
+  // generation, or is dead) starts the ranks other nodes registered without
+  // (StartLaterNodesLocked; failed as never started if the job is failing or ended) and
+  // counts the nodes not back yet as unconfirmed (Job::unconfirmed_nodes); otherwise no
+  // start of the generation reached any node (a later node's start is sent only after
+  // the first node's answered, and a registered agent refuses a start sent before its
+  // registration), so the generation is placed again, as PENDING.
   void ResolveStartLocked(Job& job, bool started, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The start of `job`'s current generation on `node_id` (its ranks there).
   proto::StartProcessesRequest StartRequestLocked(const Job& job, const std::string& node_id)
@@ -356,6 +376,18 @@ class SchedulerCore {
   // holds (see Job::unconfirmed_nodes).
   void ResendStartLocked(Job& job, const std::string& node_id, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the ranks of later nodes `node_ids` (in placement order) that came back without
+  // them after a restart: at once with the recorded master port; without one, after the
+  // first node's start is sent again to learn it (see Job::asking_port).
+  void StartLaterNodesLocked(Job& job, const std::vector<std::string>& node_ids, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails the live ranks on `node_ids` as never started, saying `why`.
+  void FailNeverStartedLocked(Job& job, const std::set<std::string>& node_ids,
+                              const std::string& why, Actions* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues launch `a` of `job`, the ranks it starts counted as unsent until Dispatch
+  // sends it.
+  void QueueLaunchLocked(Job& job, Action a, Actions* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Test fault point (SchedulerOptions::test_crash_after_start).
   void MaybeCrashAfterStart(const Action& a, size_t i, const absl::StatusOr<int>& port);
   // An outbound call (a launch, a stop) is over: its last reaction is done with the

@@ -1089,29 +1089,186 @@ TEST_F(SchedulerCoreTest, APlacementStoredWhoseStartNeverWentOutIsPlacedAgain) {
   EXPECT_EQ(ranks, 2);
 }
 
+// Registers node `id` (10.0.0.N for nN) running rank `rank` of `job_id`'s generation 0.
+void RegisterRunning(SchedulerCore* core, const std::string& id, const std::string& job_id,
+                     int rank) {
+  proto::RegisterNodeRequest req;
+  req.set_node_id(id);
+  const std::string ip = absl::StrCat("10.0.0.", id.substr(1));
+  req.set_agent_address(ip + ":7000");
+  req.set_node_ip(ip);
+  req.mutable_total()->set_cpus(8);
+  auto* p = req.add_processes();
+  p->set_job_id(job_id);
+  p->set_rank(rank);
+  p->set_running(true);
+  ASSERT_TRUE(core->RegisterNode(req).ok());
+}
+
+// Checks that the starts sent were: the first node's again (port 0: it answers the port
+// it holds and starts nothing), then each later node's rank with the master's port.
+void ExpectMasterAskedThenLaterNodesStarted(
+    const std::vector<std::pair<std::string, proto::StartProcessesRequest>>& calls,
+    int nodes) {
+  ASSERT_EQ(calls.size(), static_cast<size_t>(nodes));
+  EXPECT_EQ(calls[0].first, "10.0.0.1:7000");
+  EXPECT_EQ(calls[0].second.master_port(), 0);
+  std::set<int> later;
+  for (size_t k = 1; k < calls.size(); ++k) {
+    const auto& [address, start] = calls[k];
+    EXPECT_EQ(start.generation(), 0);
+    EXPECT_EQ(start.master_port(), 29500) << "to " << address;
+    EXPECT_EQ(start.world_size(), nodes);
+    ASSERT_EQ(start.processes_size(), 1);
+    EXPECT_EQ(address, absl::StrCat("10.0.0.", start.processes(0).rank() + 1, ":7000"));
+    later.insert(start.processes(0).rank());
+  }
+  EXPECT_EQ(later.size(), static_cast<size_t>(nodes - 1));
+}
+
 // The first node has its rank: the start went out. A later node registered without its
 // rank: that start never reached it (and never will: it refuses starts from before its
-// registration), said as such, not as a restarted agent.
-TEST_F(SchedulerCoreTest, ARankWhoseStartNeverReachedItsNodeFailsSayingSo) {
+// registration). The master's port died with the scheduler, so the first node is asked
+// again (it starts nothing) and the later node then gets its start with that port.
+TEST_F(SchedulerCoreTest, ARankWhoseStartNeverReachedItsNodeIsStartedWithTheMastersPort) {
   core_.reset();
   ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-2", {"n1", "n2"})).ok());
   Make(absl::Seconds(30));
   Register("10.0.0.2", 0, "n2");
-  proto::RegisterNodeRequest req;
-  req.set_node_id("n1");
-  req.set_agent_address("10.0.0.1:7000");
-  req.set_node_ip("10.0.0.1");
-  req.mutable_total()->set_cpus(8);
-  auto* p = req.add_processes();
-  p->set_job_id("job-t-2");
-  p->set_rank(0);
-  p->set_running(true);
-  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  RegisterRunning(core_.get(), "n1", "job-t-2", 0);
+  ASSERT_TRUE(WaitFor([&] { return Job("job-t-2").started_processes() == 2; }));
   auto j = Job("job-t-2");
-  EXPECT_EQ(j.state(), proto::FAILED);
-  EXPECT_EQ(j.root_cause().rank(), 1);
-  EXPECT_TRUE(absl::StrContains(j.root_cause().error(), "never started")) << j.root_cause().error();
+  EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
+  EXPECT_EQ(j.exited_ranks_size(), 0);
+  EXPECT_EQ(j.master_port(), 29500);
+  ExpectMasterAskedThenLaterNodesStarted(agents_->start_calls(), 2);
+}
+
+// The chaos campaign's lost starts job-2mca-632 and job-jtaa-4737: the master's agent
+// was stopped while its start was in flight, the scheduler restarted, the master's node
+// came back first running rank 0 (the start reached it late), and the later node came
+// back after that without rank 1, which never started: it was failed as "gone: its node
+// agent restarted". Its start is sent now, with the master's port.
+TEST_F(SchedulerCoreTest, ALaterNodeBackAfterTheMasterWhoseAnswerWasLostGetsItsStart) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-9", {"n1", "n2"})).ok());
+  Make(absl::Seconds(30));
+  RegisterRunning(core_.get(), "n1", "job-t-9", 0);
   EXPECT_EQ(agents_->starts(), 0u);
+  Register("10.0.0.2", 0, "n2");
+  ASSERT_TRUE(WaitFor([&] { return Job("job-t-9").started_processes() == 2; }))
+      << Job("job-t-9").DebugString();
+  auto j = Job("job-t-9");
+  EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
+  EXPECT_EQ(j.exited_ranks_size(), 0) << j.root_cause().error();
+  ExpectMasterAskedThenLaterNodesStarted(agents_->start_calls(), 2);
+}
+
+// The same with a master node that answers late: a third node coming back without its
+// rank while the first node is being asked for the port waits for the answer, then gets
+// its start with that port.
+TEST_F(SchedulerCoreTest, ANodeBackWhileTheMasterIsAskedForItsPortIsStartedAfterTheAnswer) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-10", {"n1", "n2", "n3"})).ok());
+  Make(absl::Seconds(30));
+  agents_->Hold("10.0.0.1:7000");
+  RegisterRunning(core_.get(), "n1", "job-t-10", 0);
+  Register("10.0.0.2", 0, "n2");
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));  // held: no answer yet
+  Register("10.0.0.3", 0, "n3");
+  auto j = Job("job-t-10");
+  EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
+  EXPECT_EQ(j.live_processes(), 3);
+  EXPECT_EQ(agents_->starts(), 1u) << "a later node was started before the master's port was known";
+  agents_->Release();
+  ASSERT_TRUE(WaitFor([&] { return Job("job-t-10").started_processes() == 3; }))
+      << Job("job-t-10").DebugString();
+  j = Job("job-t-10");
+  EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
+  EXPECT_EQ(j.exited_ranks_size(), 0) << j.root_cause().error();
+  ExpectMasterAskedThenLaterNodesStarted(agents_->start_calls(), 3);
+}
+
+// The first node comes back without rank 0 while a later node runs rank 1: the start
+// went out and rank 0 is gone. Its node is never sent the start again (to learn the
+// master's port for the third node, back without rank 2): that would start rank 0 a
+// second time. The job fails with rank 0 gone; rank 2 was never started, said so.
+TEST_F(SchedulerCoreTest, AMasterGoneWhileALaterNodeRunsIsNeverStartedAgain) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-11", {"n1", "n2", "n3"})).ok());
+  Make(absl::Seconds(30));
+  RegisterRunning(core_.get(), "n2", "job-t-11", 1);
+  Register("10.0.0.3", 0, "n3");
+  Register("10.0.0.1", 0, "n1");
+  auto j = Job("job-t-11");
+  EXPECT_EQ(j.state(), proto::FAILED) << j.reason();
+  EXPECT_EQ(j.root_cause().rank(), 0);
+  EXPECT_TRUE(absl::StrContains(j.root_cause().error(), "is gone")) << j.root_cause().error();
+  core_->Stop();  // drains the calls to the agents
+  EXPECT_EQ(agents_->starts(), 0u) << "a start went out: " << agents_->start_calls()[0].first;
+  EXPECT_EQ(Job("job-t-11").live_processes(), 1);  // rank 1, until its stop ends it
+}
+
+// Cancelled while its first node is asked for the master's port, a job ends the ranks
+// waiting for that answer at once, and starts nothing when the answer comes.
+TEST_F(SchedulerCoreTest, ACancelWhileTheMasterIsAskedForItsPortStartsNothingMore) {
+  core_.reset();
+  ASSERT_TRUE(store_->PutJob(PlacedNotStarted("job-t-12", {"n1", "n2", "n3"})).ok());
+  Make(absl::Seconds(30));
+  agents_->Hold("10.0.0.1:7000");
+  RegisterRunning(core_.get(), "n1", "job-t-12", 0);
+  Register("10.0.0.2", 0, "n2");
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  Register("10.0.0.3", 0, "n3");  // waits for the port
+  ASSERT_TRUE(core_->CancelJob("job-t-12").ok());
+  auto j = Job("job-t-12");
+  EXPECT_EQ(j.state(), proto::CANCELLED);
+  // Rank 0 runs, rank 1's start is under way; rank 2 ended (a job's resources are freed
+  // when its last rank ends).
+  EXPECT_EQ(j.live_processes(), 2);
+  agents_->Release();
+  ASSERT_TRUE(WaitFor([&] { return Job("job-t-12").live_processes() == 1; }));
+  // The cancel's stop, then the one sent again once the start is answered.
+  ASSERT_TRUE(WaitFor([&] {
+    int n = 0;
+    for (const auto& [address, stop] : agents_->stop_calls()) n += address == "10.0.0.1:7000";
+    return n == 2;
+  })) << "the master's node was not sent the stop again after its start";
+  core_->Stop();  // drains the calls to the agents
+  EXPECT_EQ(agents_->starts(), 1u) << "a later node was started for a cancelled job";
+}
+
+// A gang cancelled while its master's start is in flight: its later node is never
+// started (it would run for a job that ended), and the master's node is sent the stop
+// again once the start is answered (the cancel's stop may have reached it first, and
+// an agent keeps no record of a stop for a generation it does not hold).
+TEST_F(SchedulerCoreTest, AGangCancelledWhileItsMasterStartsNeverStartsItsLaterNodes) {
+  Register("10.0.0.1", 0);
+  Register("10.0.0.2", 0);
+  agents_->Hold("10.0.0.1:7000");
+  proto::JobSpec spec = OneCpuJob(2);
+  spec.set_nproc_per_node(1);
+  auto j = core_->SubmitJob(spec);
+  ASSERT_TRUE(j.ok()) << j.status();
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  ASSERT_TRUE(core_->CancelJob(j->job_id()).ok());
+  auto stops_to_master = [&] {
+    int n = 0;
+    for (const auto& [address, stop] : agents_->stop_calls()) n += address == "10.0.0.1:7000";
+    return n;
+  };
+  agents_->Release();
+  // The cancel's stop, then the one sent again once the start is answered.
+  ASSERT_TRUE(WaitFor([&] { return stops_to_master() == 2; }))
+      << "the master's node was not sent the stop again after its start";
+  ASSERT_TRUE(WaitFor([&] { return Job(j->job_id()).live_processes() == 1; }));
+  core_->Stop();  // drains the calls to the agents
+  EXPECT_EQ(agents_->starts(), 1u) << "the later node was started for a cancelled job";
+  for (const auto& [address, stop] : agents_->stop_calls()) {
+    EXPECT_EQ(stop.job_id(), j->job_id());
+  }
+  EXPECT_EQ(Job(j->job_id()).state(), proto::CANCELLED);
+  EXPECT_EQ(Job(j->job_id()).live_processes(), 1);  // the master, until its exit is reported
 }
 
 // A confirmed start whose process the node no longer has is gone, as before.
@@ -1269,6 +1426,73 @@ TEST_F(SchedulerCoreTest, ALaterNodeWhoseStartNeverCameGetsItAfterTheRestart) {
   EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
   EXPECT_EQ(j.live_processes(), 2);
   ASSERT_TRUE(WaitFor([&] { return Job("job-t-7").started_processes() == 2; }));
+}
+
+// A store whose job writes hang while `hang` (Redis down, its connection not yet timed out).
+class HangingStore : public SharedStore {
+ public:
+  using SharedStore::SharedStore;
+  absl::Status PutJob(const proto::JobInfo& j) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++waiting_;
+      while (hang_) released_.Wait(&mu_);
+      --waiting_;
+    }
+    return SharedStore::PutJob(j);
+  }
+  void Hang() {
+    absl::MutexLock lock(&mu_);
+    hang_ = true;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    hang_ = false;
+    released_.SignalAll();
+  }
+  int waiting() {
+    absl::MutexLock lock(&mu_);
+    return waiting_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::CondVar released_;
+  bool hang_ = false;
+  int waiting_ = 0;
+};
+
+// While the store hangs, a job cancelled during its wait for the placement to be stored
+// gives its resources back at the cancel, not when the store answers; its start is
+// never sent.
+TEST_F(StartOnceTest, AJobCancelledWhileTheStoreHangsFreesItsResourcesAtOnce) {
+  core_.reset();
+  auto owned = std::make_unique<HangingStore>(store_.get());
+  HangingStore* store = owned.get();
+  auto agents = std::make_unique<FakeAgents>();
+  agents_ = agents.get();
+  SchedulerOptions o;
+  o.durable_wait = absl::Milliseconds(50);
+  core_ = std::make_unique<SchedulerCore>(o, std::move(owned), std::move(agents));
+  ASSERT_TRUE(core_->Start().ok());
+  Register("10.0.0.1", 0);
+  store->Hang();
+  auto submitted = core_->SubmitJob(OneCpuJob());
+  ASSERT_FALSE(submitted.ok());  // accepted, placed, not saved
+  ASSERT_TRUE(WaitFor([&] { return store->waiting() >= 1; }, absl::Seconds(20)));
+  const std::string id = std::string(submitted.status().GetPayload(kAcceptedJobPayload)->Flatten());
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().cpus(), 7);
+  (void)core_->CancelJob(id);  // stands; saved once the store answers
+  auto j = Job(id);
+  EXPECT_EQ(j.state(), proto::CANCELLED);
+  EXPECT_EQ(j.live_processes(), 0);
+  EXPECT_EQ(core_->ClusterStatus().nodes(0).free().cpus(), 8)
+      << "the cancelled job still holds its CPU while the store hangs";
+  EXPECT_EQ(store->waiting(), 1);  // still hanging: nothing above waited for it
+  store->Release();
+  core_->Stop();
+  EXPECT_EQ(agents_->starts(), 0u);
+  EXPECT_EQ(Job(id).state(), proto::CANCELLED);
 }
 
 }  // namespace

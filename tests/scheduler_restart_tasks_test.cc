@@ -130,12 +130,13 @@ class StartOnceAcrossACrashTest : public TwoNodeClusterTest {
 
   // Restarts the scheduler with the fault points on, submits a 2-rank gang (one per
   // node) that appends "start-<rank>" to <dir>/<name>.starts, prints hello-<rank> and
-  // waits for <dir>/<name>.go; waits for the scheduler to die after the starts, starts
-  // it again (fault points off) and returns the job's id ("" after a test failure).
-  std::string SubmitAcrossACrash(const std::string& name) {
+  // waits for <dir>/<name>.go; waits for the scheduler to die after the starts (after
+  // the master's start only, with `crash_at` "master"), starts it again (fault points
+  // off) and returns the job's id ("" after a test failure).
+  std::string SubmitAcrossACrash(const std::string& name, const char* crash_at = "1") {
     const std::string base = absl::StrCat(cluster_->dir(), "/", name);
     const int crashes = Crashes();
-    ::setenv("DROVER_TEST_CRASH_AFTER_START", "1", 1);
+    ::setenv("DROVER_TEST_CRASH_AFTER_START", crash_at, 1);
     ::setenv("DROVER_TEST_STORE_DELAY_MS", "1500", 1);
     absl::Status restarted = cluster_->RestartScheduler(SIGTERM);
     ::unsetenv("DROVER_TEST_CRASH_AFTER_START");
@@ -219,6 +220,23 @@ TEST_F(StartOnceAcrossACrashTest, RanksStartOnceWhenTheSchedulerDiesRightAfterTh
   EXPECT_EQ(last->state, JobState::kSucceeded) << last->reason << cluster_->DaemonLogs();
   EXPECT_EQ(last->restart_count, 0);
   EXPECT_EQ(Starts("succeeds"), (std::vector<std::string>{"start-0", "start-1"}));
+}
+
+// The chaos campaign's job-2mca-632: the master's start went out and ran, its answer
+// died with the scheduler, rank 1's start was never sent. The restarted scheduler asks
+// the master's node again for the port (it starts nothing) and starts rank 1 with it;
+// before, rank 1 was failed as "gone" (or "never started") and the job FAILED.
+TEST_F(StartOnceAcrossACrashTest, ALaterRankStartsOnceWhenTheSchedulerDiesAfterTheMastersStart) {
+  const std::string job = SubmitAcrossACrash("master", "master");
+  ASSERT_FALSE(job.empty());
+  ASSERT_TRUE(WaitFor([&] { return Starts("master").size() == 2; }, absl::Seconds(60)))
+      << cluster_->DaemonLogs();
+  ASSERT_TRUE(WriteFileAtomic(absl::StrCat(cluster_->dir(), "/master.go"), "").ok());
+  auto last = cluster_->client().WaitJob(job, absl::Seconds(120));
+  ASSERT_TRUE(last.ok()) << last.status() << cluster_->DaemonLogs();
+  EXPECT_EQ(last->state, JobState::kSucceeded) << last->reason << cluster_->DaemonLogs();
+  EXPECT_EQ(last->restart_count, 0);
+  EXPECT_EQ(Starts("master"), (std::vector<std::string>{"start-0", "start-1"}));
 }
 
 TEST_F(StartOnceAcrossACrashTest, ACancelAfterTheCrashLeavesTheJobCancelledWithItsLogs) {

@@ -16,13 +16,16 @@
 namespace drover::testing {
 
 // Records every call; StartProcesses answers port 29500 for the master (or echoes the
-// port it was given), and UNAVAILABLE for the address given to FailAddress.
+// port it was given), and UNAVAILABLE for the address given to FailAddress. A start to
+// the address given to Hold is recorded, then answered only after Release (an agent
+// that answers late); release before the core stops (Stop waits for its calls).
 class FakeAgents : public AgentClient {
  public:
   absl::StatusOr<int> StartProcesses(const std::string& address,
                                      const proto::StartProcessesRequest& req) override {
     absl::MutexLock lock(&mu_);
     starts_.push_back({address, req});
+    while (held_ == address) released_.Wait(&mu_);
     if (fail_address_ == address) return absl::UnavailableError("connection refused");
     return req.master_port() == 0 ? 29500 : req.master_port();
   }
@@ -51,12 +54,23 @@ class FakeAgents : public AgentClient {
     absl::MutexLock lock(&mu_);
     fail_address_ = a;
   }
+  void Hold(const std::string& a) {
+    absl::MutexLock lock(&mu_);
+    held_ = a;
+  }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    held_.clear();
+    released_.SignalAll();
+  }
 
  private:
   absl::Mutex mu_;
   std::vector<std::pair<std::string, proto::StartProcessesRequest>> starts_;
   std::vector<std::pair<std::string, proto::StopJobRequest>> stops_;
   std::string fail_address_;
+  std::string held_;
+  absl::CondVar released_;
 };
 
 // A store that outlives the core, to simulate a scheduler restart.

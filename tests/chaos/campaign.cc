@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -53,7 +54,8 @@ class Campaign {
 
  private:
   absl::Status Setup();
-  void InjectAll(const std::vector<Fault>& schedule, absl::Time t0);
+  // `monitor` hears of the faults that keep a node or the head out of reach.
+  void InjectAll(const std::vector<Fault>& schedule, absl::Time t0, Monitor& monitor);
   void WaitForNodes();
   void AfterFaults(Workload& workload, std::vector<JobRecord>& jobs);
   void Teardown(const std::set<pid_t>& pids);
@@ -139,7 +141,7 @@ absl::Status Campaign::Setup() {
   return absl::OkStatus();
 }
 
-void Campaign::InjectAll(const std::vector<Fault>& schedule, absl::Time t0) {
+void Campaign::InjectAll(const std::vector<Fault>& schedule, absl::Time t0, Monitor& monitor) {
   InjectorOptions io;
   io.drover = testing::Runfile("cli/drover");
   io.store_client = testing::Runfile("tests/chaos/chaos_store_client");
@@ -150,7 +152,24 @@ void Campaign::InjectAll(const std::vector<Fault>& schedule, absl::Time t0) {
   for (const Fault& f : schedule) {
     absl::SleepFor(t0 + f.at - absl::Now());
     if (stopping_.load()) return;
+    std::optional<std::string> out_of_reach;  // a node's id, or "" for the head
+    switch (f.kind) {
+      case FaultKind::kKillAgent:
+      case FaultKind::kStopAgent:
+      case FaultKind::kCutNode:
+        out_of_reach = cluster_->agent_node_id(f.node);
+        break;
+      case FaultKind::kKillScheduler:
+      case FaultKind::kStopScheduler:
+      case FaultKind::kRestartHead:
+        out_of_reach = "";
+        break;
+      default:
+        break;
+    }
+    if (out_of_reach) monitor.FaultBegins(*out_of_reach);
     FaultRecord r = injector_->Inject(f);
+    if (out_of_reach) monitor.FaultEnds(*out_of_reach);
     std::string line = absl::StrFormat(
         "%s (at +%.1fs, %s UTC): %s", Describe(f), absl::ToDoubleSeconds(r.start - t0),
         absl::FormatTime("%H:%M:%E3S", r.start, absl::UTCTimeZone()), r.target);
@@ -362,7 +381,7 @@ absl::StatusOr<CampaignResult> Campaign::Run() {
   if (absl::Status s = workload.Start(); !s.ok()) return s;
   monitor.Start();
   const absl::Time t0 = absl::Now();
-  InjectAll(schedule, t0);
+  InjectAll(schedule, t0, monitor);
   absl::SleepFor(t0 + options_.duration - absl::Now());
   Say("faults are over; waiting for the work in flight");
   workload.Stop();

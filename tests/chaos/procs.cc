@@ -61,6 +61,21 @@ bool FromEnvironment(const std::string& env, const std::string& token_file, Proc
   return ours;
 }
 
+// Whether the command line (NUL-separated) names `dir` or a path under it: not a
+// directory whose name merely starts the same (/tmp/cluster-12-0 vs /tmp/cluster-12-01).
+bool Mentions(absl::string_view cmdline, const std::string& dir) {
+  if (dir.empty()) return false;
+  for (size_t at = cmdline.find(dir); at != absl::string_view::npos;
+       at = cmdline.find(dir, at + 1)) {
+    const size_t next = at + dir.size();
+    if (next == cmdline.size() || cmdline[next] == '/' || cmdline[next] == '\0' ||
+        cmdline[next] == ' ' || cmdline[next] == '=' || cmdline[next] == ':') {
+      return true;
+    }
+  }
+  return false;
+}
+
 // Whether the process's working directory is `dir` or below it (a redis-server, whose
 // command line names only its address, works in the cluster's redis directory).
 bool WorksUnder(pid_t pid, const std::string& dir) {
@@ -85,7 +100,7 @@ std::vector<Proc> JobProcesses(const std::string& token_file) {
 std::vector<Proc> ClusterProcesses(const std::string& cluster_dir, const std::string& token_file) {
   std::vector<Proc> out;
   ForEachProcess([&](Proc& p, const std::string& env, const std::string& cmdline) {
-    if (FromEnvironment(env, token_file, &p) || absl::StrContains(cmdline, cluster_dir) ||
+    if (FromEnvironment(env, token_file, &p) || Mentions(cmdline, cluster_dir) ||
         WorksUnder(p.pid, cluster_dir)) {
       out.push_back(p);
     }

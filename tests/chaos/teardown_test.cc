@@ -1,6 +1,7 @@
 // The campaign's teardown on a signal, on a fake cluster: processes that carry the
 // cluster's token file, name its directory or work in it are stopped (one ignores
-// SIGTERM, one is SIGSTOPped), an unrelated process is not, the directory goes.
+// SIGTERM, one is SIGSTOPped), unrelated ones are not (one names a directory whose
+// name starts with the cluster's), the directory goes.
 #include "tests/chaos/teardown.h"
 
 #include <signal.h>
@@ -51,6 +52,9 @@ TEST(TeardownTest, StopsEveryProcessOfTheClusterAndNothingElse) {
   // A redis-like process: only its working directory says whose it is.
   const pid_t redis = Start({"/bin/sleep", "600"}, {}, dir + "/redis");
   const pid_t stranger = Start({"/bin/sleep", "600"}, {});
+  // Another cluster's directory whose name starts with this one's.
+  const pid_t sibling = Start({"/bin/sh", "-c", "while :; do sleep 1; done", dir + "1"}, {});
+  ASSERT_GT(sibling, 0);
   ASSERT_GT(worker, 0);
   ASSERT_GT(daemon, 0);
   ASSERT_GT(redis, 0);
@@ -74,8 +78,11 @@ TEST(TeardownTest, StopsEveryProcessOfTheClusterAndNothingElse) {
   EXPECT_TRUE(testing::WaitFor([&] { return Gone(worker) && Gone(daemon) && Gone(redis); },
                                absl::Seconds(30)));
   EXPECT_FALSE(Gone(stranger)) << "a process not of the cluster was stopped";
-  ::kill(stranger, SIGKILL);
-  ::waitpid(stranger, nullptr, 0);
+  EXPECT_FALSE(Gone(sibling)) << "a process of " << dir << "1 was stopped";
+  for (pid_t p : {stranger, sibling}) {
+    ::kill(p, SIGKILL);
+    ::waitpid(p, nullptr, 0);
+  }
 
   RemoveTree(dir);
   EXPECT_FALSE(ReadFile(token).ok()) << dir << " is still there";

@@ -159,9 +159,9 @@ class NodeAgent {
   std::vector<proto::ProcessStatus> GangSnapshot();
   // A job's end may never have reached this node (the scheduler restarted and did not
   // know of its workers here, or this node was cut off): stops the task workers of
-  // those of `jobs` the scheduler says have ended (or no longer knows). Run after a
-  // registration the scheduler asked for (every job with workers here) and every
-  // kWorkerCheck (the jobs of the worker pool's workers).
+  // those of `jobs` the scheduler says have ended (or no longer knows). Run by
+  // CheckWorkersOfEndedJobs after a registration the scheduler asked for and every
+  // kWorkerCheck.
   void StopWorkersOfEndedJobs(const std::set<std::string>& jobs);
   // Queues one StopWorkersOfEndedJobs for every job with a live worker here (the
   // pool's, and any worker process still running, even one the pool already let go),

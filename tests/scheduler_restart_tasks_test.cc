@@ -150,8 +150,11 @@ TEST_F(SchedulerRestartTasksTest, IdleWorkersFromBeforeARestartGoWithTheirJob) {
   ::waitpid(pid, &status, 0);
   auto ended = cluster_->client().WaitJob(job, absl::Seconds(60));
   ASSERT_TRUE(ended.ok()) << ended.status();
+  const absl::Time end_seen = absl::Now();
   EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job).empty(); }, absl::Seconds(30)))
       << ProcessesOfJob(job).size() << " processes of " << job << " outlived it";
+  std::cout << "the processes of " << job << " were gone "
+            << absl::FormatDuration(absl::Now() - end_seen) << " after its end was seen\n";
   // On each node, the first stop of the job's processes was the scheduler's.
   int stopped_on = 0;
   for (int i = 0; i < 2; ++i) {

@@ -36,8 +36,10 @@ constexpr auto kReportTimeout = std::chrono::milliseconds(2000);
 // few calls).
 constexpr size_t kMaxExitsPerReport = 512;
 // How often the jobs of task workers are checked (StopWorkersOfEndedJobs): a job's end
-// does not reach the node when the scheduler restarted since its workers started.
-constexpr absl::Duration kWorkerCheck = absl::Seconds(5);
+// does not reach the node when the scheduler restarted since its workers started, or
+// when its StopJob could not reach this node (cut off, stopped). One GetJob per job
+// with workers here.
+constexpr absl::Duration kWorkerCheck = absl::Seconds(2);
 constexpr absl::Duration kMinBackoff = absl::Milliseconds(100);
 constexpr absl::Duration kMaxBackoff = absl::Seconds(5);
 
@@ -299,6 +301,7 @@ absl::Status NodeAgent::StartWorkerPool() {
   packages_ = std::make_unique<PackageCache>(absl::StrCat(options_.dir, "/packages"),
                                              options_.scheduler_address, options_.token);
   task_reports_ = std::make_unique<ThreadPool>(1);
+  worker_checks_ = std::make_unique<ThreadPool>(1);
   auto leases = std::shared_ptr<proto::Leases::Stub>(
       proto::Leases::NewStub(MakeChannel(options_.scheduler_address)));
   WorkerPoolOptions wpo;
@@ -364,6 +367,19 @@ void NodeAgent::StopWorkersOfEndedJobs(const std::set<std::string>& jobs) {
     pool_->JobEnded(job);
     pm_->Stop(job, -1, options_.kill_grace, "the job has ended: its task workers go");
   }
+}
+
+void NodeAgent::CheckWorkersOfEndedJobs() {
+  if (worker_checks_ == nullptr || worker_check_queued_.exchange(true)) return;
+  worker_checks_->Post([this] {
+    worker_check_queued_ = false;
+    // The jobs are read when the check runs, not when it was queued.
+    std::set<std::string> jobs = pool_->JobsWithWorkers();
+    for (const auto& p : pm_->Snapshot()) {
+      if (p.running() && WorkerPool::IsWorkerGeneration(p.generation())) jobs.insert(p.job_id());
+    }
+    StopWorkersOfEndedJobs(jobs);
+  });
 }
 
 std::vector<proto::ProcessStatus> NodeAgent::GangSnapshot() {
@@ -506,13 +522,7 @@ bool NodeAgent::Register(proto::Scheduler::Stub* stub, bool* logged_failure) {
                    << " (heartbeat every " << reply.heartbeat_interval_ms() << " ms, "
                    << req.processes_size() << " process(es) held)";
   *logged_failure = false;
-  if (!first && task_reports_) {
-    std::set<std::string> jobs;
-    for (const auto& p : pm_->Snapshot()) {
-      if (p.running() && WorkerPool::IsWorkerGeneration(p.generation())) jobs.insert(p.job_id());
-    }
-    task_reports_->Post([this, jobs] { StopWorkersOfEndedJobs(jobs); });
-  }
+  if (!first) CheckWorkersOfEndedJobs();
   session_->Registered(reply.node_id());  // writes the ready file once open
   return true;
 }
@@ -602,8 +612,7 @@ void NodeAgent::RegistrationLoop() {
     }
     if (registered && attempt >= next_worker_check && pool_ != nullptr) {
       next_worker_check = attempt + kWorkerCheck;
-      std::set<std::string> jobs = pool_->JobsWithWorkers();
-      if (!jobs.empty()) task_reports_->Post([this, jobs] { StopWorkersOfEndedJobs(jobs); });
+      CheckWorkersOfEndedJobs();
     }
     if (!registered) {
       registered = Register(stub.get(), &logged_failure);

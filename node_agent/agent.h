@@ -23,6 +23,7 @@
 #ifndef DROVER_NODE_AGENT_AGENT_H_
 #define DROVER_NODE_AGENT_AGENT_H_
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <string>
@@ -158,10 +159,15 @@ class NodeAgent {
   std::vector<proto::ProcessStatus> GangSnapshot();
   // A job's end may never have reached this node (the scheduler restarted and did not
   // know of its workers here, or this node was cut off): stops the task workers of
-  // those of `jobs` the scheduler says have ended (or no longer knows). Run after a
-  // registration the scheduler asked for (every job with workers here) and every
-  // kWorkerCheck (the jobs of the worker pool's workers).
+  // those of `jobs` the scheduler says have ended (or no longer knows). Run by
+  // CheckWorkersOfEndedJobs after a registration the scheduler asked for and every
+  // kWorkerCheck.
   void StopWorkersOfEndedJobs(const std::set<std::string>& jobs);
+  // Queues one StopWorkersOfEndedJobs for every job with a live worker here (the
+  // pool's, and any worker process still running, even one the pool already let go),
+  // on its own thread, unless one is queued already: checks never pile up behind an
+  // unreachable scheduler, nor behind the exit reports.
+  void CheckWorkersOfEndedJobs();
   absl::Status StartWorkerPool();
   void WriteReadyFile();
   absl::Status StartObjectStore();
@@ -196,6 +202,9 @@ class NodeAgent {
   std::unique_ptr<WorkersService> workers_service_;
   // Tells the scheduler of returned leases and exited workers, in order.
   std::unique_ptr<ThreadPool> task_reports_;
+  // Runs CheckWorkersOfEndedJobs' checks; `worker_check_queued_` while one waits.
+  std::unique_ptr<ThreadPool> worker_checks_;
+  std::atomic<bool> worker_check_queued_{false};
   std::unique_ptr<grpc::Server> server_;
   // After everything its scrapes read, so it stops first.
   std::unique_ptr<HttpServer> http_;

@@ -294,9 +294,12 @@ std::vector<proto::HeldLease> WorkerPool::HeldLeases() {
   absl::MutexLock l(&mu_);
   std::vector<proto::HeldLease> out;
   for (const auto& [id, w] : workers_) {
-    if ((w->state != State::kLeased && w->state != State::kActor) || w->lease_id.empty()) continue;
+    if (w->exit || w->state == State::kDead) continue;
     proto::HeldLease h;
-    h.set_lease_id(w->lease_id);
+    // Idle and starting workers go with no lease id: the scheduler learns which jobs
+    // have workers here (their end must stop them) and stops those of ended jobs.
+    const bool holds = w->state == State::kLeased || w->state == State::kActor;
+    if (holds) h.set_lease_id(w->lease_id);
     h.set_job_id(w->job_id);
     h.set_owner(w->owner);
     *h.mutable_shape() = w->shape;

@@ -97,7 +97,8 @@ class WorkerPool {
     int64_t reused = 0;
   };
   Counts counts();
-  // The leases (and actors' leases) workers serve now, for the agent's registration.
+  // The leases (and actors' leases) workers serve now, for the agent's registration;
+  // idle and starting workers with an empty lease id (their job and worker id).
   std::vector<proto::HeldLease> HeldLeases();
   // Jobs that have live workers here (the agent asks the scheduler whether they ended).
   std::set<std::string> JobsWithWorkers();

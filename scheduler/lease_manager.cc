@@ -327,7 +327,23 @@ void LeaseManager::Adopt(const std::string& node_id, const std::string& agent_ad
     if (stopped_) return;
     std::set<std::string> adopted_actors;
     for (const proto::HeldLease& h : held) {
-      if (h.lease_id().empty() || leases_.count(h.lease_id()) > 0) continue;  // known
+      if (h.lease_id().empty()) {
+        // A worker with no lease (idle in the warm pool, or starting): the lease it
+        // served may be older than this scheduler. Its job's end must reach its node
+        // (JobEnded stops workers only of jobs known to have some); a job that ended
+        // while the scheduler was away loses it now.
+        if (h.job_id().empty() || h.worker_id().empty()) continue;
+        if (absl::Status running = book_->CheckJobRunning(h.job_id()); running.ok()) {
+          jobs_with_workers_.insert(h.job_id());
+        } else {
+          proto::KillWorkerRequest kill;
+          kill.set_worker_id(h.worker_id());
+          kill.set_reason(absl::StrCat("it outlived its job: ", running.message()));
+          kills.push_back(std::move(kill));
+        }
+        continue;
+      }
+      if (leases_.count(h.lease_id()) > 0) continue;  // known
       if (ended_early_.count(h.lease_id()) > 0) continue;  // returned before it was adopted
       absl::Status running = book_->CheckJobRunning(h.job_id());
       Actor* actor = nullptr;

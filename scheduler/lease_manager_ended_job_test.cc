@@ -1,4 +1,5 @@
-// LeaseManager against a fake node book and fake agents: a request that waits for room while its job ends.
+// LeaseManager against a fake node book and fake agents: a request that waits for room
+// while its job ends; workers that outlive a scheduler restart with no lease.
 #include "scheduler/lease_manager.h"
 
 #include <atomic>
@@ -65,6 +66,48 @@ TEST(LeaseManagerTest, ARequestWaitingForRoomIsNotGrantedOnceItsJobHasEnded) {
   EXPECT_EQ(w->starts.load(), 0) << "a worker was started for an ended job";
   ASSERT_FALSE(r.ok() && r->granted()) << "granted a lease to an ended job";
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+}
+
+// An idle worker (warm pool) outlives a scheduler restart with no lease to adopt. Its
+// agent lists it at registration; the job's end must then stop it on its node (the
+// scheduler used to stop workers only of jobs it had granted leases to itself, so the
+// worker ran on until the agent's own check found the job ended).
+TEST(LeaseManagerTest, AnIdleWorkerFromBeforeARestartIsStoppedWhenItsJobEnds) {
+  FakeBook book;
+  auto workers = std::make_unique<FakeWorkers>();
+  FakeWorkers* w = workers.get();
+  LeaseManager leases(&book, std::move(workers));
+  proto::HeldLease idle;
+  idle.set_job_id("job-1");
+  idle.set_worker_id("w-7");
+  leases.Adopt("node-1", "10.0.0.1:7000", {idle});
+  EXPECT_TRUE(w->killed().empty()) << "an idle worker of a running job was killed";
+  book.running = false;
+  leases.JobEnded("job-1", {});
+  EXPECT_TRUE(testing::WaitFor([&] {
+    for (const auto& [agent, job] : w->stopped()) {
+      if (agent == "10.0.0.1:7000" && job == "job-1") return true;
+    }
+    return false;
+  })) << "job-1's end was not sent to the node of its idle worker";
+}
+
+// A node that comes back (after a scheduler restart or a cut) with an idle worker of a
+// job that ended meanwhile: the worker is stopped at once.
+TEST(LeaseManagerTest, AnIdleWorkerOfAJobThatEndedMeanwhileIsStoppedAtRegistration) {
+  FakeBook book;
+  book.running = false;
+  auto workers = std::make_unique<FakeWorkers>();
+  FakeWorkers* w = workers.get();
+  LeaseManager leases(&book, std::move(workers));
+  proto::HeldLease idle;
+  idle.set_job_id("job-1");
+  idle.set_worker_id("w-7");
+  leases.Adopt("node-1", "10.0.0.1:7000", {idle});
+  ASSERT_TRUE(testing::WaitFor([&] { return !w->killed().empty(); }))
+      << "the idle worker of an ended job was left running";
+  EXPECT_EQ(w->killed()[0].worker_id(), "w-7");
+  EXPECT_NE(w->killed()[0].reason().find("has ended"), std::string::npos) << w->killed()[0].reason();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // it, results stored on either node are found through the rebuilt object directory, and
 // the tasks and ordered actor calls go on and come back right.
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -113,6 +114,64 @@ TEST_F(SchedulerRestartTasksTest, TwoHundredTasksAndTwoActorsOutliveTwoScheduler
   EXPECT_EQ(last->state, JobState::kSucceeded) << last->reason;
 }
 
+
+// The idle (warm) task workers of a driver outlive a scheduler restart with no lease,
+// so the new scheduler had no record that the job had workers: when the driver was
+// then killed, the job's end was sent to no node, and the workers ran on until their
+// agent's own check (every few seconds, and only while it reaches the scheduler) found
+// the job ended: the chaos campaign's no-process-outlives-job. The agents now list
+// their idle workers when they register, and the job's end reaches their nodes at
+// once ("the scheduler asked (StopJob)" in the agent's log, before its own check).
+TEST_F(SchedulerRestartTasksTest, IdleWorkersFromBeforeARestartGoWithTheirJob) {
+  const std::string base = absl::StrCat(cluster_->dir(), "/idle");
+  pid_t pid = StartDriver(*cluster_, "tests/task_program", {"idle", "4"}, base);
+  std::string job;
+  ASSERT_TRUE(WaitFor([&] { return ReadDriverOutput(base).kv.count("idle") > 0; },
+                      absl::Seconds(120)))
+      << ReadDriverOutput(base).All();
+  job = ReadDriverOutput(base).Get("idle");
+  ASSERT_TRUE(absl::StartsWith(job, "job-")) << job;
+  ASSERT_FALSE(ProcessesOfJob(job).empty()) << "no worker of " << job << " runs";
+  ASSERT_TRUE(cluster_->RestartScheduler(SIGKILL).ok()) << cluster_->DaemonLogs();
+  // Both agents registered again (listing their workers), the driver's job stands.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto st = cluster_->client().Status();
+        if (!st.ok()) return false;
+        int alive = 0;
+        for (const auto& n : st->nodes) alive += n.state == NodeState::kAlive;
+        auto j = cluster_->client().GetJob(job);
+        return alive == 2 && j.ok() && j->state == JobState::kRunning;
+      },
+      absl::Seconds(60)))
+      << cluster_->DaemonLogs();
+  ::kill(pid, SIGKILL);
+  int status;
+  ::waitpid(pid, &status, 0);
+  auto ended = cluster_->client().WaitJob(job, absl::Seconds(60));
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  const absl::Time end_seen = absl::Now();
+  EXPECT_TRUE(WaitFor([&] { return ProcessesOfJob(job).empty(); }, absl::Seconds(30)))
+      << ProcessesOfJob(job).size() << " processes of " << job << " outlived it";
+  std::cout << "the processes of " << job << " were gone "
+            << absl::FormatDuration(absl::Now() - end_seen) << " after its end was seen\n";
+  // On each node, the first stop of the job's processes was the scheduler's.
+  int stopped_on = 0;
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = ReadFile(absl::StrCat(cluster_->dir(), "/agent-", i, ".log")).value_or("");
+    for (absl::string_view line : absl::StrSplit(log, '\n')) {
+      if (!absl::StrContains(line, absl::StrCat(" of job ", job)) ||
+          !absl::StrContains(line, "stopping ")) {
+        continue;
+      }
+      ++stopped_on;
+      EXPECT_TRUE(absl::StrContains(line, "the scheduler asked (StopJob)"))
+          << "agent " << i << " stopped " << job << "'s workers first by: " << line;
+      break;
+    }
+  }
+  EXPECT_GE(stopped_on, 1) << cluster_->DaemonLogs();
+}
 
 // Starts exactly once across a scheduler crash (docs/architecture.md, "starts exactly
 // once"). The scheduler dies (_exit, as a SIGKILL: DROVER_TEST_CRASH_AFTER_START) right

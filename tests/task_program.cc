@@ -330,6 +330,26 @@ int Hold() {
   return 0;
 }
 
+// Runs `n` tasks, leaves their workers idle in the agents' warm pools (the SDK hands
+// a lease back once its worker has been idle 200 ms), says "idle=<job>" and waits to
+// be killed.
+int Idle(int n) {
+  std::vector<drover::ObjectRef<std::string>> refs;
+  for (int i = 0; i < n; ++i) refs.push_back(drover::Task(WhereAmI).Remote());
+  for (auto& r : refs) {
+    auto w = drover::Get(r, absl::Seconds(60));
+    if (!w.ok()) {
+      Print("idle", Err(w.status()));
+      return 1;
+    }
+  }
+  absl::SleepFor(absl::Seconds(1));
+  Print("idle", drover::JobId());
+  std::cout.flush();
+  absl::SleepFor(absl::Hours(1));
+  return 0;
+}
+
 int Tensors() {
   for (int64_t n : {int64_t{16}, int64_t{1} << 18}) {  // 64 B inline, 1 MiB through the store
     std::vector<float> v(static_cast<size_t>(n));
@@ -752,6 +772,7 @@ int main(int argc, char** argv) {
   if (scenario == "actors") return Actors();
   if (scenario == "restart") return Restart();
   if (scenario == "hold") return Hold();
+  if (scenario == "idle" && argc > 2) return Idle(std::atoi(argv[2]));
   if (scenario == "shipped") return Shipped(argv[0]);
   if (scenario == "tensors") return Tensors();
   if (scenario == "lineage" && argc > 4) return Lineage(argv[2], argv[3], argv[4]);

@@ -1,11 +1,12 @@
 // A fake of the scheduler's calls to agents' Workers service, for the lease manager's
-// tests: every start succeeds (worker "worker-<lease id>") and is counted, revokes and
-// kills are recorded; the rest succeed and do nothing. Thread-safe.
+// tests: every start succeeds (worker "worker-<lease id>") and is counted, revokes,
+// kills and job stops are recorded; the rest succeed and do nothing. Thread-safe.
 #ifndef DROVER_SCHEDULER_TESTING_LEASE_FAKES_H_
 #define DROVER_SCHEDULER_TESTING_LEASE_FAKES_H_
 
 #include <atomic>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -33,7 +34,11 @@ class FakeWorkers : public WorkerClient {
     revoked_.push_back(req);
     return absl::OkStatus();
   }
-  absl::Status StopJob(const std::string&, const std::string&) override { return absl::OkStatus(); }
+  absl::Status StopJob(const std::string& agent, const std::string& job_id) override {
+    absl::MutexLock l(&mu_);
+    stopped_.emplace_back(agent, job_id);
+    return absl::OkStatus();
+  }
   absl::Status DeleteObjects(const std::string&, const std::vector<std::string>&) override {
     return absl::OkStatus();
   }
@@ -50,9 +55,16 @@ class FakeWorkers : public WorkerClient {
     return killed_;
   }
 
+  // The StopJob calls so far: (agent, job).
+  std::vector<std::pair<std::string, std::string>> stopped() {
+    absl::MutexLock l(&mu_);
+    return stopped_;
+  }
+
   std::atomic<int> starts{0};
 
  private:
+  std::vector<std::pair<std::string, std::string>> stopped_;
   std::vector<proto::KillWorkerRequest> killed_;
   absl::Mutex mu_;
   std::vector<proto::RevokeLeaseRequest> revoked_;

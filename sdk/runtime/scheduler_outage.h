@@ -6,11 +6,16 @@
 // user reads one "away" line when the first of them notices and one "back" line when
 // the first of them is answered again, not one pair per part.
 //
+// The lines come out in the order of the state changes they tell (never a "back"
+// before its "away"), although the sink is called with no lock held: each change takes
+// a ticket under mu_, and a line is told only when every earlier ticket's line was.
+//
 // Thread-safe.
 #ifndef DROVER_SDK_RUNTIME_SCHEDULER_OUTAGE_H_
 #define DROVER_SDK_RUNTIME_SCHEDULER_OUTAGE_H_
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -44,10 +49,18 @@ class SchedulerOutage {
   bool away() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
+  // Calls the sink with `line` once the lines of every ticket before `ticket` are told.
+  void Tell(uint64_t ticket, const std::string& line) ABSL_LOCKS_EXCLUDED(mu_, told_mu_);
+
   const std::string address_;
   const Sink sink_;
   absl::Mutex mu_;
   bool away_ ABSL_GUARDED_BY(mu_) = false;
+  // The ticket the next state change takes.
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Mutex told_mu_;
+  // Lines told so far: the ticket whose turn it is.
+  uint64_t told_ ABSL_GUARDED_BY(told_mu_) = 0;
 };
 
 // The pause between tries of a call to an away scheduler: doubles from `first` up to

@@ -4,20 +4,25 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/files.h"
 #include "tests/chaos/check_util.h"
 #include "tests/chaos/checks.h"
 #include "tests/chaos/faults.h"
+#include "tests/chaos/teardown.h"
 #include "tests/chaos/workload.h"
 #include "tests/util/netns_network.h"
 #include "tests/util/test_cluster.h"
@@ -49,15 +54,26 @@ class Campaign {
 
  private:
   absl::Status Setup();
-  void InjectAll(const std::vector<Fault>& schedule, absl::Time t0);
+  // `monitor` hears of the faults that keep a node or the head out of reach.
+  void InjectAll(const std::vector<Fault>& schedule, absl::Time t0, Monitor& monitor);
   void WaitForNodes();
   void AfterFaults(Workload& workload, std::vector<JobRecord>& jobs);
   void Teardown(const std::set<pid_t>& pids);
+  // SIGTERM, SIGINT or SIGHUP: the teardown of a normal end, from the cluster's record
+  // (the campaign's threads still use its objects), then exit 128+sig.
+  [[noreturn]] void OnSignal(int sig);
   void Finish(const std::vector<JobRecord>& jobs);
   void Say(const std::string& line) { log_ << "chaos: " << line << std::endl; }
 
   CampaignOptions options_;
   std::ostream& log_;
+  SignalWatcher signals_;
+  // Held by whichever teardown runs (the normal end's or a signal's).
+  absl::Mutex teardown_mu_;
+  bool torn_down_ ABSL_GUARDED_BY(teardown_mu_) = false;
+  // Set by a signal: no more faults, no more work.
+  std::atomic<bool> stopping_{false};
+  std::atomic<Workload*> workload_{nullptr};
   CampaignResult result_;
   Report report_;
   std::string dir_;
@@ -125,7 +141,7 @@ absl::Status Campaign::Setup() {
   return absl::OkStatus();
 }
 
-void Campaign::InjectAll(const std::vector<Fault>& schedule, absl::Time t0) {
+void Campaign::InjectAll(const std::vector<Fault>& schedule, absl::Time t0, Monitor& monitor) {
   InjectorOptions io;
   io.drover = testing::Runfile("cli/drover");
   io.store_client = testing::Runfile("tests/chaos/chaos_store_client");
@@ -135,7 +151,25 @@ void Campaign::InjectAll(const std::vector<Fault>& schedule, absl::Time t0) {
   injector_ = std::make_unique<FaultInjector>(*cluster_, net_.get(), spill_mounts_, io);
   for (const Fault& f : schedule) {
     absl::SleepFor(t0 + f.at - absl::Now());
+    if (stopping_.load()) return;
+    std::optional<std::string> out_of_reach;  // a node's id, or "" for the head
+    switch (f.kind) {
+      case FaultKind::kKillAgent:
+      case FaultKind::kStopAgent:
+      case FaultKind::kCutNode:
+        out_of_reach = cluster_->agent_node_id(f.node);
+        break;
+      case FaultKind::kKillScheduler:
+      case FaultKind::kStopScheduler:
+      case FaultKind::kRestartHead:
+        out_of_reach = "";
+        break;
+      default:
+        break;
+    }
+    if (out_of_reach) monitor.FaultBegins(*out_of_reach);
     FaultRecord r = injector_->Inject(f);
+    if (out_of_reach) monitor.FaultEnds(*out_of_reach);
     std::string line = absl::StrFormat(
         "%s (at +%.1fs, %s UTC): %s", Describe(f), absl::ToDoubleSeconds(r.start - t0),
         absl::FormatTime("%H:%M:%E3S", r.start, absl::UTCTimeZone()), r.target);
@@ -220,6 +254,8 @@ void Campaign::AfterFaults(Workload& workload, std::vector<JobRecord>& jobs) {
 }
 
 void Campaign::Teardown(const std::set<pid_t>& pids) {
+  absl::MutexLock lock(&teardown_mu_);
+  torn_down_ = true;
   injector_.reset();
   cluster_.reset();  // agents first (they stop their workers and stores), then the rest
   CheckNothingLeft(cluster_dir_, token_file_, private_mounts_, shm_before_, pids, spill_dirs_,
@@ -234,6 +270,35 @@ void Campaign::Teardown(const std::set<pid_t>& pids) {
     }
     net_.reset();
   }
+}
+
+void Campaign::OnSignal(int sig) {
+  Say(absl::StrCat("got ", strsignal(sig), ": stopping the cluster"));
+  absl::MutexLock lock(&teardown_mu_);  // a normal end's teardown finishes first
+  if (!torn_down_) {
+    torn_down_ = true;
+    stopping_ = true;
+    if (Workload* w = workload_.load(); w != nullptr) w->StopStarting();
+    if (!cluster_dir_.empty()) {
+      for (const Proc& p : StopClusterProcesses(cluster_dir_, token_file_, absl::Seconds(5),
+                                                absl::Seconds(30))) {
+        Say(absl::StrCat(Show(p), " still runs"));
+      }
+    }
+    for (const std::string& m : spill_mounts_) {
+      if (!m.empty()) ::umount2(m.c_str(), MNT_DETACH);
+    }
+    if (net_ != nullptr) net_->Remove();
+    if (!cluster_dir_.empty()) {
+      // Again: a step of the workload or a fault's recovery that was starting a
+      // process when the first sweep ran (they stop starting new ones now).
+      StopClusterProcesses(cluster_dir_, token_file_, absl::ZeroDuration(), absl::Seconds(10));
+      RemoveTree(cluster_dir_);
+      Say(absl::StrCat("stopped; removed ", cluster_dir_));
+    }
+  }
+  log_ << std::flush;
+  ::_exit(128 + sig);
 }
 
 void Campaign::Finish(const std::vector<JobRecord>& jobs) {
@@ -286,7 +351,10 @@ absl::StatusOr<CampaignResult> Campaign::Run() {
                                     : static_cast<uint64_t>(absl::ToUnixNanos(started)) | 1;
   Say(absl::StrCat("seed ", result_.seed, " (replay the same faults with --seed ", result_.seed,
                    ")"));
-  if (absl::Status s = Setup(); !s.ok()) return s;
+  absl::Status set_up = Setup();
+  // From here a signal stops what Setup started (even a part of it).
+  signals_.Start([this](int sig) { OnSignal(sig); });
+  if (!set_up.ok()) return set_up;
   ScheduleOptions so;
   so.seed = result_.seed;
   so.duration = options_.duration;
@@ -303,11 +371,17 @@ absl::StatusOr<CampaignResult> Campaign::Run() {
   wo.tasks = testing::Runfile("tests/chaos/chaos_tasks");
   wo.drover = testing::Runfile("cli/drover");
   Workload workload(wo);
+  workload_ = &workload;
+  // Gone before `workload` is, whichever way Run returns.
+  struct Forget {
+    std::atomic<Workload*>& w;
+    ~Forget() { w = nullptr; }
+  } forget{workload_};
   Monitor monitor(cluster_->address(), token_file_, report_);
   if (absl::Status s = workload.Start(); !s.ok()) return s;
   monitor.Start();
   const absl::Time t0 = absl::Now();
-  InjectAll(schedule, t0);
+  InjectAll(schedule, t0, monitor);
   absl::SleepFor(t0 + options_.duration - absl::Now());
   Say("faults are over; waiting for the work in flight");
   workload.Stop();
@@ -333,6 +407,11 @@ absl::StatusOr<CampaignResult> Campaign::Run() {
   Teardown(monitor.pids_seen());
   result_.took = absl::Now() - started;
   Finish(jobs);
+  if (result_.violations == 0) {
+    RemoveTree(cluster_dir_);
+  } else {
+    Say(absl::StrCat("the cluster's logs are kept in ", cluster_dir_));
+  }
   return result_;
 }
 

@@ -111,8 +111,10 @@ void CheckReadback(const CheckContext& ctx, const std::vector<LiveObject>& objec
 
 // Samples the cluster's jobs and processes every half second while the campaign runs:
 // no-running-without-processes (RUNNING with no process for 30 s) and
-// no-process-outlives-job (a process of an ended job alive 15 s after the end). Also
-// remembers every pid that belonged to the cluster (for /dev/shm names).
+// no-process-outlives-job (a process of an ended job alive 20 s after the end, not
+// counting the time its node or the head could not be reached: a fault told through
+// FaultBegins/FaultEnds, and a few seconds after it for the node to register again).
+// Also remembers every pid that belonged to the cluster (for /dev/shm names).
 class Monitor {
  public:
   Monitor(std::string address, std::string token_file, Report& report);
@@ -120,9 +122,16 @@ class Monitor {
   void Start();
   void Stop();
   std::set<pid_t> pids_seen() const;
+  // A fault that keeps the cluster from reaching node `node_id` ("": the head, so
+  // every node) began / is over.
+  void FaultBegins(const std::string& node_id);
+  void FaultEnds(const std::string& node_id);
 
  private:
   void Sample();
+  // Since when `node_id` and the head have been reachable (InfiniteFuture while a
+  // fault keeps either away).
+  absl::Time ReachableSince(const std::string& node_id);
 
   const std::string address_;
   const std::string token_file_;
@@ -132,6 +141,8 @@ class Monitor {
   std::thread thread_;
   mutable absl::Mutex mu_;
   std::set<pid_t> pids_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> faults_now_ ABSL_GUARDED_BY(mu_);           // node -> faults
+  std::map<std::string, absl::Time> reachable_from_ ABSL_GUARDED_BY(mu_);  // after the last
   std::map<std::string, absl::Time> running_empty_since_;  // job -> first seen so
   std::map<pid_t, absl::Time> outliving_since_;            // pid -> first seen so
   std::set<std::string> reported_;                         // jobs / pids said once

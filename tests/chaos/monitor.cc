@@ -2,6 +2,7 @@
 // stopped (CheckNothingLeft).
 #include <dirent.h>
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -20,9 +21,12 @@ namespace {
 // A RUNNING job may have no process for a moment (between generations, while its
 // node is declared dead); this long is a job stuck.
 constexpr absl::Duration kRunningEmpty = absl::Seconds(30);
-// A process may outlive its job while it is being stopped (SIGTERM, grace, SIGKILL),
-// and while its node is cut off or stalled (the stop reaches it when the node is back).
+// A process may outlive its job while it is being stopped (SIGTERM, grace, SIGKILL).
+// The time its node is cut off, stalled or restarting, or the head is, does not count
+// (nothing can reach it then), nor kRegisterAgain after: the agent registers again
+// (its back-off is at most 5 s) and checks the jobs of its workers.
 constexpr absl::Duration kOutlive = absl::Seconds(20);
+constexpr absl::Duration kRegisterAgain = absl::Seconds(8);
 
 // Names in `dir` (without . and ..).
 std::set<std::string> DirEntries(const std::string& dir) {
@@ -65,6 +69,28 @@ void Monitor::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Monitor::FaultBegins(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  ++faults_now_[node_id];
+}
+
+void Monitor::FaultEnds(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  if (--faults_now_[node_id] <= 0) faults_now_.erase(node_id);
+  reachable_from_[node_id] = absl::Now() + kRegisterAgain;
+}
+
+absl::Time Monitor::ReachableSince(const std::string& node_id) {
+  absl::MutexLock lock(&mu_);
+  absl::Time since = absl::InfinitePast();
+  for (const std::string& scope : {node_id, std::string()}) {
+    if (faults_now_.count(scope) > 0) return absl::InfiniteFuture();
+    auto it = reachable_from_.find(scope);
+    if (it != reachable_from_.end()) since = std::max(since, it->second);
+  }
+  return since;
+}
+
 std::set<pid_t> Monitor::pids_seen() const {
   absl::MutexLock lock(&mu_);
   return pids_;
@@ -103,11 +129,14 @@ void Monitor::Sample() {
     running_empty_since_.erase(j.job_id);
     if (!IsTerminal(j.state) || j.live_processes > 0 || !has) continue;
     for (const Proc* p : procs_of->second) {
-      absl::Time since = outliving_since_.try_emplace(p->pid, now).first->second;
+      absl::Time& first_seen = outliving_since_.try_emplace(p->pid, now).first->second;
+      const absl::Time since = std::max(first_seen, ReachableSince(p->node));
       if (now - since > kOutlive && reported_.insert(absl::StrCat("pid ", p->pid)).second) {
         report_.Violated("no-process-outlives-job",
                          absl::StrCat(Show(*p), " on ", p->node, " still runs ",
-                                      absl::FormatDuration(kOutlive), " after its job ended ",
+                                      absl::FormatDuration(kOutlive),
+                                      " after its job ended (its node and the head reachable "
+                                      "all along) ",
                                       JobStateName(j.state), ": ", j.reason));
       }
     }

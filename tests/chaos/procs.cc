@@ -1,6 +1,7 @@
 #include "tests/chaos/procs.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <functional>
@@ -60,6 +61,32 @@ bool FromEnvironment(const std::string& env, const std::string& token_file, Proc
   return ours;
 }
 
+// Whether the command line (NUL-separated) names `dir` or a path under it: not a
+// directory whose name merely starts the same (/tmp/cluster-12-0 vs /tmp/cluster-12-01).
+bool Mentions(absl::string_view cmdline, const std::string& dir) {
+  if (dir.empty()) return false;
+  for (size_t at = cmdline.find(dir); at != absl::string_view::npos;
+       at = cmdline.find(dir, at + 1)) {
+    const size_t next = at + dir.size();
+    if (next == cmdline.size() || cmdline[next] == '/' || cmdline[next] == '\0' ||
+        cmdline[next] == ' ' || cmdline[next] == '=' || cmdline[next] == ':') {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Whether the process's working directory is `dir` or below it (a redis-server, whose
+// command line names only its address, works in the cluster's redis directory).
+bool WorksUnder(pid_t pid, const std::string& dir) {
+  char buf[4096];
+  const std::string link = absl::StrCat("/proc/", pid, "/cwd");
+  const ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf));
+  if (n <= 0 || dir.empty()) return false;
+  const absl::string_view cwd(buf, static_cast<size_t>(n));
+  return cwd == dir || absl::StartsWith(cwd, dir + "/");
+}
+
 }  // namespace
 
 std::vector<Proc> JobProcesses(const std::string& token_file) {
@@ -73,7 +100,8 @@ std::vector<Proc> JobProcesses(const std::string& token_file) {
 std::vector<Proc> ClusterProcesses(const std::string& cluster_dir, const std::string& token_file) {
   std::vector<Proc> out;
   ForEachProcess([&](Proc& p, const std::string& env, const std::string& cmdline) {
-    if (FromEnvironment(env, token_file, &p) || absl::StrContains(cmdline, cluster_dir)) {
+    if (FromEnvironment(env, token_file, &p) || Mentions(cmdline, cluster_dir) ||
+        WorksUnder(p.pid, cluster_dir)) {
       out.push_back(p);
     }
   });

@@ -28,8 +28,9 @@ struct Proc {
 std::vector<Proc> JobProcesses(const std::string& token_file);
 
 // Live processes whose command line mentions `cluster_dir` (daemons started with
-// their directory: agents, stores, the scheduler's token file) or whose environment
-// names `token_file`: whatever of the cluster still runs.
+// their directory: agents, stores, the scheduler's token file), whose working
+// directory is under it (its redis-server) or whose environment names `token_file`:
+// whatever of the cluster still runs.
 std::vector<Proc> ClusterProcesses(const std::string& cluster_dir, const std::string& token_file);
 
 // Live children of `parent` whose comm starts with `comm_prefix`.

@@ -50,6 +50,8 @@ class Workload {
   absl::Status Start();
   // No new work from now on; returns once the work in flight is over.
   void Stop();
+  // No new work from now on; returns at once (a signal's teardown, on another thread).
+  void StopStarting() { stop_ = true; }
   std::vector<JobRecord> Records() const;
 
   // One piece of work on the calling thread (after the faults; also used by Start's

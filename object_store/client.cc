@@ -488,45 +488,21 @@ void Client::Release(std::vector<ObjectRef>* refs) {
     absl::MutexLock l(&link_mu_);
     current = link_->conn;
   }
-  internal::Connection& c = *current;
-  const absl::Time deadline = CallDeadline();
-  size_t i = 0;
-  while (i < refs->size()) {
-    internal::ConnectionLock lock(c, deadline);
-    if (!lock.status().ok()) {
-      // The connection is held by a call on a hung store (which drops it at its own
-      // deadline): the store frees these references when it goes.
-      DROVER_LOG(WARNING) << "object store: " << refs->size() - i
-                          << " releases not sent: " << lock.status().message();
-      for (; i < refs->size(); ++i) {
-        ObjectRef& ref = (*refs)[i];
-        if (ref.conn_ != current) {
-          ref.Reset();
-          continue;
-        }
-        ref.conn_.reset();
-        ref.data_ = {};
-        ref.metadata_ = {};
-      }
-      break;
+  std::vector<ObjectId> ids;
+  ids.reserve(refs->size());
+  for (ObjectRef& ref : *refs) {
+    if (ref.conn_ == nullptr) continue;
+    if (ref.conn_ != current) {  // another client's (or connection's) ref: released through its own
+      ref.Reset();
+      continue;
     }
-    c.BeginBatchLocked();
-    for (size_t n = 0; i < refs->size() && n < kMaxBatch; ++i) {
-      ObjectRef& ref = (*refs)[i];
-      if (ref.conn_ == nullptr) continue;
-      if (ref.conn_ != current) {  // another client's (or connection's) ref: released through its own
-        ref.Reset();
-        continue;
-      }
-      c.NewRequestLocked().mutable_release()->set_id(ref.id_);
-      (void)c.AppendLocked();
-      ++n;
-      ref.conn_.reset();
-      ref.data_ = {};
-      ref.metadata_ = {};
-    }
-    c.SendBatchAsyncLocked();
+    ids.push_back(std::move(ref.id_));
+    ref.conn_.reset();
+    ref.data_ = {};
+    ref.metadata_ = {};
   }
+  // Never waits: sent now, or by the call holding the connection as it lets go.
+  current->ReleaseAsync(ids);
   refs->clear();
 }
 

@@ -94,7 +94,9 @@ struct MutableObject {
 
 // A reference to a sealed object, pinning it in the store (never evicted, spilled or
 // freed while held). Move-only; the destructor (or Reset) releases the reference
-// without waiting for the store's answer.
+// without waiting, ever: neither for the store's answer nor for the connection (if
+// another call holds it, e.g. a Get with a long timeout, that call sends the release
+// as it ends).
 class ObjectRef {
  public:
   ObjectRef() = default;
@@ -227,7 +229,8 @@ class Client {
                        const std::vector<absl::Span<const uint8_t>>& data,
                        absl::string_view metadata = {});
   // Releases every ref in `*refs` (one write for up to kMaxBatch of them, without
-  // waiting for the answers) and clears the vector. Refs of other clients are reset.
+  // waiting for the answers or for a call that holds the connection, as ~ObjectRef)
+  // and clears the vector. Refs of other clients are reset.
   void Release(std::vector<ObjectRef>* refs);
 
   // Waits up to `timeout` for the object to be sealed and returns a reference to it.

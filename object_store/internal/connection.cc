@@ -82,9 +82,53 @@ absl::Status Connection::LockUntil(absl::Time deadline) {
 }
 
 void Connection::Unlock() {
+  // Releases queued while this thread held mu_ go out before it lets go; the last
+  // check and free_ = true happen under one hold of gate_, so a release that finds the
+  // connection held is always sent by someone (this thread, or the next holder).
+  std::vector<ObjectId> ids;
+  while (true) {
+    {
+      absl::MutexLock g(&gate_);
+      if (queued_releases_.empty()) {
+        free_ = true;
+        break;
+      }
+      ids.swap(queued_releases_);
+    }
+    SendReleasesLocked(ids);
+    ids.clear();
+  }
   mu_.Unlock();
-  absl::MutexLock g(&gate_);
-  free_ = true;
+}
+
+void Connection::ReleaseAsync(absl::Span<const ObjectId> ids) {
+  if (ids.empty()) return;
+  {
+    absl::MutexLock g(&gate_);
+    if (!free_) {
+      // Held (maybe by a Get that waits for minutes): the holder sends them.
+      queued_releases_.insert(queued_releases_.end(), ids.begin(), ids.end());
+      return;
+    }
+    free_ = false;
+    held_since_ = absl::Now();
+  }
+  mu_.Lock();
+  SendReleasesLocked(ids);
+  Unlock();
+}
+
+void Connection::SendReleasesLocked(absl::Span<const ObjectId> ids) {
+  // As many per write as a client's batch (client.h kMaxBatch).
+  constexpr size_t kReleasesPerWrite = 1024;
+  for (size_t i = 0; i < ids.size() && broken_.ok();) {
+    BeginBatchLocked();
+    for (size_t n = 0; i < ids.size() && n < kReleasesPerWrite; ++i, ++n) {
+      NewRequestLocked().mutable_release()->set_id(ids[i]);
+      (void)AppendLocked();
+    }
+    SendBatchAsyncLocked();
+  }
 }
 
 namespace {
@@ -127,8 +171,10 @@ absl::Status Connection::TimeLeftToSend(absl::Time deadline) const {
 }
 
 absl::StatusOr<const proto::StoreReply*> Connection::CallLocked(absl::Time deadline) {
-  if (!broken_.ok()) return broken_;
+  // The deadline first: a call that got the connection at its deadline (from a holder
+  // that broke it as it timed out) answers DEADLINE_EXCEEDED, as its wait did.
   DROVER_RETURN_IF_ERROR(TimeLeftToSend(deadline));
+  if (!broken_.ok()) return broken_;
   const uint64_t rid = next_request_id_++;
   req_.set_request_id(rid);
   wbuf_.clear();
@@ -147,19 +193,6 @@ void Connection::SendAsyncLocked() {
     return;
   }
   AddUnackedLocked(1);
-}
-
-void Connection::ReleaseAsync(const ObjectId& id) {
-  ConnectionLock lock(*this, absl::Now() + timeouts_.call_timeout);
-  if (!lock.status().ok()) {
-    // The store keeps the reference until this connection closes (it is hung: the
-    // call holding it breaks it at its own deadline).
-    DROVER_LOG(WARNING) << "object store: release of " << id
-                        << " not sent: " << lock.status().message();
-    return;
-  }
-  NewRequestLocked().mutable_release()->set_id(id);
-  SendAsyncLocked();
 }
 
 void Connection::BeginBatchLocked() {

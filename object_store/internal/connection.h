@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -130,8 +131,20 @@ class Connection {
   // Sends the request without waiting for its reply (read before a later call's; a
   // failure is logged).
   void SendAsyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases one reference to `id`, without waiting (ObjectRef).
-  void ReleaseAsync(const ObjectId& id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Releases references to `ids` without waiting, ever (ObjectRef, Client::Release):
+  // if no call holds mu() they are sent now (their answers read later, as for
+  // SendAsyncLocked); if one does (a Get may wait for minutes), they are queued and
+  // the holder sends them as it lets go of mu() (Unlock). On a broken connection
+  // they are dropped: the store frees a client's references when its socket closes.
+  void ReleaseAsync(const ObjectId& id) ABSL_LOCKS_EXCLUDED(mu_, gate_) {
+    ReleaseAsync(absl::MakeConstSpan(&id, 1));
+  }
+  void ReleaseAsync(absl::Span<const ObjectId> ids) ABSL_LOCKS_EXCLUDED(mu_, gate_);
+  // Releases queued behind a holder of mu() and not sent yet (for tests).
+  size_t queued_releases() ABSL_LOCKS_EXCLUDED(gate_) {
+    absl::MutexLock g(&gate_);
+    return queued_releases_.size();
+  }
 
   // --- Pipelining: BeginBatchLocked, then per request NewRequestLocked + AppendLocked;
   // then FinishBatchLocked (send all in one write, read every reply),
@@ -184,7 +197,10 @@ class Connection {
   // Takes mu() if it comes by `deadline`; DEADLINE_EXCEEDED (naming the socket and
   // how long the holder has had it) if not.
   absl::Status LockUntil(absl::Time deadline) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Sends the releases queued meanwhile (ReleaseAsync), then lets go of mu().
   void Unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Sends releases of `ids` (batched, answers read later).
+  void SendReleasesLocked(absl::Span<const ObjectId> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the connection broken by `s` (shutting the socket down) and returns the
   // UNAVAILABLE every later call gets, or, if `s` is a deadline that passed,
   // DEADLINE_EXCEEDED naming the socket and what the call waited for.
@@ -226,6 +242,9 @@ class Connection {
   bool free_ ABSL_GUARDED_BY(gate_) = true;
   absl::Time held_since_ ABSL_GUARDED_BY(gate_);
   absl::Status broken_copy_ ABSL_GUARDED_BY(gate_);  // broken_, readable without mu_
+  // Releases that came while mu_ was held (ReleaseAsync): its holder sends them before
+  // it lets go, so a release never waits behind a long call.
+  std::vector<ObjectId> queued_releases_ ABSL_GUARDED_BY(gate_);
 
   absl::Mutex mu_;
   proto::StoreRequest req_ ABSL_GUARDED_BY(mu_);

@@ -186,6 +186,10 @@ uint64_t Client::reconnects() const {
   absl::MutexLock l(&link_mu_);
   return reconnects_;
 }
+absl::Time Client::store_lost_at() const {
+  absl::MutexLock l(&link_mu_);
+  return lost_at_;
+}
 
 absl::Time Client::CallDeadline() const { return absl::Now() + options_.call_timeout; }
 
@@ -233,6 +237,7 @@ absl::StatusOr<std::shared_ptr<Client::Link>> Client::Current(absl::Time deadlin
     if (retired_.size() > kMaxRetired) retired_.erase(retired_.begin());
     link_ = std::make_shared<Link>(*std::move(conn));
     ++reconnects_;
+    lost_at_ = away_since_;
     DROVER_LOG(WARNING) << "connected again to the object store at " << socket_path_ << " ("
                         << absl::FormatDuration(absl::Now() - away_since_)
                         << " after it went away); the objects it held before are lost";

@@ -268,6 +268,10 @@ class Client {
   const std::string& socket_path() const { return socket_path_; }
   // How many times this client connected again after its store went away.
   uint64_t reconnects() const;
+  // When this client last found its store gone before it connected again to a
+  // restarted one (InfinitePast if it never did): an object put in this store before
+  // then, and not in it now, was lost with the store that died.
+  absl::Time store_lost_at() const;
 
  private:
   // One connection and the leased puts over it.
@@ -304,6 +308,7 @@ class Client {
   // When the store was first found away (InfiniteFuture while connected).
   absl::Time away_since_ ABSL_GUARDED_BY(link_mu_) = absl::InfiniteFuture();
   uint64_t reconnects_ ABSL_GUARDED_BY(link_mu_) = 0;
+  absl::Time lost_at_ ABSL_GUARDED_BY(link_mu_) = absl::InfinitePast();
   // True while one thread connects again (without link_mu_: a connect may wait for a
   // hello); the others wait for its outcome, each until its own deadline.
   bool reconnecting_ ABSL_GUARDED_BY(link_mu_) = false;

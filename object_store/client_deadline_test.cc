@@ -303,5 +303,27 @@ TEST(ClientDeadlineTest, ReleasesBehindALongGetDoNotWaitAndAreSentWhenItEnds) {
       << referenced() << " objects still referenced";
 }
 
+// A timeout names the request whose reply never came: a leased put's seal, sent in one
+// write with the lease refill after it (the message used to name the last request
+// built, the lease).
+TEST(ClientDeadlineTest, ALeasedPutsSealThatIsNeverAnsweredIsNamed) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  RestartableStore store(socket);
+  ASSERT_TRUE(store.StartAndWait());
+  auto client = Client::Connect(socket, ClientOptions{.call_timeout = absl::Seconds(3)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+  // Leased (over 64 KiB, under 256 KiB: no overlapped seal); its seal's write asks for
+  // the next lease, whose answer the Stats round trip reads.
+  ASSERT_TRUE(c.Put("first", Pattern(200000, 1)).ok());
+  ASSERT_TRUE(c.Stats().ok());
+  store.Stop();
+  absl::Status s = c.Put("second", Pattern(200000, 2));
+  store.Continue();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "did not answer a leased put's seal request")) << s;
+}
+
 }  // namespace
 }  // namespace drover::object_store::testing

@@ -170,8 +170,10 @@ class Connection {
   void SendBatchAsyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads replies until the one to request `request_id` (those before it answer
   // asynchronous requests) and returns it, valid until the next read.
+  // `what` names the request for the message if its reply does not come in time.
   absl::StatusOr<const proto::StoreReply*> AwaitReplyLocked(uint64_t request_id,
-                                                            absl::Time deadline)
+                                                            absl::Time deadline,
+                                                            absl::string_view what = "request")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A request sent whose reply nobody waits for after all (its outcome came another
   // way): the reply is read later, as for SendAsyncLocked.
@@ -188,7 +190,9 @@ class Connection {
     return set_aside_count_ > 0;
   }
   // Reads until every reply set aside has come and hands them over, in request order
-  // (valid until the next SetAsideLocked); ends the range. Transport errors only.
+  // (valid until the next SetAsideLocked); ends the range. Transport errors only, and
+  // DEADLINE_EXCEEDED without reading (the range stays pending) if less than
+  // kMinReplyWait is left before `deadline` and nothing has come to read.
   absl::StatusOr<absl::Span<const proto::StoreReply>> TakeSetAsideLocked(absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -204,7 +208,8 @@ class Connection {
   // Marks the connection broken by `s` (shutting the socket down) and returns the
   // UNAVAILABLE every later call gets, or, if `s` is a deadline that passed,
   // DEADLINE_EXCEEDED naming the socket and what the call waited for.
-  absl::Status Break(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `what`: the request whose reply (or write) the call waited for, for the message.
+  absl::Status Break(absl::Status s, absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An answer to an asynchronous request.
   void NoteAsyncReply(const proto::StoreReply& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts `n` more asynchronous requests; reads their answers once too many are
@@ -253,6 +258,7 @@ class Connection {
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t batch_first_ ABSL_GUARDED_BY(mu_) = 0;
   int batch_size_ ABSL_GUARDED_BY(mu_) = 0;
+  const char* batch_what_ ABSL_GUARDED_BY(mu_) = "request";  // the batch's first request
   // Asynchronous requests whose answers are not read yet.
   int unacked_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
@@ -289,9 +295,9 @@ template <typename OnReply>
 absl::Status Connection::FinishBatchLocked(absl::Time deadline, OnReply&& on_reply) {
   if (!broken_.ok()) return broken_;
   if (absl::Status s = TimeLeftToSend(deadline); !s.ok()) return s;
-  if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
+  if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s, batch_what_);
   for (int left = batch_size_; left > 0;) {
-    if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s);
+    if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s, batch_what_);
     const uint64_t rid = reply_.request_id();
     if (rid >= batch_first_ && rid < batch_first_ + static_cast<uint64_t>(batch_size_)) {
       on_reply(static_cast<int>(rid - batch_first_), static_cast<const proto::StoreReply&>(reply_));

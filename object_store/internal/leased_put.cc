@@ -122,7 +122,8 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
   }
   uint64_t want = seal_rid;
   while (true) {
-    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, c.AwaitReplyLocked(want, reply_deadline));
+    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply,
+                            c.AwaitReplyLocked(want, reply_deadline, "leased put's seal"));
     const absl::StatusCode code = ReplyCode(*reply);
     if (want == seal_rid && tail > 0 && code == absl::StatusCode::kUnavailable) {
       // The store gave up waiting for the ready word (this thread was descheduled

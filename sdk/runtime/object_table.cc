@@ -49,11 +49,12 @@ void ObjectTable::Finish(const std::shared_ptr<RefState>& ref) {
 
 void ObjectTable::Complete(const std::shared_ptr<RefState>& ref, ObjectValue value) {
   std::vector<std::function<void()>> callbacks;
+  const absl::Time now = absl::Now();
   {
     absl::MutexLock l(&mu_);
     if (ref->state != RefState::State::kPending) return;
     ref->state = RefState::State::kReady;
-    ref->made = absl::Now();
+    ref->made = now;
     ref->inline_bytes = std::move(value.inline_bytes);
     ref->stored = std::move(value.stored);
     ref->contained = std::move(value.contained);

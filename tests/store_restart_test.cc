@@ -111,7 +111,9 @@ TEST(StoreRestartTest, DriverReconnectsLostObjectsNamedTaskResultRebuilt) {
   int errors = -1;
   ASSERT_TRUE(absl::SimpleAtoi(run.Get("errors"), &errors)) << run.All();
   EXPECT_LE(errors, 2) << run.All();
-  // The Put made before the kill is lost, and Get says where and why.
+  // The Put made before the kill is lost, and Get says where and why, with the store
+  // full (the answer must not depend on free space: the campaign saw RESOURCE_EXHAUSTED).
+  EXPECT_EQ(run.Get("fill"), "RESOURCE_EXHAUSTED") << run.All();
   const std::string put_after = run.Get("put_after");
   EXPECT_TRUE(absl::StartsWith(put_after, "NOT_FOUND")) << run.All();
   EXPECT_TRUE(absl::StrContains(put_after, "lost when the object store of node " +

@@ -1,6 +1,7 @@
 #include "object_store/client.h"
 
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <optional>
@@ -117,9 +118,11 @@ constexpr absl::Duration kFirstReconnectPause = absl::Milliseconds(5);
 constexpr absl::Duration kMaxReconnectPause = absl::Milliseconds(100);
 
 internal::ConnectionTimeouts TimeoutsOf(const ClientOptions& o) {
-  // A grace under kMinReplyWait would refuse every call before it is sent.
+  // A call's reply deadline is at most the grace away when it sends, and a call with
+  // under kMinReplyWait left is refused before it is sent: a grace of kMinReplyWait or
+  // less would refuse every call with no wait of its own.
   return internal::ConnectionTimeouts{.reply_grace = std::max(o.reply_grace,
-                                                              internal::kMinReplyWait),
+                                                              2 * internal::kMinReplyWait),
                                       .call_timeout = o.call_timeout};
 }
 
@@ -139,6 +142,13 @@ GetTimes GetTimesFor(absl::Duration timeout, absl::Duration grace) {
 absl::Duration LeftUntil(absl::Time until) {
   if (until == absl::InfiniteFuture()) return absl::InfiniteDuration();
   return std::max(until - absl::Now(), absl::ZeroDuration());
+}
+
+// True if the two descriptors map the same shared-memory file (the same store).
+bool SameArena(int a, int b) {
+  struct stat sa, sb;
+  if (fstat(a, &sa) != 0 || fstat(b, &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 const absl::Status& StatusOf(const absl::Status& s) { return s; }
@@ -233,14 +243,19 @@ absl::StatusOr<std::shared_ptr<Client::Link>> Client::Current(absl::Time deadlin
   link_mu_.Lock();
   reconnecting_ = false;
   if (conn.ok()) {
+    // A store that was only stopped or slow (a call timed out) keeps its arena and its
+    // objects; one that died and was started again has a new arena.
+    const bool restarted = !SameArena(link_->conn->arena_fd(), (*conn)->arena_fd());
     retired_.push_back(std::move(link_));
     if (retired_.size() > kMaxRetired) retired_.erase(retired_.begin());
     link_ = std::make_shared<Link>(*std::move(conn));
     ++reconnects_;
-    lost_at_ = away_since_;
+    if (restarted) lost_at_ = away_since_;
     DROVER_LOG(WARNING) << "connected again to the object store at " << socket_path_ << " ("
                         << absl::FormatDuration(absl::Now() - away_since_)
-                        << " after it went away); the objects it held before are lost";
+                        << " after it went away); "
+                        << (restarted ? "it restarted: the objects it held before are lost"
+                                      : "the same store (its arena and objects are kept)");
     away_since_ = absl::InfiniteFuture();
     return link_;
   }

@@ -147,7 +147,8 @@ struct ClientOptions {
   // How long the store may take to answer beyond what a call asks it to wait (a Get's
   // timeout; nothing for the other calls). A store that has not answered by then is
   // taken for stopped or hung: the call answers DEADLINE_EXCEEDED and the connection
-  // is dropped (the next call connects again).
+  // is dropped (the next call connects again). At least 2 s (internal::kMinReplyWait
+  // twice: a call is refused before it is sent with under 1 s left).
   absl::Duration reply_grace = absl::Seconds(5);
   // The deadline of a call that has no timeout of its own (Put, Create, Seal, Delete,
   // Contains, Stats...): waiting for the connection (held by other threads' calls),
@@ -269,8 +270,9 @@ class Client {
   // How many times this client connected again after its store went away.
   uint64_t reconnects() const;
   // When this client last found its store gone before it connected again to a
-  // restarted one (InfinitePast if it never did): an object put in this store before
-  // then, and not in it now, was lost with the store that died.
+  // restarted one, with a new arena (InfinitePast if it never did; a store that was
+  // only stopped or slow keeps its arena and objects): an object put in this store
+  // before then, and not in it now, was lost with the store that died.
   absl::Time store_lost_at() const;
 
  private:

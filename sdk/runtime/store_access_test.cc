@@ -60,5 +60,31 @@ TEST(StoreAccessTest, AnObjectPutBeforeTheStoreRestartedIsKnownLostHere) {
   EXPECT_FALSE(access.LostInRestart(StoredRef{"before", "node-8", 200000}, before_made, &why));
 }
 
+// A store that was only stopped (a call timed out and the client connected again to
+// the same store) lost nothing: its objects are not taken for lost.
+TEST(StoreAccessTest, AStoreThatWasOnlyStoppedLostNothing) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  RestartableStore store(socket);
+  ASSERT_TRUE(store.StartAndWait());
+  auto client = object_store::Client::Connect(
+      socket, object_store::ClientOptions{.reply_grace = absl::Seconds(1)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  object_store::Client* raw = client->get();
+  StoreAccess access(std::move(*client), "node-7", /*agent_address=*/"", "token");
+  absl::StatusOr<StoredRef> kept = access.Put("kept", Bytes(200000, 1));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  const absl::Time made = absl::Now();
+
+  store.Stop();
+  // Not answered: the connection is dropped at the Get's deadline.
+  EXPECT_FALSE(access.GetRef("missing", "node-7", absl::Now() + absl::Seconds(2)).ok());
+  store.Continue();
+  EXPECT_TRUE(access.GetRef("kept", "node-7", absl::Now() + absl::Seconds(30)).ok());
+  EXPECT_GE(raw->reconnects(), 1u);
+  std::string why;
+  EXPECT_FALSE(access.LostInRestart(*kept, made, &why)) << why;
+}
+
 }  // namespace
 }  // namespace drover::internal

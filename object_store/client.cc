@@ -1,6 +1,7 @@
 #include "object_store/client.h"
 
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <optional>
@@ -117,9 +118,11 @@ constexpr absl::Duration kFirstReconnectPause = absl::Milliseconds(5);
 constexpr absl::Duration kMaxReconnectPause = absl::Milliseconds(100);
 
 internal::ConnectionTimeouts TimeoutsOf(const ClientOptions& o) {
-  // A grace under kMinReplyWait would refuse every call before it is sent.
+  // A call's reply deadline is at most the grace away when it sends, and a call with
+  // under kMinReplyWait left is refused before it is sent: a grace of kMinReplyWait or
+  // less would refuse every call with no wait of its own.
   return internal::ConnectionTimeouts{.reply_grace = std::max(o.reply_grace,
-                                                              internal::kMinReplyWait),
+                                                              2 * internal::kMinReplyWait),
                                       .call_timeout = o.call_timeout};
 }
 
@@ -139,6 +142,13 @@ GetTimes GetTimesFor(absl::Duration timeout, absl::Duration grace) {
 absl::Duration LeftUntil(absl::Time until) {
   if (until == absl::InfiniteFuture()) return absl::InfiniteDuration();
   return std::max(until - absl::Now(), absl::ZeroDuration());
+}
+
+// True if the two descriptors map the same shared-memory file (the same store).
+bool SameArena(int a, int b) {
+  struct stat sa, sb;
+  if (fstat(a, &sa) != 0 || fstat(b, &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
 const absl::Status& StatusOf(const absl::Status& s) { return s; }
@@ -186,6 +196,10 @@ uint64_t Client::reconnects() const {
   absl::MutexLock l(&link_mu_);
   return reconnects_;
 }
+absl::Time Client::store_lost_at() const {
+  absl::MutexLock l(&link_mu_);
+  return lost_at_;
+}
 
 absl::Time Client::CallDeadline() const { return absl::Now() + options_.call_timeout; }
 
@@ -229,13 +243,19 @@ absl::StatusOr<std::shared_ptr<Client::Link>> Client::Current(absl::Time deadlin
   link_mu_.Lock();
   reconnecting_ = false;
   if (conn.ok()) {
+    // A store that was only stopped or slow (a call timed out) keeps its arena and its
+    // objects; one that died and was started again has a new arena.
+    const bool restarted = !SameArena(link_->conn->arena_fd(), (*conn)->arena_fd());
     retired_.push_back(std::move(link_));
     if (retired_.size() > kMaxRetired) retired_.erase(retired_.begin());
     link_ = std::make_shared<Link>(*std::move(conn));
     ++reconnects_;
+    if (restarted) lost_at_ = away_since_;
     DROVER_LOG(WARNING) << "connected again to the object store at " << socket_path_ << " ("
                         << absl::FormatDuration(absl::Now() - away_since_)
-                        << " after it went away); the objects it held before are lost";
+                        << " after it went away); "
+                        << (restarted ? "it restarted: the objects it held before are lost"
+                                      : "the same store (its arena and objects are kept)");
     away_since_ = absl::InfiniteFuture();
     return link_;
   }
@@ -488,45 +508,21 @@ void Client::Release(std::vector<ObjectRef>* refs) {
     absl::MutexLock l(&link_mu_);
     current = link_->conn;
   }
-  internal::Connection& c = *current;
-  const absl::Time deadline = CallDeadline();
-  size_t i = 0;
-  while (i < refs->size()) {
-    internal::ConnectionLock lock(c, deadline);
-    if (!lock.status().ok()) {
-      // The connection is held by a call on a hung store (which drops it at its own
-      // deadline): the store frees these references when it goes.
-      DROVER_LOG(WARNING) << "object store: " << refs->size() - i
-                          << " releases not sent: " << lock.status().message();
-      for (; i < refs->size(); ++i) {
-        ObjectRef& ref = (*refs)[i];
-        if (ref.conn_ != current) {
-          ref.Reset();
-          continue;
-        }
-        ref.conn_.reset();
-        ref.data_ = {};
-        ref.metadata_ = {};
-      }
-      break;
+  std::vector<ObjectId> ids;
+  ids.reserve(refs->size());
+  for (ObjectRef& ref : *refs) {
+    if (ref.conn_ == nullptr) continue;
+    if (ref.conn_ != current) {  // another client's (or connection's) ref: released through its own
+      ref.Reset();
+      continue;
     }
-    c.BeginBatchLocked();
-    for (size_t n = 0; i < refs->size() && n < kMaxBatch; ++i) {
-      ObjectRef& ref = (*refs)[i];
-      if (ref.conn_ == nullptr) continue;
-      if (ref.conn_ != current) {  // another client's (or connection's) ref: released through its own
-        ref.Reset();
-        continue;
-      }
-      c.NewRequestLocked().mutable_release()->set_id(ref.id_);
-      (void)c.AppendLocked();
-      ++n;
-      ref.conn_.reset();
-      ref.data_ = {};
-      ref.metadata_ = {};
-    }
-    c.SendBatchAsyncLocked();
+    ids.push_back(std::move(ref.id_));
+    ref.conn_.reset();
+    ref.data_ = {};
+    ref.metadata_ = {};
   }
+  // Never waits: sent now, or by the call holding the connection as it lets go.
+  current->ReleaseAsync(ids);
   refs->clear();
 }
 

@@ -94,7 +94,9 @@ struct MutableObject {
 
 // A reference to a sealed object, pinning it in the store (never evicted, spilled or
 // freed while held). Move-only; the destructor (or Reset) releases the reference
-// without waiting for the store's answer.
+// without waiting, ever: neither for the store's answer nor for the connection (if
+// another call holds it, e.g. a Get with a long timeout, that call sends the release
+// as it ends).
 class ObjectRef {
  public:
   ObjectRef() = default;
@@ -145,7 +147,8 @@ struct ClientOptions {
   // How long the store may take to answer beyond what a call asks it to wait (a Get's
   // timeout; nothing for the other calls). A store that has not answered by then is
   // taken for stopped or hung: the call answers DEADLINE_EXCEEDED and the connection
-  // is dropped (the next call connects again).
+  // is dropped (the next call connects again). At least 2 s (internal::kMinReplyWait
+  // twice: a call is refused before it is sent with under 1 s left).
   absl::Duration reply_grace = absl::Seconds(5);
   // The deadline of a call that has no timeout of its own (Put, Create, Seal, Delete,
   // Contains, Stats...): waiting for the connection (held by other threads' calls),
@@ -227,7 +230,8 @@ class Client {
                        const std::vector<absl::Span<const uint8_t>>& data,
                        absl::string_view metadata = {});
   // Releases every ref in `*refs` (one write for up to kMaxBatch of them, without
-  // waiting for the answers) and clears the vector. Refs of other clients are reset.
+  // waiting for the answers or for a call that holds the connection, as ~ObjectRef)
+  // and clears the vector. Refs of other clients are reset.
   void Release(std::vector<ObjectRef>* refs);
 
   // Waits up to `timeout` for the object to be sealed and returns a reference to it.
@@ -265,6 +269,11 @@ class Client {
   const std::string& socket_path() const { return socket_path_; }
   // How many times this client connected again after its store went away.
   uint64_t reconnects() const;
+  // When this client last found its store gone before it connected again to a
+  // restarted one, with a new arena (InfinitePast if it never did; a store that was
+  // only stopped or slow keeps its arena and objects): an object put in this store
+  // before then, and not in it now, was lost with the store that died.
+  absl::Time store_lost_at() const;
 
  private:
   // One connection and the leased puts over it.
@@ -301,6 +310,7 @@ class Client {
   // When the store was first found away (InfiniteFuture while connected).
   absl::Time away_since_ ABSL_GUARDED_BY(link_mu_) = absl::InfiniteFuture();
   uint64_t reconnects_ ABSL_GUARDED_BY(link_mu_) = 0;
+  absl::Time lost_at_ ABSL_GUARDED_BY(link_mu_) = absl::InfinitePast();
   // True while one thread connects again (without link_mu_: a connect may wait for a
   // hello); the others wait for its outcome, each until its own deadline.
   bool reconnecting_ ABSL_GUARDED_BY(link_mu_) = false;

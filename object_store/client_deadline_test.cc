@@ -246,5 +246,84 @@ TEST(ClientDeadlineTest, Issue19ReadbackThreadsOnAStoppedStoreDoNotQueueForMinut
       << put;
 }
 
+// A release never waits for the connection: while a Get with a long timeout holds it,
+// ~ObjectRef and Release(refs) return at once and the Get's holder sends them as it
+// ends. (They used to wait up to call_timeout for the connection, then give up: the
+// references stayed pinned for the connection's life.)
+TEST(ClientDeadlineTest, ReleasesBehindALongGetDoNotWaitAndAreSentWhenItEnds) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  RestartableStore store(socket);
+  ASSERT_TRUE(store.StartAndWait());
+  // A short call_timeout: the old client gave a release up after it (never sent).
+  auto client = Client::Connect(socket, ClientOptions{.call_timeout = absl::Seconds(5)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+  auto other = Client::Connect(socket);
+  ASSERT_TRUE(other.ok()) << other.status();
+  auto referenced = [&]() -> uint64_t {
+    absl::StatusOr<StoreStats> s = (*other)->Stats();
+    return s.ok() ? s->referenced : ~uint64_t{0};
+  };
+  ASSERT_TRUE(c.Put("one", Pattern(100000, 1)).ok());
+  ASSERT_TRUE(c.Put("two", Pattern(100000, 2)).ok());
+  absl::StatusOr<ObjectRef> one = c.Get("one", absl::ZeroDuration());
+  ASSERT_TRUE(one.ok()) << one.status();
+  absl::StatusOr<ObjectRef> two = c.Get("two", absl::ZeroDuration());
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_EQ(referenced(), 2u);
+
+  // A Get that holds the connection until "late" is put (by the other client).
+  std::atomic<bool> get_done{false};
+  absl::Status get_status;
+  std::thread getter([&] {
+    get_status = c.Get("late", absl::Seconds(120)).status();
+    get_done = true;
+  });
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<StoreStats> s = (*other)->Stats();
+        return s.ok() && s->pending_gets == 1;
+      },
+      absl::Seconds(60)));
+
+  one->Reset();
+  std::vector<ObjectRef> refs;
+  refs.push_back(*std::move(two));
+  c.Release(&refs);
+  EXPECT_TRUE(refs.empty());
+  EXPECT_FALSE(get_done.load()) << "the releases waited for the Get holding the connection";
+  EXPECT_EQ(referenced(), 2u) << "sent behind a call waiting for its reply?";
+
+  ASSERT_TRUE((*other)->Put("late", Pattern(10, 3)).ok());
+  getter.join();
+  EXPECT_TRUE(get_status.ok()) << get_status;
+  // The Get's thread sent them as it let go of the connection.
+  EXPECT_TRUE(WaitFor([&] { return referenced() == 0; }, absl::Seconds(30)))
+      << referenced() << " objects still referenced";
+}
+
+// A timeout names the request whose reply never came: a leased put's seal, sent in one
+// write with the lease refill after it (the message used to name the last request
+// built, the lease).
+TEST(ClientDeadlineTest, ALeasedPutsSealThatIsNeverAnsweredIsNamed) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  RestartableStore store(socket);
+  ASSERT_TRUE(store.StartAndWait());
+  auto client = Client::Connect(socket, ClientOptions{.call_timeout = absl::Seconds(3)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+  // Leased (over 64 KiB, under 256 KiB: no overlapped seal); its seal's write asks for
+  // the next lease, whose answer the Stats round trip reads.
+  ASSERT_TRUE(c.Put("first", Pattern(200000, 1)).ok());
+  ASSERT_TRUE(c.Stats().ok());
+  store.Stop();
+  absl::Status s = c.Put("second", Pattern(200000, 2));
+  store.Continue();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "did not answer a leased put's seal request")) << s;
+}
+
 }  // namespace
 }  // namespace drover::object_store::testing

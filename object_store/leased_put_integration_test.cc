@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -28,6 +29,8 @@
 #include "gtest/gtest.h"
 #include "object_store/arena.h"
 #include "object_store/client.h"
+#include "object_store/internal/connection.h"
+#include "object_store/internal/leased_put.h"
 #include "object_store/object_id.h"
 #include "object_store/protocol.h"
 #include "object_store/testing/raw_client.h"
@@ -554,6 +557,53 @@ TEST(StoreIntegrationTest, RandomLeaseOperationsNeverHurtTheStore) {
   auto ref = (*good)->Get("after-fuzz", absl::ZeroDuration());
   ASSERT_TRUE(ref.ok());
   EXPECT_EQ(memcmp(ref->data().data(), data.data(), data.size()), 0);
+}
+
+// A put whose deadline leaves it no time to send (internal::kMinReplyWait) fails
+// without touching the connection; the refill it was about to send must not forget the
+// lease's rest (left leased, unused, for the connection's life), and the ready word it
+// was about to ask for is asked by the next put.
+TEST(StoreIntegrationTest, APutWithNoTimeToSendKeepsTheLeaseAndTheReadyWordToAsk) {
+  StoreProcess store(64 * kMiB);
+  auto conn = internal::Connection::Open(store.socket(), absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(conn.ok()) << conn.status();
+  internal::LeasedPuts puts(conn->get());
+  auto observer = Client::Connect(store.socket());
+  ASSERT_TRUE(observer.ok()) << observer.status();
+  auto soon = [] { return absl::Now() + absl::Milliseconds(200); };  // < kMinReplyWait
+  auto later = [] { return absl::Now() + absl::Seconds(30); };
+  auto put = [&](const std::string& id, size_t data, size_t meta, absl::Time deadline) {
+    const std::vector<uint8_t> bytes = Pattern(data, 1);
+    std::optional<absl::Status> s =
+        puts.TryPut(id, bytes, std::string(meta, 'm'), deadline);
+    return s.has_value() ? *s : absl::InternalError("not put from the lease");
+  };
+  auto stats = [&] {
+    absl::StatusOr<StoreStats> st = (*observer)->Stats();
+    EXPECT_TRUE(st.ok()) << st.status();
+    return st.ok() ? *st : StoreStats{};
+  };
+  // A block of 300 KB with under 256 KiB of data (no overlapped seal, so no ready word
+  // asked): the refill sent with its seal leases 300 KB more.
+  ASSERT_TRUE(put("a", 100000, 200000, absl::Now() + absl::Seconds(30)).ok());
+  StoreStats st = stats();
+  EXPECT_EQ(st.leases, 1u);
+  EXPECT_EQ(st.leased_bytes, 300032u);  // a's block, 300,000 rounded up to 64
+  // 280 KB of data (overlapped: the ready word is asked first) in that lease, with no
+  // time to send: neither the ready word's request nor the seal (with the refill that
+  // returns the lease's last 20 KB) goes out.
+  absl::Status b = put("b", 280000, 0, soon());
+  ASSERT_EQ(b.code(), absl::StatusCode::kDeadlineExceeded) << b;
+  st = stats();
+  EXPECT_EQ(st.leases, 1u);  // the same lease, b's block in it
+  // Does not fit in the 20 KB kept: a refill returns them and leases anew.
+  ASSERT_TRUE(put("c", 280000, 0, later()).ok());
+  st = stats();
+  // Leased now: b's block (its seal never went out; 280,000 is a multiple of 64), the
+  // lease c's seal refilled (sized as a's block) and the ready word (64 B). A forgotten
+  // rest stays leased with b's block (20,032 bytes more); no ready word: 2 ranges.
+  EXPECT_EQ(st.leased_bytes, 280000u + 300032u + 64u) << "the rest of a lease forgotten?";
+  EXPECT_EQ(st.leases, 3u) << "no ready word asked after b's request never went out?";
 }
 
 TEST(StoreIntegrationTest, FullStoreStillSaysResourceExhaustedForMediumPuts) {

@@ -230,8 +230,11 @@ absl::StatusOr<StoreGreeting> ConnectAndReceiveHello(const std::string& socket_p
                                                      absl::Duration timeout,
                                                      google::protobuf::MessageLite* hello) {
   StoreGreeting g;
+  // The connect and the hello share `timeout` (a stopped store's listen queue can make
+  // the connect itself take most of it).
+  const absl::Time deadline = absl::Now() + timeout;
   DROVER_ASSIGN_OR_RETURN(g.fd, ConnectToStore(socket_path, timeout));
-  timeval tv = absl::ToTimeval(std::max(timeout, absl::Milliseconds(1)));
+  timeval tv = absl::ToTimeval(std::max(deadline - absl::Now(), absl::Milliseconds(1)));
   setsockopt(g.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   absl::StatusOr<int> arena_fd = RecvFrameWithFd(g.fd, hello);
   if (!arena_fd.ok()) {

@@ -5,7 +5,9 @@
 // started after `go` appeared have succeeded, and the program prints:
 //   recovered_ms  Unix ms when the first of them succeeded
 //   errors        how many rounds failed (a storm of instant errors is the bug)
-//   put_after     what Get says of the Put made before the kill (lost: NOT_FOUND)
+//   fill          the store filled with pinned objects first: RESOURCE_EXHAUSTED once full
+//   put_after     what Get says of the Put made before the kill (lost: NOT_FOUND), with
+//                 the store full
 //   made_after    "rebuilt" if the task's result was made again by its task
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "drover/task.h"
+#include "sdk/internal/runtime_internal.h"
 #include "tests/util/program_output.h"
 
 namespace {
@@ -63,8 +66,28 @@ int Run(const std::string& go) {
   Print("recovered_ms", std::to_string(recovered_ms));
   Print("errors", std::to_string(errors));
   Print("first_error", first_error);
+  // The store full of pinned objects (as under the chaos campaign's fill-spill): what
+  // the lost Put's Get answers must not depend on free space.
+  drover::object_store::Client* store = drover::internal::LocalStore();
+  std::vector<drover::object_store::ObjectRef> pins;
+  std::vector<std::string> fills;
+  absl::Status fill;
+  const std::vector<uint8_t> fill_bytes = Blob(kSize, 3);
+  for (int i = 0; store != nullptr && fill.ok() && i < 4096; ++i) {
+    fills.push_back(absl::StrCat("fill-", ::getpid(), "-", i));
+    fill = store->Put(fills.back(), fill_bytes);
+    if (!fill.ok()) break;
+    auto pin = store->Get(fills.back(), absl::ZeroDuration());
+    if (pin.ok()) pins.push_back(*std::move(pin));
+  }
+  Print("fill", absl::StatusCodeToString(fill.code()));
   auto p = drover::Get(put, absl::Seconds(60));
   Print("put_after", p.ok() ? "ok?" : Describe(p.status()));
+  // Room again for the task's result to be made anew.
+  if (store != nullptr) {
+    store->Release(&pins);
+    for (const std::string& id : fills) (void)store->Delete(id);
+  }
   auto m = drover::Get(made, absl::Seconds(60));
   Print("made_after", m.ok() ? (*m == Blob(kSize, 1) ? "rebuilt" : "wrong bytes")
                              : Describe(m.status()));

@@ -82,9 +82,53 @@ absl::Status Connection::LockUntil(absl::Time deadline) {
 }
 
 void Connection::Unlock() {
+  // Releases queued while this thread held mu_ go out before it lets go; the last
+  // check and free_ = true happen under one hold of gate_, so a release that finds the
+  // connection held is always sent by someone (this thread, or the next holder).
+  std::vector<ObjectId> ids;
+  while (true) {
+    {
+      absl::MutexLock g(&gate_);
+      if (queued_releases_.empty()) {
+        free_ = true;
+        break;
+      }
+      ids.swap(queued_releases_);
+    }
+    SendReleasesLocked(ids);
+    ids.clear();
+  }
   mu_.Unlock();
-  absl::MutexLock g(&gate_);
-  free_ = true;
+}
+
+void Connection::ReleaseAsync(absl::Span<const ObjectId> ids) {
+  if (ids.empty()) return;
+  {
+    absl::MutexLock g(&gate_);
+    if (!free_) {
+      // Held (maybe by a Get that waits for minutes): the holder sends them.
+      queued_releases_.insert(queued_releases_.end(), ids.begin(), ids.end());
+      return;
+    }
+    free_ = false;
+    held_since_ = absl::Now();
+  }
+  mu_.Lock();
+  SendReleasesLocked(ids);
+  Unlock();
+}
+
+void Connection::SendReleasesLocked(absl::Span<const ObjectId> ids) {
+  // As many per write as a client's batch (client.h kMaxBatch).
+  constexpr size_t kReleasesPerWrite = 1024;
+  for (size_t i = 0; i < ids.size() && broken_.ok();) {
+    BeginBatchLocked();
+    for (size_t n = 0; i < ids.size() && n < kReleasesPerWrite; ++i, ++n) {
+      NewRequestLocked().mutable_release()->set_id(ids[i]);
+      (void)AppendLocked();
+    }
+    SendBatchAsyncLocked();
+  }
 }
 
 namespace {
@@ -127,14 +171,17 @@ absl::Status Connection::TimeLeftToSend(absl::Time deadline) const {
 }
 
 absl::StatusOr<const proto::StoreReply*> Connection::CallLocked(absl::Time deadline) {
-  if (!broken_.ok()) return broken_;
+  // The deadline first: a call that got the connection at its deadline (from a holder
+  // that broke it as it timed out) answers DEADLINE_EXCEEDED, as its wait did.
   DROVER_RETURN_IF_ERROR(TimeLeftToSend(deadline));
+  if (!broken_.ok()) return broken_;
   const uint64_t rid = next_request_id_++;
   req_.set_request_id(rid);
   wbuf_.clear();
   DROVER_RETURN_IF_ERROR(AppendFrame(req_, &wbuf_));
-  if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
-  return AwaitReplyLocked(rid, deadline);
+  const char* what = RequestName(req_);
+  if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s, what);
+  return AwaitReplyLocked(rid, deadline, what);
 }
 
 void Connection::SendAsyncLocked() {
@@ -143,23 +190,10 @@ void Connection::SendAsyncLocked() {
   wbuf_.clear();
   if (!AppendFrame(req_, &wbuf_).ok()) return;
   if (absl::Status s = WriteLocked(AsyncDeadline()); !s.ok()) {
-    (void)Break(s);
+    (void)Break(s, RequestName(req_));
     return;
   }
   AddUnackedLocked(1);
-}
-
-void Connection::ReleaseAsync(const ObjectId& id) {
-  ConnectionLock lock(*this, absl::Now() + timeouts_.call_timeout);
-  if (!lock.status().ok()) {
-    // The store keeps the reference until this connection closes (it is hung: the
-    // call holding it breaks it at its own deadline).
-    DROVER_LOG(WARNING) << "object store: release of " << id
-                        << " not sent: " << lock.status().message();
-    return;
-  }
-  NewRequestLocked().mutable_release()->set_id(id);
-  SendAsyncLocked();
 }
 
 void Connection::BeginBatchLocked() {
@@ -169,6 +203,7 @@ void Connection::BeginBatchLocked() {
 }
 
 absl::Status Connection::AppendLocked() {
+  if (batch_size_ == 0) batch_what_ = RequestName(req_);
   req_.set_request_id(next_request_id_++);
   ++batch_size_;
   return AppendFrame(req_, &wbuf_);
@@ -177,23 +212,24 @@ absl::Status Connection::AppendLocked() {
 absl::Status Connection::SendBatchLocked(absl::Time deadline) {
   if (!broken_.ok()) return broken_;
   DROVER_RETURN_IF_ERROR(TimeLeftToSend(deadline));
-  if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
+  if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s, batch_what_);
   return absl::OkStatus();
 }
 
 void Connection::SendBatchAsyncLocked() {
   if (!broken_.ok() || batch_size_ == 0) return;
   if (absl::Status s = WriteLocked(AsyncDeadline()); !s.ok()) {
-    (void)Break(s);
+    (void)Break(s, batch_what_);
     return;
   }
   AddUnackedLocked(batch_size_);
 }
 
 absl::StatusOr<const proto::StoreReply*> Connection::AwaitReplyLocked(uint64_t request_id,
-                                                                      absl::Time deadline) {
+                                                                      absl::Time deadline,
+                                                                      absl::string_view what) {
   while (true) {
-    if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s);
+    if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s, what);
     if (reply_.request_id() == request_id) return &reply_;
     NoteAsyncReply(reply_);
   }
@@ -212,14 +248,25 @@ absl::StatusOr<absl::Span<const proto::StoreReply>> Connection::TakeSetAsideLock
     absl::Time deadline) {
   while (set_aside_arrived_ < set_aside_count_) {
     if (!broken_.ok()) return broken_;
+    // Asked for already: a healthy store has answered, or is about to. With too little
+    // time left to wait for one that may be slow, read only what has come (a reply not
+    // read in time would break the connection): else answer by the deadline, and the
+    // replies stay set aside for a later call.
+    absl::Time read_until = deadline;
+    if (deadline != absl::InfiniteFuture() && deadline - absl::Now() < kMinReplyWait) {
+      pollfd p{fd_, POLLIN, 0};
+      if (in_.buffered() == 0 && poll(&p, 1, 0) <= 0) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "the call's deadline came before the object store at ", socket_path_,
+            " answered an earlier lease request (the call waited for the connection, which "
+            "other calls held)"));
+      }
+      read_until = absl::Now() + kMinReplyWait;  // it has answered: the rest is a read
+    }
     // Anything else that comes meanwhile answers an asynchronous request.
     bool set_aside;
-    // Asked for already: a healthy store has answered, or is about to.
-    if (absl::Status s = ReadOneLocked(&drain_reply_,
-                                       std::max(deadline, absl::Now() + kMinReplyWait),
-                                       &set_aside);
-        !s.ok()) {
-      return Break(s);
+    if (absl::Status s = ReadOneLocked(&drain_reply_, read_until, &set_aside); !s.ok()) {
+      return Break(s, "lease");
     }
     if (!set_aside) NoteAsyncReply(drain_reply_);
   }
@@ -228,12 +275,12 @@ absl::StatusOr<absl::Span<const proto::StoreReply>> Connection::TakeSetAsideLock
   return absl::Span<const proto::StoreReply>(set_aside_, static_cast<size_t>(n));
 }
 
-absl::Status Connection::Break(absl::Status s) {
+absl::Status Connection::Break(absl::Status s, absl::string_view what) {
   const bool timed_out = s.code() == absl::StatusCode::kDeadlineExceeded;
   if (broken_.ok()) {
     broken_ = absl::UnavailableError(absl::StrCat(
         "connection to the object store at ", socket_path_, " is broken (",
-        timed_out ? absl::StrCat("no answer to a ", RequestName(req_), " by its deadline")
+        timed_out ? absl::StrCat("no answer to a ", what, " by its deadline")
                   : std::string(s.message()),
         "); connect again"));
     broken_flag_.store(true, std::memory_order_release);
@@ -250,7 +297,7 @@ absl::Status Connection::Break(absl::Status s) {
   // client's references and unsealed objects while ObjectRefs and MutableObjects still
   // point into that memory, which the store could then hand to other objects.
   return absl::DeadlineExceededError(absl::StrCat(
-      "the object store at ", socket_path_, " did not answer a ", RequestName(req_),
+      "the object store at ", socket_path_, " did not answer a ", what,
       " request by the call's deadline (a stopped or hung store); the connection is "
       "dropped and the next call connects again"));
 }
@@ -270,7 +317,9 @@ void Connection::AddUnackedLocked(int n) {
 
 absl::Status Connection::DrainLocked(absl::Time deadline) {
   while (unacked_ > 0) {
-    if (absl::Status s = ReadReplyLocked(&drain_reply_, deadline); !s.ok()) return Break(s);
+    if (absl::Status s = ReadReplyLocked(&drain_reply_, deadline); !s.ok()) {
+      return Break(s, "release or seal (answered later)");
+    }
     NoteAsyncReply(drain_reply_);
   }
   return absl::OkStatus();

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -130,8 +131,20 @@ class Connection {
   // Sends the request without waiting for its reply (read before a later call's; a
   // failure is logged).
   void SendAsyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases one reference to `id`, without waiting (ObjectRef).
-  void ReleaseAsync(const ObjectId& id) ABSL_LOCKS_EXCLUDED(mu_);
+  // Releases references to `ids` without waiting, ever (ObjectRef, Client::Release):
+  // if no call holds mu() they are sent now (their answers read later, as for
+  // SendAsyncLocked); if one does (a Get may wait for minutes), they are queued and
+  // the holder sends them as it lets go of mu() (Unlock). On a broken connection
+  // they are dropped: the store frees a client's references when its socket closes.
+  void ReleaseAsync(const ObjectId& id) ABSL_LOCKS_EXCLUDED(mu_, gate_) {
+    ReleaseAsync(absl::MakeConstSpan(&id, 1));
+  }
+  void ReleaseAsync(absl::Span<const ObjectId> ids) ABSL_LOCKS_EXCLUDED(mu_, gate_);
+  // Releases queued behind a holder of mu() and not sent yet (for tests).
+  size_t queued_releases() ABSL_LOCKS_EXCLUDED(gate_) {
+    absl::MutexLock g(&gate_);
+    return queued_releases_.size();
+  }
 
   // --- Pipelining: BeginBatchLocked, then per request NewRequestLocked + AppendLocked;
   // then FinishBatchLocked (send all in one write, read every reply),
@@ -157,8 +170,10 @@ class Connection {
   void SendBatchAsyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads replies until the one to request `request_id` (those before it answer
   // asynchronous requests) and returns it, valid until the next read.
+  // `what` names the request for the message if its reply does not come in time.
   absl::StatusOr<const proto::StoreReply*> AwaitReplyLocked(uint64_t request_id,
-                                                            absl::Time deadline)
+                                                            absl::Time deadline,
+                                                            absl::string_view what = "request")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A request sent whose reply nobody waits for after all (its outcome came another
   // way): the reply is read later, as for SendAsyncLocked.
@@ -175,7 +190,9 @@ class Connection {
     return set_aside_count_ > 0;
   }
   // Reads until every reply set aside has come and hands them over, in request order
-  // (valid until the next SetAsideLocked); ends the range. Transport errors only.
+  // (valid until the next SetAsideLocked); ends the range. Transport errors only, and
+  // DEADLINE_EXCEEDED without reading (the range stays pending) if less than
+  // kMinReplyWait is left before `deadline` and nothing has come to read.
   absl::StatusOr<absl::Span<const proto::StoreReply>> TakeSetAsideLocked(absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -184,11 +201,15 @@ class Connection {
   // Takes mu() if it comes by `deadline`; DEADLINE_EXCEEDED (naming the socket and
   // how long the holder has had it) if not.
   absl::Status LockUntil(absl::Time deadline) ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Sends the releases queued meanwhile (ReleaseAsync), then lets go of mu().
   void Unlock() ABSL_NO_THREAD_SAFETY_ANALYSIS;
+  // Sends releases of `ids` (batched, answers read later).
+  void SendReleasesLocked(absl::Span<const ObjectId> ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Marks the connection broken by `s` (shutting the socket down) and returns the
   // UNAVAILABLE every later call gets, or, if `s` is a deadline that passed,
   // DEADLINE_EXCEEDED naming the socket and what the call waited for.
-  absl::Status Break(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `what`: the request whose reply (or write) the call waited for, for the message.
+  absl::Status Break(absl::Status s, absl::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // An answer to an asynchronous request.
   void NoteAsyncReply(const proto::StoreReply& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Counts `n` more asynchronous requests; reads their answers once too many are
@@ -226,6 +247,9 @@ class Connection {
   bool free_ ABSL_GUARDED_BY(gate_) = true;
   absl::Time held_since_ ABSL_GUARDED_BY(gate_);
   absl::Status broken_copy_ ABSL_GUARDED_BY(gate_);  // broken_, readable without mu_
+  // Releases that came while mu_ was held (ReleaseAsync): its holder sends them before
+  // it lets go, so a release never waits behind a long call.
+  std::vector<ObjectId> queued_releases_ ABSL_GUARDED_BY(gate_);
 
   absl::Mutex mu_;
   proto::StoreRequest req_ ABSL_GUARDED_BY(mu_);
@@ -234,6 +258,7 @@ class Connection {
   uint64_t next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t batch_first_ ABSL_GUARDED_BY(mu_) = 0;
   int batch_size_ ABSL_GUARDED_BY(mu_) = 0;
+  const char* batch_what_ ABSL_GUARDED_BY(mu_) = "request";  // the batch's first request
   // Asynchronous requests whose answers are not read yet.
   int unacked_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
@@ -270,9 +295,9 @@ template <typename OnReply>
 absl::Status Connection::FinishBatchLocked(absl::Time deadline, OnReply&& on_reply) {
   if (!broken_.ok()) return broken_;
   if (absl::Status s = TimeLeftToSend(deadline); !s.ok()) return s;
-  if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s);
+  if (absl::Status s = WriteLocked(deadline); !s.ok()) return Break(s, batch_what_);
   for (int left = batch_size_; left > 0;) {
-    if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s);
+    if (absl::Status s = ReadReplyLocked(&reply_, deadline); !s.ok()) return Break(s, batch_what_);
     const uint64_t rid = reply_.request_id();
     if (rid >= batch_first_ && rid < batch_first_ + static_cast<uint64_t>(batch_size_)) {
       on_reply(static_cast<int>(rid - batch_first_), static_cast<const proto::StoreReply&>(reply_));

@@ -56,11 +56,19 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
     DROVER_RETURN_IF_ERROR(TakeRefillLocked(c.ReplyDeadline(absl::InfinitePast(), deadline)));
     if (lease_end_ - lease_cursor_ < block) {
       if (!LeaseWantedLocked()) return std::nullopt;
+      const Lease kept = KeptLeaseLocked();
       c.BeginBatchLocked();
-      if (!AppendRefillLocked(next).ok()) return std::nullopt;
-      DROVER_RETURN_IF_ERROR(c.FinishBatchLocked(
-          c.ReplyDeadline(absl::InfinitePast(), deadline),
-          [&](int i, const proto::StoreReply& r) { OnRefillReplyLocked(i, r); }));
+      if (!AppendRefillLocked(next).ok()) {
+        KeepLeaseUnlessSentLocked(kept);
+        return std::nullopt;
+      }
+      if (absl::Status s = c.FinishBatchLocked(
+              c.ReplyDeadline(absl::InfinitePast(), deadline),
+              [&](int i, const proto::StoreReply& r) { OnRefillReplyLocked(i, r); });
+          !s.ok()) {
+        KeepLeaseUnlessSentLocked(kept);
+        return s;
+      }
       if (lease_end_ - lease_cursor_ < block) return std::nullopt;
     }
     offset = lease_cursor_;
@@ -89,10 +97,14 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
   // A refill goes in the same write, after the seal: the store answers the seal first
   // and at once; the lease's answers are set aside for the next put (not while an
   // earlier refill's are, so that every grant is taken up and every rest returned).
+  const Lease kept = KeptLeaseLocked();
   const bool refill = !refill_in_flight_ && lease_end_ - lease_cursor_ < next &&
                       LeaseWantedLocked() && AppendRefillLocked(next).ok();
   const absl::Time reply_deadline = c.ReplyDeadline(absl::InfinitePast(), deadline);
-  DROVER_RETURN_IF_ERROR(c.SendBatchLocked(reply_deadline));
+  if (absl::Status s = c.SendBatchLocked(reply_deadline); !s.ok()) {
+    KeepLeaseUnlessSentLocked(kept);
+    return s;
+  }
   if (refill) {
     c.SetAsideLocked(seal_rid + 1, c.batch_size() - 1);
     refill_in_flight_ = true;
@@ -110,7 +122,8 @@ std::optional<absl::Status> LeasedPuts::TryPut(const ObjectId& id,
   }
   uint64_t want = seal_rid;
   while (true) {
-    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply, c.AwaitReplyLocked(want, reply_deadline));
+    DROVER_ASSIGN_OR_RETURN(const proto::StoreReply* reply,
+                            c.AwaitReplyLocked(want, reply_deadline, "leased put's seal"));
     const absl::StatusCode code = ReplyCode(*reply);
     if (want == seal_rid && tail > 0 && code == absl::StatusCode::kUnavailable) {
       // The store gave up waiting for the ready word (this thread was descheduled
@@ -183,19 +196,35 @@ bool LeasedPuts::AwaitSealAckLocked(uint64_t ready_value) {
   }
 }
 
+LeasedPuts::Lease LeasedPuts::KeptLeaseLocked() const { return {lease_cursor_, lease_end_}; }
+
+void LeasedPuts::KeepLeaseUnlessSentLocked(const Lease& kept) {
+  // A send that failed without breaking the connection sent nothing (no time left to
+  // send): the lease's rest was neither returned nor replaced, and stays this
+  // client's to use. One that broke it ends the lease with the connection.
+  if (conn_->broken()) return;
+  lease_cursor_ = kept.cursor;
+  lease_end_ = kept.end;
+}
+
 void LeasedPuts::GetReadySlotLocked(absl::Time deadline) {
   Connection& c = *conn_;
-  ready_slot_tried_ = true;
   c.BeginBatchLocked();
   c.NewRequestLocked().mutable_lease()->set_bytes(kAlignment);
-  if (!c.AppendLocked().ok()) return;
-  (void)c.FinishBatchLocked(c.ReplyDeadline(absl::InfinitePast(), deadline), [&](int, const proto::StoreReply& r) {
+  if (!c.AppendLocked().ok()) {
+    ready_slot_tried_ = true;  // cannot encode: never will
+    return;
+  }
+  const absl::Status asked = c.FinishBatchLocked(c.ReplyDeadline(absl::InfinitePast(), deadline), [&](int, const proto::StoreReply& r) {
     if (ReplyCode(r) == absl::StatusCode::kOk && r.has_lease() &&
         r.lease().size() >= kAlignment && r.lease().offset() % kAlignment == 0 &&
         r.lease().offset() <= c.capacity() - kAlignment) {
       ready_slot_ = r.lease().offset();
     }
   });
+  // Asked once per connection, once the request went out: a call with no time left to
+  // send it (it failed without breaking the connection) leaves it to the next put.
+  ready_slot_tried_ = asked.ok() || c.broken();
   if (ready_slot_ != 0) {
     // The range may hold an earlier client's ready and ack words: a stale value equal
     // to one of ours would seal an unfinished object, or acknowledge a seal not made.

@@ -71,6 +71,16 @@ class LeasedPuts {
   void OnRefillReplyLocked(int i, const proto::StoreReply& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
   bool LeaseWantedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
+  // The lease as it is before AppendRefillLocked forgets it (the refill returns its
+  // rest), and putting it back if the refill was never sent: a call with no time left
+  // to send fails without touching the connection, and a forgotten rest would stay
+  // leased, unused, until the client disconnects.
+  struct Lease {
+    uint64_t cursor;
+    uint64_t end;
+  };
+  Lease KeptLeaseLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
+  void KeepLeaseUnlessSentLocked(const Lease& kept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(conn_->mu());
   // Starts a batch with the seal of the block at `offset`; ready_value 0: the object is
   // complete already.
   absl::Status AppendSealLocked(const ObjectId& id, uint64_t offset, uint64_t data_size,

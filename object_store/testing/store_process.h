@@ -55,7 +55,21 @@ class RestartableStore {
     return Start() > 0 &&
            WaitFor([&] { return Client::Connect(socket_).ok(); }, absl::Seconds(60));
   }
-  void Stop() { ::kill(pid_, SIGSTOP); }
+  // SIGSTOP, and waits (up to 10 s) until the kernel has stopped it: the signal is
+  // delivered asynchronously, and a request sent right after could still be answered.
+  void Stop() {
+    ::kill(pid_, SIGSTOP);
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          absl::StatusOr<std::string> stat = ReadFile(absl::StrCat("/proc/", pid_, "/stat"));
+          if (!stat.ok()) return false;
+          const size_t paren = stat->rfind(')');  // the state follows the command name
+          return paren != std::string::npos && paren + 2 < stat->size() &&
+                 (*stat)[paren + 2] == 'T';
+        },
+        absl::Seconds(10)))
+        << "the store (pid " << pid_ << ") did not stop";
+  }
   void Continue() { ::kill(pid_, SIGCONT); }
   // Sends `sig` and reaps the store.
   void Kill(int sig = SIGKILL) {

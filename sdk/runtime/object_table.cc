@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace drover::internal {
 namespace {
@@ -48,10 +49,12 @@ void ObjectTable::Finish(const std::shared_ptr<RefState>& ref) {
 
 void ObjectTable::Complete(const std::shared_ptr<RefState>& ref, ObjectValue value) {
   std::vector<std::function<void()>> callbacks;
+  const absl::Time now = absl::Now();
   {
     absl::MutexLock l(&mu_);
     if (ref->state != RefState::State::kPending) return;
     ref->state = RefState::State::kReady;
+    ref->made = now;
     ref->inline_bytes = std::move(value.inline_bytes);
     ref->stored = std::move(value.stored);
     ref->contained = std::move(value.contained);
@@ -205,6 +208,7 @@ ObjectTable::Outcome ObjectTable::Read(const std::shared_ptr<RefState>& ref) {
   out.error = ref->error;
   out.cache = ref->cache;
   out.pending_reason = ref->pending_reason;
+  out.made = ref->made;
   return out;
 }
 
@@ -230,6 +234,7 @@ std::shared_ptr<TaskRecord> ObjectTable::TakeLineage(const std::shared_ptr<RefSt
   ref->inline_bytes.reset();
   ref->contained.clear();
   ref->cache.reset();
+  ref->made = absl::InfiniteFuture();
   return task;
 }
 

@@ -54,6 +54,9 @@ class RefState {
   std::vector<StoredRef> contained;   // store objects the value refers to (tensors)
   absl::Status error;                 // when failed
   uint64_t done_seq = 0;              // completion order
+  // When it became ready here (after its store objects were put: a store restart seen
+  // later lost them if they are gone). InfiniteFuture while not ready.
+  absl::Time made = absl::InfiniteFuture();
   std::string pending_reason;         // why its task waits (for timeouts' messages)
   // While its task waits for arguments: the task's name and its reference arguments
   // (1-based index), so a timeout can name the one it waits for and why that one waits.
@@ -134,6 +137,7 @@ class ObjectTable {
     absl::Status error;
     std::optional<ValueView> cache;
     std::string pending_reason;
+    absl::Time made = absl::InfiniteFuture();  // RefState::made
   };
   Outcome Read(const std::shared_ptr<RefState>& ref);
   void SetCache(const std::shared_ptr<RefState>& ref, ValueView view);

@@ -571,12 +571,15 @@ std::string LostNode(Runtime* rt, const ObjectValue& value, std::string* why) {
 
 // The node among `value`'s store objects whose store restarted (and so lost them), if
 // any ("" if none). Asked only once loading the value failed: objects made after the
-// restart load.
-std::string LostStore(Runtime* rt, const ObjectValue& value, std::string* why) {
+// restart load. This node's store client knows of a restart it reconnected across at
+// once (asked first: no RPC, and never late); the scheduler hears of any node's from
+// its agent's heartbeats.
+std::string LostStore(Runtime* rt, const ObjectValue& value, absl::Time made, std::string* why) {
   std::vector<const StoredRef*> refs;
   if (value.stored) refs.push_back(&*value.stored);
   for (const StoredRef& c : value.contained) refs.push_back(&c);
   for (const StoredRef* r : refs) {
+    if (rt->ctx.store->LostInRestart(*r, made, why)) return r->node_id;
     if (rt->StoreRestarted(r->node_id, why)) return r->node_id;
   }
   return "";
@@ -649,7 +652,7 @@ absl::StatusOr<ValueView> GetValue(const std::shared_ptr<RefState>& ref, absl::D
         code == absl::StatusCode::kDeadlineExceeded) {
       // Its store restarted: lost as with a lost node, and made again the same way.
       std::string why;
-      const std::string lost = LostStore(rt, o.value, &why);
+      const std::string lost = LostStore(rt, o.value, o.made, &why);
       if (!lost.empty()) {
         absl::Status s = RemakeLost(rt, ref, &rebuilds, why);
         if (s.ok()) continue;

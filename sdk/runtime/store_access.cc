@@ -79,6 +79,16 @@ absl::StatusOr<object_store::ObjectRef> StoreAccess::GetRef(const std::string& o
   return store_->Get(object_id, absl::Seconds(5));
 }
 
+bool StoreAccess::LostInRestart(const StoredRef& ref, absl::Time made, std::string* why) const {
+  if (store_ == nullptr || ref.node_id != node_id_) return false;
+  const absl::Time lost_at = store_->store_lost_at();
+  if (lost_at == absl::InfinitePast() || lost_at <= made) return false;
+  *why = absl::StrCat("it was lost when the object store of node ", node_id_, " restarted at ",
+                      absl::FormatTime("%Y-%m-%d %H:%M:%E3S %Z", lost_at, absl::LocalTimeZone()),
+                      " (when this process found it gone and connected to the restarted store)");
+  return true;
+}
+
 absl::StatusOr<ValueView> StoreAccess::Load(const StoredRef& ref, absl::Time deadline) {
   DROVER_ASSIGN_OR_RETURN(object_store::ObjectRef r, GetRef(ref.object_id, ref.node_id, deadline));
   auto holder = std::make_shared<object_store::ObjectRef>(std::move(r));

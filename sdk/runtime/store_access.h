@@ -45,6 +45,12 @@ class StoreAccess {
   absl::StatusOr<object_store::ObjectRef> GetRef(const std::string& object_id,
                                                  const std::string& node_id, absl::Time deadline);
 
+  // True (with why) if `ref`, kept in this node's store and found missing there, was
+  // lost with a store that died: this process connected again to a restarted store
+  // after `made` (when the value holding `ref` was made, so after its put). Known here
+  // at once, without waiting for the scheduler to hear of the restart.
+  bool LostInRestart(const StoredRef& ref, absl::Time made, std::string* why) const;
+
   // Deletes the objects from the stores holding them (asynchronously for other nodes).
   void Delete(const std::vector<StoredRef>& objects);
 

@@ -217,12 +217,13 @@ void FaultInjector::JudgeStoreClient(const std::string& dir, const std::string& 
                                      absl::Time back, FaultRecord& r) {
   (void)WriteFileAtomic(dir + "/go", "", 0644);
   const std::string out = absl::StrCat(dir, "/", node, ".out");
-  std::string recovered, anchor;
+  std::string recovered, anchor, unstored;
   testing::WaitFor(
       [&] {
         for (const std::string& l : FileLines(out)) {
           if (absl::StartsWith(l, "recovered ")) recovered = l.substr(10);
           if (absl::StartsWith(l, "anchor ")) anchor = l.substr(7);
+          if (absl::StartsWith(l, "unstored ")) unstored = l.substr(9);
         }
         return !anchor.empty();
       },
@@ -251,8 +252,12 @@ void FaultInjector::JudgeStoreClient(const std::string& dir, const std::string& 
     report->Held("store-client-recovers");
   }
   // The object put before the kill went with the store: NOT_FOUND, naming the node
-  // and the restart.
-  if (absl::StartsWith(anchor, "NOT_FOUND") && absl::StrContains(anchor, node) &&
+  // and the restart. An anchor the store refused before the kill (full) proves nothing
+  // either way: its Get answers the put's failure.
+  if (!unstored.empty()) {
+    report->Note("store kills whose SDK client could not put its anchor first",
+                 absl::StrCat(where, ": ", unstored));
+  } else if (absl::StartsWith(anchor, "NOT_FOUND") && absl::StrContains(anchor, node) &&
       absl::StrContains(anchor, "restarted")) {
     report->Held("store-client-recovers");
   } else {

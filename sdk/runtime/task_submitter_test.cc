@@ -490,9 +490,10 @@ TEST_F(TaskSubmitterTest, InlineResultKeepsNoLineage) {
 TEST_F(TaskSubmitterTest, CancelOfAQueuedTaskFailsItBeforeItStarts) {
   Start();
   hold_ = true;
-  std::atomic<int> grants{0};
-  scheduler_.SetLeasePolicy([&](const proto::RequestLeaseRequest&, proto::RequestLeaseReply* reply) {
-    if (grants.fetch_add(1) == 0) {
+  // Shared with the policy: its lease requests may still ask after this body ends.
+  auto grants = std::make_shared<std::atomic<int>>(0);
+  scheduler_.SetLeasePolicy([grants](const proto::RequestLeaseRequest&, proto::RequestLeaseReply* reply) {
+    if (grants->fetch_add(1) == 0) {
       reply->set_granted(true);
       reply->set_lease_id("lease-1");
       reply->set_worker_id("worker-of-lease-1");
@@ -674,6 +675,8 @@ TEST_F(TaskSubmitterTest, AnAnsweredLeaseRequestEndsAnOutageToldElsewhere) {
   });
   EXPECT_EQ(Value(Submit("f")), "ok:f");
   EXPECT_FALSE(outage.away());
+  // The submitter uses `outage` and `calls`, which die with this body: stop it first.
+  submitter_.reset();
   absl::MutexLock l(&mu);
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_THAT(lines[0], HasSubstr("does not answer (Socket closed)"));

@@ -744,22 +744,34 @@ TEST_F(SchedulerCoreTest, ObjectLocationsWaitAnswersWhenACopyIsAdded) {
   EXPECT_EQ(never.locations_size(), 0);
 
   // A caller that goes away stops the wait (the service asks its call's IsCancelled,
-  // without the directory's lock, after each second of waiting): one second, not the
-  // five minutes of its deadline.
+  // without the directory's lock, after each second of waiting): at its next ask, not
+  // at its deadline (an hour). Time moves a second at a time until it has asked once
+  // (so it is waiting: a long wait of another core thread could not be told from it).
   std::atomic<bool> gone{false};
+  std::atomic<int> asked{0};
+  std::atomic<bool> told_gone{false};  // the call ended because it was told so
   done = false;
-  waits = clock_.long_waits();
   std::thread leaver([&] {
-    locs = core_->GetObjectLocations("obj-never", absl::Minutes(5), [&] { return gone.load(); });
+    locs = core_->GetObjectLocations("obj-never", absl::Hours(1), [&] {
+      ++asked;
+      if (gone.load()) told_gone = true;
+      return gone.load();
+    });
     done = true;
   });
-  ASSERT_TRUE(WaitFor([&] { return clock_.long_waits() > waits; }));
+  EXPECT_TRUE(WaitFor([&] {
+    clock_.Advance(absl::Seconds(1));
+    return asked.load() >= 1;
+  })) << "the waiting call never asked whether its caller went away";
   gone = true;
-  clock_.Advance(absl::Seconds(1));
-  EXPECT_TRUE(WaitFor([&] { return done.load(); })) << "the caller's going away was not seen";
-  if (!done) clock_.Advance(absl::Hours(1));
+  EXPECT_TRUE(WaitFor([&] {
+    clock_.Advance(absl::Seconds(1));
+    return done.load();
+  })) << "the caller's going away was not seen";
+  if (!done) clock_.Advance(absl::Hours(2));
   leaver.join();
   EXPECT_EQ(locs.locations_size(), 0);
+  EXPECT_TRUE(told_gone.load()) << "it ended at its deadline, not when told";
 
   // Stop releases a waiting call with what it has: nothing.
   waits = clock_.long_waits();

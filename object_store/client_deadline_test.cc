@@ -201,6 +201,49 @@ TEST(ClientDeadlineTest, CallsAcrossAStopThenKillAndRestartAnswerByTheirDeadline
   EXPECT_GE(c.reconnects(), 1u);
 }
 
+// Calls wait for the connection in turn. Threads that loop on Gets re-take it as they let
+// go, before a woken waiter runs; without turns a Put among 8 such threads (2 s Gets)
+// waited two minutes. In turn, each Put waits at most for the Gets ahead of it.
+TEST(ClientDeadlineTest, ACallWaitsItsTurnBehindThreadsThatKeepTakingTheConnection) {
+  ScratchDir dir;
+  const std::string socket = dir.path() + "/store.sock";
+  RestartableStore store(socket);
+  ASSERT_TRUE(store.StartAndWait());
+  auto client = Client::Connect(socket, ClientOptions{.call_timeout = absl::Seconds(60)});
+  ASSERT_TRUE(client.ok()) << client.status();
+  Client& c = **client;
+
+  constexpr int kThreads = 4;
+  const absl::Duration get_timeout = absl::Milliseconds(250);
+  std::atomic<bool> stop{false};
+  std::atomic<int> gets{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        (void)c.Get(absl::StrCat("missing-", t, "-", i), get_timeout);
+        gets++;
+      }
+    });
+  }
+  ASSERT_TRUE(WaitFor([&] { return gets.load() >= kThreads; }, absl::Seconds(60)));
+  absl::Duration longest;
+  for (int i = 0; i < 8; ++i) {
+    const absl::Time start = absl::Now();
+    const absl::Status put = c.Put(absl::StrCat("put-", i), Pattern(100, i));
+    const absl::Duration took = absl::Now() - start;
+    longest = std::max(longest, took);
+    EXPECT_TRUE(put.ok()) << put;
+  }
+  stop = true;
+  for (std::thread& t : threads) t.join();
+  std::printf("longest put among %d looping 250 ms Gets: %s\n", kThreads,
+              absl::FormatDuration(longest).c_str());
+  // In turn: the Gets ahead (kThreads x 250 ms) and scheduling on a loaded machine.
+  EXPECT_LT(longest, kThreads * get_timeout + absl::Seconds(3));
+}
+
+
 // The campaign's hang, most directly: 16 threads with 3 s Gets queue on a connection to
 // a stopped store; their next calls connect again to it (its listen queue accepts, no
 // hello comes). Each call answers by its own deadline; none waits for the others'.

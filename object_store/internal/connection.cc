@@ -67,12 +67,28 @@ Connection::Connection(int fd, std::unique_ptr<Arena> arena, uint64_t client_id,
 absl::Status Connection::LockUntil(absl::Time deadline) {
   {
     absl::MutexLock g(&gate_);
-    if (!gate_.AwaitWithDeadline(absl::Condition(&free_), deadline)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "the connection to the object store at ", socket_path_,
-          " did not come free by the call's deadline: another call has waited on it for ",
-          absl::FormatDuration(absl::Trunc(absl::Now() - held_since_, absl::Milliseconds(1))),
-          " (a long Get, or a store that stopped answering)"));
+    if (!free_ || !waiting_.empty()) {
+      // Wait in turn: first come, first served.
+      struct Turn {
+        Connection* c;
+        uint64_t ticket;
+        bool Mine() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return c->free_ && c->waiting_.front() == ticket;
+        }
+      };
+      const Turn turn{this, next_ticket_++};
+      waiting_.push_back(turn.ticket);
+      if (!gate_.AwaitWithDeadline(absl::Condition(&turn, &Turn::Mine), deadline)) {
+        waiting_.erase(std::find(waiting_.begin(), waiting_.end(), turn.ticket));
+        return absl::DeadlineExceededError(absl::StrCat(
+            "the connection to the object store at ", socket_path_,
+            " did not come free by the call's deadline: the call holding it has held it for ",
+            absl::FormatDuration(
+                absl::Trunc(absl::Now() - held_since_, absl::Milliseconds(1))),
+            ", and ", waiting_.size(),
+            " other call(s) wait for it (a long Get, or a store that stopped answering)"));
+      }
+      waiting_.pop_front();
     }
     free_ = false;
     held_since_ = absl::Now();

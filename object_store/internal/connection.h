@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -245,6 +246,11 @@ class Connection {
   // taking mu_; taken under mu_ (Unlock, Break).
   absl::Mutex gate_ ABSL_ACQUIRED_AFTER(mu_);
   bool free_ ABSL_GUARDED_BY(gate_) = true;
+  // Calls waiting for mu_, oldest first: the connection goes to them in turn. absl's
+  // Mutex lets a thread that just let go take it again before a woken waiter runs, so
+  // eight threads looping on 2 s Gets kept a Put out for two minutes.
+  std::deque<uint64_t> waiting_ ABSL_GUARDED_BY(gate_);
+  uint64_t next_ticket_ ABSL_GUARDED_BY(gate_) = 0;
   absl::Time held_since_ ABSL_GUARDED_BY(gate_);
   absl::Status broken_copy_ ABSL_GUARDED_BY(gate_);  // broken_, readable without mu_
   // Releases that came while mu_ was held (ReleaseAsync): its holder sends them before

@@ -170,7 +170,8 @@ absl::StatusOr<ObjectPuller::FetchResult> ObjectPuller::RunPull(const std::strin
   bool all_not_found = true;
   for (const Holder& h : holders) {
     if (absl::Now() >= deadline) {
-      failures.push_back("the deadline passed");
+      failures.push_back(absl::StrCat("the fetch's deadline passed before ", h.node_id,
+                                      " (listed as a holder) was tried"));
       return absl::DeadlineExceededError(absl::StrJoin(failures, "; "));
     }
     Attempt attempt;

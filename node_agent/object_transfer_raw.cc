@@ -286,9 +286,10 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
   }
   *connected = true;
   absl::Time last_progress = absl::Now();
-  // Reads `n` bytes into `to`, counting them in `*count`, with the stall and deadline
-  // bounds of the whole transfer.
-  auto read_exactly = [&](uint8_t* to, int64_t n, int64_t* count) -> absl::Status {
+  // Reads `n` bytes into `to`, counting them in `*count` (and in `*report` if set), with
+  // the stall and deadline bounds of the whole transfer.
+  auto read_exactly = [&](uint8_t* to, int64_t n, int64_t* count,
+                          std::atomic<int64_t>* report) -> absl::Status {
     while (*count < n) {
       if (stop) return absl::UnavailableError("shutting down");
       IoWait wait;
@@ -300,7 +301,7 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
       }
       if (*k > 0) {
         *count += static_cast<int64_t>(*k);
-        if (progress != nullptr && count == got) *progress = *got;
+        if (report != nullptr) *report = *count;
         last_progress = absl::Now();
         continue;
       }
@@ -309,7 +310,10 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
             absl::StrCat("the holder closed the raw connection (", where, ")"));
       }
       absl::Time now = absl::Now();
-      if (now >= deadline) return absl::DeadlineExceededError("the deadline passed");
+      if (now >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat("the deadline passed after ", *count, " of ", n,
+                                                        " bytes on the raw connection (", where, ")"));
+      }
       if (now - last_progress >= stall) {
         return absl::UnavailableError(absl::StrCat("no data on the raw connection (", where,
                                                    ") for ", absl::FormatDuration(stall)));
@@ -322,7 +326,7 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
   // alert to a plain-text puller) is never taken for the object's bytes.
   uint8_t ack[sizeof(kRawAck) - 1];
   int64_t ack_got = 0;
-  DROVER_RETURN_IF_ERROR(read_exactly(ack, sizeof(ack), &ack_got));
+  DROVER_RETURN_IF_ERROR(read_exactly(ack, sizeof(ack), &ack_got, nullptr));
   if (std::memcmp(ack, kRawAck, sizeof(ack)) != 0) {
     return absl::UnavailableError(absl::StrCat(
         "the raw offer at ", where,
@@ -330,7 +334,7 @@ absl::Status ReceiveRaw(const std::string& ip, int port, const std::string& toke
         "with TLS answering a puller without, or another program on that port): every node "
         "of a cluster must use the same TLS setting"));
   }
-  return read_exactly(dst, want, got);
+  return read_exactly(dst, want, got, progress);
   return absl::OkStatus();
 }
 

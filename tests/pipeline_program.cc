@@ -189,6 +189,28 @@ int Done(const std::string& name) {
   return drover::testing::ProgramFailures() == 0 ? 0 : 1;
 }
 
+// Every result of `loader` (none if it was not made) until Next fails; that failure
+// in `*end`.
+std::vector<int64_t> Drain(absl::StatusOr<drover::DataLoader<int64_t>>& loader, absl::Status* end) {
+  std::vector<int64_t> got;
+  while (loader.ok()) {
+    auto v = loader->Next();
+    if (!v.ok()) {
+      *end = v.status();
+      break;
+    }
+    got.push_back(*v);
+  }
+  return got;
+}
+
+// "position: message | ..." for every item `loader` skipped.
+std::string SkippedText(const drover::DataLoader<int64_t>& loader) {
+  std::vector<std::string> skipped;
+  for (const auto& s : loader.skipped()) skipped.push_back(absl::StrCat(s.position, ": ", s.error.message()));
+  return absl::StrJoin(skipped, " | ");
+}
+
 // Two producers on the two nodes, one consumer here: every item arrives once, and each
 // producer's items in its order.
 int QueueOrder(const std::string& a, const std::string& b) {
@@ -542,17 +564,9 @@ int LoaderMemory() {
 // A failing item is named (index, node, message): it stops the loader in its place, or
 // is skipped and listed.
 int LoaderFailures() {
-  std::vector<int64_t> got;
   auto stop = drover::DataLoader<int64_t>::Create(drover::IndexRange{0, 20}, Picky, {.num_workers = 2, .prefetch = 4});
   absl::Status stopped;
-  while (stop.ok()) {
-    auto v = stop->Next();
-    if (!v.ok()) {
-      stopped = v.status();
-      break;
-    }
-    got.push_back(*v);
-  }
+  const std::vector<int64_t> got = Drain(stop, &stopped);
   Print("stop_delivered", std::to_string(got.size()));
   Print("stop_error", Err(stopped));
   Print("stop_again", absl::StatusCodeToString(stop->Next().status().code()));
@@ -569,9 +583,7 @@ int LoaderFailures() {
     ++count;
   }
   Print("skip_delivered", absl::StrCat(count, " sum ", sum));
-  std::vector<std::string> skipped;
-  for (const auto& s : skip->skipped()) skipped.push_back(absl::StrCat(s.position, ": ", s.error.message()));
-  Print("skipped", absl::StrJoin(skipped, " | "));
+  Print("skipped", SkippedText(*skip));
   return Done("loader_failures");
 }
 
@@ -599,9 +611,7 @@ int LoaderShortItems() {
   }
   Print("skip_delivered", std::to_string(count));
   Print("skip_in_order", in_order ? "yes" : "no");
-  std::vector<std::string> skipped;
-  for (const auto& s : skip->skipped()) skipped.push_back(absl::StrCat(s.position, ": ", s.error.message()));
-  Print("skipped", absl::StrJoin(skipped, " | "));
+  Print("skipped", SkippedText(*skip));
   Print("calls", std::to_string(skip->progress().calls));
   // Stopping: every item before the failing one, in order, then its error.
   auto stop = drover::DataLoader<int64_t>::Create(drover::IndexRange{0, kItems}, ShortItem,
@@ -628,16 +638,8 @@ int LoaderShortItems() {
 int LoaderWorkerKilled() {
   auto loader = drover::DataLoader<int64_t>::Create(
       drover::IndexRange{4, 12}, DiesOnItem, {.num_workers = 2, .prefetch = 2, .max_retries = 3});
-  std::vector<int64_t> got;
   absl::Status end;
-  while (loader.ok()) {
-    auto v = loader->Next();
-    if (!v.ok()) {
-      end = v.status();
-      break;
-    }
-    got.push_back(*v);
-  }
+  const std::vector<int64_t> got = Drain(loader, &end);
   Print("retried_results", absl::StrJoin(got, ","));
   Print("retried_end", absl::StatusCodeToString(end.code()));
   Print("retries", std::to_string(loader.ok() ? loader->progress().retried : -1));
@@ -664,21 +666,10 @@ int LoaderBatchDeath() {
       drover::IndexRange{0, 7}, DiesAfterABatch,
       {.num_workers = 1, .prefetch = 8, .on_error = drover::LoaderOptions::OnError::kSkip, .max_retries = 1});
   if (!loader.ok()) return Print("error", Err(loader.status())), 1;
-  std::vector<int64_t> got;
   absl::Status end;
-  for (;;) {
-    auto v = loader->Next();
-    if (!v.ok()) {
-      end = v.status();
-      break;
-    }
-    got.push_back(*v);
-  }
-  Print("results", absl::StrJoin(got, ","));
+  Print("results", absl::StrJoin(Drain(loader, &end), ","));
   Print("end", Err(end));
-  std::vector<std::string> skipped;
-  for (const auto& s : loader->skipped()) skipped.push_back(absl::StrCat(s.position, ": ", s.error.message()));
-  Print("skipped", absl::StrJoin(skipped, " | "));
+  Print("skipped", SkippedText(*loader));
   return Done("loader_batch_death");
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,7 @@
 #include "object_store/testing/test_data.h"
 #include "object_store/wire_status.h"
 #include "proto/object_store.pb.h"
+#include "tests/util/proc_stat.h"
 #include "tests/util/test_util.h"
 
 namespace drover::object_store::testing {
@@ -61,11 +63,8 @@ class RestartableStore {
     ::kill(pid_, SIGSTOP);
     EXPECT_TRUE(WaitFor(
         [&] {
-          absl::StatusOr<std::string> stat = ReadFile(absl::StrCat("/proc/", pid_, "/stat"));
-          if (!stat.ok()) return false;
-          const size_t paren = stat->rfind(')');  // the state follows the command name
-          return paren != std::string::npos && paren + 2 < stat->size() &&
-                 (*stat)[paren + 2] == 'T';
+          std::optional<::drover::testing::ProcStat> stat = ::drover::testing::ReadProcStat(pid_);
+          return stat.has_value() && stat->state == 'T';
         },
         absl::Seconds(10)))
         << "the store (pid " << pid_ << ") did not stop";

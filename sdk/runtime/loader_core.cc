@@ -129,6 +129,7 @@ absl::Status LoaderCore::Start() {
 }
 
 void LoaderCore::Failed(int64_t position, absl::Status error) {
+  suspects_.erase(position);  // failed for good: not run again
   if (options_.on_error == LoaderOptions::OnError::kSkip) {
     skipped_.push_back(SkippedItem{position, std::move(error)});
     return;
@@ -172,7 +173,6 @@ absl::Status LoaderCore::Dispatch() {
       }
       absl::StatusOr<EncodedValue> input = inputs_.encode(pos);
       if (!input.ok()) {
-        suspects_.erase(pos);
         Failed(pos, absl::Status(input.status().code(), absl::StrCat(Describe(pos), ": its input does not encode: ",
                                                                     input.status().message())));
         if (exclusive) break;
@@ -188,7 +188,7 @@ absl::Status LoaderCore::Dispatch() {
     best->in_flight += static_cast<int64_t>(positions.size());
     best->exclusive = exclusive;
     ++calls_sent_;
-    calls_.push_back(Call{next_seq_++, best_index, exclusive, std::move(positions),
+    calls_.push_back(Call{best_index, exclusive, std::move(positions),
                           best->handle.Task(&LoaderWorker::Run).Remote(std::move(calls))});
   }
   return absl::OkStatus();
@@ -258,7 +258,6 @@ void LoaderCore::TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outco
     arrival_.push_back(o.position);
   }
   for (auto& [p, seen] : expected) {
-    if (!seen) suspects_.erase(p);
     if (!seen) Failed(p, absl::InternalError(absl::StrCat(Describe(p), ": its worker returned no outcome for it")));
   }
 }
@@ -271,7 +270,6 @@ void LoaderCore::CallFailed(const Call& call, const absl::Status& error) {
   if (!alive.ok() && alive.code() != absl::StatusCode::kDeadlineExceeded) w.dead = true;
   for (int64_t p : call.positions) {
     if (call.exclusive && ++attempts_[p] > options_.max_retries) {
-      suspects_.erase(p);
       Failed(p, absl::Status(error.code(), absl::StrCat("loader '", options_.name, "': ", Describe(p),
                                                         ": its worker died ", attempts_[p], " times running it; the last time: ",
                                                         error.message())));

@@ -63,7 +63,6 @@ class LoaderCore {
     bool exclusive = false;
   };
   struct Call {
-    uint64_t seq = 0;
     size_t worker = 0;
     // A suspect's call, sent to an idle worker with nothing queued behind it: a death
     // while it runs is the suspect's.
@@ -115,7 +114,6 @@ class LoaderCore {
   // Items in a call whose worker died: each runs in an exclusive call until it is made
   // or fails for good.
   std::set<int64_t> suspects_;
-  uint64_t next_seq_ = 1;
   int64_t next_position_ = 0;
   int64_t next_ordered_ = 0;  // ordered: the position Next returns next
   std::map<int64_t, Made> made_;

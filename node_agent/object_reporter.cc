@@ -60,6 +60,7 @@ void ObjectReporter::SetNodeId(const std::string& node_id) {
 
 void ObjectReporter::Resync() {
   absl::MutexLock lock(&mu_);
+  ++resyncs_;
   for (const auto& [id, size] : held_) {
     to_add_[id] = size;
     to_remove_.erase(id);
@@ -94,8 +95,10 @@ bool ObjectReporter::Flush(bool force) {
   while (true) {
     proto::AddObjectLocationsRequest add;
     proto::RemoveObjectLocationsRequest remove;
+    uint64_t resyncs;
     {
       absl::MutexLock lock(&mu_);
+      resyncs = resyncs_;
       size_t pending = to_add_.size() + to_remove_.size();
       if (pending == 0) {
         first_pending_ = absl::InfiniteFuture();
@@ -147,7 +150,7 @@ bool ObjectReporter::Flush(bool force) {
     for (const auto& id : remove.object_ids()) {
       if (to_remove_.erase(id) > 0) ++stats_.removed;
     }
-    if (s.ok()) {
+    if (s.ok() && resyncs == resyncs_) {
       for (const auto& e : add.objects()) {
         auto it = to_add_.find(e.object_id());
         if (it != to_add_.end() && it->second == e.size()) {

@@ -98,6 +98,10 @@ class ObjectReporter {
   // Changes not yet accepted by the scheduler; an id is in at most one of them.
   std::map<std::string, int64_t> to_add_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> to_remove_ ABSL_GUARDED_BY(mu_);
+  // Counts Resync calls. An add answered after a Resync may have reached the directory
+  // before the scheduler forgot this node (a restart, or the node declared dead and back):
+  // its entries stay queued, so the resynced directory gets them again.
+  uint64_t resyncs_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time first_pending_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Time next_attempt_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   ObjectReporterStats stats_ ABSL_GUARDED_BY(mu_);

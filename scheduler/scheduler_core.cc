@@ -364,6 +364,24 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& sp
     if (!table_.Total().empty()) {
       const PlacementResult& never = queue_.Whole(spec, table_);
       if (!never.ok) {
+        // A node that is down now (restarting, cut off) may be the one it needs: saying
+        // "never" would send the user to change a job that only has to wait.
+        std::vector<std::string> down;
+        for (const auto& [id, node] : nodes_) {
+          if (node.info.state() != proto::ALIVE) {
+            down.push_back(absl::StrCat(id, " (", proto::NodeState_Name(node.info.state()),
+                                        node.info.reason().empty() ? "" : ": ",
+                                        node.info.reason(), ")"));
+          }
+        }
+        if (!down.empty()) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "this job cannot run on the nodes alive now: ", never.reason,
+              " (counting every alive node's total, not just what is free); ", down.size(),
+              " known node(s) are down and not counted: ", absl::StrJoin(down, ", "),
+              "; submit again once they are back (`drover status` shows them), or ask for "
+              "less"));
+        }
         return absl::FailedPreconditionError(absl::StrCat(
             "this job can never run on this cluster: ", never.reason,
             " (counting every alive node's total, not just what is free); ask for less, "

@@ -629,6 +629,43 @@ TEST_F(SchedulerCoreTest, SilentNodeIsDeclaredDead) {
   EXPECT_FALSE(core_->Heartbeat(hb).known());
 }
 
+// A job that fits only with a node that is down now is not told it can "never" run:
+// the answer names the down node and says to submit again once it is back.
+TEST_F(SchedulerCoreTest, AJobThatNeedsADownNodeIsToldToWaitForItNotThatItNeverFits) {
+  Make(absl::Milliseconds(300), /*fake=*/true);
+  const std::string n1 = Register("10.0.0.1", 0);
+  const std::string n2 = Register("10.0.0.2", 0);
+  proto::HeartbeatRequest hb;
+  hb.set_node_id(n2);
+  clock_.Advance(absl::Milliseconds(250));
+  ASSERT_TRUE(core_->Heartbeat(hb).known());
+  clock_.Advance(absl::Milliseconds(300));  // n1 silent 550 ms: dead; n2 300 ms: alive
+  auto state = [&](const std::string& id) {
+    const auto status = core_->ClusterStatus();
+    for (const auto& n : status.nodes()) {
+      if (n.node_id() == id) return n.state();
+    }
+    return proto::NodeState();
+  };
+  ASSERT_TRUE(WaitFor([&] { return state(n1) == proto::DEAD; }));
+  ASSERT_EQ(state(n2), proto::ALIVE);
+
+  proto::JobSpec spec;
+  spec.add_command("train");
+  spec.set_nproc(2);
+  spec.set_nproc_per_node(1);
+  spec.mutable_per_process()->set_cpus(1);
+  absl::StatusOr<proto::JobInfo> refused = core_->SubmitJob(spec);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::string text(refused.status().message());
+  EXPECT_FALSE(absl::StrContains(text, "never")) << text;
+  EXPECT_TRUE(absl::StrContains(text, "1 known node(s) are down and not counted: " + n1 +
+                                          " (DEAD: "))
+      << text;
+  EXPECT_TRUE(absl::StrContains(text, "submit again once they are back")) << text;
+}
+
 TEST_F(SchedulerCoreTest, RestartedSchedulerReattachesRunningJobs) {
   std::string n1 = Register("10.0.0.1", 1);
   auto job = Submit(1, 0, 1);

@@ -29,14 +29,100 @@ constexpr int64_t kBytesPerCall = 1 << 20;
 // CUDA where the program linked //gpu:cuda_copier, else host memory only.
 object_store::DeviceCopier* ProcessCopier() { return object_store::ProcessDeviceCopier(); }
 
+// The real workers: LoaderWorker actors through the runtime.
+class ActorLoaderWorkers final : public LoaderWorkers {
+ public:
+  ActorLoaderWorkers(RuntimeContext* ctx, std::string function, std::string factory,
+                     const LoaderOptions& options)
+      : ctx_(ctx), function_(std::move(function)), factory_(std::move(factory)), options_(options) {}
+  ~ActorLoaderWorkers() override {
+    for (ActorHandle<LoaderWorker>& h : handles_) (void)Kill(h);
+  }
+
+  absl::Status Start(int64_t n, int max_restarts, absl::Time deadline) override {
+    for (int64_t i = 0; i < n; ++i) {
+      LoaderWorkerSpec spec;
+      spec.function = function_;
+      spec.factory = factory_;
+      spec.info = WorkerInfo{i, n, options_.seed, options_.name};
+      auto actor = Actor(MakeLoaderWorker).SetResources(options_.resources).SetMaxRestarts(max_restarts);
+      if (!options_.node_id.empty()) {
+        actor.SetNodeAffinity(options_.node_id);
+      } else {
+        actor.SetSpread(options_.spread);
+      }
+      handles_.push_back(actor.Remote(std::move(spec)));
+    }
+    for (size_t i = 0; i < handles_.size(); ++i) {
+      absl::Status s = handles_[i].WaitReady(std::max(deadline - absl::Now(), absl::ZeroDuration()));
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("loader '", options_.name, "': worker ", i,
+                                                   " did not start: ", s.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  uint64_t Send(size_t worker, std::vector<LoaderCall> calls) override {
+    const uint64_t id = next_id_++;
+    sent_.emplace(id, handles_[worker].Task(&LoaderWorker::Run).Remote(std::move(calls)));
+    return id;
+  }
+
+  std::vector<Finished> Wait() override {
+    std::vector<uint64_t> ids;
+    std::vector<std::shared_ptr<RefState>> states;
+    for (const auto& [id, ref] : sent_) {
+      ids.push_back(id);
+      states.push_back(RefAccess::State(ref));
+    }
+    WaitRefs(states, 1, absl::InfiniteDuration());
+    std::vector<Finished> out;
+    for (size_t i : WaitRefs(states, static_cast<int>(states.size()), absl::ZeroDuration())) {
+      auto it = sent_.find(ids[i]);
+      out.push_back(Finished{ids[i], Get(it->second, absl::ZeroDuration())});
+      sent_.erase(it);
+    }
+    return out;
+  }
+
+  bool DeadForGood(size_t worker) override {
+    absl::Status alive = WaitActorReady(ActorAccess::State(handles_[worker]), absl::ZeroDuration());
+    return !alive.ok() && alive.code() != absl::StatusCode::kDeadlineExceeded;
+  }
+
+  absl::Status PinHostMemory() override {
+    if (ctx_->store->store() == nullptr || !ProcessCopier()->HasDevice()) return absl::OkStatus();
+    object_store::Client* store = ctx_->store->store();
+    return ProcessCopier()->RegisterHostMemory(const_cast<uint8_t*>(store->arena_base()),
+                                               store->arena_capacity());
+  }
+
+  void Release(const std::vector<StoredRef>& refs) override { ctx_->store->Delete(refs); }
+
+ private:
+  RuntimeContext* const ctx_;
+  const std::string function_;
+  const std::string factory_;
+  const LoaderOptions options_;
+  std::vector<ActorHandle<LoaderWorker>> handles_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, ObjectRef<std::vector<LoaderOutcome>>> sent_;
+};
+
 }  // namespace
 
-LoaderCore::LoaderCore(RuntimeContext* ctx, LoaderInputs inputs, std::string function, std::string factory,
-                       LoaderOptions options)
-    : ctx_(ctx),
+std::unique_ptr<LoaderWorkers> MakeActorLoaderWorkers(RuntimeContext* ctx, std::string function,
+                                                      std::string factory,
+                                                      const LoaderOptions& options) {
+  return std::make_unique<ActorLoaderWorkers>(ctx, std::move(function), std::move(factory), options);
+}
+
+LoaderCore::LoaderCore(std::unique_ptr<LoaderWorkers> workers, LoaderInputs inputs,
+                       std::string function, LoaderOptions options)
+    : runner_(std::move(workers)),
       inputs_(std::move(inputs)),
       function_(std::move(function)),
-      factory_(std::move(factory)),
       options_(std::move(options)) {}
 
 int64_t LoaderCore::ChunkSize(const Worker& w) const {
@@ -56,11 +142,10 @@ int64_t LoaderCore::InFlightLimit(const Worker& w) const {
 }
 
 LoaderCore::~LoaderCore() {
-  for (Worker& w : workers_) (void)Kill(w.handle);
   // Results made and never taken: nobody will free their objects but us.
   std::vector<StoredRef> left;
   for (auto& [pos, m] : made_) left.insert(left.end(), m.value.owned.begin(), m.value.owned.end());
-  if (!left.empty()) ctx_->store->Delete(left);
+  if (!left.empty()) runner_->Release(left);
 }
 
 std::string LoaderCore::Describe(int64_t position) const {
@@ -88,36 +173,13 @@ absl::Status LoaderCore::Start() {
         inputs_.batched ? " takes a batch (a std::vector of inputs): set batch_size > 0"
                         : " takes one input: batch_size must be 0 (or take a std::vector of inputs)"));
   }
-  for (int64_t i = 0; i < options_.num_workers; ++i) {
-    LoaderWorkerSpec spec;
-    spec.function = function_;
-    spec.factory = factory_;
-    spec.info = WorkerInfo{i, options_.num_workers, options_.seed, options_.name};
-    // An item that kills every worker it runs on costs up to max_retries + 2 deaths (one
-    // in a call that is not exclusive, charged to no item: CallFailed; max_retries + 1
-    // charged to it): a lone worker outlives one such item and goes on with the rest.
-    auto actor =
-        Actor(MakeLoaderWorker).SetResources(options_.resources).SetMaxRestarts(options_.max_retries + 2);
-    if (!options_.node_id.empty()) {
-      actor.SetNodeAffinity(options_.node_id);
-    } else {
-      actor.SetSpread(options_.spread);
-    }
-    workers_.push_back(Worker{actor.Remote(std::move(spec))});
-  }
-  const absl::Time deadline = absl::Now() + options_.start_timeout;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    absl::Status s = workers_[i].handle.WaitReady(std::max(deadline - absl::Now(), absl::ZeroDuration()));
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("loader '", options_.name, "': worker ", i,
-                                                 " did not start: ", s.message()));
-    }
-  }
-  if (options_.pin_memory && ctx_->store->store() != nullptr && ProcessCopier()->HasDevice()) {
-    object_store::Client* store = ctx_->store->store();
-    DROVER_RETURN_IF_ERROR(ProcessCopier()->RegisterHostMemory(const_cast<uint8_t*>(store->arena_base()),
-                                                               store->arena_capacity()));
-  }
+  // An item that kills every worker it runs on costs up to max_retries + 2 deaths (one
+  // in a call that is not exclusive, charged to no item: CallFailed; max_retries + 1
+  // charged to it): a lone worker outlives one such item and goes on with the rest.
+  DROVER_RETURN_IF_ERROR(runner_->Start(options_.num_workers, options_.max_retries + 2,
+                                        absl::Now() + options_.start_timeout));
+  workers_.resize(static_cast<size_t>(options_.num_workers));
+  if (options_.pin_memory) DROVER_RETURN_IF_ERROR(runner_->PinHostMemory());
   const int mode = static_cast<int>(options_.progress);
   if (std::unique_ptr<ProgressLine> line = LoaderLine(mode)) {
     bar_ = std::make_unique<ProgressBar>(options_.name, inputs_.batched ? "batches" : "items",
@@ -188,8 +250,8 @@ absl::Status LoaderCore::Dispatch() {
     best->in_flight += static_cast<int64_t>(positions.size());
     best->exclusive = exclusive;
     ++calls_sent_;
-    calls_.push_back(Call{best_index, exclusive, std::move(positions),
-                          best->handle.Task(&LoaderWorker::Run).Remote(std::move(calls))});
+    const uint64_t id = runner_->Send(best_index, std::move(calls));
+    calls_.emplace(id, Call{id, best_index, exclusive, std::move(positions)});
   }
   return absl::OkStatus();
 }
@@ -203,28 +265,25 @@ absl::Status LoaderCore::Collect() {
     }
     return absl::OkStatus();
   }
-  std::vector<std::shared_ptr<RefState>> states;
-  for (const Call& c : calls_) states.push_back(RefAccess::State(c.ref));
-  WaitRefs(states, 1, absl::InfiniteDuration());
-  std::vector<size_t> done = WaitRefs(states, static_cast<int>(states.size()), absl::ZeroDuration());
-  std::sort(done.rbegin(), done.rend());
-  std::vector<Call> finished;
-  for (size_t i : done) {
-    finished.push_back(std::move(calls_[i]));
-    calls_.erase(calls_.begin() + static_cast<std::ptrdiff_t>(i));
-  }
-  for (Call& c : finished) {
-    Worker& w = workers_[c.worker];
-    w.in_flight -= static_cast<int64_t>(c.positions.size());
-    if (c.exclusive) w.exclusive = false;
-    absl::StatusOr<std::vector<LoaderOutcome>> v = Get(c.ref, absl::ZeroDuration());
-    if (v.ok()) {
-      TakeOutcomes(c, *std::move(v));
-    } else {
-      CallFailed(c, v.status());
-    }
+  for (LoaderWorkers::Finished& f : runner_->Wait()) {
+    auto it = calls_.find(f.call);
+    if (it == calls_.end()) continue;  // not ours (cannot happen): nothing to account
+    Call call = std::move(it->second);
+    calls_.erase(it);
+    Finish(call, std::move(f.outcomes));
   }
   return absl::OkStatus();
+}
+
+void LoaderCore::Finish(Call& call, absl::StatusOr<std::vector<LoaderOutcome>> outcomes) {
+  Worker& w = workers_[call.worker];
+  w.in_flight -= static_cast<int64_t>(call.positions.size());
+  if (call.exclusive) w.exclusive = false;
+  if (outcomes.ok()) {
+    TakeOutcomes(call, *std::move(outcomes));
+  } else {
+    CallFailed(call, outcomes.status());
+  }
 }
 
 void LoaderCore::TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outcomes) {
@@ -266,8 +325,7 @@ void LoaderCore::CallFailed(const Call& call, const absl::Status& error) {
   Worker& w = workers_[call.worker];
   last_death_ = error;
   // Dead for good (restarts used up)? Then it takes no more calls.
-  absl::Status alive = WaitActorReady(ActorAccess::State(w.handle), absl::ZeroDuration());
-  if (!alive.ok() && alive.code() != absl::StatusCode::kDeadlineExceeded) w.dead = true;
+  if (runner_->DeadForGood(call.worker)) w.dead = true;
   for (int64_t p : call.positions) {
     if (call.exclusive && ++attempts_[p] > options_.max_retries) {
       Failed(p, absl::Status(error.code(), absl::StrCat("loader '", options_.name, "': ", Describe(p),
@@ -374,7 +432,8 @@ absl::StatusOr<std::shared_ptr<LoaderCore>> StartLoaderByName(LoaderInputs input
   if (function.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("loader '", options.name, "': no function named"));
   }
-  auto core = std::make_shared<LoaderCore>(ctx, std::move(inputs), function, factory, options);
+  auto core = std::make_shared<LoaderCore>(MakeActorLoaderWorkers(ctx, function, factory, options),
+                                           std::move(inputs), function, options);
   DROVER_RETURN_IF_ERROR(core->Start());
   return core;
 }

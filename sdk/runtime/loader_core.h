@@ -29,13 +29,15 @@
 #include "drover/task.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/loader_worker.h"
+#include "sdk/runtime/loader_workers.h"
 #include "sdk/runtime/progress_bar.h"
 
 namespace drover::internal {
 
 class LoaderCore {
  public:
-  LoaderCore(RuntimeContext* ctx, LoaderInputs inputs, std::string function, std::string factory,
+  // `workers` runs the calls (MakeActorLoaderWorkers; a fake in unit tests).
+  LoaderCore(std::unique_ptr<LoaderWorkers> workers, LoaderInputs inputs, std::string function,
              LoaderOptions options);
   ~LoaderCore();
   LoaderCore(const LoaderCore&) = delete;
@@ -53,7 +55,6 @@ class LoaderCore {
 
  private:
   struct Worker {
-    ActorHandle<LoaderWorker> handle;
     int64_t in_flight = 0;
     bool dead = false;
     // Its items' run times as it measured them (ChunkSize).
@@ -63,12 +64,12 @@ class LoaderCore {
     bool exclusive = false;
   };
   struct Call {
+    uint64_t id = 0;  // LoaderWorkers::Send's
     size_t worker = 0;
     // A suspect's call, sent to an idle worker with nothing queued behind it: a death
     // while it runs is the suspect's.
     bool exclusive = false;
     std::vector<int64_t> positions;
-    ObjectRef<std::vector<LoaderOutcome>> ref;
   };
   // A made (or failed) position waiting for Next.
   struct Made {
@@ -81,6 +82,8 @@ class LoaderCore {
   // Waits for at least one call to finish and takes in its outcomes.
   absl::Status Collect();
   void TakeOutcomes(const Call& call, std::vector<LoaderOutcome> outcomes);
+  // The call's failure as a whole (its worker's death), or its outcomes.
+  void Finish(Call& call, absl::StatusOr<std::vector<LoaderOutcome>> outcomes);
   // The call failed as a whole: its worker died (or is dead for good). Which item killed
   // it is known only for an exclusive call (a worker runs the calls it holds one after
   // another and sends their replies after a batch of them, so a death can also lose the
@@ -93,10 +96,9 @@ class LoaderCore {
   void Deliver();
   int64_t Admitted() const { return next_position_ - delivered_ - static_cast<int64_t>(skipped_.size()); }
 
-  RuntimeContext* const ctx_;
+  const std::unique_ptr<LoaderWorkers> runner_;
   const LoaderInputs inputs_;
   const std::string function_;
-  const std::string factory_;
   const LoaderOptions options_;
   // Items per call to `w` now: about kWorkPerCallUs of work by the mean run time of
   // the items it ran (as its worker measured them; all workers' mean until it ran one),
@@ -109,7 +111,7 @@ class LoaderCore {
   int64_t runs_ = 0;
   int64_t result_bytes_total_ = 0;
   std::vector<Worker> workers_;
-  std::vector<Call> calls_;
+  std::map<uint64_t, Call> calls_;  // sent and not finished, by id
   std::deque<int64_t> retry_;
   // Items in a call whose worker died: each runs in an exclusive call until it is made
   // or fails for good.

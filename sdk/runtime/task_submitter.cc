@@ -180,20 +180,72 @@ void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
   }
   if (k.queue.empty()) return;
   // Tasks wait and no worker has room: ask for more workers.
-  bool known = false;
-  for (const auto& w : k.workers) known |= w->avg_run_us >= 0;
-  const int max_requests = (k.workers.empty() || known) ? kMaxLeaseRequests : 1;
-  while (k.lease_requests < max_requests &&
-         static_cast<size_t>(k.lease_requests) < k.queue.size() &&
-         k.workers.size() + k.lease_requests < kMaxWorkersPerKey) {
-    ++k.lease_requests;
-    std::string request_id = absl::StrCat(owner_.owner_tag, "-", k.name, "-", ++k.request_counter);
-    Key* kp = &k;
-    if (!threads_.Spawn([this, kp, request_id] { RequestLease(kp, request_id); })) --k.lease_requests;
-  }
+  StartRequestsLocked(k);
   if (!k.pending_reason.empty()) {
     for (const auto& t : k.queue) objects_.SetPendingReason(t->result, k.pending_reason);
   }
+}
+
+int TaskSubmitter::WantedRequestsLocked(const Key& k) const {
+  if (k.queue.empty() || k.workers.size() >= kMaxWorkersPerKey) return 0;
+  bool known = false;
+  for (const auto& w : k.workers) known |= w->avg_run_us >= 0;
+  // One at a time until a task's run time is known: a long task needs no more workers.
+  const size_t max_requests = (k.workers.empty() || known) ? kMaxLeaseRequests : 1;
+  return static_cast<int>(
+      std::min({max_requests, k.queue.size(), kMaxWorkersPerKey - k.workers.size()}));
+}
+
+void TaskSubmitter::StartRequestsLocked(Key& k) {
+  if (shutdown_ || total_requests_ >= kMaxLeaseRequestsTotal) return;
+  const int wanted = WantedRequestsLocked(k);
+  if (k.lease_requests >= wanted) return;
+  // While slots are free no other key waits for one (a freed slot is handed out at
+  // once), so taking them in turn here is fair.
+  if (k.backoff_until > clock_->Now()) return;  // the housekeeping timer starts it
+  while (k.lease_requests < wanted && total_requests_ < kMaxLeaseRequestsTotal) {
+    StartRequestLocked(k);
+  }
+}
+
+absl::Time TaskSubmitter::AdmitLocked() {
+  absl::Time next_backoff_end = absl::InfiniteFuture();
+  if (shutdown_) return next_backoff_end;
+  const absl::Time now = clock_->Now();
+  for (;;) {
+    Key* best = nullptr;
+    for (auto& [name, k] : keys_) {
+      if (k->lease_requests >= WantedRequestsLocked(*k)) continue;
+      if (k->backoff_until > now) {
+        next_backoff_end = std::min(next_backoff_end, k->backoff_until);
+        continue;
+      }
+      if (best == nullptr || k->lease_requests < best->lease_requests ||
+          (k->lease_requests == best->lease_requests && k->last_admitted < best->last_admitted)) {
+        best = k.get();
+      }
+    }
+    if (best == nullptr || total_requests_ >= kMaxLeaseRequestsTotal) return next_backoff_end;
+    StartRequestLocked(*best);
+  }
+}
+
+void TaskSubmitter::StartRequestLocked(Key& k) {
+  ++k.lease_requests;
+  ++total_requests_;
+  k.last_admitted = ++admissions_;
+  std::string request_id;
+  if (!k.parked_ids.empty()) {
+    request_id = std::move(k.parked_ids.back());
+    k.parked_ids.pop_back();
+  } else {
+    request_id = absl::StrCat(owner_.owner_tag, "-", k.name, "-", ++k.request_counter);
+  }
+  if (lease_pool_ == nullptr) lease_pool_ = std::make_unique<ThreadPool>(kMaxLeaseRequestsTotal);
+  Key* kp = &k;
+  lease_pool_->Post([this, kp, request_id = std::move(request_id)]() mutable {
+    RequestLease(kp, std::move(request_id));
+  });
 }
 
 void TaskSubmitter::Flush(Outbox& out) {
@@ -208,6 +260,11 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
   proto::RequestLeaseRequest req;
   {
     absl::MutexLock l(&mu_);
+    if (shutdown_) {
+      --k->lease_requests;
+      --total_requests_;
+      return;
+    }
     req.set_job_id(owner_.job_id);
     req.set_owner(owner_.owner);
     *req.mutable_shape() = k->shape;
@@ -216,99 +273,88 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
     req.set_wait_ms(kLeaseWaitMs);
     req.set_request_id(request_id);
   }
-  Backoff backoff(absl::Milliseconds(50), absl::Seconds(2));
-  for (;;) {
-    {
-      absl::MutexLock l(&mu_);
-      if (shutdown_) {
-        --k->lease_requests;
-        return;
-      }
+  proto::RequestLeaseReply reply;
+  absl::Status s = leases_->RequestLease(req, &reply);
+  // An answer ends an outage the session or an actor call told. A failed request
+  // tells none itself: the scheduler also answers UNAVAILABLE for a worker that
+  // failed to start, which is no outage.
+  if (s.ok() && outage_ != nullptr) outage_->Back();
+  const bool answered = s.ok();
+  std::unique_ptr<FramedSocket> sock;
+  if (s.ok() && reply.granted()) {
+    agents_->NoteAgent(reply.node_id(), reply.agent_address());
+    absl::StatusOr<std::unique_ptr<FramedSocket>> c =
+        connector_->Connect(reply.node_id(), reply.unix_path(), reply.tcp_address(),
+                            reply.lease_id(), "");
+    if (c.ok()) {
+      sock = *std::move(c);
+    } else {
+      s = absl::Status(c.status().code(), absl::StrCat("cannot reach worker ", reply.worker_id(),
+                                                       " on node ", reply.node_id(), ": ",
+                                                       c.status().message()));
+      // Give the lease back; the next request (a new id) gets another worker.
+      leases_->ReturnLease(reply.lease_id(), "the owner could not connect to its worker");
+      request_id += "r";
     }
-    proto::RequestLeaseReply reply;
-    absl::Status s = leases_->RequestLease(req, &reply);
-    // An answer ends an outage the session or an actor call told. A failed request
-    // tells none itself: the scheduler also answers UNAVAILABLE for a worker that
-    // failed to start, which is no outage.
-    if (s.ok() && outage_ != nullptr) outage_->Back();
-    std::unique_ptr<FramedSocket> sock;
-    if (s.ok() && reply.granted()) {
-      agents_->NoteAgent(reply.node_id(), reply.agent_address());
-      absl::StatusOr<std::unique_ptr<FramedSocket>> c =
-          connector_->Connect(reply.node_id(), reply.unix_path(), reply.tcp_address(),
-                              reply.lease_id(), "");
-      if (c.ok()) {
-        sock = *std::move(c);
-      } else {
-        s = absl::Status(c.status().code(), absl::StrCat("cannot reach worker ", reply.worker_id(),
-                                                         " on node ", reply.node_id(), ": ",
-                                                         c.status().message()));
-        // Give the lease back; the next request gets another worker.
-        leases_->ReturnLease(reply.lease_id(), "the owner could not connect to its worker");
-        request_id += "r";
-        req.set_request_id(request_id);
-      }
-    }
-    Outbox out;
-    {
-      absl::MutexLock l(&mu_);
-      if (sock != nullptr && !shutdown_) {
-        --k->lease_requests;
-        auto w = std::make_shared<Worker>();
-        w->key = k;
-        w->lease_id = reply.lease_id();
-        w->node_id = reply.node_id();
-        w->worker_id = reply.worker_id();
-        w->agent_address = reply.agent_address();
-        w->sock = std::move(sock);
-        w->idle_since = clock_->Now();
-        k->workers.push_back(w);
-        k->pending_reason.clear();
-        threads_.Spawn([this, w] { ReaderLoop(w); });
-        PumpLocked(*k, &out);
-      } else if (shutdown_ || k->queue.empty()) {
-        // Nothing left to run (or shutting down): a granted worker goes back unused.
-        --k->lease_requests;
-        if (sock != nullptr) sock->Shutdown();
-        return;
-      } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
-                 s.code() == absl::StatusCode::kInvalidArgument) {
-        // Refused for good (the job has ended, the request is wrong): the queued tasks
-        // fail now with why, instead of each waiting out its Get's timeout (found by the
-        // chaos campaign: a driver whose job a scheduler restart had ended hung for
-        // minutes on "not ready after 30s").
-        --k->lease_requests;
-        for (auto& t : k->queue) {
-          by_result_.erase(t->result.get());
-          absl::Status refused =
-              TaskError(*t, s.code(), absl::StrCat("cannot get a worker: ", s.message()));
-          out.failures.emplace_back(std::move(t), std::move(refused));
-        }
-        k->queue.clear();
-      } else {
-        if (!s.ok()) {
-          k->pending_reason = absl::StrCat("cannot get a worker: ", s.message());
-        } else if (!reply.granted()) {
-          k->pending_reason = absl::StrCat("pending: ", reply.pending_reason());
-        }
-        for (const auto& t : k->queue) objects_.SetPendingReason(t->result, k->pending_reason);
-        if (!s.ok()) {
-          // The scheduler is unreachable or refused: back off before asking again.
-          ++lease_backoffs_;
-          const absl::Time until = clock_->Now() + backoff.Next();
-          while (!shutdown_ && !clock_->WaitWithDeadline(&cv_, &mu_, until)) {
-          }
-          if (shutdown_) {
-            --k->lease_requests;
-            return;
-          }
-        }
-        continue;
-      }
-    }
-    Flush(out);
-    return;
   }
+  Outbox out;
+  {
+    absl::MutexLock l(&mu_);
+    --k->lease_requests;
+    --total_requests_;
+    if (sock != nullptr && !shutdown_) {
+      auto w = std::make_shared<Worker>();
+      w->key = k;
+      w->lease_id = reply.lease_id();
+      w->node_id = reply.node_id();
+      w->worker_id = reply.worker_id();
+      w->agent_address = reply.agent_address();
+      w->sock = std::move(sock);
+      w->idle_since = clock_->Now();
+      k->workers.push_back(w);
+      k->pending_reason.clear();
+      k->backoff.Reset();
+      threads_.Spawn([this, w] { ReaderLoop(w); });
+      PumpLocked(*k, &out);
+    } else if (shutdown_ || k->queue.empty()) {
+      // Nothing left to run (or shutting down): a granted worker goes back unused.
+      if (sock != nullptr) sock->Shutdown();
+    } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
+               s.code() == absl::StatusCode::kInvalidArgument) {
+      // Refused for good (the job has ended, the request is wrong): the queued tasks
+      // fail now with why, instead of each waiting out its Get's timeout (found by the
+      // chaos campaign: a driver whose job a scheduler restart had ended hung for
+      // minutes on "not ready after 30s").
+      for (auto& t : k->queue) {
+        by_result_.erase(t->result.get());
+        absl::Status refused =
+            TaskError(*t, s.code(), absl::StrCat("cannot get a worker: ", s.message()));
+        out.failures.emplace_back(std::move(t), std::move(refused));
+      }
+      k->queue.clear();
+    } else {
+      if (!s.ok()) {
+        k->pending_reason = absl::StrCat("cannot get a worker: ", s.message());
+      } else if (!reply.granted()) {
+        k->pending_reason = absl::StrCat("pending: ", reply.pending_reason());
+      }
+      for (const auto& t : k->queue) objects_.SetPendingReason(t->result, k->pending_reason);
+      if (answered) {
+        k->backoff.Reset();
+      } else {
+        // The scheduler is unreachable or refused: back off before asking again. The
+        // housekeeping thread's timer starts the next request once this time comes.
+        ++lease_backoffs_;
+        k->backoff_until = clock_->Now() + k->backoff.Next();
+        cv_.SignalAll();
+      }
+      // Asked again with the same id when the key next gets a slot (at once, unless
+      // other keys have fewer requests out, or it backs off).
+      if (k->lease_requests < WantedRequestsLocked(*k)) k->parked_ids.push_back(std::move(request_id));
+    }
+    AdmitLocked();  // the freed slot
+  }
+  Flush(out);
 }
 
 void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
@@ -459,8 +505,14 @@ absl::Status TaskSubmitter::Cancel(const RefState* ref, bool force) {
 
 void TaskSubmitter::HousekeepingLoop() {
   absl::MutexLock l(&mu_);
+  absl::Time next_backoff_end = absl::InfiniteFuture();
   while (!shutdown_) {
-    clock_->WaitWithDeadline(&cv_, &mu_, clock_->Now() + kHousekeepingPeriod);
+    // Also the lease requests' back-off timer: wakes when the first back-off ends (a
+    // request that starts one signals cv_, so this recomputes).
+    clock_->WaitWithDeadline(&cv_, &mu_,
+                             std::min(clock_->Now() + kHousekeepingPeriod, next_backoff_end));
+    if (shutdown_) break;
+    next_backoff_end = AdmitLocked();
     const absl::Time now = clock_->Now();
     for (auto& [name, k] : keys_) {
       if (!k->queue.empty()) continue;
@@ -523,7 +575,14 @@ void TaskSubmitter::Shutdown() {
                                                "drover::Shutdown was called before it finished"));
   }
   if (housekeeping_.joinable()) housekeeping_.join();
-  // Lease requests end when cancelled; readers once their socket is shut.
+  // Lease requests end when cancelled (those not begun return at once); readers once
+  // their socket is shut.
+  std::unique_ptr<ThreadPool> pool;
+  {
+    absl::MutexLock l(&mu_);
+    pool = std::move(lease_pool_);
+  }
+  pool.reset();
   threads_.Close();
   threads_.Wait();
 }

@@ -14,7 +14,13 @@
 // the worker ended.
 //
 // Threading: one mutex guards the keys and workers; each worker connection has a
-// reader thread; lease requests run on their own threads. Sends happen outside the
+// reader thread. Lease requests run on a pool (kMaxLeaseRequestsTotal threads, made on
+// the first request), one RPC per posted request, at most that many outstanding across
+// all keys: a freed slot goes to the key with the fewest requests out, so every key
+// with waiting tasks keeps one asked while there are no more keys than slots (the
+// scheduler forgets a request nobody asks about for 4 s). A failed request's back-off
+// is a time on its key, ended by the housekeeping thread's timer, not a sleeping
+// thread. Sends happen outside the
 // mutex, and so does failing a task: failing its result runs the result's done
 // callbacks on this thread, and a dependent task's callback comes back here (FailTask,
 // Enqueue). Work decided under the mutex goes into an Outbox, carried out after it.
@@ -42,6 +48,7 @@
 #include "common/clock.h"
 #include "common/framed_socket.h"
 #include "common/thread_group.h"
+#include "common/thread_pool.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/scheduler_outage.h"
 #include "sdk/runtime/seams.h"
@@ -65,6 +72,8 @@ class TaskSubmitter {
   // Timing of lease returns (the defaults suit production; tests shorten nothing but
   // drive `clock`).
   static constexpr absl::Duration kIdleReturn = absl::Milliseconds(200);
+  // Lease requests outstanding across all keys (and the lease pool's threads).
+  static constexpr int kMaxLeaseRequestsTotal = 8;
 
   explicit TaskSubmitter(Deps deps);
   ~TaskSubmitter();
@@ -99,9 +108,18 @@ class TaskSubmitter {
     proto::PlacementHint hint;
     std::deque<std::shared_ptr<TaskRecord>> queue;
     std::vector<std::shared_ptr<Worker>> workers;
-    int lease_requests = 0;  // outstanding
+    int lease_requests = 0;  // outstanding (posted to the lease pool)
     uint64_t request_counter = 0;
     std::string pending_reason;
+    // Ids of requests the scheduler answered "pending", asked again when the key next
+    // gets a slot (the same id keeps the request's place in the scheduler's queue).
+    std::vector<std::string> parked_ids;
+    // After a failed request no other starts before this; the housekeeping timer
+    // starts it then.
+    absl::Time backoff_until = absl::InfinitePast();
+    Backoff backoff{absl::Milliseconds(50), absl::Seconds(2)};
+    // When it last got a slot (a counter): ties for a freed slot go to the oldest.
+    uint64_t last_admitted = 0;
   };
   struct Worker {
     Key* key = nullptr;
@@ -141,6 +159,17 @@ class TaskSubmitter {
   // Sends, then fails, what `out` holds.
   void Flush(Outbox& out) ABSL_LOCKS_EXCLUDED(mu_);
   size_t DepthOf(const Worker& w) const;
+  // Lease requests `k` wants outstanding now (0 unless tasks wait).
+  int WantedRequestsLocked(const Key& k) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts requests of `k` while it wants more, it is not backing off and the total
+  // cap allows.
+  void StartRequestsLocked(Key& k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands free request slots to the keys that want them, fewest outstanding first
+  // (after a request ended, or a back-off did). Returns the earliest end of a back-off
+  // still running (InfiniteFuture if none).
+  absl::Time AdmitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartRequestLocked(Key& k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One lease request (an RPC the scheduler holds up to kLeaseWaitMs), on the pool.
   void RequestLease(Key* k, std::string request_id) ABSL_LOCKS_EXCLUDED(mu_);
   void ReaderLoop(std::shared_ptr<Worker> w) ABSL_LOCKS_EXCLUDED(mu_);
   void WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
@@ -169,7 +198,11 @@ class TaskSubmitter {
   absl::CondVar cv_;  // shutdown_
   uint64_t housekeeping_passes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t lease_backoffs_ ABSL_GUARDED_BY(mu_) = 0;
-  // Lease-request and reader threads; Shutdown waits for them.
+  int total_requests_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t admissions_ ABSL_GUARDED_BY(mu_) = 0;
+  // Runs lease requests; made on the first (a process that submits nothing has none).
+  std::unique_ptr<ThreadPool> lease_pool_ ABSL_GUARDED_BY(mu_);
+  // Reader threads; Shutdown waits for them.
   ThreadGroup threads_;
   std::thread housekeeping_;
 };

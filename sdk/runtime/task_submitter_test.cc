@@ -4,7 +4,10 @@
 // milliseconds. Absl's deadlock detection aborts on a lock-order inversion.
 #include "sdk/runtime/task_submitter.h"
 
+#include <dirent.h>
+
 #include <atomic>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -32,6 +35,82 @@ using testing::WaitFor;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
+
+// The threads of this process now (/proc/self/task).
+int ThreadCount() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
+
+// The function a lease request is for (its id is "<owner tag>-<function>|<shape>-<n>").
+std::string FunctionOf(const proto::RequestLeaseRequest& req) {
+  const std::string& id = req.request_id();
+  const size_t begin = id.find('-') + 1;
+  return id.substr(begin, id.find('|') - begin);
+}
+
+// A scheduler that holds every lease request until the test lets one go (answered
+// "pending"), and counts the requests it holds per function.
+class LeaseGate {
+ public:
+  absl::Status Hold(const proto::RequestLeaseRequest& req, proto::RequestLeaseReply* reply) {
+    const std::string fn = FunctionOf(req);
+    absl::MutexLock l(&mu_);
+    ++held_[fn];
+    max_held_ = std::max(max_held_, Total());
+    mu_.Await(absl::Condition(
+        +[](LeaseGate* g) ABSL_EXCLUSIVE_LOCKS_REQUIRED(g->mu_) { return g->open_ || g->passes_ > 0; },
+        this));
+    if (!open_) --passes_;
+    --held_[fn];
+    reply->set_granted(false);
+    reply->set_pending_reason("waiting for 1 CPU");
+    return absl::OkStatus();
+  }
+  // Lets one held request return.
+  void PassOne() {
+    absl::MutexLock l(&mu_);
+    ++passes_;
+  }
+  // Lets every request return at once, now and later.
+  void Open() {
+    absl::MutexLock l(&mu_);
+    open_ = true;
+  }
+  int held() {
+    absl::MutexLock l(&mu_);
+    return Total();
+  }
+  int max_held() {
+    absl::MutexLock l(&mu_);
+    return max_held_;
+  }
+  // Functions with at least one request held now.
+  std::set<std::string> Asking() {
+    absl::MutexLock l(&mu_);
+    std::set<std::string> out;
+    for (const auto& [fn, n] : held_) {
+      if (n > 0) out.insert(fn);
+    }
+    return out;
+  }
+
+ private:
+  int Total() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int n = 0;
+    for (const auto& [fn, k] : held_) n += k;
+    return n - passes_;
+  }
+  absl::Mutex mu_;
+  std::map<std::string, int> held_ ABSL_GUARDED_BY(mu_);
+  int max_held_ ABSL_GUARDED_BY(mu_) = 0;
+  int passes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 class TaskSubmitterTest : public ::testing::Test {
  protected:
@@ -681,6 +760,104 @@ TEST_F(TaskSubmitterTest, AnAnsweredLeaseRequestEndsAnOutageToldElsewhere) {
   ASSERT_EQ(lines.size(), 2u);
   EXPECT_THAT(lines[0], HasSubstr("does not answer (Socket closed)"));
   EXPECT_EQ(lines[1], "the scheduler at head:7000 is back");
+}
+
+// --- Lease requests across keys ---
+
+// Lease requests run on a fixed pool: tasks of 24 functions whose leases stay pending
+// (no node has room) use no more threads than one (a thread each would add 23 here).
+TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithLeaseRequests) {
+  Start();
+  scheduler_.SetLeasePolicy([](const proto::RequestLeaseRequest&, proto::RequestLeaseReply* reply) {
+    absl::SleepFor(absl::Milliseconds(1));  // the scheduler holds it a while
+    reply->set_granted(false);
+    reply->set_pending_reason("waiting for 1 CPU");
+    return absl::OkStatus();
+  });
+  std::vector<std::shared_ptr<RefState>> refs;
+  refs.push_back(Submit("f0"));
+  ASSERT_TRUE(scheduler_.WaitLeaseRequests(1));
+  const int base = ThreadCount();
+  for (int i = 1; i < 24; ++i) refs.push_back(Submit(absl::StrCat("f", i)));
+  // Every function's request is answered (again and again, in turn).
+  ASSERT_TRUE(WaitFor([&] {
+    for (auto& r : refs) {
+      if (!absl::StrContains(table_.PendingReason(r), "waiting for 1 CPU")) return false;
+    }
+    return true;
+  }, kWait));
+  std::set<std::string> ids;
+  for (const auto& r : scheduler_.LeaseRequests()) ids.insert(r.request_id());
+  EXPECT_EQ(ids.size(), 24u);
+  EXPECT_LE(ThreadCount(), base) << base << " threads with one request";
+}
+
+// At most kMaxLeaseRequestsTotal requests are out across all keys, and a slot freed
+// goes to a key with the fewest out: six functions wanting four each (24) share eight.
+// The first two take all eight; as answers come back the other four get a slot each,
+// and from then on every function always has a request asked (its place in the
+// scheduler's queue kept), whichever answers come back. A first-come pool would hand
+// the slots to one function after another, leaving some unasked for rounds.
+TEST_F(TaskSubmitterTest, LeaseRequestsAreCappedInTotalAndEveryKeyKeepsOneAsked) {
+  Start();
+  LeaseGate gate;
+  scheduler_.SetLeasePolicy([&](const proto::RequestLeaseRequest& req, proto::RequestLeaseReply* reply) {
+    return gate.Hold(req, reply);
+  });
+  constexpr int kCap = TaskSubmitter::kMaxLeaseRequestsTotal;
+  std::vector<std::shared_ptr<RefState>> refs;
+  for (int f = 0; f < 6; ++f) {
+    for (int i = 0; i < 4; ++i) refs.push_back(Submit(absl::StrCat("f", f)));
+  }
+  ASSERT_TRUE(WaitFor([&] { return gate.held() == kCap; }, kWait)) << gate.held();
+  // Lets one request answer; its slot is asked again at once.
+  auto pass_one = [&] {
+    const size_t asked = scheduler_.LeaseRequests().size();
+    gate.PassOne();
+    ASSERT_TRUE(scheduler_.WaitLeaseRequests(asked + 1));
+    ASSERT_TRUE(WaitFor([&] { return gate.held() == kCap; }, kWait)) << gate.held();
+  };
+  int passes = 0;
+  while (gate.Asking().size() < 6u && passes < 8) {
+    pass_one();
+    ++passes;
+  }
+  EXPECT_EQ(gate.Asking().size(), 6u) << "after " << passes << " answers";
+  for (int i = 0; i < 16; ++i) {
+    pass_one();
+    EXPECT_EQ(gate.Asking().size(), 6u) << "after " << i + 1 << " more answers";
+  }
+  EXPECT_EQ(gate.max_held(), kCap);
+  gate.Open();
+  submitter_->Shutdown();
+}
+
+// A key backing off after failed requests holds no thread and no slot: while eight
+// functions' requests fail and wait out their back-off (the fake clock never moves),
+// a ninth function's task still gets a worker and runs.
+TEST_F(TaskSubmitterTest, KeysBackingOffDoNotHoldUpOtherKeys) {
+  FakeClock& clock = fake_clock_;
+  Start(&clock);
+  scheduler_.SetLeasePolicy([](const proto::RequestLeaseRequest& req, proto::RequestLeaseReply* reply) {
+    if (FunctionOf(req) != "good") return absl::UnavailableError("connection refused");
+    reply->set_granted(true);
+    reply->set_lease_id("lease-good");
+    reply->set_worker_id("worker-of-lease-good");
+    reply->set_node_id("n1");
+    return absl::OkStatus();
+  });
+  std::vector<std::shared_ptr<RefState>> bad;
+  for (int f = 0; f < TaskSubmitter::kMaxLeaseRequestsTotal; ++f) {
+    bad.push_back(Submit(absl::StrCat("bad", f)));
+  }
+  ASSERT_TRUE(WaitFor([&] {
+    return submitter_->ProgressForTest().lease_backoffs >=
+           static_cast<uint64_t>(TaskSubmitter::kMaxLeaseRequestsTotal);
+  }, kWait));
+  EXPECT_EQ(Value(Submit("good")), "ok:good");
+  for (auto& r : bad) {
+    EXPECT_THAT(table_.PendingReason(r), HasSubstr("cannot get a worker: connection refused"));
+  }
 }
 
 }  // namespace

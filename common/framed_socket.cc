@@ -160,8 +160,14 @@ absl::Status FramedSocket::Enqueue(Append append) {
   absl::MutexLock l(&mu_);
   if (!broken_.ok()) return broken_;
   append(&pending_);
-  if (writing_) return absl::OkStatus();  // the writing thread sends it with its batch
+  // The writing thread (or, while armed, the loop) sends it with its batch.
+  if (writing_ || armed_) return absl::OkStatus();
   writing_ = true;
+  if (want_write_) {
+    WriteNonBlockingLocked();
+    writing_ = false;
+    return broken_;
+  }
   std::string batch;
   while (!pending_.empty() && broken_.ok()) {
     batch.swap(pending_);
@@ -195,6 +201,67 @@ absl::Status FramedSocket::Read(google::protobuf::MessageLite* msg) {
 }
 
 void FramedSocket::Shutdown() { stream_->Shutdown(); }
+
+absl::Status FramedSocket::UseEventLoop(std::function<void(bool)> want_write) {
+  if (absl::Status s = SetNonBlocking(stream_->fd()); !s.ok()) return s;
+  absl::MutexLock l(&mu_);
+  want_write_ = std::move(want_write);
+  return absl::OkStatus();
+}
+
+void FramedSocket::WriteNonBlockingLocked() {
+  std::string batch;
+  while (!pending_.empty() && broken_.ok()) {
+    batch.swap(pending_);
+    mu_.Unlock();
+    const bool ok = WriteAvailable(*stream_, &batch);
+    mu_.Lock();
+    if (!ok) broken_ = absl::UnavailableError("connection lost while sending");
+    if (!batch.empty() && broken_.ok()) {
+      // The socket is full: what is left goes first, then what came meanwhile.
+      batch.append(pending_);
+      pending_.swap(batch);
+      if (!armed_) {
+        armed_ = true;
+        want_write_(true);
+      }
+      return;
+    }
+    batch.clear();
+  }
+  if (!broken_.ok()) pending_.clear();
+  if (armed_) {
+    armed_ = false;
+    want_write_(false);
+  }
+}
+
+void FramedSocket::WriteReady() {
+  absl::MutexLock l(&mu_);
+  if (writing_ || !want_write_) return;
+  writing_ = true;
+  WriteNonBlockingLocked();
+  writing_ = false;
+}
+
+size_t FramedSocket::unsent() {
+  absl::MutexLock l(&mu_);
+  return pending_.size();
+}
+
+absl::Status FramedSocket::ReadReady(const std::function<void(std::string_view)>& on_frame,
+                                     bool* wants_write) {
+  const bool open = ReadAvailable(*stream_, reader_, wants_write);
+  for (;;) {
+    std::string_view payload;
+    absl::StatusOr<bool> got = reader_.Next(&payload);
+    if (!got.ok()) return got.status();
+    if (!*got) break;
+    on_frame(payload);
+  }
+  if (!open) return absl::UnavailableError("connection closed by the peer");
+  return absl::OkStatus();
+}
 
 absl::StatusOr<int> ListenUnix(const std::string& path, int backlog) {
   sockaddr_un addr{};

@@ -11,12 +11,18 @@
 // Reading is either blocking (Read, for a thread per connection) or incremental
 // (FrameReader fed from a non-blocking socket, for an event loop).
 //
+// Event-loop mode (UseEventLoop, for sdk/runtime/connection_loop.h): the socket is
+// non-blocking and Send never waits: what the socket does not take at once stays
+// buffered, and the loop writes it out when the socket is writable (WriteReady), so
+// no thread (the loop's included) ever blocks on a peer that does not read.
+//
 // Thread safety: Send may be called from any thread; Read from one thread at a time.
 // Shutdown may be called from any thread and wakes a blocked Read.
 #ifndef DROVER_COMMON_FRAMED_SOCKET_H_
 #define DROVER_COMMON_FRAMED_SOCKET_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -83,9 +89,29 @@ class FramedSocket {
   // Shuts the socket down both ways: a blocked Read returns, later Sends fail.
   void Shutdown();
 
+  // Event-loop mode (see the class comment): sets the socket non-blocking. From then
+  // on `want_write(true)` is called when bytes stay buffered (the loop then watches
+  // for writability and calls WriteReady), `want_write(false)` once they are all
+  // written. It is called with this socket's lock held: it may only arm a poller.
+  absl::Status UseEventLoop(std::function<void(bool)> want_write) ABSL_LOCKS_EXCLUDED(mu_);
+  // The loop, once the socket is writable: writes what it takes of the buffer now.
+  void WriteReady() ABSL_LOCKS_EXCLUDED(mu_);
+  // The loop, once the socket is readable: reads what has arrived (non-blocking) and
+  // calls `on_frame` with each whole frame's payload (valid during the call). OK while
+  // the connection is open; UNAVAILABLE once it ended or broke (after the frames that
+  // came before), DATA_LOSS for an oversize frame. `*wants_write`: a TLS read must wait
+  // until the socket is writable. One thread at a time (as Read).
+  absl::Status ReadReady(const std::function<void(std::string_view)>& on_frame,
+                         bool* wants_write);
+  // Bytes sent but not yet taken by the socket (event-loop mode).
+  size_t unsent() ABSL_LOCKS_EXCLUDED(mu_);
+
   int fd() const { return stream_->fd(); }
 
  private:
+  // Event-loop mode: writes `pending_` without waiting; what stays is left for the
+  // loop (want_write armed). REQUIRES: writing_ was set by this caller.
+  void WriteNonBlockingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteAll(const std::string& bytes);
   // Appends to pending_ with `append`, then writes as Send describes.
   template <typename Append>
@@ -98,6 +124,8 @@ class FramedSocket {
   std::string pending_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  std::function<void(bool)> want_write_ ABSL_GUARDED_BY(mu_);  // set: event-loop mode
+  bool armed_ ABSL_GUARDED_BY(mu_) = false;  // want_write(true) told, not yet undone
 };
 
 // For event loops over non-blocking sockets (a task worker's, a queue host's): reads

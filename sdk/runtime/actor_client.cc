@@ -43,7 +43,9 @@ ActorClient::ActorClient(Deps deps)
       scheduler_address_(std::move(deps.scheduler_address)),
       own_outage_(deps.outage == nullptr ? std::make_unique<SchedulerOutage>(scheduler_address_)
                                          : nullptr),
-      outage_(deps.outage != nullptr ? deps.outage : own_outage_.get()) {}
+      outage_(deps.outage != nullptr ? deps.outage : own_outage_.get()),
+      own_loop_(deps.loop == nullptr ? std::make_unique<ConnectionLoop>() : nullptr),
+      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()) {}
 
 ActorClient::~ActorClient() { Shutdown(); }
 
@@ -304,16 +306,32 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
       continue;
     }
     std::shared_ptr<FramedSocket> shared(std::move(*sock));
-    {
-      absl::MutexLock l(&a->mu_);
-      a->sock_ = shared;
-      a->connecting_ = false;
+    // Set (under a->mu_) once the loop saw the connection end, maybe before it is
+    // published below.
+    auto closed = std::make_shared<bool>(false);
+    absl::Status watched = loop_->Watch(
+        shared.get(), [this, a](std::string_view payload) { OnFrame(a, payload); },
+        [this, a, shared, closed](const absl::Status&) { ConnectionClosed(a, shared, closed); });
+    if (!watched.ok()) {
+      FailAll(a, absl::Status(watched.code(), absl::StrCat("cannot read from actor ", a->id, ": ",
+                                                           watched.message())));
+      return;
     }
     {
       absl::MutexLock l(&mu_);
       sockets_[a->id] = shared;
+      if (shutdown_) shared->Shutdown();
     }
-    threads_.Spawn([this, a, shared] { Reader(a, shared); });
+    {
+      absl::MutexLock l(&a->mu_);
+      if (*closed) {
+        // Gone already (it died, or is restarting): wait for its record to change.
+        a->info_.set_state(proto::ACTOR_RESTARTING);
+        continue;
+      }
+      a->sock_ = shared;
+      a->connecting_ = false;
+    }
     Pump(a);
     return;
   }
@@ -324,46 +342,66 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
   Pump(a);  // fails what is queued if it is dead
 }
 
-void ActorClient::Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock) {
-  for (;;) {
-    proto::TaskFrame frame;
-    absl::Status s = sock->Read(&frame);
-    if (!s.ok()) break;
-    if (!frame.has_reply()) continue;
-    std::shared_ptr<TaskRecord> t;
+void ActorClient::OnFrame(const std::shared_ptr<ActorState>& a, std::string_view payload) {
+  proto::TaskFrame frame;
+  if (!frame.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    std::shared_ptr<FramedSocket> sock;
     {
       absl::MutexLock l(&a->mu_);
-      auto it = a->in_flight_.find(frame.reply().seq());
-      if (it == a->in_flight_.end()) continue;
-      t = std::move(it->second);
-      a->in_flight_.erase(it);
+      sock = a->sock_;
     }
-    // An actor call is not run again (the actor's state moved on): no lineage.
-    ApplyReply(objects_, t, *frame.mutable_reply(), /*lineage=*/false);
+    if (sock != nullptr) sock->Shutdown();  // its close path fails what is in flight
+    return;
   }
+  if (!frame.has_reply()) return;
+  std::shared_ptr<TaskRecord> t;
+  {
+    absl::MutexLock l(&a->mu_);
+    auto it = a->in_flight_.find(frame.reply().seq());
+    if (it == a->in_flight_.end()) return;
+    t = std::move(it->second);
+    a->in_flight_.erase(it);
+  }
+  // An actor call is not run again (the actor's state moved on): no lineage.
+  ApplyReply(objects_, t, *frame.mutable_reply(), /*lineage=*/false);
+}
+
+void ActorClient::ConnectionClosed(const std::shared_ptr<ActorState>& a,
+                                   const std::shared_ptr<FramedSocket>& sock,
+                                   const std::shared_ptr<bool>& closed) {
   // The connection broke: the actor's worker died (or we are shutting down).
+  bool shutdown = false;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = sockets_.find(a->id);
+    if (it != sockets_.end() && it->second == sock) sockets_.erase(it);
+    shutdown = shutdown_;
+  }
   std::vector<std::shared_ptr<TaskRecord>> lost;
   int64_t version = 0;
   {
     absl::MutexLock l(&a->mu_);
-    if (a->sock_ == sock) a->sock_ = nullptr;
+    *closed = true;
+    if (a->sock_ != sock) return;  // never published (Connect tries again)
+    a->sock_ = nullptr;
     for (auto& [seq, t] : a->in_flight_) lost.push_back(t);
     a->in_flight_.clear();
     version = a->info_.version();
   }
-  bool shutdown = false;
-  {
-    absl::MutexLock l(&mu_);
-    if (sockets_[a->id] == sock) sockets_.erase(a->id);
-    shutdown = shutdown_;
-  }
-  if (shutdown) {
-    for (auto& t : lost) {
-      objects_.Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
-    }
+  // What happened? Asking the scheduler waits (up to seconds): not on the loop's thread.
+  auto shared_lost = std::make_shared<std::vector<std::shared_ptr<TaskRecord>>>(std::move(lost));
+  if (!shutdown &&
+      threads_.Spawn([this, a, shared_lost, version] { Lost(a, std::move(*shared_lost), version); })) {
     return;
   }
-  // What happened? The scheduler hears of the worker's exit from its agent.
+  for (auto& t : *shared_lost) {
+    objects_.Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
+  }
+}
+
+void ActorClient::Lost(const std::shared_ptr<ActorState>& a,
+                       std::vector<std::shared_ptr<TaskRecord>> lost, int64_t version) {
+  // The scheduler hears of the worker's exit from its agent.
   absl::StatusOr<proto::ActorInfo> info = Fetch(a->id, "", version, absl::Seconds(5), kHeadAwayPatience);
   std::string cause = "its worker's connection broke";
   if (info.ok()) {
@@ -498,17 +536,31 @@ std::pair<size_t, size_t> ActorClient::CallCounts(const std::shared_ptr<ActorSta
 }
 
 void ActorClient::Shutdown() {
+  // Two phases: shut every connection and fail what is in flight (nothing here waits
+  // on a worker), then wait for this client's threads and its loop (each bounded).
   std::vector<std::shared_ptr<FramedSocket>> socks;
+  std::vector<std::shared_ptr<ActorState>> actors;
   {
     absl::MutexLock l(&mu_);
     if (shutdown_) return;
     shutdown_ = true;
     stopping_.SignalAll();  // calls waiting for an away scheduler
     for (auto& [id, s] : sockets_) socks.push_back(s);
+    for (auto& [id, weak] : actors_) {
+      if (std::shared_ptr<ActorState> a = weak.lock()) actors.push_back(std::move(a));
+    }
   }
   for (auto& s : socks) s->Shutdown();
+  std::vector<std::shared_ptr<TaskRecord>> in_flight;
+  for (auto& a : actors) {
+    absl::MutexLock l(&a->mu_);
+    for (auto& [seq, t] : a->in_flight_) in_flight.push_back(std::move(t));
+    a->in_flight_.clear();
+  }
+  for (auto& t : in_flight) objects_.Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
   threads_.Close();
   threads_.Wait();
+  if (own_loop_ != nullptr) own_loop_->Stop();
 }
 
 }  // namespace drover::internal

@@ -9,8 +9,11 @@
 // flight fail with the cause (the worker's exit code or signal and stderr tail); queued
 // calls go to the restarted actor, or fail if it is dead for good.
 //
-// Threading: one mutex per actor; a reader thread per connected actor; connecting
-// (waiting for the actor to be ALIVE) runs on its own thread. No call's result is failed
+// Threading: one mutex per actor. Every actor connection is read by one
+// ConnectionLoop thread (connection_loop.h; the process's, or the client's own), whose
+// handlers never block: sends never wait (the loop writes what a full socket did not
+// take), and a broken connection's questions to the scheduler go to a thread of their
+// own. Connecting (waiting for the actor to be ALIVE) runs on its own thread. No call's result is failed
 // or completed while a lock is held: its done callbacks (a dependent call's) take the
 // actor's locks again. Thread-safe.
 //
@@ -32,6 +35,7 @@
 #include "common/clock.h"
 #include "common/framed_socket.h"
 #include "common/thread_group.h"
+#include "sdk/runtime/connection_loop.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/scheduler_outage.h"
 #include "sdk/runtime/seams.h"
@@ -82,6 +86,9 @@ class ActorClient {
     // Told while the scheduler is away (shared with the rest of the process, so one
     // outage is one line); null: the client keeps its own.
     SchedulerOutage* outage = nullptr;
+    // Reads the actor connections (shared with the rest of the process); null: the
+    // client makes its own.
+    ConnectionLoop* loop = nullptr;
   };
   explicit ActorClient(Deps deps);
   ~ActorClient();
@@ -112,7 +119,14 @@ class ActorClient {
   void SendReady(const std::shared_ptr<ActorState>& a,
                  std::vector<std::pair<std::shared_ptr<TaskRecord>, absl::Status>>* failed);
   void Connect(std::shared_ptr<ActorState> a);
-  void Reader(std::shared_ptr<ActorState> a, std::shared_ptr<FramedSocket> sock);
+  // A frame from `a`'s worker (the loop's thread).
+  void OnFrame(const std::shared_ptr<ActorState>& a, std::string_view payload);
+  // `sock`, `a`'s connection, ended (the loop's thread): the calls in flight fail
+  // with what the scheduler says happened, asked on a thread of its own (Lost).
+  void ConnectionClosed(const std::shared_ptr<ActorState>& a,
+                        const std::shared_ptr<FramedSocket>& sock, const std::shared_ptr<bool>& closed);
+  void Lost(const std::shared_ptr<ActorState>& a, std::vector<std::shared_ptr<TaskRecord>> lost,
+            int64_t version);
   // Asks the scheduler for the actor's record, waiting up to `wait` for a version after
   // `after` (0: now). While the scheduler is away (a restart), waits for it up to
   // `patience` (a caller's own bound, or the client's 60 s).
@@ -140,12 +154,15 @@ class ActorClient {
   const std::string scheduler_address_;
   std::unique_ptr<SchedulerOutage> own_outage_;
   SchedulerOutage* const outage_;
+  // Before anything holding sockets (their sends call the loop until they close).
+  std::unique_ptr<ConnectionLoop> own_loop_;
+  ConnectionLoop* const loop_;
   absl::Mutex mu_;
   std::unordered_map<std::string, std::weak_ptr<ActorState>> actors_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::shared_ptr<FramedSocket>> sockets_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar stopping_;  // signalled by Shutdown
-  // Creations, connections and readers; Shutdown waits for them.
+  // Creations, connections and losses; Shutdown waits for them.
   ThreadGroup threads_;
 };
 

@@ -394,5 +394,40 @@ TEST_F(ActorClientTest, ShutdownFailsCallsInFlight) {
   EXPECT_EQ(s.message(), "drover::Shutdown was called");
 }
 
+// The client's threads do not grow with its actor connections: one loop reads them all
+// (a reader thread each would add 31 here).
+TEST_F(ActorClientTest, ThreadsDoNotGrowWithActorConnections) {
+  testing::SilentWorkerConnector silent;
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/45@n1";
+  id.owner_tag = "abcd7777";
+  id.new_id = [this] { return absl::StrCat("job1.abcd7777.", ++ids_); };
+  ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &silent, &agents_, &table_,
+                                       Clock::Real(), "head:7000"});
+  std::vector<std::shared_ptr<RefState>> calls;
+  auto connect_one = [&] {
+    std::shared_ptr<ActorState> a = client.Create(kFactoryKey, CallOptions{}, {});
+    calls.push_back(client.Call(a, kMethodKey, CallOptions{}, {}));  // connects it
+  };
+  connect_one();
+  ASSERT_TRUE(WaitFor([&] { return silent.connects() == 1; }));
+  // Its creation and connection threads end once it is connected.
+  ASSERT_TRUE(WaitFor([&] {
+    static int last = -1;
+    const int now = testing::ThreadCount();
+    const bool steady = now == last;
+    last = now;
+    return steady;
+  }));
+  const int base = testing::ThreadCount();
+  for (int i = 1; i < 32; ++i) connect_one();
+  ASSERT_TRUE(WaitFor([&] { return silent.connects() == 32; }, kWait));
+  EXPECT_TRUE(WaitFor([&] { return testing::ThreadCount() <= base + 2; }))
+      << testing::ThreadCount() << " threads, " << base << " with one connection";
+  client.Shutdown();
+  for (auto& r : calls) EXPECT_EQ(table_.Read(r).state, RefState::State::kFailed);
+}
+
 }  // namespace
 }  // namespace drover::internal

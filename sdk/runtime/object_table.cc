@@ -11,6 +11,12 @@
 namespace drover::internal {
 namespace {
 
+// The DeferReleases alive on this thread, innermost.
+thread_local ObjectTable::DeferReleases* t_defer = nullptr;
+
+}  // namespace
+namespace {
+
 // The longest Get spins for a result before it sleeps on the table's condition variable.
 constexpr absl::Duration kSpinBeforeSleep = absl::Microseconds(50);
 
@@ -254,7 +260,30 @@ void ObjectTable::Released(RefState* ref) {
     objects.insert(objects.end(), ref->contained.begin(), ref->contained.end());
     release = release_;
   }
-  if (!objects.empty()) release(objects);
+  if (objects.empty()) return;
+  if (t_defer != nullptr) {
+    t_defer->batch_.emplace_back(this, std::move(objects));
+    return;
+  }
+  release(objects);
+}
+
+ObjectTable::DeferReleases::DeferReleases() : outer_(t_defer) { t_defer = this; }
+
+ObjectTable::DeferReleases::~DeferReleases() {
+  t_defer = outer_;
+  ReleaseNow(Take());
+}
+
+void ObjectTable::ReleaseNow(DeferReleases::Batch batch) {
+  for (auto& [table, objects] : batch) {
+    ReleaseFn release;
+    {
+      absl::MutexLock l(&table->mu_);
+      release = table->release_;
+    }
+    if (release) release(objects);
+  }
 }
 
 }  // namespace drover::internal

@@ -150,6 +150,27 @@ class ObjectTable {
   // Called by ~RefState.
   void Released(RefState* ref);
 
+  // While one lives on a thread, the store deletes of objects released there are
+  // collected instead of made (a delete may block for seconds: a store restarting);
+  // the owner hands them to a thread that may block (ReleaseNow). For an event loop's
+  // thread, which must never block.
+  class DeferReleases {
+   public:
+    DeferReleases();
+    ~DeferReleases();  // what is still collected is released here
+    DeferReleases(const DeferReleases&) = delete;
+    DeferReleases& operator=(const DeferReleases&) = delete;
+    using Batch = std::vector<std::pair<ObjectTable*, std::vector<StoredRef>>>;
+    Batch Take() { return std::move(batch_); }
+
+   private:
+    friend class ObjectTable;
+    DeferReleases* outer_;
+    Batch batch_;
+  };
+  // Deletes store objects collected by a DeferReleases.
+  static void ReleaseNow(DeferReleases::Batch batch);
+
   absl::Mutex* mu() { return &mu_; }
 
  private:

@@ -32,6 +32,7 @@
 #include "sdk/runtime/actor_client.h"
 #include "sdk/internal/runtime_internal.h"
 #include "sdk/internal/tensor_internal.h"
+#include "sdk/runtime/connection_loop.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/object_table.h"
 #include "sdk/runtime/package.h"
@@ -199,6 +200,9 @@ class Runtime : public RuntimeContext {
   std::unique_ptr<GrpcScheduler> scheduler_calls;
   std::unique_ptr<SocketWorkerConnector> connector;
   std::unique_ptr<GrpcWorkerAgents> worker_agents;
+  // Reads every worker and actor connection of the two cores below (one thread);
+  // declared first so it goes last (their sockets call it until they close).
+  std::unique_ptr<ConnectionLoop> loop = std::make_unique<ConnectionLoop>();
   std::unique_ptr<TaskSubmitter> submitter;
   std::unique_ptr<ActorClient> actors;
   // What the user is told while the scheduler is away: one line per outage, whichever
@@ -223,8 +227,11 @@ class Runtime : public RuntimeContext {
   }
 
   void Shutdown() {
+    // The cores shut their connections and fail what is in flight; then the loop
+    // stops (it never waits on a peer, so a stopped worker cannot hold this up).
     if (actors) actors->Shutdown();
     if (submitter) submitter->Shutdown();
+    loop->Stop();
     {
       absl::MutexLock l(&session->mu);
       session->stop = true;
@@ -489,10 +496,11 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
   rt->worker_agents = std::make_unique<GrpcWorkerAgents>(&rt->ctx);
   rt->submitter = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
       IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
-      &TheObjectTable(), Clock::Real(), rt->outage.get()});
+      &TheObjectTable(), Clock::Real(), rt->outage.get(), rt->loop.get()});
   rt->actors = std::make_unique<ActorClient>(ActorClient::Deps{
       IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
-      &TheObjectTable(), Clock::Real(), rt->ctx.scheduler_address, rt->outage.get()});
+      &TheObjectTable(), Clock::Real(), rt->ctx.scheduler_address, rt->outage.get(),
+      rt->loop.get()});
   return rt;
 }
 

@@ -40,7 +40,9 @@ TaskSubmitter::TaskSubmitter(Deps deps)
       agents_(deps.agents),
       objects_(*deps.objects),
       clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
-      outage_(deps.outage) {
+      outage_(deps.outage),
+      own_loop_(deps.loop == nullptr ? std::make_unique<ConnectionLoop>() : nullptr),
+      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()) {
   housekeeping_ = std::thread([this] { HousekeepingLoop(); });
 }
 
@@ -280,15 +282,26 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
   // failed to start, which is no outage.
   if (s.ok() && outage_ != nullptr) outage_->Back();
   const bool answered = s.ok();
-  std::unique_ptr<FramedSocket> sock;
+  std::shared_ptr<Worker> w;
   if (s.ok() && reply.granted()) {
     agents_->NoteAgent(reply.node_id(), reply.agent_address());
     absl::StatusOr<std::unique_ptr<FramedSocket>> c =
         connector_->Connect(reply.node_id(), reply.unix_path(), reply.tcp_address(),
                             reply.lease_id(), "");
     if (c.ok()) {
-      sock = *std::move(c);
-    } else {
+      // Read by the loop from now on; a frame or a close may come before the worker is
+      // listed below (its handlers wait for mu_, and a close marks it lost).
+      w = std::make_shared<Worker>();
+      w->sock = *std::move(c);
+      absl::Status watched = loop_->Watch(
+          w->sock.get(), [this, w](std::string_view payload) { OnFrame(w, payload); },
+          [this, w](const absl::Status& why) { WorkerLost(w, why); });
+      if (!watched.ok()) {
+        c = watched;
+        w = nullptr;
+      }
+    }
+    if (!c.ok()) {
       s = absl::Status(c.status().code(), absl::StrCat("cannot reach worker ", reply.worker_id(),
                                                        " on node ", reply.node_id(), ": ",
                                                        c.status().message()));
@@ -302,23 +315,24 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
     absl::MutexLock l(&mu_);
     --k->lease_requests;
     --total_requests_;
-    if (sock != nullptr && !shutdown_) {
-      auto w = std::make_shared<Worker>();
+    if (w != nullptr && !shutdown_ && !w->lost) {
       w->key = k;
       w->lease_id = reply.lease_id();
       w->node_id = reply.node_id();
       w->worker_id = reply.worker_id();
       w->agent_address = reply.agent_address();
-      w->sock = std::move(sock);
       w->idle_since = clock_->Now();
       k->workers.push_back(w);
       k->pending_reason.clear();
       k->backoff.Reset();
-      threads_.Spawn([this, w] { ReaderLoop(w); });
       PumpLocked(*k, &out);
-    } else if (shutdown_ || k->queue.empty()) {
-      // Nothing left to run (or shutting down): a granted worker goes back unused.
-      if (sock != nullptr) sock->Shutdown();
+    } else if (shutdown_ || k->queue.empty() || w != nullptr) {
+      // Nothing left to run (or shutting down, or the new connection closed at once):
+      // a granted worker goes back unused.
+      if (w != nullptr) {
+        w->lost = true;
+        w->sock->Shutdown();
+      }
     } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
                s.code() == absl::StatusCode::kInvalidArgument) {
       // Refused for good (the job has ended, the request is wrong): the queued tasks
@@ -357,71 +371,87 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
   Flush(out);
 }
 
-void TaskSubmitter::ReaderLoop(std::shared_ptr<Worker> w) {
-  for (;;) {
-    proto::TaskFrame frame;
-    absl::Status s = w->sock->Read(&frame);
-    if (!s.ok()) {
-      WorkerLost(w, s);
-      return;
-    }
-    if (frame.has_revoked()) {
-      Outbox out;
-      {
-        absl::MutexLock l(&mu_);
-        DROVER_LOG(INFO) << "lease " << w->lease_id << " of worker " << w->worker_id << " on node "
-                         << w->node_id << " is wanted back (" << frame.revoked().reason()
-                         << "); handing it back once its " << w->in_flight.size()
-                         << " task(s) in flight finish";
-        w->revoked = true;
-        if (w->in_flight.empty()) HandBackLocked(w);
-        PumpLocked(*w->key, &out);  // its queued tasks ask for other leases
-      }
-      Flush(out);
-      continue;
-    }
-    if (!frame.has_reply()) continue;
-    proto::TaskReply& reply = *frame.mutable_reply();
-    std::shared_ptr<TaskRecord> t;
+void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view payload) {
+  proto::TaskFrame frame;
+  if (!frame.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
+    DROVER_LOG(WARNING) << "worker " << w->worker_id << " on node " << w->node_id
+                        << " sent a frame that does not parse (protocol mismatch?); dropping it";
+    w->sock->Shutdown();  // its close path retries its tasks elsewhere
+    return;
+  }
+  if (frame.has_revoked()) {
     Outbox out;
     {
       absl::MutexLock l(&mu_);
-      auto it = w->in_flight.find(reply.seq());
-      if (it == w->in_flight.end()) continue;  // answered already (a cancel raced)
-      t = std::move(it->second);
-      w->in_flight.erase(it);
-      w->in_flight_bytes -= std::min(w->in_flight_bytes, t->wire_bytes);
-      if (reply.code() == static_cast<int>(absl::StatusCode::kOk) || reply.user_error()) {
-        const double run = static_cast<double>(reply.run_us());
-        w->avg_run_us = w->avg_run_us < 0 ? run : 0.8 * w->avg_run_us + 0.2 * run;
+      DROVER_LOG(INFO) << "lease " << w->lease_id << " of worker " << w->worker_id << " on node "
+                       << w->node_id << " is wanted back (" << frame.revoked().reason()
+                       << "); handing it back once its " << w->in_flight.size()
+                       << " task(s) in flight finish";
+      w->revoked = true;
+      if (w->key != nullptr) {
+        if (w->in_flight.empty()) HandBackLocked(w);
+        PumpLocked(*w->key, &out);  // its queued tasks ask for other leases
       }
-      if (w->in_flight.empty()) w->idle_since = clock_->Now();
-      if (w->revoked && w->in_flight.empty()) HandBackLocked(w);
-      by_result_.erase(t->result.get());
-      PumpLocked(*w->key, &out);
     }
     Flush(out);
-    if (reply.code() == static_cast<int>(absl::StatusCode::kCancelled) && !t->cancelled) {
-      // A cancel of an earlier attempt: run it again.
-      Enqueue(t);
-      continue;
-    }
-    ApplyReply(objects_, t, reply, /*lineage=*/true);
+    return;
   }
+  if (!frame.has_reply()) return;
+  proto::TaskReply& reply = *frame.mutable_reply();
+  std::shared_ptr<TaskRecord> t;
+  Outbox out;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = w->in_flight.find(reply.seq());
+    if (it == w->in_flight.end()) return;  // answered already (a cancel raced)
+    t = std::move(it->second);
+    w->in_flight.erase(it);
+    w->in_flight_bytes -= std::min(w->in_flight_bytes, t->wire_bytes);
+    if (reply.code() == static_cast<int>(absl::StatusCode::kOk) || reply.user_error()) {
+      const double run = static_cast<double>(reply.run_us());
+      w->avg_run_us = w->avg_run_us < 0 ? run : 0.8 * w->avg_run_us + 0.2 * run;
+    }
+    if (w->in_flight.empty()) w->idle_since = clock_->Now();
+    if (w->revoked && w->in_flight.empty()) HandBackLocked(w);
+    by_result_.erase(t->result.get());
+    PumpLocked(*w->key, &out);
+  }
+  Flush(out);
+  if (reply.code() == static_cast<int>(absl::StatusCode::kCancelled) && !t->cancelled) {
+    // A cancel of an earlier attempt: run it again.
+    Enqueue(t);
+    return;
+  }
+  ApplyReply(objects_, t, reply, /*lineage=*/true);
 }
 
 void TaskSubmitter::WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why) {
-  std::vector<std::shared_ptr<TaskRecord>> unfinished;
+  auto unfinished = std::make_shared<std::vector<std::shared_ptr<TaskRecord>>>();
   {
     absl::MutexLock l(&mu_);
-    Key& k = *w->key;
-    k.workers.erase(std::remove(k.workers.begin(), k.workers.end(), w), k.workers.end());
+    if (w->key != nullptr) {
+      Key& k = *w->key;
+      k.workers.erase(std::remove(k.workers.begin(), k.workers.end(), w), k.workers.end());
+    }
     if (w->lost) return;  // handed back on purpose
     w->lost = true;
-    for (auto& [seq, t] : w->in_flight) unfinished.push_back(std::move(t));
+    for (auto& [seq, t] : w->in_flight) unfinished->push_back(std::move(t));
     w->in_flight.clear();
   }
-  if (unfinished.empty()) return;
+  if (unfinished->empty()) return;
+  // Asking the agent how the worker ended waits up to seconds: not on the loop's
+  // thread, and not behind other losses (a node's workers die together).
+  if (threads_.Spawn([this, w, why, unfinished] { RetryOrFail(w, why, std::move(*unfinished)); })) {
+    return;
+  }
+  for (auto& t : *unfinished) {  // shutting down
+    FailTask(t, TaskError(*t, absl::StatusCode::kCancelled,
+                          "drover::Shutdown was called before it finished"));
+  }
+}
+
+void TaskSubmitter::RetryOrFail(const std::shared_ptr<Worker>& w, const absl::Status& why,
+                                std::vector<std::shared_ptr<TaskRecord>> unfinished) {
   std::string how = agents_->DescribeExit(w->agent_address, w->worker_id, absl::Seconds(2));
   if (how.empty()) how = std::string(why.message());
   for (auto& t : unfinished) {
@@ -583,6 +613,9 @@ void TaskSubmitter::Shutdown() {
     pool = std::move(lease_pool_);
   }
   pool.reset();
+  // Every socket is shut (above): the loop sees each close and lets go; it never
+  // waits on a peer, so stopping it is bounded.
+  if (own_loop_ != nullptr) own_loop_->Stop();
   threads_.Close();
   threads_.Wait();
 }

@@ -13,8 +13,11 @@
 // up to their max_retries on another worker, or fail naming the task, the node and how
 // the worker ended.
 //
-// Threading: one mutex guards the keys and workers; each worker connection has a
-// reader thread. Lease requests run on a pool (kMaxLeaseRequestsTotal threads, made on
+// Threading: one mutex guards the keys and workers. Every worker connection is read
+// by one ConnectionLoop thread (connection_loop.h; the process's, or one of the
+// submitter's own), whose handlers never block: sends never wait (the loop writes
+// what a full socket did not take), and a lost worker's unfinished tasks are handed
+// to a thread of their own (asking its agent how it ended waits). Lease requests run on a pool (kMaxLeaseRequestsTotal threads, made on
 // the first request), one RPC per posted request, at most that many outstanding across
 // all keys: a freed slot goes to the key with the fewest requests out, so every key
 // with waiting tasks keeps one asked while there are no more keys than slots (the
@@ -49,6 +52,7 @@
 #include "common/framed_socket.h"
 #include "common/thread_group.h"
 #include "common/thread_pool.h"
+#include "sdk/runtime/connection_loop.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/scheduler_outage.h"
 #include "sdk/runtime/seams.h"
@@ -68,6 +72,9 @@ class TaskSubmitter {
     // The process's outage notices: a lease request answered ends an outage told
     // elsewhere (so one outage is one "away" and one "back" line); may be null.
     SchedulerOutage* outage = nullptr;
+    // Reads the worker connections (shared with the rest of the process); null: the
+    // submitter makes its own.
+    ConnectionLoop* loop = nullptr;
   };
   // Timing of lease returns (the defaults suit production; tests shorten nothing but
   // drive `clock`).
@@ -171,8 +178,13 @@ class TaskSubmitter {
   void StartRequestLocked(Key& k) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One lease request (an RPC the scheduler holds up to kLeaseWaitMs), on the pool.
   void RequestLease(Key* k, std::string request_id) ABSL_LOCKS_EXCLUDED(mu_);
-  void ReaderLoop(std::shared_ptr<Worker> w) ABSL_LOCKS_EXCLUDED(mu_);
+  // A frame from `w` (the loop's thread).
+  void OnFrame(const std::shared_ptr<Worker>& w, std::string_view payload) ABSL_LOCKS_EXCLUDED(mu_);
+  // `w`'s connection ended (the loop's thread): its unfinished tasks go to a thread
+  // that asks its agent how it ended, then retries or fails them (RetryOrFail).
   void WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  void RetryOrFail(const std::shared_ptr<Worker>& w, const absl::Status& why,
+                   std::vector<std::shared_ptr<TaskRecord>> unfinished) ABSL_LOCKS_EXCLUDED(mu_);
   // Hands `w`'s lease back (closes the connection; its agent returns the lease).
   // REQUIRES: nothing in flight on it.
   void HandBackLocked(const std::shared_ptr<Worker>& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -188,6 +200,9 @@ class TaskSubmitter {
   ObjectTable& objects_;
   Clock* const clock_;
   SchedulerOutage* const outage_;
+  // Before the workers (their sockets call the loop until they close).
+  std::unique_ptr<ConnectionLoop> own_loop_;
+  ConnectionLoop* const loop_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Key>> keys_ ABSL_GUARDED_BY(mu_);
@@ -202,7 +217,7 @@ class TaskSubmitter {
   uint64_t admissions_ ABSL_GUARDED_BY(mu_) = 0;
   // Runs lease requests; made on the first (a process that submits nothing has none).
   std::unique_ptr<ThreadPool> lease_pool_ ABSL_GUARDED_BY(mu_);
-  // Reader threads; Shutdown waits for them.
+  // Threads of lost workers (RetryOrFail); Shutdown waits for them.
   ThreadGroup threads_;
   std::thread housekeeping_;
 };

@@ -4,8 +4,6 @@
 // milliseconds. Absl's deadlock detection aborts on a lock-order inversion.
 #include "sdk/runtime/task_submitter.h"
 
-#include <dirent.h>
-
 #include <atomic>
 #include <map>
 #include <memory>
@@ -35,16 +33,6 @@ using testing::WaitFor;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
-
-// The threads of this process now (/proc/self/task).
-int ThreadCount() {
-  int n = 0;
-  if (DIR* d = ::opendir("/proc/self/task")) {
-    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-    ::closedir(d);
-  }
-  return n;
-}
 
 // The function a lease request is for (its id is "<owner tag>-<function>|<shape>-<n>").
 std::string FunctionOf(const proto::RequestLeaseRequest& req) {
@@ -764,6 +752,36 @@ TEST_F(TaskSubmitterTest, AnAnsweredLeaseRequestEndsAnOutageToldElsewhere) {
 
 // --- Lease requests across keys ---
 
+// The submitter's threads do not grow with its worker connections: one loop reads
+// them all (a reader thread each would add 31 here).
+TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithWorkerConnections) {
+  testing::SilentWorkerConnector silent;
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/42@n1";
+  id.owner_tag = "abcd1234";
+  id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
+  TaskSubmitter submitter(TaskSubmitter::Deps{std::move(id), &scheduler_, &silent, &agents_,
+                                              &table_, Clock::Real()});
+  std::vector<std::shared_ptr<RefState>> refs;
+  auto submit = [&] {
+    std::shared_ptr<TaskRecord> t = NewTask("f");
+    refs.push_back(t->result);
+    submitter.Submit(std::move(t));
+  };
+  submit();
+  ASSERT_TRUE(WaitFor([&] { return submitter.LeasedWorkers() == 1; }));
+  const int base = testing::ThreadCount();
+  // Each task waits on its own worker (none answers), so each asks for a lease.
+  for (int i = 1; i < 32; ++i) submit();
+  ASSERT_TRUE(WaitFor([&] { return submitter.LeasedWorkers() == 32; }, kWait));
+  EXPECT_EQ(silent.connects(), 32);
+  EXPECT_LE(testing::ThreadCount(), base + 2)
+      << testing::ThreadCount() << " threads, " << base << " with one connection";
+  submitter.Shutdown();
+  for (auto& r : refs) EXPECT_EQ(table_.Read(r).state, RefState::State::kFailed);
+}
+
 // Lease requests run on a fixed pool: tasks of 24 functions whose leases stay pending
 // (no node has room) use no more threads than one (a thread each would add 23 here).
 TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithLeaseRequests) {
@@ -777,7 +795,7 @@ TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithLeaseRequests) {
   std::vector<std::shared_ptr<RefState>> refs;
   refs.push_back(Submit("f0"));
   ASSERT_TRUE(scheduler_.WaitLeaseRequests(1));
-  const int base = ThreadCount();
+  const int base = testing::ThreadCount();
   for (int i = 1; i < 24; ++i) refs.push_back(Submit(absl::StrCat("f", i)));
   // Every function's request is answered (again and again, in turn).
   ASSERT_TRUE(WaitFor([&] {
@@ -789,7 +807,7 @@ TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithLeaseRequests) {
   std::set<std::string> ids;
   for (const auto& r : scheduler_.LeaseRequests()) ids.insert(r.request_id());
   EXPECT_EQ(ids.size(), 24u);
-  EXPECT_LE(ThreadCount(), base) << base << " threads with one request";
+  EXPECT_LE(testing::ThreadCount(), base) << base << " threads with one request";
 }
 
 // At most kMaxLeaseRequestsTotal requests are out across all keys, and a slot freed

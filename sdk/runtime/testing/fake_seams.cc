@@ -1,5 +1,6 @@
 #include "sdk/runtime/testing/fake_seams.h"
 
+#include <dirent.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +10,39 @@
 #include "absl/time/clock.h"
 
 namespace drover::internal::testing {
+
+// --- SilentWorkerConnector ---
+
+SilentWorkerConnector::~SilentWorkerConnector() {
+  absl::MutexLock l(&mu_);
+  for (int fd : far_ends_) ::close(fd);
+}
+
+absl::StatusOr<std::unique_ptr<FramedSocket>> SilentWorkerConnector::Connect(
+    const std::string& node_id, const std::string& unix_path, const std::string& tcp_address,
+    const std::string& lease_id, const std::string& actor_id) {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    return absl::InternalError("socketpair failed");
+  }
+  absl::MutexLock l(&mu_);
+  far_ends_.push_back(fds[1]);
+  return std::make_unique<FramedSocket>(fds[0]);
+}
+
+int SilentWorkerConnector::connects() {
+  absl::MutexLock l(&mu_);
+  return static_cast<int>(far_ends_.size());
+}
+
+int ThreadCount() {
+  int n = 0;
+  if (DIR* d = ::opendir("/proc/self/task")) {
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
 
 // --- FakeWorker ---
 

@@ -191,6 +191,27 @@ class FakeAgents : public WorkerAgents {
   std::map<std::string, std::string> noted_ ABSL_GUARDED_BY(mu_);
 };
 
+// Workers that run no thread and never answer: the far ends of socketpairs, held open
+// until the connector goes. For counting the threads of the process under test.
+class SilentWorkerConnector : public WorkerConnector {
+ public:
+  ~SilentWorkerConnector() override;
+  absl::StatusOr<std::unique_ptr<FramedSocket>> Connect(const std::string& node_id,
+                                                       const std::string& unix_path,
+                                                       const std::string& tcp_address,
+                                                       const std::string& lease_id,
+                                                       const std::string& actor_id) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  int connects() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int> far_ends_ ABSL_GUARDED_BY(mu_);
+};
+
+// The threads of this process now (/proc/self/task).
+int ThreadCount();
+
 using ::drover::testing::WaitFor;
 
 }  // namespace drover::internal::testing

@@ -1,0 +1,202 @@
+#include "sdk/runtime/connection_loop.h"
+
+#include <errno.h>
+#include <sys/epoll.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace drover::internal {
+
+ConnectionLoop::~ConnectionLoop() { Stop(); }
+
+absl::Status ConnectionLoop::Watch(FramedSocket* sock, FrameFn on_frame, ClosedFn on_closed) {
+  auto e = std::make_shared<Entry>();
+  e->sock = sock;
+  e->on_frame = std::move(on_frame);
+  e->on_closed = std::move(on_closed);
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return absl::FailedPreconditionError("the connection loop has stopped");
+    if (!failed_.ok()) return failed_;
+    if (!started_) {
+      if (absl::Status s = loop_.Init(); !s.ok()) return s;
+      started_ = true;
+      thread_ = std::thread([this] { Run(); });
+    }
+    e->key = next_key_++;
+  }
+  std::weak_ptr<Entry> weak = e;
+  if (absl::Status s = sock->UseEventLoop([this, weak](bool on) {
+        if (std::shared_ptr<Entry> e = weak.lock()) {
+          absl::MutexLock l(&e->mu);
+          e->send_wants = on;
+          Rearm(*e);
+        }
+      });
+      !s.ok()) {
+    return s;
+  }
+  absl::MutexLock l(&mu_);
+  if (stopping_) return absl::FailedPreconditionError("the connection loop has stopped");
+  if (!failed_.ok()) return failed_;
+  // Registered before the entry is findable is harmless: an event for an unknown key is
+  // reported again (level-triggered) once it is.
+  entries_[e->key] = e;
+  absl::MutexLock el(&e->mu);
+  e->armed = EPOLLIN | (e->send_wants ? EPOLLOUT : 0);
+  if (absl::Status s = loop_.Add(sock->fd(), e->key, e->armed); !s.ok()) {
+    e->removed = true;
+    entries_.erase(e->key);
+    return s;
+  }
+  return absl::OkStatus();
+}
+
+void ConnectionLoop::Rearm(Entry& e) {
+  if (e.removed || e.armed == 0) return;  // armed 0: not yet added (Watch adds it)
+  const uint32_t want = EPOLLIN | (e.send_wants || e.read_wants ? EPOLLOUT : 0);
+  if (want == e.armed) return;
+  if (loop_.Modify(e.sock->fd(), e.key, want).ok()) e.armed = want;
+}
+
+void ConnectionLoop::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+    if (!started_) return;
+  }
+  loop_.Wake();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  std::unordered_map<uint64_t, std::shared_ptr<Entry>> dropped;
+  std::unique_ptr<ThreadPool> releaser;
+  {
+    absl::MutexLock l(&mu_);
+    dropped.swap(entries_);
+    releaser = std::move(releaser_);
+  }
+  for (auto& [key, e] : dropped) {
+    absl::MutexLock l(&e->mu);
+    if (!e->removed) loop_.Remove(e->sock->fd());
+    e->removed = true;
+  }
+  // `dropped` goes here, outside the lock: the handlers may hold the sockets' owners.
+  dropped.clear();
+  releaser.reset();  // makes the deletes still queued
+}
+
+size_t ConnectionLoop::watched() {
+  absl::MutexLock l(&mu_);
+  return entries_.size();
+}
+
+void ConnectionLoop::FailForTest() {
+  {
+    absl::MutexLock l(&mu_);
+    fail_for_test_ = true;
+  }
+  loop_.Wake();
+}
+
+void ConnectionLoop::Run() {
+  epoll_event events[64];
+  for (;;) {
+    bool fail = false;
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_) return;
+      fail = fail_for_test_;
+    }
+    if (fail) {
+      Fail(absl::InternalError("the owner's connection loop failed (a test said so)"));
+      return;
+    }
+    const int n = loop_.Wait(events, 64, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      Fail(absl::InternalError(
+          absl::StrCat("the owner's connection loop failed: epoll_wait: ", std::strerror(errno))));
+      return;
+    }
+    ObjectTable::DeferReleases deferred;
+    for (int i = 0; i < n; ++i) {
+      const uint64_t key = events[i].data.u64;
+      if (key == EventLoop::kWakeKey) {
+        loop_.Drain();
+        continue;
+      }
+      std::shared_ptr<Entry> e;
+      {
+        absl::MutexLock l(&mu_);
+        auto it = entries_.find(key);
+        if (it != entries_.end()) e = it->second;
+      }
+      if (e != nullptr) Serve(e, events[i].events);
+    }
+    Release(deferred.Take());
+  }
+}
+
+void ConnectionLoop::Serve(const std::shared_ptr<Entry>& e, uint32_t events) {
+  bool read_wants = false;
+  {
+    absl::MutexLock l(&e->mu);
+    read_wants = e->read_wants;
+  }
+  if (events & EPOLLOUT) e->sock->WriteReady();
+  if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) || (read_wants && (events & EPOLLOUT))) {
+    bool wants_write = false;
+    absl::Status s = e->sock->ReadReady(e->on_frame, &wants_write);
+    if (!s.ok()) {
+      Close(e, s);
+      return;
+    }
+    absl::MutexLock l(&e->mu);
+    if (wants_write != e->read_wants) {
+      e->read_wants = wants_write;
+      Rearm(*e);
+    }
+  }
+}
+
+void ConnectionLoop::Close(const std::shared_ptr<Entry>& e, const absl::Status& why) {
+  {
+    absl::MutexLock l(&e->mu);
+    if (e->removed) return;
+    e->removed = true;
+    loop_.Remove(e->sock->fd());
+  }
+  {
+    absl::MutexLock l(&mu_);
+    entries_.erase(e->key);
+  }
+  e->on_closed(why);
+}
+
+void ConnectionLoop::Fail(const absl::Status& why) {
+  DROVER_LOG(ERROR) << why.message() << "; every worker connection of this process is closed";
+  std::unordered_map<uint64_t, std::shared_ptr<Entry>> all;
+  {
+    absl::MutexLock l(&mu_);
+    failed_ = why;
+    all = entries_;
+  }
+  ObjectTable::DeferReleases deferred;
+  for (auto& [key, e] : all) {
+    e->sock->Shutdown();
+    Close(e, why);
+  }
+  Release(deferred.Take());
+}
+
+void ConnectionLoop::Release(ObjectTable::DeferReleases::Batch batch) {
+  if (batch.empty()) return;
+  absl::MutexLock l(&mu_);
+  if (releaser_ == nullptr) releaser_ = std::make_unique<ThreadPool>(1);
+  auto shared = std::make_shared<ObjectTable::DeferReleases::Batch>(std::move(batch));
+  releaser_->Post([shared] { ObjectTable::ReleaseNow(std::move(*shared)); });
+}
+
+}  // namespace drover::internal

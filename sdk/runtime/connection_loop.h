@@ -1,0 +1,113 @@
+// ConnectionLoop: the one thread that reads every worker connection of this process's
+// owner side (TaskSubmitter's leased workers, ActorClient's actors), on an EventLoop
+// (common/event_loop.h), instead of a reader thread per connection, so the process's
+// threads do not grow with its connections.
+//
+// What runs on the loop thread never blocks, so one peer that stops reading (a
+// SIGSTOPped worker with a full socket) cannot hold up any other connection:
+//   - each watched socket is in FramedSocket's event-loop mode: a Send from any thread
+//     (the loop's included) writes what the socket takes and leaves the rest buffered;
+//     the loop writes it out on EPOLLOUT;
+//   - the handlers run here only read, take their owner's locks briefly and send that
+//     way; what may block (asking an agent how a worker died, the scheduler about an
+//     actor) they hand to a thread of their own;
+//   - store deletes of objects released by the handlers (the last reference to a
+//     task's stored argument) are collected (ObjectTable::DeferReleases) and made on a
+//     thread of the loop's own.
+//
+// Each watched connection's frames go, whole and in arrival order, to its `on_frame`;
+// once it ends (its peer closed it, it broke, an oversize frame, this side shut it
+// down with FramedSocket::Shutdown, or the loop itself failed) its `on_closed` runs once
+// with why, and the loop lets go of it.
+//
+// Shutdown is two phases: the owners shut their sockets (each core's Shutdown), then
+// Stop ends the thread; neither waits on a peer.
+//
+// Thread safety: Watch, Stop and watched from any thread. The handlers of all
+// connections run on the loop thread, one at a time, without the loop's lock.
+#ifndef DROVER_SDK_RUNTIME_CONNECTION_LOOP_H_
+#define DROVER_SDK_RUNTIME_CONNECTION_LOOP_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/event_loop.h"
+#include "common/framed_socket.h"
+#include "common/thread_pool.h"
+#include "sdk/runtime/object_table.h"
+
+namespace drover::internal {
+
+class ConnectionLoop {
+ public:
+  using FrameFn = std::function<void(std::string_view payload)>;
+  using ClosedFn = std::function<void(const absl::Status& why)>;
+
+  ConnectionLoop() = default;
+  // Stops (see Stop). Every socket watched must have been let go or outlive the loop's
+  // owner's use of it; the loop must outlive the sockets it watched (their Sends call it).
+  ~ConnectionLoop();
+  ConnectionLoop(const ConnectionLoop&) = delete;
+  ConnectionLoop& operator=(const ConnectionLoop&) = delete;
+
+  // Puts `sock` in event-loop mode and reads it on the loop (starting the loop thread
+  // on first use). `sock` must stay alive until `on_closed` has run (its handlers
+  // usually hold its owner). FAILED_PRECONDITION once stopped; the loop's error once it
+  // failed.
+  absl::Status Watch(FramedSocket* sock, FrameFn on_frame, ClosedFn on_closed)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the loop thread and joins it (it never waits on a peer: bounded), then makes
+  // the store deletes still collected. Connections still watched are dropped without
+  // their `on_closed` (their owners have shut them down and failed their work).
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+  // Connections watched now.
+  size_t watched() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // For tests: makes the loop fail as if epoll_wait had (every connection's on_closed
+  // runs with the error; later Watch calls fail).
+  void FailForTest() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Entry {
+    FramedSocket* sock = nullptr;
+    uint64_t key = 0;
+    FrameFn on_frame;
+    ClosedFn on_closed;
+    absl::Mutex mu;  // the epoll interest (senders arm EPOLLOUT from their threads)
+    bool send_wants ABSL_GUARDED_BY(mu) = false;
+    bool read_wants ABSL_GUARDED_BY(mu) = false;  // a TLS read waits for writability
+    uint32_t armed ABSL_GUARDED_BY(mu) = 0;
+    bool removed ABSL_GUARDED_BY(mu) = false;
+  };
+  void Run();
+  void Serve(const std::shared_ptr<Entry>& e, uint32_t events);
+  void Close(const std::shared_ptr<Entry>& e, const absl::Status& why);
+  void Rearm(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
+  // The loop failed: every connection is told, and the loop thread ends.
+  void Fail(const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  // Makes collected store deletes on the releaser thread.
+  void Release(ObjectTable::DeferReleases::Batch batch) ABSL_LOCKS_EXCLUDED(mu_);
+
+  EventLoop loop_;
+  absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool fail_for_test_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  // Store deletes of objects the handlers released (one thread, made on first use).
+  std::unique_ptr<ThreadPool> releaser_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace drover::internal
+
+#endif  // DROVER_SDK_RUNTIME_CONNECTION_LOOP_H_

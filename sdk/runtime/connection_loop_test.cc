@@ -1,0 +1,201 @@
+// ConnectionLoop over real socketpairs: a peer that stops reading holds up no other
+// connection (sends never block, the loop drains them on writability), store deletes
+// of objects released on the loop thread are made on another, a failed loop closes
+// every connection, and Stop returns while a peer does not read.
+#include "sdk/runtime/connection_loop.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "proto/task.pb.h"
+#include "sdk/runtime/object_table.h"
+#include "tests/util/test_util.h"
+
+namespace drover::internal {
+namespace {
+
+using ::drover::testing::WaitFor;
+
+constexpr absl::Duration kWait = absl::Seconds(20);
+
+// A connection: `near` is watched by the loop, `far` is the peer (blocking).
+struct Pair {
+  std::unique_ptr<FramedSocket> near;
+  std::unique_ptr<FramedSocket> far;
+};
+
+Pair MakePair() {
+  int fds[2];
+  EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  return Pair{std::make_unique<FramedSocket>(fds[0]), std::make_unique<FramedSocket>(fds[1])};
+}
+
+proto::TaskFrame Small(uint64_t seq) {
+  proto::TaskFrame f;
+  f.mutable_cancel()->set_seq(seq);
+  return f;
+}
+
+proto::TaskFrame Large(uint64_t seq, size_t bytes) {
+  proto::TaskFrame f;
+  f.mutable_reply()->set_seq(seq);
+  f.mutable_reply()->set_value(std::string(bytes, static_cast<char>('a' + seq % 26)));
+  return f;
+}
+
+class ConnectionLoopTest : public ::testing::Test {
+ protected:
+  void SetUp() override { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kAbort); }
+};
+
+// Each frame on B makes its handler (on the loop thread) send 1 MiB to A, whose peer
+// reads nothing (a stopped worker): A's socket fills at once, yet every frame of B is
+// handled. Once A's peer reads, all of it arrives, whole and in order.
+TEST_F(ConnectionLoopTest, APeerThatDoesNotReadHoldsUpNoOtherConnection) {
+  Pair a = MakePair();
+  Pair b = MakePair();
+  ConnectionLoop loop;  // after the sockets: it goes first
+  std::atomic<int> a_closed{0};
+  ASSERT_TRUE(loop.Watch(a.near.get(), [](std::string_view) {},
+                         [&](const absl::Status&) { ++a_closed; })
+                  .ok());
+  constexpr int kFrames = 16;
+  constexpr size_t kBytes = 1 << 20;
+  std::atomic<int> handled{0};
+  FramedSocket* to_a = a.near.get();
+  ASSERT_TRUE(loop.Watch(b.near.get(),
+                         [&](std::string_view payload) {
+                           proto::TaskFrame f;
+                           ASSERT_TRUE(f.ParseFromArray(payload.data(), static_cast<int>(payload.size())));
+                           EXPECT_TRUE(to_a->Send(Large(f.cancel().seq(), kBytes)).ok());
+                           ++handled;
+                         },
+                         [](const absl::Status&) {})
+                  .ok());
+  for (int i = 0; i < kFrames; ++i) ASSERT_TRUE(b.far->Send(Small(i)).ok());
+  ASSERT_TRUE(WaitFor([&] { return handled.load() == kFrames; }, kWait))
+      << handled.load() << " of " << kFrames << " frames handled";
+  EXPECT_GT(to_a->unsent(), 0u);  // A's peer has read nothing: most of it waits here
+  for (int i = 0; i < kFrames; ++i) {
+    proto::TaskFrame f;
+    ASSERT_TRUE(a.far->Read(&f).ok());
+    ASSERT_EQ(f.reply().seq(), static_cast<uint64_t>(i));
+    ASSERT_EQ(f.reply().value(), std::string(kBytes, static_cast<char>('a' + i % 26)));
+  }
+  EXPECT_TRUE(WaitFor([&] { return to_a->unsent() == 0; }));
+  EXPECT_EQ(a_closed.load(), 0);
+}
+
+// The last reference to a stored object, dropped by a handler on the loop thread,
+// deletes it from the store on another thread: a delete that hangs (a store
+// restarting) holds up no connection.
+TEST_F(ConnectionLoopTest, StoreDeletesOfObjectsReleasedOnTheLoopAreMadeElsewhere) {
+  ObjectTable table;
+  absl::Notification unblock;
+  std::atomic<int> deleted{0};
+  std::atomic<bool> deleted_on_loop{false};
+  std::thread::id loop_thread;
+  absl::Mutex mu;
+  table.set_release([&](const std::vector<StoredRef>& objects) {
+    {
+      absl::MutexLock l(&mu);
+      if (std::this_thread::get_id() == loop_thread) deleted_on_loop = true;
+    }
+    unblock.WaitForNotification();
+    deleted += static_cast<int>(objects.size());
+  });
+  Pair a = MakePair();
+  Pair b = MakePair();
+  ConnectionLoop loop;
+  std::shared_ptr<RefState> ref = table.NewReady(
+      "obj-1", ObjectValue{nullptr, StoredRef{"obj-1", "n1", 100}, {}});
+  ASSERT_TRUE(loop.Watch(a.near.get(),
+                         [&](std::string_view) {
+                           {
+                             absl::MutexLock l(&mu);
+                             loop_thread = std::this_thread::get_id();
+                           }
+                           ref.reset();  // the last reference: a store delete
+                         },
+                         [](const absl::Status&) {})
+                  .ok());
+  std::atomic<int> b_frames{0};
+  ASSERT_TRUE(loop.Watch(b.near.get(), [&](std::string_view) { ++b_frames; },
+                         [](const absl::Status&) {})
+                  .ok());
+  ASSERT_TRUE(a.far->Send(Small(1)).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&mu);
+    return loop_thread != std::thread::id();
+  }));
+  // The delete hangs; B is still served.
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(b.far->Send(Small(i)).ok());
+  EXPECT_TRUE(WaitFor([&] { return b_frames.load() == 5; }, kWait)) << b_frames.load();
+  EXPECT_EQ(deleted.load(), 0);
+  unblock.Notify();
+  EXPECT_TRUE(WaitFor([&] { return deleted.load() == 1; }, kWait));
+  EXPECT_FALSE(deleted_on_loop.load());
+}
+
+// A loop that fails (epoll_wait errs) tells every connection's close path, and takes
+// no new ones: nothing waits for frames that will never be read.
+TEST_F(ConnectionLoopTest, AFailedLoopClosesEveryConnection) {
+  std::vector<Pair> pairs;
+  pairs.reserve(4);
+  ConnectionLoop loop;
+  absl::Mutex mu;
+  std::vector<std::string> closes;
+  for (int i = 0; i < 3; ++i) {
+    pairs.push_back(MakePair());
+    ASSERT_TRUE(loop.Watch(pairs.back().near.get(), [](std::string_view) {},
+                           [&](const absl::Status& why) {
+                             absl::MutexLock l(&mu);
+                             closes.push_back(std::string(why.message()));
+                           })
+                    .ok());
+  }
+  loop.FailForTest();
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&mu);
+    return closes.size() == 3;
+  }, kWait));
+  {
+    absl::MutexLock l(&mu);
+    for (const auto& c : closes) EXPECT_TRUE(absl::StrContains(c, "connection loop failed")) << c;
+  }
+  EXPECT_EQ(loop.watched(), 0u);
+  pairs.push_back(MakePair());
+  absl::Status s = loop.Watch(pairs.back().near.get(), [](std::string_view) {}, [](const absl::Status&) {});
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(absl::StrContains(s.message(), "connection loop failed")) << s;
+}
+
+// Shutdown in two phases: the owner shuts its sockets, then Stop ends the loop; a peer
+// that reads nothing, with megabytes waiting for it, holds up neither.
+TEST_F(ConnectionLoopTest, StopReturnsWhileAPeerDoesNotRead) {
+  Pair a = MakePair();
+  auto loop = std::make_unique<ConnectionLoop>();
+  std::atomic<int> closed{0};
+  ASSERT_TRUE(loop->Watch(a.near.get(), [](std::string_view) {},
+                          [&](const absl::Status&) { ++closed; })
+                  .ok());
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(a.near->Send(Large(i, 1 << 20)).ok());
+  EXPECT_GT(a.near->unsent(), 0u);
+  a.near->Shutdown();
+  EXPECT_TRUE(WaitFor([&] { return closed.load() == 1; }, kWait));
+  loop->Stop();
+  loop.reset();
+}
+
+}  // namespace
+}  // namespace drover::internal

@@ -755,6 +755,64 @@ int Shipped(const char* self) {
   return exe.ok() ? 0 : 1;
 }
 
+// An actor that takes bytes and says its pid (the "stopped" scenario SIGSTOPs it).
+class Sink {
+ public:
+  int64_t Take(std::vector<uint8_t> v) { return static_cast<int64_t>(v.size()); }
+  std::string Pid() const { return std::to_string(::getpid()); }
+};
+Sink* MakeSink() { return new Sink(); }
+
+}  // namespace
+
+DROVER_REMOTE(MakeSink, &Sink::Take, &Sink::Pid);
+
+namespace {
+
+// One worker SIGSTOPped with megabytes waiting for it holds up no other connection of
+// this driver, and drover::Shutdown returns while it is still stopped.
+int StoppedWorker() {
+  auto sink = drover::Actor(MakeSink).Remote();
+  auto pid_text = drover::Get(sink.Task(&Sink::Pid).Remote(), absl::Seconds(60));
+  if (!pid_text.ok()) {
+    Print("stopped", Err(pid_text.status()));
+    return 1;
+  }
+  Print("sink_pid", *pid_text);
+  const pid_t pid = static_cast<pid_t>(std::stol(*pid_text));
+  ::kill(pid, SIGSTOP);
+  // Calls to the stopped actor whose argument is a task's result (90 KiB, inline): each
+  // is sent when that task's reply is read, by the connection loop, into a socket
+  // nobody reads (11 MiB in all: more than any socket buffer).
+  std::vector<drover::ObjectRef<int64_t>> stuck;
+  for (int i = 0; i < 128; ++i) {
+    auto blob = drover::Task(Blob).Remote(int64_t{90} << 10, i);
+    stuck.push_back(sink.Task(&Sink::Take).Remote(blob));
+  }
+  auto stuck_done = drover::Get(stuck.front(), absl::Milliseconds(500));
+  Print("stuck_answered", stuck_done.ok() ? "yes?" : "no");
+  // Everything else is still answered: another actor (a worker connection of its own),
+  // and tasks.
+  const absl::Time start = absl::Now();
+  auto other = drover::Actor(MakeSink).Remote();
+  bool ok = true;
+  for (int i = 0; i < 20 && ok; ++i) {
+    auto blob = drover::Task(Blob).Remote(int64_t{1000}, i);
+    auto n = drover::Get(other.Task(&Sink::Take).Remote(blob), absl::Seconds(60));
+    auto sum = drover::Get(drover::Task(Add).Remote(int64_t{i}, int64_t{1}), absl::Seconds(60));
+    if (!n.ok() || *n != 1000 || !sum.ok() || *sum != i + 1) {
+      Print("others", !n.ok() ? Err(n.status()) : !sum.ok() ? Err(sum.status()) : "wrong values");
+      ok = false;
+    }
+  }
+  if (ok) Print("others", "ok");
+  Print("others_seconds", std::to_string(absl::ToDoubleSeconds(absl::Now() - start)));
+  drover::Shutdown();
+  Print("shutdown", "returned");
+  ::kill(pid, SIGCONT);
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -791,6 +849,7 @@ int main(int argc, char** argv) {
     return Outlive(std::atoi(argv[2]), argv[3], argv[4], argv[5], argv[6]);
   }
   if (scenario == "many" && argc > 3) return Many(std::atoi(argv[2]), argv[3]);
+  if (scenario == "stopped") return StoppedWorker();
   std::cerr << "unknown scenario " << scenario << "\n";
   return 2;
 }

@@ -418,5 +418,22 @@ TEST(TasksLineageTest, ALostObjectIsRebuiltByItsTask) {
   EXPECT_TRUE(absl::StrContains(out, "cannot be made again")) << out;
 }
 
+// One worker SIGSTOPped with megabytes of calls waiting for it (sent by the driver's
+// connection loop as their arguments' tasks reply) holds up no other connection of the
+// driver: another actor's calls and tasks are answered. drover::Shutdown returns while
+// the worker is still stopped.
+TEST_F(TasksTest, AStoppedWorkerHoldsUpNoOtherConnectionNorShutdown) {
+  DriverRun r = RunProgram({"stopped"}, absl::Seconds(180));
+  const std::string pid = r.Get("sink_pid");
+  int64_t sink = 0;
+  if (absl::SimpleAtoi(pid, &sink) && sink > 1) {
+    ::kill(static_cast<pid_t>(sink), SIGCONT);  // the driver does, unless it hung
+  }
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_EQ(r.Get("stuck_answered"), "no") << r.out;
+  EXPECT_EQ(r.Get("others"), "ok") << r.out << r.err;
+  EXPECT_EQ(r.Get("shutdown"), "returned") << r.out << r.err;
+}
+
 }  // namespace
 }  // namespace drover::testing

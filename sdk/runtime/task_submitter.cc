@@ -122,8 +122,13 @@ void TaskSubmitter::Enqueue(std::shared_ptr<TaskRecord> task) {
         k.hint.set_spread(o.spread);
         for (const auto& [node, n] : bytes) (*k.hint.mutable_data_bytes())[node] = n;
       }
-      slot->queue.push_back(std::move(task));
+      slot->queue.push_back(task);
       PumpLocked(*slot, &out);
+      // Still queued: it waits for the same reason as the others (set for all of them
+      // when it changes; not here for all, which cost a pass over the queue per reply).
+      if (!slot->pending_reason.empty() && !slot->queue.empty() && slot->queue.back() == task) {
+        objects_.SetPendingReason(task->result, slot->pending_reason);
+      }
     }
   }
   if (!refused.ok()) {
@@ -183,9 +188,6 @@ void TaskSubmitter::PumpLocked(Key& k, Outbox* out) {
   if (k.queue.empty()) return;
   // Tasks wait and no worker has room: ask for more workers.
   StartRequestsLocked(k);
-  if (!k.pending_reason.empty()) {
-    for (const auto& t : k.queue) objects_.SetPendingReason(t->result, k.pending_reason);
-  }
 }
 
 int TaskSubmitter::WantedRequestsLocked(const Key& k) const {

@@ -87,6 +87,11 @@ void ConnectionLoop::Stop() {
   releaser.reset();  // makes the deletes still queued
 }
 
+absl::Status ConnectionLoop::failure() {
+  absl::MutexLock l(&mu_);
+  return failed_;
+}
+
 size_t ConnectionLoop::watched() {
   absl::MutexLock l(&mu_);
   return entries_.size();

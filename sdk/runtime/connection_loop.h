@@ -67,6 +67,8 @@ class ConnectionLoop {
   // the store deletes still collected. Connections still watched are dropped without
   // their `on_closed` (their owners have shut them down and failed their work).
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+  // The loop's error once it failed (Watch then always fails with it); OK before.
+  absl::Status failure() ABSL_LOCKS_EXCLUDED(mu_);
   // Connections watched now.
   size_t watched() ABSL_LOCKS_EXCLUDED(mu_);
 

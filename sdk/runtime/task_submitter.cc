@@ -42,7 +42,8 @@ TaskSubmitter::TaskSubmitter(Deps deps)
       clock_(deps.clock != nullptr ? deps.clock : Clock::Real()),
       outage_(deps.outage),
       own_loop_(deps.loop == nullptr ? std::make_unique<ConnectionLoop>() : nullptr),
-      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()) {
+      loop_(deps.loop != nullptr ? deps.loop : own_loop_.get()),
+      watched_for_test_(std::move(deps.watched_for_test)) {
   housekeeping_ = std::thread([this] { HousekeepingLoop(); });
 }
 
@@ -104,6 +105,8 @@ void TaskSubmitter::Enqueue(std::shared_ptr<TaskRecord> task) {
     absl::MutexLock l(&mu_);
     if (shutdown_) {
       refused = absl::FailedPreconditionError("drover::Shutdown was called");
+    } else if (!loop_failed_.ok()) {
+      refused = LoopFailedError(*task);
     } else if (task->cancelled) {
       refused = TaskError(*task, absl::StatusCode::kCancelled, "cancelled");
     } else {
@@ -283,8 +286,10 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
   // tells none itself: the scheduler also answers UNAVAILABLE for a worker that
   // failed to start, which is no outage.
   if (s.ok() && outage_ != nullptr) outage_->Back();
-  const bool answered = s.ok();
   std::shared_ptr<Worker> w;
+  // Set when the loop that reads every worker connection has failed: no grant can be
+  // used again, so waiting tasks fail instead of being asked for again and again.
+  absl::Status loop_failed;
   if (s.ok() && reply.granted()) {
     agents_->NoteAgent(reply.node_id(), reply.agent_address());
     absl::StatusOr<std::unique_ptr<FramedSocket>> c =
@@ -301,6 +306,9 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
       if (!watched.ok()) {
         c = watched;
         w = nullptr;
+        loop_failed = loop_->failure();
+      } else if (watched_for_test_) {
+        watched_for_test_();
       }
     }
     if (!c.ok()) {
@@ -317,7 +325,18 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
     absl::MutexLock l(&mu_);
     --k->lease_requests;
     --total_requests_;
-    if (w != nullptr && !shutdown_ && !w->lost) {
+    if (w != nullptr && w->lost && !shutdown_) {
+      // Its connection closed before it could be used: as unusable as one never reached.
+      s = absl::UnavailableError(absl::StrCat("worker ", reply.worker_id(), " on node ",
+                                              reply.node_id(), " closed its connection at once"));
+      w = nullptr;
+      request_id += "r";  // that grant is spent: the next request is a new one
+    }
+    // A grant that could not be used counts as a failed request: asking again at once
+    // would loop request, grant, connect, return without pause.
+    const bool answered = s.ok();
+    if (!loop_failed.ok() && loop_failed_.ok()) loop_failed_ = loop_failed;
+    if (w != nullptr && !shutdown_) {
       w->key = k;
       w->lease_id = reply.lease_id();
       w->node_id = reply.node_id();
@@ -327,14 +346,19 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
       k->workers.push_back(w);
       k->pending_reason.clear();
       k->backoff.Reset();
+      // The scheduler wanted it back before it was listed (the revoke came first):
+      // nothing is in flight on it yet, so it goes back now, not held while tasks wait.
+      if (w->revoked) HandBackLocked(w);
       PumpLocked(*k, &out);
     } else if (shutdown_ || k->queue.empty() || w != nullptr) {
-      // Nothing left to run (or shutting down, or the new connection closed at once):
-      // a granted worker goes back unused.
+      // Nothing left to run (or shutting down): a granted worker goes back unused.
       if (w != nullptr) {
         w->lost = true;
         w->sock->Shutdown();
       }
+    } else if (!loop_failed_.ok()) {
+      // The loop reading every worker connection failed: no worker can be used again.
+      FailAllQueuedLocked(&out);
     } else if (s.code() == absl::StatusCode::kFailedPrecondition ||
                s.code() == absl::StatusCode::kInvalidArgument) {
       // Refused for good (the job has ended, the request is wrong): the queued tasks
@@ -373,6 +397,23 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
   Flush(out);
 }
 
+absl::Status TaskSubmitter::LoopFailedError(const TaskRecord& t) const {
+  return TaskError(t, loop_failed_.code(),
+                   absl::StrCat("cannot run: no worker can be reached: ", loop_failed_.message()));
+}
+
+void TaskSubmitter::FailAllQueuedLocked(Outbox* out) {
+  for (auto& [name, k] : keys_) {
+    for (auto& t : k->queue) {
+      by_result_.erase(t->result.get());
+      absl::Status failed = LoopFailedError(*t);
+      out->failures.emplace_back(std::move(t), std::move(failed));
+    }
+    k->queue.clear();
+    k->parked_ids.clear();
+  }
+}
+
 void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view payload) {
   proto::TaskFrame frame;
   if (!frame.ParseFromArray(payload.data(), static_cast<int>(payload.size()))) {
@@ -390,6 +431,7 @@ void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view p
                        << "); handing it back once its " << w->in_flight.size()
                        << " task(s) in flight finish";
       w->revoked = true;
+      ++revoke_frames_;
       if (w->key != nullptr) {
         if (w->in_flight.empty()) HandBackLocked(w);
         PumpLocked(*w->key, &out);  // its queued tasks ask for other leases
@@ -577,6 +619,7 @@ TaskSubmitter::Progress TaskSubmitter::ProgressForTest() {
   Progress p;
   p.housekeeping_passes = housekeeping_passes_;
   p.lease_backoffs = lease_backoffs_;
+  p.revoke_frames = revoke_frames_;
   for (auto& [name, k] : keys_) {
     for (const auto& w : k->workers) p.revoked_workers += w->revoked && !w->lost ? 1 : 0;
   }

@@ -36,6 +36,7 @@
 #define DROVER_SDK_RUNTIME_TASK_SUBMITTER_H_
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <memory>
@@ -75,6 +76,9 @@ class TaskSubmitter {
     // Reads the worker connections (shared with the rest of the process); null: the
     // submitter makes its own.
     ConnectionLoop* loop = nullptr;
+    // For tests: runs (without locks) after a granted worker's connection is watched
+    // and before the worker is listed, so a test can order a frame before the listing.
+    std::function<void()> watched_for_test;
   };
   // Timing of lease returns (the defaults suit production; tests shorten nothing but
   // drive `clock`).
@@ -104,6 +108,8 @@ class TaskSubmitter {
     uint64_t housekeeping_passes = 0;
     uint64_t lease_backoffs = 0;
     int revoked_workers = 0;
+    // "Lease revoked" frames handled (from listed workers or not yet listed ones).
+    uint64_t revoke_frames = 0;
   };
   Progress ProgressForTest();
 
@@ -189,6 +195,10 @@ class TaskSubmitter {
   // REQUIRES: nothing in flight on it.
   void HandBackLocked(const std::shared_ptr<Worker>& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HousekeepingLoop();
+  // The error a task gets once the connection loop failed (loop_failed_), naming it.
+  absl::Status LoopFailedError(const TaskRecord& t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails every queued task of every key with LoopFailedError.
+  void FailAllQueuedLocked(Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Fails the task's result: runs its dependents' callbacks on this thread.
   void FailTask(const std::shared_ptr<TaskRecord>& t, absl::Status s) ABSL_LOCKS_EXCLUDED(mu_);
   std::string KeyName(const TaskRecord& t, const std::map<std::string, uint64_t>& bytes) const;
@@ -203,6 +213,7 @@ class TaskSubmitter {
   // Before the workers (their sockets call the loop until they close).
   std::unique_ptr<ConnectionLoop> own_loop_;
   ConnectionLoop* const loop_;
+  const std::function<void()> watched_for_test_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Key>> keys_ ABSL_GUARDED_BY(mu_);
@@ -210,9 +221,13 @@ class TaskSubmitter {
   std::unordered_map<const RefState*, std::weak_ptr<TaskRecord>> by_result_ ABSL_GUARDED_BY(mu_);
 
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // Why the connection loop failed, once a granted worker could not be watched for it:
+  // from then on every task fails with it.
+  absl::Status loop_failed_ ABSL_GUARDED_BY(mu_);
   absl::CondVar cv_;  // shutdown_
   uint64_t housekeeping_passes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t lease_backoffs_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t revoke_frames_ ABSL_GUARDED_BY(mu_) = 0;
   int total_requests_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t admissions_ ABSL_GUARDED_BY(mu_) = 0;
   // Runs lease requests; made on the first (a process that submits nothing has none).

@@ -80,7 +80,8 @@ bool ReadAvailable(SocketStream& stream, FrameReader& reader, bool* read_wants_w
   }
 }
 
-bool WriteAvailable(SocketStream& stream, std::string* out) {
+bool WriteAvailable(SocketStream& stream, std::string* out, bool* waits_read) {
+  if (waits_read != nullptr) *waits_read = false;
   size_t off = 0;
   bool ok = true;
   while (off < out->size()) {
@@ -92,6 +93,7 @@ bool WriteAvailable(SocketStream& stream, std::string* out) {
     }
     off += *n;
     // (kRead: a TLS write that must first read; the next read event lets it go on.)
+    if (wait == IoWait::kRead && waits_read != nullptr) *waits_read = true;
     if (wait != IoWait::kNone) break;
   }
   out->erase(0, off);
@@ -159,7 +161,19 @@ template <typename Append>
 absl::Status FramedSocket::Enqueue(Append append) {
   absl::MutexLock l(&mu_);
   if (!broken_.ok()) return broken_;
+  const size_t before = pending_.size();
   append(&pending_);
+  if (want_write_ && pending_.size() > kMaxUnsentBytes) {
+    // The peer has stopped reading (an actor stuck in a call): fail the connection,
+    // so its owner fails what is in flight, rather than buffer without bound.
+    broken_ = absl::ResourceExhaustedError(absl::StrCat(
+        peer_, " does not read what is sent to it: ", before, " bytes are unsent and ",
+        pending_.size() - before, " more would exceed the limit of ", kMaxUnsentBytes,
+        "; its connection is closed"));
+    pending_.clear();
+    stream_->Shutdown();
+    return broken_;
+  }
   // The writing thread (or, while armed, the loop) sends it with its batch.
   if (writing_ || armed_) return absl::OkStatus();
   writing_ = true;
@@ -200,12 +214,16 @@ absl::Status FramedSocket::Read(google::protobuf::MessageLite* msg) {
   }
 }
 
-void FramedSocket::Shutdown() { stream_->Shutdown(); }
+void FramedSocket::Shutdown() {
+  shut_down_.store(true, std::memory_order_relaxed);
+  stream_->Shutdown();
+}
 
-absl::Status FramedSocket::UseEventLoop(std::function<void(bool)> want_write) {
+absl::Status FramedSocket::UseEventLoop(std::function<void(bool)> want_write, std::string peer) {
   if (absl::Status s = SetNonBlocking(stream_->fd()); !s.ok()) return s;
   absl::MutexLock l(&mu_);
   want_write_ = std::move(want_write);
+  peer_ = std::move(peer);
   return absl::OkStatus();
 }
 
@@ -214,19 +232,27 @@ void FramedSocket::WriteNonBlockingLocked() {
   while (!pending_.empty() && broken_.ok()) {
     batch.swap(pending_);
     mu_.Unlock();
-    const bool ok = WriteAvailable(*stream_, &batch);
+    bool waits_read = false;
+    const bool ok = WriteAvailable(*stream_, &batch, &waits_read);
     mu_.Lock();
-    if (!ok) broken_ = absl::UnavailableError("connection lost while sending");
+    if (!ok && broken_.ok()) {
+      broken_ = absl::UnavailableError(absl::StrCat("connection to ", peer_, " lost while sending"));
+    }
     if (!batch.empty() && broken_.ok()) {
       // The socket is full: what is left goes first, then what came meanwhile.
       batch.append(pending_);
       pending_.swap(batch);
-      if (!armed_) {
-        armed_ = true;
-        want_write_(true);
+      // A write waiting for a read goes on from ReadReady; EPOLLOUT would fire at once
+      // on a writable socket, again and again.
+      write_waits_read_ = waits_read;
+      const bool want = !waits_read;
+      if (armed_ != want) {
+        armed_ = want;
+        want_write_(want);
       }
       return;
     }
+    write_waits_read_ = false;
     batch.clear();
   }
   if (!broken_.ok()) pending_.clear();
@@ -238,7 +264,7 @@ void FramedSocket::WriteNonBlockingLocked() {
 
 void FramedSocket::WriteReady() {
   absl::MutexLock l(&mu_);
-  if (writing_ || !want_write_) return;
+  if (writing_ || !want_write_ || pending_.empty()) return;
   writing_ = true;
   WriteNonBlockingLocked();
   writing_ = false;
@@ -250,8 +276,37 @@ size_t FramedSocket::unsent() {
 }
 
 absl::Status FramedSocket::ReadReady(const std::function<void(std::string_view)>& on_frame,
-                                     bool* wants_write) {
-  const bool open = ReadAvailable(*stream_, reader_, wants_write);
+                                     bool* wants_write, bool* more) {
+  *wants_write = false;
+  if (more != nullptr) *more = false;
+  // Why the stream ended, if it did (after the frames that came before).
+  absl::Status ended;
+  size_t got_bytes = 0;
+  for (;;) {
+    char* p = reader_.WritePtr(kReadChunk);
+    IoWait wait;
+    absl::StatusOr<size_t> n = stream_->ReadSome(p, kReadChunk, &wait);
+    if (!n.ok()) {
+      ended = n.status();
+      break;
+    }
+    if (wait == IoWait::kWrite) *wants_write = true;
+    if (wait != IoWait::kNone) break;
+    if (*n == 0) {
+      ended = absl::UnavailableError("connection closed by the peer");
+      break;
+    }
+    reader_.Commit(*n);
+    got_bytes += *n;
+    // A short read drained a plain socket; OpenSSL may hold more of a record: read on.
+    if (*n < kReadChunk && !stream_->tls()) break;
+    if (got_bytes >= kMaxReadPerEvent) {
+      // Enough for now: the other connections get their turn first (TLS: OpenSSL may
+      // hold the rest, which no epoll event would report, so the caller comes back).
+      if (more != nullptr) *more = true;
+      break;
+    }
+  }
   for (;;) {
     std::string_view payload;
     absl::StatusOr<bool> got = reader_.Next(&payload);
@@ -259,8 +314,19 @@ absl::Status FramedSocket::ReadReady(const std::function<void(std::string_view)>
     if (!*got) break;
     on_frame(payload);
   }
-  if (!open) return absl::UnavailableError("connection closed by the peer");
-  return absl::OkStatus();
+  {
+    absl::MutexLock l(&mu_);
+    if (!broken_.ok() && !ended.ok()) return broken_;  // e.g. RESOURCE_EXHAUSTED
+    if (write_waits_read_ && ended.ok() && !writing_) {
+      writing_ = true;
+      WriteNonBlockingLocked();
+      writing_ = false;
+    }
+  }
+  if (!ended.ok() && shut_down_.load(std::memory_order_relaxed)) {
+    return absl::UnavailableError("connection shut down by this side");
+  }
+  return ended;
 }
 
 absl::StatusOr<int> ListenUnix(const std::string& path, int backlog) {

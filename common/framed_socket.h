@@ -21,6 +21,7 @@
 #ifndef DROVER_COMMON_FRAMED_SOCKET_H_
 #define DROVER_COMMON_FRAMED_SOCKET_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -92,17 +93,32 @@ class FramedSocket {
   // Event-loop mode (see the class comment): sets the socket non-blocking. From then
   // on `want_write(true)` is called when bytes stay buffered (the loop then watches
   // for writability and calls WriteReady), `want_write(false)` once they are all
-  // written. It is called with this socket's lock held: it may only arm a poller.
-  absl::Status UseEventLoop(std::function<void(bool)> want_write) ABSL_LOCKS_EXCLUDED(mu_);
+  // written. `peer` names the other end in errors ("worker w1 on node n1").
+  //
+  // `want_write` runs on whichever thread sends (or the loop's), with this socket's
+  // lock held: it may only arm a poller. Lock order: FramedSocket::mu_ before the
+  // poller's own lock (ConnectionLoop's Entry::mu); never the other way.
+  //
+  // A peer that does not read cannot make the buffer grow without bound: a Send that
+  // would leave more than kMaxUnsentBytes unsent fails RESOURCE_EXHAUSTED (naming the
+  // peer and the bytes unsent), and so does the connection, which is shut down.
+  absl::Status UseEventLoop(std::function<void(bool)> want_write, std::string peer = "the peer")
+      ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr size_t kMaxUnsentBytes = size_t{1} << 30;
   // The loop, once the socket is writable: writes what it takes of the buffer now.
   void WriteReady() ABSL_LOCKS_EXCLUDED(mu_);
-  // The loop, once the socket is readable: reads what has arrived (non-blocking) and
-  // calls `on_frame` with each whole frame's payload (valid during the call). OK while
-  // the connection is open; UNAVAILABLE once it ended or broke (after the frames that
-  // came before), DATA_LOSS for an oversize frame. `*wants_write`: a TLS read must wait
-  // until the socket is writable. One thread at a time (as Read).
+  // The loop, once the socket is readable: reads what has arrived (non-blocking, at
+  // most about kMaxReadPerEvent bytes: `*more` says it stopped there, so the loop
+  // serves the other connections and comes back) and calls `on_frame` with each whole
+  // frame's payload (valid during the call). OK while the connection is open; once it
+  // ended, after the frames that came before, why: UNAVAILABLE naming what happened
+  // (closed by the peer, reset, shut down by this side), RESOURCE_EXHAUSTED (see
+  // UseEventLoop), DATA_LOSS for an oversize frame. `*wants_write`: a TLS read must
+  // wait until the socket is writable. A TLS write that waited for a read goes on
+  // here. One thread at a time (as Read).
   absl::Status ReadReady(const std::function<void(std::string_view)>& on_frame,
-                         bool* wants_write);
+                         bool* wants_write, bool* more = nullptr);
+  static constexpr size_t kMaxReadPerEvent = 256 * 1024;
   // Bytes sent but not yet taken by the socket (event-loop mode).
   size_t unsent() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -125,7 +141,13 @@ class FramedSocket {
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   std::function<void(bool)> want_write_ ABSL_GUARDED_BY(mu_);  // set: event-loop mode
+  std::string peer_ ABSL_GUARDED_BY(mu_);
   bool armed_ ABSL_GUARDED_BY(mu_) = false;  // want_write(true) told, not yet undone
+  // A TLS write must read first (renegotiation, key update): it goes on after the next
+  // read event, not on writability (the socket is writable: the loop would spin).
+  bool write_waits_read_ ABSL_GUARDED_BY(mu_) = false;
+  // Shutdown was called: the end of the stream that follows is this side's doing.
+  std::atomic<bool> shut_down_{false};
 };
 
 // For event loops over non-blocking sockets (a task worker's, a queue host's): reads
@@ -135,7 +157,8 @@ class FramedSocket {
 // reads again.
 bool ReadAvailable(SocketStream& stream, FrameReader& reader, bool* read_wants_write);
 // Writes what the socket takes of `out` now and erases that; false once it broke.
-bool WriteAvailable(SocketStream& stream, std::string* out);
+// `*waits_read` (if not null): a TLS write must wait for a read event to go on.
+bool WriteAvailable(SocketStream& stream, std::string* out, bool* waits_read = nullptr);
 
 // Appends one frame (length + payload) to `out`.
 void AppendFrame(const google::protobuf::MessageLite& msg, std::string* out);

@@ -310,7 +310,8 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
     // published below.
     auto closed = std::make_shared<bool>(false);
     absl::Status watched = loop_->Watch(
-        shared.get(), [this, a](std::string_view payload) { OnFrame(a, payload); },
+        shared.get(), absl::StrCat("actor ", a->id),
+        [this, a](std::string_view payload) { OnFrame(a, payload); },
         [this, a, shared, closed](const absl::Status&) { ConnectionClosed(a, shared, closed); });
     if (!watched.ok()) {
       FailAll(a, absl::Status(watched.code(), absl::StrCat("cannot read from actor ", a->id, ": ",

@@ -12,11 +12,13 @@ namespace drover::internal {
 
 ConnectionLoop::~ConnectionLoop() { Stop(); }
 
-absl::Status ConnectionLoop::Watch(FramedSocket* sock, FrameFn on_frame, ClosedFn on_closed) {
+absl::Status ConnectionLoop::Watch(FramedSocket* sock, std::string peer, FrameFn on_frame,
+                                   ClosedFn on_closed, BatchEndFn on_batch_end) {
   auto e = std::make_shared<Entry>();
   e->sock = sock;
   e->on_frame = std::move(on_frame);
   e->on_closed = std::move(on_closed);
+  e->on_batch_end = std::move(on_batch_end);
   {
     absl::MutexLock l(&mu_);
     if (stopping_) return absl::FailedPreconditionError("the connection loop has stopped");
@@ -35,15 +37,14 @@ absl::Status ConnectionLoop::Watch(FramedSocket* sock, FrameFn on_frame, ClosedF
           e->send_wants = on;
           Rearm(*e);
         }
-      });
+      }, std::move(peer));
       !s.ok()) {
     return s;
   }
   absl::MutexLock l(&mu_);
   if (stopping_) return absl::FailedPreconditionError("the connection loop has stopped");
   if (!failed_.ok()) return failed_;
-  // Registered before the entry is findable is harmless: an event for an unknown key is
-  // reported again (level-triggered) once it is.
+  // Findable before it is registered: its first event finds it.
   entries_[e->key] = e;
   absl::MutexLock el(&e->mu);
   e->armed = EPOLLIN | (e->send_wants ? EPOLLOUT : 0);
@@ -107,6 +108,10 @@ void ConnectionLoop::FailForTest() {
 
 void ConnectionLoop::Run() {
   epoll_event events[64];
+  // Connections read up to the per-event cap with more to read: served again next
+  // wake-up (which then only looks, not waits), after the others had their turn.
+  std::vector<std::shared_ptr<Entry>> again, again_next, read;
+  uint64_t wake = 0;
   for (;;) {
     bool fail = false;
     {
@@ -118,13 +123,14 @@ void ConnectionLoop::Run() {
       Fail(absl::InternalError("the owner's connection loop failed (a test said so)"));
       return;
     }
-    const int n = loop_.Wait(events, 64, -1);
+    const int n = loop_.Wait(events, 64, again.empty() ? -1 : 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       Fail(absl::InternalError(
           absl::StrCat("the owner's connection loop failed: epoll_wait: ", std::strerror(errno))));
       return;
     }
+    ++wake;
     ObjectTable::DeferReleases deferred;
     for (int i = 0; i < n; ++i) {
       const uint64_t key = events[i].data.u64;
@@ -138,26 +144,43 @@ void ConnectionLoop::Run() {
         auto it = entries_.find(key);
         if (it != entries_.end()) e = it->second;
       }
-      if (e != nullptr) Serve(e, events[i].events);
+      if (e != nullptr) Serve(e, events[i].events, wake, &read, &again_next);
     }
+    for (const std::shared_ptr<Entry>& e : again) Serve(e, EPOLLIN, wake, &read, &again_next);
+    again.swap(again_next);
+    again_next.clear();
+    // After every connection of this wake-up was read: their owners send what the
+    // frames decided, batched.
+    for (const std::shared_ptr<Entry>& e : read) {
+      if (e->on_batch_end) e->on_batch_end();
+    }
+    read.clear();
     Release(deferred.Take());
   }
 }
 
-void ConnectionLoop::Serve(const std::shared_ptr<Entry>& e, uint32_t events) {
+void ConnectionLoop::Serve(const std::shared_ptr<Entry>& e, uint32_t events, uint64_t wake,
+                           std::vector<std::shared_ptr<Entry>>* read,
+                           std::vector<std::shared_ptr<Entry>>* again) {
   bool read_wants = false;
   {
     absl::MutexLock l(&e->mu);
+    if (e->removed) return;
     read_wants = e->read_wants;
   }
   if (events & EPOLLOUT) e->sock->WriteReady();
   if ((events & (EPOLLIN | EPOLLHUP | EPOLLERR)) || (read_wants && (events & EPOLLOUT))) {
+    if (e->read_in_wake == wake) return;  // read already (an event and a capped read)
+    e->read_in_wake = wake;
+    read->push_back(e);
     bool wants_write = false;
-    absl::Status s = e->sock->ReadReady(e->on_frame, &wants_write);
+    bool more = false;
+    absl::Status s = e->sock->ReadReady(e->on_frame, &wants_write, &more);
     if (!s.ok()) {
       Close(e, s);
       return;
     }
+    if (more) again->push_back(e);
     absl::MutexLock l(&e->mu);
     if (wants_write != e->read_wants) {
       e->read_wants = wants_write;

@@ -25,15 +25,19 @@
 //
 // Thread safety: Watch, Stop and watched from any thread. The handlers of all
 // connections run on the loop thread, one at a time, without the loop's lock.
+// Lock order: a FramedSocket's lock, then an Entry's (senders arm EPOLLOUT with their
+// socket's lock held), then the loop's mu_ is never taken under either.
 #ifndef DROVER_SDK_RUNTIME_CONNECTION_LOOP_H_
 #define DROVER_SDK_RUNTIME_CONNECTION_LOOP_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -49,6 +53,7 @@ class ConnectionLoop {
  public:
   using FrameFn = std::function<void(std::string_view payload)>;
   using ClosedFn = std::function<void(const absl::Status& why)>;
+  using BatchEndFn = std::function<void()>;
 
   ConnectionLoop() = default;
   // Stops (see Stop). Every socket watched must have been let go or outlive the loop's
@@ -59,10 +64,14 @@ class ConnectionLoop {
 
   // Puts `sock` in event-loop mode and reads it on the loop (starting the loop thread
   // on first use). `sock` must stay alive until `on_closed` has run (its handlers
-  // usually hold its owner). FAILED_PRECONDITION once stopped; the loop's error once it
-  // failed.
-  absl::Status Watch(FramedSocket* sock, FrameFn on_frame, ClosedFn on_closed)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // usually hold its owner). `peer` names the other end in its errors. `on_batch_end`
+  // (may be empty) runs once per loop wake-up in which `sock` was read, after every
+  // connection read in that wake-up was handled: an owner collects what its
+  // `on_frame` calls decided to send and sends it there, one write per peer per wake-up
+  // instead of one per frame. FAILED_PRECONDITION once stopped; the loop's error once
+  // it failed.
+  absl::Status Watch(FramedSocket* sock, std::string peer, FrameFn on_frame, ClosedFn on_closed,
+                     BatchEndFn on_batch_end = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends the loop thread and joins it (it never waits on a peer: bounded), then makes
   // the store deletes still collected. Connections still watched are dropped without
   // their `on_closed` (their owners have shut them down and failed their work).
@@ -82,14 +91,23 @@ class ConnectionLoop {
     uint64_t key = 0;
     FrameFn on_frame;
     ClosedFn on_closed;
-    absl::Mutex mu;  // the epoll interest (senders arm EPOLLOUT from their threads)
+    BatchEndFn on_batch_end;
+    // The wake-up it was last read in (loop thread only): read once per wake-up.
+    uint64_t read_in_wake = 0;
+    // The epoll interest: senders arm EPOLLOUT from their threads (under their
+    // FramedSocket's lock, which comes first in the lock order).
+    absl::Mutex mu;
     bool send_wants ABSL_GUARDED_BY(mu) = false;
     bool read_wants ABSL_GUARDED_BY(mu) = false;  // a TLS read waits for writability
     uint32_t armed ABSL_GUARDED_BY(mu) = 0;
     bool removed ABSL_GUARDED_BY(mu) = false;
   };
   void Run();
-  void Serve(const std::shared_ptr<Entry>& e, uint32_t events);
+  // Handles `events` of `e`. Read entries go to `read` (for their batch ends); those
+  // read up to the per-event cap with more waiting go to `again`.
+  void Serve(const std::shared_ptr<Entry>& e, uint32_t events, uint64_t wake,
+             std::vector<std::shared_ptr<Entry>>* read,
+             std::vector<std::shared_ptr<Entry>>* again);
   void Close(const std::shared_ptr<Entry>& e, const absl::Status& why);
   void Rearm(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e.mu);
   // The loop failed: every connection is told, and the loop thread ends.

@@ -66,14 +66,14 @@ TEST_F(ConnectionLoopTest, APeerThatDoesNotReadHoldsUpNoOtherConnection) {
   Pair b = MakePair();
   ConnectionLoop loop;  // after the sockets: it goes first
   std::atomic<int> a_closed{0};
-  ASSERT_TRUE(loop.Watch(a.near.get(), [](std::string_view) {},
+  ASSERT_TRUE(loop.Watch(a.near.get(), "the test peer", [](std::string_view) {},
                          [&](const absl::Status&) { ++a_closed; })
                   .ok());
   constexpr int kFrames = 16;
   constexpr size_t kBytes = 1 << 20;
   std::atomic<int> handled{0};
   FramedSocket* to_a = a.near.get();
-  ASSERT_TRUE(loop.Watch(b.near.get(),
+  ASSERT_TRUE(loop.Watch(b.near.get(), "the test peer",
                          [&](std::string_view payload) {
                            proto::TaskFrame f;
                            ASSERT_TRUE(f.ParseFromArray(payload.data(), static_cast<int>(payload.size())));
@@ -119,7 +119,7 @@ TEST_F(ConnectionLoopTest, StoreDeletesOfObjectsReleasedOnTheLoopAreMadeElsewher
   ConnectionLoop loop;
   std::shared_ptr<RefState> ref = table.NewReady(
       "obj-1", ObjectValue{nullptr, StoredRef{"obj-1", "n1", 100}, {}});
-  ASSERT_TRUE(loop.Watch(a.near.get(),
+  ASSERT_TRUE(loop.Watch(a.near.get(), "the test peer",
                          [&](std::string_view) {
                            {
                              absl::MutexLock l(&mu);
@@ -130,7 +130,7 @@ TEST_F(ConnectionLoopTest, StoreDeletesOfObjectsReleasedOnTheLoopAreMadeElsewher
                          [](const absl::Status&) {})
                   .ok());
   std::atomic<int> b_frames{0};
-  ASSERT_TRUE(loop.Watch(b.near.get(), [&](std::string_view) { ++b_frames; },
+  ASSERT_TRUE(loop.Watch(b.near.get(), "the test peer", [&](std::string_view) { ++b_frames; },
                          [](const absl::Status&) {})
                   .ok());
   ASSERT_TRUE(a.far->Send(Small(1)).ok());
@@ -157,7 +157,7 @@ TEST_F(ConnectionLoopTest, AFailedLoopClosesEveryConnection) {
   std::vector<std::string> closes;
   for (int i = 0; i < 3; ++i) {
     pairs.push_back(MakePair());
-    ASSERT_TRUE(loop.Watch(pairs.back().near.get(), [](std::string_view) {},
+    ASSERT_TRUE(loop.Watch(pairs.back().near.get(), "the test peer", [](std::string_view) {},
                            [&](const absl::Status& why) {
                              absl::MutexLock l(&mu);
                              closes.push_back(std::string(why.message()));
@@ -175,7 +175,7 @@ TEST_F(ConnectionLoopTest, AFailedLoopClosesEveryConnection) {
   }
   EXPECT_EQ(loop.watched(), 0u);
   pairs.push_back(MakePair());
-  absl::Status s = loop.Watch(pairs.back().near.get(), [](std::string_view) {}, [](const absl::Status&) {});
+  absl::Status s = loop.Watch(pairs.back().near.get(), "the test peer", [](std::string_view) {}, [](const absl::Status&) {});
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(absl::StrContains(s.message(), "connection loop failed")) << s;
 }
@@ -186,7 +186,7 @@ TEST_F(ConnectionLoopTest, StopReturnsWhileAPeerDoesNotRead) {
   Pair a = MakePair();
   auto loop = std::make_unique<ConnectionLoop>();
   std::atomic<int> closed{0};
-  ASSERT_TRUE(loop->Watch(a.near.get(), [](std::string_view) {},
+  ASSERT_TRUE(loop->Watch(a.near.get(), "the test peer", [](std::string_view) {},
                           [&](const absl::Status&) { ++closed; })
                   .ok());
   for (int i = 0; i < 8; ++i) ASSERT_TRUE(a.near->Send(Large(i, 1 << 20)).ok());

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -257,10 +258,17 @@ void TaskSubmitter::StartRequestLocked(Key& k) {
 
 void TaskSubmitter::Flush(Outbox& out) {
   for (Send& s : out.sends) {
-    // A failed send is seen by the worker's reader, which re-queues its tasks.
+    // A failed send breaks the connection: the loop sees it close, and WorkerLost
+    // retries or fails the worker's tasks.
     s.worker->sock->SendFrames(s.frames).IgnoreError();
   }
   for (auto& [t, status] : out.failures) objects_.Fail(t->result, std::move(status));
+}
+
+void TaskSubmitter::FlushLoopOutbox() {
+  if (loop_out_.sends.empty() && loop_out_.failures.empty()) return;
+  Outbox out = std::exchange(loop_out_, {});
+  Flush(out);
 }
 
 void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
@@ -301,8 +309,10 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
       w = std::make_shared<Worker>();
       w->sock = *std::move(c);
       absl::Status watched = loop_->Watch(
-          w->sock.get(), [this, w](std::string_view payload) { OnFrame(w, payload); },
-          [this, w](const absl::Status& why) { WorkerLost(w, why); });
+          w->sock.get(), absl::StrCat("worker ", reply.worker_id(), " on node ", reply.node_id()),
+          [this, w](std::string_view payload) { OnFrame(w, payload); },
+          [this, w](const absl::Status& why) { WorkerLost(w, why); },
+          [this] { FlushLoopOutbox(); });
       if (!watched.ok()) {
         c = watched;
         w = nullptr;
@@ -423,7 +433,7 @@ void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view p
     return;
   }
   if (frame.has_revoked()) {
-    Outbox out;
+    Outbox& out = loop_out_;
     {
       absl::MutexLock l(&mu_);
       DROVER_LOG(INFO) << "lease " << w->lease_id << " of worker " << w->worker_id << " on node "
@@ -437,13 +447,11 @@ void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view p
         PumpLocked(*w->key, &out);  // its queued tasks ask for other leases
       }
     }
-    Flush(out);
     return;
   }
   if (!frame.has_reply()) return;
   proto::TaskReply& reply = *frame.mutable_reply();
   std::shared_ptr<TaskRecord> t;
-  Outbox out;
   {
     absl::MutexLock l(&mu_);
     auto it = w->in_flight.find(reply.seq());
@@ -458,9 +466,10 @@ void TaskSubmitter::OnFrame(const std::shared_ptr<Worker>& w, std::string_view p
     if (w->in_flight.empty()) w->idle_since = clock_->Now();
     if (w->revoked && w->in_flight.empty()) HandBackLocked(w);
     by_result_.erase(t->result.get());
-    PumpLocked(*w->key, &out);
+    // Sent at the end of the loop's wake-up with what the other replies of it decided
+    // (FlushLoopOutbox): one write per worker, not one per reply.
+    PumpLocked(*w->key, &loop_out_);
   }
-  Flush(out);
   if (reply.code() == static_cast<int>(absl::StatusCode::kCancelled) && !t->cancelled) {
     // A cancel of an earlier attempt: run it again.
     Enqueue(t);

@@ -171,6 +171,8 @@ class TaskSubmitter {
   void PumpLocked(Key& k, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends, then fails, what `out` holds.
   void Flush(Outbox& out) ABSL_LOCKS_EXCLUDED(mu_);
+  // The loop's batch end: sends what the frames of its wake-up decided (loop_out_).
+  void FlushLoopOutbox() ABSL_LOCKS_EXCLUDED(mu_);
   size_t DepthOf(const Worker& w) const;
   // Lease requests `k` wants outstanding now (0 unless tasks wait).
   int WantedRequestsLocked(const Key& k) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -214,6 +216,10 @@ class TaskSubmitter {
   std::unique_ptr<ConnectionLoop> own_loop_;
   ConnectionLoop* const loop_;
   const std::function<void()> watched_for_test_;
+
+  // What the loop's handlers (OnFrame) decided during one wake-up of the loop, sent at
+  // its end (FlushLoopOutbox). Touched by the loop thread only (filled under mu_).
+  Outbox loop_out_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Key>> keys_ ABSL_GUARDED_BY(mu_);

@@ -318,20 +318,40 @@ void ActorClient::Connect(std::shared_ptr<ActorState> a) {
                                                            watched.message())));
       return;
     }
+    bool shutting_down = false;
     {
       absl::MutexLock l(&mu_);
-      sockets_[a->id] = shared;
-      if (shutdown_) shared->Shutdown();
+      shutting_down = shutdown_;
+      // Not published once Shutdown has collected the sockets and calls: the loop may
+      // stop before it handles this one's close, and calls pumped to it would never
+      // fail.
+      if (!shutting_down) sockets_[a->id] = shared;
     }
+    if (shutting_down) {
+      shared->Shutdown();
+      FailAll(a, absl::CancelledError(absl::StrCat(
+                     "drover::Shutdown was called while connecting to actor ", a->id)));
+      return;
+    }
+    bool closed_first = false;
     {
       absl::MutexLock l(&a->mu_);
-      if (*closed) {
+      closed_first = *closed;
+      if (closed_first) {
         // Gone already (it died, or is restarting): wait for its record to change.
         a->info_.set_state(proto::ACTOR_RESTARTING);
-        continue;
+      } else {
+        a->sock_ = shared;
+        a->connecting_ = false;
       }
-      a->sock_ = shared;
-      a->connecting_ = false;
+    }
+    if (closed_first) {
+      // Its close may have run before it was listed above: take it off the list (unless
+      // a newer connection replaced it).
+      absl::MutexLock l(&mu_);
+      auto it = sockets_.find(a->id);
+      if (it != sockets_.end() && it->second == shared) sockets_.erase(it);
+      continue;
     }
     Pump(a);
     return;
@@ -552,15 +572,23 @@ void ActorClient::Shutdown() {
     }
   }
   for (auto& s : socks) s->Shutdown();
-  std::vector<std::shared_ptr<TaskRecord>> in_flight;
-  for (auto& a : actors) {
-    absl::MutexLock l(&a->mu_);
-    for (auto& [seq, t] : a->in_flight_) in_flight.push_back(std::move(t));
-    a->in_flight_.clear();
-  }
-  for (auto& t : in_flight) objects_.Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
+  auto fail_in_flight = [&] {
+    std::vector<std::shared_ptr<TaskRecord>> in_flight;
+    for (auto& a : actors) {
+      absl::MutexLock l(&a->mu_);
+      for (auto& [seq, t] : a->in_flight_) in_flight.push_back(std::move(t));
+      a->in_flight_.clear();
+    }
+    for (auto& t : in_flight) {
+      objects_.Fail(t->result, absl::CancelledError("drover::Shutdown was called"));
+    }
+  };
+  fail_in_flight();
   threads_.Close();
   threads_.Wait();
+  // Again: a connect or a lost connection's thread that was finishing may have pumped
+  // calls meanwhile, and the loop may stop before it handles their connection's close.
+  fail_in_flight();
   if (own_loop_ != nullptr) own_loop_->Stop();
 }
 

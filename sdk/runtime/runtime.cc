@@ -200,8 +200,9 @@ class Runtime : public RuntimeContext {
   std::unique_ptr<GrpcScheduler> scheduler_calls;
   std::unique_ptr<SocketWorkerConnector> connector;
   std::unique_ptr<GrpcWorkerAgents> worker_agents;
-  // Reads every worker and actor connection of the two cores below (one thread);
-  // declared first so it goes last (their sockets call it until they close).
+  // Reads every worker and actor connection of the two cores below (one thread).
+  // Declared before them, so destroyed after them (their sockets call it until they
+  // close); ~Runtime stops it before any of them goes (its handlers call the cores).
   std::unique_ptr<ConnectionLoop> loop = std::make_unique<ConnectionLoop>();
   std::unique_ptr<TaskSubmitter> submitter;
   std::unique_ptr<ActorClient> actors;
@@ -219,13 +220,14 @@ class Runtime : public RuntimeContext {
   std::shared_ptr<Session> session = std::make_shared<Session>();
   std::thread session_thread;
 
-  // A runtime that MakeRuntime gives up on after RegisterDriver started the session
-  // thread (the session never attached, a later step failed) still has that thread:
-  // stop and join it instead of destroying a joinable std::thread (std::terminate).
-  ~Runtime() {
-    if (session_thread.joinable()) Shutdown();
-  }
+  // Always shuts down (again, if drover::Shutdown did: each step is idempotent), before
+  // any member goes: the loop thread may still be handling a connection's frames or
+  // close, which call into the cores (WorkerLost, ConnectionClosed), so it stops
+  // before they are destroyed. A runtime that MakeRuntime gives up on after
+  // RegisterDriver started the session thread has that thread joined here too.
+  ~Runtime() { Shutdown(); }
 
+  // Idempotent.
   void Shutdown() {
     // The cores shut their connections and fail what is in flight; then the loop
     // stops (it never waits on a peer, so a stopped worker cannot hold this up).

@@ -72,11 +72,13 @@ void ConnectionLoop::Stop() {
   loop_.Wake();
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   std::unordered_map<uint64_t, std::shared_ptr<Entry>> dropped;
-  std::unique_ptr<ThreadPool> releaser;
+  std::shared_ptr<Releaser> releaser;
+  std::thread releaser_thread;
   {
     absl::MutexLock l(&mu_);
     dropped.swap(entries_);
     releaser = std::move(releaser_);
+    releaser_thread = std::move(releaser_thread_);
   }
   for (auto& [key, e] : dropped) {
     absl::MutexLock l(&e->mu);
@@ -85,7 +87,42 @@ void ConnectionLoop::Stop() {
   }
   // `dropped` goes here, outside the lock: the handlers may hold the sockets' owners.
   dropped.clear();
-  releaser.reset();  // makes the deletes still queued
+  if (releaser == nullptr) return;
+  bool idle = false;
+  {
+    absl::MutexLock l(&releaser->mu);
+    releaser->stopping = true;
+    releaser->queue.clear();
+    idle = releaser->mu.AwaitWithTimeout(
+        absl::Condition(+[](bool* busy) { return !*busy; }, &releaser->busy), kStopReleaseWait);
+  }
+  if (idle) {
+    releaser_thread.join();
+  } else {
+    DROVER_LOG(WARNING) << "a store delete has not returned after "
+                        << absl::FormatDuration(kStopReleaseWait)
+                        << " (a restarting store?); shutting down without waiting for it";
+    releaser_thread.detach();  // it holds only its shared state, and ends after the delete
+  }
+}
+
+void ConnectionLoop::ReleaserLoop(std::shared_ptr<Releaser> r) {
+  absl::MutexLock l(&r->mu);
+  for (;;) {
+    r->mu.Await(absl::Condition(
+        +[](Releaser* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(r->mu) {
+          return r->stopping || !r->queue.empty();
+        },
+        r.get()));
+    if (r->stopping) return;
+    ObjectTable::DeferReleases::Batch batch = std::move(r->queue.front());
+    r->queue.pop_front();
+    r->busy = true;
+    r->mu.Unlock();
+    ObjectTable::ReleaseNow(std::move(batch));
+    r->mu.Lock();
+    r->busy = false;
+  }
 }
 
 absl::Status ConnectionLoop::failure() {
@@ -221,10 +258,17 @@ void ConnectionLoop::Fail(const absl::Status& why) {
 
 void ConnectionLoop::Release(ObjectTable::DeferReleases::Batch batch) {
   if (batch.empty()) return;
-  absl::MutexLock l(&mu_);
-  if (releaser_ == nullptr) releaser_ = std::make_unique<ThreadPool>(1);
-  auto shared = std::make_shared<ObjectTable::DeferReleases::Batch>(std::move(batch));
-  releaser_->Post([shared] { ObjectTable::ReleaseNow(std::move(*shared)); });
+  std::shared_ptr<Releaser> r;
+  {
+    absl::MutexLock l(&mu_);
+    if (releaser_ == nullptr) {
+      releaser_ = std::make_shared<Releaser>();
+      releaser_thread_ = std::thread(ReleaserLoop, releaser_);
+    }
+    r = releaser_;
+  }
+  absl::MutexLock l(&r->mu);
+  if (!r->stopping) r->queue.push_back(std::move(batch));
 }
 
 }  // namespace drover::internal

@@ -31,6 +31,7 @@
 #define DROVER_SDK_RUNTIME_CONNECTION_LOOP_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -42,9 +43,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/event_loop.h"
 #include "common/framed_socket.h"
-#include "common/thread_pool.h"
 #include "sdk/runtime/object_table.h"
 
 namespace drover::internal {
@@ -72,10 +73,13 @@ class ConnectionLoop {
   // it failed.
   absl::Status Watch(FramedSocket* sock, std::string peer, FrameFn on_frame, ClosedFn on_closed,
                      BatchEndFn on_batch_end = nullptr) ABSL_LOCKS_EXCLUDED(mu_);
-  // Ends the loop thread and joins it (it never waits on a peer: bounded), then makes
-  // the store deletes still collected. Connections still watched are dropped without
-  // their `on_closed` (their owners have shut them down and failed their work).
+  // Ends the loop thread and joins it (it never waits on a peer: bounded). Connections
+  // still watched are dropped without their `on_closed` (their owners have shut them
+  // down and failed their work). Store deletes not yet begun are dropped (the store
+  // frees a job's objects when it ends); one in progress (a restarting store) is waited
+  // for up to kStopReleaseWait, then left to finish on its own.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
+  static constexpr absl::Duration kStopReleaseWait = absl::Seconds(2);
   // The loop's error once it failed (Watch then always fails with it); OK before.
   absl::Status failure() ABSL_LOCKS_EXCLUDED(mu_);
   // Connections watched now.
@@ -123,8 +127,17 @@ class ConnectionLoop {
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   uint64_t next_key_ ABSL_GUARDED_BY(mu_) = 1;
   std::unordered_map<uint64_t, std::shared_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
-  // Store deletes of objects the handlers released (one thread, made on first use).
-  std::unique_ptr<ThreadPool> releaser_ ABSL_GUARDED_BY(mu_);
+  // Store deletes of objects the handlers released: one thread, made on first use. Its
+  // state is shared with it, so Stop may leave it in a delete that does not return.
+  struct Releaser {
+    absl::Mutex mu;
+    std::deque<ObjectTable::DeferReleases::Batch> queue ABSL_GUARDED_BY(mu);
+    bool stopping ABSL_GUARDED_BY(mu) = false;
+    bool busy ABSL_GUARDED_BY(mu) = false;  // in a delete
+  };
+  static void ReleaserLoop(std::shared_ptr<Releaser> r);
+  std::shared_ptr<Releaser> releaser_ ABSL_GUARDED_BY(mu_);
+  std::thread releaser_thread_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -13,7 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
@@ -117,6 +119,11 @@ TEST_F(ConnectionLoopTest, StoreDeletesOfObjectsReleasedOnTheLoopAreMadeElsewher
   Pair a = MakePair();
   Pair b = MakePair();
   ConnectionLoop loop;
+  // Lets the delete go however the test ends (a failed ASSERT included), before the
+  // loop goes.
+  absl::Cleanup unblock_at_end = [&] {
+    if (!unblock.HasBeenNotified()) unblock.Notify();
+  };
   std::shared_ptr<RefState> ref = table.NewReady(
       "obj-1", ObjectValue{nullptr, StoredRef{"obj-1", "n1", 100}, {}});
   ASSERT_TRUE(loop.Watch(a.near.get(), "the test peer",
@@ -145,6 +152,106 @@ TEST_F(ConnectionLoopTest, StoreDeletesOfObjectsReleasedOnTheLoopAreMadeElsewher
   unblock.Notify();
   EXPECT_TRUE(WaitFor([&] { return deleted.load() == 1; }, kWait));
   EXPECT_FALSE(deleted_on_loop.load());
+}
+
+// Frames that arrive together are handled together, and the connection's batch end
+// runs once after them (its owner sends what they decided in one write).
+TEST_F(ConnectionLoopTest, BatchEndRunsOnceAfterTheFramesOfAWakeUp) {
+  Pair a = MakePair();
+  ConnectionLoop loop;
+  std::atomic<int> frames{0};
+  std::atomic<int> ends{0};
+  std::atomic<int> frames_at_first_end{-1};
+  ASSERT_TRUE(loop.Watch(a.near.get(), "the test peer", [&](std::string_view) { ++frames; },
+                         [](const absl::Status&) {},
+                         [&] {
+                           if (ends++ == 0) frames_at_first_end = frames.load();
+                         })
+                  .ok());
+  std::string batch;
+  for (int i = 0; i < 10; ++i) AppendFrame(Small(i), &batch);
+  ASSERT_TRUE(a.far->SendFrames(batch).ok());
+  ASSERT_TRUE(WaitFor([&] { return ends.load() >= 1; }, kWait));
+  EXPECT_EQ(frames_at_first_end.load(), 10);
+  EXPECT_EQ(ends.load(), 1);
+}
+
+// A close says what happened: the peer closed it, or this side shut it down.
+TEST_F(ConnectionLoopTest, ACloseSaysWhoEndedTheConnection) {
+  Pair a = MakePair();
+  Pair b = MakePair();
+  ConnectionLoop loop;
+  absl::Mutex mu;
+  std::string why_a, why_b;
+  ASSERT_TRUE(loop.Watch(a.near.get(), "the test peer", [](std::string_view) {},
+                         [&](const absl::Status& why) {
+                           absl::MutexLock l(&mu);
+                           why_a = std::string(why.message());
+                         })
+                  .ok());
+  ASSERT_TRUE(loop.Watch(b.near.get(), "the test peer", [](std::string_view) {},
+                         [&](const absl::Status& why) {
+                           absl::MutexLock l(&mu);
+                           why_b = std::string(why.message());
+                         })
+                  .ok());
+  a.far.reset();
+  b.near->Shutdown();
+  ASSERT_TRUE(WaitFor([&] {
+    absl::MutexLock l(&mu);
+    return !why_a.empty() && !why_b.empty();
+  }, kWait));
+  absl::MutexLock l(&mu);
+  EXPECT_TRUE(absl::StrContains(why_a, "closed by the peer")) << why_a;
+  EXPECT_TRUE(absl::StrContains(why_b, "shut down by this side")) << why_b;
+}
+
+// Stop does not wait on a store delete that does not return (a restarting store) for
+// longer than kStopReleaseWait, and drops deletes not yet begun.
+TEST_F(ConnectionLoopTest, StopDoesNotWaitOnAHangingStoreDelete) {
+  ObjectTable table;
+  absl::Notification unblock;
+  std::atomic<int> calls{0};
+  std::atomic<int> deleted{0};
+  table.set_release([&](const std::vector<StoredRef>& objects) {
+    ++calls;
+    unblock.WaitForNotification();
+    deleted += static_cast<int>(objects.size());
+  });
+  Pair a = MakePair();
+  auto loop = std::make_unique<ConnectionLoop>();
+  std::thread stopper;
+  absl::Cleanup at_end = [&] {
+    if (!unblock.HasBeenNotified()) unblock.Notify();
+    if (stopper.joinable()) stopper.join();
+  };
+  std::vector<std::shared_ptr<RefState>> refs;
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = absl::StrCat("obj-", i);
+    refs.push_back(table.NewReady(id, ObjectValue{nullptr, StoredRef{id, "n1", 100}, {}}));
+  }
+  std::atomic<int> frames{0};
+  ASSERT_TRUE(loop->Watch(a.near.get(), "the test peer",
+                          [&](std::string_view) {
+                            refs[frames.load()].reset();  // a store delete per frame
+                            ++frames;
+                          },
+                          [](const absl::Status&) {})
+                  .ok());
+  ASSERT_TRUE(a.far->Send(Small(1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return calls.load() == 1; }, kWait));  // the first hangs
+  ASSERT_TRUE(a.far->Send(Small(2)).ok());
+  ASSERT_TRUE(WaitFor([&] { return frames.load() == 2; }, kWait));  // the second waits
+  a.near->Shutdown();
+  std::atomic<bool> stopped{false};
+  stopper = std::thread([&] {
+    loop->Stop();
+    stopped = true;
+  });
+  EXPECT_TRUE(WaitFor([&] { return stopped.load(); }, kWait));
+  unblock.Notify();
+  EXPECT_TRUE(WaitFor([&] { return deleted.load() == 1; }, kWait));
+  EXPECT_EQ(calls.load(), 1);  // the queued one was dropped
 }
 
 // A loop that fails (epoll_wait errs) tells every connection's close path, and takes

@@ -4,7 +4,10 @@
 // (object_store/store_reactor.h), which keeps its own polling policy around Wait.
 //
 // Ownership: it owns the epoll set and the eventfd, not the descriptors it watches.
-// Thread safety: one thread calls everything, except Wake, which any thread may call.
+// Thread safety: Wait and Drain from the loop's one thread; Wake from any thread. Add,
+// Modify and Remove are epoll_ctl calls, safe from any thread (the kernel orders
+// them): the SDK's ConnectionLoop arms and disarms EPOLLOUT from the threads that
+// send; the framed servers and the store's reactor call them from the loop only.
 #ifndef DROVER_COMMON_EVENT_LOOP_H_
 #define DROVER_COMMON_EVENT_LOOP_H_
 

@@ -236,7 +236,8 @@ void FramedSocket::WriteNonBlockingLocked() {
     const bool ok = WriteAvailable(*stream_, &batch, &waits_read);
     mu_.Lock();
     if (!ok && broken_.ok()) {
-      broken_ = absl::UnavailableError(absl::StrCat("connection to ", peer_, " lost while sending"));
+      broken_ =
+          absl::UnavailableError(absl::StrCat("connection to ", peer_, " lost while sending"));
     }
     if (!batch.empty() && broken_.ok()) {
       // The socket is full: what is left goes first, then what came meanwhile.

@@ -13,9 +13,9 @@
 // ConnectionLoop thread (connection_loop.h; the process's, or the client's own), whose
 // handlers never block: sends never wait (the loop writes what a full socket did not
 // take), and a broken connection's questions to the scheduler go to a thread of their
-// own. Connecting (waiting for the actor to be ALIVE) runs on its own thread. No call's result is failed
-// or completed while a lock is held: its done callbacks (a dependent call's) take the
-// actor's locks again. Thread-safe.
+// own. Connecting (waiting for the actor to be ALIVE) runs on its own thread. No
+// call's result is failed or completed while a lock is held: its done callbacks (a
+// dependent call's) take the actor's locks again. Thread-safe.
 //
 // Collaborators (seams.h): the scheduler's actor records, worker connections, agents,
 // the object table and the clock, wired by runtime.cc and by unit tests
@@ -98,7 +98,8 @@ class ActorClient {
   std::shared_ptr<RefState> Call(const std::shared_ptr<ActorState>& actor,
                                  const std::string& method_key, const CallOptions& options,
                                  std::vector<TaskArgument> args);
-  absl::StatusOr<std::shared_ptr<ActorState>> Lookup(const std::string& name, absl::Duration timeout);
+  absl::StatusOr<std::shared_ptr<ActorState>> Lookup(const std::string& name,
+                                                     absl::Duration timeout);
   std::shared_ptr<ActorState> FromId(const std::string& id);
   absl::Status Kill(const std::shared_ptr<ActorState>& actor);
   absl::Status WaitReady(const std::shared_ptr<ActorState>& actor, absl::Duration timeout);
@@ -124,7 +125,8 @@ class ActorClient {
   // `sock`, `a`'s connection, ended (the loop's thread): the calls in flight fail
   // with what the scheduler says happened, asked on a thread of its own (Lost).
   void ConnectionClosed(const std::shared_ptr<ActorState>& a,
-                        const std::shared_ptr<FramedSocket>& sock, const std::shared_ptr<bool>& closed);
+                        const std::shared_ptr<FramedSocket>& sock,
+                        const std::shared_ptr<bool>& closed);
   void Lost(const std::shared_ptr<ActorState>& a, std::vector<std::shared_ptr<TaskRecord>> lost,
             int64_t version);
   // Asks the scheduler for the actor's record, waiting up to `wait` for a version after
@@ -136,14 +138,16 @@ class ActorClient {
   // Makes a call to the scheduler (`attempt`: one try) and, while the scheduler does not
   // answer (UNAVAILABLE, DEADLINE_EXCEEDED: a restart under way), tries again with
   // back-off (100 ms doubling to 2 s) for up to `patience`, telling the outage (once per
-  // outage for the whole process); then fails naming the scheduler. CANCELLED if Shutdown is called meanwhile.
+  // outage for the whole process); then fails naming the scheduler. CANCELLED if
+  // Shutdown is called meanwhile.
   // Every call retried is safe to repeat: creations carry the actor's id, reads and
   // kills are idempotent.
   absl::Status WhileSchedulerAway(const std::string& what, absl::Duration patience,
                                   const std::function<absl::Status()>& attempt)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Update(const std::shared_ptr<ActorState>& a, const proto::ActorInfo& info);
-  void FailAll(const std::shared_ptr<ActorState>& a, const absl::Status& s) ABSL_LOCKS_EXCLUDED(mu_);
+  void FailAll(const std::shared_ptr<ActorState>& a, const absl::Status& s)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const OwnerIdentity owner_;
   ActorDirectory* const directory_;

@@ -413,8 +413,8 @@ TEST_F(ActorClientTest, ThreadsDoNotGrowWithActorConnections) {
   connect_one();
   ASSERT_TRUE(WaitFor([&] { return silent.connects() == 1; }));
   // Its creation and connection threads end once it is connected.
+  int last = -1;
   ASSERT_TRUE(WaitFor([&] {
-    static int last = -1;
     const int now = testing::ThreadCount();
     const bool steady = now == last;
     last = now;

@@ -14,9 +14,6 @@ namespace {
 // The DeferReleases alive on this thread, innermost.
 thread_local ObjectTable::DeferReleases* t_defer = nullptr;
 
-}  // namespace
-namespace {
-
 // The longest Get spins for a result before it sleeps on the table's condition variable.
 constexpr absl::Duration kSpinBeforeSleep = absl::Microseconds(50);
 

@@ -23,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -161,7 +162,7 @@ class ObjectTable {
     DeferReleases(const DeferReleases&) = delete;
     DeferReleases& operator=(const DeferReleases&) = delete;
     using Batch = std::vector<std::pair<ObjectTable*, std::vector<StoredRef>>>;
-    Batch Take() { return std::move(batch_); }
+    Batch Take() { return std::exchange(batch_, {}); }
 
    private:
     friend class ObjectTable;

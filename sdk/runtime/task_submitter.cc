@@ -400,7 +400,9 @@ void TaskSubmitter::RequestLease(Key* k, std::string request_id) {
       }
       // Asked again with the same id when the key next gets a slot (at once, unless
       // other keys have fewer requests out, or it backs off).
-      if (k->lease_requests < WantedRequestsLocked(*k)) k->parked_ids.push_back(std::move(request_id));
+      if (k->lease_requests < WantedRequestsLocked(*k)) {
+        k->parked_ids.push_back(std::move(request_id));
+      }
     }
     AdmitLocked();  // the freed slot
   }

@@ -17,16 +17,18 @@
 // by one ConnectionLoop thread (connection_loop.h; the process's, or one of the
 // submitter's own), whose handlers never block: sends never wait (the loop writes
 // what a full socket did not take), and a lost worker's unfinished tasks are handed
-// to a thread of their own (asking its agent how it ended waits). Lease requests run on a pool (kMaxLeaseRequestsTotal threads, made on
-// the first request), one RPC per posted request, at most that many outstanding across
-// all keys: a freed slot goes to the key with the fewest requests out, so every key
-// with waiting tasks keeps one asked while there are no more keys than slots (the
-// scheduler forgets a request nobody asks about for 4 s). A failed request's back-off
-// is a time on its key, ended by the housekeeping thread's timer, not a sleeping
-// thread. Sends happen outside the
-// mutex, and so does failing a task: failing its result runs the result's done
-// callbacks on this thread, and a dependent task's callback comes back here (FailTask,
-// Enqueue). Work decided under the mutex goes into an Outbox, carried out after it.
+// to a thread of their own (asking its agent how it ended waits). The tasks that the
+// replies of one loop wake-up free room for are sent at its end, one write per worker.
+// Lease requests run on a pool (kMaxLeaseRequestsTotal threads, made on the first
+// request), one RPC per posted request, at most that many outstanding across all keys:
+// a freed slot goes to the key with the fewest requests out, so every key with waiting
+// tasks keeps one asked while there are no more keys than slots (the scheduler forgets
+// a request nobody asks about for 4 s). A failed request's back-off (also after a
+// grant that could not be used) is a time on its key, ended by the housekeeping
+// thread's timer, not a sleeping thread. Sends happen outside the mutex, and so does
+// failing a task: failing its result runs the result's done callbacks on this thread,
+// and a dependent task's callback comes back here (FailTask, Enqueue). Work decided
+// under the mutex goes into an Outbox, carried out after it.
 // Collaborators (seams.h): the scheduler's lease calls, worker connections, agents,
 // the object table and the clock come in as interfaces, wired by runtime.cc and by
 // unit tests (task_submitter_test.cc) with fakes.
@@ -187,10 +189,12 @@ class TaskSubmitter {
   // One lease request (an RPC the scheduler holds up to kLeaseWaitMs), on the pool.
   void RequestLease(Key* k, std::string request_id) ABSL_LOCKS_EXCLUDED(mu_);
   // A frame from `w` (the loop's thread).
-  void OnFrame(const std::shared_ptr<Worker>& w, std::string_view payload) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnFrame(const std::shared_ptr<Worker>& w, std::string_view payload)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // `w`'s connection ended (the loop's thread): its unfinished tasks go to a thread
   // that asks its agent how it ended, then retries or fails them (RetryOrFail).
-  void WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why) ABSL_LOCKS_EXCLUDED(mu_);
+  void WorkerLost(const std::shared_ptr<Worker>& w, const absl::Status& why)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void RetryOrFail(const std::shared_ptr<Worker>& w, const absl::Status& why,
                    std::vector<std::shared_ptr<TaskRecord>> unfinished) ABSL_LOCKS_EXCLUDED(mu_);
   // Hands `w`'s lease back (closes the connection; its agent returns the lease).

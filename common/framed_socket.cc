@@ -163,12 +163,12 @@ absl::Status FramedSocket::Enqueue(Append append) {
   if (!broken_.ok()) return broken_;
   const size_t before = pending_.size();
   append(&pending_);
-  if (want_write_ && pending_.size() > kMaxUnsentBytes) {
+  if (want_write_ && pending_.size() > max_unsent_) {
     // The peer has stopped reading (an actor stuck in a call): fail the connection,
     // so its owner fails what is in flight, rather than buffer without bound.
     broken_ = absl::ResourceExhaustedError(absl::StrCat(
         peer_, " does not read what is sent to it: ", before, " bytes are unsent and ",
-        pending_.size() - before, " more would exceed the limit of ", kMaxUnsentBytes,
+        pending_.size() - before, " more would exceed the limit of ", max_unsent_,
         "; its connection is closed"));
     pending_.clear();
     stream_->Shutdown();
@@ -219,11 +219,13 @@ void FramedSocket::Shutdown() {
   stream_->Shutdown();
 }
 
-absl::Status FramedSocket::UseEventLoop(std::function<void(bool)> want_write, std::string peer) {
+absl::Status FramedSocket::UseEventLoop(std::function<void(bool)> want_write, std::string peer,
+                                        size_t max_unsent) {
   if (absl::Status s = SetNonBlocking(stream_->fd()); !s.ok()) return s;
   absl::MutexLock l(&mu_);
   want_write_ = std::move(want_write);
   peer_ = std::move(peer);
+  max_unsent_ = max_unsent;
   return absl::OkStatus();
 }
 

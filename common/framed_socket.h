@@ -100,10 +100,10 @@ class FramedSocket {
   // poller's own lock (ConnectionLoop's Entry::mu); never the other way.
   //
   // A peer that does not read cannot make the buffer grow without bound: a Send that
-  // would leave more than kMaxUnsentBytes unsent fails RESOURCE_EXHAUSTED (naming the
+  // would leave more than `max_unsent` bytes unsent fails RESOURCE_EXHAUSTED (naming the
   // peer and the bytes unsent), and so does the connection, which is shut down.
-  absl::Status UseEventLoop(std::function<void(bool)> want_write, std::string peer = "the peer")
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status UseEventLoop(std::function<void(bool)> want_write, std::string peer = "the peer",
+                            size_t max_unsent = kMaxUnsentBytes) ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr size_t kMaxUnsentBytes = size_t{1} << 30;
   // The loop, once the socket is writable: writes what it takes of the buffer now.
   void WriteReady() ABSL_LOCKS_EXCLUDED(mu_);
@@ -142,6 +142,7 @@ class FramedSocket {
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   std::function<void(bool)> want_write_ ABSL_GUARDED_BY(mu_);  // set: event-loop mode
   std::string peer_ ABSL_GUARDED_BY(mu_);
+  size_t max_unsent_ ABSL_GUARDED_BY(mu_) = kMaxUnsentBytes;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;  // want_write(true) told, not yet undone
   // A TLS write must read first (renegotiation, key update): it goes on after the next
   // read event, not on writability (the socket is writable: the loop would spin).

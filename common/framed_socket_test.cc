@@ -1,7 +1,10 @@
 #include "common/framed_socket.h"
 
+#include <sys/socket.h>
+
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -67,6 +70,29 @@ TEST(FrameReaderTest, AHeaderAloneDoesNotReserveTheFramesClaimedSize) {
   ASSERT_TRUE(next.ok());
   EXPECT_FALSE(*next);
   EXPECT_LE(r.reserved(), size_t{128} << 10);
+}
+
+// Event-loop mode: bytes for a peer that does not read (an actor stuck in a call) are
+// capped; past the cap the send and the connection fail RESOURCE_EXHAUSTED naming the
+// peer, and the buffer is let go.
+TEST(FramedSocketTest, EventLoopModeCapsTheBytesBufferedForAPeerThatDoesNotRead) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  FramedSocket near(fds[0]);
+  FramedSocket far(fds[1]);  // never reads
+  ASSERT_TRUE(near.UseEventLoop([](bool) {}, "actor a1", 1 << 20).ok());
+  const std::string frame = Frame(std::string(64 << 10, 'x'));
+  absl::Status s;
+  for (int i = 0; i < 64 && s.ok(); ++i) s = near.SendFrames(frame);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_NE(s.message().find("actor a1"), std::string_view::npos) << s;
+  EXPECT_NE(s.message().find("unsent"), std::string_view::npos) << s;
+  EXPECT_EQ(near.unsent(), 0u);
+  EXPECT_EQ(near.SendFrames(frame).code(), absl::StatusCode::kResourceExhausted);
+  // The loop's read sees the connection end, with that reason.
+  bool wants_write = false;
+  absl::Status read = near.ReadReady([](std::string_view) {}, &wants_write);
+  EXPECT_EQ(read.code(), absl::StatusCode::kResourceExhausted) << read;
 }
 
 }  // namespace

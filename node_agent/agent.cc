@@ -31,6 +31,11 @@ namespace {
 
 constexpr auto kRegisterTimeout = std::chrono::milliseconds(5000);
 constexpr auto kHeartbeatTimeout = std::chrono::milliseconds(2000);
+// The store's counters a heartbeat carries: skipped (sent next time) when the store does
+// not answer within this, so a stopped store never delays a heartbeat past the node
+// timeout (it had up to the client's 60 s call timeout). Above the store client's
+// kMinReplyWait (1 s), the least time left with which a call is sent at all.
+constexpr absl::Duration kHeartbeatStoreStatsTimeout = absl::Milliseconds(1500);
 constexpr auto kReportTimeout = std::chrono::milliseconds(2000);
 // Exits sent in one ReportExit at most (a node that reaps thousands at once sends a
 // few calls).
@@ -531,6 +536,8 @@ std::string NodeAgent::object_store_socket() const {
   return store_ ? store_->socket_path() : "";
 }
 
+pid_t NodeAgent::object_store_pid() const { return store_ ? store_->pid() : 0; }
+
 absl::Status NodeAgent::StartObjectStore() {
   StoreSupervisorOptions so;
   so.binary = options_.object_store_binary;
@@ -628,7 +635,7 @@ void NodeAgent::RegistrationLoop() {
       req.set_node_id(node_id());
       for (auto& p : GangSnapshot()) *req.add_processes() = std::move(p);
       if (store_objects_) {
-        if (auto stats = store_objects_->Stats(); stats.ok()) {
+        if (auto stats = store_objects_->Stats(kHeartbeatStoreStatsTimeout); stats.ok()) {
           *req.mutable_object_store() = StoreUsage(*stats);
         }
       }

@@ -23,6 +23,8 @@
 #ifndef DROVER_NODE_AGENT_AGENT_H_
 #define DROVER_NODE_AGENT_AGENT_H_
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -143,6 +145,8 @@ class NodeAgent {
   ProcessManager* process_manager() { return pm_.get(); }
   // The object store's socket; empty without one. Valid after Start.
   std::string object_store_socket() const;
+  // The hosted store's pid (0 if none runs now).
+  pid_t object_store_pid() const;
   // host:port of /metrics; empty without it. Valid after Start.
   std::string metrics_address() const { return metrics_address_; }
 

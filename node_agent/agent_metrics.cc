@@ -95,7 +95,7 @@ std::vector<std::shared_ptr<prometheus::Collectable>> AgentMetrics::Sources() {
               .Add(s.store->restarts());
         }
         if (s.store_objects != nullptr) {
-          absl::StatusOr<object_store::StoreStats> st = s.store_objects->Stats();
+          absl::StatusOr<object_store::StoreStats> st = s.store_objects->Stats(absl::Seconds(2));
           f->Gauge("drover_object_store_up", "1 if this node's object store answered the scrape.")
               .Add(st.ok() ? 1 : 0);
           if (st.ok()) {

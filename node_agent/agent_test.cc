@@ -3,8 +3,10 @@
 // with the same id when the scheduler forgets the node, forget, shutdown.
 #include "node_agent/agent.h"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
@@ -465,6 +467,49 @@ TEST(NodeAgentTest, ServesObjectTransferOnlyWithAStore) {
     agent.Shutdown();
   }
   EXPECT_EQ(store.Pins("obj-1"), 0);
+  server->Shutdown(std::chrono::system_clock::now());
+}
+
+
+// A store that stops answering (SIGSTOP) must not hold up the heartbeat: the counters a
+// heartbeat carries are skipped after a short wait, so the node is not declared dead.
+TEST(NodeAgentTest, AStoppedStoreDoesNotHoldUpHeartbeats) {
+  FakeScheduler sched;
+  int sched_port = *PickFreePort();
+  auto server = Serve(&sched, sched_port);
+  AgentOptions o = Options(sched_port, "agent-stopped-store");
+  o.object_store = true;
+  o.object_store_binary = testing::Runfile("object_store/drover-object-store");
+  o.object_store_memory = 16 << 20;
+  NodeAgent agent(o);
+  ASSERT_TRUE(agent.Start().ok());
+  auto heartbeats = [&] {
+    absl::MutexLock lock(&sched.mu);
+    return sched.heartbeats.size();
+  };
+  auto carries_store = [&] {
+    absl::MutexLock lock(&sched.mu);
+    return !sched.heartbeats.empty() && sched.heartbeats.back().object_store().capacity_bytes() > 0;
+  };
+  ASSERT_TRUE(WaitFor(carries_store, absl::Seconds(30))) << [&] {
+    absl::MutexLock lock(&sched.mu);
+    return absl::StrCat(sched.heartbeats.size(), " heartbeats; the last carries ",
+                        sched.heartbeats.empty() ? "none"
+                                                 : sched.heartbeats.back().object_store().DebugString());
+  }();
+  const pid_t store = agent.object_store_pid();
+  ASSERT_GT(store, 0);
+  ASSERT_EQ(::kill(store, SIGSTOP), 0);
+  const size_t before = heartbeats();
+  const absl::Time stopped = absl::Now();
+  // 30 ms apart normally; at most ~1.5 s each while the store is silent. Without the
+  // bound none came for the client's whole call timeout (60 s).
+  const bool kept_coming = WaitFor([&] { return heartbeats() >= before + 5; }, absl::Seconds(20));
+  const absl::Duration took = absl::Now() - stopped;
+  ::kill(store, SIGCONT);
+  EXPECT_TRUE(kept_coming) << "5 heartbeats did not come within 20 s of the store stopping";
+  std::printf("5 heartbeats with the store stopped took %s\n", absl::FormatDuration(took).c_str());
+  agent.Shutdown();
   server->Shutdown(std::chrono::system_clock::now());
 }
 

@@ -24,7 +24,8 @@ StoreLocalObjects::~StoreLocalObjects() {
   for (auto& [id, client] : creating) (void)client->Abort(id);
 }
 
-absl::StatusOr<std::shared_ptr<object_store::Client>> StoreLocalObjects::GetClient() {
+absl::StatusOr<std::shared_ptr<object_store::Client>> StoreLocalObjects::GetClient(
+    absl::Duration connect_timeout) {
   {
     absl::MutexLock lock(&mu_);
     if (client_ != nullptr) return client_;
@@ -32,8 +33,9 @@ absl::StatusOr<std::shared_ptr<object_store::Client>> StoreLocalObjects::GetClie
   // Connected without mu_ (no lock is held across a socket call). No waiting for a
   // store that is down: the heartbeat and metrics ask through here and must not stall;
   // the caller retries later anyway.
-  absl::StatusOr<std::unique_ptr<object_store::Client>> c = object_store::Client::Connect(
-      socket_path_, object_store::ClientOptions{.reconnect_wait = absl::ZeroDuration()});
+  const object_store::ClientOptions options{.reconnect_wait = absl::ZeroDuration()};
+  absl::StatusOr<std::unique_ptr<object_store::Client>> c =
+      object_store::Client::Connect(socket_path_, options, connect_timeout);
   if (!c.ok()) return c.status();
   std::shared_ptr<object_store::Client> fresh = std::move(*c);
   absl::MutexLock lock(&mu_);
@@ -144,9 +146,10 @@ void StoreLocalObjects::Abort(const std::string& id) {
   MaybeDrop(client, s);
 }
 
-absl::StatusOr<object_store::StoreStats> StoreLocalObjects::Stats() {
-  DROVER_ASSIGN_OR_RETURN(std::shared_ptr<object_store::Client> client, GetClient());
-  absl::StatusOr<object_store::StoreStats> stats = client->Stats();
+absl::StatusOr<object_store::StoreStats> StoreLocalObjects::Stats(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  DROVER_ASSIGN_OR_RETURN(std::shared_ptr<object_store::Client> client, GetClient(timeout));
+  absl::StatusOr<object_store::StoreStats> stats = client->Stats(deadline - absl::Now());
   MaybeDrop(client, stats.status());
   return stats;
 }

@@ -40,12 +40,16 @@ class StoreLocalObjects : public LocalObjects {
   absl::Status Seal(const std::string& id) override;
   void Abort(const std::string& id) override;
 
-  // The store's counters (metrics, heartbeats). UNAVAILABLE if the store is down.
-  absl::StatusOr<object_store::StoreStats> Stats();
+  // The store's counters (metrics, heartbeats), answered within `timeout`: a store that
+  // stopped answering must not hold up the heartbeat (the node would be declared dead)
+  // or a scrape. UNAVAILABLE if the store is down, DEADLINE_EXCEEDED if it is silent.
+  absl::StatusOr<object_store::StoreStats> Stats(absl::Duration timeout);
 
  private:
   // The current client, connecting if there is none. UNAVAILABLE if the store is down.
-  absl::StatusOr<std::shared_ptr<object_store::Client>> GetClient();
+  // The shared client, connected first if need be (giving up after `connect_timeout`).
+  absl::StatusOr<std::shared_ptr<object_store::Client>> GetClient(
+      absl::Duration connect_timeout = absl::InfiniteDuration());
   // Drops `client` if it is still the current one and `s` says the store went away.
   void MaybeDrop(const std::shared_ptr<object_store::Client>& client, const absl::Status& s);
 

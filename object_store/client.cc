@@ -161,9 +161,16 @@ const absl::Status& StatusOf(const absl::StatusOr<T>& s) {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path,
                                                         ClientOptions options) {
+  return Connect(socket_path, options, options.call_timeout);
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const std::string& socket_path,
+                                                        ClientOptions options,
+                                                        absl::Duration connect_timeout) {
   DROVER_ASSIGN_OR_RETURN(
       std::shared_ptr<internal::Connection> conn,
-      internal::Connection::Open(socket_path, absl::Now() + options.call_timeout,
+      internal::Connection::Open(socket_path,
+                                 absl::Now() + std::min(connect_timeout, options.call_timeout),
                                  TimeoutsOf(options)));
   return std::unique_ptr<Client>(new Client(socket_path, options, std::move(conn)));
 }
@@ -638,8 +645,10 @@ absl::StatusOr<bool> Client::Contains(const ObjectId& id) {
   });
 }
 
-absl::StatusOr<StoreStats> Client::Stats() {
-  const absl::Time deadline = CallDeadline();
+absl::StatusOr<StoreStats> Client::Stats() { return Stats(options_.call_timeout); }
+
+absl::StatusOr<StoreStats> Client::Stats(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + std::min(timeout, options_.call_timeout);
   return Run(deadline, [&](Link& link) -> absl::StatusOr<StoreStats> {
     internal::Connection& c = *link.conn;
     internal::ConnectionLock lock(c, deadline);

@@ -180,6 +180,11 @@ class Client {
   // UNAVAILABLE if no store listens there.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_path,
                                                          ClientOptions options = {});
+  // The same, giving up after `connect_timeout` (at most call_timeout): a store that
+  // accepts but never says hello (stopped) answers DEADLINE_EXCEEDED by then.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const std::string& socket_path,
+                                                         ClientOptions options,
+                                                         absl::Duration connect_timeout);
 
   ~Client();
   Client(const Client&) = delete;
@@ -252,6 +257,9 @@ class Client {
   // True if a sealed copy is in this node's store (in memory or spilled).
   absl::StatusOr<bool> Contains(const ObjectId& id);
   absl::StatusOr<StoreStats> Stats();
+  // The same, answered by `timeout` (at most call_timeout): for a caller that must not
+  // stall behind a store that stopped answering (the agent's heartbeat).
+  absl::StatusOr<StoreStats> Stats(absl::Duration timeout);
 
   // 20 random bytes as 40 lowercase hex characters.
   static ObjectId RandomId();

@@ -61,79 +61,68 @@ std::unique_ptr<grpc::Server> Serve(FakeDirectory* directory, int* port) {
   return b.BuildAndStart();
 }
 
+// A real store holding `ids`, a fake directory and a reporter between them.
+class ObjectReporterTest : public ::testing::Test {
+ protected:
+  // `hold_adds`: the directory holds its answers to adds from the first one on.
+  void StartWith(const std::vector<std::string>& ids, bool hold_adds) {
+    ASSERT_TRUE(store_.StartAndWait());
+    auto client = object_store::Client::Connect(socket_);
+    ASSERT_TRUE(client.ok()) << client.status();
+    for (const std::string& id : ids) ASSERT_TRUE((*client)->Put(id, "bytes of " + id).ok());
+    Hold(hold_adds);
+    int port = 0;
+    server_ = Serve(&directory_, &port);
+    ASSERT_NE(server_, nullptr);
+    ObjectReporterOptions o;
+    o.socket_path = socket_;
+    o.scheduler_address = absl::StrCat("127.0.0.1:", port);
+    o.token = kToken;
+    reporter_ = std::make_unique<ObjectReporter>(o);
+    reporter_->SetNodeId("node-1");
+    reporter_->Start();
+  }
+  void TearDown() override {
+    Hold(false);  // a held answer would keep Stop and Shutdown waiting
+    if (reporter_) reporter_->Stop();
+    if (server_) server_->Shutdown();
+  }
+  void Hold(bool hold) {
+    absl::MutexLock lock(&directory_.mu);
+    directory_.hold_adds = hold;
+  }
+
+  object_store::testing::ScratchDir dir_;
+  const std::string socket_ = dir_.path() + "/store.sock";
+  object_store::testing::RestartableStore store_{socket_};
+  FakeDirectory directory_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<ObjectReporter> reporter_;
+};
+
 // The scheduler may forget this node (a restart, or the node declared dead and back)
 // after it took an add but before the agent heard the answer; the agent then resyncs.
 // The late answer must not cancel the resync's add: the new directory has never seen it.
-TEST(ObjectReporterTest, AnAddAnsweredAfterAResyncIsSentAgain) {
-  object_store::testing::ScratchDir dir;
-  const std::string socket = dir.path() + "/store.sock";
-  object_store::testing::RestartableStore store(socket);
-  ASSERT_TRUE(store.StartAndWait());
-  auto client = object_store::Client::Connect(socket);
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->Put("obj-x", "some bytes").ok());
-
-  FakeDirectory directory;
-  {
-    absl::MutexLock lock(&directory.mu);
-    directory.hold_adds = true;
-  }
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = Serve(&directory, &port);
-  ASSERT_NE(server, nullptr);
-
-  ObjectReporterOptions o;
-  o.socket_path = socket;
-  o.scheduler_address = absl::StrCat("127.0.0.1:", port);
-  o.token = kToken;
-  ObjectReporter reporter(o);
-  reporter.SetNodeId("node-1");
-  reporter.Start();
-  ASSERT_TRUE(WaitFor([&] { return directory.Adds("obj-x") == 1; }, absl::Seconds(30)));
+TEST_F(ObjectReporterTest, AnAddAnsweredAfterAResyncIsSentAgain) {
+  ASSERT_NO_FATAL_FAILURE(StartWith({"obj-x"}, /*hold_adds=*/true));
+  ASSERT_TRUE(WaitFor([&] { return directory_.Adds("obj-x") == 1; }, absl::Seconds(30)));
   // The add is taken and its answer held: the directory forgets, the agent resyncs.
-  reporter.Resync();
-  {
-    absl::MutexLock lock(&directory.mu);
-    directory.hold_adds = false;
-  }
-  EXPECT_TRUE(WaitFor([&] { return directory.Adds("obj-x") >= 2; }, absl::Seconds(30)))
+  reporter_->Resync();
+  Hold(false);
+  EXPECT_TRUE(WaitFor([&] { return directory_.Adds("obj-x") >= 2; }, absl::Seconds(30)))
       << "the resynced directory never heard of obj-x";
-  reporter.Stop();
-  server->Shutdown();
 }
 
 // Nothing held: an object is added once, and a plain Resync adds it again.
-TEST(ObjectReporterTest, AResyncAddsEveryHeldObjectAgain) {
-  object_store::testing::ScratchDir dir;
-  const std::string socket = dir.path() + "/store.sock";
-  object_store::testing::RestartableStore store(socket);
-  ASSERT_TRUE(store.StartAndWait());
-  auto client = object_store::Client::Connect(socket);
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*client)->Put("obj-a", "a").ok());
-  ASSERT_TRUE((*client)->Put("obj-b", "b").ok());
-
-  FakeDirectory directory;
-  int port = 0;
-  std::unique_ptr<grpc::Server> server = Serve(&directory, &port);
-  ASSERT_NE(server, nullptr);
-
-  ObjectReporterOptions o;
-  o.socket_path = socket;
-  o.scheduler_address = absl::StrCat("127.0.0.1:", port);
-  o.token = kToken;
-  ObjectReporter reporter(o);
-  reporter.SetNodeId("node-1");
-  reporter.Start();
+TEST_F(ObjectReporterTest, AResyncAddsEveryHeldObjectAgain) {
+  ASSERT_NO_FATAL_FAILURE(StartWith({"obj-a", "obj-b"}, /*hold_adds=*/false));
   ASSERT_TRUE(WaitFor(
-      [&] { return directory.Adds("obj-a") == 1 && directory.Adds("obj-b") == 1; },
+      [&] { return directory_.Adds("obj-a") == 1 && directory_.Adds("obj-b") == 1; },
       absl::Seconds(30)));
-  reporter.Resync();
+  reporter_->Resync();
   EXPECT_TRUE(WaitFor(
-      [&] { return directory.Adds("obj-a") == 2 && directory.Adds("obj-b") == 2; },
+      [&] { return directory_.Adds("obj-a") == 2 && directory_.Adds("obj-b") == 2; },
       absl::Seconds(30)));
-  reporter.Stop();
-  server->Shutdown();
 }
 
 }  // namespace

@@ -3,13 +3,15 @@
 // leases (lease_manager.h): new leases go only beside the claim; task leases on claimed
 // resources are asked back, as many as the claim lacks and each once; the job starts
 // when they come back. And the leases a re-registering agent reports (after a
-// scheduler restart) rebuild the book.
+// scheduler restart) rebuild the book. And leases never wait for the core's lock.
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
 #include "scheduler/lease_manager.h"
@@ -195,6 +197,51 @@ TEST_F(LeaseClaimTest, LeasesAnAgentReportsOnRegistrationAreBooked) {
     auto next = Ask("new", on0);
     return next.ok() && next->granted();
   }));
+}
+
+// The lease manager never takes the core's lock (scheduler_core.h, the lock order): a
+// lease is granted and returned, and a request of an unknown job refused, while
+// another thread holds the core's mu_ (its job and node work, its queue passes). The
+// book (book_mu_) is all a grant takes.
+TEST_F(LeaseClaimTest, LeasesAreGrantedAndReturnedWhileTheCoreHoldsItsLock) {
+  absl::Notification held, release;
+  std::thread busy([&] {
+    core_->RunWithLockHeldForTest([&] {
+      held.Notify();
+      release.WaitForNotification();
+    });
+  });
+  held.WaitForNotification();
+  absl::Notification done;
+  absl::StatusOr<proto::RequestLeaseReply> granted, unknown;
+  std::thread asker([&] {
+    granted = Ask("while-busy");
+    if (granted.ok() && granted->granted()) {
+      leases_->ReturnLease(granted->lease_id(), "its holder handed it back");
+    }
+    proto::RequestLeaseRequest req;
+    req.set_job_id("job-none-1");
+    req.set_request_id("of-no-job");
+    req.set_wait_ms(0);
+    req.mutable_shape()->set_cpus(1);
+    req.mutable_package()->set_hash("abc");
+    unknown = leases_->RequestLease(req);
+    done.Notify();
+  });
+  // Generous: without the core's lock it takes milliseconds; with it, for ever.
+  const bool in_time = done.WaitForNotificationWithTimeout(absl::Seconds(30));
+  release.Notify();
+  busy.join();
+  asker.join();
+  ASSERT_TRUE(in_time) << "the lease calls waited for the core's lock";
+  ASSERT_TRUE(granted.ok() && granted->granted())
+      << granted.status() << " " << (granted.ok() ? granted->pending_reason() : "");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
+  // The returned lease's resources are free again: both nodes' CPUs can be leased.
+  for (int i = 0; i < 4; ++i) {
+    auto r = Ask(absl::StrCat("after-", i));
+    ASSERT_TRUE(r.ok() && r->granted()) << i << " " << r.status();
+  }
 }
 
 }  // namespace

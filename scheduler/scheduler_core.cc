@@ -204,21 +204,22 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     bool known = nodes_.count(id) > 0;
     Node& node = nodes_[id];
     bool reattach = known && node.info.state() == proto::RECONNECTING;
-    // The node's table entry, agent and state change in one step for leases too.
-    std::optional<BookScope> book(std::in_place, this);
-    const NodeUse* placed = table_.Find(id);
-    const int64_t order = known && placed != nullptr ? placed->order
-                                                     : static_cast<int64_t>(nodes_.size());
     node.info.set_node_id(id);
     node.info.set_agent_address(req.agent_address());
     node.info.set_hostname(req.hostname());
     node.info.mutable_gpu_names()->CopyFrom(req.gpu_names());
     node.info.mutable_warnings()->CopyFrom(req.warnings());
     node.info.set_metrics_address(req.metrics_address());
-    table_.Set(id, req.node_ip(), req.total(),
-               std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), order);
-    SetNodeStateLocked(node, proto::ALIVE, "");
-    book.reset();
+    {
+      // The node's table entry, agent and state change in one step for leases too.
+      BookScope book(this);
+      const NodeUse* placed = table_.Find(id);
+      const int64_t order = known && placed != nullptr ? placed->order
+                                                       : static_cast<int64_t>(nodes_.size());
+      table_.Set(id, req.node_ip(), req.total(),
+                 std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), order);
+      SetNodeStateLocked(node, proto::ALIVE, "");
+    }
     node.last_heartbeat = clock_->Now();
     node.registration = std::max(node.registration + 1, absl::ToUnixMicros(node.last_heartbeat));
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "

@@ -339,7 +339,7 @@ class SchedulerCore {
    public:
     // (The analysis cannot follow the depth count: it is off inside.)
     explicit BookScope(SchedulerCore* core) ABSL_EXCLUSIVE_LOCK_FUNCTION(core->book_mu_)
-        ABSL_EXCLUSIVE_LOCKS_REQUIRED(core->mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS : core_(core) {
+        ABSL_NO_THREAD_SAFETY_ANALYSIS : core_(core) {
       if (core_->book_depth_++ == 0) core_->book_mu_.Lock();
     }
     ~BookScope() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {

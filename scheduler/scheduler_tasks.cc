@@ -42,6 +42,11 @@ class SchedulerCore::Book : public ResourceBook {
     return GrantLocked(shape, std::move(p));
   }
 
+  // queue_.claim() as of the last queue pass.
+  const Claim& ClaimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_->book_mu_) {
+    return core_->claim_;
+  }
+
   // Where a lease of `shape` goes now. Beside the pending claim, if there is one: the
   // oldest pending job that does not fit claims what it will need, and leases, like
   // later jobs, may not take it (a stream of tasks would otherwise hold a gang back
@@ -50,7 +55,7 @@ class SchedulerCore::Book : public ResourceBook {
   LeasePlacement PlaceLocked(const proto::Resources& shape, const proto::PlacementHint& hint,
                              bool explain) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_->book_mu_) {
     NodeTable& table = core_->table_;
-    const Claim& claim = core_->claim_;
+    const Claim& claim = ClaimLocked();
     if (claim.job_id.empty()) return placer_.Place(shape, hint, table, explain);
     const LeasePlacer::Overrides& left = claimed_.Set(table, claim.resources, claim.gpus);
     LeasePlacement p = placer_.Place(shape, hint, table, explain, &left);
@@ -63,7 +68,7 @@ class SchedulerCore::Book : public ResourceBook {
 
   std::map<std::string, proto::Resources> ClaimShortfall(std::string* job_id) override {
     absl::MutexLock lock(&core_->book_mu_);
-    const Claim& claim = core_->claim_;
+    const Claim& claim = ClaimLocked();
     std::map<std::string, proto::Resources> out;
     if (claim.job_id.empty()) return out;
     *job_id = claim.job_id;

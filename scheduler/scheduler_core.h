@@ -32,7 +32,8 @@
 // claim, the nodes' agents, which jobs exist and how they ended, the scheduler's
 // address). The lease manager reaches it through the ResourceBook, taking book_mu_
 // under its own lock and never mu_, so a lease is granted while mu_ is busy; the core
-// takes it under mu_ for each change of the book, and once for a whole queue pass. No lock is held across an RPC or a callback. Calls to
+// takes it under mu_ for each change of the book, and once for a whole queue pass.
+// No lock is held across an RPC or a callback. Calls to
 // agents and to the state store are never made under it: methods collect agent calls
 // and hand them to a small outbound thread pool (launches go out from there without
 // blocking it: StartProcessesAsync, whose reactions run on gRPC's threads), and job

@@ -599,7 +599,7 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   job.allocs.clear();
   ++job.allocs_gen;
   std::vector<std::string> node_order;
-  BookScope book(this);  // the pass's already
+  BookScope book(this);  // nests in the pass's
   for (auto& p : ranks) {
     Allocation a{p.node_id(), per, std::vector<int>(p.gpu_ids().begin(), p.gpu_ids().end())};
     table_.Use(a.node_id, a.res, a.gpus, +1);

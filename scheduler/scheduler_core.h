@@ -549,8 +549,8 @@ class SchedulerCore {
   NodeTable table_ ABSL_GUARDED_BY(book_mu_);
   // Every registered node's agent address (ALIVE ones: table_.Alive), by node id.
   std::map<std::string, std::string> agent_addresses_ ABSL_GUARDED_BY(book_mu_);
-  // queue_.claim() as of the last queue pass (JobQueue::passes() claim_pass_): what
-  // leases must leave to the oldest pending job that does not fit.
+  // queue_.claim() as of the last queue pass that ran (claim_pass_: queue_.passes()
+  // then): what leases must leave to the oldest pending job that does not fit.
   Claim claim_ ABSL_GUARDED_BY(book_mu_);
   uint64_t claim_pass_ ABSL_GUARDED_BY(mu_) = 0;
   // Every job the core knows: for those that ended, how (CheckJobRunning's answer).

@@ -374,7 +374,7 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
 absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& spec) {
   std::string invalid = ValidateJobSpec(spec);
   if (!invalid.empty()) return absl::InvalidArgumentError(invalid);
-  auto check = [&]() -> absl::Status {
+  auto check = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     // Reject at once what could never fit on the nodes that exist.
     BookScope book(this);
     if (!table_.Total().empty()) {
@@ -406,7 +406,7 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& sp
     }
     return absl::OkStatus();
   };
-  auto fill = [&](Job& job, Actions* actions) {
+  auto fill = [&](Job& job, Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     *job.info.mutable_spec() = spec;
     if (job.info.spec().name().empty()) job.info.mutable_spec()->set_name(spec.command(0));
     job.info.set_state(proto::PENDING);

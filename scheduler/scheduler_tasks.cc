@@ -233,7 +233,7 @@ void SchedulerCore::NotifyLeases(LeaseNotes notes) {
 
 absl::StatusOr<std::string> SchedulerCore::RegisterDriver(const proto::RegisterDriverRequest& req) {
   if (req.request_id().empty()) return absl::InvalidArgumentError("RegisterDriver needs a request id");
-  auto fill = [&](Job& job, Actions*) {
+  auto fill = [&](Job& job, Actions*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     proto::JobSpec* spec = job.info.mutable_spec();
     spec->set_name(req.name().empty() ? "driver" : req.name());
     spec->add_command(req.name());

@@ -3,13 +3,16 @@
 // leases (lease_manager.h): new leases go only beside the claim; task leases on claimed
 // resources are asked back, as many as the claim lacks and each once; the job starts
 // when they come back. And the leases a re-registering agent reports (after a
-// scheduler restart) rebuild the book.
+// scheduler restart) rebuild the book. And leases never wait for the core's lock.
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "gtest/gtest.h"
 #include "scheduler/lease_manager.h"
@@ -194,6 +197,127 @@ TEST_F(LeaseClaimTest, LeasesAnAgentReportsOnRegistrationAreBooked) {
   EXPECT_TRUE(::drover::testing::WaitFor([&] {
     auto next = Ask("new", on0);
     return next.ok() && next->granted();
+  }));
+}
+
+// The lease manager never takes the core's lock (scheduler_core.h, the lock order): a
+// lease is granted and returned, and a request of an unknown job refused, while
+// another thread holds the core's mu_ (its job and node work, its queue passes). The
+// book (book_mu_) is all a grant takes.
+TEST_F(LeaseClaimTest, LeasesAreGrantedAndReturnedWhileTheCoreHoldsItsLock) {
+  absl::Notification held, release;
+  std::thread busy([&] {
+    core_->RunWithLockHeldForTest([&] {
+      held.Notify();
+      release.WaitForNotification();
+    });
+  });
+  held.WaitForNotification();
+  absl::Notification done;
+  absl::StatusOr<proto::RequestLeaseReply> granted, unknown;
+  std::thread asker([&] {
+    granted = Ask("while-busy");
+    if (granted.ok() && granted->granted()) {
+      leases_->ReturnLease(granted->lease_id(), "its holder handed it back");
+    }
+    proto::RequestLeaseRequest req;
+    req.set_job_id("job-none-1");
+    req.set_request_id("of-no-job");
+    req.set_wait_ms(0);
+    req.mutable_shape()->set_cpus(1);
+    req.mutable_package()->set_hash("abc");
+    unknown = leases_->RequestLease(req);
+    done.Notify();
+  });
+  // Generous: without the core's lock it takes milliseconds; with it, for ever.
+  const bool in_time = done.WaitForNotificationWithTimeout(absl::Seconds(30));
+  release.Notify();
+  busy.join();
+  asker.join();
+  ASSERT_TRUE(in_time) << "the lease calls waited for the core's lock";
+  ASSERT_TRUE(granted.ok() && granted->granted())
+      << granted.status() << " " << (granted.ok() ? granted->pending_reason() : "");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound) << unknown.status();
+  // The returned lease's resources are free again: both nodes' CPUs can be leased.
+  for (int i = 0; i < 4; ++i) {
+    auto r = Ask(absl::StrCat("after-", i));
+    ASSERT_TRUE(r.ok() && r->granted()) << i << " " << r.status();
+  }
+}
+
+// Leases and jobs change the book from several threads at once (grants and returns; a
+// job's placement, exit and release; the claim of a job that waits for the leases'
+// CPUs), each side under its own lock and book_mu_ (absl's deadlock detection checks
+// the order): every grant is given back and every job's use freed, so the table
+// balances at the end.
+TEST_F(LeaseClaimTest, LeasesAndJobsRacingLeaveTheBookBalanced) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> granted{0};
+  std::vector<std::thread> askers;
+  for (int t = 0; t < 2; ++t) {
+    askers.emplace_back([&, t] {
+      // One request at a time, asked again under its id until granted (a request given
+      // up would be granted later to nobody); the last one is seen through.
+      for (int i = 0;; ++i) {
+        const std::string id = absl::StrCat("race-", t, "-", i);
+        const bool last = stop.load();
+        const bool ok = ::drover::testing::WaitFor(
+            [&] {
+              auto r = Ask(id);
+              if (!r.ok() || !r->granted()) return false;
+              ++granted;
+              leases_->ReturnLease(r->lease_id(), "its holder handed it back");
+              return true;
+            },
+            absl::Seconds(60));
+        if (!ok) ADD_FAILURE() << id << " was never granted";
+        if (!ok || last) return;
+      }
+    });
+  }
+  for (int j = 0; j < 20; ++j) {
+    // Every other job is a gang of every CPU: it claims what the leases hold.
+    proto::JobSpec spec = testing::OneCpuJob(j % 2 == 0 ? 1 : 4);
+    if (j % 2 == 1) spec.set_nproc_per_node(2);
+    auto job = core_->SubmitJob(spec);
+    if (!job.ok()) {
+      ADD_FAILURE() << job.status();
+      break;
+    }
+    std::vector<proto::RankPlacement> ranks;
+    const bool running = ::drover::testing::WaitFor(
+        [&] {
+          auto info = core_->GetJob(job->job_id(), 0, absl::ZeroDuration());
+          if (!info.ok() || info->state() != proto::RUNNING) return false;
+          ranks.assign(info->placement().begin(), info->placement().end());
+          return true;
+        },
+        absl::Seconds(60));
+    if (!running) {
+      ADD_FAILURE() << job->job_id() << " never started: " << proto::JobState_Name(StateOf(job->job_id()));
+      break;
+    }
+    for (const proto::RankPlacement& p : ranks) {
+      proto::ReportExitRequest exit;
+      exit.set_node_id(p.node_id());
+      exit.set_job_id(job->job_id());
+      exit.mutable_exit()->set_rank(p.rank());
+      exit.mutable_exit()->set_exit_code(0);
+      core_->ReportExit(exit);
+    }
+    EXPECT_EQ(StateOf(job->job_id()), proto::SUCCEEDED) << j;
+  }
+  stop = true;
+  for (std::thread& t : askers) t.join();
+  EXPECT_GT(granted.load(), 0);
+  EXPECT_EQ(leases_->counts().leases, 0);
+  // Every node's CPUs are free again (both sides' uses came back out of the table).
+  EXPECT_TRUE(::drover::testing::WaitFor([&] {
+    proto::GetClusterStatusReply status = core_->ClusterStatus();
+    for (const auto& n : status.nodes()) {
+      if (n.free().cpus() != 2) return false;
+    }
+    return status.nodes_size() == 2;
   }));
 }
 

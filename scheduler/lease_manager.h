@@ -39,7 +39,9 @@
 // Threading: one mutex guards leases, requests and actors. Calls to agents (StartWorker,
 // KillWorker, StopJob) are made without it, from small pools (actors' from their
 // placing thread). Callers' `done` run without it. A timer thread answers waits at
-// their deadlines. Lock order: this mutex before the ResourceBook's. Thread-safe.
+// their deadlines. Lock order: this mutex before the ResourceBook's (the scheduler's
+// book_mu_, scheduler_core.h); the scheduler core's own mutex is never taken, so a grant
+// never waits for the core's job and node work. Thread-safe.
 #ifndef DROVER_SCHEDULER_LEASE_MANAGER_H_
 #define DROVER_SCHEDULER_LEASE_MANAGER_H_
 
@@ -68,7 +70,9 @@
 
 namespace drover {
 
-// What the lease manager needs of the scheduler's node table and jobs.
+// What the lease manager needs of the scheduler's node table and jobs. Called under the
+// lease manager's lock: each call takes only the book's own lock (a leaf), never the
+// scheduler core's.
 class ResourceBook {
  public:
   struct Grant {

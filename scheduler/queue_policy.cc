@@ -364,6 +364,7 @@ std::shared_ptr<CapacityIndex> JobQueue::IndexFor(const std::string& shape,
 void JobQueue::Plan(NodeTable& nodes, absl::Time now, const Callbacks& callbacks) {
   const bool full = dirty_ || nodes.version() != table_version_;
   if (!full && fresh_.empty()) return;
+  ++passes_;
   Pass pass(this, &nodes, now, &callbacks);
   if (full) {
     pass.Full();

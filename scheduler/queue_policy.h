@@ -127,6 +127,8 @@ class JobQueue {
 
   // The claim of the last pass (job_id empty: none).
   const Claim& claim() const { return claim_; }
+  // How many passes Plan has run: the claim changes only when this moves.
+  uint64_t passes() const { return passes_; }
 
  private:
   struct Class;
@@ -158,6 +160,7 @@ class JobQueue {
   bool dirty_ = true;
   uint64_t table_version_ = 0;  // the table's version after the last pass
   Claim claim_;
+  uint64_t passes_ = 0;
   // The job holding claim_, if it belongs to a class (its key and seq): it was told a
   // reason of its own.
   std::string holder_key_;

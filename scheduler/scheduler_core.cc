@@ -56,6 +56,7 @@ absl::Status SchedulerCore::Start() {
   DROVER_ASSIGN_OR_RETURN(std::vector<proto::JobInfo> loaded, store_->LoadJobs());
   DROVER_RETURN_IF_ERROR(persister_.Start({"job", "node"}));
   absl::MutexLock lock(&mu_);
+  BookScope book(this);  // nobody leases yet: one scope for the whole load
   std::sort(loaded.begin(), loaded.end(), [](const auto& a, const auto& b) {
     return JobNumber(a.job_id()) < JobNumber(b.job_id());
   });
@@ -165,7 +166,13 @@ void SchedulerCore::Stop() {
 
 void SchedulerCore::SetAddress(const std::string& address) {
   absl::MutexLock lock(&mu_);
+  BookScope book(this);
   address_ = address;
+}
+
+void SchedulerCore::RunWithLockHeldForTest(absl::FunctionRef<void()> f) {
+  absl::MutexLock lock(&mu_);
+  f();
 }
 
 // ---------------------------------------------------------------------------
@@ -197,18 +204,22 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     bool known = nodes_.count(id) > 0;
     Node& node = nodes_[id];
     bool reattach = known && node.info.state() == proto::RECONNECTING;
-    const NodeUse* placed = table_.Find(id);
-    const int64_t order = known && placed != nullptr ? placed->order
-                                                     : static_cast<int64_t>(nodes_.size());
     node.info.set_node_id(id);
     node.info.set_agent_address(req.agent_address());
     node.info.set_hostname(req.hostname());
     node.info.mutable_gpu_names()->CopyFrom(req.gpu_names());
     node.info.mutable_warnings()->CopyFrom(req.warnings());
     node.info.set_metrics_address(req.metrics_address());
-    table_.Set(id, req.node_ip(), req.total(),
-               std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), order);
-    SetNodeStateLocked(node, proto::ALIVE, "");
+    {
+      // The node's table entry, agent and state change in one step for leases too.
+      BookScope book(this);
+      const NodeUse* placed = table_.Find(id);
+      const int64_t order = known && placed != nullptr ? placed->order
+                                                       : static_cast<int64_t>(nodes_.size());
+      table_.Set(id, req.node_ip(), req.total(),
+                 std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), order);
+      SetNodeStateLocked(node, proto::ALIVE, "");
+    }
     node.last_heartbeat = clock_->Now();
     node.registration = std::max(node.registration + 1, absl::ToUnixMicros(node.last_heartbeat));
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "
@@ -256,7 +267,11 @@ void SchedulerCore::SetNodeStateLocked(Node& node, proto::NodeState state,
   const std::string& id = node.info.node_id();
   node.info.set_state(state);
   node.info.set_reason(reason);
-  table_.SetAlive(id, state == proto::ALIVE);
+  {
+    BookScope book(this);
+    table_.SetAlive(id, state == proto::ALIVE);
+    agent_addresses_[id] = node.info.agent_address();
+  }
   if (state == proto::ALIVE) {
     objects_.NodeUp(id, node.info.agent_address());
   } else {
@@ -359,8 +374,9 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
 absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& spec) {
   std::string invalid = ValidateJobSpec(spec);
   if (!invalid.empty()) return absl::InvalidArgumentError(invalid);
-  auto check = [&]() -> absl::Status {
+  auto check = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     // Reject at once what could never fit on the nodes that exist.
+    BookScope book(this);
     if (!table_.Total().empty()) {
       const PlacementResult& never = queue_.Whole(spec, table_);
       if (!never.ok) {
@@ -390,7 +406,7 @@ absl::StatusOr<proto::JobInfo> SchedulerCore::SubmitJob(const proto::JobSpec& sp
     }
     return absl::OkStatus();
   };
-  auto fill = [&](Job& job, Actions* actions) {
+  auto fill = [&](Job& job, Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     *job.info.mutable_spec() = spec;
     if (job.info.spec().name().empty()) job.info.mutable_spec()->set_name(spec.command(0));
     job.info.set_state(proto::PENDING);
@@ -479,7 +495,16 @@ void SchedulerCore::ScheduleLocked(Actions* out) {
                   job.info.set_reason(reason);
                   ChangedLocked(job);
                 };
-  queue_.Plan(table_, clock_->Now(), cb);
+  {
+    // One scope for the whole pass: leases wait for it, and see its starts and claim
+    // together.
+    BookScope book(this);
+    queue_.Plan(table_, clock_->Now(), cb);
+    if (queue_.passes() != claim_pass_) {
+      claim_pass_ = queue_.passes();
+      claim_ = queue_.claim();
+    }
+  }
   if (queue_.claim().job_id != claim_told_) {
     // Leases on what the claim needs are asked back (lease_manager.h).
     claim_told_ = queue_.claim().job_id;
@@ -516,6 +541,7 @@ void SchedulerCore::IndexLocked(Job& job) {
       for (const Allocation& a : allocs) ids.push_back(a.node_id);
       return ids;
     };
+    BookScope book(this);
     if (job.hold) table_.Hold(job.hold_nodes, *job.hold, -1);
     job.hold_nodes = hold ? nodes(job.allocs) : std::vector<std::string>();
     if (hold) table_.Hold(job.hold_nodes, *hold, +1);
@@ -526,6 +552,17 @@ void SchedulerCore::IndexLocked(Job& job) {
     running_.erase(job.info.job_id());
   } else {
     running_.insert(job.info.job_id());
+  }
+  // Whether it runs, as leases ask (CheckJobRunning): it exists from its first change
+  // on, and ends once.
+  if (const int8_t booked = IsTerminal(state) ? 1 : 0; booked != job.booked) {
+    BookScope book(this);
+    JobEnd& end = job_ends_[job.info.job_id()];
+    if (booked == 1) {
+      end.state = state;
+      end.reason = job.info.reason();
+    }
+    job.booked = booked;
   }
   if (job.counted_state != state) {
     if (job.counted_state >= 0) --state_counts_[job.counted_state];
@@ -562,6 +599,7 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   job.allocs.clear();
   ++job.allocs_gen;
   std::vector<std::string> node_order;
+  BookScope book(this);  // nests in the pass's
   for (auto& p : ranks) {
     Allocation a{p.node_id(), per, std::vector<int>(p.gpu_ids().begin(), p.gpu_ids().end())};
     table_.Use(a.node_id, a.res, a.gpus, +1);
@@ -632,6 +670,7 @@ proto::StartProcessesRequest SchedulerCore::StartRequestLocked(const Job& job,
   req.set_local_world_size(req.processes_size());
   req.set_master_addr(job.info.master_addr());
   req.set_max_restarts(spec.max_restarts());
+  BookScope book(this);
   req.set_scheduler_address(address_);
   return req;
 }
@@ -668,7 +707,10 @@ void SchedulerCore::ReleaseLocked(Job& job) {
     freed_ = true;
     notes_pending_ = true;
   }
-  for (const auto& a : job.allocs) table_.Use(a.node_id, a.res, a.gpus, -1);
+  if (!job.allocs.empty()) {
+    BookScope book(this);
+    for (const auto& a : job.allocs) table_.Use(a.node_id, a.res, a.gpus, -1);
+  }
   job.allocs.clear();
   ++job.allocs_gen;
 }
@@ -855,6 +897,7 @@ proto::GetClusterStatusReply SchedulerCore::ClusterStatus() {
   proto::GetClusterStatusReply reply;
   // Batched with the agents' reports: in its turn, however many of them there are.
   RunBatched([&](Actions*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    BookScope book(this);
     std::vector<std::pair<int64_t, const Node*>> nodes;  // by registration order
     for (const auto& [id, n] : nodes_) {
       const NodeUse* use = table_.Find(id);
@@ -876,6 +919,7 @@ proto::GetClusterStatusReply SchedulerCore::ClusterStatus() {
 proto::NodeInfo SchedulerCore::NodeViewLocked(const Node& n) {
   proto::NodeInfo info = n.info;
   info.clear_free_gpu_ids();
+  BookScope book(this);
   if (const NodeUse* use = table_.Find(n.info.node_id())) {
     info.set_node_ip(use->node_ip);
     *info.mutable_total() = use->total;
@@ -906,6 +950,7 @@ void SchedulerCore::ChangedLocked(Job& job) {
 }
 
 std::string SchedulerCore::NodeIpLocked(const std::string& node_id) {
+  BookScope book(this);
   const NodeUse* n = table_.Find(node_id);
   return n == nullptr ? "" : n->node_ip;
 }

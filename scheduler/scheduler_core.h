@@ -25,10 +25,15 @@
 // and the node feed are thread-safe classes with a lock of their own, so their traffic
 // (object reports and lookups, rendezvous and its waits, drivers' node news) never
 // waits for mu_. Lock order (ABSL_ACQUIRED_BEFORE/AFTER on the mutexes; absl's
-// deadlock detection checks it in every test): LeaseManager's mutex (its ResourceBook
-// calls take mu_) before mu_; mu_ before batch_mu_ and before the locks of objects_,
-// kv_ and node_feed_, which are leaves: nothing is called out, and no other
-// lock taken, while one is held. No lock is held across an RPC or a callback. Calls to
+// deadlock detection checks it in every test): mu_ before book_mu_, batch_mu_ and the
+// locks of objects_, kv_ and node_feed_; book_mu_ before those three, which are leaves:
+// nothing is called out, and no other lock taken, while one is held. book_mu_ guards
+// what leases and jobs share (the resource book: the node table, the pending job's
+// claim, the nodes' agents, which jobs exist and how they ended, the scheduler's
+// address). The lease manager reaches it through the ResourceBook, taking book_mu_
+// under its own lock and never mu_, so a lease is granted while mu_ is busy; the core
+// takes it under mu_ for each change of the book, and once for a whole queue pass.
+// No lock is held across an RPC or a callback. Calls to
 // agents and to the state store are never made under it: methods collect agent calls
 // and hand them to a small outbound thread pool (launches go out from there without
 // blocking it: StartProcessesAsync, whose reactions run on gRPC's threads), and job
@@ -221,6 +226,10 @@ class SchedulerCore {
   // DriverSession) to push to them. Lives as long as the core.
   NodeFeed* node_feed() { return &node_feed_; }
 
+  // Runs `f` with mu_ held (tests: what must not wait for mu_, such as a lease grant,
+  // is shown not to).
+  void RunWithLockHeldForTest(absl::FunctionRef<void()> f) ABSL_LOCKS_EXCLUDED(mu_);
+
  private:
   // A node: what placement needs of it (its IP, total, GPUs, what is used, its order
   // and whether it is ALIVE) is kept in table_ only, under the same id; the rest here.
@@ -259,6 +268,8 @@ class SchedulerCore {
     std::vector<std::string> hold_nodes;
     int64_t hold_allocs = 0;
     int counted_state = -1;
+    // What job_ends_ says of it: -1 nothing yet, 0 running (not ended), 1 ended.
+    int8_t booked = -1;
     // Moves whenever `allocs` is filled or cleared.
     int64_t allocs_gen = 0;
     // Reloaded RUNNING with no start of its generation confirmed in the record: the
@@ -322,6 +333,25 @@ class SchedulerCore {
   };
   class Book;
   static std::unique_ptr<ResourceBook> MakeBook(SchedulerCore* core);
+  // Holds book_mu_ for its scope, unless the holder of mu_ (this thread) holds it
+  // already (a queue pass holds it throughout, and the changes it makes take it
+  // again). REQUIRES: mu_ held, and not released (no wait on mu_) in its scope.
+  class ABSL_SCOPED_LOCKABLE BookScope {
+   public:
+    // (The analysis cannot follow the depth count: it is off inside.)
+    explicit BookScope(SchedulerCore* core) ABSL_EXCLUSIVE_LOCK_FUNCTION(core->book_mu_)
+        ABSL_NO_THREAD_SAFETY_ANALYSIS : core_(core) {
+      if (core_->book_depth_++ == 0) core_->book_mu_.Lock();
+    }
+    ~BookScope() ABSL_UNLOCK_FUNCTION() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      if (--core_->book_depth_ == 0) core_->book_mu_.Unlock();
+    }
+    BookScope(const BookScope&) = delete;
+    BookScope& operator=(const BookScope&) = delete;
+
+   private:
+    SchedulerCore* const core_;
+  };
 
   // Creates a job under a fresh id (waiting for ids from the persister if none is
   // left), or returns the job `idempotency_key` made before. Under the lock, `check`
@@ -494,7 +524,7 @@ class SchedulerCore {
   // Per scheduler lifetime, in every job id: "job-<tag>-<n>" (see NewJobTag).
   const std::string job_tag_;
 
-  absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(batch_mu_, *objects_.mutex(), *kv_.mutex(),
+  absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(book_mu_, batch_mu_, *objects_.mutex(), *kv_.mutex(),
                                        *node_feed_.mutex());
   std::map<std::string, Node> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(mu_);
@@ -507,8 +537,29 @@ class SchedulerCore {
   JobQueue queue_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> running_ ABSL_GUARDED_BY(mu_);
   std::map<int, int64_t> state_counts_ ABSL_GUARDED_BY(mu_);
+
+  // The resource book: what leases (through book_, from the lease manager, which never
+  // takes mu_) and jobs (under mu_) share. Taken after mu_ and after the lease manager's
+  // lock, before the leaves below; nothing is called out under it from the book's side.
+  absl::Mutex book_mu_ ABSL_ACQUIRED_AFTER(mu_)
+      ABSL_ACQUIRED_BEFORE(*objects_.mutex(), *kv_.mutex(), *node_feed_.mutex());
+  // How many BookScopes of the holder of mu_ are open (book_mu_ is held while > 0).
+  int book_depth_ ABSL_GUARDED_BY(mu_) = 0;
   // Every known node's resources (ALIVE ones are placed on) and holds.
-  NodeTable table_ ABSL_GUARDED_BY(mu_);
+  NodeTable table_ ABSL_GUARDED_BY(book_mu_);
+  // Every registered node's agent address (ALIVE ones: table_.Alive), by node id.
+  std::map<std::string, std::string> agent_addresses_ ABSL_GUARDED_BY(book_mu_);
+  // queue_.claim() as of the last queue pass that ran (claim_pass_: queue_.passes()
+  // then): what leases must leave to the oldest pending job that does not fit.
+  Claim claim_ ABSL_GUARDED_BY(book_mu_);
+  uint64_t claim_pass_ ABSL_GUARDED_BY(mu_) = 0;
+  // Every job the core knows: for those that ended, how (CheckJobRunning's answer).
+  struct JobEnd {
+    proto::JobState state = proto::PENDING;  // not terminal: it has not ended
+    std::string reason;
+  };
+  absl::flat_hash_map<std::string, JobEnd> job_ends_ ABSL_GUARDED_BY(book_mu_);
+  std::string address_ ABSL_GUARDED_BY(book_mu_);
   // Thread-safe, each with a lock of its own, taken after mu_ (when at all under it)
   // and never before: the lock order above. Told of node and job changes under mu_.
   ObjectDirectory objects_;
@@ -527,7 +578,6 @@ class SchedulerCore {
   // Jobs with a time limit, not ended (MonitorLoop ends a generation past it).
   std::set<std::string> time_limited_ ABSL_GUARDED_BY(mu_);
   int64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string address_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Outbound calls dispatched and not ended (EndCall); none are dispatched once Stop()
   // has closed them.

@@ -1,6 +1,7 @@
-// SchedulerCore's side of the task layer: the node table as a ResourceBook for worker
-// leases, driver jobs, and what the lease manager is told (lease_manager.h keeps the
-// leases and actors themselves).
+// SchedulerCore's side of the task layer: the resource book (the node table and what
+// leases ask of jobs and nodes, under book_mu_) as a ResourceBook for worker leases,
+// driver jobs, and what the lease manager is told (lease_manager.h keeps the leases and
+// actors themselves).
 #include <algorithm>
 #include <map>
 
@@ -13,6 +14,9 @@
 
 namespace drover {
 
+// Every call takes the core's book_mu_ only, never mu_ (scheduler_core.h: the lock
+// order), so a grant does not wait for the core's job and node work, only for its
+// changes of the book; nothing is called out under book_mu_.
 class SchedulerCore::Book : public ResourceBook {
  public:
   explicit Book(SchedulerCore* core) : core_(core) {}
@@ -20,7 +24,7 @@ class SchedulerCore::Book : public ResourceBook {
   absl::StatusOr<std::optional<Grant>> Reserve(const proto::Resources& shape,
                                               const proto::PlacementHint& hint,
                                               std::string* reason) override {
-    absl::MutexLock lock(&core_->mu_);
+    absl::MutexLock lock(&core_->book_mu_);
     LeasePlacement p = PlaceLocked(shape, hint, /*explain=*/true);
     if (!p.ok) {
       if (p.never) return absl::FailedPreconditionError(p.reason);
@@ -32,21 +36,26 @@ class SchedulerCore::Book : public ResourceBook {
 
   std::optional<Grant> TryReserve(const proto::Resources& shape,
                                   const proto::PlacementHint& hint) override {
-    absl::MutexLock lock(&core_->mu_);
+    absl::MutexLock lock(&core_->book_mu_);
     LeasePlacement p = PlaceLocked(shape, hint, /*explain=*/false);
     if (!p.ok) return std::nullopt;
     return GrantLocked(shape, std::move(p));
+  }
+
+  // queue_.claim() as of the last queue pass.
+  const Claim& ClaimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_->book_mu_) {
+    return core_->claim_;
   }
 
   // Where a lease of `shape` goes now. Beside the pending claim, if there is one: the
   // oldest pending job that does not fit claims what it will need, and leases, like
   // later jobs, may not take it (a stream of tasks would otherwise hold a gang back
   // for ever). From the per-shape indexes: a grant costs what changed (and a look at
-  // each claimed node), not a scan of the nodes. REQUIRES: core_->mu_ held.
+  // each claimed node), not a scan of the nodes.
   LeasePlacement PlaceLocked(const proto::Resources& shape, const proto::PlacementHint& hint,
-                             bool explain) {
+                             bool explain) ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_->book_mu_) {
     NodeTable& table = core_->table_;
-    const Claim& claim = core_->queue_.claim();
+    const Claim& claim = ClaimLocked();
     if (claim.job_id.empty()) return placer_.Place(shape, hint, table, explain);
     const LeasePlacer::Overrides& left = claimed_.Set(table, claim.resources, claim.gpus);
     LeasePlacement p = placer_.Place(shape, hint, table, explain, &left);
@@ -58,8 +67,8 @@ class SchedulerCore::Book : public ResourceBook {
   }
 
   std::map<std::string, proto::Resources> ClaimShortfall(std::string* job_id) override {
-    absl::MutexLock lock(&core_->mu_);
-    const Claim& claim = core_->queue_.claim();
+    absl::MutexLock lock(&core_->book_mu_);
+    const Claim& claim = ClaimLocked();
     std::map<std::string, proto::Resources> out;
     if (claim.job_id.empty()) return out;
     *job_id = claim.job_id;
@@ -90,14 +99,13 @@ class SchedulerCore::Book : public ResourceBook {
     return out;
   }
 
-  // Takes `p` (placed) on the table. REQUIRES: core_->mu_ held.
-  Grant GrantLocked(const proto::Resources& shape, LeasePlacement p) {
-    NodeTable& table = core_->table_;
-    Node* node = core_->FindNodeLocked(p.node_id);
-    table.Use(p.node_id, shape, p.gpu_ids, +1);
+  // Takes `p` (placed, so on an ALIVE node) on the table.
+  Grant GrantLocked(const proto::Resources& shape, LeasePlacement p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(core_->book_mu_) {
+    core_->table_.Use(p.node_id, shape, p.gpu_ids, +1);
     Grant g;
     g.node_id = p.node_id;
-    g.agent_address = node->info.agent_address();
+    g.agent_address = core_->agent_addresses_[p.node_id];
     g.shape = shape;
     g.gpu_ids = std::move(p.gpu_ids);
     return g;
@@ -105,20 +113,22 @@ class SchedulerCore::Book : public ResourceBook {
 
   std::optional<Grant> Adopt(const std::string& node_id, const proto::Resources& shape,
                              const std::vector<int>& gpu_ids) override {
-    absl::MutexLock lock(&core_->mu_);
-    Node* node = core_->FindNodeLocked(node_id);
-    if (node == nullptr || node->info.state() != proto::ALIVE) return std::nullopt;
+    absl::MutexLock lock(&core_->book_mu_);
+    auto agent = core_->agent_addresses_.find(node_id);
+    if (agent == core_->agent_addresses_.end() || !core_->table_.Alive(node_id)) {
+      return std::nullopt;
+    }
     core_->table_.Use(node_id, shape, gpu_ids, +1);
     Grant g;
     g.node_id = node_id;
-    g.agent_address = node->info.agent_address();
+    g.agent_address = agent->second;
     g.shape = shape;
     g.gpu_ids = gpu_ids;
     return g;
   }
 
   std::string Explain(const proto::Resources& shape, const proto::PlacementHint& hint) override {
-    absl::MutexLock lock(&core_->mu_);
+    absl::MutexLock lock(&core_->book_mu_);
     LeasePlacement p = PlaceLocked(shape, hint, /*explain=*/true);
     if (p.ok) return "waiting for its turn in the queue of lease requests";
     return p.never ? absl::StrCat(p.reason, "; waiting for a node that has it") : p.reason;
@@ -126,40 +136,41 @@ class SchedulerCore::Book : public ResourceBook {
 
   void Release(const Grant& g) override {
     {
-      absl::MutexLock lock(&core_->mu_);
+      absl::MutexLock lock(&core_->book_mu_);
       core_->table_.Use(g.node_id, g.shape, g.gpu_ids, -1);
     }
-    // Pending jobs may fit now. The caller holds the lease manager's lock: the queue
-    // pass (and its launches, and the notes for the lease manager) runs from the
-    // outbound pool instead, batched with the other reports waiting (RunBatched), so
-    // mu_ is held under the lease manager's lock only for the table's update.
+    // Pending jobs may fit now. The caller holds the lease manager's lock, which is never
+    // held while mu_ is taken: the queue pass (and its launches, and the notes for the
+    // lease manager) runs from the outbound pool, batched with the other reports waiting
+    // (RunBatched).
     SchedulerCore* core = core_;
     core_->outbound_->Post([core] { core->RunBatched([](Actions*) {}); });
   }
 
   absl::Status CheckJobRunning(const std::string& job_id) override {
-    absl::MutexLock lock(&core_->mu_);
-    Job* job = core_->FindJobLocked(job_id);
-    if (job == nullptr) return absl::NotFoundError(absl::StrCat("no job ", job_id));
-    if (IsTerminal(job->info.state())) {
+    absl::MutexLock lock(&core_->book_mu_);
+    auto it = core_->job_ends_.find(job_id);
+    if (it == core_->job_ends_.end()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    const JobEnd& end = it->second;
+    if (IsTerminal(end.state)) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "job ", job_id, " has ended (", proto::JobState_Name(job->info.state()), ": ",
-          job->info.reason(), "); its processes cannot start tasks or actors"));
+          "job ", job_id, " has ended (", proto::JobState_Name(end.state), ": ", end.reason,
+          "); its processes cannot start tasks or actors"));
     }
     return absl::OkStatus();
   }
 
   std::vector<std::string> AliveAgents() override {
-    absl::MutexLock lock(&core_->mu_);
+    absl::MutexLock lock(&core_->book_mu_);
     std::vector<std::string> out;
-    for (const auto& [id, n] : core_->nodes_) {
-      if (n.info.state() == proto::ALIVE) out.push_back(n.info.agent_address());
+    for (const auto& [id, agent] : core_->agent_addresses_) {
+      if (core_->table_.Alive(id)) out.push_back(agent);
     }
     return out;
   }
 
   std::string SchedulerAddress() override {
-    absl::MutexLock lock(&core_->mu_);
+    absl::MutexLock lock(&core_->book_mu_);
     return core_->address_;
   }
 
@@ -174,9 +185,8 @@ class SchedulerCore::Book : public ResourceBook {
 
  private:
   SchedulerCore* const core_;
-  // Guarded by core_->mu_.
-  LeasePlacer placer_;
-  ClaimedView claimed_;
+  LeasePlacer placer_ ABSL_GUARDED_BY(core_->book_mu_);
+  ClaimedView claimed_ ABSL_GUARDED_BY(core_->book_mu_);
 };
 
 std::unique_ptr<ResourceBook> SchedulerCore::MakeBook(SchedulerCore* core) {
@@ -223,7 +233,7 @@ void SchedulerCore::NotifyLeases(LeaseNotes notes) {
 
 absl::StatusOr<std::string> SchedulerCore::RegisterDriver(const proto::RegisterDriverRequest& req) {
   if (req.request_id().empty()) return absl::InvalidArgumentError("RegisterDriver needs a request id");
-  auto fill = [&](Job& job, Actions*) {
+  auto fill = [&](Job& job, Actions*) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     proto::JobSpec* spec = job.info.mutable_spec();
     spec->set_name(req.name().empty() ? "driver" : req.name());
     spec->add_command(req.name());

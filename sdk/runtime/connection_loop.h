@@ -77,7 +77,9 @@ class ConnectionLoop {
   // still watched are dropped without their `on_closed` (their owners have shut them
   // down and failed their work). Store deletes not yet begun are dropped (the store
   // frees a job's objects when it ends); one in progress (a restarting store) is waited
-  // for up to kStopReleaseWait, then left to finish on its own.
+  // for up to kStopReleaseWait, then left to finish on its own: it uses only what it
+  // owns (the batch carries the release functions, not the tables), so the cores and
+  // the object table may go meanwhile.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr absl::Duration kStopReleaseWait = absl::Seconds(2);
   // The loop's error once it failed (Watch then always fails with it); OK before.

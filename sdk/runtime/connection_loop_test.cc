@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
+#include <new>
 #include <memory>
 #include <string>
 #include <thread>
@@ -252,6 +254,131 @@ TEST_F(ConnectionLoopTest, StopDoesNotWaitOnAHangingStoreDelete) {
   unblock.Notify();
   EXPECT_TRUE(WaitFor([&] { return deleted.load() == 1; }, kWait));
   EXPECT_EQ(calls.load(), 1);  // the queued one was dropped
+}
+
+// A delete that Stop left to finish on its own (the store did not answer within
+// kStopReleaseWait) never touches an ObjectTable after that: the batch carries the
+// release functions, so the table may be gone (here destroyed and its memory wiped, as
+// a runtime's would be reused) by the time the hanging delete returns, and the next
+// delete of the batch is still made by the function its table had.
+TEST_F(ConnectionLoopTest, ADeleteLeftToFinishAfterStopDoesNotTouchItsTable) {
+  ObjectTable first;
+  absl::Notification unblock;
+  std::atomic<int> first_calls{0};
+  first.set_release([&](const std::vector<StoredRef>&) {
+    ++first_calls;
+    unblock.WaitForNotification();
+  });
+  // The second table lives in storage the test wipes after destroying it.
+  alignas(ObjectTable) unsigned char storage[sizeof(ObjectTable)];
+  ObjectTable* second = new (storage) ObjectTable();
+  bool second_alive = true;
+  auto second_deleted = std::make_shared<std::atomic<int>>(0);
+  second->set_release([second_deleted](const std::vector<StoredRef>& objects) {
+    *second_deleted += static_cast<int>(objects.size());
+  });
+  Pair a = MakePair();
+  auto loop = std::make_unique<ConnectionLoop>();
+  std::thread stopper;
+  absl::Cleanup at_end = [&] {
+    if (!unblock.HasBeenNotified()) unblock.Notify();
+    if (stopper.joinable()) stopper.join();
+    if (second_alive) second->~ObjectTable();
+  };
+  std::shared_ptr<RefState> r1 =
+      first.NewReady("obj-1", ObjectValue{nullptr, StoredRef{"obj-1", "n1", 100}, {}});
+  std::shared_ptr<RefState> r2 =
+      second->NewReady("obj-2", ObjectValue{nullptr, StoredRef{"obj-2", "n1", 100}, {}});
+  ASSERT_TRUE(loop->Watch(a.near.get(), "the test peer",
+                          [&](std::string_view) {
+                            r1.reset();  // one batch: the first's delete, then the second's
+                            r2.reset();
+                          },
+                          [](const absl::Status&) {})
+                  .ok());
+  ASSERT_TRUE(a.far->Send(Small(1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return first_calls.load() == 1; }, kWait));  // it hangs
+  a.near->Shutdown();
+  std::atomic<bool> stopped{false};
+  stopper = std::thread([&] {
+    loop->Stop();
+    stopped = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return stopped.load(); }, kWait));
+  second->~ObjectTable();
+  second_alive = false;
+  std::memset(storage, 0, sizeof(storage));
+  unblock.Notify();
+  EXPECT_TRUE(WaitFor([&] { return second_deleted->load() == 1; }, kWait))
+      << "the second delete of the batch was not made after its table went";
+}
+
+// One connection whose peer has megabytes of frames waiting does not hold up another:
+// a connection is read at most FramedSocket::kMaxReadPerEvent (256 KiB) per turn, so
+// B's frame, which arrived after A's 2 MiB, is handled after about 256 KiB of A's
+// frames, not after all of them.
+TEST_F(ConnectionLoopTest, AConnectionWithMegabytesWaitingDoesNotHoldUpAnother) {
+  Pair a = MakePair();
+  Pair b = MakePair();
+  Pair blocker = MakePair();
+  // A's peer can have 2 MiB in flight (FORCE: as root, past net.core.wmem_max).
+  const int sndbuf = 8 << 20;
+  if (::setsockopt(a.far->fd(), SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) != 0) {
+    ::setsockopt(a.far->fd(), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+  }
+  ConnectionLoop loop;
+  // Holds the loop thread while A's and B's bytes arrive, so its next wake-up finds
+  // both: A's first (it was written first), then B's.
+  absl::Notification loop_held, let_go;
+  absl::Cleanup let_go_at_end = [&] {
+    if (!let_go.HasBeenNotified()) let_go.Notify();
+  };
+  ASSERT_TRUE(loop.Watch(blocker.near.get(), "the blocking peer",
+                         [&](std::string_view) {
+                           loop_held.Notify();
+                           let_go.WaitForNotification();
+                         },
+                         [](const absl::Status&) {})
+                  .ok());
+  std::atomic<int> a_frames{0};
+  std::atomic<int> a_frames_before_b{-1};
+  ASSERT_TRUE(loop.Watch(a.near.get(), "the flooding peer", [&](std::string_view) { ++a_frames; },
+                         [](const absl::Status&) {})
+                  .ok());
+  ASSERT_TRUE(loop.Watch(b.near.get(), "the other peer",
+                         [&](std::string_view) { a_frames_before_b = a_frames.load(); },
+                         [](const absl::Status&) {})
+                  .ok());
+  ASSERT_TRUE(blocker.far->Send(Small(0)).ok());
+  ASSERT_TRUE(loop_held.WaitForNotificationWithTimeout(kWait));
+  constexpr size_t kFrameBytes = 32 * 1024;
+  constexpr int kFrames = 64;  // 2 MiB
+  std::string frames;
+  for (int i = 0; i < kFrames; ++i) AppendFrame(Large(i, kFrameBytes), &frames);
+  size_t written = 0;
+  while (written < frames.size()) {
+    const ssize_t n = ::send(a.far->fd(), frames.data() + written, frames.size() - written,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  const size_t frame_size = frames.size() / kFrames;
+  const int whole = static_cast<int>(written / frame_size);
+  if (written < size_t{1} << 20) {
+    GTEST_SKIP() << "the socket took only " << written << " bytes; the test needs 1 MiB waiting";
+  }
+  ASSERT_TRUE(b.far->Send(Small(1)).ok());
+  let_go.Notify();
+  ASSERT_TRUE(WaitFor([&] { return a_frames_before_b.load() >= 0; }, kWait));
+  // 256 KiB is 8 of A's frames; 16 allows one more turn. Without the cap: all of them.
+  EXPECT_LE(a_frames_before_b.load(), 16)
+      << "B's frame waited for " << a_frames_before_b.load() << " of A's " << whole
+      << " frames of 32 KiB";
+  // And none of A's is lost by taking turns.
+  if (written < frames.size()) {
+    ASSERT_TRUE(a.far->SendFrames(frames.substr(written)).ok());
+  }
+  EXPECT_TRUE(WaitFor([&] { return a_frames.load() == kFrames; }, kWait)) << a_frames.load();
 }
 
 // A loop that fails (epoll_wait errs) tells every connection's close path, and takes

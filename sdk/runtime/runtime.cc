@@ -823,6 +823,8 @@ absl::Status Init(int argc, char** argv, const InitOptions& options) {
   }
   internal::SetCurrentRuntimeContext(r);
   internal::SetRuntimeCodecContext(internal::TheStoreCodecContext());
+  // Captures nothing that can go: a delete left running after Shutdown (a store that
+  // does not answer) finds no runtime, or one that was current, which is never freed.
   internal::TheObjectTable().set_release([](const std::vector<internal::StoredRef>& objects) {
     if (Runtime* cur = internal::ActiveRuntime()) cur->ctx.store->Delete(objects);
   });

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <map>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -55,6 +56,11 @@ constexpr absl::Duration kLostRecheck = absl::Milliseconds(200);
 constexpr absl::Duration kHolderWait = absl::Seconds(1);
 // How long a driver keeps asking a scheduler that cannot answer yet to register it.
 constexpr absl::Duration kRegisterPatience = absl::Seconds(60);
+// How long Init in a job waits for a scheduler that does not answer. The job's
+// environment names the scheduler, so a cluster exists: one that does not answer is
+// restarting (a head restart takes seconds). A driver outside a job does not wait:
+// nothing says a cluster is there at all.
+constexpr absl::Duration kInJobSchedulerPatience = absl::Seconds(20);
 
 std::string RandomTag() {
   std::random_device rd;
@@ -303,6 +309,40 @@ bool IsLocalAddress(const std::string& ip) {
   return found;
 }
 
+// Init's calls to the scheduler in a job (`attempt`, safe to repeat): while the
+// scheduler does not answer (UNAVAILABLE, DEADLINE_EXCEEDED) they are tried again with
+// back-off for up to kInJobSchedulerPatience, and the user is told once, on stderr,
+// which scheduler and until when (the process's outage line; "back" when it answers).
+template <typename T>
+absl::StatusOr<T> WhileInJobSchedulerAway(Runtime* rt, const std::function<absl::StatusOr<T>()>& attempt) {
+  const absl::Time give_up = absl::Now() + kInJobSchedulerPatience;
+  Backoff pause;
+  bool told = false;
+  for (;;) {
+    absl::StatusOr<T> r = attempt();
+    if (!SchedulerOutage::IsAway(r.status())) {
+      if (told) rt->outage->Back();
+      return r;
+    }
+    if (absl::Now() + pause.Peek() >= give_up) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat("the scheduler at ", rt->ctx.scheduler_address,
+                                       " did not answer for ",
+                                       absl::FormatDuration(kInJobSchedulerPatience),
+                                       " while this process of job ", rt->ctx.job_id,
+                                       " started: ", r.status().message()));
+    }
+    if (!told) {
+      told = true;
+      rt->outage->Away(r.status(),
+                       absl::StrCat("drover::Init in job ", rt->ctx.job_id, " (until ",
+                                    absl::FormatTime("%H:%M:%S %Z", give_up, absl::UTCTimeZone()),
+                                    ", then it fails)"));
+    }
+    absl::SleepFor(pause.Next());
+  }
+}
+
 // A driver outside any job: finds a node of the cluster on this machine (for its object
 // store) and the address its workers are reached at.
 absl::Status FindLocalNode(Runtime* rt) {
@@ -311,10 +351,19 @@ absl::Status FindLocalNode(Runtime* rt) {
   proto::GetClusterStatusRequest req;
   proto::GetClusterStatusReply reply;
   absl::Status status = FromGrpcStatus(rt->scheduler->GetClusterStatus(&cctx, req, &reply));
-  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+  if (SchedulerOutage::IsAway(status)) {
     // The first call of a driver: a cluster on another transport says so here.
     std::string why = TransportMismatch(rt->ctx.scheduler_address, *rt->ctx.transport);
     if (!why.empty()) return absl::UnavailableError(why);
+    // Outside a job nothing says a cluster exists, so this does not wait for one.
+    return absl::Status(
+        status.code(),
+        absl::StrCat("no scheduler answers at ", rt->ctx.scheduler_address, " (",
+                     status.message(),
+                     "): start a cluster (`drover up`) or point this driver at a running one "
+                     "(InitOptions::address, DROVER_ADDRESS, or the cluster file `drover up` "
+                     "writes, $DROVER_HOME/cluster.json); if its head is restarting, start the "
+                     "driver again once it is back"));
   }
   DROVER_RETURN_IF_ERROR(status);
   for (const proto::NodeInfo& n : reply.nodes()) {
@@ -485,7 +534,13 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
     } else {
       args.assign(argv, argv + argc);
     }
-    absl::StatusOr<proto::PackageRef> pkg = PreparePackage(ctx.leases.get(), ctx.token, options.worker_program, args);
+    auto prepare = [&]() -> absl::StatusOr<proto::PackageRef> {
+      return PreparePackage(ctx.leases.get(), ctx.token, options.worker_program, args);
+    };
+    // The first call to the scheduler of a process in a job (a driver started as the
+    // job's command), made while the head may be restarting.
+    absl::StatusOr<proto::PackageRef> pkg =
+        in_job ? WhileInJobSchedulerAway<proto::PackageRef>(rt.get(), prepare) : prepare();
     if (!pkg.ok()) return pkg.status();
     ctx.package = *std::move(pkg);
   }

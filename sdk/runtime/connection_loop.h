@@ -30,6 +30,7 @@
 #ifndef DROVER_SDK_RUNTIME_CONNECTION_LOOP_H_
 #define DROVER_SDK_RUNTIME_CONNECTION_LOOP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -87,6 +88,10 @@ class ConnectionLoop {
   // Connections watched now.
   size_t watched() ABSL_LOCKS_EXCLUDED(mu_);
 
+  // For tests: how many times the loop thread's wait has returned (a loop that spins
+  // on an event nobody handles counts thousands a second).
+  uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
+
   // For tests: makes the loop fail as if epoll_wait had (every connection's on_closed
   // runs with the error; later Watch calls fail).
   void FailForTest() ABSL_LOCKS_EXCLUDED(mu_);
@@ -141,6 +146,7 @@ class ConnectionLoop {
   std::shared_ptr<Releaser> releaser_ ABSL_GUARDED_BY(mu_);
   std::thread releaser_thread_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
+  std::atomic<uint64_t> wakeups_{0};
 };
 
 }  // namespace drover::internal

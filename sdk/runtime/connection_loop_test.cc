@@ -4,6 +4,7 @@
 // every connection, and Stop returns while a peer does not read.
 #include "sdk/runtime/connection_loop.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/net.h"
+#include "common/tls.h"
+#include "common/tls_ca.h"
 #include "gtest/gtest.h"
 #include "proto/task.pb.h"
 #include "sdk/runtime/object_table.h"
@@ -379,6 +383,58 @@ TEST_F(ConnectionLoopTest, AConnectionWithMegabytesWaitingDoesNotHoldUpAnother) 
     ASSERT_TRUE(a.far->SendFrames(frames.substr(written)).ok());
   }
   EXPECT_TRUE(WaitFor([&] { return a_frames.load() == kFrames; }, kWait)) << a_frames.load();
+}
+
+// A TLS write that must first read (here: the server end's first write needs the
+// peer's ClientHello, which a peer that stopped does not send) waits for the next read
+// event. It does not arm EPOLLOUT, which a writable socket reports at once, again and
+// again: the loop would spin. Once the peer speaks, the frame goes out.
+TEST_F(ConnectionLoopTest, ATlsWriteThatMustFirstReadDoesNotSpinTheLoop) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tls-", ::getpid());
+  auto ca = CertificateAuthority::LoadOrCreate(dir);
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  auto files = (*ca)->IssueFiles(dir, "worker");
+  ASSERT_TRUE(files.ok()) << files.status();
+  auto server = TransportSecurity::Load(*files);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = TransportSecurity::Load(TlsFiles{(*ca)->cert_path(), "", ""});
+  ASSERT_TRUE(client.ok()) << client.status();
+  int port = 0;
+  absl::StatusOr<int> listener = ListenTcp("127.0.0.1", &port);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  absl::Cleanup close_listener = [&] { ::close(*listener); };
+  // The peer connects and says nothing (a stopped worker).
+  absl::StatusOr<int> peer_fd =
+      ConnectTcp(absl::StrCat("127.0.0.1:", port), absl::Now() + kWait);
+  ASSERT_TRUE(peer_fd.ok()) << peer_fd.status();
+  const int accepted = ::accept4(*listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(accepted, 0);
+  auto end = (*server)->ServerEnd(accepted, "the silent TLS peer");
+  ASSERT_TRUE(end.ok()) << end.status();
+  FramedSocket near(*std::move(end));
+  ConnectionLoop loop;
+  std::atomic<int> closed{0};
+  ASSERT_TRUE(loop.Watch(&near, "the silent TLS peer", [](std::string_view) {},
+                         [&](const absl::Status&) { ++closed; })
+                  .ok());
+  const uint64_t before = loop.wakeups();
+  ASSERT_TRUE(near.Send(Small(7)).ok());  // SSL_write: the handshake wants to read
+  // Half a second of a peer that does not speak: a spinning loop wakes up tens of
+  // thousands of times (even with a tenth of a core), a waiting one about never.
+  absl::SleepFor(absl::Milliseconds(500));
+  const uint64_t woke = loop.wakeups() - before;
+  EXPECT_LT(woke, 100u) << "the loop woke " << woke << " times in 0.5 s with nothing to do";
+  EXPECT_GT(near.unsent(), 0u);
+  // The peer speaks TLS: the handshake completes on the loop's read events, and the
+  // frame waiting for it goes out.
+  auto client_end = (*client)->ClientEnd(*peer_fd, "the loop's end", absl::Now() + kWait);
+  ASSERT_TRUE(client_end.ok()) << client_end.status();
+  FramedSocket far(*std::move(client_end));
+  proto::TaskFrame f;
+  ASSERT_TRUE(far.Read(&f).ok());
+  EXPECT_EQ(f.cancel().seq(), 7u);
+  EXPECT_EQ(closed.load(), 0);
 }
 
 // A loop that fails (epoll_wait errs) tells every connection's close path, and takes

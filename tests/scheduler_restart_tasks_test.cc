@@ -166,6 +166,14 @@ TEST_F(SchedulerRestartTasksTest, ADriverOutsideAJobFailsAtOnceWhenNoSchedulerAn
   DriverRun r = RunDriver(*cluster_, "tests/task_program", {"one"}, absl::Seconds(60));
   const absl::Duration took = absl::Now() - start;
   ASSERT_TRUE(cluster_->StartSchedulerAgain().ok()) << cluster_->DaemonLogs();
+  // The next test finds both nodes back.
+  EXPECT_TRUE(WaitFor([&] {
+    auto st = cluster_->client().Status();
+    if (!st.ok()) return false;
+    int alive = 0;
+    for (const auto& n : st->nodes) alive += n.state == NodeState::kAlive;
+    return alive == 2;
+  }, absl::Seconds(60))) << cluster_->DaemonLogs();
   EXPECT_EQ(r.code, 2) << r.All();
   EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("no scheduler answers at ", cluster_->address())))
       << r.All();

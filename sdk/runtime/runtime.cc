@@ -36,6 +36,7 @@
 #include "sdk/runtime/connection_loop.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/object_table.h"
+#include "sdk/runtime/owner_cores.h"
 #include "sdk/runtime/package.h"
 #include "sdk/runtime/scheduler_outage.h"
 #include "sdk/runtime/seams_grpc.h"
@@ -206,15 +207,13 @@ class Runtime : public RuntimeContext {
   std::unique_ptr<GrpcScheduler> scheduler_calls;
   std::unique_ptr<SocketWorkerConnector> connector;
   std::unique_ptr<GrpcWorkerAgents> worker_agents;
-  // Reads every worker and actor connection of the two cores below (one thread).
-  // Declared before them, so destroyed after them (their sockets call it until they
-  // close); ~Runtime stops it before any of them goes (its handlers call the cores).
-  std::unique_ptr<ConnectionLoop> loop = std::make_unique<ConnectionLoop>();
-  std::unique_ptr<TaskSubmitter> submitter;
-  std::unique_ptr<ActorClient> actors;
   // What the user is told while the scheduler is away: one line per outage, whichever
-  // of the session, the actor client and the submitter notices it first.
+  // of the session, the actor client and the submitter notices it first. Declared
+  // before the cores, which hold it: it goes after them.
   std::unique_ptr<SchedulerOutage> outage;
+  // The submitter, the actor client and the one loop that reads their connections,
+  // stopped in the one safe order (owner_cores.h).
+  std::unique_ptr<OwnerCores> cores;
   // A plain driver's session with the scheduler (its job ends when this ends): the
   // call in progress, and whether the driver is shutting down.
   struct Session {
@@ -227,19 +226,16 @@ class Runtime : public RuntimeContext {
   std::thread session_thread;
 
   // Always shuts down (again, if drover::Shutdown did: each step is idempotent), before
-  // any member goes: the loop thread may still be handling a connection's frames or
-  // close, which call into the cores (WorkerLost, ConnectionClosed), so it stops
-  // before they are destroyed. A runtime that MakeRuntime gives up on after
-  // RegisterDriver started the session thread has that thread joined here too.
+  // any member goes: the cores and their loop stop in their order (owner_cores.h), and
+  // a runtime that MakeRuntime gives up on after RegisterDriver started the session
+  // thread has that thread joined here too.
   ~Runtime() { Shutdown(); }
 
   // Idempotent.
   void Shutdown() {
     // The cores shut their connections and fail what is in flight; then the loop
     // stops (it never waits on a peer, so a stopped worker cannot hold this up).
-    if (actors) actors->Shutdown();
-    if (submitter) submitter->Shutdown();
-    loop->Stop();
+    if (cores) cores->Shutdown();
     {
       absl::MutexLock l(&session->mu);
       session->stop = true;
@@ -551,13 +547,13 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
   rt->scheduler_calls = std::make_unique<GrpcScheduler>(&rt->ctx);
   rt->connector = std::make_unique<SocketWorkerConnector>(&rt->ctx);
   rt->worker_agents = std::make_unique<GrpcWorkerAgents>(&rt->ctx);
-  rt->submitter = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
-      IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
-      &TheObjectTable(), Clock::Real(), rt->outage.get(), rt->loop.get()});
-  rt->actors = std::make_unique<ActorClient>(ActorClient::Deps{
-      IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
-      &TheObjectTable(), Clock::Real(), rt->ctx.scheduler_address, rt->outage.get(),
-      rt->loop.get()});
+  rt->cores = std::make_unique<OwnerCores>(
+      TaskSubmitter::Deps{IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(),
+                          rt->worker_agents.get(), &TheObjectTable(), Clock::Real(),
+                          rt->outage.get()},
+      ActorClient::Deps{IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(),
+                        rt->worker_agents.get(), &TheObjectTable(), Clock::Real(),
+                        rt->ctx.scheduler_address, rt->outage.get()});
   return rt;
 }
 
@@ -598,7 +594,7 @@ std::shared_ptr<RefState> SubmitTask(const std::string& key, const CallOptions& 
   task->result = TheObjectTable().NewPending(rt->ctx.NewObjectId());
   task->return_id = task->result->id;
   std::shared_ptr<RefState> result = task->result;
-  rt->submitter->Submit(std::move(task));
+  rt->cores->submitter().Submit(std::move(task));
   return result;
 }
 
@@ -662,7 +658,7 @@ absl::Status RemakeLost(Runtime* rt, const std::shared_ptr<RefState>& ref, int* 
     task->result = ref;
     ++task->attempt;
     task->retries_left = std::max(task->retries_left, 1);
-    rt->submitter->Submit(std::move(task));
+    rt->cores->submitter().Submit(std::move(task));
     return absl::OkStatus();
   }
   return absl::NotFoundError(absl::StrCat(
@@ -743,7 +739,7 @@ std::vector<size_t> WaitRefs(const std::vector<std::shared_ptr<RefState>>& refs,
 absl::Status CancelRef(const std::shared_ptr<RefState>& ref, bool force) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  absl::Status s = rt->submitter->Cancel(ref.get(), force);
+  absl::Status s = rt->cores->submitter().Cancel(ref.get(), force);
   if (s.code() != absl::StatusCode::kNotFound) return s;
   if (TheObjectTable().Read(ref).state != RefState::State::kPending) return absl::OkStatus();
   return absl::FailedPreconditionError(
@@ -807,7 +803,7 @@ std::shared_ptr<ActorState> CreateActor(const std::string& factory_key, const Ca
     auto a = std::make_shared<ActorState>("uninitialized");
     return a;
   }
-  return rt->actors->Create(factory_key, options, std::move(args));
+  return rt->cores->actors().Create(factory_key, options, std::move(args));
 }
 
 std::shared_ptr<RefState> SubmitActorTask(const std::shared_ptr<ActorState>& actor,
@@ -816,20 +812,20 @@ std::shared_ptr<RefState> SubmitActorTask(const std::shared_ptr<ActorState>& act
                                           std::vector<TaskArgument> args) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return FailedRef(absl::FailedPreconditionError("drover::Init was not called"));
-  return rt->actors->Call(actor, method_key, options, std::move(args));
+  return rt->cores->actors().Call(actor, method_key, options, std::move(args));
 }
 
 absl::StatusOr<std::shared_ptr<ActorState>> LookupActor(const std::string& name,
                                                         absl::Duration timeout) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  return rt->actors->Lookup(name, timeout);
+  return rt->cores->actors().Lookup(name, timeout);
 }
 
 std::shared_ptr<ActorState> ActorFromId(const std::string& actor_id) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return std::make_shared<ActorState>(actor_id);
-  return rt->actors->FromId(actor_id);
+  return rt->cores->actors().FromId(actor_id);
 }
 
 const std::string& ActorId(const ActorState& actor) { return actor.id; }
@@ -837,19 +833,19 @@ const std::string& ActorId(const ActorState& actor) { return actor.id; }
 absl::Status KillActor(const std::shared_ptr<ActorState>& actor) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  return rt->actors->Kill(actor);
+  return rt->cores->actors().Kill(actor);
 }
 
 absl::Status WaitActorReady(const std::shared_ptr<ActorState>& actor, absl::Duration timeout) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  return rt->actors->WaitReady(actor, timeout);
+  return rt->cores->actors().WaitReady(actor, timeout);
 }
 
 absl::Status WaitActorDead(const std::shared_ptr<ActorState>& actor, absl::Duration timeout) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  return rt->actors->WaitDead(actor, timeout);
+  return rt->cores->actors().WaitDead(actor, timeout);
 }
 
 }  // namespace internal

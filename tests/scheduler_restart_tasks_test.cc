@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <vector>
@@ -112,6 +113,73 @@ TEST_F(SchedulerRestartTasksTest, TwoHundredTasksAndTwoActorsOutliveTwoScheduler
   auto last = cluster_->client().WaitJob(job, absl::Seconds(30));
   ASSERT_TRUE(last.ok()) << last.status();
   EXPECT_EQ(last->state, JobState::kSucceeded) << last->reason;
+}
+
+// A driver started as a job's command while the head restarts (the chaos campaign's
+// "not created: tasks: ... Connection refused") waits for the scheduler: the job's
+// environment says a cluster exists. It says once, on stderr, which scheduler does not
+// answer and until when it waits, and runs once the scheduler is back.
+TEST_F(SchedulerRestartTasksTest, ADriverInAJobStartedWhileTheSchedulerRestartsWaitsForIt) {
+  const std::string go = absl::StrCat(cluster_->dir(), "/go-injob");
+  const std::string out = absl::StrCat(cluster_->dir(), "/injob.out");
+  const std::string err = absl::StrCat(cluster_->dir(), "/injob.err");
+  const std::string started = absl::StrCat(cluster_->dir(), "/started-injob");
+  const std::string script =
+      absl::StrCat("touch ", started, "; while [ ! -e ", go, " ]; do sleep 0.05; done; exec ",
+                   Runfile("tests/task_program"), " one >", out, " 2>", err);
+  auto job = cluster_->client().Submit(TestCluster::JobOf({"/bin/sh", "-c", script}, 1));
+  ASSERT_TRUE(job.ok()) << job.status();
+  // Its process runs (RUNNING alone means placed: the start may still be on its way).
+  ASSERT_TRUE(WaitFor([&] { return ::access(started.c_str(), F_OK) == 0; }, absl::Seconds(60)))
+      << cluster_->DaemonLogs();
+  auto text = [](const std::string& path) {
+    absl::StatusOr<std::string> t = ReadFile(path);
+    return t.ok() ? *t : std::string();
+  };
+  cluster_->StopScheduler(SIGKILL);
+  ASSERT_TRUE(WriteFileAtomic(go, "").ok());
+  // Its Init finds no scheduler, and says so (or fails: "Init: ...").
+  const bool told = WaitFor([&] {
+    const std::string e = text(err);
+    return absl::StrContains(e, "does not answer") || absl::StrContains(e, "Init:");
+  }, absl::Seconds(60)) && absl::StrContains(text(err), "does not answer");
+  const std::string said = text(err);
+  ASSERT_TRUE(cluster_->StartSchedulerAgain().ok()) << cluster_->DaemonLogs();
+  ASSERT_TRUE(told) << "stderr: " << said << "\nstdout: " << text(out) << "\njob: "
+                    << cluster_->client().GetJob(job->job_id)->reason << cluster_->DaemonLogs();
+  EXPECT_TRUE(absl::StrContains(said, absl::StrCat("the scheduler at ", cluster_->address())))
+      << said;
+  EXPECT_TRUE(absl::StrContains(said, absl::StrCat("drover::Init in job ", job->job_id, " (until ")))
+      << said;
+  auto last = cluster_->client().WaitJob(job->job_id, absl::Seconds(120));
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->state, JobState::kSucceeded) << last->reason << "\n" << text(out) << text(err);
+  EXPECT_TRUE(absl::StrContains(text(out), "one_task=3")) << text(out) << text(err);
+  EXPECT_TRUE(absl::StrContains(text(err), "is back")) << text(err);
+}
+
+// Outside a job nothing says a cluster exists: a driver whose scheduler does not answer
+// fails at once (it does not wait as a job's driver does), saying what to do.
+TEST_F(SchedulerRestartTasksTest, ADriverOutsideAJobFailsAtOnceWhenNoSchedulerAnswers) {
+  cluster_->StopScheduler(SIGKILL);
+  const absl::Time start = absl::Now();
+  DriverRun r = RunDriver(*cluster_, "tests/task_program", {"one"}, absl::Seconds(60));
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(cluster_->StartSchedulerAgain().ok()) << cluster_->DaemonLogs();
+  // The next test finds both nodes back.
+  EXPECT_TRUE(WaitFor([&] {
+    auto st = cluster_->client().Status();
+    if (!st.ok()) return false;
+    int alive = 0;
+    for (const auto& n : st->nodes) alive += n.state == NodeState::kAlive;
+    return alive == 2;
+  }, absl::Seconds(60))) << cluster_->DaemonLogs();
+  EXPECT_EQ(r.code, 2) << r.All();
+  EXPECT_TRUE(absl::StrContains(r.err, absl::StrCat("no scheduler answers at ", cluster_->address())))
+      << r.All();
+  EXPECT_TRUE(absl::StrContains(r.err, "start a cluster (`drover up`)")) << r.All();
+  // Generous: a driver in a job waits 20 s.
+  EXPECT_LT(took, absl::Seconds(15)) << r.All();
 }
 
 

@@ -195,7 +195,17 @@ void ActorClient::SendReady(const std::shared_ptr<ActorState>& a,
       failed.emplace_back(a->queue_.front().task, a->queue_.front().error);
       a->queue_.pop_front();
     }
-    if (!a->dead_.ok()) {
+    if (stopped_.load()) {
+      // After Shutdown: a connection it shut may still be listed (the loop stops before
+      // handling its close) and no thread may connect, so nothing sent or queued now
+      // would ever end.
+      for (auto& c : a->queue_) {
+        failed.emplace_back(c.task, absl::CancelledError(absl::StrCat(
+                                        "drover::Shutdown was called; the call ", c.task->display,
+                                        " to actor ", a->id, " was not sent")));
+      }
+      a->queue_.clear();
+    } else if (!a->dead_.ok()) {
       for (auto& c : a->queue_) failed.emplace_back(c.task, a->dead_);
       a->queue_.clear();
     } else if (a->sock_ == nullptr) {
@@ -565,6 +575,7 @@ void ActorClient::Shutdown() {
     absl::MutexLock l(&mu_);
     if (shutdown_) return;
     shutdown_ = true;
+    stopped_.store(true);
     stopping_.SignalAll();  // calls waiting for an away scheduler
     for (auto& [id, s] : sockets_) socks.push_back(s);
     for (auto& [id, weak] : actors_) {

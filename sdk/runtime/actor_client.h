@@ -23,6 +23,7 @@
 #ifndef DROVER_SDK_RUNTIME_ACTOR_CLIENT_H_
 #define DROVER_SDK_RUNTIME_ACTOR_CLIENT_H_
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -165,6 +166,10 @@ class ActorClient {
   std::unordered_map<std::string, std::weak_ptr<ActorState>> actors_ ABSL_GUARDED_BY(mu_);
   std::unordered_map<std::string, std::shared_ptr<FramedSocket>> sockets_ ABSL_GUARDED_BY(mu_);
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  // shutdown_, for SendReady, which runs under an actor's locks (mu_ is not taken there):
+  // once set, no call is sent or queued. Set before Shutdown collects the actors, so a
+  // call either is in flight when Shutdown fails those or sees it.
+  std::atomic<bool> stopped_{false};
   absl::CondVar stopping_;  // signalled by Shutdown
   // Creations, connections and losses; Shutdown waits for them.
   ThreadGroup threads_;

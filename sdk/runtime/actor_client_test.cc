@@ -3,19 +3,26 @@
 // arguments holding calls back, deaths, restarts and kills, in milliseconds.
 #include "sdk/runtime/actor_client.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <typeinfo>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sdk/runtime/connection_loop.h"
 #include "sdk/runtime/object_table.h"
 #include "sdk/runtime/testing/fake_seams.h"
 
@@ -392,6 +399,122 @@ TEST_F(ActorClientTest, ShutdownFailsCallsInFlight) {
   absl::Status s = Error(r);
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(s.message(), "drover::Shutdown was called");
+}
+
+// Connections to fake workers; once armed, each Connect waits until the test lets it go.
+class GatedConnector : public WorkerConnector {
+ public:
+  explicit GatedConnector(WorkerConnector* inner) : inner_(inner) {}
+  absl::StatusOr<std::unique_ptr<FramedSocket>> Connect(const std::string& node_id,
+                                                       const std::string& unix_path,
+                                                       const std::string& tcp_address,
+                                                       const std::string& lease_id,
+                                                       const std::string& actor_id) override {
+    if (armed.load()) {
+      if (!entered.HasBeenNotified()) entered.Notify();
+      gate.WaitForNotification();
+    }
+    return inner_->Connect(node_id, unix_path, tcp_address, lease_id, actor_id);
+  }
+  std::atomic<bool> armed{false};
+  absl::Notification entered;
+  absl::Notification gate;
+
+ private:
+  WorkerConnector* const inner_;
+};
+
+// An actor's Connect that finishes while Shutdown runs, with the process's loop
+// stopped right after the cores (as Runtime::Shutdown does) and before it handled
+// anything of that connection: the call waiting for it fails naming the shutdown
+// instead of being sent on a connection nobody reads again, and calls made after
+// Shutdown fail at once, on that actor, on an actor connected before (its shut
+// connection still listed) and on one never connected.
+TEST_F(ActorClientTest, CallsRacingShutdownFailNamingItAndNoneIsLeftInFlight) {
+  GatedConnector gated(&workers_);
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  FramedSocket blocker_near(fds[0]), blocker_far(fds[1]);
+  std::vector<std::unique_ptr<FramedSocket>> probes;  // watched until the loop stops
+  ConnectionLoop loop;  // after the sockets it watches: it goes first
+  absl::Notification loop_held, let_go;
+  std::thread shutdown, stopper;
+  absl::Cleanup at_end = [&] {
+    if (!gated.gate.HasBeenNotified()) gated.gate.Notify();
+    if (!let_go.HasBeenNotified()) let_go.Notify();
+    if (shutdown.joinable()) shutdown.join();
+    if (stopper.joinable()) stopper.join();
+  };
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/46@n1";
+  id.owner_tag = "abcd8888";
+  id.new_id = [this] { return absl::StrCat("job1.abcd8888.", ++ids_); };
+  auto client = std::make_unique<ActorClient>(ActorClient::Deps{
+      std::move(id), &scheduler_, &gated, &agents_, &table_, Clock::Real(), "head:7000",
+      nullptr, &loop});
+  auto call = [&](const std::shared_ptr<ActorState>& a) {
+    return client->Call(a, kMethodKey, CallOptions{}, {});
+  };
+  // Connected before Shutdown.
+  std::shared_ptr<ActorState> before = client->Create(kFactoryKey, CallOptions{}, {});
+  ASSERT_EQ(Value(call(before)), "ok:Counter::Add");
+  // Its connect waits at the gate.
+  std::shared_ptr<ActorState> racing = client->Create(kFactoryKey, CallOptions{}, {});
+  ASSERT_TRUE(client->WaitReady(racing, kWait).ok());
+  hold_ = true;
+  gated.armed = true;
+  std::shared_ptr<RefState> queued = call(racing);
+  ASSERT_TRUE(gated.entered.WaitForNotificationWithTimeout(kWait));
+  // The loop's thread is held from here until it is stopped.
+  ASSERT_TRUE(loop.Watch(&blocker_near, "the blocking peer",
+                         [&](std::string_view) {
+                           loop_held.Notify();
+                           let_go.WaitForNotification();
+                         },
+                         [](const absl::Status&) {})
+                  .ok());
+  proto::TaskFrame frame;
+  frame.mutable_cancel()->set_seq(1);
+  ASSERT_TRUE(blocker_far.Send(frame).ok());
+  ASSERT_TRUE(loop_held.WaitForNotificationWithTimeout(kWait));
+  // An actor whose creation waits for an away scheduler: Shutdown ends that wait, which
+  // tells the test that Shutdown has begun.
+  scheduler_.SetCreateError(absl::UnavailableError("the scheduler restarts"));
+  std::shared_ptr<ActorState> creating = client->Create(kFactoryKey, CallOptions{}, {});
+  shutdown = std::thread([&] { client->Shutdown(); });
+  ASSERT_TRUE(WaitFor([&] {
+    return client->WaitReady(creating, absl::Milliseconds(1)).code() ==
+           absl::StatusCode::kCancelled;
+  }, kWait));
+  gated.gate.Notify();  // the connect finishes during Shutdown
+  shutdown.join();
+  // Stop the loop before it reads anything more: Watch refuses once Stop has begun.
+  stopper = std::thread([&] { loop.Stop(); });
+  ASSERT_TRUE(WaitFor([&] {
+    int p[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) return false;
+    ::close(p[1]);
+    probes.push_back(std::make_unique<FramedSocket>(p[0]));
+    return !loop.Watch(probes.back().get(), "a probe", [](std::string_view) {},
+                       [](const absl::Status&) {})
+                .ok();
+  }, kWait));
+  let_go.Notify();
+  stopper.join();
+
+  absl::Status s = Error(queued);
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("drover::Shutdown was called"));
+  EXPECT_EQ(client->CallCounts(racing), (std::pair<size_t, size_t>{0, 0}));
+  for (const std::shared_ptr<ActorState>& a : {racing, before, client->FromId("actor-never")}) {
+    std::shared_ptr<RefState> late = call(a);
+    ObjectTable::Outcome o = table_.Read(late);  // at once: no wait
+    ASSERT_EQ(o.state, RefState::State::kFailed) << "a call after Shutdown on " << a->id;
+    EXPECT_EQ(o.error.code(), absl::StatusCode::kCancelled) << o.error;
+    EXPECT_THAT(std::string(o.error.message()), HasSubstr("drover::Shutdown was called"));
+    EXPECT_EQ(client->CallCounts(a), (std::pair<size_t, size_t>{0, 0})) << a->id;
+  }
 }
 
 // The client's threads do not grow with its actor connections: one loop reads them all

@@ -168,6 +168,7 @@ void ConnectionLoop::Run() {
       return;
     }
     ++wake;
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
     ObjectTable::DeferReleases deferred;
     for (int i = 0; i < n; ++i) {
       const uint64_t key = events[i].data.u64;

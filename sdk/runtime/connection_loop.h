@@ -30,6 +30,7 @@
 #ifndef DROVER_SDK_RUNTIME_CONNECTION_LOOP_H_
 #define DROVER_SDK_RUNTIME_CONNECTION_LOOP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -77,13 +78,19 @@ class ConnectionLoop {
   // still watched are dropped without their `on_closed` (their owners have shut them
   // down and failed their work). Store deletes not yet begun are dropped (the store
   // frees a job's objects when it ends); one in progress (a restarting store) is waited
-  // for up to kStopReleaseWait, then left to finish on its own.
+  // for up to kStopReleaseWait, then left to finish on its own: it uses only what it
+  // owns (the batch carries the release functions, not the tables), so the cores and
+  // the object table may go meanwhile.
   void Stop() ABSL_LOCKS_EXCLUDED(mu_);
   static constexpr absl::Duration kStopReleaseWait = absl::Seconds(2);
   // The loop's error once it failed (Watch then always fails with it); OK before.
   absl::Status failure() ABSL_LOCKS_EXCLUDED(mu_);
   // Connections watched now.
   size_t watched() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // For tests: how many times the loop thread's wait has returned (a loop that spins
+  // on an event nobody handles counts thousands a second).
+  uint64_t wakeups() const { return wakeups_.load(std::memory_order_relaxed); }
 
   // For tests: makes the loop fail as if epoll_wait had (every connection's on_closed
   // runs with the error; later Watch calls fail).
@@ -139,6 +146,7 @@ class ConnectionLoop {
   std::shared_ptr<Releaser> releaser_ ABSL_GUARDED_BY(mu_);
   std::thread releaser_thread_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
+  std::atomic<uint64_t> wakeups_{0};
 };
 
 }  // namespace drover::internal

@@ -4,10 +4,13 @@
 // every connection, and Stop returns while a peer does not read.
 #include "sdk/runtime/connection_loop.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
+#include <new>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,6 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/net.h"
+#include "common/tls.h"
+#include "common/tls_ca.h"
 #include "gtest/gtest.h"
 #include "proto/task.pb.h"
 #include "sdk/runtime/object_table.h"
@@ -252,6 +258,183 @@ TEST_F(ConnectionLoopTest, StopDoesNotWaitOnAHangingStoreDelete) {
   unblock.Notify();
   EXPECT_TRUE(WaitFor([&] { return deleted.load() == 1; }, kWait));
   EXPECT_EQ(calls.load(), 1);  // the queued one was dropped
+}
+
+// A delete that Stop left to finish on its own (the store did not answer within
+// kStopReleaseWait) never touches an ObjectTable after that: the batch carries the
+// release functions, so the table may be gone (here destroyed and its memory wiped, as
+// a runtime's would be reused) by the time the hanging delete returns, and the next
+// delete of the batch is still made by the function its table had.
+TEST_F(ConnectionLoopTest, ADeleteLeftToFinishAfterStopDoesNotTouchItsTable) {
+  ObjectTable first;
+  absl::Notification unblock;
+  std::atomic<int> first_calls{0};
+  first.set_release([&](const std::vector<StoredRef>&) {
+    ++first_calls;
+    unblock.WaitForNotification();
+  });
+  // The second table lives in storage the test wipes after destroying it.
+  alignas(ObjectTable) unsigned char storage[sizeof(ObjectTable)];
+  ObjectTable* second = new (storage) ObjectTable();
+  bool second_alive = true;
+  auto second_deleted = std::make_shared<std::atomic<int>>(0);
+  second->set_release([second_deleted](const std::vector<StoredRef>& objects) {
+    *second_deleted += static_cast<int>(objects.size());
+  });
+  Pair a = MakePair();
+  auto loop = std::make_unique<ConnectionLoop>();
+  std::thread stopper;
+  absl::Cleanup at_end = [&] {
+    if (!unblock.HasBeenNotified()) unblock.Notify();
+    if (stopper.joinable()) stopper.join();
+    if (second_alive) second->~ObjectTable();
+  };
+  std::shared_ptr<RefState> r1 =
+      first.NewReady("obj-1", ObjectValue{nullptr, StoredRef{"obj-1", "n1", 100}, {}});
+  std::shared_ptr<RefState> r2 =
+      second->NewReady("obj-2", ObjectValue{nullptr, StoredRef{"obj-2", "n1", 100}, {}});
+  ASSERT_TRUE(loop->Watch(a.near.get(), "the test peer",
+                          [&](std::string_view) {
+                            r1.reset();  // one batch: the first's delete, then the second's
+                            r2.reset();
+                          },
+                          [](const absl::Status&) {})
+                  .ok());
+  ASSERT_TRUE(a.far->Send(Small(1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return first_calls.load() == 1; }, kWait));  // it hangs
+  a.near->Shutdown();
+  std::atomic<bool> stopped{false};
+  stopper = std::thread([&] {
+    loop->Stop();
+    stopped = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return stopped.load(); }, kWait));
+  second->~ObjectTable();
+  second_alive = false;
+  std::memset(storage, 0, sizeof(storage));
+  unblock.Notify();
+  EXPECT_TRUE(WaitFor([&] { return second_deleted->load() == 1; }, kWait))
+      << "the second delete of the batch was not made after its table went";
+}
+
+// One connection whose peer has megabytes of frames waiting does not hold up another:
+// a connection is read at most FramedSocket::kMaxReadPerEvent (256 KiB) per turn, so
+// B's frame, which arrived after A's 2 MiB, is handled after about 256 KiB of A's
+// frames, not after all of them.
+TEST_F(ConnectionLoopTest, AConnectionWithMegabytesWaitingDoesNotHoldUpAnother) {
+  Pair a = MakePair();
+  Pair b = MakePair();
+  Pair blocker = MakePair();
+  // A's peer can have 2 MiB in flight (FORCE: as root, past net.core.wmem_max).
+  const int sndbuf = 8 << 20;
+  if (::setsockopt(a.far->fd(), SOL_SOCKET, SO_SNDBUFFORCE, &sndbuf, sizeof(sndbuf)) != 0) {
+    ::setsockopt(a.far->fd(), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+  }
+  ConnectionLoop loop;
+  // Holds the loop thread while A's and B's bytes arrive, so its next wake-up finds
+  // both: A's first (it was written first), then B's.
+  absl::Notification loop_held, let_go;
+  absl::Cleanup let_go_at_end = [&] {
+    if (!let_go.HasBeenNotified()) let_go.Notify();
+  };
+  ASSERT_TRUE(loop.Watch(blocker.near.get(), "the blocking peer",
+                         [&](std::string_view) {
+                           loop_held.Notify();
+                           let_go.WaitForNotification();
+                         },
+                         [](const absl::Status&) {})
+                  .ok());
+  std::atomic<int> a_frames{0};
+  std::atomic<int> a_frames_before_b{-1};
+  ASSERT_TRUE(loop.Watch(a.near.get(), "the flooding peer", [&](std::string_view) { ++a_frames; },
+                         [](const absl::Status&) {})
+                  .ok());
+  ASSERT_TRUE(loop.Watch(b.near.get(), "the other peer",
+                         [&](std::string_view) { a_frames_before_b = a_frames.load(); },
+                         [](const absl::Status&) {})
+                  .ok());
+  ASSERT_TRUE(blocker.far->Send(Small(0)).ok());
+  ASSERT_TRUE(loop_held.WaitForNotificationWithTimeout(kWait));
+  constexpr size_t kFrameBytes = 32 * 1024;
+  constexpr int kFrames = 64;  // 2 MiB
+  std::string frames;
+  for (int i = 0; i < kFrames; ++i) AppendFrame(Large(i, kFrameBytes), &frames);
+  size_t written = 0;
+  while (written < frames.size()) {
+    const ssize_t n = ::send(a.far->fd(), frames.data() + written, frames.size() - written,
+                             MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  const size_t frame_size = frames.size() / kFrames;
+  const int whole = static_cast<int>(written / frame_size);
+  if (written < size_t{1} << 20) {
+    GTEST_SKIP() << "the socket took only " << written << " bytes; the test needs 1 MiB waiting";
+  }
+  ASSERT_TRUE(b.far->Send(Small(1)).ok());
+  let_go.Notify();
+  ASSERT_TRUE(WaitFor([&] { return a_frames_before_b.load() >= 0; }, kWait));
+  // 256 KiB is 8 of A's frames; 16 allows one more turn. Without the cap: all of them.
+  EXPECT_LE(a_frames_before_b.load(), 16)
+      << "B's frame waited for " << a_frames_before_b.load() << " of A's " << whole
+      << " frames of 32 KiB";
+  // And none of A's is lost by taking turns.
+  if (written < frames.size()) {
+    ASSERT_TRUE(a.far->SendFrames(frames.substr(written)).ok());
+  }
+  EXPECT_TRUE(WaitFor([&] { return a_frames.load() == kFrames; }, kWait)) << a_frames.load();
+}
+
+// A TLS write that must first read (here: the server end's first write needs the
+// peer's ClientHello, which a peer that stopped does not send) waits for the next read
+// event. It does not arm EPOLLOUT, which a writable socket reports at once, again and
+// again: the loop would spin. Once the peer speaks, the frame goes out.
+TEST_F(ConnectionLoopTest, ATlsWriteThatMustFirstReadDoesNotSpinTheLoop) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tls-", ::getpid());
+  auto ca = CertificateAuthority::LoadOrCreate(dir);
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  auto files = (*ca)->IssueFiles(dir, "worker");
+  ASSERT_TRUE(files.ok()) << files.status();
+  auto server = TransportSecurity::Load(*files);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = TransportSecurity::Load(TlsFiles{(*ca)->cert_path(), "", ""});
+  ASSERT_TRUE(client.ok()) << client.status();
+  int port = 0;
+  absl::StatusOr<int> listener = ListenTcp("127.0.0.1", &port);
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  absl::Cleanup close_listener = [&] { ::close(*listener); };
+  // The peer connects and says nothing (a stopped worker).
+  absl::StatusOr<int> peer_fd =
+      ConnectTcp(absl::StrCat("127.0.0.1:", port), absl::Now() + kWait);
+  ASSERT_TRUE(peer_fd.ok()) << peer_fd.status();
+  const int accepted = ::accept4(*listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(accepted, 0);
+  auto end = (*server)->ServerEnd(accepted, "the silent TLS peer");
+  ASSERT_TRUE(end.ok()) << end.status();
+  FramedSocket near(*std::move(end));
+  ConnectionLoop loop;
+  std::atomic<int> closed{0};
+  ASSERT_TRUE(loop.Watch(&near, "the silent TLS peer", [](std::string_view) {},
+                         [&](const absl::Status&) { ++closed; })
+                  .ok());
+  const uint64_t before = loop.wakeups();
+  ASSERT_TRUE(near.Send(Small(7)).ok());  // SSL_write: the handshake wants to read
+  // Half a second of a peer that does not speak: a spinning loop wakes up tens of
+  // thousands of times (even with a tenth of a core), a waiting one about never.
+  absl::SleepFor(absl::Milliseconds(500));
+  const uint64_t woke = loop.wakeups() - before;
+  EXPECT_LT(woke, 100u) << "the loop woke " << woke << " times in 0.5 s with nothing to do";
+  EXPECT_GT(near.unsent(), 0u);
+  // The peer speaks TLS: the handshake completes on the loop's read events, and the
+  // frame waiting for it goes out.
+  auto client_end = (*client)->ClientEnd(*peer_fd, "the loop's end", absl::Now() + kWait);
+  ASSERT_TRUE(client_end.ok()) << client_end.status();
+  FramedSocket far(*std::move(client_end));
+  proto::TaskFrame f;
+  ASSERT_TRUE(far.Read(&f).ok());
+  EXPECT_EQ(f.cancel().seq(), 7u);
+  EXPECT_EQ(closed.load(), 0);
 }
 
 // A loop that fails (epoll_wait errs) tells every connection's close path, and takes

@@ -259,7 +259,7 @@ void ObjectTable::Released(RefState* ref) {
   }
   if (objects.empty()) return;
   if (t_defer != nullptr) {
-    t_defer->batch_.emplace_back(this, std::move(objects));
+    t_defer->batch_.emplace_back(std::move(release), std::move(objects));
     return;
   }
   release(objects);
@@ -273,14 +273,7 @@ ObjectTable::DeferReleases::~DeferReleases() {
 }
 
 void ObjectTable::ReleaseNow(DeferReleases::Batch batch) {
-  for (auto& [table, objects] : batch) {
-    ReleaseFn release;
-    {
-      absl::MutexLock l(&table->mu_);
-      release = table->release_;
-    }
-    if (release) release(objects);
-  }
+  for (auto& [release, objects] : batch) release(objects);
 }
 
 }  // namespace drover::internal

@@ -161,7 +161,10 @@ class ObjectTable {
     ~DeferReleases();  // what is still collected is released here
     DeferReleases(const DeferReleases&) = delete;
     DeferReleases& operator=(const DeferReleases&) = delete;
-    using Batch = std::vector<std::pair<ObjectTable*, std::vector<StoredRef>>>;
+    // Each entry carries the release function its table had when the object was
+    // released, not the table: a delete made late (after ConnectionLoop::Stop left it
+    // to finish on its own) never touches a table that may be gone by then.
+    using Batch = std::vector<std::pair<ReleaseFn, std::vector<StoredRef>>>;
     Batch Take() { return std::exchange(batch_, {}); }
 
    private:
@@ -169,7 +172,8 @@ class ObjectTable {
     DeferReleases* outer_;
     Batch batch_;
   };
-  // Deletes store objects collected by a DeferReleases.
+  // Deletes store objects collected by a DeferReleases (with the release functions
+  // they carry: it reads no table).
   static void ReleaseNow(DeferReleases::Batch batch);
 
   absl::Mutex* mu() { return &mu_; }

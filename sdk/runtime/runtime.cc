@@ -7,6 +7,7 @@
 #include <atomic>
 #include <map>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -35,6 +36,7 @@
 #include "sdk/runtime/connection_loop.h"
 #include "sdk/runtime/context.h"
 #include "sdk/runtime/object_table.h"
+#include "sdk/runtime/owner_cores.h"
 #include "sdk/runtime/package.h"
 #include "sdk/runtime/scheduler_outage.h"
 #include "sdk/runtime/seams_grpc.h"
@@ -55,6 +57,11 @@ constexpr absl::Duration kLostRecheck = absl::Milliseconds(200);
 constexpr absl::Duration kHolderWait = absl::Seconds(1);
 // How long a driver keeps asking a scheduler that cannot answer yet to register it.
 constexpr absl::Duration kRegisterPatience = absl::Seconds(60);
+// How long Init in a job waits for a scheduler that does not answer. The job's
+// environment names the scheduler, so a cluster exists: one that does not answer is
+// restarting (a head restart takes seconds). A driver outside a job does not wait:
+// nothing says a cluster is there at all.
+constexpr absl::Duration kInJobSchedulerPatience = absl::Seconds(20);
 
 std::string RandomTag() {
   std::random_device rd;
@@ -200,15 +207,13 @@ class Runtime : public RuntimeContext {
   std::unique_ptr<GrpcScheduler> scheduler_calls;
   std::unique_ptr<SocketWorkerConnector> connector;
   std::unique_ptr<GrpcWorkerAgents> worker_agents;
-  // Reads every worker and actor connection of the two cores below (one thread).
-  // Declared before them, so destroyed after them (their sockets call it until they
-  // close); ~Runtime stops it before any of them goes (its handlers call the cores).
-  std::unique_ptr<ConnectionLoop> loop = std::make_unique<ConnectionLoop>();
-  std::unique_ptr<TaskSubmitter> submitter;
-  std::unique_ptr<ActorClient> actors;
   // What the user is told while the scheduler is away: one line per outage, whichever
-  // of the session, the actor client and the submitter notices it first.
+  // of the session, the actor client and the submitter notices it first. Declared
+  // before the cores, which hold it: it goes after them.
   std::unique_ptr<SchedulerOutage> outage;
+  // The submitter, the actor client and the one loop that reads their connections,
+  // stopped in the one safe order (owner_cores.h).
+  std::unique_ptr<OwnerCores> cores;
   // A plain driver's session with the scheduler (its job ends when this ends): the
   // call in progress, and whether the driver is shutting down.
   struct Session {
@@ -221,19 +226,16 @@ class Runtime : public RuntimeContext {
   std::thread session_thread;
 
   // Always shuts down (again, if drover::Shutdown did: each step is idempotent), before
-  // any member goes: the loop thread may still be handling a connection's frames or
-  // close, which call into the cores (WorkerLost, ConnectionClosed), so it stops
-  // before they are destroyed. A runtime that MakeRuntime gives up on after
-  // RegisterDriver started the session thread has that thread joined here too.
+  // any member goes: the cores and their loop stop in their order (owner_cores.h), and
+  // a runtime that MakeRuntime gives up on after RegisterDriver started the session
+  // thread has that thread joined here too.
   ~Runtime() { Shutdown(); }
 
   // Idempotent.
   void Shutdown() {
     // The cores shut their connections and fail what is in flight; then the loop
     // stops (it never waits on a peer, so a stopped worker cannot hold this up).
-    if (actors) actors->Shutdown();
-    if (submitter) submitter->Shutdown();
-    loop->Stop();
+    if (cores) cores->Shutdown();
     {
       absl::MutexLock l(&session->mu);
       session->stop = true;
@@ -303,6 +305,40 @@ bool IsLocalAddress(const std::string& ip) {
   return found;
 }
 
+// Init's calls to the scheduler in a job (`attempt`, safe to repeat): while the
+// scheduler does not answer (UNAVAILABLE, DEADLINE_EXCEEDED) they are tried again with
+// back-off for up to kInJobSchedulerPatience, and the user is told once, on stderr,
+// which scheduler and until when (the process's outage line; "back" when it answers).
+template <typename T>
+absl::StatusOr<T> WhileInJobSchedulerAway(Runtime* rt, const std::function<absl::StatusOr<T>()>& attempt) {
+  const absl::Time give_up = absl::Now() + kInJobSchedulerPatience;
+  Backoff pause;
+  bool told = false;
+  for (;;) {
+    absl::StatusOr<T> r = attempt();
+    if (!SchedulerOutage::IsAway(r.status())) {
+      if (told) rt->outage->Back();
+      return r;
+    }
+    if (absl::Now() + pause.Peek() >= give_up) {
+      return absl::Status(r.status().code(),
+                          absl::StrCat("the scheduler at ", rt->ctx.scheduler_address,
+                                       " did not answer for ",
+                                       absl::FormatDuration(kInJobSchedulerPatience),
+                                       " while this process of job ", rt->ctx.job_id,
+                                       " started: ", r.status().message()));
+    }
+    if (!told) {
+      told = true;
+      rt->outage->Away(r.status(),
+                       absl::StrCat("drover::Init in job ", rt->ctx.job_id, " (until ",
+                                    absl::FormatTime("%H:%M:%S %Z", give_up, absl::UTCTimeZone()),
+                                    ", then it fails)"));
+    }
+    absl::SleepFor(pause.Next());
+  }
+}
+
 // A driver outside any job: finds a node of the cluster on this machine (for its object
 // store) and the address its workers are reached at.
 absl::Status FindLocalNode(Runtime* rt) {
@@ -311,10 +347,19 @@ absl::Status FindLocalNode(Runtime* rt) {
   proto::GetClusterStatusRequest req;
   proto::GetClusterStatusReply reply;
   absl::Status status = FromGrpcStatus(rt->scheduler->GetClusterStatus(&cctx, req, &reply));
-  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) {
+  if (SchedulerOutage::IsAway(status)) {
     // The first call of a driver: a cluster on another transport says so here.
     std::string why = TransportMismatch(rt->ctx.scheduler_address, *rt->ctx.transport);
     if (!why.empty()) return absl::UnavailableError(why);
+    // Outside a job nothing says a cluster exists, so this does not wait for one.
+    return absl::Status(
+        status.code(),
+        absl::StrCat("no scheduler answers at ", rt->ctx.scheduler_address, " (",
+                     status.message(),
+                     "): start a cluster (`drover up`) or point this driver at a running one "
+                     "(InitOptions::address, DROVER_ADDRESS, or the cluster file `drover up` "
+                     "writes, $DROVER_HOME/cluster.json); if its head is restarting, start the "
+                     "driver again once it is back"));
   }
   DROVER_RETURN_IF_ERROR(status);
   for (const proto::NodeInfo& n : reply.nodes()) {
@@ -485,7 +530,13 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
     } else {
       args.assign(argv, argv + argc);
     }
-    absl::StatusOr<proto::PackageRef> pkg = PreparePackage(ctx.leases.get(), ctx.token, options.worker_program, args);
+    auto prepare = [&]() -> absl::StatusOr<proto::PackageRef> {
+      return PreparePackage(ctx.leases.get(), ctx.token, options.worker_program, args);
+    };
+    // The first call to the scheduler of a process in a job (a driver started as the
+    // job's command), made while the head may be restarting.
+    absl::StatusOr<proto::PackageRef> pkg =
+        in_job ? WhileInJobSchedulerAway<proto::PackageRef>(rt.get(), prepare) : prepare();
     if (!pkg.ok()) return pkg.status();
     ctx.package = *std::move(pkg);
   }
@@ -496,13 +547,13 @@ absl::StatusOr<std::unique_ptr<Runtime>> MakeRuntime(int argc, char** argv,
   rt->scheduler_calls = std::make_unique<GrpcScheduler>(&rt->ctx);
   rt->connector = std::make_unique<SocketWorkerConnector>(&rt->ctx);
   rt->worker_agents = std::make_unique<GrpcWorkerAgents>(&rt->ctx);
-  rt->submitter = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
-      IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
-      &TheObjectTable(), Clock::Real(), rt->outage.get(), rt->loop.get()});
-  rt->actors = std::make_unique<ActorClient>(ActorClient::Deps{
-      IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(), rt->worker_agents.get(),
-      &TheObjectTable(), Clock::Real(), rt->ctx.scheduler_address, rt->outage.get(),
-      rt->loop.get()});
+  rt->cores = std::make_unique<OwnerCores>(
+      TaskSubmitter::Deps{IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(),
+                          rt->worker_agents.get(), &TheObjectTable(), Clock::Real(),
+                          rt->outage.get()},
+      ActorClient::Deps{IdentityOf(&rt->ctx), rt->scheduler_calls.get(), rt->connector.get(),
+                        rt->worker_agents.get(), &TheObjectTable(), Clock::Real(),
+                        rt->ctx.scheduler_address, rt->outage.get()});
   return rt;
 }
 
@@ -543,7 +594,7 @@ std::shared_ptr<RefState> SubmitTask(const std::string& key, const CallOptions& 
   task->result = TheObjectTable().NewPending(rt->ctx.NewObjectId());
   task->return_id = task->result->id;
   std::shared_ptr<RefState> result = task->result;
-  rt->submitter->Submit(std::move(task));
+  rt->cores->submitter().Submit(std::move(task));
   return result;
 }
 
@@ -607,7 +658,7 @@ absl::Status RemakeLost(Runtime* rt, const std::shared_ptr<RefState>& ref, int* 
     task->result = ref;
     ++task->attempt;
     task->retries_left = std::max(task->retries_left, 1);
-    rt->submitter->Submit(std::move(task));
+    rt->cores->submitter().Submit(std::move(task));
     return absl::OkStatus();
   }
   return absl::NotFoundError(absl::StrCat(
@@ -688,7 +739,7 @@ std::vector<size_t> WaitRefs(const std::vector<std::shared_ptr<RefState>>& refs,
 absl::Status CancelRef(const std::shared_ptr<RefState>& ref, bool force) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  absl::Status s = rt->submitter->Cancel(ref.get(), force);
+  absl::Status s = rt->cores->submitter().Cancel(ref.get(), force);
   if (s.code() != absl::StatusCode::kNotFound) return s;
   if (TheObjectTable().Read(ref).state != RefState::State::kPending) return absl::OkStatus();
   return absl::FailedPreconditionError(
@@ -752,7 +803,7 @@ std::shared_ptr<ActorState> CreateActor(const std::string& factory_key, const Ca
     auto a = std::make_shared<ActorState>("uninitialized");
     return a;
   }
-  return rt->actors->Create(factory_key, options, std::move(args));
+  return rt->cores->actors().Create(factory_key, options, std::move(args));
 }
 
 std::shared_ptr<RefState> SubmitActorTask(const std::shared_ptr<ActorState>& actor,
@@ -761,20 +812,20 @@ std::shared_ptr<RefState> SubmitActorTask(const std::shared_ptr<ActorState>& act
                                           std::vector<TaskArgument> args) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return FailedRef(absl::FailedPreconditionError("drover::Init was not called"));
-  return rt->actors->Call(actor, method_key, options, std::move(args));
+  return rt->cores->actors().Call(actor, method_key, options, std::move(args));
 }
 
 absl::StatusOr<std::shared_ptr<ActorState>> LookupActor(const std::string& name,
                                                         absl::Duration timeout) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  return rt->actors->Lookup(name, timeout);
+  return rt->cores->actors().Lookup(name, timeout);
 }
 
 std::shared_ptr<ActorState> ActorFromId(const std::string& actor_id) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return std::make_shared<ActorState>(actor_id);
-  return rt->actors->FromId(actor_id);
+  return rt->cores->actors().FromId(actor_id);
 }
 
 const std::string& ActorId(const ActorState& actor) { return actor.id; }
@@ -782,19 +833,19 @@ const std::string& ActorId(const ActorState& actor) { return actor.id; }
 absl::Status KillActor(const std::shared_ptr<ActorState>& actor) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  return rt->actors->Kill(actor);
+  return rt->cores->actors().Kill(actor);
 }
 
 absl::Status WaitActorReady(const std::shared_ptr<ActorState>& actor, absl::Duration timeout) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  return rt->actors->WaitReady(actor, timeout);
+  return rt->cores->actors().WaitReady(actor, timeout);
 }
 
 absl::Status WaitActorDead(const std::shared_ptr<ActorState>& actor, absl::Duration timeout) {
   Runtime* rt = ActiveRuntime();
   if (rt == nullptr) return absl::FailedPreconditionError("drover::Init was not called");
-  return rt->actors->WaitDead(actor, timeout);
+  return rt->cores->actors().WaitDead(actor, timeout);
 }
 
 }  // namespace internal
@@ -823,6 +874,8 @@ absl::Status Init(int argc, char** argv, const InitOptions& options) {
   }
   internal::SetCurrentRuntimeContext(r);
   internal::SetRuntimeCodecContext(internal::TheStoreCodecContext());
+  // Captures nothing that can go: a delete left running after Shutdown (a store that
+  // does not answer) finds no runtime, or one that was current, which is never freed.
   internal::TheObjectTable().set_release([](const std::vector<internal::StoredRef>& objects) {
     if (Runtime* cur = internal::ActiveRuntime()) cur->ctx.store->Delete(objects);
   });

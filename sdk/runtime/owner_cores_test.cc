@@ -1,0 +1,132 @@
+// OwnerCores torn down with an actor call in flight while the loop still runs handlers:
+// the cores stop before the loop, and the loop stops before either goes, so the close
+// of the actor's connection, handled while the submitter shuts down, finds its actor
+// client alive (run under ASan, members destroyed in declaration order instead are a
+// heap-use-after-free in ActorClient::ConnectionClosed), and nothing hangs.
+#include "sdk/runtime/owner_cores.h"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <typeinfo>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/clock.h"
+#include "gtest/gtest.h"
+#include "proto/task.pb.h"
+#include "sdk/runtime/object_table.h"
+#include "sdk/runtime/testing/fake_seams.h"
+
+namespace drover::internal {
+namespace {
+
+using testing::Answer;
+using testing::FakeAgents;
+using testing::FakeScheduler;
+using testing::FakeWorkerConnector;
+using testing::WaitFor;
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+
+struct Counter {};
+const char kFactoryKey[] = "owner-cores-test-factory";
+const char kMethodKey[] = "owner-cores-test-method";
+
+void RegisterOnce() {
+  static bool done = [] {
+    FunctionInfo factory;
+    factory.name = "MakeCounter";
+    factory.kind = FunctionKind::kFactory;
+    factory.cls = &typeid(Counter);
+    RegisterFunction(kFactoryKey, factory);
+    FunctionInfo method;
+    method.name = "Counter::Add";
+    method.kind = FunctionKind::kMethod;
+    RegisterFunction(kMethodKey, method);
+    return true;
+  }();
+  (void)done;
+}
+
+// The scheduler fake, with a hook run when the submitter's Shutdown cancels its calls.
+class HookedScheduler : public FakeScheduler {
+ public:
+  void CancelAll() override {
+    if (on_cancel_all) on_cancel_all();
+    FakeScheduler::CancelAll();
+  }
+  std::function<void()> on_cancel_all;
+};
+
+OwnerIdentity Identity(std::atomic<int>* ids) {
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = "job1/47@n1";
+  id.owner_tag = "abcd9999";
+  id.package.set_hash("pkg-hash");
+  id.new_id = [ids] { return absl::StrCat("job1.abcd9999.", ++*ids); };
+  return id;
+}
+
+TEST(OwnerCoresTest, DestroyedWithACallInFlightTheCoresStopBeforeTheLoop) {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kAbort);
+  RegisterOnce();
+  ObjectTable table;
+  HookedScheduler scheduler;
+  FakeWorkerConnector workers;
+  workers.SetPolicy([](const proto::TaskSpec&) { return Answer::kHold; });
+  FakeAgents agents(&workers);
+  std::atomic<int> ids{0};
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  FramedSocket blocker_near(fds[0]), blocker_far(fds[1]);
+  absl::Notification loop_held, let_go, close_handled;
+  absl::Cleanup let_go_at_end = [&] {
+    if (!let_go.HasBeenNotified()) let_go.Notify();
+  };
+  auto cores = std::make_unique<OwnerCores>(
+      TaskSubmitter::Deps{Identity(&ids), &scheduler, &workers, &agents, &table, Clock::Real()},
+      ActorClient::Deps{Identity(&ids), &scheduler, &workers, &agents, &table, Clock::Real(),
+                        "head:7000"});
+  std::shared_ptr<ActorState> a = cores->actors().Create(kFactoryKey, CallOptions{}, {});
+  std::shared_ptr<RefState> call = cores->actors().Call(a, kMethodKey, CallOptions{}, {});
+  ASSERT_TRUE(workers.Worker(0)->WaitReceived(1, kWait));  // in flight, held
+  // The loop's thread is held until the submitter shuts down, after the actor client
+  // did: the actor connection's close then waits for the loop.
+  ASSERT_TRUE(cores->loop()
+                  .Watch(&blocker_near, "the blocking peer",
+                         [&](std::string_view) {
+                           loop_held.Notify();
+                           let_go.WaitForNotification();
+                         },
+                         [](const absl::Status&) {})
+                  .ok());
+  proto::TaskFrame frame;
+  frame.mutable_cancel()->set_seq(1);
+  ASSERT_TRUE(blocker_far.Send(frame).ok());
+  ASSERT_TRUE(loop_held.WaitForNotificationWithTimeout(kWait));
+  ConnectionLoop* loop = &cores->loop();
+  scheduler.on_cancel_all = [&] {
+    // The loop goes on and handles the actor connection's close (only the blocker's
+    // connection is left watched), while the teardown is still in the submitter.
+    let_go.Notify();
+    if (WaitFor([&] { return loop->watched() == 1; }, kWait)) close_handled.Notify();
+  };
+  cores.reset();
+  EXPECT_TRUE(close_handled.HasBeenNotified());
+  ASSERT_TRUE(table.WaitDone(call, absl::Now() + kWait));
+  ObjectTable::Outcome o = table.Read(call);
+  ASSERT_EQ(o.state, RefState::State::kFailed);
+  EXPECT_EQ(o.error.code(), absl::StatusCode::kCancelled) << o.error;
+  EXPECT_TRUE(absl::StrContains(o.error.message(), "drover::Shutdown was called")) << o.error;
+}
+
+}  // namespace
+}  // namespace drover::internal

@@ -82,7 +82,6 @@ class ActorRecoveryTest : public ::testing::Test {
     for (const auto& h : held) *again.add_leases() = h;
     auto reg = core_->RegisterNode(again);
     ASSERT_TRUE(reg.ok()) << reg.status();
-    core_->AdoptLeases(reg->node_id(), again);
   }
 
   proto::ActorInfo Create(const std::string& id, const std::string& name, int node,

@@ -178,7 +178,6 @@ TEST_F(LeaseClaimTest, LeasesAnAgentReportsOnRegistrationAreBooked) {
   for (int i = 0; i < 2; ++i) {  // an agent may register more than once: booked once
     auto reg = core_->RegisterNode(again);
     ASSERT_TRUE(reg.ok()) << reg.status();
-    core_->AdoptLeases(reg->node_id(), again);
   }
   EXPECT_EQ(leases_->counts().leases, 2);
   // (Once per registration: stopping a worker is idempotent.)
@@ -198,6 +197,85 @@ TEST_F(LeaseClaimTest, LeasesAnAgentReportsOnRegistrationAreBooked) {
     auto next = Ask("new", on0);
     return next.ok() && next->granted();
   }));
+}
+
+// After a scheduler restart, drivers ask for leases before their nodes are back: a
+// request that waits for room is granted when a node with room registers, not left
+// waiting until something else frees resources (it waited out its 60 s before).
+TEST_F(LeaseClaimTest, ARequestWaitingForRoomIsGrantedWhenANodeRegisters) {
+  proto::RequestLeaseRequest req;
+  req.set_job_id(driver_);
+  req.set_request_id("big");
+  req.set_wait_ms(20000);
+  req.mutable_shape()->set_cpus(4);  // no node has 4 CPUs yet
+  req.mutable_package()->set_hash("abc");
+  std::atomic<bool> answered{false};
+  absl::StatusOr<proto::RequestLeaseReply> reply;
+  std::thread asker([&] {
+    reply = leases_->RequestLease(req);
+    answered = true;
+  });
+  ASSERT_TRUE(::drover::testing::WaitFor([&] { return leases_->counts().waiting_calls == 1; }));
+  proto::RegisterNodeRequest node;
+  node.set_agent_address("10.0.0.3:7000");
+  node.set_node_ip("10.0.0.3");
+  node.mutable_total()->set_cpus(4);
+  auto reg = core_->RegisterNode(node);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  const bool in_time = ::drover::testing::WaitFor([&] { return answered.load(); });
+  if (!in_time) clock_.Advance(absl::Seconds(30));  // ends the wait, to fail below
+  asker.join();
+  ASSERT_TRUE(in_time) << "the request was not granted when a node with room registered";
+  ASSERT_TRUE(reply.ok() && reply->granted())
+      << reply.status() << " " << (reply.ok() ? reply->pending_reason() : "");
+  EXPECT_EQ(reply->node_id(), reg->node_id());
+}
+
+// A node that registers with leases its workers serve (after a scheduler restart) has
+// them booked before anything is placed on it: a job the same registration lets in
+// (here by ending the job that filled the node) must not take what the leases hold.
+TEST_F(LeaseClaimTest, LeasesReportedAtRegistrationAreBookedBeforeJobsArePlacedThere) {
+  proto::RegisterNodeRequest node;
+  node.set_agent_address("10.0.0.3:7000");
+  node.set_node_ip("10.0.0.3");
+  node.mutable_total()->set_cpus(4);
+  auto reg = core_->RegisterNode(node);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  // Fills the only node with 4 CPUs.
+  proto::JobSpec fill = testing::OneCpuJob(4);
+  fill.set_nproc_per_node(4);
+  auto filler = core_->SubmitJob(fill);
+  ASSERT_TRUE(filler.ok()) << filler.status();
+  ASSERT_EQ(StateOf(filler->job_id()), proto::RUNNING);
+  // Needs 3 CPUs of one node: waits for the filler.
+  proto::JobSpec three = testing::OneCpuJob(3);
+  three.set_nproc_per_node(3);
+  auto waiting = core_->SubmitJob(three);
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  ASSERT_EQ(StateOf(waiting->job_id()), proto::PENDING);
+
+  // The node's agent comes back without the filler's ranks (they are lost: the filler
+  // ends and frees 4 CPUs) and with two 1-CPU leases of the driver's.
+  proto::RegisterNodeRequest again = node;
+  again.set_node_id(reg->node_id());
+  for (int i = 0; i < 2; ++i) {
+    proto::HeldLease* h = again.add_leases();
+    h->set_lease_id(absl::StrCat("lease-earlier-", i));
+    h->set_job_id(driver_);
+    h->set_owner(driver_ + "/1@node");
+    h->mutable_shape()->set_cpus(1);
+    h->set_worker_id(absl::StrCat("worker-earlier-", i));
+  }
+  ASSERT_TRUE(core_->RegisterNode(again).ok());
+  EXPECT_EQ(leases_->counts().leases, 2);
+  EXPECT_TRUE(::drover::testing::WaitFor([&] {
+    return StateOf(filler->job_id()) != proto::RUNNING;
+  }));
+  // 2 of the 4 CPUs are the leases': the 3-CPU job still waits.
+  EXPECT_EQ(StateOf(waiting->job_id()), proto::PENDING);
+  for (const auto& [address, start] : agents_->start_calls()) {
+    EXPECT_NE(start.job_id(), waiting->job_id()) << "started on " << address;
+  }
 }
 
 // The lease manager never takes the core's lock (scheduler_core.h, the lock order): a

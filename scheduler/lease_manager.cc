@@ -373,13 +373,13 @@ void LeaseManager::Adopt(const std::string& node_id, const std::string& agent_ad
       std::optional<ResourceBook::Grant> g = book_->Adopt(
           node_id, h.shape(), std::vector<int>(h.gpu_ids().begin(), h.gpu_ids().end()));
       if (!g.has_value()) {
-        // Its node is not ALIVE (it died meanwhile): the actor is lost below and made
-        // again elsewhere, so this worker must not serve it on.
+        // Its node is unknown to the book: the actor is lost below and made again
+        // elsewhere, so this worker must not serve it on.
         if (actor != nullptr) {
           proto::KillWorkerRequest kill;
           kill.set_worker_id(h.worker_id());
           kill.set_reason(absl::StrCat("its actor ", h.actor_id(), " could not be adopted on node ",
-                                       node_id, ", which is not alive"));
+                                       node_id, ", which the scheduler does not know"));
           kills.push_back(std::move(kill));
         }
         continue;

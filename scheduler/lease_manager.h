@@ -105,8 +105,9 @@ class ResourceBook {
   // when nothing is claimed or the claim is free already.
   virtual std::map<std::string, proto::Resources> ClaimShortfall(std::string* job_id) { return {}; }
   // Records `shape` and `gpu_ids` as used on `node_id` for a lease that exists already
-  // (one an agent reports after a scheduler restart). nullopt if the node is unknown or
-  // not ALIVE.
+  // (one an agent reports after a scheduler restart), while its node registers (before
+  // it is ALIVE, so nothing else is placed on what the lease holds). nullopt if the node
+  // is unknown.
   virtual std::optional<Grant> Adopt(const std::string& node_id, const proto::Resources& shape,
                                      const std::vector<int>& gpu_ids) {
     return std::nullopt;
@@ -217,7 +218,9 @@ class LeaseManager {
   // ended or are unknown are killed, and so are workers of actors that moved on (dead,
   // or served by another worker now). A lease returned or whose worker exited before
   // its node registered (the agent's report overtook the registration) is not booked.
-  // Recovered actors on this node that it no longer holds are lost (Recover).
+  // Recovered actors on this node that it no longer holds are lost (Recover). Called by
+  // the core while the node registers, under the core's lock (never the other way:
+  // nothing here takes it).
   void Adopt(const std::string& node_id, const std::string& agent_address,
              const std::vector<proto::HeldLease>& held);
   // A pending job claims resources now (another than before): task leases on them are

@@ -211,15 +211,26 @@ absl::StatusOr<proto::RegisterNodeReply> SchedulerCore::RegisterNode(
     node.info.mutable_warnings()->CopyFrom(req.warnings());
     node.info.set_metrics_address(req.metrics_address());
     {
-      // The node's table entry, agent and state change in one step for leases too.
       BookScope book(this);
       const NodeUse* placed = table_.Find(id);
       const int64_t order = known && placed != nullptr ? placed->order
                                                        : static_cast<int64_t>(nodes_.size());
       table_.Set(id, req.node_ip(), req.total(),
                  std::vector<int>(req.gpu_ids().begin(), req.gpu_ids().end()), order);
+      agent_addresses_[id] = req.agent_address();
+    }
+    // The leases its workers serve are booked before the node is ALIVE: no job placed
+    // by the pass below and no lease granted meanwhile (grants take only book_mu_) may
+    // take what they hold.
+    AdoptLeasesLocked(id, req);
+    {
+      BookScope book(this);
       SetNodeStateLocked(node, proto::ALIVE, "");
     }
+    // Its room may fit lease requests that wait (after a scheduler restart, drivers
+    // ask before their nodes are back): the lease manager runs a pass.
+    freed_ = true;
+    notes_pending_ = true;
     node.last_heartbeat = clock_->Now();
     node.registration = std::max(node.registration + 1, absl::ToUnixMicros(node.last_heartbeat));
     DROVER_LOG(INFO) << (known ? "node re-registered: " : "node registered: ") << id << " at "

@@ -189,9 +189,6 @@ class SchedulerCore {
   // Tells `leases` of dead nodes, ended jobs and freed resources from now on. Call once
   // before serving; not owned.
   void SetLeaseManager(LeaseManager* leases);
-  // After RegisterNode (without the lock): the leases the node's workers serve go to
-  // the lease manager's book (LeaseManager::Adopt), rebuilding it after a restart.
-  void AdoptLeases(const std::string& node_id, const proto::RegisterNodeRequest& req);
   // A program that submits tasks outside any job (drover::Init in a plain program): a
   // job of its own, marked `driver`, RUNNING until EndDriver. Idempotent per request id.
   absl::StatusOr<std::string> RegisterDriver(const proto::RegisterDriverRequest& req);
@@ -333,6 +330,12 @@ class SchedulerCore {
   };
   class Book;
   static std::unique_ptr<ResourceBook> MakeBook(SchedulerCore* core);
+  // In RegisterNode, before the node is ALIVE: the leases the node's workers serve go
+  // to the lease manager's book (LeaseManager::Adopt), rebuilding it after a restart.
+  // Takes the lease manager's lock under mu_ (the lease manager never takes mu_), and
+  // book_mu_ under that: so no BookScope may be open.
+  void AdoptLeasesLocked(const std::string& node_id, const proto::RegisterNodeRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Holds book_mu_ for its scope, unless the holder of mu_ (this thread) holds it
   // already (a queue pass holds it throughout, and the changes it makes take it
   // again). REQUIRES: mu_ held, and not released (no wait on mu_) in its scope.

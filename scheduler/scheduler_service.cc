@@ -34,7 +34,6 @@ grpc::Status SchedulerService::RegisterNode(grpc::ServerContext* ctx,
   DROVER_CHECK_TOKEN(ctx);
   auto r = core_->RegisterNode(*req);
   if (!r.ok()) return ToGrpcStatus(r.status());
-  core_->AdoptLeases(r->node_id(), *req);
   *reply = std::move(*r);
   return grpc::Status::OK;
 }

@@ -113,9 +113,11 @@ class SchedulerCore::Book : public ResourceBook {
 
   std::optional<Grant> Adopt(const std::string& node_id, const proto::Resources& shape,
                              const std::vector<int>& gpu_ids) override {
+    // Called while the node registers (under the core's mu_, which no death can then
+    // interleave with), before it is ALIVE: known is enough.
     absl::MutexLock lock(&core_->book_mu_);
     auto agent = core_->agent_addresses_.find(node_id);
-    if (agent == core_->agent_addresses_.end() || !core_->table_.Alive(node_id)) {
+    if (agent == core_->agent_addresses_.end() || core_->table_.Find(node_id) == nullptr) {
       return std::nullopt;
     }
     core_->table_.Use(node_id, shape, gpu_ids, +1);
@@ -195,7 +197,8 @@ std::unique_ptr<ResourceBook> SchedulerCore::MakeBook(SchedulerCore* core) {
 
 void SchedulerCore::SetLeaseManager(LeaseManager* leases) { leases_.store(leases); }
 
-void SchedulerCore::AdoptLeases(const std::string& node_id, const proto::RegisterNodeRequest& req) {
+void SchedulerCore::AdoptLeasesLocked(const std::string& node_id,
+                                      const proto::RegisterNodeRequest& req) {
   LeaseManager* leases = leases_.load();
   // Also with no leases: actors the node ran before a restart and no longer holds end.
   if (leases == nullptr) return;

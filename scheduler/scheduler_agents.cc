@@ -161,7 +161,7 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
         job->seen_running = true;
       } else {
         // Never started, or gone: the first node's report tells which.
-        job->unreported.insert(lost.begin(), lost.end());
+        job->starts().unreported.insert(lost.begin(), lost.end());
         lost.clear();
       }
     } else if (job->start_unconfirmed) {
@@ -175,8 +175,9 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
                       "is gone: its node agent restarted and no longer has the process", out);
       lost.clear();
       ResolveStartLocked(*job, /*started=*/true, out);
-    } else if (job->unconfirmed_nodes.erase(node.info.node_id()) > 0 && reported[id].empty() &&
-               !lost.empty()) {
+    } else if (job->start_sets != nullptr &&
+               job->start_sets->unconfirmed_nodes.erase(node.info.node_id()) > 0 &&
+               reported[id].empty() && !lost.empty()) {
       // Its start never reached this node (none of its ranks is here, and it refuses a
       // start sent before its registration): sent now, its first and only one.
       if (job->info.state() == proto::RUNNING && !job->info.restarting()) {
@@ -211,7 +212,7 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
 void SchedulerCore::ResolveStartLocked(Job& job, bool started, Actions* out) {
   job.start_unconfirmed = false;
   std::set<int> unreported;
-  unreported.swap(job.unreported);
+  unreported.swap(job.starts().unreported);
   if (started) {
     // The first node had the start. A later node's start went out only after the first
     // node answered, and that answer may never have come (the scheduler stopped first),
@@ -229,7 +230,7 @@ void SchedulerCore::ResolveStartLocked(Job& job, bool started, Actions* out) {
         continue;
       }
       const Node* node = FindNodeLocked(id);
-      if (node == nullptr || node->info.state() != proto::ALIVE) job.unconfirmed_nodes.insert(id);
+      if (node == nullptr || node->info.state() != proto::ALIVE) job.starts().unconfirmed_nodes.insert(id);
     }
     if (to_start.empty()) return;
     if (job.info.state() == proto::RUNNING && !job.info.restarting()) {
@@ -290,7 +291,7 @@ void SchedulerCore::StartLaterNodesLocked(Job& job, const std::vector<std::strin
     return;
   }
   if (job.asking_port) {
-    job.awaiting_port.insert(node_ids.begin(), node_ids.end());
+    job.starts().awaiting_port.insert(node_ids.begin(), node_ids.end());
     return;
   }
   // The master's answer was lost with the scheduler that sent its start. Its node holds
@@ -349,7 +350,7 @@ void SchedulerCore::QueueLaunchLocked(Job& job, Action a, Actions* out) {
   // (Dispatch); until DropStaleLaunchesLocked lets it go, its ranks are unsent.
   if (!store_->InMemory()) {
     for (size_t k = a.reask ? 1 : 0; k < a.ranks.size(); ++k) {
-      job.unsent.insert(a.ranks[k].begin(), a.ranks[k].end());
+      job.starts().unsent.insert(a.ranks[k].begin(), a.ranks[k].end());
     }
   }
   out->push_back(std::move(a));
@@ -364,14 +365,14 @@ std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaun
     // stored with no start confirmed and settles it (ResolveStartLocked).
     if (job == nullptr || job->info.restart_count() != a->generation || stopping_) continue;
     for (const auto& ranks : a->ranks) {
-      for (int r : ranks) job->unsent.erase(r);
+      for (int r : ranks) job->starts().unsent.erase(r);
     }
     const bool stale = IsTerminal(job->info.state()) || job->info.restarting();
     if (stale && a->reask) {
       // Never sent: the nodes waiting for its answer are not started either.
       job->asking_port = false;
       std::set<std::string> awaiting;
-      awaiting.swap(job->awaiting_port);
+      awaiting.swap(job->starts().awaiting_port);
       FailNeverStartedLocked(*job, awaiting,
                              "was not started: the job ended or failed before its start was sent",
                              out);
@@ -458,7 +459,7 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
   std::set<std::string> awaiting;  // the nodes waiting for this answer (a re-ask's)
   if (i == 0 && a.reask) {
     job->asking_port = false;
-    awaiting.swap(job->awaiting_port);
+    awaiting.swap(job->starts().awaiting_port);
   }
   if (!port.ok() && a.reask && i == 0) {
     // Its ranks there still run (as far as anyone knows): they stay live, and the failure

@@ -121,7 +121,7 @@ absl::Status SchedulerCore::Start() {
           confirmed -= ranks[id];
         } else {
           confirmed = 0;
-          job.unconfirmed_nodes.insert(id);
+          job.starts().unconfirmed_nodes.insert(id);
         }
       }
     }
@@ -564,9 +564,11 @@ void SchedulerCore::IndexLocked(Job& job) {
   } else {
     running_.insert(job.info.job_id());
   }
-  // Whether it runs, as leases ask (CheckJobRunning): it exists from its first change
-  // on, and ends once.
-  if (const int8_t booked = IsTerminal(state) ? 1 : 0; booked != job.booked) {
+  // Whether it runs, as leases ask (CheckJobRunning): from when it leaves PENDING (no
+  // process of a job that never started can ask; an entry per queued job would cost
+  // ~100 bytes each), and ends once.
+  const int8_t booked = IsTerminal(state) ? 1 : state == proto::PENDING ? -1 : 0;
+  if (booked > job.booked) {
     BookScope book(this);
     JobEnd& end = job_ends_[job.info.job_id()];
     if (booked == 1) {
@@ -604,9 +606,11 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   job.info.clear_succeeded_ranks();
   job.live.clear();
   // Launches of an earlier placement are dropped when they come up.
-  job.unsent.clear();
   job.asking_port = false;
-  job.awaiting_port.clear();
+  if (job.start_sets != nullptr) {
+    job.start_sets->unsent.clear();
+    job.start_sets->awaiting_port.clear();
+  }
   job.allocs.clear();
   ++job.allocs_gen;
   std::vector<std::string> node_order;
@@ -852,14 +856,15 @@ void SchedulerCore::EndLocked(Job& job, proto::JobState state, const std::string
                               int exit_code, Actions* out) {
   FinishLocked(job, state, reason, exit_code);
   job.info.set_restarting(false);
-  if (!job.unsent.empty() || !job.awaiting_port.empty()) {
+  if (job.start_sets != nullptr &&
+      (!job.start_sets->unsent.empty() || !job.start_sets->awaiting_port.empty())) {
     // Their start waits for the store (down, maybe for long), or for the master's port:
     // it will never be sent (DropStaleLaunchesLocked, ApplyStartLocked), so they end now
     // and free what they hold.
     std::set<int> unsent;
-    unsent.swap(job.unsent);
+    unsent.swap(job.starts().unsent);
     std::set<std::string> awaiting;
-    awaiting.swap(job.awaiting_port);
+    awaiting.swap(job.starts().awaiting_port);
     for (const auto& p : job.info.placement()) {
       if (unsent.count(p.rank()) == 0 && awaiting.count(p.node_id()) == 0) continue;
       FailRanksLocked(job, p.node_id(), {p.rank()},

@@ -265,34 +265,49 @@ class SchedulerCore {
     std::vector<std::string> hold_nodes;
     int64_t hold_allocs = 0;
     int counted_state = -1;
-    // What job_ends_ says of it: -1 nothing yet, 0 running (not ended), 1 ended.
+    // What job_ends_ says of it: -1 nothing (pending), 0 started, not ended; 1 ended.
     int8_t booked = -1;
     // Moves whenever `allocs` is filled or cleared.
     int64_t allocs_gen = 0;
     // Reloaded RUNNING with no start of its generation confirmed in the record: the
     // scheduler may have stopped after storing the placement and before the start
     // reached a node. Its first node's registration decides (ResolveStartLocked);
-    // until then `unreported` keeps the ranks other nodes registered without.
+    // until then `unreported` (in `starts`) keeps the ranks other nodes registered
+    // without.
     bool start_unconfirmed = false;
-    std::set<int> unreported;
     // A later node registered running ranks of it while its start was unconfirmed: the
     // start went out, so it is never placed again under the same generation.
     bool seen_running = false;
-    // Reloaded RUNNING with the first node's start confirmed: the later nodes whose start
-    // the record does not confirm. Such a node registering with none of its ranks never
-    // got its start (and refuses it now): it is sent again (ResendStartLocked).
-    std::set<std::string> unconfirmed_nodes;
     // The master's port is unknown (the record confirms no start) and a start of the
     // first node's ranks was sent again to learn it (StartLaterNodesLocked): that node
     // holds the generation, answers its port and starts nothing. Meanwhile the node is
     // not told to forget the generation (it would then start it again), and the later
     // nodes that come back without their ranks wait in `awaiting_port` for the answer.
     bool asking_port = false;
-    std::set<std::string> awaiting_port;
-    // Ranks of the current generation whose start waits for the placement to be stored
-    // (Dispatch, JobPersister::WhenStored): none of them has reached a node, so a cancel
-    // ends them at once (EndLocked) instead of when the store answers.
-    std::set<int> unsent;
+    // What a start in flight or unconfirmed keeps (sets: 48 bytes each even empty,
+    // so a queued job, which never has a start, holds none: docs/scaling.md's memory
+    // per queued job).
+    struct StartSets {
+      // See start_unconfirmed.
+      std::set<int> unreported;
+      // Reloaded RUNNING with the first node's start confirmed: the later nodes whose
+      // start the record does not confirm. Such a node registering with none of its
+      // ranks never got its start (and refuses it now): it is sent again
+      // (ResendStartLocked).
+      std::set<std::string> unconfirmed_nodes;
+      // See asking_port.
+      std::set<std::string> awaiting_port;
+      // Ranks of the current generation whose start waits for the placement to be
+      // stored (Dispatch, JobPersister::WhenStored): none of them has reached a node,
+      // so a cancel ends them at once (EndLocked) instead of when the store answers.
+      std::set<int> unsent;
+    };
+    std::unique_ptr<StartSets> start_sets;
+    // start_sets, made on first use.
+    StartSets& starts() {
+      if (start_sets == nullptr) start_sets = std::make_unique<StartSets>();
+      return *start_sets;
+    }
   };
   // An outbound call decided under the lock, made after it is released.
   struct Action {
@@ -556,7 +571,8 @@ class SchedulerCore {
   // then): what leases must leave to the oldest pending job that does not fit.
   Claim claim_ ABSL_GUARDED_BY(book_mu_);
   uint64_t claim_pass_ ABSL_GUARDED_BY(mu_) = 0;
-  // Every job the core knows: for those that ended, how (CheckJobRunning's answer).
+  // Every job that has left PENDING: for those that ended, how (CheckJobRunning's
+  // answer).
   struct JobEnd {
     proto::JobState state = proto::PENDING;  // not terminal: it has not ended
     std::string reason;

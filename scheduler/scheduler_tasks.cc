@@ -152,7 +152,8 @@ class SchedulerCore::Book : public ResourceBook {
   absl::Status CheckJobRunning(const std::string& job_id) override {
     absl::MutexLock lock(&core_->book_mu_);
     auto it = core_->job_ends_.find(job_id);
-    if (it == core_->job_ends_.end()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    if (it == core_->job_ends_.end()) return absl::NotFoundError(
+          absl::StrCat("no job ", job_id, " has started on this cluster (`drover jobs` lists them)"));
     const JobEnd& end = it->second;
     if (IsTerminal(end.state)) {
       return absl::FailedPreconditionError(absl::StrCat(

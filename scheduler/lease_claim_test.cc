@@ -39,11 +39,7 @@ class LeaseClaimTest : public ::testing::Test {
     leases_ = std::make_unique<LeaseManager>(core_->resource_book(), std::move(workers), &clock_);
     core_->SetLeaseManager(leases_.get());
     for (int i = 0; i < 2; ++i) {
-      proto::RegisterNodeRequest node;
-      node.set_agent_address(absl::StrCat("10.0.0.", i + 1, ":7000"));
-      node.set_node_ip(absl::StrCat("10.0.0.", i + 1));
-      node.mutable_total()->set_cpus(2);
-      auto reg = core_->RegisterNode(node);
+      auto reg = core_->RegisterNode(NodeAt(i + 1, 2));
       ASSERT_TRUE(reg.ok()) << reg.status();
       nodes_.push_back(reg->node_id());
     }
@@ -70,6 +66,14 @@ class LeaseClaimTest : public ::testing::Test {
     req.mutable_package()->set_hash("abc");
     *req.mutable_hint() = hint;
     return leases_->RequestLease(req);
+  }
+  // The registration of the agent at 10.0.0.<n>:7000 with `cpus` CPUs.
+  static proto::RegisterNodeRequest NodeAt(int n, double cpus) {
+    proto::RegisterNodeRequest node;
+    node.set_agent_address(absl::StrCat("10.0.0.", n, ":7000"));
+    node.set_node_ip(absl::StrCat("10.0.0.", n));
+    node.mutable_total()->set_cpus(cpus);
+    return node;
   }
   proto::JobState StateOf(const std::string& job) {
     auto info = core_->GetJob(job, 0, absl::ZeroDuration());
@@ -216,10 +220,7 @@ TEST_F(LeaseClaimTest, ARequestWaitingForRoomIsGrantedWhenANodeRegisters) {
     answered = true;
   });
   ASSERT_TRUE(::drover::testing::WaitFor([&] { return leases_->counts().waiting_calls == 1; }));
-  proto::RegisterNodeRequest node;
-  node.set_agent_address("10.0.0.3:7000");
-  node.set_node_ip("10.0.0.3");
-  node.mutable_total()->set_cpus(4);
+  const proto::RegisterNodeRequest node = NodeAt(3, 4);
   auto reg = core_->RegisterNode(node);
   ASSERT_TRUE(reg.ok()) << reg.status();
   const bool in_time = ::drover::testing::WaitFor([&] { return answered.load(); });
@@ -235,10 +236,7 @@ TEST_F(LeaseClaimTest, ARequestWaitingForRoomIsGrantedWhenANodeRegisters) {
 // them booked before anything is placed on it: a job the same registration lets in
 // (here by ending the job that filled the node) must not take what the leases hold.
 TEST_F(LeaseClaimTest, LeasesReportedAtRegistrationAreBookedBeforeJobsArePlacedThere) {
-  proto::RegisterNodeRequest node;
-  node.set_agent_address("10.0.0.3:7000");
-  node.set_node_ip("10.0.0.3");
-  node.mutable_total()->set_cpus(4);
+  const proto::RegisterNodeRequest node = NodeAt(3, 4);
   auto reg = core_->RegisterNode(node);
   ASSERT_TRUE(reg.ok()) << reg.status();
   // Fills the only node with 4 CPUs.

@@ -35,35 +35,20 @@ using testing::FakeScheduler;
 using testing::FakeWorker;
 using testing::FakeWorkerConnector;
 using testing::WaitFor;
+using testing::kTestActorFactory;
+using testing::kTestActorMethod;
+using testing::LoopHolder;
+using testing::RegisterTestActor;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
 
-struct Counter {};
-const char kFactoryKey[] = "test-factory-key";
-const char kMethodKey[] = "test-method-key";
-
-void RegisterOnce() {
-  static bool done = [] {
-    FunctionInfo factory;
-    factory.name = "MakeCounter";
-    factory.kind = FunctionKind::kFactory;
-    factory.cls = &typeid(Counter);
-    RegisterFunction(kFactoryKey, factory);
-    FunctionInfo method;
-    method.name = "Counter::Add";
-    method.kind = FunctionKind::kMethod;
-    RegisterFunction(kMethodKey, method);
-    return true;
-  }();
-  (void)done;
-}
 
 class ActorClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kAbort);
-    RegisterOnce();
+    RegisterTestActor();
     workers_.SetPolicy([this](const proto::TaskSpec&) {
       return hold_.load() ? Answer::kHold : Answer::kReply;
     });
@@ -78,13 +63,13 @@ class ActorClientTest : public ::testing::Test {
   }
 
   std::shared_ptr<ActorState> Create(CallOptions options = {}) {
-    return client_->Create(kFactoryKey, options, {});
+    return client_->Create(kTestActorFactory, options, {});
   }
   std::shared_ptr<RefState> Call(const std::shared_ptr<ActorState>& a, const std::string& name = "",
                                  std::vector<TaskArgument> args = {}) {
     CallOptions o;
     o.name = name;
-    return client_->Call(a, kMethodKey, o, std::move(args));
+    return client_->Call(a, kTestActorMethod, o, std::move(args));
   }
   ObjectTable::Outcome Wait(const std::shared_ptr<RefState>& ref) {
     EXPECT_TRUE(table_.WaitDone(ref, absl::Now() + kWait)) << ref->id << " not done";
@@ -240,10 +225,10 @@ TEST_F(ActorClientTest, AnOutageIsToldOnceWhoeverNoticesIt) {
   // The session noticed first (as runtime.cc's session thread tells it).
   outage.Away(absl::UnavailableError("Socket closed"), "job job1");
   scheduler_.SetCreateError(absl::UnavailableError("the head is away"), /*times=*/4);
-  std::shared_ptr<ActorState> a = client.Create(kFactoryKey, CallOptions{}, {});
-  std::shared_ptr<ActorState> b = client.Create(kFactoryKey, CallOptions{}, {});
-  EXPECT_EQ(Value(client.Call(a, kMethodKey, CallOptions{}, {})), "ok:Counter::Add");
-  EXPECT_EQ(Value(client.Call(b, kMethodKey, CallOptions{}, {})), "ok:Counter::Add");
+  std::shared_ptr<ActorState> a = client.Create(kTestActorFactory, CallOptions{}, {});
+  std::shared_ptr<ActorState> b = client.Create(kTestActorFactory, CallOptions{}, {});
+  EXPECT_EQ(Value(client.Call(a, kTestActorMethod, CallOptions{}, {})), "ok:Counter::Add");
+  EXPECT_EQ(Value(client.Call(b, kTestActorMethod, CallOptions{}, {})), "ok:Counter::Add");
   outage.Back();  // the session attached again after the actor calls were answered
   client.Shutdown();
   absl::MutexLock l(&mu);
@@ -262,8 +247,8 @@ TEST_F(ActorClientTest, ACreationGivesUpAfterTheSchedulerHasBeenAwayAMinute) {
   ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &workers_, &agents_, &table_,
                                        &clock, "head:7000"});
   scheduler_.SetCreateError(absl::UnavailableError("the head is away"));
-  std::shared_ptr<ActorState> a = client.Create(kFactoryKey, CallOptions{}, {});
-  std::shared_ptr<RefState> ref = client.Call(a, kMethodKey, CallOptions{}, {});
+  std::shared_ptr<ActorState> a = client.Create(kTestActorFactory, CallOptions{}, {});
+  std::shared_ptr<RefState> ref = client.Call(a, kTestActorMethod, CallOptions{}, {});
   // Fake time moves a second per step; the creation gives up once a minute has passed.
   const absl::Time real_deadline = absl::Now() + kWait;
   while (!table_.WaitDone(ref, absl::Now() + absl::Milliseconds(5)) && absl::Now() < real_deadline) {
@@ -296,8 +281,8 @@ TEST_F(ActorClientTest, ACreationThatGivesUpLeavesTheOutageToldOnce) {
   ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &workers_, &agents_, &table_,
                                        &clock, "head:7000", &outage});
   scheduler_.SetCreateError(absl::UnavailableError("the head is away"));
-  std::shared_ptr<ActorState> a = client.Create(kFactoryKey, CallOptions{}, {});
-  std::shared_ptr<RefState> ref = client.Call(a, kMethodKey, CallOptions{}, {});
+  std::shared_ptr<ActorState> a = client.Create(kTestActorFactory, CallOptions{}, {});
+  std::shared_ptr<RefState> ref = client.Call(a, kTestActorMethod, CallOptions{}, {});
   const absl::Time real_deadline = absl::Now() + kWait;
   while (!table_.WaitDone(ref, absl::Now() + absl::Milliseconds(5)) && absl::Now() < real_deadline) {
     clock.Advance(absl::Seconds(1));
@@ -432,16 +417,13 @@ class GatedConnector : public WorkerConnector {
 // connection still listed) and on one never connected.
 TEST_F(ActorClientTest, CallsRacingShutdownFailNamingItAndNoneIsLeftInFlight) {
   GatedConnector gated(&workers_);
-  int fds[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-  FramedSocket blocker_near(fds[0]), blocker_far(fds[1]);
+  LoopHolder holder;
   std::vector<std::unique_ptr<FramedSocket>> probes;  // watched until the loop stops
   ConnectionLoop loop;  // after the sockets it watches: it goes first
-  absl::Notification loop_held, let_go;
   std::thread shutdown, stopper;
   absl::Cleanup at_end = [&] {
     if (!gated.gate.HasBeenNotified()) gated.gate.Notify();
-    if (!let_go.HasBeenNotified()) let_go.Notify();
+    holder.LetGo();
     if (shutdown.joinable()) shutdown.join();
     if (stopper.joinable()) stopper.join();
   };
@@ -454,34 +436,24 @@ TEST_F(ActorClientTest, CallsRacingShutdownFailNamingItAndNoneIsLeftInFlight) {
       std::move(id), &scheduler_, &gated, &agents_, &table_, Clock::Real(), "head:7000",
       nullptr, &loop});
   auto call = [&](const std::shared_ptr<ActorState>& a) {
-    return client->Call(a, kMethodKey, CallOptions{}, {});
+    return client->Call(a, kTestActorMethod, CallOptions{}, {});
   };
   // Connected before Shutdown.
-  std::shared_ptr<ActorState> before = client->Create(kFactoryKey, CallOptions{}, {});
+  std::shared_ptr<ActorState> before = client->Create(kTestActorFactory, CallOptions{}, {});
   ASSERT_EQ(Value(call(before)), "ok:Counter::Add");
   // Its connect waits at the gate.
-  std::shared_ptr<ActorState> racing = client->Create(kFactoryKey, CallOptions{}, {});
+  std::shared_ptr<ActorState> racing = client->Create(kTestActorFactory, CallOptions{}, {});
   ASSERT_TRUE(client->WaitReady(racing, kWait).ok());
   hold_ = true;
   gated.armed = true;
   std::shared_ptr<RefState> queued = call(racing);
   ASSERT_TRUE(gated.entered.WaitForNotificationWithTimeout(kWait));
   // The loop's thread is held from here until it is stopped.
-  ASSERT_TRUE(loop.Watch(&blocker_near, "the blocking peer",
-                         [&](std::string_view) {
-                           loop_held.Notify();
-                           let_go.WaitForNotification();
-                         },
-                         [](const absl::Status&) {})
-                  .ok());
-  proto::TaskFrame frame;
-  frame.mutable_cancel()->set_seq(1);
-  ASSERT_TRUE(blocker_far.Send(frame).ok());
-  ASSERT_TRUE(loop_held.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(holder.Hold(loop, kWait));
   // An actor whose creation waits for an away scheduler: Shutdown ends that wait, which
   // tells the test that Shutdown has begun.
   scheduler_.SetCreateError(absl::UnavailableError("the scheduler restarts"));
-  std::shared_ptr<ActorState> creating = client->Create(kFactoryKey, CallOptions{}, {});
+  std::shared_ptr<ActorState> creating = client->Create(kTestActorFactory, CallOptions{}, {});
   shutdown = std::thread([&] { client->Shutdown(); });
   ASSERT_TRUE(WaitFor([&] {
     return client->WaitReady(creating, absl::Milliseconds(1)).code() ==
@@ -500,7 +472,7 @@ TEST_F(ActorClientTest, CallsRacingShutdownFailNamingItAndNoneIsLeftInFlight) {
                        [](const absl::Status&) {})
                 .ok();
   }, kWait));
-  let_go.Notify();
+  holder.LetGo();
   stopper.join();
 
   absl::Status s = Error(queued);
@@ -530,8 +502,8 @@ TEST_F(ActorClientTest, ThreadsDoNotGrowWithActorConnections) {
                                        Clock::Real(), "head:7000"});
   std::vector<std::shared_ptr<RefState>> calls;
   auto connect_one = [&] {
-    std::shared_ptr<ActorState> a = client.Create(kFactoryKey, CallOptions{}, {});
-    calls.push_back(client.Call(a, kMethodKey, CallOptions{}, {}));  // connects it
+    std::shared_ptr<ActorState> a = client.Create(kTestActorFactory, CallOptions{}, {});
+    calls.push_back(client.Call(a, kTestActorMethod, CallOptions{}, {}));  // connects it
   };
   connect_one();
   ASSERT_TRUE(WaitFor([&] { return silent.connects() == 1; }));

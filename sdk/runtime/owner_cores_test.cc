@@ -32,28 +32,13 @@ using testing::FakeAgents;
 using testing::FakeScheduler;
 using testing::FakeWorkerConnector;
 using testing::WaitFor;
+using testing::kTestActorFactory;
+using testing::kTestActorMethod;
+using testing::LoopHolder;
+using testing::RegisterTestActor;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
 
-struct Counter {};
-const char kFactoryKey[] = "owner-cores-test-factory";
-const char kMethodKey[] = "owner-cores-test-method";
-
-void RegisterOnce() {
-  static bool done = [] {
-    FunctionInfo factory;
-    factory.name = "MakeCounter";
-    factory.kind = FunctionKind::kFactory;
-    factory.cls = &typeid(Counter);
-    RegisterFunction(kFactoryKey, factory);
-    FunctionInfo method;
-    method.name = "Counter::Add";
-    method.kind = FunctionKind::kMethod;
-    RegisterFunction(kMethodKey, method);
-    return true;
-  }();
-  (void)done;
-}
 
 // The scheduler fake, with a hook run when the submitter's Shutdown cancels its calls.
 class HookedScheduler : public FakeScheduler {
@@ -77,46 +62,31 @@ OwnerIdentity Identity(std::atomic<int>* ids) {
 
 TEST(OwnerCoresTest, DestroyedWithACallInFlightTheCoresStopBeforeTheLoop) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kAbort);
-  RegisterOnce();
+  RegisterTestActor();
   ObjectTable table;
   HookedScheduler scheduler;
   FakeWorkerConnector workers;
   workers.SetPolicy([](const proto::TaskSpec&) { return Answer::kHold; });
   FakeAgents agents(&workers);
   std::atomic<int> ids{0};
-  int fds[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
-  FramedSocket blocker_near(fds[0]), blocker_far(fds[1]);
-  absl::Notification loop_held, let_go, close_handled;
-  absl::Cleanup let_go_at_end = [&] {
-    if (!let_go.HasBeenNotified()) let_go.Notify();
-  };
+  LoopHolder holder;
+  absl::Notification close_handled;
+  absl::Cleanup let_go_at_end = [&] { holder.LetGo(); };
   auto cores = std::make_unique<OwnerCores>(
       TaskSubmitter::Deps{Identity(&ids), &scheduler, &workers, &agents, &table, Clock::Real()},
       ActorClient::Deps{Identity(&ids), &scheduler, &workers, &agents, &table, Clock::Real(),
                         "head:7000"});
-  std::shared_ptr<ActorState> a = cores->actors().Create(kFactoryKey, CallOptions{}, {});
-  std::shared_ptr<RefState> call = cores->actors().Call(a, kMethodKey, CallOptions{}, {});
+  std::shared_ptr<ActorState> a = cores->actors().Create(kTestActorFactory, CallOptions{}, {});
+  std::shared_ptr<RefState> call = cores->actors().Call(a, kTestActorMethod, CallOptions{}, {});
   ASSERT_TRUE(workers.Worker(0)->WaitReceived(1, kWait));  // in flight, held
   // The loop's thread is held until the submitter shuts down, after the actor client
   // did: the actor connection's close then waits for the loop.
-  ASSERT_TRUE(cores->loop()
-                  .Watch(&blocker_near, "the blocking peer",
-                         [&](std::string_view) {
-                           loop_held.Notify();
-                           let_go.WaitForNotification();
-                         },
-                         [](const absl::Status&) {})
-                  .ok());
-  proto::TaskFrame frame;
-  frame.mutable_cancel()->set_seq(1);
-  ASSERT_TRUE(blocker_far.Send(frame).ok());
-  ASSERT_TRUE(loop_held.WaitForNotificationWithTimeout(kWait));
+  ASSERT_TRUE(holder.Hold(cores->loop(), kWait));
   ConnectionLoop* loop = &cores->loop();
   scheduler.on_cancel_all = [&] {
     // The loop goes on and handles the actor connection's close (only the blocker's
     // connection is left watched), while the teardown is still in the submitter.
-    let_go.Notify();
+    holder.LetGo();
     if (WaitFor([&] { return loop->watched() == 1; }, kWait)) close_handled.Notify();
   };
   cores.reset();

@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <typeinfo>
 
 #include "absl/strings/str_cat.h"
+#include "drover/internal/registry.h"
 #include "absl/time/clock.h"
 
 namespace drover::internal::testing {
@@ -33,6 +36,49 @@ absl::StatusOr<std::unique_ptr<FramedSocket>> SilentWorkerConnector::Connect(
 int SilentWorkerConnector::connects() {
   absl::MutexLock l(&mu_);
   return static_cast<int>(far_ends_.size());
+}
+
+void RegisterTestActor() {
+  static const bool done = [] {
+    struct Counter {};
+    FunctionInfo factory;
+    factory.name = "MakeCounter";
+    factory.kind = FunctionKind::kFactory;
+    factory.cls = &typeid(Counter);
+    RegisterFunction(kTestActorFactory, factory);
+    FunctionInfo method;
+    method.name = "Counter::Add";
+    method.kind = FunctionKind::kMethod;
+    RegisterFunction(kTestActorMethod, method);
+    return true;
+  }();
+  (void)done;
+}
+
+LoopHolder::LoopHolder() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) std::abort();
+  near_ = std::make_unique<FramedSocket>(fds[0]);
+  far_ = std::make_unique<FramedSocket>(fds[1]);
+}
+
+bool LoopHolder::Hold(ConnectionLoop& loop, absl::Duration timeout) {
+  absl::Status watched = loop.Watch(
+      near_.get(), "the blocking peer",
+      [this](std::string_view) {
+        held_.Notify();
+        let_go_.WaitForNotification();
+      },
+      [](const absl::Status&) {});
+  if (!watched.ok()) return false;
+  proto::TaskFrame frame;
+  frame.mutable_cancel()->set_seq(1);
+  if (!far_->Send(frame).ok()) return false;
+  return held_.WaitForNotificationWithTimeout(timeout);
+}
+
+void LoopHolder::LetGo() {
+  if (!let_go_.HasBeenNotified()) let_go_.Notify();
 }
 
 int ThreadCount() {

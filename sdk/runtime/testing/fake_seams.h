@@ -19,9 +19,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "proto/lease.pb.h"
 #include "proto/task.pb.h"
+#include "common/framed_socket.h"
+#include "sdk/runtime/connection_loop.h"
 #include "sdk/runtime/seams.h"
 #include "tests/util/test_util.h"
 
@@ -211,6 +214,30 @@ class SilentWorkerConnector : public WorkerConnector {
 
 // The threads of this process now (/proc/self/task).
 int ThreadCount();
+
+// A test actor in this process's function registry (registered on the first call): a
+// factory "MakeCounter" and a method "Counter::Add", under these keys.
+inline constexpr char kTestActorFactory[] = "test-actor-factory";
+inline constexpr char kTestActorMethod[] = "test-actor-method";
+void RegisterTestActor();
+
+// Holds a ConnectionLoop's thread, for tests of what happens while it is busy: a peer
+// the loop watches sends one frame, whose handler waits until LetGo. Declare it before
+// the loop (the loop stops, and forgets its socket, first), and call LetGo before the
+// loop stops (a cleanup declared after the loop), or its Stop waits for ever.
+class LoopHolder {
+ public:
+  LoopHolder();
+  // Makes `loop` watch the near end and sends the frame; true once the loop's thread
+  // is in the handler, within `timeout`.
+  bool Hold(ConnectionLoop& loop, absl::Duration timeout);
+  // Idempotent.
+  void LetGo();
+
+ private:
+  std::unique_ptr<FramedSocket> near_, far_;
+  absl::Notification held_, let_go_;
+};
 
 using ::drover::testing::WaitFor;
 

@@ -314,6 +314,7 @@ void SchedulerCore::MonitorLoop(absl::Time started) {
       absl::MutexLock lock(&mu_);
       // A closed session signals monitor_wake_: its loss may fall due before `wake`
       // (the pass then runs early, which is harmless).
+      RequireNoBookScopeLocked("the monitor's wait on mu_");
       while (!stopping_ && !clock_->WaitWithDeadline(&monitor_wake_, &mu_,
                                                      std::min(wake, sessions_.NextDue()))) {
       }

@@ -58,6 +58,8 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <set>
@@ -354,6 +356,15 @@ class SchedulerCore {
   // Holds book_mu_ for its scope, unless the holder of mu_ (this thread) holds it
   // already (a queue pass holds it throughout, and the changes it makes take it
   // again). REQUIRES: mu_ held, and not released (no wait on mu_) in its scope.
+  // Aborts, naming `what`, if a BookScope is open: a wait on mu_ would let another
+  // thread take mu_ and think it holds book_mu_, and a call that takes book_mu_ itself
+  // (the lease manager's adoption) would deadlock.
+  void RequireNoBookScopeLocked(const char* what) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (book_depth_ != 0) {
+      std::fprintf(stderr, "drover-scheduler: internal error: %s inside a BookScope\n", what);
+      std::abort();
+    }
+  }
   class ABSL_SCOPED_LOCKABLE BookScope {
    public:
     // (The analysis cannot follow the depth count: it is off inside.)
@@ -451,6 +462,7 @@ class SchedulerCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (job.changed == nullptr) job.changed = std::make_shared<absl::CondVar>();
     std::shared_ptr<absl::CondVar> changed = job.changed;
+    RequireNoBookScopeLocked("a wait on mu_");
     while (!done()) {
       if (clock_->WaitWithDeadline(changed.get(), &mu_, deadline)) return done();  // timed out
     }

@@ -200,6 +200,7 @@ void SchedulerCore::SetLeaseManager(LeaseManager* leases) { leases_.store(leases
 
 void SchedulerCore::AdoptLeasesLocked(const std::string& node_id,
                                       const proto::RegisterNodeRequest& req) {
+  RequireNoBookScopeLocked("the lease manager's adoption");
   LeaseManager* leases = leases_.load();
   // Also with no leases: actors the node ran before a restart and no longer holds end.
   if (leases == nullptr) return;

@@ -493,9 +493,12 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
     // The job ended (a cancel) or its generation failed while this start was in flight:
     // the stop sent then may have reached the node before the start (an agent keeps no
     // record of stops), so it goes again (unless it waits, for the watchers' notice);
-    // the nodes after this one are not started.
+    // the nodes after this one are not started. Not when every rank it started there
+    // has reported its exit (a job that ends at once): nothing of it runs there.
+    bool live_here = false;
+    for (int rank : a.ranks[i]) live_here = live_here || job->live.count(rank) > 0;
     Node* node = FindNodeLocked(a.node_ids[i]);
-    if ((ended || deferred_stops_.count(id) == 0) && node != nullptr &&
+    if (live_here && (ended || deferred_stops_.count(id) == 0) && node != nullptr &&
         !node->info.agent_address().empty()) {
       Action stop;
       stop.kind = Action::kStop;

@@ -1320,6 +1320,27 @@ TEST_F(SchedulerCoreTest, AGangCancelledWhileItsMasterStartsNeverStartsItsLaterN
   EXPECT_EQ(Job(j->job_id()).live_processes(), 1);  // the master, until its exit is reported
 }
 
+// A job whose processes exit before their start is answered (one that ends at once) is
+// sent no stop: nothing of it runs there. One such stop per job cost a tenth of the
+// placement rate at 1,000 nodes (//bench:scale).
+TEST_F(SchedulerCoreTest, AStartAnsweredAfterItsProcessesExitedSendsNoStop) {
+  const std::string node = Register("10.0.0.1", 0);
+  agents_->Hold("10.0.0.1:7000");
+  auto j = core_->SubmitJob(OneCpuJob());
+  ASSERT_TRUE(j.ok()) << j.status();
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
+  Exit(node, j->job_id(), 0, 0);
+  EXPECT_EQ(Job(j->job_id()).state(), proto::SUCCEEDED);
+  agents_->Release();
+  ASSERT_TRUE(WaitFor([&] { return Job(j->job_id()).started_processes() == 1; }))
+      << "the start's answer was not applied";
+  core_->Stop();  // drains the calls to the agents
+  EXPECT_TRUE(agents_->stop_calls().empty())
+      << "a stop was sent for a job whose only process had exited: "
+      << agents_->stop_calls()[0].second.job_id();
+  EXPECT_EQ(Job(j->job_id()).state(), proto::SUCCEEDED);
+}
+
 // A confirmed start whose process the node no longer has is gone, as before.
 TEST_F(SchedulerCoreTest, AConfirmedStartMissingOnItsNodeIsGone) {
   core_.reset();

@@ -52,12 +52,7 @@ class ActorClientTest : public ::testing::Test {
     workers_.SetPolicy([this](const proto::TaskSpec&) {
       return hold_.load() ? Answer::kHold : Answer::kReply;
     });
-    OwnerIdentity id;
-    id.job_id = "job1";
-    id.owner = "job1/42@n1";
-    id.owner_tag = "abcd1234";
-    id.package.set_hash("pkg-hash");
-    id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
+    OwnerIdentity id = testing::TestIdentity(&ids_);
     client_ = std::make_unique<ActorClient>(ActorClient::Deps{
         std::move(id), &scheduler_, &workers_, &agents_, &table_, Clock::Real()});
   }
@@ -215,11 +210,7 @@ TEST_F(ActorClientTest, AnOutageIsToldOnceWhoeverNoticesIt) {
     absl::MutexLock l(&mu);
     lines.push_back(line);
   });
-  OwnerIdentity id;
-  id.job_id = "job1";
-  id.owner = "job1/44@n1";
-  id.owner_tag = "abcd9999";
-  id.new_id = [this] { return absl::StrCat("job1.abcd9999.", ++ids_); };
+  OwnerIdentity id = testing::TestIdentity(&ids_, "abcd9999", "job1/44@n1");
   ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &workers_, &agents_, &table_,
                                        Clock::Real(), "head:7000", &outage});
   // The session noticed first (as runtime.cc's session thread tells it).
@@ -239,11 +230,7 @@ TEST_F(ActorClientTest, AnOutageIsToldOnceWhoeverNoticesIt) {
 
 TEST_F(ActorClientTest, ACreationGivesUpAfterTheSchedulerHasBeenAwayAMinute) {
   FakeClock clock;
-  OwnerIdentity id;
-  id.job_id = "job1";
-  id.owner = "job1/43@n1";
-  id.owner_tag = "abcd5678";
-  id.new_id = [this] { return absl::StrCat("job1.abcd5678.", ++ids_); };
+  OwnerIdentity id = testing::TestIdentity(&ids_, "abcd5678", "job1/43@n1");
   ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &workers_, &agents_, &table_,
                                        &clock, "head:7000"});
   scheduler_.SetCreateError(absl::UnavailableError("the head is away"));
@@ -273,11 +260,7 @@ TEST_F(ActorClientTest, ACreationThatGivesUpLeavesTheOutageToldOnce) {
     lines.push_back(line);
   });
   FakeClock clock;
-  OwnerIdentity id;
-  id.job_id = "job1";
-  id.owner = "job1/45@n1";
-  id.owner_tag = "abcd4321";
-  id.new_id = [this] { return absl::StrCat("job1.abcd4321.", ++ids_); };
+  OwnerIdentity id = testing::TestIdentity(&ids_, "abcd4321", "job1/45@n1");
   ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &workers_, &agents_, &table_,
                                        &clock, "head:7000", &outage});
   scheduler_.SetCreateError(absl::UnavailableError("the head is away"));
@@ -427,11 +410,7 @@ TEST_F(ActorClientTest, CallsRacingShutdownFailNamingItAndNoneIsLeftInFlight) {
     if (shutdown.joinable()) shutdown.join();
     if (stopper.joinable()) stopper.join();
   };
-  OwnerIdentity id;
-  id.job_id = "job1";
-  id.owner = "job1/46@n1";
-  id.owner_tag = "abcd8888";
-  id.new_id = [this] { return absl::StrCat("job1.abcd8888.", ++ids_); };
+  OwnerIdentity id = testing::TestIdentity(&ids_, "abcd8888", "job1/46@n1");
   auto client = std::make_unique<ActorClient>(ActorClient::Deps{
       std::move(id), &scheduler_, &gated, &agents_, &table_, Clock::Real(), "head:7000",
       nullptr, &loop});
@@ -493,11 +472,7 @@ TEST_F(ActorClientTest, CallsRacingShutdownFailNamingItAndNoneIsLeftInFlight) {
 // (a reader thread each would add 31 here).
 TEST_F(ActorClientTest, ThreadsDoNotGrowWithActorConnections) {
   testing::SilentWorkerConnector silent;
-  OwnerIdentity id;
-  id.job_id = "job1";
-  id.owner = "job1/45@n1";
-  id.owner_tag = "abcd7777";
-  id.new_id = [this] { return absl::StrCat("job1.abcd7777.", ++ids_); };
+  OwnerIdentity id = testing::TestIdentity(&ids_, "abcd7777", "job1/45@n1");
   ActorClient client(ActorClient::Deps{std::move(id), &scheduler_, &silent, &agents_, &table_,
                                        Clock::Real(), "head:7000"});
   std::vector<std::shared_ptr<RefState>> calls;

@@ -35,6 +35,7 @@ using testing::WaitFor;
 using testing::kTestActorFactory;
 using testing::kTestActorMethod;
 using testing::LoopHolder;
+using testing::TestIdentity;
 using testing::RegisterTestActor;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
@@ -50,16 +51,6 @@ class HookedScheduler : public FakeScheduler {
   std::function<void()> on_cancel_all;
 };
 
-OwnerIdentity Identity(std::atomic<int>* ids) {
-  OwnerIdentity id;
-  id.job_id = "job1";
-  id.owner = "job1/47@n1";
-  id.owner_tag = "abcd9999";
-  id.package.set_hash("pkg-hash");
-  id.new_id = [ids] { return absl::StrCat("job1.abcd9999.", ++*ids); };
-  return id;
-}
-
 TEST(OwnerCoresTest, DestroyedWithACallInFlightTheCoresStopBeforeTheLoop) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kAbort);
   RegisterTestActor();
@@ -73,8 +64,8 @@ TEST(OwnerCoresTest, DestroyedWithACallInFlightTheCoresStopBeforeTheLoop) {
   absl::Notification close_handled;
   absl::Cleanup let_go_at_end = [&] { holder.LetGo(); };
   auto cores = std::make_unique<OwnerCores>(
-      TaskSubmitter::Deps{Identity(&ids), &scheduler, &workers, &agents, &table, Clock::Real()},
-      ActorClient::Deps{Identity(&ids), &scheduler, &workers, &agents, &table, Clock::Real(),
+      TaskSubmitter::Deps{TestIdentity(&ids), &scheduler, &workers, &agents, &table, Clock::Real()},
+      ActorClient::Deps{TestIdentity(&ids), &scheduler, &workers, &agents, &table, Clock::Real(),
                         "head:7000"});
   std::shared_ptr<ActorState> a = cores->actors().Create(kTestActorFactory, CallOptions{}, {});
   std::shared_ptr<RefState> call = cores->actors().Call(a, kTestActorMethod, CallOptions{}, {});

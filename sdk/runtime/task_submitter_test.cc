@@ -114,12 +114,7 @@ class TaskSubmitterTest : public ::testing::Test {
 
   void Start(Clock* clock = nullptr, ConnectionLoop* loop = nullptr,
              std::function<void()> watched_for_test = nullptr) {
-    OwnerIdentity id;
-    id.job_id = "job1";
-    id.owner = "job1/42@n1";
-    id.owner_tag = "abcd1234";
-    id.package.set_hash("pkg-hash");
-    id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
+    OwnerIdentity id = testing::TestIdentity(&ids_);
     submitter_ = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
         std::move(id), &scheduler_, &workers_, &agents_, &table_,
         clock != nullptr ? clock : Clock::Real(), /*outage=*/nullptr, loop,
@@ -781,11 +776,7 @@ TEST_F(TaskSubmitterTest, AnAnsweredLeaseRequestEndsAnOutageToldElsewhere) {
     absl::MutexLock l(&mu);
     lines.push_back(line);
   });
-  OwnerIdentity id;
-  id.job_id = "job1";
-  id.owner = "job1/42@n1";
-  id.owner_tag = "abcd1234";
-  id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
+  OwnerIdentity id = testing::TestIdentity(&ids_);
   submitter_ = std::make_unique<TaskSubmitter>(TaskSubmitter::Deps{
       std::move(id), &scheduler_, &workers_, &agents_, &table_, Clock::Real(), &outage});
   outage.Away(absl::UnavailableError("Socket closed"), "job job1");
@@ -814,11 +805,7 @@ TEST_F(TaskSubmitterTest, AnAnsweredLeaseRequestEndsAnOutageToldElsewhere) {
 // them all (a reader thread each would add 31 here).
 TEST_F(TaskSubmitterTest, ThreadsDoNotGrowWithWorkerConnections) {
   testing::SilentWorkerConnector silent;
-  OwnerIdentity id;
-  id.job_id = "job1";
-  id.owner = "job1/42@n1";
-  id.owner_tag = "abcd1234";
-  id.new_id = [this] { return absl::StrCat("job1.abcd1234.", ++ids_); };
+  OwnerIdentity id = testing::TestIdentity(&ids_);
   TaskSubmitter submitter(TaskSubmitter::Deps{std::move(id), &scheduler_, &silent, &agents_,
                                               &table_, Clock::Real()});
   std::vector<std::shared_ptr<RefState>> refs;

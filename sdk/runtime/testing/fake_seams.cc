@@ -38,6 +38,19 @@ int SilentWorkerConnector::connects() {
   return static_cast<int>(far_ends_.size());
 }
 
+OwnerIdentity TestIdentity(std::atomic<int>* ids, const std::string& tag,
+                           const std::string& owner) {
+  OwnerIdentity id;
+  id.job_id = "job1";
+  id.owner = owner;
+  id.owner_tag = tag;
+  id.package.set_hash("pkg-hash");
+  id.new_id = [ids, prefix = absl::StrCat("job1.", tag, ".")] {
+    return absl::StrCat(prefix, ++*ids);
+  };
+  return id;
+}
+
 void RegisterTestActor() {
   static const bool done = [] {
     struct Counter {};

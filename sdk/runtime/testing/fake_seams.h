@@ -8,6 +8,7 @@
 #ifndef DROVER_SDK_RUNTIME_TESTING_FAKE_SEAMS_H_
 #define DROVER_SDK_RUNTIME_TESTING_FAKE_SEAMS_H_
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <map>
@@ -214,6 +215,12 @@ class SilentWorkerConnector : public WorkerConnector {
 
 // The threads of this process now (/proc/self/task).
 int ThreadCount();
+
+// An owner for a core under test: job "job1", owner `owner`, tag `tag`, package hash
+// "pkg-hash", and object ids "job1.<tag>.<n>" counted in `*ids` (which must outlive the
+// identity's use).
+OwnerIdentity TestIdentity(std::atomic<int>* ids, const std::string& tag = "abcd1234",
+                           const std::string& owner = "job1/42@n1");
 
 // A test actor in this process's function registry (registered on the first call): a
 // factory "MakeCounter" and a method "Counter::Add", under these keys.

@@ -64,8 +64,10 @@ struct Objects::Impl {
   std::unique_ptr<PendingFetch> StartFetch(const std::string& id, absl::Time deadline);
   // DEADLINE_EXCEEDED: `id` did not come within `timeout`; `last_fetch` the agent's last
   // error, if any.
+  // `cause`: the latest fetch that failed for a reason other than running out of time
+  // (a holder's refusal, say), named too when the last fetch only ran out of time.
   absl::Status NotInTime(const std::string& id, absl::Duration timeout,
-                         const absl::Status& last_fetch) const;
+                         const absl::Status& last_fetch, const absl::Status& cause) const;
   // Objects::Get with the store's reference.
   absl::StatusOr<object_store::ObjectRef> Get(const std::string& id, absl::Duration timeout);
   // The bar of a pull of `id` (null without a terminal).
@@ -164,11 +166,20 @@ std::unique_ptr<internal::PullProgress> Objects::Impl::PullBar(const std::string
 }
 
 absl::Status Objects::Impl::NotInTime(const std::string& id, absl::Duration timeout,
-                                      const absl::Status& last_fetch) const {
+                                      const absl::Status& last_fetch,
+                                      const absl::Status& cause) const {
+  std::string fetches;
+  if (!last_fetch.ok()) {
+    fetches = absl::StrCat(" (last fetch: ", last_fetch.message());
+    if (!cause.ok() && cause.message() != last_fetch.message()) {
+      absl::StrAppend(&fetches, "; an earlier fetch: ", cause.message());
+    }
+    fetches += ")";
+  }
   return absl::DeadlineExceededError(absl::StrCat(
       "object ", id, " did not appear in this node's store",
       agent != nullptr ? " or on any other node" : "", " within ", absl::FormatDuration(timeout),
-      last_fetch.ok() ? "" : absl::StrCat(" (last fetch: ", last_fetch.message(), ")")));
+      fetches));
 }
 
 absl::StatusOr<object_store::ObjectRef> Objects::Impl::Get(const std::string& id,
@@ -181,6 +192,7 @@ absl::StatusOr<object_store::ObjectRef> Objects::Impl::Get(const std::string& id
   absl::Time next_fetch = absl::InfinitePast();
   absl::Duration pause = absl::Milliseconds(10);  // before a failed fetch is retried
   absl::Status last;
+  absl::Status cause;  // the latest fetch failure that did not just run out of time
   while (true) {
     if (ref.ok()) return ref;  // ~PendingFetch cancels a fetch still running
     // NOT_FOUND / DEADLINE_EXCEEDED: not here (yet). UNAVAILABLE: being written here (a
@@ -202,6 +214,7 @@ absl::StatusOr<object_store::ObjectRef> Objects::Impl::Get(const std::string& id
         case absl::StatusCode::kAborted:      // a local writer of the same id
         case absl::StatusCode::kDeadlineExceeded:
           last = f;
+          if (f.code() != absl::StatusCode::kDeadlineExceeded) cause = f;
           next_fetch = absl::Now() + pause;
           pause = std::min(pause * 2, absl::Milliseconds(500));
           break;
@@ -212,7 +225,7 @@ absl::StatusOr<object_store::ObjectRef> Objects::Impl::Get(const std::string& id
       }
     }
     const absl::Time now = absl::Now();
-    if (now >= deadline) return NotInTime(id, timeout, last);
+    if (now >= deadline) return NotInTime(id, timeout, last, cause);
     if (agent != nullptr && fetch == nullptr && now >= next_fetch) {
       if (bar == nullptr) bar = PullBar(id);  // first: its 1 s counts from the fetch's start
       fetch = StartFetch(id, deadline);

@@ -210,6 +210,47 @@ TEST_F(AgentServiceTest, RefusesAStartSentUnderTheRegistrationBeingReplaced) {
   EXPECT_EQ(pm_->Snapshot().size(), 2u);
 }
 
+// Two placements of one generation (the scheduler placed it again after a restart that
+// could not see the first's processes): the second's start is refused, naming both
+// epochs, and starts nothing; a re-send of the first's start is answered as a repeat; a
+// start without an epoch (an older scheduler) is too; a StopJob carrying the other
+// epoch stops nothing, one carrying the held epoch stops its processes.
+TEST_F(AgentServiceTest, RefusesAStartOfAnotherPlacementEpoch) {
+  auto first = Request("job-epoch", "sleep 1000");
+  first.set_placement_epoch(7);
+  proto::StartProcessesReply reply;
+  ASSERT_TRUE(Start(first, &reply).ok());
+  const int port = reply.master_port();
+  ASSERT_EQ(pm_->Snapshot().size(), 1u);
+  EXPECT_EQ(pm_->Snapshot()[0].placement_epoch(), 7);
+  EXPECT_EQ(pm_->Snapshot()[0].exit().placement_epoch(), 7);
+
+  auto other = Request("job-epoch", "sleep 1000");
+  other.set_placement_epoch(9);
+  grpc::Status s = Start(other, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("placement epoch 9"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("placement epoch 7"), std::string::npos) << s.error_message();
+  EXPECT_EQ(pm_->Snapshot().size(), 1u) << "the other placement's start ran";
+
+  for (int64_t epoch : {int64_t{7}, int64_t{0}}) {
+    auto again = Request("job-epoch", "sleep 1000");
+    again.set_placement_epoch(epoch);
+    proto::StartProcessesReply again_reply;
+    ASSERT_TRUE(Start(again, &again_reply).ok()) << epoch;
+    EXPECT_EQ(again_reply.master_port(), port) << epoch;
+  }
+  EXPECT_EQ(pm_->Snapshot().size(), 1u);
+
+  auto negative = Request("job-epoch-bad", "true");
+  negative.set_placement_epoch(-1);
+  EXPECT_EQ(Start(negative, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  EXPECT_EQ(pm_->Stop("job-epoch", -1, absl::Milliseconds(100), "test", 9), 0);
+  EXPECT_TRUE(pm_->Snapshot()[0].running());
+  EXPECT_EQ(pm_->Stop("job-epoch", -1, absl::Milliseconds(100), "test", 7), 1);
+}
+
 // Several starts in one call: each answered as its own StartProcesses call would be,
 // a refused one not stopping the others, a repeated one started once.
 TEST_F(AgentServiceTest, BatchAnswersEachStartOnItsOwn) {

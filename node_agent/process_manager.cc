@@ -168,10 +168,12 @@ absl::Status ProcessManager::Start(const proto::StartProcessesRequest& req, int*
 }
 
 int ProcessManager::Stop(const std::string& job_id, int generation, absl::Duration grace,
-                         absl::string_view why) {
+                         absl::string_view why, int64_t placement_epoch) {
   if (job_id.empty()) return 0;  // empty means "all" internally; not for callers
   int n = 0;
-  RunOnManager([&] { n = StopOnManager(job_id, generation, grace, /*exact=*/false, why); });
+  RunOnManager([&] {
+    n = StopOnManager(job_id, generation, grace, /*exact=*/false, why, placement_epoch);
+  });
   return n;
 }
 
@@ -322,11 +324,13 @@ std::vector<proto::ProcessStatus> ProcessManager::Snapshot() {
       s.set_rank(p.rank);
       s.set_pid(p.pid);
       s.set_running(p.running);
+      s.set_placement_epoch(p.placement_epoch);
       *s.mutable_exit() = p.exit;
       if (p.running) {
         s.mutable_exit()->set_rank(p.rank);
         s.mutable_exit()->set_node_id(node_id_);
         s.mutable_exit()->set_generation(p.generation);
+        s.mutable_exit()->set_placement_epoch(p.placement_epoch);
       }
       out.push_back(std::move(s));
     }
@@ -404,6 +408,18 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
     node_id = node_id_;
     agent_env = worker_env_;
     auto it = gens_.find(key);
+    if (it != gens_.end() && it->second.placement_epoch != 0 && req.placement_epoch() != 0 &&
+        it->second.placement_epoch != req.placement_epoch()) {
+      // Another placement of the same generation (the scheduler placed it again after a
+      // restart that could not see these processes): acknowledging it would leave the
+      // new placement's ranks to processes it does not know; starting it would run them
+      // twice. The scheduler stops this epoch's processes when this node reports them.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "start of job ", req.job_id(), " generation ", req.generation(),
+          " under placement epoch ", req.placement_epoch(), " refused: this node holds ",
+          "that generation under placement epoch ", it->second.placement_epoch,
+          "; stop that placement's processes first (StopJob with its epoch)"));
+    }
     if (it != gens_.end()) {
       // A repeated start (a retried RPC, or a second placement on this node): its
       // processes started once, here; acknowledged, nothing started again.
@@ -446,11 +462,13 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
 
   Generation gen;
   gen.master_port = port;
+  gen.placement_epoch = req.placement_epoch();
   absl::Status failure;
   for (const auto& spec : req.processes()) {
     Proc p;
     p.job_id = req.job_id();
     p.generation = req.generation();
+    p.placement_epoch = req.placement_epoch();
     p.rank = spec.rank();
     p.err_path = req.task_worker() ? WorkerLogPath(req.job_id(), spec.rank(), kStderr)
                                    : LogPath(req.job_id(), spec.rank(), kStderr);
@@ -515,7 +533,8 @@ ProcessManager::StartCounts ProcessManager::start_counts() {
 }
 
 int ProcessManager::StopOnManager(const std::string& job_id, int generation,
-                                  absl::Duration grace, bool exact, absl::string_view why) {
+                                  absl::Duration grace, bool exact, absl::string_view why,
+                                  int64_t placement_epoch) {
   absl::Time deadline = absl::Now() + std::max(grace, absl::ZeroDuration());
   int signalled = 0;
   ProcessEntry* table = nullptr;  // the process tree, read once for every SIGTERM below
@@ -526,6 +545,7 @@ int ProcessManager::StopOnManager(const std::string& job_id, int generation,
     if (exact ? key.second != generation : (generation >= 0 && key.second > generation)) {
       continue;
     }
+    if (placement_epoch != 0 && gen.placement_epoch != placement_epoch) continue;
     for (auto& p : gen.procs) {
       if (!p.running) continue;
       if (!p.term_sent) {
@@ -563,6 +583,7 @@ bool ProcessManager::TryReap(Proc* p,
   e.set_rank(p->rank);
   e.set_node_id(node_id_);
   e.set_generation(p->generation);
+  e.set_placement_epoch(p->placement_epoch);
   if (r < 0) {
     e.set_exit_code(-1);
     e.set_error(absl::StrCat("process ", p->pid, " was reaped by someone else: ",

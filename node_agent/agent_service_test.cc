@@ -214,7 +214,8 @@ TEST_F(AgentServiceTest, RefusesAStartSentUnderTheRegistrationBeingReplaced) {
 // could not see the first's processes): the second's start is refused, naming both
 // epochs, and starts nothing; a re-send of the first's start is answered as a repeat; a
 // start without an epoch (an older scheduler) is too; a StopJob carrying the other
-// epoch stops nothing, one carrying the held epoch stops its processes.
+// epoch stops nothing, one carrying the held epoch stops its processes; once they have
+// ended, a later placement's start runs.
 TEST_F(AgentServiceTest, RefusesAStartOfAnotherPlacementEpoch) {
   auto first = Request("job-epoch", "sleep 1000");
   first.set_placement_epoch(7);
@@ -246,9 +247,28 @@ TEST_F(AgentServiceTest, RefusesAStartOfAnotherPlacementEpoch) {
   negative.set_placement_epoch(-1);
   EXPECT_EQ(Start(negative, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
-  EXPECT_EQ(pm_->Stop("job-epoch", -1, absl::Milliseconds(100), "test", 9), 0);
+  proto::StopJobRequest stop;
+  stop.set_job_id("job-epoch");
+  stop.set_generation(-1);
+  stop.set_grace_ms(100);
+  proto::StopJobReply sr;
+  for (int64_t epoch : {int64_t{9}, int64_t{7}}) {
+    stop.set_placement_epoch(epoch);
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, kToken);
+    ASSERT_TRUE(stub_->StopJob(&ctx, stop, &sr).ok());
+    EXPECT_EQ(sr.signalled(), epoch == 7 ? 1 : 0) << epoch;
+    if (epoch == 9) EXPECT_TRUE(pm_->Snapshot()[0].running());
+  }
+  // Once nothing of epoch 7 runs, a later placement starts; an earlier one still does not.
+  ASSERT_TRUE(testing::WaitFor([&] { return !pm_->Snapshot()[0].running(); }));
+  auto earlier = Request("job-epoch", "sleep 1000");
+  earlier.set_placement_epoch(6);
+  EXPECT_EQ(Start(earlier, &reply).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(Start(other, &reply).ok());
+  ASSERT_EQ(pm_->Snapshot().size(), 1u);
   EXPECT_TRUE(pm_->Snapshot()[0].running());
-  EXPECT_EQ(pm_->Stop("job-epoch", -1, absl::Milliseconds(100), "test", 7), 1);
+  EXPECT_EQ(pm_->Snapshot()[0].placement_epoch(), 9);
 }
 
 // Several starts in one call: each answered as its own StartProcesses call would be,

@@ -401,6 +401,7 @@ std::vector<std::string> ProcessManager::BuildEnv(const proto::StartProcessesReq
 absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& req,
                                             int* master_port) {
   Key key(req.job_id(), req.generation());
+  bool replaces_placement = false;  // of this job: its log directory is this job's
   std::string node_id;
   std::map<std::string, std::string> agent_env;
   {
@@ -410,10 +411,28 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
     auto it = gens_.find(key);
     if (it != gens_.end() && it->second.placement_epoch != 0 && req.placement_epoch() != 0 &&
         it->second.placement_epoch != req.placement_epoch()) {
-      // Another placement of the same generation (the scheduler placed it again after a
-      // restart that could not see these processes): acknowledging it would leave the
-      // new placement's ranks to processes it does not know; starting it would run them
-      // twice. The scheduler stops this epoch's processes when this node reports them.
+      bool held_runs = false;
+      for (const auto& p : it->second.procs) held_runs = held_runs || p.running;
+      if (req.placement_epoch() > it->second.placement_epoch && !held_runs) {
+        // A later placement (a job's epochs only grow), and nothing of the earlier one
+        // runs here any more (the scheduler stopped it when this node reported it): its
+        // record goes, its unreported exits with it (the scheduler ignores them), and
+        // the later placement starts.
+        DROVER_LOG(INFO) << "job " << req.job_id() << " generation " << req.generation()
+                         << ": placement epoch " << it->second.placement_epoch
+                         << " has ended here; starting placement epoch "
+                         << req.placement_epoch();
+        gens_.erase(it);
+        replaces_placement = true;
+        it = gens_.end();
+      }
+    }
+    if (it != gens_.end() && it->second.placement_epoch != 0 && req.placement_epoch() != 0 &&
+        it->second.placement_epoch != req.placement_epoch()) {
+      // Another placement of the same generation whose processes still run here (or an
+      // earlier one, late): acknowledging it would leave its ranks to processes it does
+      // not know; starting it would run them twice. The scheduler stops the other
+      // epoch's processes when this node reports them.
       return absl::FailedPreconditionError(absl::StrCat(
           "start of job ", req.job_id(), " generation ", req.generation(),
           " under placement epoch ", req.placement_epoch(), " refused: this node holds ",
@@ -451,7 +470,7 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
         absl::StrCat("drover-launch not found or not executable at '", options_.launcher_path,
                      "': install it next to drover-agent"));
   }
-  if (req.generation() == 0) SetAsideLeftoverLogs(req.job_id());
+  if (req.generation() == 0 && !replaces_placement) SetAsideLeftoverLogs(req.job_id());
   if (absl::Status s = MakeDirs(JobLogDir(req.job_id()), 0700); !s.ok()) return s;
   int port = req.master_port();
   if (port == 0 && !req.task_worker()) {

@@ -89,8 +89,9 @@ class ProcessManager {
   // one the generation is held under (both nonzero) is refused with FAILED_PRECONDITION:
   // it belongs to another placement of the same generation, and starting it would run
   // those ranks twice; unless its epoch is higher (a later placement) and none of the
-  // held processes runs any more: the held record is dropped and the start runs. If req.master_port() is 0, a free port on the
-  // node ip is picked and returned in *master_port. INVALID_ARGUMENT for a missing cwd
+  // held processes runs any more: the held record is dropped and the start runs.
+  // If req.master_port() is 0, a free port on the node ip is picked and returned in
+  // *master_port. INVALID_ARGUMENT for a missing cwd
   // or a bad job id; on a spawn failure nothing of the request is left running.
   absl::Status Start(const proto::StartProcessesRequest& req, int* master_port);
 

@@ -80,6 +80,10 @@ std::string AgentService::Validate(const proto::StartProcessesRequest& req) {
   if (req.generation() < 0) {
     return absl::StrCat("job ", req.job_id(), ": generation must be >= 0");
   }
+  if (req.placement_epoch() < 0) {
+    return absl::StrCat("job ", req.job_id(), ": placement_epoch must be >= 0, got ",
+                        req.placement_epoch());
+  }
   if (req.master_port() < 0 || req.master_port() > 65535) {
     return absl::StrCat("job ", req.job_id(), ": master_port ", req.master_port(),
                         " is out of range");
@@ -164,7 +168,8 @@ grpc::Status AgentService::StopJob(grpc::ServerContext* ctx, const proto::StopJo
   absl::Duration grace =
       req->grace_ms() > 0 ? absl::Milliseconds(req->grace_ms()) : default_grace_;
   reply->set_signalled(
-      pm_->Stop(req->job_id(), req->generation(), grace, "the scheduler asked (StopJob)"));
+      pm_->Stop(req->job_id(), req->generation(), grace, "the scheduler asked (StopJob)",
+                req->placement_epoch()));
   return grpc::Status::OK;
 }
 

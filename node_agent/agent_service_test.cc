@@ -210,6 +210,67 @@ TEST_F(AgentServiceTest, RefusesAStartSentUnderTheRegistrationBeingReplaced) {
   EXPECT_EQ(pm_->Snapshot().size(), 2u);
 }
 
+// Two placements of one generation (the scheduler placed it again after a restart that
+// could not see the first's processes): the second's start is refused, naming both
+// epochs, and starts nothing; a re-send of the first's start is answered as a repeat; a
+// start without an epoch (an older scheduler) is too; a StopJob carrying the other
+// epoch stops nothing, one carrying the held epoch stops its processes; once they have
+// ended, a later placement's start runs.
+TEST_F(AgentServiceTest, RefusesAStartOfAnotherPlacementEpoch) {
+  auto first = Request("job-epoch", "sleep 1000");
+  first.set_placement_epoch(7);
+  proto::StartProcessesReply reply;
+  ASSERT_TRUE(Start(first, &reply).ok());
+  const int port = reply.master_port();
+  ASSERT_EQ(pm_->Snapshot().size(), 1u);
+  EXPECT_EQ(pm_->Snapshot()[0].placement_epoch(), 7);
+  EXPECT_EQ(pm_->Snapshot()[0].exit().placement_epoch(), 7);
+
+  auto other = Request("job-epoch", "sleep 1000");
+  other.set_placement_epoch(9);
+  grpc::Status s = Start(other, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("placement epoch 9"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("placement epoch 7"), std::string::npos) << s.error_message();
+  EXPECT_EQ(pm_->Snapshot().size(), 1u) << "the other placement's start ran";
+
+  for (int64_t epoch : {int64_t{7}, int64_t{0}}) {
+    auto again = Request("job-epoch", "sleep 1000");
+    again.set_placement_epoch(epoch);
+    proto::StartProcessesReply again_reply;
+    ASSERT_TRUE(Start(again, &again_reply).ok()) << epoch;
+    EXPECT_EQ(again_reply.master_port(), port) << epoch;
+  }
+  EXPECT_EQ(pm_->Snapshot().size(), 1u);
+
+  auto negative = Request("job-epoch-bad", "true");
+  negative.set_placement_epoch(-1);
+  EXPECT_EQ(Start(negative, &reply).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  proto::StopJobRequest stop;
+  stop.set_job_id("job-epoch");
+  stop.set_generation(-1);
+  stop.set_grace_ms(100);
+  proto::StopJobReply sr;
+  for (int64_t epoch : {int64_t{9}, int64_t{7}}) {
+    stop.set_placement_epoch(epoch);
+    grpc::ClientContext ctx;
+    PrepareContext(&ctx, kToken);
+    ASSERT_TRUE(stub_->StopJob(&ctx, stop, &sr).ok());
+    EXPECT_EQ(sr.signalled(), epoch == 7 ? 1 : 0) << epoch;
+    if (epoch == 9) EXPECT_TRUE(pm_->Snapshot()[0].running());
+  }
+  // Once nothing of epoch 7 runs, a later placement starts; an earlier one still does not.
+  ASSERT_TRUE(testing::WaitFor([&] { return !pm_->Snapshot()[0].running(); }));
+  auto earlier = Request("job-epoch", "sleep 1000");
+  earlier.set_placement_epoch(6);
+  EXPECT_EQ(Start(earlier, &reply).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(Start(other, &reply).ok());
+  ASSERT_EQ(pm_->Snapshot().size(), 1u);
+  EXPECT_TRUE(pm_->Snapshot()[0].running());
+  EXPECT_EQ(pm_->Snapshot()[0].placement_epoch(), 9);
+}
+
 // Several starts in one call: each answered as its own StartProcesses call would be,
 // a refused one not stopping the others, a repeated one started once.
 TEST_F(AgentServiceTest, BatchAnswersEachStartOnItsOwn) {

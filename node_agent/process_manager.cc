@@ -168,10 +168,12 @@ absl::Status ProcessManager::Start(const proto::StartProcessesRequest& req, int*
 }
 
 int ProcessManager::Stop(const std::string& job_id, int generation, absl::Duration grace,
-                         absl::string_view why) {
+                         absl::string_view why, int64_t placement_epoch) {
   if (job_id.empty()) return 0;  // empty means "all" internally; not for callers
   int n = 0;
-  RunOnManager([&] { n = StopOnManager(job_id, generation, grace, /*exact=*/false, why); });
+  RunOnManager([&] {
+    n = StopOnManager(job_id, generation, grace, /*exact=*/false, why, placement_epoch);
+  });
   return n;
 }
 
@@ -322,11 +324,13 @@ std::vector<proto::ProcessStatus> ProcessManager::Snapshot() {
       s.set_rank(p.rank);
       s.set_pid(p.pid);
       s.set_running(p.running);
+      s.set_placement_epoch(p.placement_epoch);
       *s.mutable_exit() = p.exit;
       if (p.running) {
         s.mutable_exit()->set_rank(p.rank);
         s.mutable_exit()->set_node_id(node_id_);
         s.mutable_exit()->set_generation(p.generation);
+        s.mutable_exit()->set_placement_epoch(p.placement_epoch);
       }
       out.push_back(std::move(s));
     }
@@ -397,6 +401,7 @@ std::vector<std::string> ProcessManager::BuildEnv(const proto::StartProcessesReq
 absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& req,
                                             int* master_port) {
   Key key(req.job_id(), req.generation());
+  bool replaces_placement = false;  // of this job: its log directory is this job's
   std::string node_id;
   std::map<std::string, std::string> agent_env;
   {
@@ -404,6 +409,36 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
     node_id = node_id_;
     agent_env = worker_env_;
     auto it = gens_.find(key);
+    if (it != gens_.end() && it->second.placement_epoch != 0 && req.placement_epoch() != 0 &&
+        it->second.placement_epoch != req.placement_epoch()) {
+      bool held_runs = false;
+      for (const auto& p : it->second.procs) held_runs = held_runs || p.running;
+      if (req.placement_epoch() > it->second.placement_epoch && !held_runs) {
+        // A later placement (a job's epochs only grow), and nothing of the earlier one
+        // runs here any more (the scheduler stopped it when this node reported it): its
+        // record goes, its unreported exits with it (the scheduler ignores them), and
+        // the later placement starts.
+        DROVER_LOG(INFO) << "job " << req.job_id() << " generation " << req.generation()
+                         << ": placement epoch " << it->second.placement_epoch
+                         << " has ended here; starting placement epoch "
+                         << req.placement_epoch();
+        gens_.erase(it);
+        replaces_placement = true;
+        it = gens_.end();
+      }
+    }
+    if (it != gens_.end() && it->second.placement_epoch != 0 && req.placement_epoch() != 0 &&
+        it->second.placement_epoch != req.placement_epoch()) {
+      // Another placement of the same generation whose processes still run here (or an
+      // earlier one, late): acknowledging it would leave its ranks to processes it does
+      // not know; starting it would run them twice. The scheduler stops the other
+      // epoch's processes when this node reports them.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "start of job ", req.job_id(), " generation ", req.generation(),
+          " under placement epoch ", req.placement_epoch(), " refused: this node holds ",
+          "that generation under placement epoch ", it->second.placement_epoch,
+          "; stop that placement's processes first (StopJob with its epoch)"));
+    }
     if (it != gens_.end()) {
       // A repeated start (a retried RPC, or a second placement on this node): its
       // processes started once, here; acknowledged, nothing started again.
@@ -435,7 +470,7 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
         absl::StrCat("drover-launch not found or not executable at '", options_.launcher_path,
                      "': install it next to drover-agent"));
   }
-  if (req.generation() == 0) SetAsideLeftoverLogs(req.job_id());
+  if (req.generation() == 0 && !replaces_placement) SetAsideLeftoverLogs(req.job_id());
   if (absl::Status s = MakeDirs(JobLogDir(req.job_id()), 0700); !s.ok()) return s;
   int port = req.master_port();
   if (port == 0 && !req.task_worker()) {
@@ -446,11 +481,13 @@ absl::Status ProcessManager::StartOnManager(const proto::StartProcessesRequest& 
 
   Generation gen;
   gen.master_port = port;
+  gen.placement_epoch = req.placement_epoch();
   absl::Status failure;
   for (const auto& spec : req.processes()) {
     Proc p;
     p.job_id = req.job_id();
     p.generation = req.generation();
+    p.placement_epoch = req.placement_epoch();
     p.rank = spec.rank();
     p.err_path = req.task_worker() ? WorkerLogPath(req.job_id(), spec.rank(), kStderr)
                                    : LogPath(req.job_id(), spec.rank(), kStderr);
@@ -515,7 +552,8 @@ ProcessManager::StartCounts ProcessManager::start_counts() {
 }
 
 int ProcessManager::StopOnManager(const std::string& job_id, int generation,
-                                  absl::Duration grace, bool exact, absl::string_view why) {
+                                  absl::Duration grace, bool exact, absl::string_view why,
+                                  int64_t placement_epoch) {
   absl::Time deadline = absl::Now() + std::max(grace, absl::ZeroDuration());
   int signalled = 0;
   ProcessEntry* table = nullptr;  // the process tree, read once for every SIGTERM below
@@ -526,6 +564,7 @@ int ProcessManager::StopOnManager(const std::string& job_id, int generation,
     if (exact ? key.second != generation : (generation >= 0 && key.second > generation)) {
       continue;
     }
+    if (placement_epoch != 0 && gen.placement_epoch != placement_epoch) continue;
     for (auto& p : gen.procs) {
       if (!p.running) continue;
       if (!p.term_sent) {
@@ -563,6 +602,7 @@ bool ProcessManager::TryReap(Proc* p,
   e.set_rank(p->rank);
   e.set_node_id(node_id_);
   e.set_generation(p->generation);
+  e.set_placement_epoch(p->placement_epoch);
   if (r < 0) {
     e.set_exit_code(-1);
     e.set_error(absl::StrCat("process ", p->pid, " was reaped by someone else: ",

@@ -85,18 +85,24 @@ class ProcessManager {
 
   // Starts this node's processes of one job generation and returns once all are
   // spawned. Idempotent per (job_id, generation): a repeat starts nothing and returns
-  // OK with the port of the first start. If req.master_port() is 0, a free port on the
-  // node ip is picked and returned in *master_port. INVALID_ARGUMENT for a missing cwd
+  // OK with the port of the first start. A start under another placement epoch than the
+  // one the generation is held under (both nonzero) is refused with FAILED_PRECONDITION:
+  // it belongs to another placement of the same generation, and starting it would run
+  // those ranks twice; unless its epoch is higher (a later placement) and none of the
+  // held processes runs any more: the held record is dropped and the start runs.
+  // If req.master_port() is 0, a free port on the node ip is picked and returned in
+  // *master_port. INVALID_ARGUMENT for a missing cwd
   // or a bad job id; on a spawn failure nothing of the request is left running.
   absl::Status Start(const proto::StartProcessesRequest& req, int* master_port);
 
   // SIGTERM to the process group of each live process of `job_id` with generation <=
   // `generation` (-1: all), SIGKILL to the group `grace` later. Idempotent (a repeat
   // may only shorten the deadline). Returns how many were newly signalled. `why` (who
-  // asks, and why) goes into the log line naming what was signalled.
+  // asks, and why) goes into the log line naming what was signalled. A nonzero
+  // `placement_epoch` stops only the processes started under that epoch.
   // REQUIRES: !job_id.empty() (StopAllAndWait stops every job).
   int Stop(const std::string& job_id, int generation, absl::Duration grace,
-           absl::string_view why = "");
+           absl::string_view why = "", int64_t placement_epoch = 0);
 
   // SIGTERM to the process group of exactly one generation's live processes, SIGKILL
   // `grace` later (task workers are one-process generations: see worker_pool.h).
@@ -153,6 +159,7 @@ class ProcessManager {
   struct Proc {
     std::string job_id;
     int generation = 0;
+    int64_t placement_epoch = 0;
     int rank = 0;
     pid_t pid = -1;  // also the process group id
     int pidfd = -1;
@@ -166,6 +173,8 @@ class ProcessManager {
   using Key = std::pair<std::string, int>;  // (job_id, generation)
   struct Generation {
     int master_port = 0;
+    // StartProcessesRequest.placement_epoch of the start that began it (0: none given).
+    int64_t placement_epoch = 0;
     // Forget() was called: hidden from Snapshot, exits not reported, erased once reaped.
     bool forgotten = false;
     std::vector<Proc> procs;
@@ -178,8 +187,9 @@ class ProcessManager {
   absl::Status StartOnManager(const proto::StartProcessesRequest& req, int* master_port);
   // Signals live processes of matching generations: all jobs if `job_id` is empty;
   // generations <= `generation` (all if < 0), or exactly it if `exact`.
+  // A nonzero `placement_epoch` narrows it to the processes started under that epoch.
   int StopOnManager(const std::string& job_id, int generation, absl::Duration grace,
-                    bool exact, absl::string_view why);
+                    bool exact, absl::string_view why, int64_t placement_epoch = 0);
   // Reaps `p` if it has exited; fills exit info. Returns true if reaped.
   bool TryReap(Proc* p, std::vector<std::pair<std::string, proto::ExitInfo>>* reports)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -99,10 +99,22 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
   // (job, generation) -> why the scheduler expects none of it to run on this node.
   std::map<std::pair<std::string, int>, std::string> stale_running;
   std::map<std::string, std::set<int>> reported;  // job -> ranks of its current generation
+  // (job, generation, epoch) of processes running under another placement of the
+  // job's current generation: stopped, that placement's only.
+  std::set<std::tuple<std::string, int, int64_t>> other_placement;
   for (const auto& p : report.processes()) {
     auto key = std::make_pair(p.job_id(), p.generation());
     auto [it, inserted] = groups.emplace(key, true);
     Job* job = FindJobLocked(p.job_id());
+    if (job != nullptr && OfAnotherPlacement(*job, p.generation(), p.placement_epoch())) {
+      // Never a live rank of the current placement, nor its exit; once all of it has
+      // exited the agent forgets it like any settled generation.
+      if (p.running()) {
+        it->second = false;
+        other_placement.emplace(p.job_id(), p.generation(), p.placement_epoch());
+      }
+      continue;
+    }
     if (p.running()) {
       it->second = false;
       if (std::string why = StaleRunningLocked(job, node, p); !why.empty()) {
@@ -112,6 +124,7 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
       proto::ExitInfo e = p.exit();
       e.set_rank(p.rank());
       e.set_generation(p.generation());
+      e.set_placement_epoch(p.placement_epoch());
       e.set_node_id(node.info.node_id());
       HandleExitLocked(*job, e, out);
     }
@@ -141,6 +154,18 @@ void SchedulerCore::ApplyProcessTableLocked(Node& node, const proto::HeartbeatRe
     a.kind = Action::kStop;
     a.job_id = key.first;
     a.generation = key.second;
+    a.stop_address = node.info.agent_address();
+    out->push_back(std::move(a));
+  }
+  for (const auto& [job_id, generation, epoch] : other_placement) {
+    DROVER_LOG(WARNING) << "node " << node.info.node_id() << " runs job " << job_id
+                        << " generation " << generation << " under placement epoch " << epoch
+                        << ", not the current placement's: stopping that placement there";
+    Action a;
+    a.kind = Action::kStop;
+    a.job_id = job_id;
+    a.generation = generation;
+    a.placement_epoch = epoch;
     a.stop_address = node.info.agent_address();
     out->push_back(std::move(a));
   }
@@ -346,6 +371,7 @@ void SchedulerCore::FailNeverStartedLocked(Job& job, const std::set<std::string>
 }
 
 void SchedulerCore::QueueLaunchLocked(Job& job, Action a, Actions* out) {
+  a.placement_epoch = job.info.placement_epoch();
   // With a store behind a network the launch waits for the placement to be stored
   // (Dispatch); until DropStaleLaunchesLocked lets it go, its ranks are unsent.
   if (!store_->InMemory()) {
@@ -363,7 +389,10 @@ std::vector<std::shared_ptr<SchedulerCore::Action>> SchedulerCore::DropStaleLaun
     Job* job = FindJobLocked(a->job_id);
     // Stopping: not sent, and not failed either; the next scheduler finds the placement
     // stored with no start confirmed and settles it (ResolveStartLocked).
-    if (job == nullptr || job->info.restart_count() != a->generation || stopping_) continue;
+    if (job == nullptr || job->info.restart_count() != a->generation || stopping_ ||
+        job->info.placement_epoch() != a->placement_epoch) {
+      continue;
+    }
     for (const auto& ranks : a->ranks) {
       for (int r : ranks) job->starts().unsent.erase(r);
     }
@@ -456,6 +485,9 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
                                      int* master_port, Actions* out) {
   Job* job = FindJobLocked(a.job_id);
   if (job == nullptr || job->info.restart_count() != a.generation || stopping_) return false;
+  // A launch of an earlier placement of this generation (placed again meanwhile): what
+  // it started there is stale, stopped when its node reports it.
+  if (job->info.placement_epoch() != a.placement_epoch) return false;
   std::set<std::string> awaiting;  // the nodes waiting for this answer (a re-ask's)
   if (i == 0 && a.reask) {
     job->asking_port = false;
@@ -480,6 +512,10 @@ bool SchedulerCore::ApplyStartLocked(const Action& a, size_t i, const absl::Stat
   // This node's processes are spawned (`drover run`: "starting N/M").
   job->info.set_started_processes(job->info.started_processes() +
                                   static_cast<int>(a.ranks[i].size()));
+  const auto& started = job->info.started_nodes();
+  if (std::find(started.begin(), started.end(), a.node_ids[i]) == started.end()) {
+    job->info.add_started_nodes(a.node_ids[i]);
+  }
   NoteLocked(*job, TimelineEventOf(proto::TIMELINE_RANKS_STARTED, a.generation, a.node_ids[i],
                                    a.ranks[i]));
   if (i == 0) {
@@ -606,6 +642,7 @@ void SchedulerCore::Dispatch(Actions actions) {
       proto::StopJobRequest stop;
       stop.set_job_id(a->job_id);
       stop.set_generation(a->generation);
+      stop.set_placement_epoch(a->placement_epoch);
       stop.set_grace_ms(absl::ToInt64Milliseconds(options_.kill_grace));
       agents_->StopJobAsync(a->stop_address, stop, [this, a](absl::Status s) {
         if (!s.ok()) DROVER_LOG(WARNING) << "stop " << a->job_id << ": " << s;

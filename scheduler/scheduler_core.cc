@@ -107,9 +107,21 @@ absl::Status SchedulerCore::Start() {
     const bool starting = job.info.state() == proto::RUNNING && !job.info.restarting() &&
                           job.info.exited_ranks_size() == 0 && job.info.placement_size() > 0;
     job.start_unconfirmed = starting && job.info.started_processes() == 0;
-    if (starting && !job.start_unconfirmed && job.info.master_port() > 0) {
-      // Nodes are started in the order of the placement, and started_processes counts
-      // the ranks of those that answered: the confirmed ones are a prefix.
+    if (starting && !job.start_unconfirmed && job.info.master_port() > 0 &&
+        job.info.placement_epoch() != 0) {
+      // The record names the nodes whose start was answered: every other one is
+      // unconfirmed, whatever order the answers came in (starts sent again after an
+      // earlier restart are answered in any order).
+      const auto& started = job.info.started_nodes();
+      for (const auto& p : job.info.placement()) {
+        if (std::find(started.begin(), started.end(), p.node_id()) == started.end()) {
+          job.starts().unconfirmed_nodes.insert(p.node_id());
+        }
+      }
+    } else if (starting && !job.start_unconfirmed && job.info.master_port() > 0) {
+      // A record from before placement epochs: nodes are started in the order of the
+      // placement, and started_processes counts the ranks of those that answered, so
+      // the confirmed ones are taken as a prefix.
       std::vector<std::string> order;
       std::map<std::string, int> ranks;
       for (const auto& p : job.info.placement()) {
@@ -631,6 +643,12 @@ void SchedulerCore::StartJobLocked(Job& job, std::vector<proto::RankPlacement> r
   job.info.set_master_addr(job.info.placement(0).node_ip());
   job.info.set_master_port(0);
   job.info.set_started_processes(0);
+  job.info.clear_started_nodes();
+  // Unique among this job's placements that ever sent a start: the record holding the
+  // last epoch is stored before any start of it goes out (Dispatch), so a scheduler
+  // restarted from the store counts on from at least every epoch sent; an epoch it
+  // reuses was never stored, so no start carried it.
+  job.info.set_placement_epoch(job.info.placement_epoch() + 1);
   job.info.set_live_processes(static_cast<int>(job.live.size()));
   job.info.clear_root_cause();
   const int64_t now_ms = absl::ToUnixMillis(clock_->Now());
@@ -679,6 +697,7 @@ proto::StartProcessesRequest SchedulerCore::StartRequestLocked(const Job& job,
   req.set_node_registration(nodes_[node_id].registration);
   req.set_job_id(job.info.job_id());
   req.set_generation(job.info.restart_count());
+  req.set_placement_epoch(job.info.placement_epoch());
   req.mutable_command()->CopyFrom(spec.command());
   req.mutable_env()->insert(spec.env().begin(), spec.env().end());
   req.set_cwd(spec.cwd());
@@ -773,8 +792,21 @@ void SchedulerCore::FailRanksLocked(Job& job, const std::string& node_id,
   }
 }
 
+bool SchedulerCore::OfAnotherPlacement(const Job& job, int generation, int64_t epoch) {
+  return generation == job.info.restart_count() && epoch != 0 &&
+         job.info.placement_epoch() != 0 && epoch != job.info.placement_epoch();
+}
+
 void SchedulerCore::HandleExitLocked(Job& job, const proto::ExitInfo& exit, Actions* out) {
   if (exit.generation() != job.info.restart_count()) return;  // an older generation
+  if (OfAnotherPlacement(job, exit.generation(), exit.placement_epoch())) {
+    // Another placement of this generation: its rank is not the current placement's.
+    DROVER_LOG(WARNING) << job.info.job_id() << " generation " << exit.generation()
+                        << " rank " << exit.rank() << " on " << exit.node_id()
+                        << ": exit of placement epoch " << exit.placement_epoch()
+                        << ", not the current " << job.info.placement_epoch() << "; ignored";
+    return;
+  }
   if (!job.live.count(exit.rank())) return;                  // already recorded
   NoteLocked(job, RankExitEvent(exit));
   job.live.erase(exit.rank());

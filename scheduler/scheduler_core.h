@@ -330,6 +330,10 @@ class SchedulerCore {
     // master's port (StartLaterNodesLocked). Its ranks there are never failed as not
     // started: they run, and stay live so that the job's stop reaches them.
     bool reask = false;
+    // kLaunch: the placement epoch it starts (an answer to a launch of an earlier
+    // placement of the same generation is not the current placement's). kStop: stop only
+    // that placement's processes; 0: every process of the generations it names.
+    int64_t placement_epoch = 0;
   };
   // What the lease manager is told once the lock is released: jobs that ended (with
   // their objects' ids by the agent address holding them), nodes declared dead (with
@@ -511,6 +515,11 @@ class SchedulerCore {
   void ApplyProcessTableLocked(Node& node, const proto::HeartbeatRequest& report,
                                bool reattach, proto::HeartbeatReply* reply, Actions* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True if a process (or exit) of `generation` under `epoch` belongs to another
+  // placement of the job's current generation than the current one: stale, never a live
+  // rank or an exit of the current placement. An epoch of 0 on either side (an agent or
+  // a record from before epochs) is never another.
+  static bool OfAnotherPlacement(const Job& job, int generation, int64_t epoch);
   // Why a process `node` reports running must be stopped there (its generation's
   // stop is sent), or "" when it is wanted or may just be a table older than its exit.
   std::string StaleRunningLocked(const Job* job, const Node& node,

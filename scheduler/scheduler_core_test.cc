@@ -3,6 +3,7 @@
 // reports in odd orders, and exact resource accounting.
 #include "scheduler/scheduler_core.h"
 
+#include <algorithm>
 #include <atomic>
 #include <set>
 #include <thread>
@@ -1496,6 +1497,131 @@ TEST_F(SchedulerCoreTest, ALaterNodeWhoseStartNeverCameGetsItAfterTheRestart) {
   EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
   EXPECT_EQ(j.live_processes(), 2);
   ASSERT_TRUE(WaitFor([&] { return Job("job-t-7").started_processes() == 2; }));
+}
+
+// Every placement, "placed again" included, gets a new epoch, stored with it, carried
+// by its starts; the record names the nodes whose start was answered.
+TEST_F(SchedulerCoreTest, EachPlacementHasItsOwnEpochAndRecordsItsStartedNodes) {
+  core_.reset();
+  proto::JobInfo info = PlacedNotStarted("job-e-1", {"n1", "n2"});
+  info.set_placement_epoch(6);
+  ASSERT_TRUE(store_->PutJob(info).ok());
+  Make(absl::Seconds(30));
+  Register("10.0.0.2", 0, "n2");
+  Register("10.0.0.1", 0, "n1");  // no node has it: placed again
+  ASSERT_TRUE(WaitFor([&] { return Job("job-e-1").started_processes() == 2; }))
+      << Job("job-e-1").DebugString();
+  auto j = Job("job-e-1");
+  EXPECT_EQ(j.placement_epoch(), 7);
+  std::vector<std::string> nodes;  // of the new placement, in order
+  for (const auto& p : j.placement()) {
+    if (std::find(nodes.begin(), nodes.end(), p.node_id()) == nodes.end()) {
+      nodes.push_back(p.node_id());
+    }
+  }
+  EXPECT_EQ(std::vector<std::string>(j.started_nodes().begin(), j.started_nodes().end()), nodes);
+  core_->Stop();
+  ASSERT_EQ(agents_->starts(), nodes.size());
+  for (const auto& [address, req] : agents_->start_calls()) {
+    EXPECT_EQ(req.placement_epoch(), 7) << address;
+  }
+}
+
+// A node that reports a rank of the current generation under another placement epoch
+// (a placement the scheduler gave up on: placed again since): that placement is stopped
+// there, by its epoch, and the rank is not taken as the current placement's. Before
+// epochs the rank was taken as running, the start as confirmed, and nothing stopped it.
+TEST_F(SchedulerCoreTest, ARankOfAnotherPlacementEpochIsStoppedAndNotCountedLive) {
+  core_.reset();
+  proto::JobInfo info = PlacedNotStarted("job-e-2", {"n1"});
+  info.set_placement_epoch(5);
+  ASSERT_TRUE(store_->PutJob(info).ok());
+  Make(absl::Seconds(30));
+  proto::RegisterNodeRequest req;
+  req.set_node_id("n1");
+  req.set_agent_address("10.0.0.1:7000");
+  req.set_node_ip("10.0.0.1");
+  req.mutable_total()->set_cpus(8);
+  auto* p = req.add_processes();
+  p->set_job_id("job-e-2");
+  p->set_rank(0);
+  p->set_running(true);
+  p->set_placement_epoch(4);
+  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  ASSERT_TRUE(WaitFor([&] { return agents_->stops() >= 1; }));
+  auto [address, stop] = agents_->stop_calls()[0];
+  EXPECT_EQ(address, "10.0.0.1:7000");
+  EXPECT_EQ(stop.job_id(), "job-e-2");
+  EXPECT_EQ(stop.placement_epoch(), 4);
+  // Nothing of the current placement runs anywhere: placed again, a new epoch.
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() >= 1; }));
+  EXPECT_EQ(agents_->start_calls()[0].second.placement_epoch(), 6);
+  EXPECT_EQ(Job("job-e-2").placement_epoch(), 6);
+
+  // In a heartbeat, and its exit: the current placement's rank stays live.
+  ASSERT_TRUE(WaitFor([&] { return Job("job-e-2").started_processes() == 1; }));
+  proto::HeartbeatRequest hb;
+  hb.set_node_id("n1");
+  auto* q = hb.add_processes();
+  q->set_job_id("job-e-2");
+  q->set_rank(0);
+  q->set_running(true);
+  q->set_placement_epoch(4);
+  core_->Heartbeat(hb);
+  ASSERT_TRUE(WaitFor([&] { return agents_->stops() >= 2; }));
+  EXPECT_EQ(agents_->stop_calls()[1].second.placement_epoch(), 4);
+  proto::ReportExitRequest exit;
+  exit.set_node_id("n1");
+  exit.set_job_id("job-e-2");
+  exit.mutable_exit()->set_rank(0);
+  exit.mutable_exit()->set_exit_code(1);
+  exit.mutable_exit()->set_placement_epoch(4);
+  core_->ReportExit(exit);
+  auto j = Job("job-e-2");
+  EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
+  EXPECT_EQ(j.live_processes(), 1);
+  EXPECT_EQ(j.exited_ranks_size(), 0);
+  exit.mutable_exit()->set_placement_epoch(6);  // the current placement's exit counts
+  core_->ReportExit(exit);
+  EXPECT_EQ(Job("job-e-2").state(), proto::FAILED);
+}
+
+// A 3-node gang after a restart: the third node came back first and its start (sent
+// again) was answered before the second's; then the scheduler stopped again. The next
+// one reads the confirmed nodes from the record by id: the second node, back without
+// its rank, gets its start. Inferred as a prefix from the count of started ranks, the
+// second node's start was taken as confirmed and its rank failed as "gone".
+TEST_F(SchedulerCoreTest, AStartAnsweredOutOfOrderIsReadRightAfterASecondCrash) {
+  core_.reset();
+  proto::JobInfo info = PlacedNotStarted("job-e-3", {"n1", "n2", "n3"});
+  info.set_started_processes(1);
+  info.set_master_port(29511);
+  info.set_placement_epoch(3);
+  info.add_started_nodes("n1");
+  ASSERT_TRUE(store_->PutJob(info).ok());
+  Make(absl::Seconds(30));
+  RegisterRunning(core_.get(), "n1", "job-e-3", 0);
+  Register("10.0.0.3", 0, "n3");  // without its rank: its start is sent again
+  ASSERT_TRUE(WaitFor([&] { return Job("job-e-3").started_processes() == 2; }));
+  ASSERT_EQ(agents_->starts(), 1u);
+  EXPECT_EQ(agents_->start_calls()[0].second.placement_epoch(), 3);
+  core_.reset();  // the second crash, n2 still away
+
+  Make(absl::Seconds(30));
+  RegisterRunning(core_.get(), "n1", "job-e-3", 0);
+  RegisterRunning(core_.get(), "n3", "job-e-3", 2);
+  Register("10.0.0.2", 0, "n2");
+  ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; })) << Job("job-e-3").DebugString();
+  auto [address, start] = agents_->start_calls()[0];
+  EXPECT_EQ(address, "10.0.0.2:7000");
+  EXPECT_EQ(start.master_port(), 29511);
+  EXPECT_EQ(start.placement_epoch(), 3);
+  ASSERT_EQ(start.processes_size(), 1);
+  EXPECT_EQ(start.processes(0).rank(), 1);
+  auto j = Job("job-e-3");
+  EXPECT_EQ(j.state(), proto::RUNNING) << j.reason();
+  EXPECT_EQ(j.exited_ranks_size(), 0) << j.root_cause().error();
+  EXPECT_EQ(j.live_processes(), 3);
 }
 
 // A store whose job writes hang while `hang` (Redis down, its connection not yet timed out).

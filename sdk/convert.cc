@@ -98,6 +98,7 @@ proto::ExitInfo ToProto(const ExitInfo& e) {
   out.set_stderr_tail(e.stderr_tail);
   out.set_error(e.error);
   out.set_generation(e.generation);
+  out.set_placement_epoch(e.placement_epoch);
   return out;
 }
 
@@ -110,6 +111,7 @@ ExitInfo FromProto(const proto::ExitInfo& e) {
   out.stderr_tail = e.stderr_tail();
   out.error = e.error();
   out.generation = e.generation();
+  out.placement_epoch = e.placement_epoch();
   return out;
 }
 
@@ -192,6 +194,8 @@ proto::JobInfo ToProto(const JobInfo& j) {
   SetRepeated(out.mutable_exited_ranks(), j.exited_ranks);
   out.set_live_processes(j.live_processes);
   out.set_started_processes(j.started_processes);
+  out.set_placement_epoch(j.placement_epoch);
+  SetRepeated(out.mutable_started_nodes(), j.started_nodes);
   out.set_restarting(j.restarting);
   out.set_version(j.version);
   out.set_exit_code(j.exit_code);
@@ -219,6 +223,8 @@ JobInfo FromProto(const proto::JobInfo& j) {
   out.exited_ranks = ToVector<int>(j.exited_ranks());
   out.live_processes = j.live_processes();
   out.started_processes = j.started_processes();
+  out.placement_epoch = j.placement_epoch();
+  out.started_nodes = ToVector<std::string>(j.started_nodes());
   out.restarting = j.restarting();
   out.version = j.version();
   out.exit_code = j.exit_code();

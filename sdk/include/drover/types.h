@@ -90,6 +90,9 @@ struct ExitInfo {
   std::string stderr_tail;  // the last lines it wrote to stderr (a few KiB at most)
   std::string error;        // set when it could not start or its node was lost
   int generation = 0;       // the restart generation it belonged to
+  // The placement of that generation it belonged to (JobInfo::placement_epoch; 0 when
+  // unknown).
+  int64_t placement_epoch = 0;
 };
 
 // The cluster's record of a job.
@@ -113,6 +116,12 @@ struct JobInfo {
   std::vector<int> exited_ranks;     // ranks of the generation whose exit is recorded
   int live_processes = 0;            // processes of the generation still alive
   int started_processes = 0;         // processes of the generation spawned so far
+  // Which placement of the generation this is: new each time the job is placed, a
+  // placement made again after a scheduler restart included (0: a record from before
+  // epochs). Processes of another placement are stopped, never counted.
+  int64_t placement_epoch = 0;
+  // Nodes whose start of this placement was answered, in the order the answers came.
+  std::vector<std::string> started_nodes;
   bool restarting = false;           // the gang is being stopped before a restart
   int64_t version = 0;               // moves on every change (Client::GetJob can wait)
   // What `drover run` returns: 0 on success, the root cause's code (128 + signal for

@@ -272,8 +272,9 @@ class FailureDetectionTest : public ClusterTest {
   }
 
   // Starts a cluster and a job of `nproc` processes (`ppn` per node) that write their
-  // pid to <dir_>/up-<rank> and sleep; returns it once every rank runs (so a kill hits
-  // running work, not a launch in flight).
+  // pid to <dir_>/up-<rank> and sleep; returns it once every rank runs and the
+  // scheduler has every start's answer (so a kill hits running work, not a launch in
+  // flight: a process can write its file before its agent's answer arrives).
   JobInfo StartRunning(const TestClusterOptions& o, int nproc, int ppn) {
     StartCluster(o);
     static int n = 0;  // a directory per call: tests may run repeatedly (--gtest_repeat)
@@ -289,7 +290,9 @@ class FailureDetectionTest : public ClusterTest {
           return true;
         },
         absl::Seconds(20)));
-    return WaitUntil(job.job_id, [](const auto& j) { return j.state == JobState::kRunning; });
+    return WaitUntil(job.job_id, [nproc](const auto& j) {
+      return j.state == JobState::kRunning && j.started_processes == nproc;
+    });
   }
   // The pid of a rank of the StartRunning job.
   pid_t PidOf(int rank) {

@@ -1,6 +1,7 @@
 // Driver jobs across a scheduler restart (issue 19 item 4, step 1): the recovered core
 // keeps a RUNNING driver job RUNNING for its driver to open its session again, and
-// fails it once SchedulerOptions::driver_reconnect passed without. On a FakeClock.
+// fails it once SchedulerOptions::driver_reconnect passed without; a driver just
+// registered has as long to open its first session. On a FakeClock.
 #include <memory>
 #include <string>
 
@@ -53,6 +54,38 @@ TEST(DriverReconnectTest, ADriverJobStandsAcrossARestartUntilItsDriverIsLate) {
   EXPECT_TRUE(absl::StrContains(state(*core, *late).reason(), "did not reconnect"))
       << state(*core, *late).reason();
   EXPECT_EQ(state(*core, *back).state(), proto::RUNNING);
+}
+
+// A driver that registers and never opens its session (it exited, or lost the scheduler,
+// between the two) does not leave its job RUNNING for ever: it fails once
+// driver_reconnect has passed, saying so; a driver that attached stays.
+TEST(DriverReconnectTest, ADriverThatNeverOpensItsSessionFailsAfterTheDeadline) {
+  FakeClock clock;
+  SchedulerOptions o;
+  o.clock = &clock;
+  o.node_timeout = absl::Hours(1);
+  o.driver_reconnect = absl::Seconds(60);
+  SchedulerCore core(o, NewMemoryStateStore(), std::make_unique<testing::FakeAgents>());
+  ASSERT_TRUE(core.Start().ok());
+  auto state = [&](const std::string& job) {
+    auto info = core.GetJob(job, 0, absl::ZeroDuration());
+    return info.ok() ? *info : proto::JobInfo();
+  };
+  proto::RegisterDriverRequest req;
+  req.set_request_id("attached");
+  auto attached = core.RegisterDriver(req);
+  req.set_request_id("silent");
+  auto silent = core.RegisterDriver(req);
+  ASSERT_TRUE(attached.ok() && silent.ok());
+  core.DriverAttached(*attached);
+  clock.Advance(absl::Seconds(30));
+  EXPECT_EQ(state(*silent).state(), proto::RUNNING);
+  clock.Advance(absl::Seconds(31));
+  ASSERT_TRUE(testing::WaitFor([&] { return state(*silent).state() == proto::FAILED; }))
+      << state(*silent).reason();
+  EXPECT_TRUE(absl::StrContains(state(*silent).reason(), "did not open its session"))
+      << state(*silent).reason();
+  EXPECT_EQ(state(*attached).state(), proto::RUNNING) << state(*attached).reason();
 }
 
 }  // namespace

@@ -72,7 +72,7 @@ absl::Status SchedulerCore::Start() {
     if (job.info.driver() && !IsTerminal(job.info.state())) {
       // Its driver (and its connections to its leased workers and actors) may well
       // have outlived the scheduler: it opens its session again, or the job fails.
-      driver_reconnects_[job.info.job_id()] = now + options_.driver_reconnect;
+      driver_reconnects_[job.info.job_id()] = {now + options_.driver_reconnect, true};
       IndexLocked(job);
       continue;
     }

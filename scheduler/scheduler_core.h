@@ -92,7 +92,7 @@ namespace drover {
 struct SchedulerOptions {
   // After a restart, a driver job that ran stays RUNNING this long for its driver to
   // open its session again (the driver's tasks and leased workers run on meanwhile);
-  // then it FAILS.
+  // then it FAILS. A driver just registered has as long to open its first session.
   absl::Duration driver_reconnect = absl::Seconds(60);
   // A node that sends no heartbeat for this long is declared dead.
   absl::Duration node_timeout = absl::Seconds(10);
@@ -610,9 +610,15 @@ class SchedulerCore {
   // Jobs whose stop after a failure waits for their watchers' abort notice: when to
   // stop them anyway (MonitorLoop).
   std::map<std::string, absl::Time> deferred_stops_ ABSL_GUARDED_BY(mu_);
-  // Driver jobs recovered RUNNING whose driver has not opened its session again yet,
-  // and by when it must (SchedulerOptions::driver_reconnect).
-  std::map<std::string, absl::Time> driver_reconnects_ ABSL_GUARDED_BY(mu_);
+  // Driver jobs whose driver has not opened its session (again) yet, and by when it
+  // must (SchedulerOptions::driver_reconnect): recovered RUNNING after a restart, or
+  // registered here and not attached since (a driver that exits or loses the scheduler
+  // between its registration and its session would leave its job RUNNING for ever).
+  struct DriverWait {
+    absl::Time deadline;
+    bool after_restart = false;
+  };
+  std::map<std::string, DriverWait> driver_reconnects_ ABSL_GUARDED_BY(mu_);
   // Fails the driver jobs of driver_reconnects_ whose time is up.
   void ExpireDriverReconnectsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Jobs with a time limit, not ended (MonitorLoop ends a generation past it).

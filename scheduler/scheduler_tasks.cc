@@ -249,6 +249,8 @@ absl::StatusOr<std::string> SchedulerCore::RegisterDriver(const proto::RegisterD
                                      req.hostname().empty() ? "?" : req.hostname(),
                                      ": its tasks and actors run on leased workers"));
     DROVER_LOG(INFO) << "driver " << job.info.job_id() << " registered: " << job.info.reason();
+    // Its session ends it; until one opens, a deadline does.
+    driver_reconnects_[job.info.job_id()] = {clock_->Now() + options_.driver_reconnect, false};
     ChangedLocked(job);
   };
   absl::StatusOr<proto::JobInfo> info =
@@ -271,23 +273,31 @@ absl::Status SchedulerCore::CheckDriver(const std::string& job_id) {
 
 void SchedulerCore::DriverAttached(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  if (driver_reconnects_.erase(job_id) > 0) {
+  auto it = driver_reconnects_.find(job_id);
+  if (it == driver_reconnects_.end()) return;
+  if (it->second.after_restart) {
     DROVER_LOG(INFO) << "the driver of " << job_id << " reconnected after the scheduler restarted";
   }
+  driver_reconnects_.erase(it);
 }
 
 void SchedulerCore::ExpireDriverReconnectsLocked(absl::Time now) {
   for (auto it = driver_reconnects_.begin(); it != driver_reconnects_.end();) {
-    if (it->second > now) {
+    if (it->second.deadline > now) {
       ++it;
       continue;
     }
     Job* job = FindJobLocked(it->first);
     if (job != nullptr && job->info.driver() && !IsTerminal(job->info.state())) {
       FinishLocked(*job, proto::FAILED,
-                   absl::StrCat("its driver did not reconnect within ",
-                                absl::FormatDuration(options_.driver_reconnect),
-                                " after the scheduler restarted"),
+                   it->second.after_restart
+                       ? absl::StrCat("its driver did not reconnect within ",
+                                      absl::FormatDuration(options_.driver_reconnect),
+                                      " after the scheduler restarted")
+                       : absl::StrCat("its driver registered but did not open its session "
+                                      "within ",
+                                      absl::FormatDuration(options_.driver_reconnect),
+                                      " (it exited, or lost the scheduler, before it did)"),
                    1);
       ChangedLocked(*job);
     }

@@ -119,8 +119,15 @@ void SettleJobs(const CheckContext& ctx, absl::Time deadline, std::vector<JobRec
     report.Violated("job-final-state", absl::StrCat("ListJobs: ", all.status().message()));
     return;
   }
-  for (const JobInfo& j : *all) {
+  for (JobInfo j : *all) {
     if (known.count(j.job_id)) continue;
+    if (!IsTerminal(j.state) || j.live_processes > 0) {
+      // A driver that died between its registration and its session ends once its
+      // session deadline (SchedulerOptions::driver_reconnect) passes: wait as for the rest.
+      auto waited =
+          ctx.client->WaitJob(j.job_id, std::max(deadline - absl::Now(), absl::Seconds(1)));
+      if (waited.ok()) j = *waited;
+    }
     if (IsTerminal(j.state) && j.live_processes == 0) {
       report.Held("job-final-state");
     } else {

@@ -729,9 +729,7 @@ void SchedulerCore::StopJobLocked(Job& job, Actions* out) {
 
 void SchedulerCore::StopAfterFailureLocked(Job& job, Actions* out) {
   bool watched = false;
-  for (int r : job.live) {
-    watched = watched || std::binary_search(job.watchers.begin(), job.watchers.end(), r);
-  }
+  for (int r : job.live) watched = watched || job.watchers.count(r) > 0;
   if (!watched || options_.abort_notice <= absl::ZeroDuration()) {
     StopJobLocked(job, out);
     return;

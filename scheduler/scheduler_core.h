@@ -57,6 +57,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <algorithm>
 #include <map>
 #include <cstdio>
 #include <cstdlib>
@@ -247,14 +248,37 @@ class SchedulerCore {
     proto::Resources res;
     std::vector<int> gpus;
   };
+  // A set of ranks as a sorted vector: 24 bytes where a std::set takes 48 even empty (a
+  // queued job has two such sets, both empty: the memory per queued job), and a gang's
+  // ranks come in order.
+  class RankSet {
+   public:
+    size_t count(int rank) const { return std::binary_search(v_.begin(), v_.end(), rank); }
+    void insert(int rank) {
+      auto at = std::lower_bound(v_.begin(), v_.end(), rank);
+      if (at == v_.end() || *at != rank) v_.insert(at, rank);
+    }
+    size_t erase(int rank) {
+      auto at = std::lower_bound(v_.begin(), v_.end(), rank);
+      if (at == v_.end() || *at != rank) return 0;
+      v_.erase(at);
+      return 1;
+    }
+    void clear() { v_.clear(); }
+    bool empty() const { return v_.empty(); }
+    size_t size() const { return v_.size(); }
+    std::vector<int>::const_iterator begin() const { return v_.begin(); }
+    std::vector<int>::const_iterator end() const { return v_.end(); }
+
+   private:
+    std::vector<int> v_;
+  };
   struct Job {
     proto::JobInfo info;
-    std::set<int> live;  // ranks of the current generation believed alive
+    RankSet live;  // ranks of the current generation believed alive
     std::vector<Allocation> allocs;  // held until `live` is empty
     int64_t seq = 0;  // submit order
-    // Ranks of the current generation that watch it, sorted (a vector: 24 bytes where a
-    // set takes 48 even empty, and most jobs have none: the memory per queued job).
-    std::vector<int> watchers;
+    RankSet watchers;  // ranks of the current generation that watch it
     // Signalled (SignalAll) when `info` changes (ChangedLocked), when the job's KV
     // changes, and when the scheduler stops. The long polls on a job (GetJob, KvGet,
     // WatchGeneration) wait on it (AwaitJobLocked), so a change wakes only that job's

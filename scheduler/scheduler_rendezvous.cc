@@ -35,9 +35,7 @@ absl::StatusOr<proto::WatchGenerationReply> SchedulerCore::WatchGeneration(
               " (it runs generation ", job->info.restart_count(), ")"));
         }
         if (generation == job->info.restart_count() && job->live.count(req.rank())) {
-          auto& w = job->watchers;
-          auto at = std::lower_bound(w.begin(), w.end(), req.rank());
-          if (at == w.end() || *at != req.rank()) w.insert(at, req.rank());
+          job->watchers.insert(req.rank());
         }
       }
       if (stopping_) return proto::WatchGenerationReply();

@@ -1141,7 +1141,7 @@ TEST_F(SchedulerCoreTest, APlacementStoredWhoseStartNeverWentOutIsPlacedAgain) {
 
 // Registers node `id` (10.0.0.N for nN) running rank `rank` of `job_id`'s generation 0.
 void RegisterRunning(SchedulerCore* core, const std::string& id, const std::string& job_id,
-                     int rank) {
+                     int rank, int64_t placement_epoch = 0) {
   proto::RegisterNodeRequest req;
   req.set_node_id(id);
   const std::string ip = absl::StrCat("10.0.0.", id.substr(1));
@@ -1152,6 +1152,7 @@ void RegisterRunning(SchedulerCore* core, const std::string& id, const std::stri
   p->set_job_id(job_id);
   p->set_rank(rank);
   p->set_running(true);
+  p->set_placement_epoch(placement_epoch);
   ASSERT_TRUE(core->RegisterNode(req).ok());
 }
 
@@ -1474,16 +1475,7 @@ TEST_F(SchedulerCoreTest, ALaterNodeWhoseStartNeverCameGetsItAfterTheRestart) {
   info.set_master_port(29511);
   ASSERT_TRUE(store_->PutJob(info).ok());
   Make(absl::Seconds(30));
-  proto::RegisterNodeRequest req;
-  req.set_node_id("n1");
-  req.set_agent_address("10.0.0.1:7000");
-  req.set_node_ip("10.0.0.1");
-  req.mutable_total()->set_cpus(8);
-  auto* p = req.add_processes();
-  p->set_job_id("job-t-7");
-  p->set_rank(0);
-  p->set_running(true);
-  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  RegisterRunning(core_.get(), "n1", "job-t-7", 0);
   Register("10.0.0.2", 0, "n2");
   ASSERT_TRUE(WaitFor([&] { return agents_->starts() == 1; }));
   auto [address, start] = agents_->start_calls()[0];
@@ -1537,17 +1529,7 @@ TEST_F(SchedulerCoreTest, ARankOfAnotherPlacementEpochIsStoppedAndNotCountedLive
   info.set_placement_epoch(5);
   ASSERT_TRUE(store_->PutJob(info).ok());
   Make(absl::Seconds(30));
-  proto::RegisterNodeRequest req;
-  req.set_node_id("n1");
-  req.set_agent_address("10.0.0.1:7000");
-  req.set_node_ip("10.0.0.1");
-  req.mutable_total()->set_cpus(8);
-  auto* p = req.add_processes();
-  p->set_job_id("job-e-2");
-  p->set_rank(0);
-  p->set_running(true);
-  p->set_placement_epoch(4);
-  ASSERT_TRUE(core_->RegisterNode(req).ok());
+  RegisterRunning(core_.get(), "n1", "job-e-2", 0, /*placement_epoch=*/4);
   ASSERT_TRUE(WaitFor([&] { return agents_->stops() >= 1; }));
   auto [address, stop] = agents_->stop_calls()[0];
   EXPECT_EQ(address, "10.0.0.1:7000");
